@@ -1,0 +1,9 @@
+"""kernel-layers harness: one interface for every layer, honest verification and timing.
+
+``from harness import register`` is the public plugin API (see ``harness.registry``).
+"""
+from .case import Case
+from .registry import Source, register
+
+__all__ = ["Case", "Source", "register"]
+__version__ = "0.1.0"

@@ -1,0 +1,160 @@
+"""The problems: each module defines one ``Problem`` subclass and registers it here.
+
+A problem is data, not a kernel: the cases of each suite, an input generator driven by an
+explicit ``torch.Generator``, a float64 reference, a tolerance, and the traffic / FLOP counts
+that the metrics and the roofline model use.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ..case import DTYPES, Case, dtype_name
+
+SUITES = ("smoke", "verify", "bench", "full")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pass when ``||out-ref|| / ||ref|| <= rel_norm`` and every element satisfies
+    ``|out-ref| <= atol + rtol*|ref|`` with ``atol = max(atol_floor, atol_rms * rms(ref))``."""
+
+    rel_norm: float
+    rtol: float
+    atol_floor: float
+    atol_rms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a modeled variant: FLOPs and the fewest bytes it reads and writes."""
+
+    name: str
+    flops: int
+    bytes_read: int
+    bytes_written: int
+
+
+class Problem:
+    name: str = ""
+    description: str = ""
+    dim_names: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    input_names: tuple[str, ...] = ()
+    metric: str = "GB/s"  # or "TFLOP/s"
+    #: parameters a case may carry, with their allowed values (None = any int)
+    param_choices: dict[str, Sequence[Any] | None] = {}
+    param_defaults: dict[str, Any] = {}
+
+    # -- cases -------------------------------------------------------------------------------
+    def cases(self, suite: str) -> list[Case]:
+        raise NotImplementedError
+
+    def case(self, dtype: str = "float32", **kw) -> Case:
+        """Build one case from named sizes and parameters, validating every value."""
+        dims, params = {}, dict(self.param_defaults)
+        for k, v in kw.items():
+            if k in self.dim_names:
+                if isinstance(v, bool) or not re.fullmatch(r"\s*\d+\s*", str(v)) or int(v) < 1:
+                    raise ValueError(f"{k}: size must be a positive integer, got {v!r}")
+                iv = int(v)
+                dims[k] = iv
+            elif k in self.param_choices:
+                choices = self.param_choices[k]
+                if choices is None:
+                    params[k] = int(v)
+                else:
+                    match = [c for c in choices if str(c).lower() == str(v).lower()]
+                    if not match:
+                        raise ValueError(f"{k}: {v!r} is not one of {', '.join(map(str, choices))}")
+                    params[k] = match[0]
+            else:
+                known = list(self.dim_names) + list(self.param_choices)
+                raise ValueError(f"{self.name}: unknown key {k!r}; known keys: {', '.join(known)}")
+        missing = [d for d in self.dim_names if d not in dims]
+        if missing:
+            raise ValueError(f"{self.name}: missing size(s) {', '.join(missing)}")
+        dt = dtype_name(dtype)
+        if dt not in self.dtypes:
+            raise ValueError(f"dtype: {self.name} takes {', '.join(self.dtypes)}, not {dt}")
+        return Case(self.name, {d: dims[d] for d in self.dim_names}, dt, params)
+
+    # -- data --------------------------------------------------------------------------------
+    def make_inputs(self, case: Case, device: str | torch.device, seed: int) -> tuple:
+        raise NotImplementedError
+
+    def out_shape(self, case: Case) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def alloc_out(self, case: Case, device) -> torch.Tensor:
+        """The output buffer, poisoned with NaN so that an unwritten element fails."""
+        return torch.full(self.out_shape(case), float("nan"), dtype=case.torch_dtype, device=device)
+
+    def reference(self, inputs: tuple, case: Case) -> torch.Tensor:
+        raise NotImplementedError
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        raise NotImplementedError
+
+    # -- counts ------------------------------------------------------------------------------
+    def traffic(self, case: Case) -> int:
+        """Fewest bytes read + written: each input read once, each output written once."""
+        raise NotImplementedError
+
+    def flops(self, case: Case) -> int:
+        return 0
+
+    def variants(self, case: Case) -> dict[str, list[Kernel]]:
+        """Modeled kernels of named variants (the fused kernel first)."""
+        return {}
+
+    def fused_variant(self, case: Case) -> str:
+        return next(iter(self.variants(case)), "fused")
+
+
+def elem_size(dtype: str) -> int:
+    return torch.empty((), dtype=DTYPES[dtype_name(dtype)]).element_size()
+
+
+def generator(device, seed: int) -> torch.Generator:
+    dev = torch.device(device)
+    g = torch.Generator(device=dev if dev.type == "cuda" else "cpu")
+    g.manual_seed(int(seed))
+    return g
+
+
+def randn(shape, g: torch.Generator, device, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+
+
+def geomspace_pow2(lo: int, hi: int, step: int = 1) -> list[int]:
+    return [2 ** e for e in range(int(math.log2(lo)), int(math.log2(hi)) + 1, step)]
+
+
+_REGISTRY: dict[str, Problem] = {}
+
+
+def register_problem(p: Problem) -> Problem:
+    _REGISTRY[p.name] = p
+    return p
+
+
+def get(name: str) -> Problem:
+    _load()
+    if name not in _REGISTRY:
+        raise ValueError(f"problem: unknown problem {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def all_problems() -> list[Problem]:
+    _load()
+    return [_REGISTRY[k] for k in ("vector_add", "softmax", "gemm_epilogue") if k in _REGISTRY] + [
+        v for k, v in _REGISTRY.items() if k not in ("vector_add", "softmax", "gemm_epilogue")]
+
+
+def _load():
+    from . import gemm_epilogue, softmax, vector_add  # noqa: F401

@@ -1,0 +1,115 @@
+"""gemm_epilogue: C = act(A @ B + bias); A [M, K], B [K, N] row-major, bias [N] optional.
+
+fp16/bf16 in, fp32 accumulate, output in the input dtype. ``act`` is none, relu or gelu (the tanh
+approximation); ``bias`` is 1 (present) or 0 (absent: the third input is None).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
+
+ACTS = ("none", "relu", "gelu")
+
+
+def apply_act(y: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "relu":
+        return torch.relu(y)
+    if act == "gelu":
+        return F.gelu(y, approximate="tanh")
+    return y
+
+
+class GemmEpilogue(Problem):
+    name = "gemm_epilogue"
+    description = "C = act(A @ B + bias), fp32 accumulation, act in none/relu/gelu(tanh)"
+    dim_names = ("M", "N", "K")
+    dtypes = ("float16", "bfloat16")
+    input_names = ("a", "b", "bias")
+    metric = "TFLOP/s"
+    param_choices = {"act": ACTS, "bias": (1, 0)}
+    param_defaults = {"act": "relu", "bias": 1}
+
+    def case(self, dtype="bfloat16", **kw):
+        return super().case(dtype=dtype, **kw)
+
+    def cases(self, suite):
+        c = self.case
+        if suite == "smoke":
+            return [c(M=64, N=48, K=32), c(M=17, N=33, K=40, dtype="float16", act="gelu")]
+        if suite == "verify":
+            out = []
+            for dt in self.dtypes:
+                for act in ACTS:
+                    out += [c(M=1, N=17, K=33, dtype=dt, act=act), c(M=127, N=65, K=129, dtype=dt, act=act),
+                            c(M=1025, N=769, K=513, dtype=dt, act=act)]
+                out += [c(M=1025, N=769, K=513, dtype=dt, act="relu", bias=0),
+                        c(M=256, N=256, K=256, dtype=dt, act="gelu", bias=0),
+                        c(M=512, N=384, K=1024, dtype=dt, act="relu")]
+            return out
+        if suite == "bench":
+            return ([c(M=s, N=s, K=s) for s in (2048, 4096, 8192)]
+                    + [c(M=4096, N=4096, K=4096, act="gelu"), c(M=4096, N=4096, K=4096, act="none", bias=0),
+                       c(M=8192, N=8192, K=8192, act="gelu")])
+        if suite == "full":
+            out = []
+            for dt in self.dtypes:
+                for act in ACTS:
+                    out += [c(M=s, N=s, K=s, dtype=dt, act=act) for s in (1024, 2048, 4096, 8192)]
+            out += [c(M=8192, N=4096, K=1024), c(M=1024, N=8192, K=8192)]
+            return out
+        raise ValueError(f"suite: unknown suite {suite!r}")
+
+    def make_inputs(self, case, device, seed):
+        g = generator(device, seed)
+        dt = case.torch_dtype
+        a = randn((case.M, case.K), g, device, dt)
+        b = randn((case.K, case.N), g, device, dt)
+        bias = randn((case.N,), g, device, dt) if int(case.params.get("bias", 1)) else None
+        return a, b, bias
+
+    def out_shape(self, case):
+        return (case.M, case.N)
+
+    def reference(self, inputs, case):
+        a, b, bias = inputs
+        y = a.double() @ b.double()
+        if bias is not None:
+            y = y + bias.double()
+        return apply_act(y, case.params.get("act", "relu"))
+
+    def tolerance(self, dtype):
+        # output rounding dominates; atol scales with the typical magnitude of the result
+        return {
+            "float16": Tolerance(rel_norm=1e-3, rtol=2e-3, atol_floor=1e-5, atol_rms=2e-3),
+            "bfloat16": Tolerance(rel_norm=8e-3, rtol=1.6e-2, atol_floor=1e-4, atol_rms=1.6e-2),
+        }[dtype]
+
+    def traffic(self, case):
+        s = elem_size(case.dtype)
+        M, N, K = case.M, case.N, case.K
+        bias = N * s if int(case.params.get("bias", 1)) else 0
+        return (M * K + K * N) * s + bias + M * N * s
+
+    def flops(self, case):
+        return 2 * case.M * case.N * case.K
+
+    def variants(self, case):
+        s = elem_size(case.dtype)
+        M, N, K = case.M, case.N, case.K
+        has_bias = int(case.params.get("bias", 1))
+        act = case.params.get("act", "relu")
+        MN = M * N
+        epi_flops = (MN if has_bias else 0) + (MN if act != "none" else 0)
+        fused = [Kernel("gemm+epilogue", 2 * M * N * K + epi_flops,
+                        (M * K + K * N) * s + (N * s if has_bias else 0), MN * s)]
+        unfused = [Kernel("matmul", 2 * M * N * K, (M * K + K * N) * s, MN * s)]
+        if has_bias:
+            unfused.append(Kernel("bias add", MN, MN * s + N * s, MN * s))
+        if act != "none":
+            unfused.append(Kernel(act, MN, MN * s, MN * s))
+        return {"fused": fused, "unfused": unfused}
+
+
+register_problem(GemmEpilogue())

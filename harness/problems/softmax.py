@@ -1,0 +1,109 @@
+"""softmax: row-wise softmax over the last dim of an [M, N] tensor, fp32 math.
+
+Parameters of a case:
+- ``layout``: ``contiguous``; ``strided`` (x is the first N columns of an [M, N+64] tensor);
+  ``strided_odd`` (row stride N+3: rows are not 16-byte aligned).
+- ``kind``: ``randn``; ``large`` (1e4 + 1e3*randn: exp overflows unless the max is subtracted);
+  ``negative`` (every element <= -100: exp underflows unless the max is subtracted);
+  ``neginf`` (about 10 % of each row is -inf, never the whole row).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
+
+LAYOUT_PAD = {"contiguous": 0, "strided": 64, "strided_odd": 3}
+
+
+class Softmax(Problem):
+    name = "softmax"
+    description = "row-wise softmax of an [M, N] tensor (fp32 math, output in the input dtype)"
+    dim_names = ("M", "N")
+    input_names = ("x",)
+    metric = "GB/s"
+    param_choices = {"layout": tuple(LAYOUT_PAD), "kind": ("randn", "large", "negative", "neginf")}
+    param_defaults = {}
+
+    def cases(self, suite):
+        c = self.case
+        if suite == "smoke":
+            return [c(M=4, N=33), c(M=3, N=98, dtype="float16"), c(M=5, N=70, layout="strided")]
+        if suite == "verify":
+            out = []
+            for dt in self.dtypes:
+                out += [c(M=1823, N=781, dtype=dt), c(M=1, N=1, dtype=dt), c(M=3, N=4097, dtype=dt),
+                        c(M=37, N=1000, dtype=dt, layout="strided")]
+            out += [c(M=1, N=98_432), c(M=129, N=1), c(M=64, N=2048),
+                    c(M=1823, N=781, layout="strided"), c(M=300, N=777, layout="strided_odd"),
+                    c(M=64, N=1000, kind="large"), c(M=64, N=1000, kind="large", dtype="float16"),
+                    c(M=64, N=1000, kind="negative"), c(M=64, N=1000, kind="neginf"),
+                    c(M=64, N=1000, kind="neginf", dtype="bfloat16"),
+                    c(M=4, N=32_768, kind="neginf"), c(M=3, N=262_147), c(M=2, N=131_072,
+                                                                            dtype="bfloat16")]
+            return out
+        if suite == "bench":
+            return ([c(M=4096, N=n) for n in (1024, 2048, 4096, 8192, 16384)]
+                    + [c(M=8192, N=n) for n in (32768, 131072, 262144)])
+        if suite == "full":
+            out = []
+            for dt in self.dtypes:
+                out += [c(M=4096, N=2 ** e, dtype=dt) for e in range(7, 15)]
+                out += [c(M=8192, N=2 ** e, dtype=dt) for e in range(15, 19)]
+            return out
+        raise ValueError(f"suite: unknown suite {suite!r}")
+
+    def make_inputs(self, case, device, seed):
+        g = generator(device, seed)
+        M, N = case.M, case.N
+        pad = LAYOUT_PAD[case.params.get("layout", "contiguous")]
+        kind = case.params.get("kind", "randn")
+        base = torch.randn((M, N + pad), generator=g, device=device, dtype=torch.float32)
+        if kind == "large":
+            base = 1e4 + 1e3 * base
+        elif kind == "negative":
+            base = -100.0 - 10.0 * base.abs()
+        elif kind == "neginf":
+            drop = torch.rand((M, N + pad), generator=g, device=device) < 0.1
+            drop[:, 0] = False  # keep one finite element per row; its place still varies below
+            perm = torch.randperm(N, generator=g, device=device)
+            drop[:, :N] = drop[:, :N][:, perm]
+            base = base.masked_fill(drop, float("-inf"))
+        x = base.to(case.torch_dtype)
+        return (x[:, :N],)
+
+    def out_shape(self, case):
+        return (case.M, case.N)
+
+    def reference(self, inputs, case):
+        (x,) = inputs
+        return torch.softmax(x.double(), dim=-1)
+
+    def tolerance(self, dtype):
+        return {
+            "float32": Tolerance(rel_norm=1e-5, rtol=1e-4, atol_floor=1e-7),
+            "float16": Tolerance(rel_norm=1e-3, rtol=2e-3, atol_floor=1e-6),
+            "bfloat16": Tolerance(rel_norm=8e-3, rtol=1.6e-2, atol_floor=1e-5),
+        }[dtype]
+
+    def traffic(self, case):
+        return 2 * case.M * case.N * elem_size(case.dtype)
+
+    def flops(self, case):
+        # max (N-1), subtract N, exp N, sum (N-1), divide N per row
+        return case.M * (5 * case.N - 2)
+
+    def variants(self, case):
+        s, M, N = elem_size(case.dtype), case.M, case.N
+        MN = M * N
+        return {
+            "fused": [Kernel("softmax", M * (5 * N - 2), MN * s, MN * s)],
+            "naive": [Kernel("max", M * (N - 1), MN * s, M * s),
+                      Kernel("subtract", MN, MN * s + M * s, MN * s),
+                      Kernel("exp", MN, MN * s, MN * s),
+                      Kernel("sum", M * (N - 1), MN * s, M * s),
+                      Kernel("divide", MN, MN * s + M * s, MN * s)],
+        }
+
+
+register_problem(Softmax())

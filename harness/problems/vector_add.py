@@ -1,0 +1,72 @@
+"""vector_add: out = x + y over N elements (fp32 / fp16 / bf16).
+
+``misalign=k`` makes x and y views that start k elements into their buffers, so a kernel that
+assumes 16-byte aligned pointers is caught.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
+
+_ULP = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+
+
+class VectorAdd(Problem):
+    name = "vector_add"
+    description = "out = x + y, elementwise over N elements"
+    dim_names = ("N",)
+    input_names = ("x", "y")
+    metric = "GB/s"
+    param_choices = {"misalign": None}
+    param_defaults = {}
+
+    def cases(self, suite):
+        c = self.case
+        if suite == "smoke":
+            return [c(N=1), c(N=98_432), c(N=1000, dtype="float16")]
+        if suite == "verify":
+            out = []
+            for dt in self.dtypes:
+                out += [c(N=n, dtype=dt) for n in (1, 3, 127, 98_432, 1_000_003)]
+            out += [c(N=98_432, misalign=1), c(N=4099, dtype="float16", misalign=3),
+                    c(N=4099, dtype="bfloat16", misalign=1)]
+            return out
+        if suite == "bench":
+            return [c(N=2 ** e) for e in range(12, 29, 2)]
+        if suite == "full":
+            return [c(N=2 ** e, dtype=dt) for dt in self.dtypes for e in range(10, 29)]
+        raise ValueError(f"suite: unknown suite {suite!r}")
+
+    def make_inputs(self, case, device, seed):
+        g = generator(device, seed)
+        off = int(case.params.get("misalign", 0))
+        n = case.N
+        x = randn((n + off,), g, device, case.torch_dtype)[off:]
+        y = randn((n + off,), g, device, case.torch_dtype)[off:]
+        return x, y
+
+    def out_shape(self, case):
+        return (case.N,)
+
+    def reference(self, inputs, case):
+        x, y = inputs
+        return x.double() + y.double()
+
+    def tolerance(self, dtype):
+        u = _ULP[dtype]
+        # one rounding of the exact sum: at most half an ulp; allow one ulp
+        return Tolerance(rel_norm=u, rtol=u, atol_floor=0.0)
+
+    def traffic(self, case):
+        return 3 * case.N * elem_size(case.dtype)
+
+    def flops(self, case):
+        return case.N
+
+    def variants(self, case):
+        s, n = elem_size(case.dtype), case.N
+        return {"fused": [Kernel("add", n, 2 * n * s, n * s)]}
+
+
+register_problem(VectorAdd())

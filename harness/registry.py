@@ -1,0 +1,209 @@
+"""The registry: every implementation of every layer, behind one interface.
+
+Public API (plugins use exactly this)::
+
+    from harness import register
+
+    @register(problem="softmax", layer="plugin", name="mine")
+    def prepare(case, inputs, out):
+        (x,) = inputs
+        def launch():
+            out.copy_(torch.softmax(x.float(), dim=-1).to(out.dtype))
+        return launch
+
+Backends pass more keywords: ``description``, ``sources`` (for the LOC counter), ``available``
+(``() -> None | reason``), ``supports`` (``(case) -> None | reason``), ``devices`` (``"cuda"``,
+``"cpu"``), ``compile_only`` (``(case) -> dict`` of compile facts, used without a GPU),
+``baseline`` (the eager op the speed-up column is relative to).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+LAYERS = ("torch", "cuda", "cupy", "triton", "cute")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the LOC counter looks: a file, its kernel entry points and its host entry points.
+
+    Kernel lines = the named kernels (or, in Python, every ``@triton.jit`` / ``@cute.kernel`` /
+    ``@cute.jit`` function when ``kernels`` is None) plus the device helpers they call; host
+    lines = the named host functions plus the host helpers they call.
+    """
+
+    path: str
+    kernels: tuple[str, ...] | None = None
+    host: tuple[str, ...] = ()
+
+
+@dataclass
+class Implementation:
+    problem: str
+    layer: str
+    name: str
+    prepare: Callable
+    description: str = ""
+    sources: tuple[Source, ...] = ()
+    devices: tuple[str, ...] = ("cuda",)
+    available_fn: Callable[[], str | None] | None = None
+    supports_fn: Callable[..., str | None] | None = None
+    compile_only_fn: Callable | None = None
+    baseline: bool = False
+    origin: str = ""  # module or plugin file that registered it
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return f"{self.layer}:{self.name}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.problem}/{self.id}"
+
+    def available(self) -> str | None:
+        if self.available_fn is None:
+            return None
+        try:
+            return self.available_fn()
+        except Exception as e:  # an availability probe must never take the run down
+            return f"availability check failed: {type(e).__name__}: {e}"
+
+    def supports(self, case) -> str | None:
+        if self.supports_fn is None:
+            return None
+        return self.supports_fn(case)
+
+
+_IMPLS: dict[str, Implementation] = {}
+_current_origin: list[str] = []
+
+
+def register(problem: str, layer: str, name: str, *, description: str = "",
+             sources: Sequence[Source] = (), devices: Sequence[str] = ("cuda", "cpu"),
+             available: Callable | None = None, supports: Callable | None = None,
+             compile_only: Callable | None = None, baseline: bool = False, **extra):
+    """Decorator registering ``prepare(case, inputs, out) -> launch`` as ``layer:name`` for ``problem``.
+
+    A plugin's implementation runs wherever its tensors are (``devices`` defaults to both)."""
+    from . import problems
+
+    problems.get(problem)  # ValueError naming an unknown problem
+    for arg, val in (("layer", layer), ("name", name)):
+        if not isinstance(val, str) or not val or ":" in val or "/" in val or val.strip() != val:
+            raise ValueError(f"{arg}: must be a non-empty name without ':' or '/', got {val!r}")
+
+    def deco(fn: Callable) -> Callable:
+        if not callable(fn):
+            raise TypeError(f"register: {fn!r} is not callable")
+        impl = Implementation(problem=problem, layer=layer, name=name, prepare=fn,
+                              description=description or (fn.__doc__ or "").strip().split("\n")[0],
+                              sources=tuple(sources), devices=tuple(devices),
+                              available_fn=available, supports_fn=supports,
+                              compile_only_fn=compile_only, baseline=baseline,
+                              origin=_current_origin[-1] if _current_origin else fn.__module__,
+                              extra=dict(extra))
+        if impl.key in _IMPLS and _IMPLS[impl.key].origin != impl.origin:
+            raise ValueError(f"register: {impl.id} is already registered for {problem} "
+                             f"by {_IMPLS[impl.key].origin}")
+        _IMPLS[impl.key] = impl
+        return fn
+
+    return deco
+
+
+# -- loading -----------------------------------------------------------------------------------
+_loaded_backends = False
+BACKEND_ERRORS: dict[str, str] = {}
+
+
+def load_backends() -> None:
+    """Import every adapter in ``backends/``; one that fails to import is recorded, not fatal."""
+    global _loaded_backends
+    if _loaded_backends:
+        return
+    _loaded_backends = True
+    import backends
+
+    for mod in backends.ADAPTERS:
+        try:
+            importlib.import_module(f"backends.{mod}")
+        except Exception as e:
+            BACKEND_ERRORS[mod] = f"{type(e).__name__}: {e}"
+
+
+class PluginError(Exception):
+    pass
+
+
+_loaded_plugins: dict[str, str] = {}
+
+
+def load_plugin(path: str | Path) -> None:
+    """Execute a plugin file so that its ``@register`` calls land in the registry."""
+    p = Path(path)
+    if not p.is_file():
+        raise PluginError(f"--plugin: no such file: {path}")
+    key = str(p.resolve())
+    if key in _loaded_plugins:
+        return
+    modname = f"kl_plugin_{len(_loaded_plugins)}_{p.stem}"
+    spec = importlib.util.spec_from_file_location(modname, p)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"--plugin: cannot load {path} as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    _current_origin.append(key)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        tb = traceback.extract_tb(e.__traceback__)
+        where = next((f"{f.filename}:{f.lineno}" for f in reversed(tb) if f.filename == str(p)), str(p))
+        raise PluginError(f"--plugin {path}: failed at {where}: {type(e).__name__}: {e}") from None
+    finally:
+        _current_origin.pop()
+    _loaded_plugins[key] = modname
+
+
+def all_impls() -> list[Implementation]:
+    load_backends()
+    return list(_IMPLS.values())
+
+
+def select(problem: str | None = None, layer: str | None = None,
+           impl: Sequence[str] | str | None = None) -> list[Implementation]:
+    """Filter the registry; unknown names raise ValueError naming the argument."""
+    from . import problems
+
+    impls = all_impls()
+    if problem is not None:
+        problems.get(problem)
+        impls = [i for i in impls if i.problem == problem]
+    if layer is not None:
+        layers = sorted({i.layer for i in all_impls()} | set(LAYERS))
+        if layer not in layers:
+            raise ValueError(f"--layer: unknown layer {layer!r}; known: {', '.join(layers)}")
+        impls = [i for i in impls if i.layer == layer]
+    if impl:
+        wanted = [impl] if isinstance(impl, str) else list(impl)
+        known = {i.id for i in all_impls()}
+        for w in wanted:
+            if w not in known:
+                raise ValueError(f"--impl: unknown implementation {w!r}; ids look like layer:name, "
+                                 f"e.g. {', '.join(sorted(known)[:4])} (see `python -m harness list`)")
+        impls = [i for i in impls if i.id in wanted]
+    order = {l: n for n, l in enumerate(LAYERS)}
+    return sorted(impls, key=lambda i: (i.problem, order.get(i.layer, 99), i.name))
+
+
+def get(problem: str, impl_id: str) -> Implementation:
+    load_backends()
+    key = f"{problem}/{impl_id}"
+    if key not in _IMPLS:
+        raise ValueError(f"impl: {impl_id!r} is not registered for problem {problem!r}")
+    return _IMPLS[key]
