@@ -65,8 +65,19 @@ class VectorAdd(Problem):
         return case.N
 
     def variants(self, case):
+        """The single add (what every implementation computes), then two teaching chains, each
+        as two kernels (the intermediate T goes through HBM) and as one fused kernel:
+        add->ReLU (Z = relu(X + Y)) and add->add (T = X + Y, Z = T + W)."""
         s, n = elem_size(case.dtype), case.N
-        return {"fused": [Kernel("add", n, 2 * n * s, n * s)]}
+        return {
+            "add": [Kernel("add", n, 2 * n * s, n * s)],
+            "add_relu_unfused": [Kernel("add", n, 2 * n * s, n * s),
+                                 Kernel("relu", n, n * s, n * s)],
+            "add_relu_fused": [Kernel("add+relu", 2 * n, 2 * n * s, n * s)],
+            "add_add_unfused": [Kernel("add T=X+Y", n, 2 * n * s, n * s),
+                                Kernel("add Z=T+W", n, 2 * n * s, n * s)],
+            "add_add_fused": [Kernel("add Z=X+Y+W", 2 * n, 3 * n * s, n * s)],
+        }
 
 
 register_problem(VectorAdd())
