@@ -172,17 +172,26 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True) -
 
     With ``repeat`` the launch runs a second time into a re-poisoned output, and a result that
     differs from the first bit for bit is reported (a moving result points at a race)."""
+    import time
+
     worst = Check(True, "", 0.0, 0.0)
-    for seed in seeds:
+    for n, seed in enumerate(seeds):
         inputs = problem.make_inputs(case, device, seed)
         saved = snapshot(inputs)
         ref = problem.reference(saved, case)
+        t0 = time.perf_counter()
         got, launch, out = run_once(impl, problem, case, inputs, device)
+        if n == 0:
+            # first prepare + launch + sync: JIT compile and autotuning included
+            worst.details["first_call_s"] = time.perf_counter() - t0
+            info = getattr(launch, "info", None)
+            worst.details["info"] = dict(info) if isinstance(info, dict) else {}
         if (m := mutated(inputs, saved, problem.input_names)):
             return Check(False, m)
         c = check_output(problem, case, got, ref)
         if not c.ok:
             c.reason = f"seed {seed}: {c.reason}"
+            c.details.update(worst.details)
             return c
         if repeat:
             first = got.clone()

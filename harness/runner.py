@@ -1,0 +1,201 @@
+"""The parent side: plans tasks, runs them in worker subprocesses, survives crashes and hangs.
+
+A task is one case with the implementations to run on it. Tasks go to a worker process
+(``python -m harness.worker``); when the worker dies (segfault, illegal address that breaks the
+CUDA context) or goes silent past the timeout, the implementation it was on is reported as
+CRASH/TIMEOUT for that case, and a fresh worker continues with the rest.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class RunResult:
+    rows: list[dict] = field(default_factory=list)
+    ceilings: dict | None = None
+    vendor: dict = field(default_factory=dict)  # case id -> vendor GEMM at that shape
+    log: list[str] = field(default_factory=list)
+
+
+def _reader(stream, q, tag):
+    for line in iter(stream.readline, ""):
+        q.put((tag, line))
+    q.put((tag, None))
+
+
+def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None = None,
+              ceilings: bool = False, timeout_s: float = 600.0, isolate: bool = True,
+              keep_raw: bool = True, on_event=None, verbose: bool = False) -> RunResult:
+    """Run ``tasks`` and return every row. ``on_event(event)`` sees progress events."""
+    res = RunResult()
+    job_base = {"device": device, "plugins": [str(p) for p in plugins], "timing": timing or {},
+                "keep_raw": keep_raw, "verbose": verbose}
+    if not isolate:
+        return _run_inline(tasks, job_base, ceilings, res, on_event)
+
+    remaining = list(tasks)
+    want_ceilings = ceilings
+    restarts = 0
+    while remaining or want_ceilings:
+        job = dict(job_base, tasks=remaining, ceilings=want_ceilings)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        proc = subprocess.Popen([sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, cwd=str(ROOT))
+        q: queue.Queue = queue.Queue()
+        threading.Thread(target=_reader, args=(proc.stdout, q, "out"), daemon=True).start()
+        threading.Thread(target=_reader, args=(proc.stderr, q, "err"), daemon=True).start()
+        proc.stdin.write(json.dumps(job))
+        proc.stdin.close()
+        stderr_tail: deque = deque(maxlen=40)
+        current_task, current_impl, task_rows = None, None, []
+        done_tasks: set = set()
+        last = time.monotonic()
+        closed = 0
+        fatal = None
+        timed_out = False
+        while closed < 2:
+            try:
+                tag, line = q.get(timeout=1.0)
+            except queue.Empty:
+                if time.monotonic() - last > timeout_s:
+                    timed_out = True
+                    proc.kill()
+                    break
+                continue
+            if line is None:
+                closed += 1
+                continue
+            if tag == "err":
+                stderr_tail.append(line.rstrip())
+                res.log.append(line.rstrip())
+                if verbose:
+                    sys.stderr.write(line)
+                continue
+            last = time.monotonic()
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                res.log.append(line.rstrip())
+                continue
+            kind = ev.get("event")
+            if kind == "ceilings":
+                res.ceilings = ev["ceilings"]
+                want_ceilings = False
+            elif kind == "task":
+                current_task, current_impl, task_rows = ev["task"], None, []
+            elif kind == "step":
+                current_impl = ev["impl"]
+            elif kind == "row":
+                task_rows.append(ev["row"])
+            elif kind == "vendor":
+                res.vendor[ev["case"]] = {"time": ev["time"], "flops_per_s": ev["flops_per_s"]}
+            elif kind == "task_done":
+                res.rows.extend(task_rows)
+                done_tasks.add(ev["task"])
+                current_task, current_impl, task_rows = None, None, []
+            elif kind == "fatal":
+                fatal = ev
+            if on_event:
+                on_event(ev)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        want_ceilings = False  # measured once per run; a failed measurement is not retried
+        remaining = [t for t in remaining if t["id"] not in done_tasks]
+        if not remaining:
+            break
+        # The worker stopped early: blame the implementation it was running.
+        task = next((t for t in remaining if t["id"] == current_task), None)
+        if task is None:
+            tail = " | ".join(list(stderr_tail)[-5:])
+            raise RuntimeError(f"worker exited (code {proc.returncode}) before starting a task: {tail}")
+        blamed = [i for i in (current_impl or "").split(",") if i] or list(task["impls"])
+        tail = _crash_message(stderr_tail, proc.returncode)
+        for iid in blamed:
+            row = (fatal or {}).get("row") if fatal and fatal.get("impl") == iid else None
+            if row is None:
+                row = _blank_row(task, iid)
+                if timed_out:
+                    row.update(status="FAIL", kind="timeout",
+                               reason=f"no progress for {timeout_s:g} s: killed (hang?)")
+                else:
+                    row.update(status="FAIL", kind="crash", reason=f"crashed the worker: {tail}")
+            res.rows.append(row)
+            if on_event:
+                on_event({"event": "row", "row": row})
+        rest = [i for i in task["impls"] if i not in blamed]
+        remaining = [dict(task, impls=rest)] + [t for t in remaining if t["id"] != task["id"]] \
+            if rest else [t for t in remaining if t["id"] != task["id"]]
+        restarts += 1
+    return res
+
+
+def _crash_message(tail, code) -> str:
+    lines = [l for l in tail if l.strip()]
+    interesting = [l for l in lines if any(w in l for w in ("Error", "error", "illegal", "Segmentation",
+                                                                 "Aborted", "fault", "Traceback"))]
+    msg = (interesting or lines or [""])[-1].strip()[:300]
+    sig = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return f"{sig}" + (f": {msg}" if msg else "")
+
+
+def _blank_row(task, iid) -> dict:
+    from . import problems, registry
+    from .case import Case
+    from .worker import base_row
+
+    p = problems.get(task["problem"])
+    case = Case.from_json(task["case"])
+    try:
+        impl = registry.get(p.name, iid)
+        return base_row(impl, p, case)
+    except Exception:
+        layer, _, name = iid.partition(":")
+        return {"problem": p.name, "impl": iid, "layer": layer, "name": name, "description": "",
+                "case": case.to_json(), "status": None, "kind": None, "reason": "",
+                "max_abs_err": None, "rel_err": None, "compile": {}, "time": None,
+                "traffic_bytes": p.traffic(case), "flops": p.flops(case)}
+
+
+def _run_inline(tasks, job_base, ceilings, res, on_event):
+    """Same work in this process (``--no-isolate``): faster to start, no crash protection."""
+    from .worker import process_task
+
+    rows: list = []
+
+    def emit(**ev):
+        if ev.get("event") == "row":
+            rows.append(ev["row"])
+        elif ev.get("event") == "vendor":
+            res.vendor[ev["case"]] = {"time": ev["time"], "flops_per_s": ev["flops_per_s"]}
+        if on_event:
+            on_event(ev)
+
+    if ceilings:
+        from .machine import measure_ceilings
+        res.ceilings = measure_ceilings()
+    for t in tasks:
+        emit(event="task", task=t["id"])
+        process_task(t, job_base, emit)
+        emit(event="task_done", task=t["id"])
+    res.rows.extend(rows)
+    return res

@@ -1,0 +1,235 @@
+"""The worker: runs tasks (one case x several implementations) and reports rows as JSON lines.
+
+It runs in a subprocess of the CLI (see ``harness.runner``) so that an implementation that
+crashes the process or breaks the CUDA context (illegal address), or hangs, takes down only the
+worker: the parent reports that row and starts a new worker for the rest.
+
+Protocol: the job arrives as JSON on stdin; events leave as JSON lines on the original stdout
+(whatever the implementations print is redirected to stderr).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+from .errors import Unsupported
+
+CPU_TRAFFIC_LIMIT = 64 * 10 ** 6   # bytes: larger cases are not executed in the CPU mode
+CPU_FLOP_LIMIT = 4 * 10 ** 9
+
+
+class _Emitter:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __call__(self, **event):
+        self.stream.write(json.dumps(event, default=_jsonable) + "\n")
+        self.stream.flush()
+
+
+def _jsonable(o):
+    try:
+        import numpy as np
+        if isinstance(o, np.generic):
+            return o.item()
+    except Exception:
+        pass
+    return str(o)
+
+
+def _first_line(e: BaseException) -> str:
+    msg = str(e).strip()
+    line = msg.splitlines()[0] if msg else ""
+    return f"{type(e).__name__}: {line}"[:500]
+
+
+def cuda_context_broken(device) -> str | None:
+    """After an exception on the GPU: is the CUDA context still usable?"""
+    import torch
+    if str(device) != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize()
+        torch.empty(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        return None
+    except Exception as e:
+        return _first_line(e)
+
+
+def base_row(impl, problem, case) -> dict:
+    return {"problem": problem.name, "impl": impl.id, "layer": impl.layer, "name": impl.name,
+            "description": impl.description, "case": case.to_json(), "status": None, "kind": None,
+            "reason": "", "max_abs_err": None, "rel_err": None, "compile": {}, "time": None,
+            "traffic_bytes": problem.traffic(case), "flops": problem.flops(case)}
+
+
+def _compile_only(impl, case, row) -> None:
+    fn = impl.compile_only_fn
+    if fn is None:
+        return
+    t0 = time.perf_counter()
+    try:
+        facts = fn(case) or {}
+        facts.setdefault("compile_s", round(time.perf_counter() - t0, 3))
+        row["compile"] = facts
+        row["compiled_for"] = facts.get("arch", "sm_90a")
+    except Unsupported as e:
+        row["compile_note"] = f"not compiled: {e}"
+    except Exception as e:
+        row["compile_note"] = f"compile failed: {_first_line(e)}"
+
+
+def _info(launch) -> dict:
+    info = getattr(launch, "info", None)
+    return dict(info) if isinstance(info, dict) else {}
+
+
+def process_task(task: dict, opts: dict, emit) -> None:
+    import torch
+
+    from . import problems, registry, timing, verify
+    from .case import Case
+
+    problem = problems.get(task["problem"])
+    case = Case.from_json(task["case"])
+    device = opts["device"]
+    seeds = tuple(task.get("seeds", verify.SEEDS))
+    do_time = bool(task.get("time")) and device == "cuda"
+    rows: dict[str, dict] = {}
+    runnable = []
+    for iid in task["impls"]:
+        impl = registry.get(problem.name, iid)
+        row = rows[iid] = base_row(impl, problem, case)
+        reason = impl.available()
+        if reason:
+            row.update(status="SKIP", kind="unavailable", reason=reason)
+            continue
+        try:
+            reason = impl.supports(case)
+        except Exception as e:
+            reason = f"supports() raised {_first_line(e)}"
+        if reason:
+            row.update(status="SKIP", kind="unsupported", reason=reason)
+            continue
+        if device not in impl.devices:
+            _compile_only(impl, case, row)
+            what = f"; compiled for {row['compiled_for']}" if row.get("compiled_for") else ""
+            row.update(status="SKIP", kind="compile-only" if what else "needs-gpu",
+                       reason=f"needs a GPU (this machine has none){what}"
+                              + (f"; {row['compile_note']}" if row.get("compile_note") else ""))
+            continue
+        if device == "cpu" and (problem.traffic(case) > CPU_TRAFFIC_LIMIT
+                                or problem.flops(case) > CPU_FLOP_LIMIT):
+            _compile_only(impl, case, row)
+            row.update(status="SKIP", kind="too-large-for-cpu",
+                       reason="not executed: too large for the CPU mode (needs a GPU)"
+                              + (f"; compiled for {row['compiled_for']}" if row.get("compiled_for") else ""))
+            continue
+        runnable.append(impl)
+
+    passed = []
+    for impl in runnable:
+        row = rows[impl.id]
+        emit(event="step", task=task["id"], impl=impl.id, phase="verify")
+        t0 = time.perf_counter()
+        try:
+            check = verify.verify_case(impl, problem, case, device, seeds=seeds,
+                                       repeat=(device == "cuda"))
+        except Unsupported as e:
+            row.update(status="SKIP", kind="unsupported", reason=str(e))
+            continue
+        except Exception as e:
+            broken = cuda_context_broken(device)
+            row.update(status="FAIL", kind="error", reason=f"raised {_first_line(e)}",
+                       traceback=traceback.format_exc()[-3000:])
+            if broken:
+                row.update(kind="crash", reason=f"crashed the CUDA context: {broken}")
+                emit(event="fatal", task=task["id"], impl=impl.id, row=row)
+                sys.exit(3)
+            continue
+        row["compile"] = {**row.get("compile", {}), **check.details.get("info", {})}
+        row["compile"].setdefault("first_call_s", round(check.details.get("first_call_s", 0.0), 4))
+        row.update(max_abs_err=check.max_abs_err, rel_err=check.rel_err, reason=check.reason)
+        if check.ok:
+            row.update(status="PASS", kind="verified")
+            passed.append(impl)
+        else:
+            row.update(status="FAIL", kind="mismatch")
+        if opts.get("verbose"):
+            print(f"[worker] {impl.id} {case.id}: {row['status']} in {time.perf_counter() - t0:.2f}s",
+                  file=sys.stderr)
+
+    if do_time and passed:
+        cfg = timing.TimingConfig(**opts.get("timing", {}))
+        emit(event="step", task=task["id"], impl=",".join(i.id for i in passed), phase="time")
+        inputs = problem.make_inputs(case, device, seed=1234)
+        out = problem.alloc_out(case, device)
+        launches = {}
+        for impl in passed:
+            try:
+                launches[impl.id] = impl.prepare(case, inputs, out)
+            except Exception as e:
+                rows[impl.id].update(status="FAIL", kind="error", reason=f"prepare for timing raised {_first_line(e)}")
+        vendor = getattr(problem, "vendor_launch", None)
+        vend = vendor(case, inputs) if vendor else None
+        if vend is not None:
+            launches["__vendor__"] = vend
+        try:
+            stats = timing.time_launches(launches, cfg, device)
+        except Exception as e:
+            broken = cuda_context_broken(device)
+            for impl in passed:
+                rows[impl.id].update(kind="error", reason=f"timing raised {_first_line(e)}", time=None)
+            if broken:
+                emit(event="fatal", task=task["id"], impl=",".join(launches), row=None)
+                sys.exit(3)
+            stats = {}
+        keep_raw = bool(opts.get("keep_raw", True))
+        for k, st in stats.items():
+            if k == "__vendor__":
+                t = st.quartiles()[1]
+                emit(event="vendor", task=task["id"], case=case.id, time=st.to_json(keep_raw),
+                     flops_per_s=problem.flops(case) / t if t > 0 else None)
+            else:
+                rows[k]["time"] = st.to_json(keep_raw)
+                rows[k]["timing_mode"] = cfg.mode
+        del inputs, out, launches
+        torch.cuda.empty_cache()
+    elif task.get("time") and device != "cuda":
+        for r in rows.values():
+            if r["status"] == "PASS":
+                r["time_note"] = "timing needs a GPU"
+    for r in rows.values():
+        emit(event="row", task=task["id"], row=r)
+
+
+def main() -> int:
+    events = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # implementation prints, C-level ones too, go to stderr
+    sys.stdout = sys.stderr
+    emit = _Emitter(events)
+    job = json.loads(sys.stdin.read())
+    if job.get("device") == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from . import registry
+
+    for p in job.get("plugins", []):
+        registry.load_plugin(p)
+    registry.load_backends()
+    if job.get("ceilings"):
+        from .machine import measure_ceilings
+        emit(event="ceilings", ceilings=measure_ceilings())
+    for task in job["tasks"]:
+        emit(event="task", task=task["id"])
+        process_task(task, job, emit)
+        emit(event="task_done", task=task["id"])
+    emit(event="done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
