@@ -1,0 +1,205 @@
+"""``python -m harness selftest``: does the verifier catch the bugs it is meant to catch?
+
+Planted-bug implementations (``harness/planted/``: Triton kernels under the Triton interpreter on
+CPU tensors, and torch ones) each run through ``harness.verify.verify_case`` on the cases that
+expose their bug and must FAIL there; their correct twins must PASS on the same cases; and where a
+bug hides on some shapes (a power-of-two row, contiguous rows, a whole number of blocks) a control
+case shows it passing, which is why the verify suite carries ragged and strided shapes. Exit
+status 0 when every outcome is the expected one, 1 otherwise.
+
+The planted implementations are built here as ``Implementation`` objects and registered nowhere,
+so ``list`` and ``compare`` never see them. ``TRITON_INTERPRET=1`` must be set before the Triton
+kernels are defined: when it is not set, the command re-runs itself in a subprocess with it set.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# (what, problem, planted (module, function, layer), twin, exposing cases, control cases)
+# cases are (dtype, {sizes and params}), controls (dtype, {...}, why the bug hides there);
+# small shapes keep the interpreter fast.
+CHECKS = [
+    ("softmax padded with 0.0 instead of -inf", "softmax",
+     ("triton_bugs", "prepare_softmax_pad_zero", "triton"), ("triton_bugs", "prepare_softmax", "triton"),
+     [("float32", dict(M=5, N=781)), ("float16", dict(M=3, N=100, kind="negative"))],
+     [("float32", dict(M=4, N=256), "N is a power of two: no padding lanes")]),
+    ("missing tail mask (grid = N // BLOCK, unmasked kernel)", "vector_add",
+     ("triton_bugs", "prepare_add_missing_tail", "triton"), ("triton_bugs", "prepare_add", "triton"),
+     [("float32", dict(N=127)), ("float16", dict(N=4099))],
+     [("float32", dict(N=2048), "N is a whole number of blocks: no tail")]),
+    ("wrong row stride (row * N, rows strided)", "softmax",
+     ("triton_bugs", "prepare_softmax_wrong_stride", "triton"), ("triton_bugs", "prepare_softmax", "triton"),
+     [("float32", dict(M=37, N=100, layout="strided")), ("float32", dict(M=9, N=77, layout="strided_odd"))],
+     [("float32", dict(M=37, N=100), "contiguous rows: the stride is N")]),
+    ("unwritten last element (mask < N - 1)", "vector_add",
+     ("triton_bugs", "prepare_add_last_unwritten", "triton"), ("triton_bugs", "prepare_add", "triton"),
+     [("float32", dict(N=1)), ("float32", dict(N=4099))], []),
+    ("input-mutating kernel (x used as scratch)", "vector_add",
+     ("triton_bugs", "prepare_add_mutates_input", "triton"), ("triton_bugs", "prepare_add", "triton"),
+     [("float32", dict(N=127))], []),
+    ("input-mutating softmax (exp in place on x)", "softmax",
+     ("torch_bugs", "prepare_softmax_in_place", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
+     [("float32", dict(M=4, N=33))], []),
+    ("kernel that writes zeros", "softmax",
+     ("torch_bugs", "prepare_softmax_zeros", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
+     [("float32", dict(M=4, N=33)), ("float32", dict(M=1, N=1))], []),
+]
+
+
+@dataclass
+class Outcome:
+    bug: str
+    impl: str
+    role: str        # "planted" | "twin" | "control"
+    case: str
+    expect: str      # PASS | FAIL
+    got: str         # PASS | FAIL | ERROR
+    reason: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.expect == self.got
+
+    def to_json(self) -> dict:
+        return {"bug": self.bug, "impl": self.impl, "role": self.role, "case": self.case,
+                "expect": self.expect, "got": self.got, "ok": self.ok, "reason": self.reason,
+                "seconds": round(self.seconds, 3)}
+
+
+def _impl(problem: str, spec) -> "Implementation":
+    import importlib
+
+    from .registry import Implementation
+
+    module, fn, layer = spec
+    mod = importlib.import_module(f"harness.planted.{module}")
+    prepare = getattr(mod, fn)
+    name = fn.removeprefix("prepare_")
+    return Implementation(problem=problem, layer=layer, name=f"planted_{name}", prepare=prepare,
+                          description=(prepare.__doc__ or "").strip().split("\n")[0],
+                          devices=("cpu",), origin=f"harness.planted.{module}")
+
+
+def _verify(impl, problem, case) -> tuple[str, str]:
+    from .verify import verify_case
+
+    try:
+        c = verify_case(impl, problem, case, "cpu")
+    except Exception as e:  # a planted kernel must fail verification, not crash the self-test
+        return "ERROR", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return ("PASS" if c.ok else "FAIL"), c.reason
+
+
+def run_checks(progress=None) -> list[Outcome]:
+    """Run every planted bug, twin and control (TRITON_INTERPRET=1 must already be set)."""
+    from . import problems
+
+    if os.environ.get("TRITON_INTERPRET") != "1" and any(
+            spec[2] == "triton" for c in CHECKS for spec in (c[2], c[3])):
+        raise RuntimeError("selftest: TRITON_INTERPRET=1 must be set before triton is imported")
+
+    outcomes: list[Outcome] = []
+    twin_cache: dict[tuple, tuple[str, str, float]] = {}
+    for bug, pname, planted_spec, twin_spec, exposing, controls in CHECKS:
+        prob = problems.get(pname)
+        planted, twin = _impl(pname, planted_spec), _impl(pname, twin_spec)
+        plan = [("planted", planted, dt, kw, "FAIL", "") for dt, kw in exposing]
+        plan += [("twin", twin, dt, kw, "PASS", "") for dt, kw in exposing]
+        plan += [("control", planted, dt, kw, "PASS", note) for dt, kw, note in controls]
+        for role, impl, dt, kw, expect, note in plan:
+            case = prob.case(dtype=dt, **kw)
+            key = (impl.key, case.id)
+            if progress:
+                progress(f"{role:8s} {impl.id:38s} {case.label}")
+            if role == "twin" and key in twin_cache:
+                got, reason, secs = twin_cache[key]
+            else:
+                t0 = time.perf_counter()
+                got, reason = _verify(impl, prob, case)
+                secs = time.perf_counter() - t0
+                if role == "twin":
+                    twin_cache[key] = (got, reason, secs)
+            if note and got == expect:
+                reason = f"bug hidden here: {note}"
+            outcomes.append(Outcome(bug, impl.id, role, case.label, expect, got, reason, secs))
+    return outcomes
+
+
+def render(outcomes: list[Outcome]) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = StringIO()
+    con = Console(file=buf, width=200, highlight=False, color_system=None)
+    t = Table(title="verifier self-test: planted bugs must FAIL, correct twins and controls PASS")
+    for col in ("planted bug", "role", "implementation", "case", "expect", "got", "", "why"):
+        t.add_column(col, overflow="fold")
+    last = None
+    for o in outcomes:
+        t.add_row(o.bug if o.bug != last else "", o.role, o.impl, o.case, o.expect, o.got,
+                  "ok" if o.ok else "WRONG", o.reason or "")
+        last = o.bug
+    con.print(t)
+    bad = [o for o in outcomes if not o.ok]
+    total = sum(o.seconds for o in outcomes)
+    if bad:
+        con.print(f"SELFTEST FAILED: {len(bad)} of {len(outcomes)} outcomes are not the expected ones "
+                  f"({total:.1f} s)")
+    else:
+        con.print(f"selftest passed: all {len(outcomes)} outcomes as expected ({total:.1f} s)")
+    return buf.getvalue()
+
+
+def _run_here(fmt: str, quiet: bool = False) -> int:
+    prog = None if quiet or fmt == "json" or not sys.stderr.isatty() else (lambda s: print(f"  {s}", file=sys.stderr, flush=True))
+    outcomes = run_checks(prog)
+    if fmt == "json":
+        print(json.dumps([o.to_json() for o in outcomes], indent=2))
+    else:
+        print(render(outcomes), end="")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "selftest", help="planted bugs must FAIL verification and their twins PASS (CPU, Triton interpreter)",
+        description="Run planted-bug implementations (Triton under TRITON_INTERPRET=1 on CPU tensors, "
+                    "and torch) through the verifier; exit 1 unless every bug FAILs and every correct "
+                    "twin PASSes.")
+    p.add_argument("--format", default="table", choices=("table", "json"))
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args) -> int:
+    fmt = getattr(args, "format", "table")
+    quiet = getattr(args, "quiet", False)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return _run_here(fmt, quiet)
+    # Triton reads TRITON_INTERPRET when a kernel is defined (older versions: when triton is
+    # imported), so run in a fresh interpreter with it set rather than flipping this process.
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [sys.executable, "-m", "harness.selftest", "--format", fmt] + (["--quiet"] if quiet else [])
+    return subprocess.run(cmd, env=env).returncode
+
+
+if __name__ == "__main__":
+    _p = argparse.ArgumentParser(prog="python -m harness.selftest")
+    _p.add_argument("--format", default="table", choices=("table", "json"))
+    _p.add_argument("--quiet", action="store_true")
+    _a = _p.parse_args()
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    sys.exit(_run_here(_a.format, _a.quiet))
