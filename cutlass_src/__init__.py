@@ -1,0 +1,218 @@
+"""CuTe DSL kernels (nvidia-cutlass-dsl 4.8): one module per problem, plus the shared plumbing.
+
+This file holds what every kernel module needs and nothing problem-specific:
+
+- ``unavailable()``: why the DSL cannot be used here (``None`` when it can);
+- ``cutlass_dtype(torch_dtype)``: the element type a kernel is compiled for;
+- ``compile_kernel(key, fn, *args)``: ``cute.compile`` once per signature, cached, with the
+  compile seconds, the PTX and (through ``ptxas -v``) the register/spill facts kept beside it;
+- ``use_tvm_ffi()``: whether the compiled functions are called through apache-tvm-ffi
+  (torch tensors passed straight in) or through ``from_dlpack`` tensors made in ``prepare``;
+- ``stream_arg()`` / ``fake_stream()``: the stream argument for either calling convention.
+
+Kernels are compiled against *fake* tensors with symbolic sizes (``cute.sym_int``), so one
+compile serves every size of a signature, and the same compile works on a machine with no GPU
+(``CUTE_DSL_ARCH=sm_90a``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import tempfile
+import threading
+import time
+
+_REASON: list = []
+_LOCK = threading.Lock()
+_CACHE: dict = {}
+_DUMP: list = []
+ARCH = "sm_90a"
+
+
+def unavailable() -> str | None:
+    """None when the CuTe DSL can compile here, else the reason."""
+    if _REASON:
+        return _REASON[0]
+    reason = None
+    if importlib.util.find_spec("cutlass") is None:
+        reason = "nvidia-cutlass-dsl is not installed (pip install 'kernel-layers[cute]')"
+    else:
+        try:
+            os.environ.setdefault("CUTE_DSL_ARCH", _arch_from_device())
+            import cutlass  # noqa: F401
+            import cutlass.cute  # noqa: F401
+            ver = getattr(cutlass, "__version__", "?")
+            if not str(ver).startswith("4."):
+                reason = f"nvidia-cutlass-dsl {ver} found; these kernels target 4.8"
+        except Exception as e:  # a broken install must not take the harness down
+            reason = f"nvidia-cutlass-dsl failed to import: {type(e).__name__}: {e}"
+    _REASON.append(reason)
+    return reason
+
+
+def _arch_from_device() -> str:
+    """sm_90a unless a GPU of another generation is present (its own arch then)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}a" if major >= 9 else f"sm_{major}{minor}"
+    except Exception:
+        pass
+    return ARCH
+
+
+def have_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def use_tvm_ffi() -> bool:
+    """Call through apache-tvm-ffi when it is installed (lower per-call overhead);
+    ``KL_CUTE_TVM_FFI=0`` forces the from_dlpack path."""
+    if os.environ.get("KL_CUTE_TVM_FFI", "1") == "0":
+        return False
+    return importlib.util.find_spec("tvm_ffi") is not None
+
+
+def cutlass_dtype(torch_dtype):
+    import cutlass
+    import torch
+
+    table = {torch.float32: cutlass.Float32, torch.float16: cutlass.Float16,
+             torch.bfloat16: cutlass.BFloat16}
+    if torch_dtype not in table:
+        raise TypeError(f"dtype: {torch_dtype} is not one of float32, float16, bfloat16")
+    return table[torch_dtype]
+
+
+def fake_stream():
+    from cutlass.cute.runtime import make_fake_stream
+
+    return make_fake_stream(use_tvm_ffi_env_stream=use_tvm_ffi())
+
+
+def stream_args() -> tuple:
+    """Trailing stream argument of a call: none through tvm-ffi (it uses torch's current stream)."""
+    if use_tvm_ffi():
+        return ()
+    import cuda.bindings.driver as cuda
+    import torch
+
+    return (cuda.CUstream(torch.cuda.current_stream().cuda_stream),)
+
+
+def to_cute(t, align: int, leading_dim: int | None = None):
+    """A torch tensor as the compiled function takes it: itself through tvm-ffi, else a
+    from_dlpack tensor with a dynamic layout (made once, in prepare, outside the timed call)."""
+    if use_tvm_ffi():
+        return t
+    from cutlass.cute.runtime import from_dlpack
+
+    ct = from_dlpack(t.detach(), assumed_align=align)
+    if leading_dim is None:
+        leading_dim = t.dim() - 1
+    return ct.mark_layout_dynamic(leading_dim=leading_dim)
+
+
+class Compiled:
+    """A compiled CuTe function and its facts."""
+
+    def __init__(self, fn, compile_s: float, ptx: str | None, key):
+        self.fn = fn
+        self.compile_s = compile_s
+        self.ptx = ptx
+        self.key = key
+        self._facts = None
+
+    def facts(self) -> dict:
+        """compile_s, registers, spills, smem (ptxas -v on the generated PTX) for sm_90a."""
+        if self._facts is None:
+            facts = {"compile_s": round(self.compile_s, 3), "arch": os.environ.get("CUTE_DSL_ARCH", ARCH),
+                     "call": "tvm-ffi" if use_tvm_ffi() else "from_dlpack"}
+            if self.ptx:
+                try:
+                    facts.update(ptx_facts(self.ptx, facts["arch"]))
+                except Exception as e:
+                    facts["ptxas_error"] = f"{type(e).__name__}: {e}"[:300]
+            else:
+                facts["ptxas_error"] = "no PTX kept by the compiler"
+            self._facts = facts
+        return dict(self._facts)
+
+
+def ptx_facts(ptx: str, arch: str) -> dict:
+    """``ptxas -v`` facts of the DSL's PTX. The DSL (4.8.1) writes PTX ISA 9.4, newer than some
+    installed ptxas accept; the retry restates the ISA version as the newest this ptxas takes (the
+    kernels use no instruction newer than sm_90a's), and the facts say so."""
+    from harness.ptxas import ptxas_info, summarize
+
+    try:
+        return summarize(ptxas_info(ptx, arch))
+    except RuntimeError as e:
+        m = re.search(r"current version is '(\d+\.\d+)'", str(e))
+        if not m:
+            raise
+        old = re.search(r"^\.version (\S+)", ptx, flags=re.M)
+        out = summarize(ptxas_info(re.sub(r"^\.version \S+", f".version {m.group(1)}", ptx,
+                                          count=1, flags=re.M), arch))
+        out["ptx_isa_restated"] = f"{old.group(1) if old else '?'} -> {m.group(1)}"
+        return out
+
+
+def _dump_dir() -> str:
+    if not _DUMP:
+        _DUMP.append(tempfile.mkdtemp(prefix="kl-cute-ptx-"))
+    return _DUMP[0]
+
+
+def compile_kernel(key, fn, *args) -> Compiled:
+    """``cute.compile(fn, *args)`` once per ``key`` (a hashable signature), cached in-process."""
+    unavailable()
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        import cutlass.cute as cute
+
+        opts = f"--keep-ptx --dump-dir {_dump_dir()}"
+        if use_tvm_ffi():
+            opts += " --enable-tvm-ffi"
+        t0 = time.perf_counter()
+        fn_c = cute.compile(fn, *args, options=opts)
+        dt = time.perf_counter() - t0
+        ptx = None
+        try:
+            ptx = fn_c.__ptx__
+        except Exception:
+            ptx = None
+        c = Compiled(fn_c, dt, ptx, key)
+        _CACHE[key] = c
+        return c
+
+
+def cached(key) -> Compiled | None:
+    return _CACHE.get(key)
+
+
+def measure_call_overhead(fn, reps: int = 50) -> float:
+    """Host microseconds per call of ``fn`` (launch included, device work not waited for)."""
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps * 1e6
+
+
+def align_of(*ptrs_and_bytes: int) -> int:
+    """Largest power of two (<= 16) dividing every address / byte stride given."""
+    a = 16
+    for p in ptrs_and_bytes:
+        while a > 1 and int(p) % a:
+            a //= 2
+    return a
