@@ -143,8 +143,20 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
             if on_event:
                 on_event({"event": "row", "row": row})
         rest = [i for i in task["impls"] if i not in blamed]
-        remaining = [dict(task, impls=rest)] + [t for t in remaining if t["id"] != task["id"]] \
-            if rest else [t for t in remaining if t["id"] != task["id"]]
+        others = [t for t in remaining if t["id"] != task["id"]]
+        if timed_out:
+            # a hang costs the whole timeout each time: do not try the same implementation again
+            for t in others:
+                for iid in [i for i in t["impls"] if i in blamed and t["problem"] == task["problem"]]:
+                    row = _blank_row(t, iid)
+                    row.update(status="FAIL", kind="timeout",
+                               reason=f"not run: hung on {task['case']['id']} earlier in this run")
+                    res.rows.append(row)
+                    if on_event:
+                        on_event({"event": "row", "row": row})
+                t["impls"] = [i for i in t["impls"] if not (i in blamed and t["problem"] == task["problem"])]
+            others = [t for t in others if t["impls"]]
+        remaining = ([dict(task, impls=rest)] if rest else []) + others
         restarts += 1
     return res
 
