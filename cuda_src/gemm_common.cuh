@@ -1,0 +1,199 @@
+// Device helpers for gemm_epilogue.cu: 16-bit element conversions, the fused epilogue
+// (bias + activation on the fp32 accumulator) and thin PTX wrappers (mbarrier, TMA, wgmma
+// fences, cp.async, ldmatrix, mma.sync).
+//
+// Header-free on purpose: no <cuda_bf16.h>/<cuda_fp16.h>, so that NVRTC compiles the same
+// source without include paths. 16-bit values travel as unsigned short bit patterns and are
+// converted with PTX cvt instructions (round to nearest even).
+#pragma once
+
+namespace klgemm {
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2 };
+
+// ---- 16-bit <-> fp32 ------------------------------------------------------------------------
+template <bool BF16>
+__device__ __forceinline__ float to_f32(u16 v) {
+  if (BF16) return __uint_as_float(((u32)v) << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+  return f;
+}
+
+template <bool BF16>
+__device__ __forceinline__ u16 from_f32(float f) {
+  u16 v;
+  if (BF16) asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(v) : "f"(f));
+  else asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v) : "f"(f));
+  return v;
+}
+
+// (lo, hi) -> one 32-bit word holding two 16-bit values, lo at the lower address.
+template <bool BF16>
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+  u32 v;
+  if (BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo));
+  return v;
+}
+
+// ---- the epilogue: applied to fp32 accumulators before the single store ---------------------
+__device__ __forceinline__ float apply_act(float x, int act) {
+  if (act == ACT_RELU) return fmaxf(x, 0.0f);
+  if (act == ACT_GELU) {
+    // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(k0 * (x + k1 * x * x * x)));
+  }
+  return x;
+}
+
+// Bias + activation for a column pair (col, col+1) of one row, then store. `pair_ok` says a
+// 4-byte store at c[col] is aligned; masked against M (by the caller) and N here.
+template <bool BF16>
+__device__ __forceinline__ void store_pair(u16* __restrict__ crow, int col, int N, float v0, float v1,
+                                           float b0, float b1, int act, bool pair_ok) {
+  v0 = apply_act(v0 + b0, act);
+  v1 = apply_act(v1 + b1, act);
+  if (pair_ok && col + 1 < N) {
+    *reinterpret_cast<u32*>(crow + col) = pack2<BF16>(v0, v1);
+  } else {
+    if (col < N) crow[col] = from_f32<BF16>(v0);
+    if (col + 1 < N) crow[col + 1] = from_f32<BF16>(v1);
+  }
+}
+
+template <bool BF16>
+__device__ __forceinline__ void load_bias_pair(const u16* __restrict__ bias, int col, int N, float& b0,
+                                               float& b1) {
+  b0 = 0.0f;
+  b1 = 0.0f;
+  if (bias != nullptr) {
+    if (col < N) b0 = to_f32<BF16>(__ldg(bias + col));
+    if (col + 1 < N) b1 = to_f32<BF16>(__ldg(bias + col + 1));
+  }
+}
+
+// ---- shared-memory addresses ----------------------------------------------------------------
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+  return (u32)__cvta_generic_to_shared(p);
+}
+
+// ---- mbarrier and TMA (sm_90; empty bodies in older targets, whose kernels never call them) ----
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KLG_SM90 1
+#endif
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+#ifdef KLG_SM90
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+#ifdef KLG_SM90
+  u32 done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+#ifdef KLG_SM90
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+#ifdef KLG_SM90
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+// ---- TMA: one 2-D box from global memory into shared memory, completing on an mbarrier --------
+// c0 is the innermost (contiguous) coordinate. Out-of-bounds parts of the box are zero-filled.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const void* tmap, int c0, int c1, u32 bar) {
+#ifdef KLG_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(dst), "l"(tmap), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
+#ifdef KLG_SM90
+  asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
+#endif
+}
+
+// ---- wgmma ordering (sm_90a) ----------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Shared-memory matrix descriptor for wgmma with the 128-byte swizzle (layout type 1).
+// lbo/sbo in bytes: for a K-major operand sbo = 1024 (8 rows of 128 B), lbo unused (16);
+// for an MN-major operand lbo = distance between 64-element MN blocks, sbo = 1024 (8 k-rows).
+__device__ __forceinline__ u64 smem_desc_sw128(u32 addr, u32 lbo, u32 sbo) {
+  u64 d = (u64)((addr & 0x3FFFF) >> 4);
+  d |= (u64)((lbo >> 4) & 0x3FFF) << 16;
+  d |= (u64)((sbo >> 4) & 0x3FFF) << 32;
+  d |= (u64)1 << 62;
+  return d;
+}
+
+// ---- sm_80 building blocks: cp.async, ldmatrix, mma.sync --------------------------------------
+// 16-byte async copy; src_bytes < 16 zero-fills the rest (0 = pure zero fill, src not read).
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  if (BF16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace klgemm
