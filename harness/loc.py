@@ -1,0 +1,783 @@
+"""Lines of code, counted from the real source files: kernel (device) lines and host lines.
+
+Public API::
+
+    count_source(src, root=REPO_ROOT) -> {"kernel": int, "host": int, "kernel_units": [...],
+                                          "host_units": [...], "file": str}
+    count_impl(impl) -> {"kernel": int | None, "host": int | None, "files": [...]}
+
+What counts as a line: a physical line that is not blank and carries code once comments and
+docstrings are taken out. Strings are code: a ``#`` inside a Python string or ``//`` inside a C++
+string literal starts no comment, and every non-blank line of a multi-line (non-docstring) string
+or a C++ raw string counts.
+
+Which lines: the *units* (functions, methods, classes, structs) reached from a ``Source``'s named
+entry points.
+
+* Python (``.py``; parsed with ``ast``, lines classified with ``tokenize``; never imported).
+  Kernel units are the named ``kernels`` -- or, when ``kernels`` is None, every function or method
+  decorated with ``@triton.jit`` / ``@triton.autotune`` / ``@triton.heuristics`` /
+  ``@cute.kernel`` / ``@cute.jit`` / ``@cutlass.jit`` style decorators (final attribute
+  jit/kernel/autotune/heuristics under a triton/tl/cute/cutlass prefix, or such a bare name
+  imported from those packages, or a bare ``@jit``) -- plus the same-module functions and methods
+  they reference, transitively (``helper(...)``, ``tl.reduce(x, 0, combine)``, ``self.helper``,
+  ``this_module.helper``). Host units are the named ``host`` entries plus the same-module
+  non-kernel functions, methods and classes they reference, transitively. Names are ``func``,
+  ``Class.method`` or ``Class`` (the whole class body). Decorator lines belong to their unit;
+  nested functions and lambdas belong to the unit that holds them.
+* C++/CUDA (``.cu .cuh .cpp .cc .cxx .h .hpp .hh``): comments are stripped by a small lexer that
+  knows string, char and raw-string literals and digit separators; top-level function definitions
+  and struct/class/union definitions are found by brace matching (``namespace``/``extern "C"``
+  blocks are entered). Kernel units are the named ``kernels`` -- or every ``__global__`` function
+  when ``kernels`` is None -- plus the ``__device__`` (and ``constexpr``) functions and the
+  structs of the same file they reference by identifier, transitively. Host units are the named
+  ``host`` functions plus the host functions (neither ``__device__`` nor ``__global__``) and the
+  structs of the same file they reference, transitively. Preprocessor lines inside a unit count;
+  those outside every unit do not.
+
+A line that is both kernel and host (e.g. a kernel method inside a host class) counts as kernel;
+a decorated Python function named in ``host`` (e.g. a ``@cute.jit`` launcher) is host. Units
+reached from several Sources of one implementation are counted once. References are resolved by
+name only (no types, no overload resolution): a same-named unit elsewhere in the file is reached
+too, and a C++ name reached (not named) takes only its overloads of the right kind.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+PY_SUFFIXES = (".py",)
+CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".hh")
+
+__all__ = ["count_source", "count_impl", "REPO_ROOT"]
+
+
+# -- public API --------------------------------------------------------------------------------
+def count_source(src, root: Path | str = REPO_ROOT) -> dict:
+    """Count the kernel and host lines that one ``Source`` reaches in its file."""
+    path = _resolve(src.path, root)
+    a = _analyze(path, _names(src.kernels, "kernels") if src.kernels is not None else None,
+                 _names(src.host, "host"))
+    return {"kernel": len(a.kernel_lines), "host": len(a.host_lines - a.kernel_lines),
+            "kernel_units": list(a.kernel_units), "host_units": list(a.host_units),
+            "file": _display(path, root)}
+
+
+def count_impl(impl, root: Path | str = REPO_ROOT) -> dict:
+    """Sum over ``impl.sources``; a line reached by several Sources counts once.
+
+    No sources (torch baselines, plugins that declare none) -> ``kernel``/``host`` are None."""
+    sources = tuple(getattr(impl, "sources", ()) or ())
+    if not sources:
+        return {"kernel": None, "host": None, "files": []}
+    kernel: dict[Path, set[int]] = {}
+    host: dict[Path, set[int]] = {}
+    files: list[str] = []
+    for src in sources:
+        path = _resolve(src.path, root)
+        a = _analyze(path, _names(src.kernels, "kernels") if src.kernels is not None else None,
+                     _names(src.host, "host"))
+        kernel.setdefault(path, set()).update(a.kernel_lines)
+        host.setdefault(path, set()).update(a.host_lines)
+        name = _display(path, root)
+        if name not in files:
+            files.append(name)
+    return {"kernel": sum(len(v) for v in kernel.values()),
+            "host": sum(len(host[p] - kernel[p]) for p in host),
+            "files": files}
+
+
+# -- helpers shared by both languages ----------------------------------------------------------
+@dataclass
+class _Analysis:
+    kernel_lines: frozenset[int]
+    host_lines: frozenset[int]
+    kernel_units: tuple[str, ...]
+    host_units: tuple[str, ...]
+
+
+def _names(value, arg: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    try:
+        names = tuple(value)
+    except TypeError:
+        raise TypeError(f"Source.{arg}: expected a tuple of names, got {value!r}") from None
+    for n in names:
+        if not isinstance(n, str) or not n:
+            raise TypeError(f"Source.{arg}: expected non-empty names, got {n!r}")
+    return names
+
+
+def _resolve(path, root) -> Path:
+    p = Path(path)
+    if not p.is_absolute():
+        p = Path(root) / p
+    if not p.is_file():
+        raise FileNotFoundError(f"LOC: source file not found: {path} (looked at {p})")
+    return p.resolve()
+
+
+def _display(path: Path, root) -> str:
+    try:
+        return path.relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+_CACHE: dict[tuple, _Analysis] = {}
+
+
+def _analyze(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Analysis:
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size, kernels, host)
+    if key not in _CACHE:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix in PY_SUFFIXES:
+            mod = _PyModule(text, path)
+        elif path.suffix in CPP_SUFFIXES:
+            mod = _CppFile(text, path)
+        else:
+            raise ValueError(f"LOC: {path}: unknown language (suffix {path.suffix!r}); expected "
+                             f"one of {', '.join(PY_SUFFIXES + CPP_SUFFIXES)}")
+        _CACHE[key] = mod.analyze(kernels, host)
+    return _CACHE[key]
+
+
+def _closure(start: Iterable[str], refs, allowed) -> list[str]:
+    """Names reachable from ``start`` through ``refs(name)``, following only ``allowed`` names."""
+    seen: list[str] = []
+    todo = list(start)
+    while todo:
+        n = todo.pop(0)
+        if n in seen:
+            continue
+        seen.append(n)
+        todo.extend(r for r in refs(n) if r not in seen and allowed(r))
+    return seen
+
+
+def _unknown(path: Path, arg: str, name: str, known: Iterable[str]) -> ValueError:
+    known = sorted(set(known))
+    hint = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    return ValueError(f"LOC: Source.{arg}: {name!r} is not defined in {path} "
+                      f"(found: {hint or 'nothing'})")
+
+
+# -- Python ------------------------------------------------------------------------------------
+_KERNEL_ATTRS = {"jit", "kernel", "autotune", "heuristics"}
+_KERNEL_ROOTS = {"triton", "tl", "cute", "cutlass"}
+_SKIP_TOKENS = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
+
+
+@dataclass
+class _PyUnit:
+    name: str
+    node: ast.AST
+    cls: str | None          # enclosing class for methods
+    is_class: bool
+    decorated_kernel: bool
+    first: int
+    last: int
+
+
+class _PyModule:
+    def __init__(self, text: str, path: Path):
+        self.path = path
+        self.lines = text.splitlines()
+        try:
+            self.tree = ast.parse(text, filename=str(path))
+        except SyntaxError as e:
+            raise ValueError(f"LOC: {path}:{e.lineno}: cannot parse: {e.msg}") from None
+        self._imports()
+        self.units: dict[str, _PyUnit] = {}
+        self._collect(self.tree.body, cls=None)
+        self.code_lines = self._code_lines(text)
+
+    # structure
+    def _imports(self) -> None:
+        """Aliases bound by top-level imports: name -> imported module (or module.name)."""
+        self.aliases: dict[str, str] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    self.aliases[a.asname or a.name] = f"{node.module or ''}.{a.name}".lstrip(".")
+
+    def _is_kernel_decorator(self, dec: ast.expr) -> bool:
+        if isinstance(dec, ast.Call):
+            dec = dec.func
+        parts: list[str] = []
+        while isinstance(dec, ast.Attribute):
+            parts.append(dec.attr)
+            dec = dec.value
+        if not isinstance(dec, ast.Name):
+            return False
+        parts.append(dec.id)
+        parts.reverse()                       # e.g. ["triton", "jit"], ["cute", "kernel"], ["jit"]
+        if parts[-1] not in _KERNEL_ATTRS:
+            return False
+        origin = self.aliases.get(parts[0], parts[0]).split(".")
+        if len(parts) == 1:                   # bare @jit / @kernel / @autotune
+            if parts[0] in self.aliases:
+                return origin[0] in _KERNEL_ROOTS or "cute" in origin
+            return parts[0] == "jit"
+        return parts[0] in _KERNEL_ROOTS or origin[0] in _KERNEL_ROOTS or "cute" in origin
+
+    def _collect(self, body: list[ast.stmt], cls: str | None) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{cls}.{node.name}" if cls else node.name
+                self._add(_PyUnit(name, node, cls, False,
+                                  any(self._is_kernel_decorator(d) for d in node.decorator_list),
+                                  *self._span(node)))
+            elif isinstance(node, ast.ClassDef):
+                if cls is None:
+                    self._add(_PyUnit(node.name, node, None, True, False, *self._span(node)))
+                    self._collect(node.body, cls=node.name)
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.AsyncWith)) or (
+                    hasattr(ast, "TryStar") and isinstance(node, ast.TryStar)):
+                for part in ("body", "orelse", "finalbody"):
+                    self._collect(getattr(node, part, []) or [], cls)
+                for h in getattr(node, "handlers", []) or []:
+                    self._collect(h.body, cls)
+
+    def _add(self, unit: _PyUnit) -> None:
+        # a redefinition (e.g. under if/else) widens the unit to both definitions
+        old = self.units.get(unit.name)
+        if old is not None:
+            unit.first, unit.last = min(old.first, unit.first), max(old.last, unit.last)
+            unit.decorated_kernel = unit.decorated_kernel or old.decorated_kernel
+            unit.node = ast.Module(body=[old.node, unit.node], type_ignores=[])
+        self.units[unit.name] = unit
+
+    @staticmethod
+    def _span(node) -> tuple[int, int]:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        return first, node.end_lineno
+
+    # references
+    def _refs(self, name: str, skip: set[int]) -> list[str]:
+        """Units referenced from unit ``name``, ignoring the subtrees of units whose ids are in skip."""
+        unit = self.units[name]
+        out: list[str] = []
+        stack = [unit.node]
+        while stack:
+            node = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                if id(child) in skip and child is not unit.node:
+                    continue
+                stack.append(child)
+            r = self._ref(node, unit.cls if not unit.is_class else unit.name)
+            if r and r != name and r not in out:
+                out.append(r)
+        return out
+
+    def _ref(self, node: ast.AST, cls: str | None) -> str | None:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if node.id in self.units and "." not in node.id:
+                return node.id
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            base, attr = node.value.id, node.attr
+            if base in ("self", "cls") and cls and f"{cls}.{attr}" in self.units:
+                return f"{cls}.{attr}"
+            if f"{base}.{attr}" in self.units:
+                return f"{base}.{attr}"
+            if attr in self.units and not self.units[attr].is_class and "." not in attr:
+                if base in self.aliases:      # only a module importing itself: this_module.helper
+                    if self.aliases[base].split(".")[-1] != self.path.stem:
+                        return None
+                return attr
+        return None
+
+    # lines
+    def _docstring_spans(self) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+        spans = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.body
+                if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                        and isinstance(body[0].value.value, str)):
+                    c = body[0].value
+                    spans.append(((c.lineno, self._char_col(c.lineno, c.col_offset)),
+                                  (c.end_lineno, self._char_col(c.end_lineno, c.end_col_offset))))
+        return spans
+
+    def _char_col(self, lineno: int, byte_col: int) -> int:
+        line = self.lines[lineno - 1] if lineno - 1 < len(self.lines) else ""
+        return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+    def _code_lines(self, text: str) -> frozenset[int]:
+        docs = self._docstring_spans()
+        lines: set[int] = set()
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                if tok.type in _SKIP_TOKENS:
+                    continue
+                if any(a <= tok.start and tok.end <= b for a, b in docs):
+                    continue
+                lines.update(range(tok.start[0], tok.end[0] + 1))
+        except (tokenize.TokenError, SyntaxError) as e:
+            raise ValueError(f"LOC: {self.path}: cannot tokenize: {e}") from None
+        return frozenset(n for n in lines if n - 1 < len(self.lines) and self.lines[n - 1].strip())
+
+    def _lines_of(self, names: Iterable[str]) -> set[int]:
+        out: set[int] = set()
+        for n in names:
+            u = self.units[n]
+            out.update(range(u.first, u.last + 1))
+        return out & self.code_lines
+
+    # the whole job
+    def analyze(self, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Analysis:
+        for arg, names in (("kernels", kernels or ()), ("host", host)):
+            for n in names:
+                if n not in self.units:
+                    raise _unknown(self.path, arg, n, self.units)
+        if kernels is None:   # auto-detect; a decorated function named as host stays host
+            kernels = tuple(n for n, u in self.units.items()
+                            if u.decorated_kernel and n not in host)
+        no_skip: set[int] = set()
+        kunits = _closure(kernels, lambda n: self._refs(n, no_skip),
+                          lambda r: not self.units[r].is_class)
+        kset = set(kunits)
+        knodes: set[int] = set()
+        for n, u in self.units.items():
+            if n in kset or (u.decorated_kernel and n not in host):
+                knodes.add(id(u.node))
+                if isinstance(u.node, ast.Module):      # a redefined name: both definitions
+                    knodes.update(id(b) for b in u.node.body)
+        hunits = _closure(host, lambda n: self._refs(n, knodes),
+                          lambda r: r not in kset and not self.units[r].decorated_kernel)
+        hunits = [n for n in hunits if n not in kset]
+        klines = self._lines_of(kunits)
+        # device code is never host code: a kernel method inside a host class is left out,
+        # unless it is named as host itself
+        hlines = self._lines_of(hunits) - klines - self._lines_of(
+            n for n, u in self.units.items() if u.decorated_kernel and n not in host)
+        return _Analysis(frozenset(klines), frozenset(hlines), tuple(kunits), tuple(hunits))
+
+
+# -- C++ / CUDA --------------------------------------------------------------------------------
+_RAW_PREFIXES = {"R", "u8R", "uR", "UR", "LR"}
+_STR_PREFIXES = {"u8", "u", "U", "L"}
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_ATTR_CALLS = {"__launch_bounds__", "__attribute__", "__declspec", "alignas", "__align__",
+               "__cluster_dims__", "__maxnreg__", "__grid_constant__", "decltype", "noexcept"}
+_STRUCT_KW = {"struct", "class", "union"}
+_QUALIFIERS = {"const", "volatile", "noexcept", "override", "final", "throw", "requires",
+               "mutable", "try"}
+
+
+def _lex_cpp(text: str) -> tuple[str, str]:
+    """Return (code, masked), both the same length as ``text`` with newlines kept.
+
+    code:   comments replaced by spaces (for counting lines).
+    masked: also string/char literal contents and preprocessor directives blanked (for structure)."""
+    n = len(text)
+    code = list(text)
+    masked = list(text)
+
+    def blank(buf, a, b, keep_quotes=False):
+        for k in range(a, b):
+            if buf[k] != "\n":
+                buf[k] = " "
+        if keep_quotes and b - a >= 2:
+            buf[a] = buf[b - 1] = '"'
+
+    i = 0
+    line_start = True          # only whitespace since the last (unspliced) newline
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line_start = True
+            i += 1
+            continue
+        if c in " \t\r\f\v":
+            i += 1
+            continue
+        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
+            i += 2
+            continue
+        if c == "/" and text.startswith("//", i):
+            j = i
+            while j < n and text[j] != "\n":
+                if text[j] == "\\" and j + 1 < n and text[j + 1] == "\n":
+                    j += 2
+                    continue
+                j += 1
+            blank(code, i, j)
+            blank(masked, i, j)
+            i = j
+            continue
+        if c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            blank(code, i, j)
+            blank(masked, i, j)
+            i = j
+            continue
+        if c == "#" and line_start:
+            # a directive: to the end of the line (with continuations), comments inside stripped
+            j = i
+            while j < n and text[j] != "\n":
+                if text[j] == "\\" and j + 1 < n and text[j + 1] == "\n":
+                    j += 2
+                    continue
+                if text.startswith("//", j):
+                    k = j
+                    while k < n and text[k] != "\n":
+                        if text[k] == "\\" and k + 1 < n and text[k + 1] == "\n":
+                            k += 2
+                            continue
+                        k += 1
+                    blank(code, j, k)
+                    j = k
+                    continue
+                if text.startswith("/*", j):
+                    k = text.find("*/", j + 2)
+                    k = n if k < 0 else k + 2
+                    blank(code, j, k)
+                    j = k
+                    continue
+                if text[j] in "\"'":
+                    j = _skip_quoted(text, j)
+                    continue
+                j += 1
+            blank(masked, i, j)
+            i = j
+            line_start = False
+            continue
+        line_start = False
+        if c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
+            j = i + 1
+            while j < n and (text[j].isalnum() or text[j] in "_.'" or
+                             (text[j] in "+-" and text[j - 1] in "eEpP")):
+                j += 1
+            i = j
+            continue
+        if c.isalpha() or c == "_":
+            m = _IDENT.match(text, i)
+            j = m.end()
+            word = m.group()
+            if j < n and text[j] == '"' and word in _RAW_PREFIXES:
+                end = _skip_raw(text, j)
+                blank(masked, i, end, keep_quotes=True)
+                i = end
+                continue
+            if j < n and text[j] in "\"'" and word in _STR_PREFIXES:
+                end = _skip_quoted(text, j)
+                blank(masked, i, end, keep_quotes=True)
+                i = end
+                continue
+            i = j
+            continue
+        if c in "\"'":
+            end = _skip_quoted(text, i)
+            blank(masked, i, end, keep_quotes=True)
+            i = end
+            continue
+        i += 1
+    return "".join(code), "".join(masked)
+
+
+def _skip_quoted(text: str, i: int) -> int:
+    q = text[i]
+    j = i + 1
+    n = len(text)
+    while j < n:
+        ch = text[j]
+        if ch == "\\":
+            j += 2
+            continue
+        if ch == q:
+            return j + 1
+        if ch == "\n":               # unterminated: stop at the end of the line
+            return j
+        j += 1
+    return n
+
+
+def _skip_raw(text: str, q: int) -> int:
+    """``q`` is the index of the opening quote of R"delim( ... )delim"."""
+    p = text.find("(", q + 1)
+    if p < 0 or p - q - 1 > 16:
+        return _skip_quoted(text, q)
+    delim = text[q + 1:p]
+    end = text.find(")" + delim + '"', p + 1)
+    return len(text) if end < 0 else end + len(delim) + 2
+
+
+@dataclass
+class _CppUnit:
+    name: str
+    kind: str                # "global" | "device" | "host" | "struct"
+    constexpr: bool
+    start: int               # char offsets into the file
+    end: int
+    first: int = 0           # lines
+    last: int = 0
+    refs: set[str] = field(default_factory=set)
+
+
+class _CppFile:
+    def __init__(self, text: str, path: Path):
+        self.path = path
+        self.text = text
+        self.code, self.masked = _lex_cpp(text)
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        code_lines = self.code.split("\n")
+        self.code_lines = frozenset(k + 1 for k, l in enumerate(code_lines) if l.strip())
+        self.units: list[_CppUnit] = []
+        self._parse()
+        self.by_name: dict[str, list[_CppUnit]] = {}
+        for u in self.units:
+            self.by_name.setdefault(u.name, []).append(u)
+            if "::" in u.name:
+                self.by_name.setdefault(u.name.rsplit("::", 1)[1], []).append(u)
+
+    def _line(self, offset: int) -> int:
+        lo, hi = 0, len(self.line_starts)
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            if self.line_starts[mid] <= offset:
+                lo = mid
+            else:
+                hi = mid
+        return lo + 1
+
+    # tokens of the masked text: identifiers, '::', and single punctuation characters
+    def _tokens(self):
+        for m in re.finditer(r"[A-Za-z_]\w*|::|\d[\w.']*|\"[^\"\n]*\"|\S", self.masked):
+            yield m.start(), m.group()
+
+    def _parse(self) -> None:
+        toks = list(self._tokens())
+        self.toks = toks
+        i = 0
+        head_start = 0           # index of the first token of the current declaration head
+        depth_stack: list[str] = []   # "ns" for namespace/extern blocks we descended into
+        n = len(toks)
+        paren = 0
+        while i < n:
+            off, t = toks[i]
+            if t in "([":
+                paren += 1
+            elif t in ")]":
+                paren = max(0, paren - 1)
+            elif t == ";" and paren == 0:
+                head_start = i + 1
+            elif t == "}" and paren == 0:
+                if depth_stack:
+                    depth_stack.pop()
+                head_start = i + 1
+            elif t == "{":
+                close = self._match_brace(toks, i)
+                if paren > 0:                  # a braced default argument inside the head
+                    i = close + 1
+                    continue
+                head = toks[head_start:i]
+                kind = self._classify(head)
+                if kind == "ns":
+                    depth_stack.append("ns")
+                    head_start = i + 1
+                    i += 1
+                    continue
+                if kind is not None:
+                    name, ukind, constexpr = kind
+                    end_off = toks[close][0] + 1 if close < n else len(self.masked)
+                    # a struct's terminating ';' (and any declarators) belong to it
+                    if ukind == "struct":
+                        k = close + 1
+                        while k < n and toks[k][1] not in (";", "{", "}") and \
+                                self._line(toks[k][0]) == self._line(toks[close][0]):
+                            k += 1
+                        if k < n and toks[k][1] == ";":
+                            end_off = toks[k][0] + 1
+                            close = k
+                    u = _CppUnit(name, ukind, constexpr, head[0][0], end_off)
+                    u.first, u.last = self._line(u.start), self._line(u.end - 1)
+                    u.refs = {t for _, t in toks[head_start:close + 1] if _IDENT.fullmatch(t)}
+                    self.units.append(u)
+                i = close + 1
+                head_start = i
+                continue
+            i += 1
+
+    @staticmethod
+    def _match_brace(toks, i: int) -> int:
+        depth = 0
+        for k in range(i, len(toks)):
+            t = toks[k][1]
+            if t == "{":
+                depth += 1
+            elif t == "}":
+                depth -= 1
+                if depth == 0:
+                    return k
+        return len(toks) - 1
+
+    def _classify(self, head):
+        """None (not a unit), "ns" (descend), or (name, kind, constexpr)."""
+        words = [t for _, t in head]
+        if not words:
+            return None
+        if words[0] == "namespace" or (words[:2] == ["inline", "namespace"]):
+            return "ns"
+        if words[0] == "extern" and len(words) == 2 and words[1].startswith('"'):
+            return "ns"
+        # drop template<...> groups, attribute calls and [[...]]
+        toks: list[str] = []
+        k = 0
+        while k < len(words):
+            w = words[k]
+            if w == "template" and k + 1 < len(words) and words[k + 1] == "<":
+                k = self._skip_group(words, k + 1, "<", ">")
+                continue
+            if w in _ATTR_CALLS and k + 1 < len(words) and words[k + 1] == "(":
+                k = self._skip_group(words, k + 1, "(", ")")
+                continue
+            if w == "[" and k + 1 < len(words) and words[k + 1] == "[":
+                k = self._skip_group(words, k, "[", "]")
+                continue
+            toks.append(w)
+            k += 1
+        if not toks:
+            return None
+        specs = set(toks)
+        if toks[0] in ("typedef", "using", "enum") or (toks[0] == "extern" and "(" not in toks):
+            return None
+        # struct/class/union definition
+        lead = [t for t in toks if t not in ("static", "inline", "extern", "typedef", "const",
+                                             "constexpr", "volatile") and not t.startswith('"')]
+        if lead and lead[0] in _STRUCT_KW:
+            name = next((t for t in lead[1:] if _IDENT.fullmatch(t) and t not in _STRUCT_KW
+                         and t != "final"), None)
+            if name is None or "=" in toks:
+                return None
+            return name, "struct", False
+        # function definition: the parameter list is the first '(' group at depth 0 (angles
+        # included) that is not followed by another declarator, as after a macro attribute like
+        # `KL_CLUSTER_DIMS(C) kernel(...)`; no '=' before it
+        depth = 0
+        k = -1
+        while k + 1 < len(toks):
+            k += 1
+            w = toks[k]
+            if w == "<":
+                depth += 1
+            elif w == ">" and depth:
+                depth -= 1
+            elif w == "=" and depth == 0:
+                return None
+            elif w == "(" and depth == 0:
+                close = self._skip_group(toks, k, "(", ")")
+                if close < len(toks) and _IDENT.fullmatch(toks[close]) and \
+                        toks[close] not in _QUALIFIERS:
+                    k = close - 1
+                    continue
+                name = self._name_before(toks, k)
+                if name is None:
+                    return None
+                if "__global__" in specs:
+                    kind = "global"
+                elif "__device__" in specs:
+                    kind = "device"
+                else:
+                    kind = "host"
+                return name, kind, "constexpr" in specs or "consteval" in specs
+        return None
+
+    @staticmethod
+    def _skip_group(words, k: int, open_: str, close: str) -> int:
+        depth = 0
+        while k < len(words):
+            if words[k] == open_:
+                depth += 1
+            elif words[k] == close:
+                depth -= 1
+                if depth == 0:
+                    return k + 1
+            k += 1
+        return k
+
+    @staticmethod
+    def _name_before(toks: list[str], k: int) -> str | None:
+        j = k - 1
+        if j >= 0 and toks[j] == ">":            # explicit specialisation f<T>(...)
+            depth = 0
+            while j >= 0:
+                if toks[j] == ">":
+                    depth += 1
+                elif toks[j] == "<":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j -= 1
+            j -= 1
+        if j < 0 or not _IDENT.fullmatch(toks[j]):
+            return None
+        name = toks[j]
+        if j >= 1 and toks[j - 1] == "operator":
+            name = "operator" + name
+        while j >= 2 and toks[j - 1] == "::" and _IDENT.fullmatch(toks[j - 2]):
+            name = f"{toks[j - 2]}::{name}"
+            j -= 2
+        return name
+
+    # the whole job
+    def analyze(self, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Analysis:
+        for arg, names in (("kernels", kernels or ()), ("host", host)):
+            for nm in names:
+                if nm not in self.by_name:
+                    raise _unknown(self.path, arg, nm, self.by_name)
+        if kernels is None:
+            kernels = tuple(dict.fromkeys(u.name for u in self.units if u.kind == "global"))
+
+        def refs(name):
+            out: list[str] = []
+            for u in self.by_name.get(name, []):
+                for r in sorted(u.refs):
+                    if r != name and r in self.by_name and r not in out:
+                        out.append(r)
+            return out
+
+        def device_ok(r):
+            return any(u.kind in ("device", "global", "struct") or u.constexpr
+                       for u in self.by_name[r])
+
+        kunits = _closure(kernels, refs, device_ok)
+        kset = set(kunits)
+
+        def host_ok(r):
+            return r not in kset and any(u.kind in ("host", "struct") for u in self.by_name[r])
+
+        hunits = [n for n in _closure(host, refs, host_ok) if n not in kset]
+        named = set(kernels) | set(host)
+        kcount = self._units_of(kunits, named, lambda u: u.kind != "host" or u.constexpr)
+        hcount = self._units_of(hunits, named, lambda u: u.kind in ("host", "struct"))
+        klines = self._lines_of(kcount)
+        hlines = self._lines_of(hcount) - klines
+        return _Analysis(frozenset(klines), frozenset(hlines),
+                         tuple(dict.fromkeys(u.name for u in kcount)),
+                         tuple(dict.fromkeys(u.name for u in hcount if u not in kcount)))
+
+    def _units_of(self, names, named, ok) -> list[_CppUnit]:
+        """The units called ``names``; of overloads reached (not named), only the ``ok`` ones."""
+        return [u for n in names for u in self.by_name[n] if n in named or ok(u)]
+
+    def _lines_of(self, units) -> set[int]:
+        out: set[int] = set()
+        for u in units:
+            out.update(range(u.first, u.last + 1))
+        return out & self.code_lines

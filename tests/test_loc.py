@@ -1,0 +1,340 @@
+"""The LOC counter (harness/loc.py) on fixture files whose counts were made by hand.
+
+Fixtures live in tests/fixtures/loc/ and are parsed, never imported or compiled. Each expected
+number below is followed by the hand count, line by line (file line numbers).
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness.loc import REPO_ROOT, count_impl, count_source
+from harness.registry import Source
+
+FIX = "tests/fixtures/loc"
+TRITON = f"{FIX}/triton_style.py"
+CUTE = f"{FIX}/cute_style.py"
+CUDA = f"{FIX}/cuda_style.cu"
+CUH = f"{FIX}/helpers.cuh"
+TRICKY = f"{FIX}/tricky.cpp"
+
+
+@dataclass
+class FakeImpl:
+    sources: tuple = ()
+
+
+def test_repo_root_is_parent_of_harness():
+    assert (REPO_ROOT / "harness" / "loc.py").is_file()
+    assert (REPO_ROOT / TRITON).is_file()
+
+
+# -- Python, Triton style ----------------------------------------------------------------------
+def test_triton_named_kernel_and_wrapper():
+    r = count_source(Source(TRITON, kernels=("softmax_kernel",), host=("softmax",)))
+    # kernel:
+    #   softmax_kernel 27-37: 27 @autotune, 28 @jit, 29 def, (30 blank), 31 BLOCK):, 32 pid (code +
+    #     trailing comment), 33, 34, 35, 36, 37                                        = 10
+    #   _row_max (called) 16-20: 16 @jit, 17 def, (18 docstring), (19 comment), 20     = 3
+    #   _max_combine (passed to tl.reduce) 11-13: 11, 12, 13                           = 3
+    #   (other_kernel, _unused_helper: not reached)                                    -> 16
+    assert r["kernel"] == 16
+    # host:
+    #   softmax 61-69: 61 def, (62 docstring), (63 blank), 64, 65, 66 lambda, 67 lambda's 2nd
+    #     line, 68 launch, 69 return                                                   = 7
+    #   _check 51-58: 51, 52, 53 (string with '#'), 54, 55 ('#' line inside the string),
+    #     (56 blank line inside the string), 57, 58                                    = 7
+    #   _grid 45-48: 45 def, (46-47 two-line docstring), 48                            = 2
+    #   (softmax_kernel is referenced by the wrapper but is a kernel, not host)        -> 16
+    assert r["host"] == 16
+    assert sorted(r["kernel_units"]) == ["_max_combine", "_row_max", "softmax_kernel"]
+    assert sorted(r["host_units"]) == ["_check", "_grid", "softmax"]
+    assert r["file"] == TRITON
+
+
+def test_triton_all_decorated_kernels_when_kernels_is_none():
+    r = count_source(Source(TRITON, kernels=None, host=("softmax",)))
+    # the 16 above + other_kernel 40-42: 40 @jit, 41 def, 42                          -> 19
+    assert (r["kernel"], r["host"]) == (19, 16)
+    assert sorted(r["kernel_units"]) == ["_max_combine", "_row_max", "other_kernel",
+                                         "softmax_kernel"]
+
+
+def test_triton_other_kernel_only_host_still_skips_jit_functions():
+    r = count_source(Source(TRITON, kernels=("other_kernel",), host=("softmax",)))
+    # kernel: other_kernel 40-42 = 3; host: 16 as above (softmax_kernel is @triton.jit, so it is
+    # device code and never host, even when it is not the Source's kernel)
+    assert (r["kernel"], r["host"]) == (3, 16)
+
+
+def test_triton_no_host_named():
+    r = count_source(Source(TRITON, kernels=("_row_max",)))
+    # _row_max 16, 17, 20 + _max_combine 11, 12, 13                                    -> 6
+    assert (r["kernel"], r["host"], r["host_units"]) == (6, 0, [])
+
+
+def test_kernels_empty_tuple_means_none_are_kernels():
+    r = count_source(Source(TRITON, kernels=(), host=("_check",)))
+    assert (r["kernel"], r["host"]) == (0, 7)
+
+
+# -- Python, CuTe DSL style --------------------------------------------------------------------
+def test_cute_decorated_methods_and_host_class():
+    r = count_source(Source(CUTE, kernels=None, host=("vector_add",)))
+    # kernel (decorated: _warp_sum, AddOp.kernel, AddOp.__call__; reached: AddOp._threads):
+    #   _warp_sum 11-15: 11 @cute.jit, 12, 13, 14, 15                                 = 5
+    #   AddOp.kernel 27-30: 27 @cute.kernel, 28, 29, 30                               = 4
+    #   AddOp.__call__ 32-35: 32 @cute.jit, 33, 34, 35                                = 4
+    #   AddOp._threads 24-25 (self._threads() from __call__)                          = 2   -> 15
+    assert r["kernel"] == 15
+    # host:
+    #   vector_add 38-41: 38, 39, 40, 41                                              = 4
+    #   _tile 7-8                                                                     = 2
+    #   AddOp (referenced; whole class minus docstring and kernel lines):
+    #     18 class, (19 docstring), 21 def __init__, 22                                = 3   -> 9
+    assert r["host"] == 9
+    assert sorted(r["kernel_units"]) == ["AddOp.__call__", "AddOp._threads", "AddOp.kernel",
+                                         "_warp_sum"]
+    assert sorted(r["host_units"]) == ["AddOp", "_tile", "vector_add"]
+
+
+def test_cute_method_names():
+    r = count_source(Source(CUTE, kernels=("AddOp.kernel",), host=("AddOp.__init__",)))
+    # kernel: AddOp.kernel 27-30 = 4, _warp_sum 11-15 = 5 -> 9; host: __init__ 21-22 -> 2
+    assert (r["kernel"], r["host"]) == (9, 2)
+
+
+def test_cute_jit_launcher_named_as_host_stays_host():
+    r = count_source(Source(CUTE, kernels=None, host=("AddOp.__call__",)))
+    # kernel: _warp_sum 5 + AddOp.kernel 4                                              -> 9
+    # host: AddOp.__call__ 32-35 = 4 + AddOp._threads 24-25 = 2 (called from it)        -> 6
+    assert (r["kernel"], r["host"]) == (9, 6)
+    assert sorted(r["host_units"]) == ["AddOp.__call__", "AddOp._threads"]
+
+
+def test_python_strings_comments_docstrings_tokenized(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        'import triton\n'                                   # 1
+        '@triton.jit\n'                                     # 2  counts
+        'def k(x):\n'                                       # 3  counts
+        '    """doc # not code"""; y = 1\n'                 # 4  counts (code after the docstring)
+        '    s = f"{x} # in an f-string"\n'                 # 5  counts
+        '    t = ("a"\n'                                    # 6  counts
+        '         # a comment inside brackets\n'            # 7  comment only
+        '         "b")\n'                                   # 8  counts
+        '    u = """\n'                                     # 9  counts
+        '"""\n'                                             # 10 counts (closes the string)
+        '\n'                                                # 11 blank
+        '    return s  # done\n'                            # 12 counts
+    )
+    r = count_source(Source(str(f), kernels=None), root=tmp_path)
+    # 2, 3, 4, 5, 6, 8, 9, 10, 12                                                      -> 9
+    assert r["kernel"] == 9
+    assert r["file"] == "m.py"
+
+
+def test_python_decorator_detection(tmp_path):
+    f = tmp_path / "d.py"
+    f.write_text(
+        "import triton as tr\n"
+        "from triton import jit\n"
+        "import cutlass\n"
+        "import numba\n"
+        "@tr.jit\n"                      # alias of triton: kernel
+        "def a(): pass\n"
+        "@jit\n"                          # imported from triton: kernel
+        "def b(): pass\n"
+        "@cutlass.jit\n"                  # kernel
+        "def c(): pass\n"
+        "@tr.heuristics({})\n"            # kernel (called decorator)
+        "def d(): pass\n"
+        "@numba.jit\n"                    # not a GPU-DSL decorator
+        "def e(): pass\n"
+        "@tr.testing.perf_report([])\n"   # final attribute is not jit/kernel/...
+        "def f(): pass\n"
+    )
+    r = count_source(Source(str(f), kernels=None))
+    assert sorted(r["kernel_units"]) == ["a", "b", "c", "d"]
+    assert r["kernel"] == 8
+
+
+# -- C++ / CUDA --------------------------------------------------------------------------------
+def test_cuda_global_kernels_and_launcher():
+    r = count_source(Source(CUDA, kernels=None, host=("launch_row_max",)))
+    # kernel (__global__: row_max_kernel, fill_kernel; referenced: MaxOp, warp_max):
+    #   row_max_kernel 25-35: 25 template, 26 __global__ ... __launch_bounds__, 27, 28,
+    #     29 (code + /* */), 30, 31 #if, 32, 33 #endif, 34, 35                          = 11
+    #   fill_kernel 37-42: 37 extern "C", 38, 39 ("// ... /*" in a string), 40 ('{', '"'),
+    #     41 (1'000.0f), 42                                                             = 6
+    #   MaxOp 13-15: 13, 14, 15                                                          = 3
+    #   warp_max 17-21: 17, (18 comment), 19, 20, 21                                     = 4
+    #   (unused_helper 23: not reached)                                                  -> 24
+    assert r["kernel"] == 24
+    # host:
+    #   launch_row_max 55-68: 55, 56, 57, 58, (59-60 block comment), 61 launch,
+    #     62, 63 (inside the raw string), (64 blank inside the raw string), 65, (66 blank), 67,
+    #     68                                                                             = 10
+    #   grid_for 47-49: 47, 48, 49                                                       = 3
+    #   (top-level #include/#define/#ifndef and the kName raw string: outside units)     -> 13
+    assert r["host"] == 13
+    assert sorted(r["kernel_units"]) == ["MaxOp", "fill_kernel", "row_max_kernel", "warp_max"]
+    assert sorted(r["host_units"]) == ["grid_for", "launch_row_max"]
+
+
+def test_cuda_named_kernel_pulls_its_helpers_only():
+    r = count_source(Source(CUDA, kernels=("row_max_kernel",)))
+    # row_max_kernel 11 + MaxOp 3 + warp_max 4                                          -> 18
+    assert (r["kernel"], r["host"]) == (18, 0)
+    r = count_source(Source(CUDA, kernels=("warp_max",)))
+    # warp_max 17, 19, 20, 21                                                            -> 4
+    assert (r["kernel"], r["kernel_units"]) == (4, ["warp_max"])
+
+
+def test_cuh_helpers_constexpr_structs_and_overloads():
+    r = count_source(Source(CUH, kernels=("block_max",)))
+    # block_max 10-16: 10 template, 11, 12, 13, 14, 15, 16                              = 7
+    # Vec4 6-8 (struct __align__(16), used in block_max)                                 = 3
+    # ceil_div 4 (constexpr: usable on the device)                                       = 1
+    # twice 18 (__host__ __device__ overload; the host-only overload on 19 is not)       = 1
+    # (#pragma once, comment: outside units)                                             -> 12
+    assert r["kernel"] == 12
+    assert sorted(r["kernel_units"]) == ["Vec4", "block_max", "ceil_div", "twice"]
+    r = count_source(Source(CUH, kernels=(), host=("twice",)))
+    # a named unit takes all its overloads: 18, 19                                       -> 2
+    assert (r["kernel"], r["host"]) == (0, 2)
+
+
+def test_cpp_structure_corner_cases():
+    r = count_source(Source(TRICKY, kernels=(), host=("entry",)))
+    # entry 34-37 (inside extern "C" { }): 34, 35, 36, 37                                = 4
+    # Widget 24-27 (class used by entry): 24, 25, 26, 27                                 = 4
+    # Widget::size 29-31 (w.size()): 29, 30, 31                                          = 3
+    # pick 15-19 (namespace outer::inner; templated return type, braced default argument,
+    #   '}' char default): 15, 16 (code + comment), (17 continued // comment), 18, 19    = 4
+    # Cfg 14 (parameter type of pick)                                                    = 1
+    # (table, Mode, proto, the twice lambda, kScale: no unit; #define BODY with braces) -> 16
+    assert (r["kernel"], r["host"]) == (0, 16)
+    assert sorted(r["host_units"]) == ["Cfg", "Widget", "Widget::size", "entry", "pick"]
+    for not_a_definition in ("twice", "proto", "table", "Mode", "kScale", "BODY"):
+        with pytest.raises(ValueError, match=repr(not_a_definition)):
+            count_source(Source(TRICKY, kernels=(), host=(not_a_definition,)))
+
+
+def test_cpp_macro_attribute_before_the_kernel_name():
+    r = count_source(Source(TRICKY, kernels=None))
+    # macro_attr_kernel 40-44: 40 template, 41 __global__ ... KL_ATTR(N), 42 name, 43, 44   = 5
+    # (39 top-level #define: outside units; entry/pick/...: not __global__)                 -> 5
+    assert (r["kernel"], r["kernel_units"], r["host"]) == (5, ["macro_attr_kernel"], 0)
+
+
+def test_cpp_comment_and_literal_lexing(tmp_path):
+    f = tmp_path / "k.cu"
+    f.write_text(
+        '__global__ void k(char* p) {\n'                    # 1  counts
+        '  const char* a = "/*";\n'                         # 2  counts ("/*" is a string)
+        '  p[0] = a[0];\n'                                  # 3  counts
+        '  /* real */ /* comments */\n'                     # 4  comment only
+        "  p[1] = '\\'';  // '\n"                           # 5  counts (escaped quote char)
+        '  const char* r = R"d(\n'                          # 6  counts
+        '*/ } "\n'                                          # 7  counts (inside the raw string)
+        ')d";\n'                                            # 8  counts
+        '}\n'                                               # 9  counts
+        '__global__ void other() {}\n'                      # 10 counts (second kernel)
+    )
+    r = count_source(Source(str(f), kernels=("k",)))
+    # 1, 2, 3, 5, 6, 7, 8, 9                                                             -> 8
+    assert r["kernel"] == 8
+    r = count_source(Source(str(f), kernels=None))
+    assert (r["kernel"], sorted(r["kernel_units"])) == (9, ["k", "other"])
+
+
+# -- count_impl --------------------------------------------------------------------------------
+def test_count_impl_sums_and_counts_shared_units_once():
+    impl = FakeImpl(sources=(
+        Source(CUDA, kernels=("row_max_kernel",), host=("launch_row_max",)),  # 18 / 13
+        Source(CUDA, kernels=None),                    # 24, of which 18 already counted
+        Source(CUH, kernels=("block_max",)),           # 12
+    ))
+    r = count_impl(impl)
+    # kernel: 24 (cuda_style.cu, union of both Sources) + 12 (helpers.cuh) -> 36; host: 13
+    assert r == {"kernel": 36, "host": 13, "files": [CUDA, CUH]}
+
+
+def test_count_impl_python_two_sources_same_helper():
+    impl = FakeImpl(sources=(
+        Source(TRITON, kernels=("softmax_kernel",), host=("softmax",)),  # 16 / 16
+        Source(TRITON, kernels=("_row_max",), host=("_check",)),          # 6 / 7, all shared
+    ))
+    assert count_impl(impl) == {"kernel": 16, "host": 16, "files": [TRITON]}
+
+
+def test_count_impl_without_sources():
+    assert count_impl(FakeImpl()) == {"kernel": None, "host": None, "files": []}
+
+
+def test_count_impl_on_a_registered_implementation_object():
+    from harness.registry import Implementation
+
+    impl = Implementation(problem="softmax", layer="triton", name="x", prepare=lambda *a: None,
+                          sources=(Source(TRITON, kernels=("other_kernel",)),))
+    assert count_impl(impl) == {"kernel": 3, "host": 0, "files": [TRITON]}
+
+
+def test_absolute_path_and_custom_root(tmp_path):
+    dst = tmp_path / "sub" / "cuda_style.cu"
+    dst.parent.mkdir()
+    shutil.copy(REPO_ROOT / CUDA, dst)
+    r = count_source(Source(str(dst), kernels=None, host=("launch_row_max",)))
+    assert (r["kernel"], r["host"]) == (24, 13)
+    r = count_source(Source("sub/cuda_style.cu", kernels=None), root=tmp_path)
+    assert (r["kernel"], r["file"]) == (24, "sub/cuda_style.cu")
+
+
+def test_edit_is_seen(tmp_path):
+    f = tmp_path / "e.py"
+    f.write_text("import triton\n@triton.jit\ndef k():\n    pass\n")
+    assert count_source(Source(str(f)))["kernel"] == 3
+    f.write_text("import triton\n@triton.jit\ndef k():\n    x = 1\n    pass\n")
+    assert count_source(Source(str(f)))["kernel"] == 4
+
+
+# -- errors ------------------------------------------------------------------------------------
+def test_missing_file_names_it():
+    with pytest.raises(FileNotFoundError, match="no_such_file.cu"):
+        count_source(Source(f"{FIX}/no_such_file.cu"))
+    impl = FakeImpl(sources=(Source(TRITON), Source("triton_src/missing_kernel.py")))
+    with pytest.raises(FileNotFoundError, match="missing_kernel.py"):
+        count_impl(impl)
+
+
+@pytest.mark.parametrize("src, name", [
+    (Source(TRITON, kernels=("no_such_kernel",)), "no_such_kernel"),
+    (Source(TRITON, kernels=None, host=("no_such_wrapper",)), "no_such_wrapper"),
+    (Source(CUTE, kernels=("AddOp.missing",)), "AddOp.missing"),
+    (Source(CUDA, kernels=("no_such_global",)), "no_such_global"),
+    (Source(CUDA, host=("launch_missing",)), "launch_missing"),
+])
+def test_unknown_name_is_a_value_error_naming_it(src, name):
+    with pytest.raises(ValueError, match=repr(name).replace(".", r"\.")) as e:
+        count_source(src)
+    assert Path(src.path).name in str(e.value)
+
+
+def test_unknown_language_and_bad_python(tmp_path):
+    f = tmp_path / "k.rs"
+    f.write_text("fn main() {}\n")
+    with pytest.raises(ValueError, match="unknown language"):
+        count_source(Source(str(f)))
+    g = tmp_path / "bad.py"
+    g.write_text("def broken(:\n")
+    with pytest.raises(ValueError, match="bad.py"):
+        count_source(Source(str(g)))
+
+
+def test_bad_names_type():
+    with pytest.raises(TypeError, match="Source.kernels"):
+        count_source(Source(TRITON, kernels=(3,)))
