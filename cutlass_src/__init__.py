@@ -64,6 +64,10 @@ def _arch_from_device() -> str:
     return ARCH
 
 
+# the DSL reads its target when it is first imported: sm_90a unless a GPU says otherwise
+os.environ.setdefault("CUTE_DSL_ARCH", _arch_from_device())
+
+
 def have_gpu() -> bool:
     try:
         import torch

@@ -216,7 +216,12 @@ class GemmEpilogue:
         # ---- fused epilogue on the fp32 accumulators -------------------------------------
         if cutlass.const_expr(self.has_bias or self.act != "none"):
             cC = cute.local_tile(cute.make_identity_tensor(mC.shape), self.tile, coord, proj=(1, 1, None))
-            tCcC = thr_mma.partition_C(cC)
+            # per-thread coordinates: the slice of *this* thread (thr_mma above is the warpgroup's
+            # slice, which is all the wgmma operands need but names only its first thread's
+            # accumulator coordinates)
+            tCcC = tiled_mma.get_slice(tidx).partition_C(cC)
+            if cutlass.const_expr(cute.size(tCcC) != cute.size(acc)):
+                raise ValueError("accumulator / coordinate partitions differ in size")
             n = cute.size(mC, mode=[1])
             for i in cutlass.range_constexpr(cute.size(acc)):
                 v = acc[i]

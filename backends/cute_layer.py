@@ -1,0 +1,223 @@
+"""CuTe DSL adapter (nvidia-cutlass-dsl 4.8): registers cute:vector_add, cute:softmax, cute:gemm.
+
+Glue only: availability, which cases each kernel takes (and why not), compile-only facts for
+sm_90a without a GPU, and ``prepare`` -> zero-argument launch. The kernels and their launch
+wrappers live in ``cutlass_src/``. Compiles are cached per signature (sizes are symbolic), so a
+sweep compiles once per dtype / access width / tile bucket.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from harness import Source, register
+from harness.errors import Unsupported
+
+from . import src
+
+
+def _available() -> str | None:
+    try:
+        import cutlass_src
+    except Exception as e:  # pragma: no cover
+        return f"cutlass_src failed to import: {type(e).__name__}: {e}"
+    return cutlass_src.unavailable()
+
+
+def _need():
+    why = _available()
+    if why:
+        raise Unsupported(why)
+
+
+def _esize(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+
+
+def _overhead_us(fn_factory) -> float | None:
+    """Host microseconds per call of the compiled function, measured on a scratch output (so the
+    harness's poisoned ``out`` is untouched before its own launch)."""
+    try:
+        import torch
+
+        call = fn_factory()
+        call()
+        torch.cuda.synchronize()
+        reps = 20
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            call()
+        dt = (time.perf_counter() - t0) / reps * 1e6
+        torch.cuda.synchronize()
+        return round(dt, 2)
+    except Exception:
+        return None
+
+
+def _info(comp, extra: dict) -> dict:
+    info = comp.facts()
+    info.update(extra)
+    return info
+
+
+# -- vector_add --------------------------------------------------------------------------------
+def _va_align(case) -> int:
+    from cutlass_src import align_of
+
+    return align_of(int(case.params.get("misalign", 0)) * _esize(case.dtype))
+
+
+def _va_compile_only(case):
+    _need()
+    from cutlass_src import vector_add as va
+
+    comp = va.compile_only(case.torch_dtype, _va_align(case))
+    return _info(comp, {"config": {"threads": va.THREADS, "unroll": va.UNROLL,
+                                   "vec": max(1, _va_align(case) // _esize(case.dtype))}})
+
+
+@register(problem="vector_add", layer="cute", name="vector_add",
+          description="tiled copy, 128-bit vectors (narrower when misaligned), predicated tail",
+          sources=[Source(src("cutlass_src", "vector_add.py"), kernels=None,
+                          host=("prepare_vector_add", "_compile", "validate"))],
+          devices=("cuda",), available=_available, compile_only=_va_compile_only)
+def vector_add_prepare(case, inputs, out):
+    _need()
+    from cutlass_src import vector_add as va
+
+    x, y = inputs
+    try:
+        launch, comp, vec = va.prepare_vector_add(x, y, out)
+    except (ValueError, TypeError) as e:
+        raise Unsupported(str(e)) from None
+
+    def scratch():
+        import torch
+        o2 = torch.empty_like(out)
+        return va.prepare_vector_add(x, y, o2)[0]
+
+    launch.info = _info(comp, {"config": {"threads": va.THREADS, "unroll": va.UNROLL, "vec": vec},
+                               "call_overhead_us": _overhead_us(scratch)})
+    return launch
+
+
+# -- softmax -----------------------------------------------------------------------------------
+def _sm_plan(case) -> dict | None:
+    from cutlass_src import align_of
+    from cutlass_src import softmax as sm
+    from harness.problems.softmax import LAYOUT_PAD
+
+    es = _esize(case.dtype)
+    pad = LAYOUT_PAD[case.params.get("layout", "contiguous")]
+    n = case.N
+    align = align_of((n + pad) * es if case.M > 1 else 16, n * es)   # output rows are N long
+    vec = max(1, align // es)
+    cfg = sm.config(n, vec)
+    if cfg is None:
+        return None
+    return {"vec": vec, "threads": cfg[0], "k": cfg[1], "cluster": cfg[2]}
+
+
+def _sm_supports(case) -> str | None:
+    if _available():
+        return None
+    from cutlass_src import softmax as sm
+
+    if _sm_plan(case) is None:
+        return (f"N={case.N} is longer than this kernel keeps on chip "
+                f"(<= {sm.MAX_N} elements per row over a cluster of {sm.MAX_CLUSTER} CTAs)")
+    return None
+
+
+def _sm_compile_only(case):
+    _need()
+    from cutlass_src import softmax as sm
+
+    p = _sm_plan(case)
+    if p is None:
+        raise Unsupported(_sm_supports(case))
+    comp = sm._compile(case.torch_dtype, case.torch_dtype, p)
+    return _info(comp, {"config": p})
+
+
+@register(problem="softmax", layer="cute", name="softmax",
+          description="row in registers, warp+block reductions; cluster DSMEM reduction for long rows",
+          sources=[Source(src("cutlass_src", "softmax.py"), kernels=None,
+                          host=("prepare_softmax", "plan", "config", "_compile", "validate"))],
+          devices=("cuda",), available=_available, supports=_sm_supports,
+          compile_only=_sm_compile_only)
+def softmax_prepare(case, inputs, out):
+    _need()
+    from cutlass_src import softmax as sm
+
+    (x,) = inputs
+    try:
+        launch, comp, p = sm.prepare_softmax(x, out)
+    except (ValueError, TypeError) as e:
+        raise Unsupported(str(e)) from None
+
+    def scratch():
+        import torch
+        o2 = torch.empty_like(out)
+        return sm.prepare_softmax(x, o2)[0]
+
+    launch.info = _info(comp, {"config": p, "call_overhead_us": _overhead_us(scratch)})
+    return launch
+
+
+# -- gemm_epilogue -----------------------------------------------------------------------------
+def _gemm_supports(case) -> str | None:
+    if _available():
+        return None
+    from cutlass_src import gemm_epilogue as ge
+
+    return ge.check(case.M, case.N, case.K, case.torch_dtype)
+
+
+def _gemm_cfg() -> dict:
+    """Tile config; KL_CUTE_GEMM_TILE_N / KL_CUTE_GEMM_STAGES override (scripts/tune_cute.py)."""
+    tn = int(os.environ.get("KL_CUTE_GEMM_TILE_N", "256"))
+    st = os.environ.get("KL_CUTE_GEMM_STAGES")
+    return {"tile_n": tn, "stages": int(st) if st else None}
+
+
+def _gemm_compile_only(case):
+    _need()
+    from cutlass_src import gemm_epilogue as ge
+
+    why = ge.check(case.M, case.N, case.K, case.torch_dtype)
+    if why:
+        raise Unsupported(why)
+    cfg = _gemm_cfg()
+    comp = ge._compile(case.torch_dtype, case.params.get("act", "relu"),
+                       bool(int(case.params.get("bias", 1))), cfg["tile_n"], cfg["stages"])
+    return _info(comp, {"config": {"tile": [128, cfg["tile_n"], 64], "warpgroups": 2, **cfg}})
+
+
+@register(problem="gemm_epilogue", layer="cute", name="gemm",
+          description="sm_90a TMA + wgmma multi-stage mbarrier pipeline, bias+act on fp32 accumulators, TMA store",
+          sources=[Source(src("cutlass_src", "gemm_epilogue.py"), kernels=None,
+                          host=("prepare_gemm", "_compile", "validate", "check"))],
+          devices=("cuda",), available=_available, supports=_gemm_supports,
+          compile_only=_gemm_compile_only)
+def gemm_prepare(case, inputs, out):
+    _need()
+    from cutlass_src import gemm_epilogue as ge
+
+    a, b, bias = inputs
+    act = case.params.get("act", "relu")
+    cfg = _gemm_cfg()
+    try:
+        launch, comp = ge.prepare_gemm(a, b, bias, out, act, cfg["tile_n"], cfg["stages"])
+    except (ValueError, TypeError) as e:
+        raise Unsupported(str(e)) from None
+
+    def scratch():
+        import torch
+        o2 = torch.empty_like(out)
+        return ge.prepare_gemm(a, b, bias, o2, act, cfg["tile_n"], cfg["stages"])[0]
+
+    launch.info = _info(comp, {"config": {"tile": [128, cfg["tile_n"], 64], "warpgroups": 2, **cfg},
+                               "call_overhead_us": _overhead_us(scratch)})
+    return launch
