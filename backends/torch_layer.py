@@ -8,6 +8,14 @@ from harness.errors import Unsupported
 from harness.problems.gemm_epilogue import apply_act
 
 _compiled: dict = {}
+# one compiled graph per shape (dynamic=False): raise dynamo's per-function recompile limit so that a
+# sweep of sizes never falls back silently to eager execution
+for _knob in ("recompile_limit", "cache_size_limit"):
+    try:
+        if hasattr(torch._dynamo.config, _knob):
+            setattr(torch._dynamo.config, _knob, max(getattr(torch._dynamo.config, _knob), 256))
+    except Exception:  # pragma: no cover
+        pass
 
 
 def _compile(key, fn):

@@ -382,7 +382,8 @@ def cmd_compare(args, console) -> int:
 
 def main(argv=None) -> int:
     console = Console(stderr=False)
-    err = Console(stderr=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=False, width=200)  # logs and pipes: keep the wide tables readable
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -390,12 +391,9 @@ def main(argv=None) -> int:
         if len(_inspect.signature(args.func).parameters) >= 2:
             return int(args.func(args, console) or 0)
         return int(args.func(args) or 0)
-    except UsageError as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
-        return 2
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
+    except (UsageError, ValueError, TypeError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        err.print("interrupted")
+        print("interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,121 @@
+"""Problems: suites, seeded inputs, float64 references, traffic/FLOP definitions, case parsing."""
+import pytest
+import torch
+
+from harness import problems
+from harness.case import Case, dtype_name
+from harness.problems import SUITES
+
+
+@pytest.mark.parametrize("name", ["vector_add", "softmax", "gemm_epilogue"])
+@pytest.mark.parametrize("suite", SUITES)
+def test_every_suite_has_cases(name, suite):
+    cases = problems.get(name).cases(suite)
+    assert cases and all(isinstance(c, Case) and c.problem == name for c in cases)
+    assert len({c.id for c in cases}) == len(cases), "duplicate cases"
+
+
+def test_verify_suite_has_the_policy_shapes():
+    ids = {c.id for c in problems.get("vector_add").cases("verify")}
+    assert "vector_add[N=98432,float32]" in ids and "vector_add[N=1,float32]" in ids
+    sm = problems.get("softmax").cases("verify")
+    assert any(c.dims == {"M": 1823, "N": 781} for c in sm)
+    assert {c.params.get("kind") for c in sm} >= {"large", "negative", "neginf"}
+    assert {c.params.get("layout") for c in sm} >= {"strided", "strided_odd"}
+    assert {c.dtype for c in sm} == {"float32", "float16", "bfloat16"}
+    gm = {(c.M, c.N, c.K) for c in problems.get("gemm_epilogue").cases("verify")}
+    assert {(1, 17, 33), (127, 65, 129), (1025, 769, 513)} <= gm
+
+
+@pytest.mark.parametrize("name", ["vector_add", "softmax", "gemm_epilogue"])
+def test_inputs_seeded_and_never_zero(name):
+    p = problems.get(name)
+    case = p.cases("smoke")[0]
+    a = p.make_inputs(case, "cpu", 0)
+    b = p.make_inputs(case, "cpu", 0)
+    c = p.make_inputs(case, "cpu", 1)
+    for x, y, z in zip(a, b, c):
+        if x is None:
+            continue
+        assert torch.equal(x, y), "same seed must give the same inputs"
+        assert not torch.equal(x, z) or x.numel() == 1, "different seeds must differ"
+        assert x.abs().sum() > 0
+        assert x.dtype == case.torch_dtype
+
+
+def test_softmax_layouts_and_kinds():
+    p = problems.get("softmax")
+    (x,) = p.make_inputs(p.case(M=5, N=70, layout="strided"), "cpu", 0)
+    assert x.shape == (5, 70) and x.stride() == (134, 1)
+    (x,) = p.make_inputs(p.case(M=5, N=70, layout="strided_odd"), "cpu", 0)
+    assert x.stride(0) == 73 and (x.stride(0) * 4) % 16 != 0
+    (x,) = p.make_inputs(p.case(M=64, N=1000, kind="neginf"), "cpu", 0)
+    ninf = torch.isneginf(x)
+    assert ninf.any() and not ninf.all(dim=1).any(), "-inf present, never a whole row"
+    (x,) = p.make_inputs(p.case(M=4, N=100, kind="negative"), "cpu", 0)
+    assert (x <= -100).all()
+    (x,) = p.make_inputs(p.case(M=4, N=100, kind="large"), "cpu", 0)
+    assert x.min() > 1000
+    (x,) = p.make_inputs(p.case(M=3, N=10, kind="large", dtype="float16"), "cpu", 0)
+    assert torch.isfinite(x).all()
+
+
+def test_vector_add_misalign():
+    p = problems.get("vector_add")
+    x, y = p.make_inputs(p.case(N=100, misalign=1), "cpu", 0)
+    assert x.storage_offset() == 1 and y.storage_offset() == 1 and x.shape == (100,)
+
+
+def test_references_are_float64_and_right():
+    p = problems.get("softmax")
+    case = p.case(M=3, N=5)
+    (x,) = p.make_inputs(case, "cpu", 0)
+    ref = p.reference((x,), case)
+    assert ref.dtype == torch.float64
+    assert torch.allclose(ref.sum(-1), torch.ones(3, dtype=torch.float64))
+    g = problems.get("gemm_epilogue")
+    case = g.case(M=4, N=3, K=2, act="relu")
+    a, b, bias = g.make_inputs(case, "cpu", 0)
+    want = torch.relu(a.double() @ b.double() + bias.double())
+    assert torch.equal(g.reference((a, b, bias), case), want)
+    case = g.case(M=4, N=3, K=2, act="none", bias=0)
+    a, b, bias = g.make_inputs(case, "cpu", 0)
+    assert bias is None
+
+
+def test_traffic_and_flops_follow_design():
+    va = problems.get("vector_add")
+    assert va.traffic(va.case(N=1000)) == 3 * 1000 * 4
+    assert va.traffic(va.case(N=1000, dtype="bf16")) == 3 * 1000 * 2
+    sm = problems.get("softmax")
+    assert sm.traffic(sm.case(M=4096, N=1024)) == 2 * 4096 * 1024 * 4
+    g = problems.get("gemm_epilogue")
+    c = g.case(M=64, N=32, K=16)
+    assert g.traffic(c) == (64 * 16 + 16 * 32) * 2 + 32 * 2 + 64 * 32 * 2
+    assert g.traffic(g.case(M=64, N=32, K=16, bias=0)) == (64 * 16 + 16 * 32) * 2 + 64 * 32 * 2
+    assert g.flops(c) == 2 * 64 * 32 * 16
+    naive = sm.variants(sm.case(M=10, N=20))["naive"]
+    elems = sum(k.bytes_read + k.bytes_written for k in naive) // 4
+    assert elems == 8 * 10 * 20 + 4 * 10  # DESIGN.md: 8MN + 4M elements
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"M": "12x", "N": 4}, "M: size must be a positive integer"),
+    ({"M": 0, "N": 4}, "M: size must be a positive integer"),
+    ({"M": -3, "N": 4}, "M: size must be a positive integer"),
+    ({"M": 3}, "missing size(s) N"),
+    ({"M": 3, "N": 4, "Q": 1}, "unknown key 'Q'"),
+    ({"M": 3, "N": 4, "layout": "diagonal"}, "layout: 'diagonal' is not one of"),
+    ({"M": 3, "N": 4, "dtype": "int8"}, "dtype: unknown dtype 'int8'"),
+])
+def test_case_validation(kw, msg):
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        problems.get("softmax").case(**kw)
+
+
+def test_dtype_names():
+    assert dtype_name("bf16") == "bfloat16" and dtype_name(torch.float16) == "float16"
+    with pytest.raises(ValueError, match="gemm_epilogue takes float16, bfloat16"):
+        problems.get("gemm_epilogue").case(M=1, N=1, K=1, dtype="float32")
+    with pytest.raises(ValueError, match="unknown problem 'matmul'"):
+        problems.get("matmul")

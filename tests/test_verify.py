@@ -1,0 +1,99 @@
+"""The verification policy: wrong implementations of every targeted kind FAIL, right ones PASS."""
+import math
+
+import pytest
+import torch
+
+from harness import problems, registry
+from harness.verify import check_output, verify_case
+
+PLUGINS = "tests/plugins"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugins():
+    registry.load_plugin(f"{PLUGINS}/good.py")
+    registry.load_plugin(f"{PLUGINS}/bad.py")
+
+
+def run(problem, impl, **case_kw):
+    p = problems.get(problem)
+    case = p.case(**case_kw)
+    return verify_case(registry.get(problem, impl), p, case, "cpu")
+
+
+@pytest.mark.parametrize("problem,case", [
+    ("softmax", dict(M=1823, N=781)), ("softmax", dict(M=37, N=1000, layout="strided", dtype="bf16")),
+    ("softmax", dict(M=64, N=1000, kind="neginf")), ("softmax", dict(M=64, N=1000, kind="large")),
+    ("vector_add", dict(N=98_432)), ("vector_add", dict(N=4099, dtype="float16", misalign=3)),
+    ("gemm_epilogue", dict(M=127, N=65, K=129, act="gelu")),
+    ("gemm_epilogue", dict(M=1, N=17, K=33, act="relu", bias=0, dtype="float16")),
+])
+def test_good_passes(problem, case):
+    c = run(problem, "plugin:good", **case)
+    assert c.ok, c.reason
+
+
+@pytest.mark.parametrize("problem,impl,case,expect", [
+    ("softmax", "bad:zero_pad", dict(M=1823, N=781), "outside atol"),
+    ("softmax", "bad:no_max", dict(M=64, N=1000, kind="large"), "NaN where the reference is finite"),
+    ("softmax", "bad:row_stride", dict(M=37, N=1000, layout="strided"), "outside atol"),
+    ("softmax", "bad:writes_padding", dict(M=37, N=1000, layout="strided"), "outside its view"),
+    ("softmax", "bad:half_math", dict(M=1823, N=781), "outside atol"),
+    ("vector_add", "bad:no_tail", dict(N=98_432 + 5), "NaN where the reference is finite"),
+    ("vector_add", "bad:last_unwritten", dict(N=127), "NaN where the reference is finite; first at [126]"),
+    ("vector_add", "bad:mutates", dict(N=127), "input 'x' was modified"),
+    ("vector_add", "bad:zeros", dict(N=127), "output is all zero"),
+    ("vector_add", "bad:fp32_out", dict(N=127, dtype="bf16"), "output dtype torch.float32"),
+    ("gemm_epilogue", "bad:no_bias", dict(M=127, N=65, K=129), "outside atol"),
+    ("gemm_epilogue", "bad:k_tail", dict(M=127, N=65, K=129), "outside atol"),
+])
+def test_bad_fails(problem, impl, case, expect):
+    c = run(problem, impl, **case)
+    assert not c.ok
+    assert expect.split(";")[0] in c.reason, c.reason
+    if ";" in expect:
+        assert expect.split(";")[1].strip() in c.reason, c.reason
+
+
+def test_zero_guard_and_constant_guard():
+    p = problems.get("softmax")
+    case = p.case(M=4, N=8)
+    (x,) = p.make_inputs(case, "cpu", 0)
+    ref = p.reference((x,), case)
+    c = check_output(p, case, torch.full((4, 8), 0.125), ref)
+    assert not c.ok and "constant" in c.reason
+    c = check_output(p, case, torch.zeros(4, 8), ref)
+    assert not c.ok and "all zero" in c.reason
+
+
+def test_nan_and_inf_positions_must_match():
+    p = problems.get("vector_add")
+    case = p.case(N=4)
+    ref = torch.tensor([1.0, float("inf"), float("nan"), -2.0], dtype=torch.float64)
+    ok = torch.tensor([1.0, float("inf"), float("nan"), -2.0])
+    assert check_output(p, case, ok, ref).ok
+    c = check_output(p, case, torch.tensor([1.0, float("-inf"), float("nan"), -2.0]), ref)
+    assert not c.ok and "inf" in c.reason
+    c = check_output(p, case, torch.tensor([1.0, float("inf"), 0.0, -2.0]), ref)
+    assert not c.ok and "finite where the reference is NaN" in c.reason
+
+
+def test_shape_mismatch_and_error_fields():
+    p = problems.get("vector_add")
+    case = p.case(N=4)
+    ref = torch.arange(1, 5, dtype=torch.float64)
+    assert "shape" in check_output(p, case, torch.zeros(5), ref).reason
+    c = check_output(p, case, torch.tensor([1.0, 2.0, 3.5, 4.0]), ref)
+    assert not c.ok and c.first_bad == [2] and math.isclose(c.max_abs_err, 0.5)
+    assert "got 3.5, expected 3" in c.reason
+
+
+def test_tolerance_is_tight_for_fp32_softmax():
+    """an fp32 softmax computed in bf16 precision must not pass; fp32 math must."""
+    p = problems.get("softmax")
+    case = p.case(M=16, N=300)
+    (x,) = p.make_inputs(case, "cpu", 3)
+    ref = p.reference((x,), case)
+    assert check_output(p, case, torch.softmax(x, -1), ref).ok
+    assert not check_output(p, case, torch.softmax(x.bfloat16().float(), -1), ref).ok
