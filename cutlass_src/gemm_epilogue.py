@@ -29,6 +29,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.memory import SmemAllocator
 import torch
 
 from . import cached, compile_kernel, cutlass_dtype, fake_stream, stream_args, to_cute
@@ -133,7 +134,7 @@ class GemmEpilogue:
         pid_n = (bid % per_group) // group_m
         coord = (pid_m, pid_n, None)
 
-        storage = cutlass.utils.SmemAllocator().allocate(self.storage)
+        storage = SmemAllocator().allocate(self.storage)
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
         # the epilogue staging buffer reuses A's ring once the mainloop is done
