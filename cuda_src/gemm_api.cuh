@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace klgemm {
 
@@ -42,5 +43,16 @@ void gemm_epilogue_wgmma(const GemmArgs& args, const WgmmaConfig& cfg = WgmmaCon
 void gemm_epilogue_mma(const GemmArgs& args);
 // Picks the Hopper path when it can run, else the portable one; returns "wgmma" or "mma".
 std::string gemm_epilogue_auto(const GemmArgs& args);
+
+// Resource facts of the compiled kernels as the runtime sees them (cudaFuncGetAttributes).
+struct KernelAttrs {
+  std::string name;   // e.g. "gemm_wgmma_kernel<bf16,256>"
+  int registers = 0;  // per thread (before setmaxnreg moves them between warpgroups)
+  int local_bytes = 0;  // local memory per thread: stack frame / spills
+  int static_smem = 0;
+  int dynamic_smem = 0;  // what the launcher asks for
+  int ptx_version = 0, binary_version = 0;
+};
+std::vector<KernelAttrs> gemm_kernel_attributes(int device);
 
 }  // namespace klgemm

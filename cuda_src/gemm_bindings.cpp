@@ -89,6 +89,19 @@ void bind_gemm_epilogue(py::module_& m) {
         return py::str(why);
       },
       KLG_ARGS, "None when the Hopper path can run these arguments on this device, else the reason.");
+  m.def(
+      "gemm_kernel_attributes",
+      [](int device) {
+        py::dict out;
+        for (const auto& k : klgemm::gemm_kernel_attributes(device))
+          out[py::str(k.name)] = py::dict(py::arg("registers") = k.registers, py::arg("local_bytes") = k.local_bytes,
+                                          py::arg("static_smem") = k.static_smem,
+                                          py::arg("dynamic_smem") = k.dynamic_smem,
+                                          py::arg("ptx_version") = k.ptx_version,
+                                          py::arg("binary_version") = k.binary_version);
+        return out;
+      },
+      py::arg("device") = -1, "Per-kernel registers, local (spill) bytes and shared memory from cudaFuncGetAttributes.");
   py::dict cfg;
   cfg["wgmma"] = py::dict(py::arg("tile_m") = 128, py::arg("tile_n") = 256, py::arg("tile_k") = 64,
                           py::arg("stages") = 4, py::arg("threads") = 384, py::arg("group_m") = 8,

@@ -149,6 +149,14 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// Pins accumulator registers at this point of the program for the compiler: wgmma writes them
+// asynchronously, so no read or write of them may be moved across wgmma fences/waits.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
 // Shared-memory matrix descriptor for wgmma with the 128-byte swizzle (layout type 1).
 // lbo/sbo in bytes: for a K-major operand sbo = 1024 (8 rows of 128 B), lbo unused (16);
 // for an MN-major operand lbo = distance between 64-element MN blocks, sbo = 1024 (8 k-rows).

@@ -138,6 +138,7 @@ gemm_wgmma_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ T
       float acc[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      fence_regs(acc);
 
       int prev = 0;
       for (int kt = 0; kt < k_tiles; ++kt) {
@@ -153,6 +154,7 @@ gemm_wgmma_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ T
           wgmma_tile_k16<BF16, BN>(acc, da, db);
         }
         wgmma_commit();
+        fence_regs(acc);
         if (kt > 0) {  // the previous stage's wgmma group is done once at most one is pending
           wgmma_wait<1>();
           if (lane == 0) mbar_arrive(bar_empty + 8 * prev);
@@ -164,6 +166,7 @@ gemm_wgmma_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ T
         }
       }
       wgmma_wait<0>();
+      fence_regs(acc);
       if (k_tiles > 0 && lane == 0) mbar_arrive(bar_empty + 8 * prev);
 
       // Epilogue straight from the accumulator fragment: thread holds rows r and r + 8, column
@@ -588,6 +591,35 @@ void gemm_epilogue_mma(const GemmArgs& g) {
     if (vec) launch_mma<false, true>(g, dev);
     else launch_mma<false, false>(g, dev);
   }
+}
+
+template <typename K>
+static void add_attrs(std::vector<KernelAttrs>& out, K kernel, const char* name, int dyn) {
+  cudaFuncAttributes a;
+  KLG_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+  KernelAttrs k;
+  k.name = name;
+  k.registers = a.numRegs;
+  k.local_bytes = (int)a.localSizeBytes;
+  k.static_smem = (int)a.sharedSizeBytes;
+  k.dynamic_smem = dyn;
+  k.ptx_version = a.ptxVersion;
+  k.binary_version = a.binaryVersion;
+  out.push_back(k);
+}
+
+std::vector<KernelAttrs> gemm_kernel_attributes(int device) {
+  DeviceGuard guard(device);
+  std::vector<KernelAttrs> v;
+  add_attrs(v, gemm_mma_kernel<true, true>, "gemm_mma_kernel<bf16,vec>", MM_SMEM);
+  add_attrs(v, gemm_mma_kernel<true, false>, "gemm_mma_kernel<bf16,gather>", MM_SMEM);
+  add_attrs(v, gemm_mma_kernel<false, true>, "gemm_mma_kernel<f16,vec>", MM_SMEM);
+  add_attrs(v, gemm_mma_kernel<false, false>, "gemm_mma_kernel<f16,gather>", MM_SMEM);
+  add_attrs(v, gemm_wgmma_kernel<true, 256>, "gemm_wgmma_kernel<bf16,256>", WgCfg<256>::SMEM);
+  add_attrs(v, gemm_wgmma_kernel<true, 128>, "gemm_wgmma_kernel<bf16,128>", WgCfg<128>::SMEM);
+  add_attrs(v, gemm_wgmma_kernel<false, 256>, "gemm_wgmma_kernel<f16,256>", WgCfg<256>::SMEM);
+  add_attrs(v, gemm_wgmma_kernel<false, 128>, "gemm_wgmma_kernel<f16,128>", WgCfg<128>::SMEM);
+  return v;
 }
 
 std::string gemm_epilogue_auto(const GemmArgs& g) {

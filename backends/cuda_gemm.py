@@ -1,0 +1,286 @@
+"""CUDA C++ adapter for ``gemm_epilogue`` (kernels in ``cuda_src/gemm_epilogue.cu``).
+
+Three rows:
+- ``cuda:gemm_wgmma``: the Hopper path (sm_90a): TMA ring on mbarriers, warp-specialised wgmma,
+  bias + activation on the accumulators. Declines (with the reason) what TMA cannot take.
+- ``cuda:gemm_mma``: the portable path (sm_80+): mma.sync + ldmatrix + cp.async ring; any shape.
+- ``cuda:gemm``: the dispatcher the module exposes: Hopper when it can run, else portable.
+
+The compiled module is ``kl_cuda`` (built by CMake from ``cuda_src/``); its availability comes from
+``backends.cuda_layer`` when that adapter exists. ``KL_CUDA_GEMM_MODULE=name`` points the adapter
+at another build of the same bindings (``scripts/tune_cuda_gemm.py`` uses it on the GPU machine).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from harness import Source, register
+from harness.errors import Unsupported
+
+LAYER = "cuda"
+ROOT = Path(__file__).resolve().parent.parent
+SRC = "cuda_src/gemm_epilogue.cu"
+DTYPE_CODE = {torch.float16: 1, torch.bfloat16: 2}
+ACT_CODE = {"none": 0, "relu": 1, "gelu": 2}
+
+_module_cache: dict = {}
+
+
+# -- the compiled module -----------------------------------------------------------------------
+def _load():
+    """(module, None) or (None, reason)."""
+    if "m" in _module_cache:
+        return _module_cache["m"]
+    name = os.environ.get("KL_CUDA_GEMM_MODULE")
+    mod, why = None, None
+    if name:
+        try:
+            mod = importlib.import_module(name)
+        except Exception as e:
+            why = f"KL_CUDA_GEMM_MODULE={name}: not importable: {type(e).__name__}: {e}"
+    else:
+        base = None
+        try:
+            base = importlib.import_module("backends.cuda_layer")
+        except Exception:
+            base = None  # the base CUDA adapter is optional for this one
+        reason = getattr(base, "available", None)
+        if callable(reason):
+            try:
+                why = reason()
+            except Exception as e:
+                why = f"cuda_layer availability check failed: {type(e).__name__}: {e}"
+        if why is None:
+            try:
+                mod = importlib.import_module("kl_cuda")
+            except Exception as e:
+                why = f"kl_cuda not built/importable: {type(e).__name__}: {e}"
+    if mod is not None and not hasattr(mod, "gemm_epilogue_wgmma"):
+        mod, why = None, f"{mod.__name__} was built without cuda_src/gemm_epilogue.cu (no gemm_epilogue_* functions)"
+    _module_cache["m"] = (mod, why)
+    return mod, why
+
+
+def _available() -> str | None:
+    mod, why = _load()
+    if mod is None:
+        return why
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible to torch"
+    return None
+
+
+def _available_wgmma() -> str | None:
+    why = _available()
+    if why:
+        return why
+    cap = torch.cuda.get_device_capability()
+    if cap != (9, 0):
+        return f"needs an sm_90 (Hopper) GPU for TMA + wgmma; this GPU is sm_{cap[0]}{cap[1]}"
+    return None
+
+
+def _available_mma() -> str | None:
+    why = _available()
+    if why:
+        return why
+    cap = torch.cuda.get_device_capability()
+    if cap < (8, 0):
+        return f"needs sm_80+ for bf16 mma.sync/cp.async; this GPU is sm_{cap[0]}{cap[1]}"
+    return None
+
+
+# -- supports ----------------------------------------------------------------------------------
+def _supports_dtype(case) -> str | None:
+    if case.dtype not in ("float16", "bfloat16"):
+        return f"fp16/bf16 only (got {case.dtype})"
+    return None
+
+
+def _supports_wgmma(case) -> str | None:
+    if (why := _supports_dtype(case)):
+        return why
+    if case.K % 8 or case.N % 8:
+        return (f"TMA needs 16-byte aligned row strides (K % 8 == 0 and N % 8 == 0 for 16-bit); "
+                f"K={case.K}, N={case.N} -> use cuda:gemm_mma or cuda:gemm")
+    return None
+
+
+# -- argument checks (names the argument) -------------------------------------------------------
+def _check(case, inputs, out):
+    if len(inputs) != 3:
+        raise ValueError(f"inputs: expected (a, b, bias|None), got {len(inputs)} items")
+    a, b, bias = inputs
+    M, N, K = case.M, case.N, case.K
+    want = case.torch_dtype
+    for name, t, shape in (("a", a, (M, K)), ("b", b, (K, N)), ("out", out, (M, N))):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cuda":
+            raise ValueError(f"{name}: must be a CUDA tensor (got device {t.device})")
+        if t.dtype != want:
+            raise TypeError(f"{name}: dtype {t.dtype} != case dtype {want}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} != expected {shape}")
+        if t.dim() != 2 or (t.numel() > 0 and t.stride(1) != 1):
+            raise ValueError(f"{name}: rows must have unit inner stride (got strides {tuple(t.stride())})")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.device.type != "cuda":
+            raise ValueError("bias: must be a CUDA tensor or None")
+        if bias.dtype != want:
+            raise TypeError(f"bias: dtype {bias.dtype} != case dtype {want}")
+        if tuple(bias.shape) != (N,) or (N > 1 and bias.stride(0) != 1):
+            raise ValueError(f"bias: expected a contiguous [{N}] vector, got shape {tuple(bias.shape)} "
+                             f"strides {tuple(bias.stride())}")
+    devs = {t.device for t in (a, b, out, bias) if isinstance(t, torch.Tensor)}
+    if len(devs) != 1:
+        raise ValueError(f"a, b, bias, out: all on one device, got {sorted(map(str, devs))}")
+    act = case.params.get("act", "relu")
+    if act not in ACT_CODE:
+        raise ValueError(f"act: unknown activation {act!r}; choose from {', '.join(ACT_CODE)}")
+    return a, b, bias, act
+
+
+def _call_args(case, inputs, out):
+    a, b, bias, act = _check(case, inputs, out)
+    dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(a.device).cuda_stream
+    return dict(a=a.data_ptr(), b=b.data_ptr(), bias=bias.data_ptr() if bias is not None else 0,
+                c=out.data_ptr(), M=case.M, N=case.N, K=case.K,
+                lda=max(a.stride(0), 1), ldb=max(b.stride(0), 1), ldc=max(out.stride(0), 1),
+                dtype=DTYPE_CODE[a.dtype], act=ACT_CODE[act], has_bias=bias is not None,
+                stream=stream, device=dev)
+
+
+def _attrs(mod, dev, pick) -> dict:
+    """launch.info facts from cudaFuncGetAttributes on the kernel this row launches."""
+    try:
+        allk = mod.gemm_kernel_attributes(dev)
+    except Exception as e:  # facts are optional; the row still runs
+        return {"facts_error": f"{type(e).__name__}: {e}"}
+    k = allk.get(pick, {})
+    return {"registers": k.get("registers"), "spills": k.get("local_bytes"),
+            "smem": (k.get("static_smem") or 0) + (k.get("dynamic_smem") or 0),
+            "kernels": {pick: k}}
+
+
+def _kernel_key(path: str, case, args: dict) -> str:
+    ty = "bf16" if case.dtype == "bfloat16" else "f16"
+    if path == "wgmma":
+        return f"gemm_wgmma_kernel<{ty},256>"
+    vec = (case.K % 8 == 0 and case.N % 8 == 0 and args["lda"] % 8 == 0 and args["ldb"] % 8 == 0
+           and args["a"] % 16 == 0 and args["b"] % 16 == 0)
+    return f"gemm_mma_kernel<{ty},{'vec' if vec else 'gather'}>"
+
+
+def _prepare(path: str):
+    def prepare(case, inputs, out):
+        mod, why = _load()
+        if mod is None:
+            raise Unsupported(why)
+        args = _call_args(case, inputs, out)
+        if path == "wgmma":
+            reason = mod.gemm_wgmma_unsupported(**args)
+            if reason is not None:
+                raise Unsupported(reason)
+            fn, taken = mod.gemm_epilogue_wgmma, "wgmma"
+        elif path == "mma":
+            fn, taken = mod.gemm_epilogue_mma, "mma"
+        else:
+            fn = mod.gemm_epilogue
+            taken = "wgmma" if mod.gemm_wgmma_unsupported(**args) is None else "mma"
+
+        def launch():
+            fn(**args)
+
+        # No warm-up launch here: the harness poisons `out` before prepare and warms up itself.
+        info = {"path": taken, "config": dict(mod.gemm_config[taken]),
+                "compile_s": 0.0}  # ahead of time: compiled when the module was built
+        info.update(_attrs(mod, args["device"], _kernel_key(taken, case, args)))
+        launch.info = info
+        return launch
+    return prepare
+
+
+# -- compile_only: ptxas facts for sm_90a without a GPU -----------------------------------------
+_ptx_cache: dict = {}
+
+
+def _kernels_ptx() -> tuple[str, float]:
+    """PTX of cuda_src/gemm_epilogue.cu for compute_90a (nvcc), cached by source hash."""
+    nvcc = shutil.which("nvcc") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    if not os.path.exists(nvcc):
+        raise Unsupported("nvcc not found: compile_only needs the CUDA toolkit")
+    srcs = sorted((ROOT / "cuda_src").glob("gemm_*"))
+    h = hashlib.sha256(b"".join(p.read_bytes() for p in srcs)).hexdigest()[:16]
+    if h in _ptx_cache:
+        return _ptx_cache[h]
+    cache = Path(tempfile.gettempdir()) / "kl_cuda_gemm_ptx"
+    cache.mkdir(exist_ok=True)
+    ptx, meta = cache / f"{h}.ptx", cache / f"{h}.s"
+    if not ptx.exists():
+        t0 = time.perf_counter()
+        r = subprocess.run([nvcc, "-std=c++17", "-O3", "-ptx", "-gencode", "arch=compute_90a,code=compute_90a",
+                            str(ROOT / SRC), "-o", str(ptx) + ".tmp"], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"nvcc -ptx failed: {r.stderr.strip()[:2000]}")
+        os.replace(str(ptx) + ".tmp", ptx)
+        meta.write_text(f"{time.perf_counter() - t0:.3f}")
+    secs = float(meta.read_text()) if meta.exists() else None
+    _ptx_cache[h] = (ptx.read_text(), secs)
+    return _ptx_cache[h]
+
+
+def _compile_only(path: str):
+    def compile_only(case):
+        from harness.ptxas import ptxas_info, summarize
+        why = _supports_dtype(case) or (_supports_wgmma(case) if path == "wgmma" else None)
+        if why:
+            raise Unsupported(why)
+        ptx, secs = _kernels_ptx()
+        per = ptxas_info(ptx, "sm_90a")
+        bf = "Lb1E" if case.dtype == "bfloat16" else "Lb0E"
+        taken = path
+        if path == "auto":
+            taken = "wgmma" if _supports_wgmma(case) is None else "mma"
+        if taken == "wgmma":
+            want = f"gemm_wgmma_kernelI{bf}Li256E"
+        else:
+            vec = "Lb1E" if (case.K % 8 == 0 and case.N % 8 == 0) else "Lb0E"
+            want = f"gemm_mma_kernelI{bf}{vec}"
+        picked = {k: v for k, v in per.items() if want in k}
+        facts = summarize(picked)
+        # dynamic shared memory the launcher requests (ptxas reports static only)
+        facts["smem"] = (facts.get("smem") or 0) + (4 * 49152 + 64 + 1024 if taken == "wgmma" else 65536)
+        facts.update({"compile_s": secs, "arch": "sm_90a", "path": taken,
+                      "note": "registers before setmaxnreg (40 producer / 232 consumer)" if taken == "wgmma" else ""})
+        return facts
+    return compile_only
+
+
+_SOURCES_WGMMA = (Source(SRC, kernels=("gemm_wgmma_kernel",),
+                         host=("gemm_epilogue_wgmma", "gemm_wgmma_unsupported")),)
+_SOURCES_MMA = (Source(SRC, kernels=("gemm_mma_kernel",), host=("gemm_epilogue_mma",)),)
+_SOURCES_AUTO = (Source(SRC, kernels=("gemm_wgmma_kernel", "gemm_mma_kernel"), host=("gemm_epilogue_auto",)),)
+
+register(problem="gemm_epilogue", layer=LAYER, name="gemm_wgmma",
+         description="Hopper: TMA 4-stage ring + warp-specialised wgmma 128x256x64, persistent, fused bias+act",
+         sources=_SOURCES_WGMMA, devices=("cuda",), available=_available_wgmma, supports=_supports_wgmma,
+         compile_only=_compile_only("wgmma"))(_prepare("wgmma"))
+register(problem="gemm_epilogue", layer=LAYER, name="gemm_mma",
+         description="portable: mma.sync m16n8k16 + ldmatrix + 4-stage cp.async, 128x128x32, any shape",
+         sources=_SOURCES_MMA, devices=("cuda",), available=_available_mma, supports=_supports_dtype,
+         compile_only=_compile_only("mma"))(_prepare("mma"))
+register(problem="gemm_epilogue", layer=LAYER, name="gemm",
+         description="dispatcher: gemm_wgmma when TMA can take the shape on sm_90, else gemm_mma",
+         sources=_SOURCES_AUTO, devices=("cuda",), available=_available_mma, supports=_supports_dtype,
+         compile_only=_compile_only("auto"))(_prepare("auto"))
