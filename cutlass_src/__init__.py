@@ -16,6 +16,7 @@ compile serves every size of a signature, and the same compile works on a machin
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -77,6 +78,7 @@ def have_gpu() -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=None)
 def use_tvm_ffi() -> bool:
     """Call through apache-tvm-ffi when it is installed (lower per-call overhead);
     ``KL_CUTE_TVM_FFI=0`` forces the from_dlpack path."""
