@@ -59,7 +59,12 @@ def _load():
                 why = reason()
             except Exception as e:
                 why = f"cuda_layer availability check failed: {type(e).__name__}: {e}"
-        if why is None:
+        if why is None and callable(getattr(base, "module", None)):
+            try:
+                mod = base.module()
+            except Exception as e:
+                why = f"kl_cuda not loadable: {type(e).__name__}: {e}"
+        elif why is None:
             try:
                 mod = importlib.import_module("kl_cuda")
             except Exception as e:

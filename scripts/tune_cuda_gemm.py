@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # harness/ and backends/ import from the repository root
+    sys.path.insert(0, str(ROOT))
 BUILD = Path(os.environ.get("KL_GEMM_BUILD", "/tmp/kl_gemm_build"))
 MODNAME = "kl_gemm_tune"
 
@@ -293,6 +295,8 @@ def main():
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # compact table last
     v = [json.loads(l) for l in open(out / "verify.jsonl")] if (out / "verify.jsonl").exists() else []
+    print(f"verify phase exit status: {summary['verify_rc']}" + ("" if summary["verify_rc"] == 0 else
+          "  <-- VERIFICATION DID NOT COMPLETE: timings below are NOT backed by a correctness check"))
     for p in ("mma", "wgmma", "auto"):
         vs = [x for x in v if x["path"] == p]
         worst = max((x["rel_err"] or 0 for x in vs if x["ok"]), default=None)
