@@ -1,0 +1,339 @@
+"""Pictures of a results JSON (matplotlib, Agg, PNG): ``make_plots(results, outdir) -> [paths]``.
+
+- ``bandwidth_vector_add.png``, ``bandwidth_softmax.png``: effective GB/s vs N per implementation
+  (log-2 x axis), with the run's measured copy ceiling and the datasheet bandwidth as lines;
+- ``tflops_gemm_epilogue.png``: TFLOP/s vs size per implementation, with the measured vendor GEMM;
+- ``loc_vs_ceiling.png``: kernel LOC vs % of the measured ceiling, one point per implementation
+  (the median over its timed cases), coloured by layer and labelled; library implementations
+  without kernel source of their own are drawn as a labelled horizontal line;
+- ``roofline.png``: attained FLOP/s vs intensity F/Q of every timed row under the roofs
+  min(P, I·BW) of the run's ceilings (or the datasheet of its GPU).
+
+Only PASS rows with a time are drawn. Missing fields (None, absent) are tolerated: a plot with
+nothing to draw is skipped, never an error.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+LAYER_COLORS = {"torch": "#7f7f7f", "cuda": "#2ca02c", "cupy": "#17becf", "triton": "#1f77b4",
+                "cute": "#d62728"}
+_EXTRA_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#ff7f0e"]
+MARKERS = {"vector_add": "o", "softmax": "s", "gemm_epilogue": "^"}
+PROBLEM_TITLES = {"vector_add": "vector add (out = x + y)", "softmax": "row softmax",
+                  "gemm_epilogue": "GEMM + bias + activation"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def layer_color(layer: str) -> str:
+    if layer in LAYER_COLORS:
+        return LAYER_COLORS[layer]
+    return _EXTRA_COLORS[sum(map(ord, str(layer))) % len(_EXTRA_COLORS)]
+
+
+def timed_rows(results: dict) -> list[dict]:
+    """PASS rows with a positive median time, with ``_t`` (seconds) attached."""
+    out = []
+    for r in results.get("rows") or []:
+        if not isinstance(r, dict) or r.get("status") != "PASS":
+            continue
+        t = (r.get("time") or {}).get("median_s") if isinstance(r.get("time"), dict) else None
+        if not isinstance(t, (int, float)) or not t > 0:
+            continue
+        case = r.get("case") or {}
+        if not isinstance(case.get("dims"), dict):
+            continue
+        out.append({**r, "_t": float(t)})
+    return out
+
+
+def _gbps(r) -> float | None:
+    if isinstance(r.get("gbps"), (int, float)):
+        return float(r["gbps"])
+    q = r.get("traffic_bytes")
+    return q / r["_t"] / 1e9 if isinstance(q, (int, float)) and q > 0 else None
+
+
+def _tflops(r) -> float | None:
+    if isinstance(r.get("tflops"), (int, float)):
+        return float(r["tflops"])
+    f = r.get("flops")
+    return f / r["_t"] / 1e12 if isinstance(f, (int, float)) and f > 0 else None
+
+
+def _gpu_label(results: dict) -> str:
+    m = results.get("machine") or {}
+    return (m.get("gpu") if isinstance(m, dict) else None) or "unknown GPU"
+
+
+def _datasheet(results: dict):
+    from .model import gpu_from_device_name
+
+    return gpu_from_device_name(_gpu_label(results))
+
+
+def _ceil(results: dict) -> dict:
+    c = results.get("ceilings")
+    return c if isinstance(c, dict) else {}
+
+
+def _series_key(r, many_dtypes: bool, extra_dims: tuple[str, ...]) -> str:
+    case = r["case"]
+    label = r.get("impl") or f"{r.get('layer')}:{r.get('name')}"
+    bits = []
+    if many_dtypes:
+        bits.append(case.get("dtype", "?"))
+    bits += [f"{d}={case['dims'][d]}" for d in extra_dims if d in case["dims"]]
+    bits += [f"{k}={v}" for k, v in sorted((case.get("params") or {}).items())]
+    return label + (f" ({', '.join(bits)})" if bits else "")
+
+
+def _finish(fig, ax, path: Path, results: dict, legend_cols: int = 1) -> Path:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize=8, ncol=legend_cols, loc="best", framealpha=0.85)
+    ax.grid(True, which="major", alpha=0.35)
+    ax.grid(True, which="minor", alpha=0.12)
+    fig.text(0.99, 0.005, f"{_gpu_label(results)} · {results.get('created', '')}".strip(" ·"),
+             ha="right", va="bottom", fontsize=7, color="#555555")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    _plt().close(fig)
+    return path
+
+
+# -- bandwidth / TFLOP/s vs size ---------------------------------------------------------------
+def plot_bandwidth(results: dict, problem: str, outdir: Path) -> Path | None:
+    rows = [r for r in timed_rows(results) if r.get("problem") == problem and _gbps(r) is not None
+            and "N" in r["case"]["dims"]]
+    if not rows:
+        return None
+    plt = _plt()
+    many = len({r["case"].get("dtype") for r in rows}) > 1
+    # other sizes (softmax's M) split the series only where they vary for the same N
+    extra = tuple(d for d in ("M",) if len({r["case"]["dims"].get(d) for r in rows}) > 1
+                  and _varies_at_fixed_n(rows, d))
+    series = defaultdict(list)
+    for r in rows:
+        series[(r.get("layer", ""), _series_key(r, many, extra))].append((r["case"]["dims"]["N"], _gbps(r)))
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    styles = ["-", "--", "-.", ":"]
+    per_layer = defaultdict(int)
+    for (layer, label), pts in sorted(series.items()):
+        pts.sort()
+        ls = styles[per_layer[layer] % len(styles)]
+        per_layer[layer] += 1
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker=MARKERS.get(problem, "o"), ms=4,
+                color=layer_color(layer), label=label)
+    c = _ceil(results).get("copy_bytes_per_s")
+    if isinstance(c, (int, float)) and c > 0:
+        ax.axhline(c / 1e9, color="black", lw=1, ls=":", label=f"measured copy ceiling {c / 1e12:.2f} TB/s")
+    ds = _datasheet(results)
+    if ds is not None:
+        ax.axhline(ds.bw / 1e9, color="#b22222", lw=1, ls=(0, (6, 3)),
+                   label=f"{ds.name} datasheet {ds.bw / 1e12:.2f} TB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (elements per row)" if problem == "softmax" else "N (elements)")
+    ax.set_ylabel("effective bandwidth (GB/s, decimal)")
+    defn = {"vector_add": "3·N·s bytes", "softmax": "2·M·N·s bytes"}.get(problem, "traffic bytes")
+    ax.set_title(f"{PROBLEM_TITLES.get(problem, problem)}: effective bandwidth vs N "
+                 f"({defn} / median time)", fontsize=11)
+    ax.set_ylim(bottom=0)
+    return _finish(fig, ax, outdir / f"bandwidth_{problem}.png", results)
+
+
+def _varies_at_fixed_n(rows, d) -> bool:
+    seen = defaultdict(set)
+    for r in rows:
+        seen[(r.get("impl"), r["case"]["dims"].get("N"))].add(r["case"]["dims"].get(d))
+    return any(len(v) > 1 for v in seen.values())
+
+
+def _gemm_size(dims: dict) -> float:
+    m, n, k = dims.get("M", 0), dims.get("N", 0), dims.get("K", 0)
+    return float(m) if m == n == k else (m * n * k) ** (1 / 3)
+
+
+def plot_gemm(results: dict, outdir: Path, problem: str = "gemm_epilogue") -> Path | None:
+    rows = [r for r in timed_rows(results) if r.get("problem") == problem and _tflops(r) is not None]
+    if not rows:
+        return None
+    plt = _plt()
+    many = len({r["case"].get("dtype") for r in rows}) > 1
+    series = defaultdict(list)
+    nonsquare = False
+    for r in rows:
+        d = r["case"]["dims"]
+        nonsquare |= not (d.get("M") == d.get("N") == d.get("K"))
+        series[(r.get("layer", ""), _series_key(r, many, ()))].append((_gemm_size(d), _tflops(r)))
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    styles = ["-", "--", "-.", ":"]
+    per_layer = defaultdict(int)
+    for (layer, label), pts in sorted(series.items()):
+        pts.sort()
+        ls = styles[per_layer[layer] % len(styles)]
+        per_layer[layer] += 1
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker="^", ms=5, color=layer_color(layer),
+                label=label)
+    g = _ceil(results).get("gemm_flops_per_s") or {}
+    for k, (dt, v) in enumerate(sorted(g.items()) if isinstance(g, dict) else []):
+        if isinstance(v, (int, float)) and v > 0:
+            ax.axhline(v / 1e12, color="black", lw=1, ls=[":", "-."][k % 2],
+                       label=f"measured vendor GEMM {dt}: {v / 1e12:.0f} TFLOP/s")
+    ds = _datasheet(results)
+    if ds is not None:
+        ax.axhline(ds.tensor16 / 1e12, color="#b22222", lw=1, ls=(0, (6, 3)),
+                   label=f"{ds.name} datasheet dense fp16/bf16 {ds.tensor16 / 1e12:.0f} TFLOP/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size M = N = K" + (" (non-square: (M·N·K)^(1/3))" if nonsquare else ""))
+    ax.set_ylabel("TFLOP/s (2·M·N·K / median time)")
+    ax.set_title(f"{PROBLEM_TITLES.get(problem, problem)}: throughput vs size", fontsize=11)
+    ax.set_ylim(bottom=0)
+    return _finish(fig, ax, outdir / f"tflops_{problem}.png", results)
+
+
+# -- LOC vs % of ceiling -----------------------------------------------------------------------
+def _loc(r) -> int | None:
+    loc = r.get("loc")
+    v = loc.get("kernel") if isinstance(loc, dict) else None
+    return v if isinstance(v, int) and v > 0 else None
+
+
+def plot_loc(results: dict, outdir: Path) -> Path | None:
+    rows = [r for r in timed_rows(results) if isinstance(r.get("pct_ceiling"), (int, float))]
+    if not rows:
+        return None
+    plt = _plt()
+    problems_present = [p for p in ("vector_add", "softmax", "gemm_epilogue")
+                        if any(r.get("problem") == p for r in rows)]
+    problems_present += sorted({r.get("problem") for r in rows} - set(problems_present))
+    fig, axes = plt.subplots(1, len(problems_present), figsize=(5.2 * len(problems_present), 5), squeeze=False)
+    for ax, prob in zip(axes[0], problems_present):
+        by_impl = defaultdict(list)
+        for r in rows:
+            if r.get("problem") == prob:
+                by_impl[(r.get("layer", ""), r.get("impl", "?"))].append(r)
+        xs_all = []
+        library = []
+        placed = []
+        for (layer, impl), rs in sorted(by_impl.items()):
+            pct = statistics.median(r["pct_ceiling"] for r in rs)
+            loc = _loc(rs[0])
+            if loc is None:
+                library.append((layer, impl, pct))
+                continue
+            xs_all.append(loc)
+            placed.append((loc, pct, layer, impl))
+        xmax = max(xs_all, default=1) * 1.35 + 5
+        for loc, pct, layer, impl in placed:
+            ax.scatter([loc], [pct], s=55, color=layer_color(layer), edgecolor="black", lw=0.5, zorder=3,
+                       marker=MARKERS.get(prob, "o"))
+            # alternate label sides so neighbours at similar heights do not print over each other
+            crowded = any(q[3] != impl and abs(q[1] - pct) < 5 and 0 <= q[0] - loc < 0.3 * xmax
+                          for q in placed)
+            dy = -13 if crowded else 5
+            ax.annotate(impl, (loc, pct), textcoords="offset points", xytext=(6, dy), fontsize=8)
+        for layer in sorted({k[0] for k in by_impl if k[1] not in {l[1] for l in library}}):
+            ax.scatter([], [], color=layer_color(layer), edgecolor="black", lw=0.5, label=layer,
+                       marker=MARKERS.get(prob, "o"))
+        for k, (layer, impl, pct) in enumerate(library):
+            ax.axhline(pct, color=layer_color(layer), lw=1.2, ls=[":", "--", "-."][k % 3], zorder=1,
+                       label=f"{impl}: {pct:.0f}% (library, no kernel LOC)")
+        metric = "GEMM" if prob == "gemm_epilogue" else "copy"
+        ax.set_title(f"{PROBLEM_TITLES.get(prob, prob)}", fontsize=10)
+        ax.set_xlabel("kernel lines of code (device code, counted by the tool)")
+        ax.set_ylabel(f"% of measured {metric} ceiling (median over its cases)")
+        top = max([r["pct_ceiling"] for r in rows if r.get("problem") == prob] + [100])
+        ax.set_ylim(0, top * 1.12)
+        ax.set_xlim(0, xmax)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)
+    fig.suptitle("kernel LOC vs % of the measured ceiling, one point per implementation", fontsize=11)
+    fig.text(0.99, 0.005, f"{_gpu_label(results)} · {results.get('created', '')}".strip(" ·"),
+             ha="right", va="bottom", fontsize=7, color="#555555")
+    fig.tight_layout()
+    path = outdir / "loc_vs_ceiling.png"
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+# -- roofline ----------------------------------------------------------------------------------
+def plot_roofline(results: dict, outdir: Path) -> Path | None:
+    rows = []
+    for r in timed_rows(results):
+        f, q = r.get("flops"), r.get("traffic_bytes")
+        if isinstance(f, (int, float)) and isinstance(q, (int, float)) and f > 0 and q > 0:
+            rows.append((r, f / q, f / r["_t"]))
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 6))
+    ceil = _ceil(results)
+    bw = ceil.get("copy_bytes_per_s")
+    ds = _datasheet(results)
+    bw_src = "measured copy"
+    if not (isinstance(bw, (int, float)) and bw > 0):
+        bw, bw_src = (ds.bw, f"{ds.name} datasheet") if ds else (None, "")
+    peaks = {}
+    g = ceil.get("gemm_flops_per_s") or {}
+    for dt, v in (g.items() if isinstance(g, dict) else []):
+        if isinstance(v, (int, float)) and v > 0:
+            peaks[f"measured {dt} GEMM"] = v
+    if ds is not None:
+        peaks.setdefault(f"{ds.name} fp32 datasheet", ds.fp32)
+        if not g:
+            peaks[f"{ds.name} fp16/bf16 tensor datasheet"] = ds.tensor16
+    imin = min(i for _, i, _ in rows) / 4
+    imax = max(i for _, i, _ in rows) * 4
+    if bw:
+        imax = max(imax, max(peaks.values(), default=0) / bw * 4)
+        xs = [imin * (imax / imin) ** (k / 200) for k in range(201)]
+        for k, (label, p) in enumerate(sorted(peaks.items(), key=lambda kv: -kv[1])):
+            ax.plot(xs, [min(p, x * bw) / 1e12 for x in xs], color="black", lw=1.2 - 0.3 * min(k, 2),
+                    ls=["-", "--", ":"][k % 3], label=f"roof: {label} {p / 1e12:.0f} TFLOP/s")
+        if not peaks:
+            ax.plot(xs, [x * bw / 1e12 for x in xs], color="black", lw=1.2, label="memory roof")
+        ridge = max(peaks.values(), default=imax * bw) / bw
+        xt = max(imin * 2, ridge / 300)
+        ax.text(xt, xt * bw / 1e12 * 1.6, f"memory roof: BW = {bw / 1e12:.2f} TB/s ({bw_src})",
+                fontsize=8, color="#333333", ha="left", va="bottom")
+    for layer in sorted({r.get("layer", "") for r, _, _ in rows}):
+        pts = [(i, p) for r, i, p in rows if r.get("layer", "") == layer]
+        for prob in sorted({r.get("problem") for r, _, _ in rows if r.get("layer", "") == layer}):
+            pp = [(i, p) for r, i, p in rows if r.get("layer", "") == layer and r.get("problem") == prob]
+            ax.scatter([i for i, _ in pp], [p / 1e12 for _, p in pp], s=28, color=layer_color(layer),
+                       marker=MARKERS.get(prob, "o"), edgecolor="black", lw=0.4, zorder=3,
+                       label=f"{layer} · {prob}")
+        del pts
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity I = F / Q (FLOP per byte, fewest bytes moved)")
+    ax.set_ylabel("attained TFLOP/s (F / median time)")
+    ax.set_title("roofline: every timed PASS row under the run's ceilings", fontsize=11)
+    return _finish(fig, ax, outdir / "roofline.png", results, legend_cols=2)
+
+
+def make_plots(results: dict, outdir: Path) -> list[Path]:
+    """Write every plot there is data for into ``outdir``; returns the PNG paths."""
+    if not isinstance(results, dict):
+        raise ValueError("results: expected the results JSON object")
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    made = [plot_bandwidth(results, "vector_add", outdir), plot_bandwidth(results, "softmax", outdir),
+            plot_gemm(results, outdir), plot_loc(results, outdir), plot_roofline(results, outdir)]
+    return [p for p in made if p is not None]
+
+
+__all__ = ["make_plots", "timed_rows", "LAYER_COLORS"]
