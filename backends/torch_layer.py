@@ -69,7 +69,7 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
     return e / s
 
 
-@register(problem="softmax", layer="torch", name="naive",
+@register(problem="softmax", layer="torch", name="naive", model_variant="naive",
           description="five eager ops: max, subtract, exp, sum, divide")
 def softmax_naive(case, inputs, out):
     (x,) = inputs
@@ -123,7 +123,7 @@ def gemm_eager(case, inputs, out):
     return lambda: _act_addmm(a, b, bias, act)
 
 
-@register(problem="gemm_epilogue", layer="torch", name="unfused",
+@register(problem="gemm_epilogue", layer="torch", name="unfused", model_variant="unfused",
           description="A @ B, then + bias, then act: three separate kernels")
 def gemm_unfused(case, inputs, out):
     a, b, bias = inputs

@@ -334,15 +334,9 @@ def _triton_bin() -> Path | None:
 
 
 def _ptxas_candidates() -> list[str]:
-    """The system ptxas first, then the ones Triton ships (ptxas-blackwell is the newer
-    toolkit: it takes the PTX ISA versions recent Triton and CuTe DSL releases emit)."""
-    from .ptxas import find_ptxas
+    from .ptxas import ptxas_candidates
 
-    c = [find_ptxas()]
-    tb = _triton_bin()
-    if tb is not None:
-        c += [str(tb / "ptxas-blackwell"), str(tb / "ptxas")]
-    return [p for i, p in enumerate(c) if p and os.path.exists(p) and p not in c[:i]]
+    return ptxas_candidates()
 
 
 def _cuobjdump() -> str | None:

@@ -9,26 +9,11 @@ import sys
 
 import torch
 
-# Vendor datasheet figures (dense, no sparsity): bytes/s of HBM, FLOP/s per dtype.
-# H100 SXM5 80GB and H200 SXM 141GB: NVIDIA H100/H200 datasheets; A100 SXM 80GB: A100 datasheet.
-DATASHEETS = {
-    "h200": {"name": "NVIDIA H200 (SXM)", "bw": 4.8e12,
-             "peak": {"float32": 67e12, "float16": 989e12, "bfloat16": 989e12}},
-    "h100": {"name": "NVIDIA H100 (SXM)", "bw": 3.35e12,
-             "peak": {"float32": 67e12, "float16": 989e12, "bfloat16": 989e12}},
-    "a100": {"name": "NVIDIA A100 (SXM 80GB)", "bw": 2.039e12,
-             "peak": {"float32": 19.5e12, "float16": 312e12, "bfloat16": 312e12}},
-}
+def datasheet_for(gpu_name: str | None):
+    """The datasheet entry (harness.model.GPUS) of the GPU CUDA reports, or None."""
+    from .model import gpu_from_device_name
 
-
-def datasheet_for(gpu_name: str | None) -> dict | None:
-    if not gpu_name:
-        return None
-    n = gpu_name.lower()
-    for key in ("h200", "h100", "a100"):
-        if key in n:
-            return dict(DATASHEETS[key], key=key)
-    return None
+    return gpu_from_device_name(gpu_name)
 
 
 def _version(pkg: str) -> str | None:

@@ -35,6 +35,21 @@ def find_ptxas() -> str | None:
     return None
 
 
+def ptxas_candidates() -> list[str]:
+    """Every usable ptxas, best first: the system one, then the ones Triton ships
+    (``ptxas-blackwell`` is a newer toolkit and takes the newer PTX ISA versions that recent
+    Triton and CuTe DSL releases emit)."""
+    c = [find_ptxas()]
+    try:
+        import triton
+        from pathlib import Path
+        tb = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+        c += [str(tb / "ptxas-blackwell"), str(tb / "ptxas")]
+    except Exception:
+        pass
+    return [p for i, p in enumerate(c) if p and os.path.exists(p) and p not in c[:i]]
+
+
 def parse_ptxas_log(text: str) -> dict[str, dict]:
     """{kernel: {registers, spill_stores, spill_loads, spills, stack, smem}} from ``ptxas -v`` output."""
     out: dict[str, dict] = {}
@@ -60,19 +75,23 @@ def parse_ptxas_log(text: str) -> dict[str, dict]:
 
 
 def ptxas_info(ptx: str, arch: str = "sm_90a") -> dict[str, dict]:
-    """Assemble ``ptx`` with ``ptxas -v`` for ``arch`` and return the per-kernel facts."""
-    exe = find_ptxas()
-    if exe is None:
+    """Assemble ``ptx`` with ``ptxas -v`` for ``arch`` and return the per-kernel facts; tries each
+    of ``ptxas_candidates()`` until one accepts the PTX's ISA version."""
+    exes = ptxas_candidates()
+    if not exes:
         raise RuntimeError("ptxas not found (install the CUDA toolkit or Triton)")
+    errors = []
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "k.ptx")
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([exe, "-v", f"-arch={arch}", src, "-o", os.path.join(d, "k.cubin")],
-                           capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:2000]}")
-        return parse_ptxas_log(r.stderr + r.stdout)
+        for exe in exes:
+            r = subprocess.run([exe, "-v", f"-arch={arch}", src, "-o", os.path.join(d, "k.cubin")],
+                               capture_output=True, text=True, timeout=300)
+            if r.returncode == 0:
+                return parse_ptxas_log(r.stderr + r.stdout)
+            errors.append(f"{exe}: {r.stderr.strip()[:500]}")
+    raise RuntimeError("ptxas failed: " + " | ".join(errors))
 
 
 def summarize(per_kernel: dict[str, dict]) -> dict:

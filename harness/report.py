@@ -56,11 +56,12 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
                 r["pct_ceiling"] = 100 * r["traffic_bytes"] / t / ceilings["copy_bytes_per_s"]
             elif p.metric == "TFLOP/s" and (ceilings.get("gemm_flops_per_s") or {}).get(dt):
                 r["pct_ceiling"] = 100 * r["flops"] / t / ceilings["gemm_flops_per_s"][dt]
+        ds_peak = (ds.fp32 if dt == "float32" else ds.tensor16) if ds else None
         if ds:
             if p.metric == "GB/s":
-                r["pct_datasheet"] = 100 * r["traffic_bytes"] / t / ds["bw"]
+                r["pct_datasheet"] = 100 * r["traffic_bytes"] / t / ds.bw
             else:
-                r["pct_datasheet"] = 100 * r["flops"] / t / ds["peak"][dt]
+                r["pct_datasheet"] = 100 * r["flops"] / t / ds_peak
         v = vendor.get(case.id)
         if v and v.get("flops_per_s"):
             r["pct_vendor_same_shape"] = 100 * r["flops"] / t / v["flops_per_s"]
@@ -69,13 +70,19 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
             r["speedup_vs_baseline"] = b[0] / t
             r["baseline_impl"] = b[1]
         if _model is not None:
-            bw = (ceilings or {}).get("copy_bytes_per_s") or (ds or {}).get("bw")
-            peak = ((ceilings or {}).get("gemm_flops_per_s") or {}).get(dt) or (ds or {}).get("peak", {}).get(dt)
-            if dt == "float32" and ds:
-                peak = ds["peak"]["float32"]
+            # the run's measured ceilings where there are (copy; vendor GEMM per 16-bit dtype),
+            # the datasheet otherwise (fp32 arithmetic is never measured: datasheet)
+            bw = (ceilings or {}).get("copy_bytes_per_s") or (ds.bw if ds else None)
+            peak = ((ceilings or {}).get("gemm_flops_per_s") or {}).get(dt) or ds_peak
             if bw and peak:
                 try:
-                    ideal = _model.ideal_time(p.name, case, bw, peak)
+                    impl = registry.get(p.name, r["impl"])
+                    variant = _model.variant_of(impl)
+                except Exception:
+                    variant = None
+                try:
+                    ideal = _model.ideal_time(p.name, case, bw, peak, variant=variant)
+                    r["model_variant"] = variant or "fused"
                     r["model_ideal_s"] = ideal
                     r["measured_over_ideal"] = t / ideal if ideal else None
                 except Exception as e:
