@@ -1,0 +1,382 @@
+"""CuPy adapter: the SAME ``cuda_src/*.cu`` kernels compiled at run time by NVRTC (``cupy.RawModule``
+with name expressions for the template instances) and launched from Python on torch's current
+stream. Kernel lines are identical to the CUDA C++ rows by construction (the sources point at the
+same kernels); host lines are the Python launcher below (the plan functions and ``_launch``),
+which mirrors the C++ host dispatcher in ``cuda_src/softmax.cu`` / ``vector_add.cu``.
+
+Rows: ``cupy:vector_add``, ``cupy:softmax`` (dispatcher), ``cupy:softmax_warp``,
+``cupy:softmax_block``, ``cupy:softmax_online``. ``launch.info["compile_s"]`` is the NVRTC compile
+(and module load) time of the first call of that instance in this process (CuPy's on-disk kernel
+cache can make it short; ``info["cache"]`` says whether the cache is on).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from harness import Source, register
+from harness.errors import Unsupported
+
+from backends.cuda_layer import (CXX_TYPE, DESCRIPTIONS, HELPERS, KERNEL_OF, SOFTMAX_PATHS, case_plan,
+                                 check_softmax, check_vector_add, row_stride, softmax_grid,
+                                 vector_add_grid, _softmax_supports, _va_plan)
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA_SRC = ROOT / "cuda_src"
+_TYPE_OF = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
+_modules: dict = {}
+_state: dict = {}
+
+
+# -- availability ------------------------------------------------------------------------------
+def available() -> str | None:
+    if "why" in _state:
+        return _state["why"]
+    why = None
+    try:
+        import cupy  # noqa: F401
+        from cupy_backends.cuda.libs import nvrtc
+    except Exception as e:
+        why = f"cupy is not installed (pip install cupy-cuda13x): {type(e).__name__}: {e}"
+    if why is None:
+        try:
+            nvrtc.getVersion()
+        except Exception as e:
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            why = f"NVRTC (libnvrtc) not found: {msg}"
+    if why is None and not torch.cuda.is_available():
+        why = "no CUDA GPU visible to torch: cupy kernels need one to launch"
+    if why is None:
+        try:
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                why = "no CUDA GPU visible to cupy"
+        except Exception as e:
+            why = f"cupy sees no CUDA device: {type(e).__name__}: {e}"
+    _state["why"] = why
+    return why
+
+
+# -- plans (Python mirror of the C++ host dispatchers) --------------------------------------------
+def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, cc_major: int,
+                 threads: int = 0, ept: int = 0, cluster: int = 0) -> dict:
+    """Path, template instance and launch shape; same rules as ``kl::softmax_plan``."""
+    if path not in SOFTMAX_PATHS:
+        raise ValueError(f"path: {path!r} is not one of {', '.join(SOFTMAX_PATHS)}")
+    if M < 1 or not 1 <= N < 2 ** 31 - 64:
+        raise ValueError(f"M, N: need M >= 1 and 1 <= N < 2^31 - 64, got M={M}, N={N}")
+    vec = 16 // es if aligned else 1
+    p = {"path": path, "vec": vec, "chunks": 1, "threads": 128, "rows_per_block": 1, "cluster": 1, "seg": 0}
+    if path == "auto":
+        p["path"] = "warp" if N <= 1024 else "block" if N <= 16384 else "online"
+    if p["path"] == "warp":
+        if N > 1024:
+            raise ValueError(f"N: the warp-per-row path takes N <= 1024, got {N}")
+        need = -(-N // (32 * vec))
+        p["chunks"] = 1 << (need - 1).bit_length()
+        p["threads"] = threads or 128
+        p["rows_per_block"] = p["threads"] // 32
+        p["grid"] = -(-M // p["rows_per_block"])
+        args = (vec, p["chunks"])
+    elif p["path"] == "block":
+        if N > 32768:
+            raise ValueError(f"N: the block-per-row path holds at most 32768 columns, got {N}")
+        e = ept or (8 if N <= 4096 else 16 if N <= 8192 else 32)
+        nt = (-(-N // e) + 31) // 32 * 32
+        while nt > 1024 and e < 32:
+            e *= 2
+            nt = (-(-N // e) + 31) // 32 * 32
+        e = max(e, vec)
+        p["chunks"] = e // vec
+        p["threads"] = threads or nt
+        p["grid"] = M
+        args = (vec, p["chunks"])
+    else:
+        c = cluster
+        if not c:
+            b = N * es
+            c = 1 if b <= 65536 else 2 if b <= 2 * 65536 else 4 if b <= 4 * 65536 else 8
+        if c > 1 and cc_major < 9:
+            if cluster > 1:
+                raise ValueError("cluster: thread-block clusters need compute capability 9.0 or newer")
+            c = 1
+        p["cluster"] = c
+        p["threads"] = threads or 512
+        seg = -(-N // c)
+        p["seg"] = -(-seg // vec) * vec
+        p["grid"] = M * c
+        args = (vec, c)
+    kern = KERNEL_OF[p["path"]]
+    p["kernel"] = f"{kern}<{ctype}, {args[0]}, {args[1]}>"
+    return p
+
+
+def vector_add_plan(n: int, ctype: str, es: int, x_mis: int, y_mis: int, out_mis: int, sm_count: int,
+                    blocks_per_sm: int = 3, grid: int = 0, block: int = 0) -> dict:
+    """Same rules as ``kl::vector_add_plan``: x/y/out byte offsets modulo 16 decide the vector path."""
+    same = x_mis == out_mis and y_mis == out_mis
+    vec = 16 // es if same else 1
+    head = min(((16 - out_mis) % 16) // es, n) if same else 0
+    b, unroll = block or 256, 4
+    nvec = (n - head) // vec
+    full = max(1, -(-nvec // (b * unroll)))
+    g = grid or min(full, sm_count * blocks_per_sm)
+    return {"vec": vec, "head": head, "unroll": unroll, "block": b, "grid": g,
+            "kernel": f"vector_add_kernel<{ctype}, {vec}, {unroll}>"}
+
+
+# -- NVRTC modules ------------------------------------------------------------------------------
+def _include_dirs() -> list[str]:
+    import cupy
+
+    dirs = [str(CUDA_SRC)]
+    cands = []
+    try:
+        cp = cupy.cuda.get_cuda_path()
+        if cp:
+            cands += [os.path.join(cp, "include"), os.path.join(cp, "include", "cccl")]
+    except Exception:
+        pass
+    cands += ["/usr/local/cuda/include", "/usr/local/cuda/include/cccl"]
+    for d in cands:
+        if os.path.isdir(d) and d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def instances(cu: str) -> list[str]:
+    """Every template instance the host plans can pick in ``cuda_src/<cu>`` (one NVRTC compile)."""
+    out = []
+    for t, es in (("float", 4), ("__half", 2), ("__nv_bfloat16", 2)):
+        vecs = (1, 16 // es)
+        if cu == "vector_add.cu":
+            out += [f"vector_add_kernel<{t}, {v}, 4>" for v in vecs]
+        else:
+            for v in vecs:
+                out += [f"softmax_warp_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16, 32) if c * v * 32 <= 1024]
+                out += [f"softmax_block_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16, 32) if 8 <= c * v <= 32]
+                out += [f"softmax_online_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8)]
+    return out
+
+
+def get_kernel(cu: str, kernel: str):
+    """(cupy RawKernel, NVRTC compile + load seconds) for ``kernel`` in ``cuda_src/<cu>``.
+
+    The first request compiles the whole file with every instance the plans can pick (one NVRTC
+    run, name expressions for all of them); its time is what every instance of the file reports."""
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    key = (cu, dev)
+    if key not in _modules:
+        src = (CUDA_SRC / cu).read_text()
+        opts = ("-std=c++17",) + tuple(f"-I{d}" for d in _include_dirs())
+        names = [f"kl::{k}" for k in instances(cu)]
+        t0 = time.perf_counter()
+        try:
+            mod = cupy.RawModule(code=src, options=opts, name_expressions=names, backend="nvrtc")
+            mod.get_function(names[0])  # compiles (NVRTC) and loads the module here
+        except Exception as e:
+            raise RuntimeError(f"NVRTC compile of {cu} failed: {e}") from None
+        _modules[key] = (mod, time.perf_counter() - t0, {})
+    mod, dt, fns = _modules[key]
+    if kernel not in fns:
+        if kernel not in instances(cu):
+            raise ValueError(f"kernel: {kernel} is not an instance compiled from {cu}")
+        fns[kernel] = mod.get_function(f"kl::{kernel}")
+    return fns[kernel], dt
+
+
+def _launch(fn, grid: int, block: int, args: tuple, t: torch.Tensor) -> None:
+    """Launch on torch's current stream of t's device."""
+    import cupy
+
+    with cupy.cuda.Device(t.device.index), \
+            cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream, t.device.index):
+        fn((int(grid),), (int(block),), args)
+
+
+def _facts(fn, compile_s: float, plan: dict) -> dict:
+    info = {"compile_s": compile_s, "config": dict(plan),
+            "cache": "off" if os.environ.get("CUPY_CACHE_IN_MEMORY") else "on (~/.cupy/kernel_cache)"}
+    try:
+        info["registers"] = int(fn.attributes["num_regs"])
+        info["smem"] = int(fn.attributes["shared_size_bytes"])
+        info["spills"] = int(fn.attributes["local_size_bytes"])  # local memory per thread (spills + stack)
+    except Exception:
+        pass
+    return info
+
+
+def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0):
+    """Row softmax through the NVRTC-compiled kernels; returns out."""
+    import numpy as np
+
+    if (why := available()):
+        raise Unsupported(why)
+    out = check_softmax(x, out)
+    M, N = x.shape
+    es = x.element_size()
+    sx, sy = row_stride(x), row_stride(out)
+    aligned = x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0 and (
+        M == 1 or ((sx * es) % 16 == 0 and (sy * es) % 16 == 0))
+    cc = torch.cuda.get_device_capability(x.device)[0]
+    p = softmax_plan(path, M, N, aligned, _TYPE_OF[x.dtype], es, cc, threads, ept, cluster)
+    fn, _ = get_kernel("softmax.cu", p["kernel"])
+    xp, yp = np.uint64(x.data_ptr()), np.uint64(out.data_ptr())
+    if p["path"] == "warp":
+        args = (xp, yp, np.int64(M), np.int32(N), np.int64(sx), np.int64(sy))
+    elif p["path"] == "block":
+        args = (xp, yp, np.int32(N), np.int64(sx), np.int64(sy))
+    else:
+        args = (xp, yp, np.int32(N), np.int64(sx), np.int64(sy), np.int32(p["seg"]))
+    _launch(fn, p["grid"], p["threads"], args, x)
+    return out
+
+
+def vector_add(x, y, out=None):
+    """out = x + y through the NVRTC-compiled kernel; returns out."""
+    import numpy as np
+
+    if (why := available()):
+        raise Unsupported(why)
+    out = check_vector_add(x, y, out)
+    es = x.element_size()
+    n = x.numel()
+    if n == 0:
+        return out
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    p = vector_add_plan(n, _TYPE_OF[x.dtype], es, x.data_ptr() % 16, y.data_ptr() % 16, out.data_ptr() % 16, sms)
+    fn, _ = get_kernel("vector_add.cu", p["kernel"])
+    p["grid"] = max(1, min(p["grid"], sms * _resident(fn, p["block"])))
+    args = (np.uint64(x.data_ptr()), np.uint64(y.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
+            np.int64(p["head"]))
+    _launch(fn, p["grid"], p["block"], args, x)
+    return out
+
+
+def _resident(fn, block: int) -> int:
+    """Blocks per SM the registers allow (the grid-stride grid is one full wave, as in C++)."""
+    try:
+        regs = max(1, int(fn.attributes["num_regs"]))
+        return max(1, min(2048 // block, 65536 // (((regs * 32 + 255) // 256) * 256 * (block // 32))))
+    except Exception:
+        return 3
+
+
+# -- registration --------------------------------------------------------------------------------
+def _register_softmax(path: str, name: str):
+    kernels = tuple(KERNEL_OF.values()) if path == "auto" else (KERNEL_OF[path],)
+    srcs = [Source("cuda_src/softmax.cu", kernels=kernels, host=()), HELPERS,
+            Source("backends/cupy_layer.py", kernels=(), host=("softmax", "softmax_plan", "_launch", "get_kernel"))]
+
+    def compile_only(case):
+        reason = _softmax_supports(path)(case)
+        if reason:
+            raise Unsupported(reason)
+        return _compile_only_nvrtc("softmax.cu", case_plan(path, case))
+
+    @register(problem="softmax", layer="cupy", name=name, description="NVRTC of cuda_src: " + DESCRIPTIONS[path],
+              sources=srcs, devices=("cuda",), available=available, supports=_softmax_supports(path),
+              compile_only=compile_only, grid=lambda case: softmax_grid(case_plan(path, case), case.M, case.N))
+    def prepare(case, inputs, out):
+        (x,) = inputs
+        if (why := available()):
+            raise Unsupported(why)
+        check_softmax(x, out)
+        M, N = x.shape
+        es = x.element_size()
+        aligned = x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0 and (
+            M == 1 or ((row_stride(x) * es) % 16 == 0 and (row_stride(out) * es) % 16 == 0))
+        p = softmax_plan(path, M, N, aligned, _TYPE_OF[x.dtype], es, torch.cuda.get_device_capability(x.device)[0])
+        fn, compile_s = get_kernel("softmax.cu", p["kernel"])
+        softmax(x, out, path)  # first launch (module already loaded) outside the timed region
+        torch.cuda.synchronize(x.device)
+
+        def launch():
+            softmax(x, out, path)
+
+        launch.info = _facts(fn, compile_s, p)
+        return launch
+
+    return prepare
+
+
+for _path, _name in (("auto", "softmax"), ("warp", "softmax_warp"), ("block", "softmax_block"),
+                     ("online", "softmax_online")):
+    _register_softmax(_path, _name)
+
+
+def _compile_only_nvrtc(cu: str, plan: dict) -> dict:
+    """ptxas facts of the NVRTC PTX (sm_90a) when NVRTC is here; no GPU needed."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as e:
+        raise Unsupported(f"NVRTC (libnvrtc) not found, cannot compile here: {type(e).__name__}") from None
+    from harness.ptxas import ptxas_info, summarize
+
+    from backends.cuda_layer import demangle
+
+    key = ("ptx", cu, plan["kernel"])
+    if key not in _modules:
+        src = (CUDA_SRC / cu).read_text()
+        prog = nvrtc.createProgram(src, cu, [], [])
+        nvrtc.addNameExpression(prog, f"kl::{plan['kernel']}")
+        opts = ["-std=c++17", "-arch=compute_90a"] + [f"-I{d}" for d in _include_dirs_nogpu()]
+        t0 = time.perf_counter()
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except Exception as e:
+            raise RuntimeError(f"NVRTC compile of {cu} failed: {e}: {nvrtc.getProgramLog(prog)[:2000]}") from None
+        dt = time.perf_counter() - t0
+        ptx = nvrtc.getPTX(prog)
+        ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+        _modules[key] = (ptx, dt)
+    ptx, dt = _modules[key]
+    per = {demangle(k): v for k, v in ptxas_info(ptx.rstrip("\x00"), "sm_90a").items()}
+    facts = summarize({k: v for k, v in per.items() if k == plan["kernel"]} or per)
+    facts.update(compile_s=dt, config=plan, arch="sm_90a", facts_from="NVRTC PTX + ptxas -v")
+    return facts
+
+
+def _include_dirs_nogpu() -> list[str]:
+    dirs = [str(CUDA_SRC)]
+    for d in ("/usr/local/cuda/include", "/usr/local/cuda/include/cccl"):
+        if os.path.isdir(d):
+            dirs.append(d)
+    return dirs
+
+
+def _va_compile_only(case):
+    return _compile_only_nvrtc("vector_add.cu", _va_plan(case))
+
+
+@register(problem="vector_add", layer="cupy", name="vector_add",
+          description="NVRTC of cuda_src/vector_add.cu: grid-stride, 16-byte loads, scalar head/tail",
+          sources=[Source("cuda_src/vector_add.cu", kernels=("vector_add_kernel",), host=()), HELPERS,
+                   Source("backends/cupy_layer.py", kernels=(), host=("vector_add", "vector_add_plan",
+                                                                        "_launch", "get_kernel"))],
+          devices=("cuda",), available=available, compile_only=_va_compile_only,
+          grid=lambda case: vector_add_grid(_va_plan(case), case.N))
+def prepare_vector_add(case, inputs, out):
+    x, y = inputs
+    if (why := available()):
+        raise Unsupported(why)
+    check_vector_add(x, y, out)
+    es = x.element_size()
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    p = vector_add_plan(x.numel(), _TYPE_OF[x.dtype], es, x.data_ptr() % 16, y.data_ptr() % 16,
+                        out.data_ptr() % 16, sms)
+    fn, compile_s = get_kernel("vector_add.cu", p["kernel"])
+    vector_add(x, y, out)
+    torch.cuda.synchronize(x.device)
+
+    def launch():
+        vector_add(x, y, out)
+
+    launch.info = _facts(fn, compile_s, p)
+    return launch

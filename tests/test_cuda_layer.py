@@ -1,0 +1,293 @@
+"""CUDA C++ layer (kl_cuda, built by CMake from cuda_src/) and the cupy layer (NVRTC, same .cu).
+
+CPU: the build products (marker, module, ptxas log), ptxas facts per template instance, the
+no-CUDA build path, the adapters' available()/supports() reasons, input validation in the
+adapters and in the bindings, the Python mirror of the host dispatcher, grid descriptions.
+GPU (@pytest.mark.gpu): every implementation on the verify suite through harness.verify.verify_case.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_GPU = torch.cuda.is_available()
+HAS_NVCC = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
+
+from harness import problems, registry  # noqa: E402
+from harness.errors import Unsupported  # noqa: E402
+
+cuda_layer = importlib.import_module("backends.cuda_layer")
+cupy_layer = importlib.import_module("backends.cupy_layer")
+
+CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online"]
+CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
+
+
+def _impl(impl_id):
+    problem = "vector_add" if impl_id.endswith("vector_add") else "softmax"
+    return registry.get(problem, impl_id), problems.get(problem)
+
+
+needs_build = pytest.mark.skipif(not HAS_NVCC, reason="no nvcc here: the module is not built")
+
+
+# -- build products ------------------------------------------------------------------------------
+@needs_build
+def test_build_marker_and_module():
+    build = importlib.import_module("kl_cuda_build")
+    assert build.BUILT is True, build.REASON
+    for flag in ("arch=compute_90a,code=sm_90a", "code=[sm_80,compute_80]"):
+        assert flag in build.ARCH_FLAGS
+    kl = importlib.import_module("kl_cuda")
+    for fn in ("vector_add", "vector_add_plan", "softmax", "softmax_plan"):
+        assert callable(getattr(kl, fn))
+    assert kl.DTYPES == {"float32": 0, "float16": 1, "bfloat16": 2}
+    assert kl.HAS_GEMM == build.HAS_GEMM
+    assert cuda_layer.available() is None
+
+
+@needs_build
+def test_ptxas_log_has_every_instance_for_sm90a():
+    facts = cuda_layer.ptxas_facts()
+    for t in ("float", "__half", "__nv_bfloat16"):
+        v = 4 if t == "float" else 8
+        for k in (f"vector_add_kernel<{t}, {v}, 4>", f"vector_add_kernel<{t}, 1, 4>",
+                  f"softmax_warp_kernel<{t}, {v}, 1>", f"softmax_block_kernel<{t}, {v}, {32 // v}>",
+                  f"softmax_online_kernel<{t}, {v}, 8>", f"softmax_online_kernel<{t}, 1, 1>"):
+            assert k in facts, k
+            assert facts[k]["registers"] and facts[k]["registers"] > 0
+            assert facts[k]["spills"] == 0, (k, facts[k])
+    assert facts["softmax_block_kernel<float, 4, 8>"]["smem"] >= 256  # the two 32-float reduction arrays
+
+
+@needs_build
+@pytest.mark.parametrize("impl_id", CUDA_IDS)
+def test_compile_only_reports_ptxas_facts(impl_id):
+    impl, prob = _impl(impl_id)
+    for case in prob.cases("bench")[:3] + prob.cases("bench")[-2:]:
+        if impl.supports(case):
+            with pytest.raises(Unsupported):
+                impl.compile_only_fn(case)
+            continue
+        f = impl.compile_only_fn(case)
+        assert f["registers"] > 0 and f["spills"] == 0 and f["smem"] >= 0
+        assert f["arch"] == "sm_90a" and f["kernel"] in f["kernels"]
+        assert f["config"]["kernel"] == f["kernel"]
+
+
+def test_no_cuda_build_still_configures(tmp_path):
+    """-DKL_NO_CUDA=ON (and equally a machine without nvcc) installs only the marker with the reason."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake not on PATH")
+    import pybind11
+
+    r = subprocess.run([cmake, "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DKL_NO_CUDA=ON",
+                        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "b" / "kl_cuda_build.py").read_text()
+    ns: dict = {}
+    exec(text, ns)
+    assert ns["BUILT"] is False and ns["REASON"] == "not built: disabled by KL_NO_CUDA"
+
+
+def test_no_compiler_reason(tmp_path):
+    """With no nvcc on PATH and no CUDACXX, CMake's check_language(CUDA) finds none: the build says so."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake not on PATH")
+    import pybind11
+
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDACXX", "CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if not os.path.exists(os.path.join(p, "nvcc")))
+    r = subprocess.run([cmake, "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DCMAKE_CUDA_COMPILER=",
+                        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    ns: dict = {}
+    exec((tmp_path / "b" / "kl_cuda_build.py").read_text(), ns)
+    if ns["BUILT"]:
+        pytest.skip(f"CMake still found a CUDA compiler outside PATH ({ns['NVCC']})")
+    assert ns["REASON"] == "not built: no CUDA compiler"
+
+
+# -- availability and support reasons -------------------------------------------------------------
+def test_cupy_available_gives_a_reason_without_gpu():
+    why = cupy_layer.available()
+    if HAS_GPU:
+        return
+    assert isinstance(why, str) and why
+    assert any(w in why for w in ("cupy", "NVRTC", "GPU"))
+
+
+def test_supports_reasons():
+    sm = problems.get("softmax")
+    big = sm.case(M=2, N=4096)
+    huge = sm.case(M=2, N=65536)
+    warp = registry.get("softmax", "cuda:softmax_warp")
+    block = registry.get("softmax", "cuda:softmax_block")
+    assert "1024" in warp.supports(big)
+    assert warp.supports(sm.case(M=2, N=1024)) is None
+    assert "32768" in block.supports(huge)
+    for impl_id in ("cuda:softmax", "cuda:softmax_online", "cupy:softmax", "cupy:softmax_online"):
+        assert registry.get("softmax", impl_id).supports(huge) is None
+    assert "1024" in registry.get("softmax", "cupy:softmax_warp").supports(big)
+
+
+def test_every_row_registered_with_sources_and_cuda_device():
+    ids = {i.id for i in registry.select(layer="cuda")} | {i.id for i in registry.select(layer="cupy")}
+    for i in CUDA_IDS + CUPY_IDS:
+        assert i in ids
+    for i in CUDA_IDS + CUPY_IDS:
+        impl, _ = _impl(i)
+        assert impl.devices == ("cuda",)
+        assert any(str(s.path).endswith(".cu") for s in impl.sources)
+
+
+# -- input validation -----------------------------------------------------------------------------
+def test_adapter_validation_names_the_argument():
+    x = torch.randn(4, 8)
+    with pytest.raises(TypeError, match="x"):
+        cuda_layer.softmax([1, 2, 3])
+    with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
+        cuda_layer.softmax(x)
+    with pytest.raises(ValueError, match="path"):
+        cuda_layer.softmax(x, path="fastest")
+    with pytest.raises(TypeError, match="x: dtype"):
+        cuda_layer.check_vector_add(torch.zeros(3, dtype=torch.int32), torch.zeros(3), None)
+    with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
+        cuda_layer.vector_add(torch.zeros(3), torch.zeros(3))
+
+
+@needs_build
+def test_binding_validation_before_any_cuda_call():
+    kl = importlib.import_module("kl_cuda")
+    with pytest.raises(ValueError, match="n: must be >= 0"):
+        kl.vector_add(16, 16, 16, -1, 0, 0, 0)
+    with pytest.raises(ValueError, match="dtype"):
+        kl.vector_add(16, 16, 16, 8, 7, 0, 0)
+    with pytest.raises(ValueError, match="x: address not aligned"):
+        kl.vector_add(18, 16, 16, 8, 0, 0, 0)
+    with pytest.raises(ValueError, match="out: null"):
+        kl.vector_add(16, 16, 0, 8, 0, 0, 0)
+    with pytest.raises(ValueError, match="path"):
+        kl.softmax("fastest", 16, 16, 2, 8, 8, 8, 0, 0, 0)
+    with pytest.raises(ValueError, match="sx: row stride"):
+        kl.softmax("auto", 16, 16, 2, 8, 4, 8, 0, 0, 0)
+    with pytest.raises(ValueError, match="M: must be >= 1"):
+        kl.softmax("auto", 16, 16, 0, 8, 8, 8, 0, 0, 0)
+    with pytest.raises(ValueError, match="cluster"):
+        kl.softmax("online", 16, 16, 2, 8, 8, 8, 0, 0, 0, 0, 0, 3)
+    if not HAS_GPU:  # valid arguments reach CUDA, whose error comes back as RuntimeError
+        with pytest.raises(RuntimeError, match="CUDA error"):
+            kl.softmax("auto", 16, 16, 2, 8, 8, 8, 0, 0, 0)
+
+
+# -- host dispatcher mirror, grid descriptions ---------------------------------------------------
+def test_python_plan_mirrors_dispatch_rules():
+    sm = problems.get("softmax")
+    p = cuda_layer.case_plan("auto", sm.case(M=4096, N=1024))
+    assert p["kernel"] == "softmax_warp_kernel<float, 4, 8>" and p["grid"] == 1024
+    p = cuda_layer.case_plan("auto", sm.case(M=4096, N=16384))
+    assert p["path"] == "block" and p["threads"] * p["chunks"] * p["vec"] >= 16384
+    p = cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))
+    assert p["kernel"] == "softmax_online_kernel<float, 4, 8>" and p["grid"] == 8192 * 8 and p["seg"] == 32768
+    p = cuda_layer.case_plan("auto", sm.case(M=300, N=777, layout="strided_odd"))
+    assert p["vec"] == 1  # rows not 16-byte aligned: scalar accesses
+    p = cuda_layer.case_plan("online", sm.case(M=8192, N=262144), cc_major=8)
+    assert p["cluster"] == 1  # no clusters before sm_90
+    va = problems.get("vector_add")
+    assert cuda_layer._va_plan(va.case(N=98432, misalign=1))["vec"] == 1
+    assert cuda_layer._va_plan(va.case(N=98432))["vec"] == 4
+
+
+@pytest.mark.parametrize("impl_id", CUDA_IDS + CUPY_IDS)
+def test_grid_descriptions(impl_id):
+    from harness.grid import describe
+
+    impl, prob = _impl(impl_id)
+    for case in prob.cases("verify")[:6]:
+        if impl.supports(case):
+            continue
+        d = describe(impl, case)
+        assert d["grid"][0] >= 1 and d["programs"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(cupy_layer._include_dirs_nogpu() == [str(cupy_layer.CUDA_SRC)], reason="no CUDA headers")
+def test_cupy_compile_only_through_nvrtc():
+    impl, prob = _impl("cupy:softmax_warp")
+    try:
+        f = impl.compile_only_fn(prob.case(M=4096, N=1024))
+    except Unsupported as e:
+        pytest.skip(str(e))
+    assert f["registers"] > 0 and f["facts_from"].startswith("NVRTC")
+
+
+# -- GPU ----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl_id", CUDA_IDS + CUPY_IDS)
+def test_verify_suite_on_gpu(impl_id):
+    from harness.verify import verify_case
+
+    impl, prob = _impl(impl_id)
+    if impl.available():
+        pytest.skip(impl.available())
+    failures = []
+    for case in prob.cases("verify"):
+        if impl.supports(case):
+            continue
+        c = verify_case(impl, prob, case, "cuda")
+        if not c.ok:
+            failures.append(f"{case.id}: {c.reason}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_cpp_plan_equals_python_plan_on_gpu():
+    kl = importlib.import_module("kl_cuda")
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        for M, N, pad in ((4096, 1024, 0), (3, 4097, 0), (37, 1000, 64), (300, 777, 3), (8192, 262144, 0),
+                          (4, 32768, 0), (2, 131072, 0), (1, 1, 0)):
+            x = torch.empty(M, N + pad, dtype=dt, device="cuda")[:, :N]
+            out = torch.empty(M, N, dtype=dt, device="cuda")
+            es = x.element_size()
+            aligned = (M == 1) or (((N + pad) * es) % 16 == 0 and (N * es) % 16 == 0)
+            for path in ("auto", "warp", "block", "online"):
+                if (path == "warp" and N > 1024) or (path == "block" and N > 32768):
+                    continue
+                c = kl.softmax_plan(path, x.data_ptr(), out.data_ptr(), M, N, x.stride(0), N, cuda_layer.DTYPE_CODE[dt], 0)
+                p = cupy_layer.softmax_plan(path, M, N, aligned, cupy_layer._TYPE_OF[dt], es,
+                                            torch.cuda.get_device_capability()[0])
+                for k in ("path", "vec", "chunks", "threads", "cluster", "seg", "grid", "kernel"):
+                    assert c[k] == p[k], (dt, M, N, path, k, c[k], p[k])
+
+
+@pytest.mark.gpu
+def test_gpu_validation_and_overrides():
+    x = torch.randn(64, 3000, device="cuda")
+    ref = torch.softmax(x.double(), -1)
+    for ept in (8, 16, 32):
+        y = cuda_layer.softmax(x, path="block", ept=ept)
+        assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7)
+    for c in (1, 2, 4, 8):
+        y = cuda_layer.softmax(x, path="online", cluster=c)
+        assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match="out"):
+        cuda_layer.softmax(x, out=torch.empty(64, 3000, device="cuda", dtype=torch.float16))
+    with pytest.raises(ValueError, match="x: columns"):
+        cuda_layer.softmax(x.t())
+    with pytest.raises(ValueError, match="N: the warp-per-row path"):
+        cuda_layer.softmax(x, path="warp")
+    a = torch.randn(1000, device="cuda")
+    for grid in (1, 7, 1000):
+        assert torch.equal(cuda_layer.vector_add(a, a, grid=grid), a + a)
