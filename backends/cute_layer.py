@@ -1,4 +1,5 @@
-"""CuTe DSL adapter (nvidia-cutlass-dsl 4.8): registers cute:vector_add, cute:softmax, cute:gemm.
+"""CuTe DSL adapter (nvidia-cutlass-dsl 4.8): registers cute:vector_add, cute:softmax (+ the
+softmax_rows / softmax_long variants), cute:gemm (+ gemm_ws, gemm_ws_c2).
 
 Glue only: availability, which cases each kernel takes (and why not), compile-only facts for
 sm_90a without a GPU, and ``prepare`` -> zero-argument launch. The kernels and their launch
@@ -119,6 +120,31 @@ def _sm_plan(case) -> dict | None:
     return {"vec": vec, "threads": cfg[0], "k": cfg[1], "cluster": cfg[2]}
 
 
+def _sm_vec(case) -> int:
+    from cutlass_src import align_of
+    from harness.problems.softmax import LAYOUT_PAD
+
+    es = _esize(case.dtype)
+    pad = LAYOUT_PAD[case.params.get("layout", "contiguous")]
+    return max(1, align_of((case.N + pad) * es if case.M > 1 else 16, case.N * es) // es)
+
+
+# cute:softmax's dispatcher: which shapes it hands to the variants registered below. Off by
+# default until a GPU run shows them faster; KL_CUTE_SOFTMAX_ROUTE=rows,long (or "rows", "long")
+# flips it without a code change. ROWS_MAX_N: rows at most this long go to softmax_rows.
+SOFTMAX_ROUTE = tuple(r for r in os.environ.get("KL_CUTE_SOFTMAX_ROUTE", "").split(",") if r)
+ROWS_MAX_N = 4096
+
+
+def _sm_route(case) -> str:
+    """"rows" | "long" | "base": the kernel cute:softmax runs for this case."""
+    if "rows" in SOFTMAX_ROUTE and case.N <= ROWS_MAX_N and _rows_plan(case) is not None:
+        return "rows"
+    if "long" in SOFTMAX_ROUTE and _long_plan(case) is not None:
+        return "long"
+    return "base"
+
+
 def _sm_supports(case) -> str | None:
     if _available():
         return None
@@ -134,6 +160,11 @@ def _sm_compile_only(case):
     _need()
     from cutlass_src import softmax as sm
 
+    route = _sm_route(case)
+    if route == "rows":
+        return _rows_compile_only(case)
+    if route == "long":
+        return _long_compile_only(case)
     p = _sm_plan(case)
     if p is None:
         raise Unsupported(_sm_supports(case))
@@ -151,6 +182,11 @@ def softmax_prepare(case, inputs, out):
     _need()
     from cutlass_src import softmax as sm
 
+    route = _sm_route(case)
+    if route == "rows":
+        return softmax_rows_prepare(case, inputs, out)
+    if route == "long":
+        return softmax_long_prepare(case, inputs, out)
     (x,) = inputs
     try:
         launch, comp, p = sm.prepare_softmax(x, out)
@@ -163,6 +199,125 @@ def softmax_prepare(case, inputs, out):
         return sm.prepare_softmax(x, o2)[0]
 
     launch.info = _info(comp, {"config": p, "call_overhead_us": _overhead_us(scratch)})
+    return launch
+
+
+# -- softmax_rows: short rows, several rows per CTA, next row prefetched -------------------------
+def _rows_plan(case) -> dict | None:
+    from cutlass_src import softmax_rows as sr
+
+    try:
+        return sr.plan_for(case.N, _sm_vec(case))
+    except ValueError:
+        return None
+
+
+def _rows_supports(case) -> str | None:
+    if _available():
+        return None
+    from cutlass_src import softmax_rows as sr
+
+    if _rows_plan(case) is None:
+        return (f"N={case.N}: short-row kernel (<= {sr.max_n(_sm_vec(case))} elements at this "
+                f"access width); longer rows: cute:softmax")
+    return None
+
+
+def _rows_compile_only(case):
+    _need()
+    from cutlass_src import softmax_rows as sr
+
+    p = _rows_plan(case)
+    if p is None:
+        raise Unsupported(_rows_supports(case))
+    comp = sr._compile(case.torch_dtype, case.torch_dtype, p)
+    return _info(comp, {"config": p, "kernel": "softmax_rows"})
+
+
+@register(problem="softmax", layer="cute", name="softmax_rows",
+          description="short rows: a warp (or a few) per row, several rows per CTA, grid-stride "
+                      "row loop with the next row's 128-bit loads in flight",
+          sources=[Source(src("cutlass_src", "softmax_rows.py"), kernels=None,
+                          host=("prepare_softmax_rows", "plan", "plan_for", "config", "_compile"))],
+          devices=("cuda",), available=_available, supports=_rows_supports,
+          compile_only=_rows_compile_only)
+def softmax_rows_prepare(case, inputs, out):
+    _need()
+    from cutlass_src import softmax_rows as sr
+
+    (x,) = inputs
+    try:
+        launch, comp, p = sr.prepare_softmax_rows(x, out)
+    except (ValueError, TypeError) as e:
+        raise Unsupported(str(e)) from None
+
+    def scratch():
+        import torch
+        o2 = torch.empty_like(out)
+        return sr.prepare_softmax_rows(x, o2)[0]
+
+    launch.info = _info(comp, {"config": p, "kernel": "softmax_rows",
+                               "call_overhead_us": _overhead_us(scratch)})
+    return launch
+
+
+# -- softmax_long: 512-thread CTAs, clusters of up to 16, two CTAs per SM --------------------------
+def _long_plan(case) -> dict | None:
+    from cutlass_src import softmax as sm
+
+    vec = _sm_vec(case)
+    cfg = sm.config_long(case.N, vec)
+    if cfg is None:
+        return None
+    return {"vec": vec, "threads": cfg[0], "k": cfg[1], "cluster": cfg[2]}
+
+
+def _long_supports(case) -> str | None:
+    if _available():
+        return None
+    from cutlass_src import softmax as sm
+
+    if _long_plan(case) is None:
+        return (f"N={case.N}: long-row configuration only ({1024 * sm.MAX_PER_THREAD} < N <= "
+                f"{sm.max_n_long()}); shorter rows fit one CTA: cute:softmax")
+    return None
+
+
+def _long_compile_only(case):
+    _need()
+    from cutlass_src import softmax as sm
+
+    p = _long_plan(case)
+    if p is None:
+        raise Unsupported(_long_supports(case))
+    comp = sm._compile(case.torch_dtype, case.torch_dtype, p)
+    return _info(comp, {"config": p, "kernel": "softmax_long"})
+
+
+@register(problem="softmax", layer="cute", name="softmax_long",
+          description="long rows: the cluster/DSMEM kernel with 512-thread CTAs (<= 64 regs, two "
+                      "CTAs per SM) and clusters of up to 16 (non-portable)",
+          sources=[Source(src("cutlass_src", "softmax.py"), kernels=None,
+                          host=("prepare_softmax", "plan", "config_long", "_compile", "validate"))],
+          devices=("cuda",), available=_available, supports=_long_supports,
+          compile_only=_long_compile_only)
+def softmax_long_prepare(case, inputs, out):
+    _need()
+    from cutlass_src import softmax as sm
+
+    (x,) = inputs
+    try:
+        launch, comp, p = sm.prepare_softmax(x, out, long=True)
+    except (ValueError, TypeError) as e:
+        raise Unsupported(str(e)) from None
+
+    def scratch():
+        import torch
+        o2 = torch.empty_like(out)
+        return sm.prepare_softmax(x, o2, long=True)[0]
+
+    launch.info = _info(comp, {"config": p, "kernel": "softmax_long",
+                               "call_overhead_us": _overhead_us(scratch)})
     return launch
 
 

@@ -24,6 +24,7 @@ serves every shape of a bucket.
 from __future__ import annotations
 
 import math
+import os
 
 import cutlass
 import cutlass.cute as cute
@@ -182,14 +183,58 @@ def config(n: int, vec: int) -> tuple[int, int, int] | None:
 
 MAX_N = 1024 * 2 * MAX_PER_THREAD * MAX_CLUSTER
 
+# -- long rows (cute:softmax_long): same kernel, 512-thread CTAs and clusters of up to 16 ---------
+# A 1024-thread CTA holding 32-64 values per thread fills the SM's register file, so one CTA per
+# SM: its loads, its reductions and cluster barriers, and its stores run back to back. At 512
+# threads and <= 64 registers two CTAs (of two different rows) share an SM and one's reduction
+# hides behind the other's loads; the row then needs twice the CTAs, i.e. clusters of 16
+# (non-portable: the DSL sets CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED on its kernels).
+LONG_THREADS = 512
 
-def plan(x: torch.Tensor, out: torch.Tensor) -> dict:
-    """Access width and (THREADS, K, CLUSTER) for these tensors; ValueError when unsupported."""
+
+def long_max_cluster() -> int:
+    """``KL_CUTE_SOFTMAX_LONG_MAX_CLUSTER`` (default 16; 8 keeps to portable cluster sizes)."""
+    return int(os.environ.get("KL_CUTE_SOFTMAX_LONG_MAX_CLUSTER", "16"))
+
+
+def config_long(n: int, vec: int) -> tuple[int, int, int] | None:
+    """(512, K, CLUSTER) for a row of n elements: <= 32 values per thread, 2..16 CTAs per row
+    (64 values per thread only at the largest cluster); None when it would fit one CTA (the
+    single-CTA kernels do that better) or not fit at all."""
+    if n <= 1024 * MAX_PER_THREAD:
+        return None
+    vecs = -(-n // vec)
+    top = long_max_cluster()
+    for cluster in (2, 4, 8, 16):
+        if cluster > top:
+            break
+        k = -(-vecs // (LONG_THREADS * cluster))
+        kp = 1 << (k - 1).bit_length()
+        if kp * vec <= MAX_PER_THREAD:
+            return LONG_THREADS, kp, cluster
+        if cluster == top and k * vec <= 2 * MAX_PER_THREAD:
+            return LONG_THREADS, k, cluster
+    return None
+
+
+def max_n_long() -> int:
+    return LONG_THREADS * 2 * MAX_PER_THREAD * long_max_cluster()
+
+
+def plan(x: torch.Tensor, out: torch.Tensor, long: bool = False) -> dict:
+    """Access width and (THREADS, K, CLUSTER) for these tensors; ValueError when unsupported.
+    ``long``: the 512-thread, up-to-16-CTA cluster configuration (cute:softmax_long)."""
     n = x.shape[1]
     es = x.element_size()
     align = align_of(x.data_ptr(), out.data_ptr(), x.stride(0) * es if x.shape[0] > 1 else 16,
                      out.stride(0) * out.element_size() if out.shape[0] > 1 else 16, n * es)
     vec = max(1, align // es)
+    if long:
+        cfg = config_long(n, vec)
+        if cfg is None:
+            raise ValueError(f"x: rows of {n} elements do not take the long-row configuration "
+                             f"({1024 * MAX_PER_THREAD} < N <= {max_n_long()}); use cute:softmax")
+        return {"vec": vec, "threads": cfg[0], "k": cfg[1], "cluster": cfg[2]}
     cfg = config(n, vec)
     if cfg is None:
         raise ValueError(f"x: rows of {n} elements (access width {vec}) are longer than this "
@@ -238,10 +283,10 @@ def validate(x, out):
         raise ValueError(f"x: empty tensor of shape {tuple(x.shape)}")
 
 
-def prepare_softmax(x, out):
+def prepare_softmax(x, out, long: bool = False):
     """Validate, plan, compile (cached); returns (launch, compiled, plan)."""
     validate(x, out)
-    p = plan(x, out)
+    p = plan(x, out, long)
     comp = _compile(x.dtype, out.dtype, p)
     vec = p["vec"]
     args = (to_cute(x, max(x.element_size(), vec * x.element_size())),
@@ -263,12 +308,12 @@ def softmax(x, out=None):
     return out
 
 
-def compile_only(dtype: torch.dtype, n: int, vec: int | None = None):
+def compile_only(dtype: torch.dtype, n: int, vec: int | None = None, long: bool = False):
     """Compile the kernel a row of n elements would use, for sm_90a, without a GPU."""
     es = torch.empty((), dtype=dtype).element_size()
     if vec is None:
         vec = 16 // es if (n * es) % 16 == 0 else 1
-    cfg = config(n, vec)
+    cfg = config_long(n, vec) if long else config(n, vec)
     if cfg is None:
         raise ValueError(f"n: {n} is longer than the supported maximum")
     p = {"vec": vec, "threads": cfg[0], "k": cfg[1], "cluster": cfg[2]}
