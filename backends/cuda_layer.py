@@ -1,7 +1,7 @@
 """CUDA C++ adapter: the pybind11 module ``kl_cuda`` built by CMake from ``cuda_src/``.
 
 Rows (problem / id): vector_add ``cuda:vector_add``; softmax ``cuda:softmax`` (the host
-dispatcher: warp per row for N <= 1024, block per row up to 16384, online above),
+dispatcher: warp per row for N <= 1024, block per row up to 32768, online above),
 ``cuda:softmax_warp``, ``cuda:softmax_block``, ``cuda:softmax_online`` (each path on its own).
 The GEMM rows live in ``backends/cuda_gemm.py``.
 
@@ -362,7 +362,7 @@ HELPERS = Source("cuda_src/common.cuh", kernels=(
     "unpack", "pack", "warp_max", "warp_sum", "exp_shifted", "online_merge", "warp_online_merge"), host=())
 KERNEL_OF = {"warp": "softmax_warp_kernel", "block": "softmax_block_kernel", "online": "softmax_online_kernel"}
 DESCRIPTIONS = {
-    "auto": "host dispatcher by N: warp per row (N<=1024), block per row (N<=16384), online above",
+    "auto": "host dispatcher by N: warp per row (N<=1024), block per row (N<=32768), online above",
     "warp": "one warp per row, row in registers, shuffle reductions, 16-byte loads when aligned",
     "block": "one block per row, row in registers, shuffle + shared-memory reductions",
     "online": "column tiles, running max/sum; cluster of CTAs per row merges via DSMEM (sm_90)",

@@ -70,7 +70,7 @@ def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, 
     vec = 16 // es if aligned else 1
     p = {"path": path, "vec": vec, "chunks": 1, "threads": 128, "rows_per_block": 1, "cluster": 1, "seg": 0}
     if path == "auto":
-        p["path"] = "warp" if N <= 1024 else "block" if N <= 16384 else "online"
+        p["path"] = "warp" if N <= 1024 else "block" if N <= 32768 else "online"
     if p["path"] == "warp":
         if N > 1024:
             raise ValueError(f"N: the warp-per-row path takes N <= 1024, got {N}")
@@ -83,7 +83,7 @@ def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, 
     elif p["path"] == "block":
         if N > 32768:
             raise ValueError(f"N: the block-per-row path holds at most 32768 columns, got {N}")
-        e = ept or (8 if N <= 4096 else 16 if N <= 8192 else 32)
+        e = ept or 32
         nt = (-(-N // e) + 31) // 32 * 32
         while nt > 1024 and e < 32:
             e *= 2
@@ -122,7 +122,7 @@ def vector_add_plan(n: int, ctype: str, es: int, x_mis: int, y_mis: int, out_mis
     b, unroll = block or 256, 4
     nvec = (n - head) // vec
     full = max(1, -(-nvec // (b * unroll)))
-    g = grid or min(full, sm_count * blocks_per_sm)
+    g = grid or min(full, sm_count * blocks_per_sm * 1024)
     return {"vec": vec, "head": head, "unroll": unroll, "block": b, "grid": g,
             "kernel": f"vector_add_kernel<{ctype}, {vec}, {unroll}>"}
 
@@ -250,7 +250,7 @@ def vector_add(x, y, out=None):
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     p = vector_add_plan(n, _TYPE_OF[x.dtype], es, x.data_ptr() % 16, y.data_ptr() % 16, out.data_ptr() % 16, sms)
     fn, _ = get_kernel("vector_add.cu", p["kernel"])
-    p["grid"] = max(1, min(p["grid"], sms * _resident(fn, p["block"])))
+    p["grid"] = max(1, min(p["grid"], sms * _resident(fn, p["block"]) * 1024))
     args = (np.uint64(x.data_ptr()), np.uint64(y.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
             np.int64(p["head"]))
     _launch(fn, p["grid"], p["block"], args, x)
@@ -258,7 +258,7 @@ def vector_add(x, y, out=None):
 
 
 def _resident(fn, block: int) -> int:
-    """Blocks per SM the registers allow (the grid-stride grid is one full wave, as in C++)."""
+    """Blocks per SM the registers allow (the grid is capped at 1024 such waves, as in C++)."""
     try:
         regs = max(1, int(fn.attributes["num_regs"]))
         return max(1, min(2048 // block, 65536 // (((regs * 32 + 255) // 256) * 256 * (block // 32))))

@@ -135,8 +135,10 @@ VectorAddPlan vector_add_plan(std::uintptr_t x, std::uintptr_t y, std::uintptr_t
   const long long per_block = (long long)p.block * p.unroll;
   long long full = (nvec + per_block - 1) / per_block;
   if (full < 1) full = 1;
-  // default: one full wave (every SM holds as many blocks as its registers allow), grid-stride beyond
-  const long long cap = (long long)d.sm_count * resident_blocks(dtype, p.vec, p.block);
+  // default: one pass over the data (each thread one iteration) up to 1024 waves of resident blocks,
+  // grid-stride beyond. H200, N = 2^28 fp32: one full grid 102 % of the copy ceiling, a one-wave
+  // grid-stride grid (396 blocks) 96 %: fewer loop iterations and address updates per element.
+  const long long cap = (long long)d.sm_count * resident_blocks(dtype, p.vec, p.block) * 1024;
   p.grid = grid ? grid : (full < cap ? full : cap);
   if (p.grid > 2147483647LL) bad_arg("grid: too large");
   // the head and the tail are done by the first threads of the grid: make sure there are enough

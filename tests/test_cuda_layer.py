@@ -199,6 +199,8 @@ def test_python_plan_mirrors_dispatch_rules():
     assert p["kernel"] == "softmax_warp_kernel<float, 4, 8>" and p["grid"] == 1024
     p = cuda_layer.case_plan("auto", sm.case(M=4096, N=16384))
     assert p["path"] == "block" and p["threads"] * p["chunks"] * p["vec"] >= 16384
+    p = cuda_layer.case_plan("auto", sm.case(M=8192, N=32768))
+    assert p["kernel"] == "softmax_block_kernel<float, 4, 8>" and p["threads"] == 1024
     p = cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))
     assert p["kernel"] == "softmax_online_kernel<float, 4, 8>" and p["grid"] == 8192 * 8 and p["seg"] == 32768
     p = cuda_layer.case_plan("auto", sm.case(M=300, N=777, layout="strided_odd"))
