@@ -1,10 +1,17 @@
 """CUDA C++ adapter for ``gemm_epilogue`` (kernels in ``cuda_src/gemm_epilogue.cu``).
 
-Three rows:
+Four rows:
 - ``cuda:gemm_wgmma``: the Hopper path (sm_90a): TMA ring on mbarriers, warp-specialised wgmma,
-  bias + activation on the accumulators. Declines (with the reason) what TMA cannot take.
+  two consumer warpgroups cooperating on one 128 x 256 tile, bias + activation on the
+  accumulators. Declines (with the reason) what TMA cannot take.
+- ``cuda:gemm_pingpong``: Hopper, ping-pong: each consumer warpgroup owns a whole 128 x 128 tile
+  and the two alternate, so one's epilogue (stmatrix -> shared memory -> TMA store) overlaps the
+  other's wgmma mainloop. Same TMA conditions, plus a 16-byte aligned output with ldc % 8 == 0.
 - ``cuda:gemm_mma``: the portable path (sm_80+): mma.sync + ldmatrix + cp.async ring; any shape.
-- ``cuda:gemm``: the dispatcher the module exposes: Hopper when it can run, else portable.
+- ``cuda:gemm``: the dispatcher the module exposes: Hopper when it can run, else portable. Which
+  Hopper kernel it picks is ``DISPATCH_HOPPER`` below ("wgmma" or "pingpong"; the environment
+  variable ``KL_CUDA_GEMM_HOPPER`` overrides it for one run). A ping-pong pick falls back to
+  wgmma when the output is not TMA-storable.
 
 The compiled module is ``kl_cuda`` (built by CMake from ``cuda_src/``); its availability comes from
 ``backends.cuda_layer`` when that adapter exists. ``KL_CUDA_GEMM_MODULE=name`` points the adapter
@@ -31,6 +38,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = "cuda_src/gemm_epilogue.cu"
 DTYPE_CODE = {torch.float16: 1, torch.bfloat16: 2}
 ACT_CODE = {"none": 0, "relu": 1, "gelu": 2}
+
+# The switch: which Hopper kernel `cuda:gemm` dispatches to. Flip to "pingpong" once a GPU run has
+# verified it and timed it faster than "wgmma" (docs/perf-notes.md, CUDA C++ GEMM section).
+DISPATCH_HOPPER = os.environ.get("KL_CUDA_GEMM_HOPPER", "wgmma")
+if DISPATCH_HOPPER not in ("wgmma", "pingpong"):
+    raise ValueError(f"KL_CUDA_GEMM_HOPPER: expected 'wgmma' or 'pingpong', got {DISPATCH_HOPPER!r}")
+
+# Dynamic shared memory the launchers request (mirrors WgCfg<256>::SMEM and PP_SMEM in the .cu).
+SMEM_WGMMA = 4 * 49152 + 2 * 4 * 8 + 1024
+SMEM_PINGPONG = 5 * (16384 + 16384) + 2 * 32768 + (2 * 5 + 2) * 8 + 1024
 
 _module_cache: dict = {}
 
@@ -91,6 +108,16 @@ def _available_wgmma() -> str | None:
     cap = torch.cuda.get_device_capability()
     if cap != (9, 0):
         return f"needs an sm_90 (Hopper) GPU for TMA + wgmma; this GPU is sm_{cap[0]}{cap[1]}"
+    return None
+
+
+def _available_pingpong() -> str | None:
+    why = _available_wgmma()
+    if why:
+        return why
+    mod, _ = _load()
+    if not hasattr(mod, "gemm_epilogue_pingpong"):
+        return f"{mod.__name__} predates the ping-pong kernel (rebuild from cuda_src/)"
     return None
 
 
@@ -182,6 +209,8 @@ def _kernel_key(path: str, case, args: dict) -> str:
     ty = "bf16" if case.dtype == "bfloat16" else "f16"
     if path == "wgmma":
         return f"gemm_wgmma_kernel<{ty},256>"
+    if path == "pingpong":
+        return f"gemm_pingpong_kernel<{ty}>"
     vec = (case.K % 8 == 0 and case.N % 8 == 0 and args["lda"] % 8 == 0 and args["ldb"] % 8 == 0
            and args["a"] % 16 == 0 and args["b"] % 16 == 0)
     return f"gemm_mma_kernel<{ty},{'vec' if vec else 'gather'}>"
@@ -198,11 +227,24 @@ def _prepare(path: str):
             if reason is not None:
                 raise Unsupported(reason)
             fn, taken = mod.gemm_epilogue_wgmma, "wgmma"
+        elif path == "pingpong":
+            reason = mod.gemm_pingpong_unsupported(**args)
+            if reason is not None:
+                raise Unsupported(reason)
+            fn, taken = mod.gemm_epilogue_pingpong, "pingpong"
         elif path == "mma":
             fn, taken = mod.gemm_epilogue_mma, "mma"
         else:
+            hopper = DISPATCH_HOPPER
+            args = dict(args, hopper=hopper)
             fn = mod.gemm_epilogue
-            taken = "wgmma" if mod.gemm_wgmma_unsupported(**args) is None else "mma"
+            plain = {k: v for k, v in args.items() if k != "hopper"}
+            if hopper == "pingpong" and mod.gemm_pingpong_unsupported(**plain) is None:
+                taken = "pingpong"
+            elif mod.gemm_wgmma_unsupported(**plain) is None:
+                taken = "wgmma"
+            else:
+                taken = "mma"
 
         def launch():
             fn(**args)
@@ -211,6 +253,8 @@ def _prepare(path: str):
         info = {"path": taken, "config": dict(mod.gemm_config[taken]),
                 "compile_s": 0.0}  # ahead of time: compiled when the module was built
         info.update(_attrs(mod, args["device"], _kernel_key(taken, case, args)))
+        if path == "auto":
+            info["dispatch_hopper"] = DISPATCH_HOPPER
         launch.info = info
         return launch
     return prepare
@@ -248,7 +292,7 @@ def _kernels_ptx() -> tuple[str, float]:
 def _compile_only(path: str):
     def compile_only(case):
         from harness.ptxas import ptxas_info, summarize
-        why = _supports_dtype(case) or (_supports_wgmma(case) if path == "wgmma" else None)
+        why = _supports_dtype(case) or (_supports_wgmma(case) if path in ("wgmma", "pingpong") else None)
         if why:
             raise Unsupported(why)
         ptx, secs = _kernels_ptx()
@@ -256,36 +300,48 @@ def _compile_only(path: str):
         bf = "Lb1E" if case.dtype == "bfloat16" else "Lb0E"
         taken = path
         if path == "auto":
-            taken = "wgmma" if _supports_wgmma(case) is None else "mma"
+            taken = DISPATCH_HOPPER if _supports_wgmma(case) is None else "mma"
         if taken == "wgmma":
             want = f"gemm_wgmma_kernelI{bf}Li256E"
+        elif taken == "pingpong":
+            want = f"gemm_pingpong_kernelI{bf}E"
         else:
             vec = "Lb1E" if (case.K % 8 == 0 and case.N % 8 == 0) else "Lb0E"
             want = f"gemm_mma_kernelI{bf}{vec}"
         picked = {k: v for k, v in per.items() if want in k}
         facts = summarize(picked)
         # dynamic shared memory the launcher requests (ptxas reports static only)
-        facts["smem"] = (facts.get("smem") or 0) + (4 * 49152 + 64 + 1024 if taken == "wgmma" else 65536)
+        dyn = {"wgmma": SMEM_WGMMA, "pingpong": SMEM_PINGPONG}.get(taken, 65536)
+        facts["smem"] = (facts.get("smem") or 0) + dyn
         facts.update({"compile_s": secs, "arch": "sm_90a", "path": taken,
-                      "note": "registers before setmaxnreg (40 producer / 232 consumer)" if taken == "wgmma" else ""})
+                      "note": "registers before setmaxnreg (40 producer / 232 consumer)"
+                      if taken in ("wgmma", "pingpong") else ""})
         return facts
     return compile_only
 
 
 _SOURCES_WGMMA = (Source(SRC, kernels=("gemm_wgmma_kernel",),
                          host=("gemm_epilogue_wgmma", "gemm_wgmma_unsupported")),)
+_SOURCES_PINGPONG = (Source(SRC, kernels=("gemm_pingpong_kernel",),
+                            host=("gemm_epilogue_pingpong", "gemm_pingpong_unsupported")),)
 _SOURCES_MMA = (Source(SRC, kernels=("gemm_mma_kernel",), host=("gemm_epilogue_mma",)),)
-_SOURCES_AUTO = (Source(SRC, kernels=("gemm_wgmma_kernel", "gemm_mma_kernel"), host=("gemm_epilogue_auto",)),)
+_SOURCES_AUTO = (Source(SRC, kernels=("gemm_pingpong_kernel" if DISPATCH_HOPPER == "pingpong" else "gemm_wgmma_kernel",
+                                      "gemm_mma_kernel"), host=("gemm_epilogue_auto",)),)
 
 register(problem="gemm_epilogue", layer=LAYER, name="gemm_wgmma",
          description="Hopper: TMA 4-stage ring + warp-specialised wgmma 128x256x64, persistent, fused bias+act",
          sources=_SOURCES_WGMMA, devices=("cuda",), available=_available_wgmma, supports=_supports_wgmma,
          compile_only=_compile_only("wgmma"))(_prepare("wgmma"))
+register(problem="gemm_epilogue", layer=LAYER, name="gemm_pingpong",
+         description="Hopper ping-pong: 2 consumer WGs on alternating 128x128x64 tiles, 5-stage TMA ring, "
+                     "TMA-store epilogue overlapping the other WG's wgmma, persistent, fused bias+act",
+         sources=_SOURCES_PINGPONG, devices=("cuda",), available=_available_pingpong, supports=_supports_wgmma,
+         compile_only=_compile_only("pingpong"))(_prepare("pingpong"))
 register(problem="gemm_epilogue", layer=LAYER, name="gemm_mma",
          description="portable: mma.sync m16n8k16 + ldmatrix + 4-stage cp.async, 128x128x32, any shape",
          sources=_SOURCES_MMA, devices=("cuda",), available=_available_mma, supports=_supports_dtype,
          compile_only=_compile_only("mma"))(_prepare("mma"))
 register(problem="gemm_epilogue", layer=LAYER, name="gemm",
-         description="dispatcher: gemm_wgmma when TMA can take the shape on sm_90, else gemm_mma",
+         description=f"dispatcher: gemm_{DISPATCH_HOPPER} when TMA can take the shape on sm_90, else gemm_mma",
          sources=_SOURCES_AUTO, devices=("cuda",), available=_available_mma, supports=_supports_dtype,
          compile_only=_compile_only("auto"))(_prepare("auto"))

@@ -62,6 +62,32 @@ void bind_gemm_epilogue(py::module_& m) {
       "C = act(A @ B + bias) on the Hopper path: TMA ring + warp-specialised wgmma (sm_90a). "
       "Needs K, N, lda, ldb multiples of 8 and 16-byte aligned a, b.");
   m.def(
+      "gemm_epilogue_pingpong",
+      [](std::uintptr_t a, std::uintptr_t b, std::uintptr_t bias, std::uintptr_t c, long long M, long long N,
+         long long K, long long lda, long long ldb, long long ldc, int dtype, int act, bool has_bias,
+         std::uintptr_t stream, int device, int group_m, int max_ctas) {
+        klgemm::PingpongConfig cfg;
+        cfg.group_m = group_m;
+        cfg.max_ctas = max_ctas;
+        klgemm::gemm_epilogue_pingpong(
+            make_args(a, b, bias, c, M, N, K, lda, ldb, ldc, dtype, act, has_bias, stream, device), cfg);
+      },
+      KLG_ARGS, py::arg("group_m") = 8, py::arg("max_ctas") = 0,
+      "C = act(A @ B + bias) on the Hopper ping-pong path: TMA ring, two consumer warpgroups on alternating "
+      "128x128 tiles, TMA-store epilogue (sm_90a). Needs K, N, lda, ldb, ldc multiples of 8 and 16-byte aligned "
+      "a, b, c.");
+  m.def(
+      "gemm_pingpong_unsupported",
+      [](std::uintptr_t a, std::uintptr_t b, std::uintptr_t bias, std::uintptr_t c, long long M, long long N,
+         long long K, long long lda, long long ldb, long long ldc, int dtype, int act, bool has_bias,
+         std::uintptr_t stream, int device) -> py::object {
+        std::string why = klgemm::gemm_pingpong_unsupported(
+            make_args(a, b, bias, c, M, N, K, lda, ldb, ldc, dtype, act, has_bias, stream, device));
+        if (why.empty()) return py::none();
+        return py::str(why);
+      },
+      KLG_ARGS, "None when the ping-pong Hopper kernel can run these arguments on this device, else the reason.");
+  m.def(
       "gemm_epilogue_mma",
       [](std::uintptr_t a, std::uintptr_t b, std::uintptr_t bias, std::uintptr_t c, long long M, long long N,
          long long K, long long lda, long long ldb, long long ldc, int dtype, int act, bool has_bias,
@@ -73,11 +99,13 @@ void bind_gemm_epilogue(py::module_& m) {
       "gemm_epilogue",
       [](std::uintptr_t a, std::uintptr_t b, std::uintptr_t bias, std::uintptr_t c, long long M, long long N,
          long long K, long long lda, long long ldb, long long ldc, int dtype, int act, bool has_bias,
-         std::uintptr_t stream, int device) {
+         std::uintptr_t stream, int device, const std::string& hopper) {
         return klgemm::gemm_epilogue_auto(
-            make_args(a, b, bias, c, M, N, K, lda, ldb, ldc, dtype, act, has_bias, stream, device));
+            make_args(a, b, bias, c, M, N, K, lda, ldb, ldc, dtype, act, has_bias, stream, device), hopper);
       },
-      KLG_ARGS, "Dispatcher: the Hopper path when it can run these arguments, else the portable path. Returns the path used.");
+      KLG_ARGS, py::arg("hopper") = "wgmma",
+      "Dispatcher: a Hopper kernel when it can run these arguments (hopper=\"wgmma\": cooperative 128x256, "
+      "\"pingpong\": ping-pong 128x128, falling back to wgmma), else the portable path. Returns the path used.");
   m.def(
       "gemm_wgmma_unsupported",
       [](std::uintptr_t a, std::uintptr_t b, std::uintptr_t bias, std::uintptr_t c, long long M, long long N,
@@ -106,6 +134,10 @@ void bind_gemm_epilogue(py::module_& m) {
   cfg["wgmma"] = py::dict(py::arg("tile_m") = 128, py::arg("tile_n") = 256, py::arg("tile_k") = 64,
                           py::arg("stages") = 4, py::arg("threads") = 384, py::arg("group_m") = 8,
                           py::arg("schedule") = "persistent, 1 producer + 2 consumer warpgroups");
+  cfg["pingpong"] = py::dict(py::arg("tile_m") = 128, py::arg("tile_n") = 128, py::arg("tile_k") = 64,
+                             py::arg("stages") = 5, py::arg("threads") = 384, py::arg("group_m") = 8,
+                             py::arg("epilogue") = "stmatrix -> swizzled smem -> TMA store",
+                             py::arg("schedule") = "persistent, 1 producer + 2 consumer warpgroups on alternating tiles");
   cfg["mma"] = py::dict(py::arg("tile_m") = 128, py::arg("tile_n") = 128, py::arg("tile_k") = 32,
                         py::arg("stages") = 4, py::arg("threads") = 256, py::arg("warp_tile") = "64x32");
   m.attr("gemm_config") = cfg;

@@ -131,6 +131,57 @@ __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
 #endif
 }
 
+// ---- TMA store (shared -> global), bulk async-groups, proxy fence, named barriers, stmatrix ----
+// The box at (c0, c1) is written from shared memory; parts of the box outside the tensor are not
+// written (the clipping that makes ragged M and N tiles safe).
+__device__ __forceinline__ void tma_store_2d(const void* tmap, u32 src, int c0, int c1) {
+#ifdef KLG_SM90
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+               ::"l"(tmap), "r"(c0), "r"(c1), "r"(src)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#ifdef KLG_SM90
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+// Waits until at most N of this thread's bulk groups still READ their shared-memory source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#ifdef KLG_SM90
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+#endif
+}
+// Waits until at most N of this thread's bulk groups are incomplete (writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+#ifdef KLG_SM90
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+// Generic-proxy shared-memory writes (st.shared, stmatrix) -> visible to the async proxy (TMA).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#ifdef KLG_SM90
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+// Barrier ID (1..15; 0 is __syncthreads) among `count` threads (a multiple of 32). A compile-time
+// ID lets ptxas reserve only the barriers used.
+template <int ID>
+__device__ __forceinline__ void named_bar_sync(int count) {
+  asm volatile("bar.sync %0, %1;" ::"n"(ID), "r"(count) : "memory");
+}
+// Four 8x8 b16 matrices to shared memory: lanes 8i..8i+7 give the row addresses of matrix i;
+// register ri holds, in every lane, (row lane/4, columns 2 (lane%4), +1) of matrix i.
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+#ifdef KLG_SM90
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+
 // ---- wgmma ordering (sm_90a) ----------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -190,6 +190,232 @@ gemm_wgmma_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ T
 #endif
 }
 
+// ============================== Hopper: ping-pong warp specialisation ===========================
+// gemm_pingpong_kernel (sm_90a): persistent, 384 threads. Warpgroup 0 is the producer (one thread
+// issues TMA loads, setmaxnreg.dec 40). Consumer warpgroups 1 and 2 each own a WHOLE 128 x 128
+// output tile (two m64n128k16 wgmma per k16 step, 128 fp32 accumulators per thread) and take the
+// CTA's tiles in turn: local tiles 0, 2, 4, ... go to consumer 0 and 1, 3, 5, ... to consumer 1.
+// The producer fills one shared 5-stage ring in that same order, and a "turn" mbarrier per
+// consumer hands the tensor cores from one consumer's mainloop to the other's, so while one runs
+// its mainloop the other runs its epilogue (bias + activation on the accumulators, stmatrix into
+// its own 128-byte-swizzled 32 KB staging buffer, one TMA store of two 128 x 64 boxes that the
+// copy engine clips at M and N). Tensor cores stay busy through the epilogues.
+//
+// Shared memory: 5 x (16 KB A + 16 KB B) ring + 2 x 32 KB C staging + barriers = 225 KB.
+constexpr int PP_BM = 128, PP_BN = 128, PP_BK = 64;
+constexpr int PP_STAGES = 5;
+constexpr int PP_THREADS = 384;
+constexpr int PP_A_BYTES = PP_BM * PP_BK * 2;        // 16 KB
+constexpr int PP_B_SUB = PP_BK * 64 * 2;             // one 64-column slab of B: 8 KB
+constexpr int PP_B_BYTES = (PP_BN / 64) * PP_B_SUB;  // 16 KB
+constexpr int PP_C_HALF = PP_BM * 64 * 2;            // one 128 x 64 box of C: 16 KB
+constexpr int PP_C_BYTES = 2 * PP_C_HALF;            // per consumer: 32 KB
+constexpr int PP_SMEM = PP_STAGES * (PP_A_BYTES + PP_B_BYTES) + 2 * PP_C_BYTES + (2 * PP_STAGES + 2) * 8 + 1024;
+
+// Moves a ring position (stage, phase) forward by n slots.
+__device__ __forceinline__ void ring_advance(int& stage, u32& phase, int n, int stages) {
+  const int s = stage + n;
+  phase ^= (u32)((s / stages) & 1);
+  stage = s % stages;
+}
+
+// Barrier among the 128 threads of consumer warpgroup w only (hardware barriers 1 and 2).
+__device__ __forceinline__ void consumer_bar_sync(int w) {
+  if (w == 0) named_bar_sync<1>(128);
+  else named_bar_sync<2>(128);
+}
+
+template <bool BF16>
+__device__ __forceinline__ void wgmma_n128_k16(float (&acc)[64], u64 da, u64 db) {
+  if (BF16) wgmma_m64n128k16_bf16(acc, da, db, 1);
+  else wgmma_m64n128k16_f16(acc, da, db, 1);
+}
+
+// Bias + activation on one accumulator slab (64 rows x 128 columns of the tile, fragment layout of
+// wgmma m64n128), packed to 16 bits and written with stmatrix into the swizzled staging buffer.
+// Row `row` of a 128 x 64 box lives at row * 128 bytes; its 16-byte chunk c at (c ^ (row % 8)):
+// the 128-byte swizzle TMA expects, and conflict-free for stmatrix (8 rows -> 8 distinct chunks).
+template <bool BF16>
+__device__ __forceinline__ void pp_stage_slab(const float (&acc)[64], const float (&bz)[32], u32 sC, int slab,
+                                              int warp, int lane, int act) {
+  const int mat = lane >> 3;                                   // which of the 4 matrices this lane addresses
+  const int row = slab * 64 + warp * 16 + (lane & 7) + (mat & 1) * 8;
+  const u32 row_base = sC + row * 128;
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {  // column groups j = 2 jj and 2 jj + 1 (8 columns each)
+    u32 r[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * jj + h;
+      const float b0 = bz[2 * j], b1 = bz[2 * j + 1];
+      r[2 * h] = pack2<BF16>(apply_act(acc[4 * j] + b0, act), apply_act(acc[4 * j + 1] + b1, act));
+      r[2 * h + 1] = pack2<BF16>(apply_act(acc[4 * j + 2] + b0, act), apply_act(acc[4 * j + 3] + b1, act));
+    }
+    const int chunk = 2 * jj + (mat >> 1);  // 0..15 across the 128 columns
+    const u32 addr = row_base + (chunk >> 3) * PP_C_HALF + ((((chunk & 7) ^ (row & 7))) << 4);
+    stmatrix_x4(addr, r[0], r[1], r[2], r[3]);
+  }
+}
+
+template <bool BF16>
+__global__ void __launch_bounds__(PP_THREADS, 1)
+gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB,
+                     const __grid_constant__ TmaDesc tmC, const u16* __restrict__ bias, int M, int N, int K, int act,
+                     int tiles_m, int tiles_n, int group_m) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzled boxes want 1 KB alignment
+  const u32 sA = base;                                       // PP_STAGES x 16 KB
+  const u32 sB = sA + PP_STAGES * PP_A_BYTES;                // PP_STAGES x 16 KB
+  const u32 sC = sB + PP_STAGES * PP_B_BYTES;                // 2 consumers x 32 KB
+  const u32 bar_full = sC + 2 * PP_C_BYTES;                  // PP_STAGES x 8 bytes
+  const u32 bar_empty = bar_full + PP_STAGES * 8;            // PP_STAGES x 8 bytes
+  const u32 bar_turn = bar_empty + PP_STAGES * 8;            // 2 x 8 bytes: "consumer w may issue wgmma"
+
+  const int wg = threadIdx.x / 128;
+  const int num_tiles = tiles_m * tiles_n;
+  const int k_tiles = (K + PP_BK - 1) / PP_BK;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_desc(&tmA);
+    tma_prefetch_desc(&tmB);
+    tma_prefetch_desc(&tmC);
+    for (int s = 0; s < PP_STAGES; ++s) {
+      mbar_init(bar_full + 8 * s, 1);   // producer's arrive.expect_tx; the TMA bytes complete it
+      mbar_init(bar_empty + 8 * s, 4);  // lane 0 of each warp of the ONE consumer that read the stage
+    }
+    mbar_init(bar_turn, 1);      // arrived by one thread of consumer 1 after its mainloop
+    mbar_init(bar_turn + 8, 1);  // arrived by one thread of consumer 0 after its mainloop
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------- producer: the CTA's tiles in order, each k-tile into the next ring slot --
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      u32 phase = 0;
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        int tm, tn;
+        tile_coords(t, tiles_m, tiles_n, group_m, tm, tn);
+        const int n0 = tn * PP_BN;
+        const int slabs = min(PP_BN / 64, (N - n0 + 63) / 64);  // B slabs wholly past N are skipped
+        const u32 bytes = PP_A_BYTES + slabs * PP_B_SUB;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          mbar_wait(bar_empty + 8 * stage, phase ^ 1);
+          mbar_arrive_expect_tx(bar_full + 8 * stage, bytes);
+          tma_load_2d(sA + stage * PP_A_BYTES, &tmA, kt * PP_BK, tm * PP_BM, bar_full + 8 * stage);
+          for (int j = 0; j < slabs; ++j)
+            tma_load_2d(sB + stage * PP_B_BYTES + j * PP_B_SUB, &tmB, n0 + 64 * j, kt * PP_BK, bar_full + 8 * stage);
+          ring_advance(stage, phase, 1, PP_STAGES);
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers: whole tiles, alternating --------------------------------------
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int w = wg - 1;
+    const int tid = threadIdx.x % 128;
+    const int lane = threadIdx.x % 32;
+    const int warp = tid / 32;
+    const u32 my_turn = bar_turn + 8 * w, their_turn = bar_turn + 8 * (1 - w);
+    const u32 sCw = sC + w * PP_C_BYTES;
+    // Ring position of this consumer's first tile: consumer 1 starts after consumer 0's first tile.
+    int stage = 0;
+    u32 phase = 0, turn_phase = 0;
+    if (w == 1) ring_advance(stage, phase, k_tiles, PP_STAGES);
+    bool first = true;
+
+    for (int t = blockIdx.x + w * gridDim.x; t < num_tiles; t += 2 * gridDim.x) {
+      int tm, tn;
+      tile_coords(t, tiles_m, tiles_n, group_m, tm, tn);
+      const int n0 = tn * PP_BN;
+      // The other consumer has a tile after this one (its next local tile): it waits for our turn hand-off.
+      const bool hand_off = t + (int)gridDim.x < num_tiles;
+
+      float acc0[64], acc1[64];  // rows 0..63 and 64..127 of the tile
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        acc0[i] = 0.0f;
+        acc1[i] = 0.0f;
+      }
+      fence_regs(acc0);
+      fence_regs(acc1);
+
+      // Wait for the tensor cores: consumer 0's first tile goes at once; every other mainloop
+      // follows the other consumer's previous mainloop.
+      if (!(w == 0 && first)) {
+        mbar_wait(my_turn, turn_phase);
+        turn_phase ^= 1;
+      }
+      first = false;
+
+      int prev = 0;
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        mbar_wait(bar_full + 8 * stage, phase);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < PP_BK / 16; ++kk) {
+          const u32 a_st = sA + stage * PP_A_BYTES + kk * 32;  // K-major A, 16 k = 32 bytes
+          const u64 da0 = smem_desc_sw128(a_st, 16, 1024);
+          const u64 da1 = smem_desc_sw128(a_st + 64 * 128, 16, 1024);  // rows 64..127: +8 KB
+          const u64 db = smem_desc_sw128(sB + stage * PP_B_BYTES + kk * 2048, PP_B_SUB, 1024);
+          wgmma_n128_k16<BF16>(acc0, da0, db);
+          wgmma_n128_k16<BF16>(acc1, da1, db);
+        }
+        wgmma_commit();
+        fence_regs(acc0);
+        fence_regs(acc1);
+        if (kt > 0) {  // the previous k-tile's group is complete once at most one is pending
+          wgmma_wait<1>();
+          fence_regs(acc0);
+          fence_regs(acc1);
+          if (lane == 0) mbar_arrive(bar_empty + 8 * prev);
+        }
+        prev = stage;
+        ring_advance(stage, phase, 1, PP_STAGES);
+      }
+      // Every wgmma of this tile is issued: hand the tensor cores to the other consumer.
+      if (hand_off && tid == 0) mbar_arrive(their_turn);
+      wgmma_wait<0>();
+      fence_regs(acc0);
+      fence_regs(acc1);
+      if (k_tiles > 0 && lane == 0) mbar_arrive(bar_empty + 8 * prev);
+      ring_advance(stage, phase, k_tiles, PP_STAGES);  // skip the other consumer's next tile
+
+      // ---- epilogue (overlaps the other consumer's mainloop) ----
+      // bias for this thread's columns n0 + 8 j + 2 (lane % 4) + {0, 1}, j < 16 (0 past N).
+      float bz[32];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int col = n0 + 8 * j + 2 * (lane & 3);
+        float b0 = 0.0f, b1 = 0.0f;
+        if (bias != nullptr && col < N) {  // N % 8 == 0: col < N implies col + 1 < N
+          b0 = to_f32<BF16>(__ldg(bias + col));
+          b1 = to_f32<BF16>(__ldg(bias + col + 1));
+        }
+        bz[2 * j] = b0;
+        bz[2 * j + 1] = b1;
+      }
+      // The staging buffer is free once this consumer's previous TMA store has read it.
+      if (tid == 0) bulk_wait_read<0>();
+      consumer_bar_sync(w);
+      pp_stage_slab<BF16>(acc0, bz, sCw, 0, warp, lane, act);
+      pp_stage_slab<BF16>(acc1, bz, sCw, 1, warp, lane, act);
+      fence_proxy_async_smem();  // each writer: its stmatrix data -> visible to the TMA engine
+      consumer_bar_sync(w);
+      if (tid == 0) {
+        tma_store_2d(&tmC, sCw, n0, tm * PP_BM);
+        if (n0 + 64 < N) tma_store_2d(&tmC, sCw + PP_C_HALF, n0 + 64, tm * PP_BM);
+        bulk_commit();
+      }
+    }
+    if (tid == 0) bulk_wait<0>();  // stores complete before the CTA (and its shared memory) retires
+  }
+#endif
+}
+
 // Writes 1 when this binary carries the sm_90a code of gemm_wgmma_kernel for the running device.
 __global__ void gemm_sm90a_probe_kernel(int* out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -474,6 +700,17 @@ std::string gemm_wgmma_unsupported(const GemmArgs& g) {
   return "";
 }
 
+std::string gemm_pingpong_unsupported(const GemmArgs& g) {
+  std::string why = gemm_wgmma_unsupported(g);
+  if (!why.empty()) return why;
+  if (g.ldc % 8) return "the TMA store needs 16-byte aligned rows of c: ldc must be a multiple of 8";
+  if (!aligned16(g.c)) return "the TMA store needs c to start at a 16-byte aligned address";
+  DeviceGuard guard(g.device);
+  DeviceInfo& d = device_info();
+  if (d.smem_optin < PP_SMEM) return "device allows too little shared memory per block for the ping-pong kernel";
+  return "";
+}
+
 // ---- tensor maps: cuTensorMapEncodeTiled through cudart's driver entry point (no -lcuda) -------
 typedef CUresult (*EncodeTiledFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -556,6 +793,39 @@ void gemm_epilogue_wgmma(const GemmArgs& g, const WgmmaConfig& cfg) {
   }
 }
 
+template <bool BF16>
+static void launch_pingpong(const GemmArgs& g, const PingpongConfig& cfg, DeviceInfo& d, int dev) {
+  static bool attr_set[64] = {};
+  auto kernel = gemm_pingpong_kernel<BF16>;
+  if (!attr_set[dev]) {
+    KLG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, PP_SMEM));
+    attr_set[dev] = true;
+  }
+  const TmaDesc ta = make_map(g.a, g.dtype, g.M, g.K, g.lda, PP_BM, "a");
+  const TmaDesc tb = make_map(g.b, g.dtype, g.K, g.N, g.ldb, PP_BK, "b");
+  const TmaDesc tc = make_map(g.c, g.dtype, g.M, g.N, g.ldc, PP_BM, "c");  // store boxes: 128 rows x 64 cols
+  const int tiles_m = (int)((g.M + PP_BM - 1) / PP_BM), tiles_n = (int)((g.N + PP_BN - 1) / PP_BN);
+  const int tiles = tiles_m * tiles_n;
+  int ctas = cfg.max_ctas > 0 ? cfg.max_ctas : d.sms;
+  if (ctas > tiles) ctas = tiles;
+  const int group_m = cfg.group_m > 0 ? cfg.group_m : 8;
+  kernel<<<ctas, PP_THREADS, PP_SMEM, (cudaStream_t)g.stream>>>(
+      ta, tb, tc, g.has_bias ? (const u16*)g.bias : nullptr, (int)g.M, (int)g.N, (int)g.K, g.act, tiles_m, tiles_n,
+      group_m);
+  check_launch("gemm_pingpong_kernel");
+}
+
+void gemm_epilogue_pingpong(const GemmArgs& g, const PingpongConfig& cfg) {
+  std::string why = gemm_pingpong_unsupported(g);
+  if (!why.empty()) throw std::invalid_argument("gemm_epilogue_pingpong: " + why);
+  if (g.M == 0 || g.N == 0) return;
+  DeviceGuard guard(g.device);
+  int dev = 0;
+  DeviceInfo& d = device_info(&dev);
+  if (g.dtype == DTYPE_BF16) launch_pingpong<true>(g, cfg, d, dev);
+  else launch_pingpong<false>(g, cfg, d, dev);
+}
+
 template <bool BF16, bool VEC>
 static void launch_mma(const GemmArgs& g, int dev) {
   static bool attr_set[64] = {};
@@ -619,10 +889,18 @@ std::vector<KernelAttrs> gemm_kernel_attributes(int device) {
   add_attrs(v, gemm_wgmma_kernel<true, 128>, "gemm_wgmma_kernel<bf16,128>", WgCfg<128>::SMEM);
   add_attrs(v, gemm_wgmma_kernel<false, 256>, "gemm_wgmma_kernel<f16,256>", WgCfg<256>::SMEM);
   add_attrs(v, gemm_wgmma_kernel<false, 128>, "gemm_wgmma_kernel<f16,128>", WgCfg<128>::SMEM);
+  add_attrs(v, gemm_pingpong_kernel<true>, "gemm_pingpong_kernel<bf16>", PP_SMEM);
+  add_attrs(v, gemm_pingpong_kernel<false>, "gemm_pingpong_kernel<f16>", PP_SMEM);
   return v;
 }
 
-std::string gemm_epilogue_auto(const GemmArgs& g) {
+std::string gemm_epilogue_auto(const GemmArgs& g, const std::string& hopper) {
+  if (hopper != "wgmma" && hopper != "pingpong")
+    throw std::invalid_argument("hopper: expected \"wgmma\" or \"pingpong\", got \"" + hopper + "\"");
+  if (hopper == "pingpong" && gemm_pingpong_unsupported(g).empty()) {
+    gemm_epilogue_pingpong(g);
+    return "pingpong";
+  }
   if (gemm_wgmma_unsupported(g).empty()) {
     gemm_epilogue_wgmma(g);
     return "wgmma";
