@@ -19,10 +19,16 @@ for _knob in ("recompile_limit", "cache_size_limit"):
 
 
 def _compile(key, fn):
-    """torch.compile once per (op, device); the first call (inside prepare) pays the compile."""
+    """torch.compile once per (op, device); the first call (inside prepare) pays the compile.
+
+    On the GPU every shape gets its own static graph (``dynamic=False``: the fastest code, what a
+    benchmark of torch.compile should show). On the CPU, where this only has to be correct and
+    inductor's C++ compiles are slow, torch's default automatic-dynamic shapes keep it to a few
+    compiles per sweep."""
     if key not in _compiled:
+        dynamic = False if key[-1] == "cuda" else None
         try:
-            _compiled[key] = torch.compile(fn, dynamic=False)
+            _compiled[key] = torch.compile(fn, dynamic=dynamic)
         except Exception as e:  # pragma: no cover - depends on the machine
             raise Unsupported(f"torch.compile unavailable: {type(e).__name__}: {e}") from None
     return _compiled[key]
