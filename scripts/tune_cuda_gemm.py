@@ -6,7 +6,8 @@
    module ``kl_gemm_tune`` (sm_90a; no CMake needed), ptxas -v log kept;
 2. verify (subprocess, timeout): both paths against a float64 torch reference with the harness's
    own tolerance check, NaN-poisoned outputs, repeat-launch bit equality; verify-suite shapes,
-   ragged Hopper shapes (partial tiles in M, N, K), square shapes; then the harness adapter
+   ragged Hopper shapes (partial tiles in M, N, K), square shapes, for the cooperative (wgmma) and
+   the ping-pong Hopper kernels; then the harness adapter
    (backends/cuda_gemm.py) through harness.verify.verify_case on the verify suite;
 3. bench (subprocess, timeout): bf16 4096^3 / 8192^3 relu+bias, CUDA events, L2 flushed before
    every sample, median + IQR: the Hopper kernel in a few configurations, the portable kernel,
@@ -84,20 +85,26 @@ def _call(m, path, a, b, bias, c, act, **kw):
                 has_bias=bias is not None, stream=torch.cuda.current_stream().cuda_stream, device=a.device.index)
     if path == "wgmma":
         return m.gemm_epilogue_wgmma(**args, **kw)
+    if path == "pingpong":
+        return m.gemm_epilogue_pingpong(**args, **kw)
     if path == "mma":
         return m.gemm_epilogue_mma(**args)
     if path == "why":
         return m.gemm_wgmma_unsupported(**args)
-    return m.gemm_epilogue(**args)
+    return m.gemm_epilogue(**args, **kw)  # kw: hopper="wgmma" | "pingpong"
 
 
-def verify(out: Path, quick: bool) -> None:
+def verify(out: Path, quick: bool, pingpong: bool = False) -> None:
+    """pingpong=False: portable + cooperative Hopper kernels + dispatcher + harness adapter (all
+    rows but cuda:gemm_pingpong); pingpong=True: the ping-pong kernel alone, in its own subprocess
+    (a hang there cannot cost the other kernels' verification)."""
     import torch
     from harness import problems
     from harness.verify import check_output, verify_case
     m = _mod()
     P = problems.get("gemm_epilogue")
-    log = open(out / "verify.jsonl", "w")
+    sfx = "_pingpong" if pingpong else ""
+    log = open(out / f"verify{sfx}.jsonl", "w")
     g = torch.Generator(device="cuda")
     g.manual_seed(0)
     fails = 0
@@ -137,38 +144,54 @@ def verify(out: Path, quick: bool) -> None:
         return ok
 
     bf, hf = torch.bfloat16, torch.float16
+    hop = [(256, 256, 256), (512, 384, 1024), (1000, 1000, 1000), (128, 256, 64), (8, 8, 8), (129, 264, 72),
+           (1, 520, 8), (640, 136, 4104), (2048, 1536, 800), (4096, 4096, 4096)]
+    if pingpong:
+        for (M, N, K) in hop:
+            for dt in (bf, hf):
+                for act in ("none", "relu", "gelu"):
+                    run("pingpong", M, N, K, dt, act, True)
+            run("pingpong", M, N, K, bf, "relu", False)
+            run("pingpong", M, N, K, bf, "gelu", False, max_ctas=3)
+            run("pingpong", M, N, K, bf, "relu", True, group_m=16, max_ctas=7)
+        run("pingpong", 8192, 8192, 8192, bf, "relu", True)
+        for (M, N, K) in [(1, 17, 33), (512, 384, 1024), (1025, 769, 513), (4096, 4096, 4096)]:
+            run("auto", M, N, K, bf, "relu", True, hopper="pingpong")
+        print(f"verify pingpong: {fails} failures", flush=True)
     ragged = [(1, 17, 33), (127, 65, 129), (1025, 769, 513), (256, 256, 256), (512, 384, 1024), (64, 48, 32),
               (17, 33, 40), (3, 8, 8), (130, 8, 1), (1000, 1000, 1000)]
     n = 0
     # portable path first (if the Hopper kernel hangs, these results are already on disk)
-    for (M, N, K) in ragged:
+    for (M, N, K) in ([] if pingpong else ragged):
         for dt in (bf, hf):
             for act in ("none", "relu", "gelu"):
                 run("mma", M, N, K, dt, act, True); n += 1
         run("mma", M, N, K, bf, "relu", False); n += 1
-    print(f"verify mma: {n} runs, {fails} failures", flush=True)
-    hop = [(256, 256, 256), (512, 384, 1024), (1000, 1000, 1000), (128, 256, 64), (8, 8, 8), (129, 264, 72),
-           (1, 520, 8), (640, 136, 4104), (2048, 1536, 800), (4096, 4096, 4096)]
+    if not pingpong:
+        print(f"verify mma: {n} runs, {fails} failures", flush=True)
     f0 = fails
-    for (M, N, K) in hop:
+    for (M, N, K) in ([] if pingpong else hop):
         for dt in (bf, hf):
             for act in ("none", "relu", "gelu"):
                 run("wgmma", M, N, K, dt, act, True)
         run("wgmma", M, N, K, bf, "relu", False)
         run("wgmma", M, N, K, bf, "gelu", True, tile_n=128)
         run("wgmma", M, N, K, bf, "relu", True, group_m=16, max_ctas=7)
-    print(f"verify wgmma: {fails - f0} failures", flush=True)
-    f0 = fails
-    run("wgmma", 8192, 8192, 8192, bf, "relu", True)
-    for (M, N, K) in [(1, 17, 33), (512, 384, 1024), (1025, 769, 513), (4096, 4096, 4096)]:
-        run("auto", M, N, K, bf, "relu", True)
-    print(f"verify 8192/auto: {fails - f0} failures", flush=True)
+    if not pingpong:
+        print(f"verify wgmma: {fails - f0} failures", flush=True)
+        f0 = fails
+        run("wgmma", 8192, 8192, 8192, bf, "relu", True)
+        for (M, N, K) in [(1, 17, 33), (512, 384, 1024), (1025, 769, 513), (4096, 4096, 4096)]:
+            run("auto", M, N, K, bf, "relu", True)
+        print(f"verify 8192/auto: {fails - f0} failures", flush=True)
     # the harness adapter end to end, through the harness's own verification policy
     os.environ["KL_CUDA_GEMM_MODULE"] = MODNAME
     from harness import registry
     cases = P.cases("verify")
     res = []
     for impl in registry.select(problem="gemm_epilogue", layer="cuda"):
+        if (impl.id == "cuda:gemm_pingpong") != pingpong:
+            continue
         for case in cases:
             why = impl.available() or impl.supports(case)
             if why:
@@ -181,7 +204,7 @@ def verify(out: Path, quick: bool) -> None:
             except Exception as e:
                 res.append(dict(impl=impl.id, case=case.label, status="SKIP" if type(e).__name__ == "Unsupported"
                                 else "FAIL", reason=f"{type(e).__name__}: {e}"))
-    (out / "verify_harness.json").write_text(json.dumps(res, indent=1))
+    (out / f"verify_harness{sfx}.json").write_text(json.dumps(res, indent=1))
     hf_ = [r for r in res if r["status"] == "FAIL"]
     print(f"harness verify_case: {sum(r['status'] == 'PASS' for r in res)} PASS, {len(hf_)} FAIL, "
           f"{sum(r['status'] == 'SKIP' for r in res)} SKIP", flush=True)
@@ -191,7 +214,7 @@ def verify(out: Path, quick: bool) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-def bench(out: Path, quick: bool, skip_wgmma: bool) -> None:
+def bench(out: Path, quick: bool, skip_wgmma: bool, skip_pingpong: bool = False) -> None:
     import torch
     m = _mod()
     props = torch.cuda.get_device_properties(0)
@@ -235,6 +258,10 @@ def bench(out: Path, quick: bool, skip_wgmma: bool) -> None:
                 for tn, gm in ((256, 8), (256, 16), (256, 4), (128, 8)):
                     cands.append((f"wgmma n{tn} g{gm}", lambda tn=tn, gm=gm: _call(m, "wgmma", a, b, bias, c, "relu",
                                                                                    tile_n=tn, group_m=gm)))
+            if not skip_wgmma and not skip_pingpong:
+                for gm in (8, 16, 4):
+                    cands.append((f"pingpong g{gm}", lambda gm=gm: _call(m, "pingpong", a, b, bias, c, "relu",
+                                                                         group_m=gm)))
             cands.append(("mma (portable)", lambda: _call(m, "mma", a, b, bias, c, "relu")))
             base = None
             for name, fn in cands:
@@ -262,18 +289,19 @@ def bench(out: Path, quick: bool, skip_wgmma: bool) -> None:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "results")))
-    ap.add_argument("--phase", choices=["all", "verify", "bench"], default="all")
+    ap.add_argument("--phase", choices=["all", "verify", "verify_pingpong", "bench"], default="all")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip-wgmma", action="store_true")
+    ap.add_argument("--skip-wgmma", action="store_true", help="no Hopper kernel in the bench phase")
+    ap.add_argument("--skip-pingpong", action="store_true", help="no ping-pong kernel in the bench phase")
     ap.add_argument("--verify-timeout", type=int, default=120)
-    ap.add_argument("--bench-timeout", type=int, default=150)
+    ap.add_argument("--bench-timeout", type=int, default=240)
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    if a.phase == "verify":
-        return verify(out, a.quick)
+    if a.phase in ("verify", "verify_pingpong"):
+        return verify(out, a.quick, pingpong=a.phase == "verify_pingpong")
     if a.phase == "bench":
-        return bench(out, a.quick, a.skip_wgmma)
+        return bench(out, a.quick, a.skip_wgmma, a.skip_pingpong)
     summary = {"build": build(out)}
     print("build:", json.dumps(summary["build"]), flush=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", KL_GEMM_BUILD=str(BUILD))
@@ -286,18 +314,32 @@ def main():
         summary["verify_rc"] = "timeout"
         print("verify TIMED OUT (hang?): benchmarking without the Hopper kernel", flush=True)
         skip = True
+    skip_pp = skip
+    if not skip:
+        try:
+            r = subprocess.run(me + ["--phase", "verify_pingpong"], env=env, timeout=a.verify_timeout)
+            summary["verify_pingpong_rc"] = r.returncode
+        except subprocess.TimeoutExpired:
+            summary["verify_pingpong_rc"] = "timeout"
+            print("verify_pingpong TIMED OUT (hang?): benchmarking without the ping-pong kernel", flush=True)
+            skip_pp = True
     try:
-        r = subprocess.run(me + ["--phase", "bench"] + (["--skip-wgmma"] if skip else []), env=env,
-                           timeout=a.bench_timeout)
+        r = subprocess.run(me + ["--phase", "bench"] + (["--skip-wgmma"] if skip else [])
+                           + (["--skip-pingpong"] if skip_pp else []), env=env, timeout=a.bench_timeout)
         summary["bench_rc"] = r.returncode
     except subprocess.TimeoutExpired:
         summary["bench_rc"] = "timeout"
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     # compact table last
-    v = [json.loads(l) for l in open(out / "verify.jsonl")] if (out / "verify.jsonl").exists() else []
-    print(f"verify phase exit status: {summary['verify_rc']}" + ("" if summary["verify_rc"] == 0 else
-          "  <-- VERIFICATION DID NOT COMPLETE: timings below are NOT backed by a correctness check"))
-    for p in ("mma", "wgmma", "auto"):
+    v = []
+    for f in ("verify.jsonl", "verify_pingpong.jsonl"):
+        if (out / f).exists():
+            v += [json.loads(l) for l in open(out / f)]
+    for k in ("verify_rc", "verify_pingpong_rc"):
+        rc = summary.get(k, "not run")
+        print(f"{k}: {rc}" + ("" if rc == 0 else
+              "  <-- VERIFICATION DID NOT COMPLETE: the timings it covers are NOT backed by a correctness check"))
+    for p in ("mma", "wgmma", "pingpong", "auto"):
         vs = [x for x in v if x["path"] == p]
         worst = max((x["rel_err"] or 0 for x in vs if x["ok"]), default=None)
         print(f"verify {p:6s}: {sum(x['ok'] for x in vs)}/{len(vs)} ok, worst rel err {worst}")
