@@ -1,0 +1,512 @@
+"""Triton adapter: registers the kernels of ``triton_src/`` with the harness.
+
+Besides ``prepare`` (compile outside the timed region, then a zero-argument launch) every
+implementation has ``compile_only(case)``, which compiles its kernel for sm_90 with no GPU
+(``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))``) and reports registers,
+spills and shared memory from ``ptxas -v`` on the PTX; and ``grid(case)``, which describes the
+launch grid and what the first and last programs cover.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from harness import Source, register
+from harness.errors import Unsupported
+
+try:
+    import triton
+    import triton.language as tl  # noqa: F401
+    _IMPORT_ERROR = None
+except Exception as e:  # pragma: no cover - depends on the machine
+    triton = None
+    _IMPORT_ERROR = f"triton not importable: {type(e).__name__}: {e}"
+
+if triton is not None:
+    from triton_src import interpreting
+    from triton_src import gemm_epilogue as G
+    from triton_src import softmax as S
+    from triton_src import vector_add as V
+
+LAYER = "triton"
+_TRITON_SIG = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+# -- availability ------------------------------------------------------------------------------
+def available() -> str | None:
+    if _IMPORT_ERROR:
+        return _IMPORT_ERROR
+    if not interpreting() and not torch.cuda.is_available():
+        return "no CUDA GPU; set TRITON_INTERPRET=1 (before importing triton) to run on the CPU"
+    return None
+
+
+def _check_device(inputs) -> None:
+    dev = next(t for t in inputs if isinstance(t, torch.Tensor)).device
+    if dev.type == "cpu" and not interpreting():
+        raise Unsupported("CPU tensors run only under TRITON_INTERPRET=1")
+    if dev.type == "cuda" and interpreting():
+        raise Unsupported("TRITON_INTERPRET=1 is set: Triton runs on the CPU in this process")
+
+
+# -- compile facts -----------------------------------------------------------------------------
+def _python_fn(k):
+    """The plain Python function under @triton.jit / heuristics / autotune (or interpreter) wrappers."""
+    while not callable(k) or hasattr(k, "fn"):
+        nxt = getattr(k, "fn", None)
+        if nxt is None:
+            break
+        k = nxt
+    return k
+
+
+_JIT: dict = {}
+
+
+def _jit_function(kernel):
+    """A compilable JITFunction for ``kernel``, also when TRITON_INTERPRET=1 made it an interpreter
+    object (compile_only must work in such a process)."""
+    from triton.runtime.jit import JITFunction
+    if isinstance(kernel, JITFunction):
+        return kernel
+    fn = _python_fn(kernel)
+    if fn not in _JIT:
+        _JIT[fn] = JITFunction(fn)
+    return _JIT[fn]
+
+
+def _ptxas_path() -> str:
+    """The ptxas Triton itself assembles sm_90 with (3.9 uses its newer 'ptxas-blackwell' for
+    sm_90+; 3.6 its bundled ptxas), so the PTX ISA version it emits is accepted."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        return get_ptxas(90).path
+    except Exception:
+        pass
+    try:
+        return triton.knobs.nvidia.ptxas.path
+    except Exception:
+        pass
+    p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if p.exists():
+        return str(p)
+    from harness.ptxas import find_ptxas
+    return find_ptxas()
+
+
+def ptx_facts(ptx: str) -> dict:
+    """``ptxas -v`` on Triton's PTX with Triton's own ptxas (the PTX ISA version it emits can be
+    newer than a system CUDA toolkit's ptxas accepts)."""
+    from harness.ptxas import parse_ptxas_log
+    arch = (re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M) or [None, "sm_90a"])[1]
+    exe = _ptxas_path()
+    if not exe:
+        raise RuntimeError("ptxas not found")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        Path(src).write_text(ptx)
+        r = subprocess.run([exe, "-v", f"-arch={arch}", src, "-o", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:1000]}")
+    return parse_ptxas_log(r.stderr + r.stdout)
+
+
+def _ast_source(jf, signature: dict, constexprs: dict, aligned: set):
+    """ASTSource across Triton versions: 3.3+ (3.6 on the GPU machine, 3.9 here) take constexprs
+    keyed by argument-index paths and attributes as [["tt.divisibility", 16]] lists; some
+    releases accept only names as keys, so fall back to those."""
+    from triton.compiler import ASTSource
+    names = list(jf.arg_names)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    try:
+        return ASTSource(fn=jf, signature=signature,
+                         constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
+    except (TypeError, AssertionError):
+        return ASTSource(fn=jf, signature=signature, constexprs=dict(constexprs), attrs=attrs)
+
+
+class _compiler_mode:
+    """Under TRITON_INTERPRET=1 the standard library's @triton.jit helpers (tl.cdiv, tl.max,
+    tl.sum, ...) are interpreter objects, which the code generator cannot compile. For the
+    duration of a compile, swap each for a JITFunction of the same Python function and turn the
+    interpret knob off; restore both afterwards."""
+
+    _cache: dict = {}
+
+    def __enter__(self):
+        self.changes = []
+        if not interpreting():
+            return self
+        import sys as _sys
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+        for name, mod in list(_sys.modules.items()):
+            if not name.startswith("triton.language") or mod is None:
+                continue
+            for attr, val in list(vars(mod).items()):
+                if isinstance(val, InterpretedFunction):
+                    jf = self._cache.get(val.fn) or self._cache.setdefault(val.fn, JITFunction(val.fn))
+                    self.changes.append((mod, attr, val))
+                    setattr(mod, attr, jf)
+        try:
+            self.knob = triton.knobs.runtime.interpret
+            triton.knobs.runtime.interpret = False
+        except Exception:
+            self.knob = None
+        return self
+
+    def __exit__(self, *exc):
+        for mod, attr, val in reversed(self.changes):
+            setattr(mod, attr, val)
+        if self.changes and self.knob is not None:
+            triton.knobs.runtime.interpret = self.knob
+        return False
+
+
+def compile_sm90(kernel, args: dict, constexprs: dict, num_warps: int, num_stages: int = 3,
+                 aligned: tuple = ()) -> dict:
+    """Compile ``kernel`` for sm_90 without a GPU; ``args`` maps runtime arguments to Triton type
+    strings ('*fp32', 'i32', ...). Returns compile seconds, registers, spills, shared memory."""
+    from triton.backends.compiler import GPUTarget
+    jf = _jit_function(kernel)
+    sig = {}
+    for name in jf.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in args:
+            sig[name] = args[name]
+        else:
+            raise ValueError(f"compile_only: no type or value for argument {name!r} of {jf.__name__}")
+    src = _ast_source(jf, sig, constexprs, set(aligned))
+    t0 = time.perf_counter()
+    with _compiler_mode():
+        ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": num_warps, "num_stages": num_stages})
+    secs = time.perf_counter() - t0
+    per_kernel = ptx_facts(ck.asm["ptx"])
+    d = next(iter(per_kernel.values()), {})
+    smem = getattr(ck.metadata, "shared", None)
+    return {"compile_s": round(secs, 3), "registers": d.get("registers"), "spills": d.get("spills", 0),
+            "smem": smem if smem is not None else d.get("smem", 0),
+            "kernels": {jf.__name__: {**d, "smem": smem}}, "target": "sm_90a" if "sm_90a" in
+            ck.asm["ptx"] else "sm_90", "triton": triton.__version__,
+            "config": {"num_warps": num_warps, "num_stages": num_stages,
+                       **{k: v for k, v in constexprs.items()}}}
+
+
+def _ptr(case) -> str:
+    return "*" + _TRITON_SIG[case.torch_dtype]
+
+
+def _runtime_facts(kernel, *args, grid=(1,), **kw) -> dict:
+    """Registers / spills / shared memory of the kernel the launch used (GPU only)."""
+    if interpreting():
+        return {}
+    try:
+        k = kernel.warmup(*args, grid=grid, **kw)
+        k._init_handles()
+        return {"registers": k.n_regs, "spills": k.n_spills, "smem": k.metadata.shared}
+    except Exception:
+        return {}
+
+
+def _timed_first_call(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    if not interpreting() and torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def _programs(grid_size, describe, first=3, last=2):
+    ids = list(range(min(first, grid_size))) + list(range(max(first, grid_size - last), grid_size))
+    return [describe(i) for i in ids]
+
+
+# -- vector_add --------------------------------------------------------------------------------
+def _va_compile(case):
+    cfg = V.vector_add_config(case.N)
+    p = _ptr(case)
+    return compile_sm90(V.vector_add_kernel, {"x_ptr": p, "y_ptr": p, "out_ptr": p, "n": "i32"},
+                        {"BLOCK": cfg["BLOCK"], "INT64": cfg["INT64"]}, cfg["num_warps"],
+                        aligned=("x_ptr", "y_ptr", "out_ptr"))
+
+
+def _va_grid(case):
+    n = case.N
+    cfg = V.vector_add_config(n)
+    b = cfg["BLOCK"]
+    g = V.vector_add_grid(n, b)[0]
+
+    def describe(i):
+        lo, hi = i * b, min(n, (i + 1) * b)
+        return {"pid": [i, 0, 0], "covers": f"elements {lo}..{hi - 1}", "kept": hi - lo,
+                "dropped": b - (hi - lo)}
+    return {"grid": [g, 1, 1], "block": {"BLOCK": b, "num_warps": cfg["num_warps"]},
+            "programs": _programs(g, describe)}
+
+
+@register(problem="vector_add", layer=LAYER, name="add",
+          description="one program per BLOCK elements, masked tail; BLOCK/num_warps tuned on H200",
+          sources=[Source("triton_src/vector_add.py", kernels=("vector_add_kernel",),
+                          host=("vector_add",))],
+          devices=("cuda", "cpu"), available=available, compile_only=_va_compile, grid=_va_grid)
+def prepare_vector_add(case, inputs, out):
+    _check_device(inputs)
+    x, y = inputs
+    scratch = torch.empty_like(out)
+    secs = _timed_first_call(lambda: V.vector_add(x, y, scratch))
+    cfg = V.vector_add_config(x.numel())
+
+    def launch():
+        V.vector_add(x, y, out)
+    launch.info = {"compile_s": round(secs, 3), "config": cfg,
+                   **_runtime_facts(V.vector_add_kernel, x, y, out, x.numel(), BLOCK=cfg["BLOCK"],
+                                    INT64=cfg["INT64"], num_warps=cfg["num_warps"])}
+    return launch
+
+
+# -- softmax -----------------------------------------------------------------------------------
+def _sm_args(case):
+    p = _ptr(case)
+    return {"x_ptr": p, "out_ptr": p, "M": "i32", "N": "i32", "stride_x": "i32", "stride_o": "i32"}
+
+
+def _row_stride(case) -> int:
+    from harness.problems.softmax import LAYOUT_PAD
+    return case.N + LAYOUT_PAD[case.params.get("layout", "contiguous")]
+
+
+def _sm_aligned(case):
+    s = torch.empty((), dtype=case.torch_dtype).element_size()
+    ok_stride = (_row_stride(case) * s) % 16 == 0
+    return ("x_ptr", "out_ptr") + (("stride_x",) if ok_stride and _row_stride(case) % 16 == 0 else ())
+
+
+def _fused_compile(case):
+    if (why := S.fused_row_supports(case.N)):
+        raise Unsupported(why)
+    cfg = S.fused_row_config(case.N)
+    return compile_sm90(S.softmax_fused_row_kernel, _sm_args(case), {"BLOCK_N": cfg["BLOCK_N"]},
+                        cfg["num_warps"], aligned=_sm_aligned(case))
+
+
+def _persistent_compile(case):
+    if (why := S.persistent_supports(case.N)):
+        raise Unsupported(why)
+    cfg = S.persistent_config(case.N)
+    return compile_sm90(S.softmax_persistent_kernel, _sm_args(case),
+                        {k: cfg[k] for k in ("ROWS", "BLOCK_N", "NUM_STAGES")}, cfg["num_warps"],
+                        aligned=_sm_aligned(case))
+
+
+def _online_compile(case):
+    cfg = S.online_config(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
+    return compile_sm90(S.softmax_online_kernel, _sm_args(case),
+                        {k: cfg[k] for k in ("BLOCK_N", "NUM_STAGES")}, cfg["num_warps"],
+                        aligned=_sm_aligned(case))
+
+
+def _dispatch_name(case) -> str:
+    return S.choose_variant(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
+
+
+def _rows_grid(case, block_n, extra):
+    M, N = case.M, case.N
+
+    def describe(i):
+        return {"pid": [i, 0, 0], "covers": f"row {i}, columns 0..{N - 1}", "kept": N,
+                "dropped": block_n - N}
+    return {"grid": [M, 1, 1], "block": extra, "programs": _programs(M, describe)}
+
+
+def _fused_grid(case):
+    if (why := S.fused_row_supports(case.N)):
+        return {"unsupported": why}
+    cfg = S.fused_row_config(case.N)
+    return _rows_grid(case, cfg["BLOCK_N"], cfg)
+
+
+def _persistent_grid(case):
+    if (why := S.persistent_supports(case.N)):
+        return {"unsupported": why}
+    cfg = S.persistent_config(case.N)
+    M, N, R = case.M, case.N, cfg["ROWS"]
+    blocks = -(-M // R)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count \
+        if torch.cuda.is_available() and not interpreting() else 132
+    per_sm = max(1, 64 // cfg["num_warps"])  # upper bound; the launch refines it from n_regs
+    g = min(blocks, sms * per_sm)
+
+    def describe(i):
+        mine = list(range(i, blocks, g))
+        first_rows = [b * R for b in mine[:2]]
+        kept = sum(min(R, M - b * R) for b in mine) * N
+        total = len(mine) * R * cfg["BLOCK_N"]
+        return {"pid": [i, 0, 0], "covers": f"{len(mine)} blocks of {R} rows, starting at rows "
+                f"{first_rows}{'...' if len(mine) > 2 else ''}", "kept": kept, "dropped": total - kept}
+    return {"grid": [g, 1, 1], "block": cfg, "note": f"grid <= {sms} SMs x {per_sm} programs/SM "
+            f"(refined at launch from the compiled kernel's registers and shared memory)",
+            "programs": _programs(g, describe)}
+
+
+def _online_grid(case):
+    cfg = S.online_config(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
+    M, N, B = case.M, case.N, cfg["BLOCK_N"]
+    tiles = -(-N // B)
+
+    def describe(i):
+        return {"pid": [i, 0, 0], "covers": f"row {i}: {tiles} tiles of {B} columns, read twice",
+                "kept": N, "dropped": tiles * B - N}
+    return {"grid": [M, 1, 1], "block": cfg, "programs": _programs(M, describe)}
+
+
+def _softmax_prepare(variant):
+    def prepare(case, inputs, out):
+        _check_device(inputs)
+        (x,) = inputs
+        name = _dispatch_name(case) if variant == "softmax" else variant
+        fn = S.VARIANTS[name]
+        scratch = torch.empty_like(out)
+        try:
+            secs = _timed_first_call(lambda: fn(x, scratch))
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+
+        def launch():
+            fn(x, out)
+        launch.info = {"compile_s": round(secs, 3), "variant": name}
+        return launch
+    return prepare
+
+
+def _softmax_supports(variant):
+    def supports(case):
+        if variant in ("fused_row", "persistent"):
+            return S.fused_row_supports(case.N)
+        return None
+    return supports
+
+
+_SM_SRC = "triton_src/softmax.py"
+for _name, _kernel, _host, _desc, _comp, _grid in (
+    ("fused_row", "softmax_fused_row_kernel", "softmax_fused_row",
+     "one row per program, whole row in registers, -inf padding", _fused_compile if triton else None,
+     _fused_grid),
+    ("persistent", "softmax_persistent_kernel", "softmax_persistent",
+     "grid = SMs x occupancy; programs loop over blocks of rows, software-pipelined",
+     _persistent_compile if triton else None, _persistent_grid),
+    ("online", "softmax_online_kernel", "softmax_online",
+     "column tiles, online max/sum rescaling, second pass newest-tile-first; any N",
+     _online_compile if triton else None, _online_grid),
+):
+    register(problem="softmax", layer=LAYER, name=_name, description=_desc,
+             sources=[Source(_SM_SRC, kernels=(_kernel,), host=(_host,))], devices=("cuda", "cpu"),
+             available=available, supports=_softmax_supports(_name), compile_only=_comp,
+             grid=_grid)(_softmax_prepare(_name))
+
+
+def _dispatch_compile(case):
+    return {"fused_row": _fused_compile, "persistent": _persistent_compile,
+            "online": _online_compile}[_dispatch_name(case)](case) | {"variant": _dispatch_name(case)}
+
+
+def _dispatch_grid(case):
+    return {"fused_row": _fused_grid, "persistent": _persistent_grid,
+            "online": _online_grid}[_dispatch_name(case)](case) | {"variant": _dispatch_name(case)}
+
+
+register(problem="softmax", layer=LAYER, name="softmax",
+         description="dispatcher: persistent for short rows, fused_row up to 32K columns, else online",
+         sources=[Source(_SM_SRC, kernels=("softmax_fused_row_kernel", "softmax_persistent_kernel",
+                                           "softmax_online_kernel"),
+                         host=("softmax", "choose_variant"))],
+         devices=("cuda", "cpu"), available=available, compile_only=_dispatch_compile,
+         grid=_dispatch_grid)(_softmax_prepare("softmax"))
+
+
+# -- gemm_epilogue -----------------------------------------------------------------------------
+def _gemm_config_for(case):
+    """The config compile_only reports: the first surviving config (CONFIGS lists the H200's
+    usual autotune pick first)."""
+    return G.prune_configs(G.CONFIGS, {"M": case.M, "N": case.N})[0]
+
+
+def _gemm_compile(case):
+    cfg = _gemm_config_for(case)
+    p = _ptr(case)
+    args = {"a_ptr": p, "b_ptr": p, "bias_ptr": p, "c_ptr": p, "M": "i32", "N": "i32", "K": "i32",
+            "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32",
+            "stride_cm": "i32", "stride_cn": "i32"}
+    aligned = ["a_ptr", "b_ptr", "bias_ptr", "c_ptr"]
+    # row strides K, N, N: 16-divisible ones specialise (unit strides are passed as values)
+    for name, v in (("stride_am", case.K), ("stride_bk", case.N), ("stride_cm", case.N)):
+        if v % 16 == 0:
+            aligned.append(name)
+    for name in ("M", "N", "K"):
+        if getattr(case, name) % 16 == 0:
+            aligned.append(name)
+    const = {"ACT": G.ACTS[case.params.get("act", "relu")], "HAS_BIAS": bool(int(case.params.get("bias", 1))),
+             "UPCAST": False, **cfg.kwargs, "EVEN_K": case.K % cfg.kwargs["BLOCK_K"] == 0}
+    return compile_sm90(G.gemm_epilogue_kernel, args, const, cfg.num_warps, cfg.num_stages,
+                        aligned=tuple(aligned))
+
+
+def _gemm_grid(case):
+    cfg = _gemm_config_for(case) if not interpreting() else G.INTERPRETER_CONFIG
+    kw = cfg.kwargs
+    M, N, BM, BN, GM = case.M, case.N, kw["BLOCK_M"], kw["BLOCK_N"], kw["GROUP_M"]
+    tm, tn = -(-M // BM), -(-N // BN)
+    g = tm * tn
+
+    def tile(pid):
+        per_group = GM * tn
+        first = (pid // per_group) * GM
+        rows = min(tm - first, GM)
+        return first + (pid % per_group) % rows, (pid % per_group) // rows
+
+    def describe(i):
+        pm, pn = tile(i)
+        rm, rn = min(BM, M - pm * BM), min(BN, N - pn * BN)
+        return {"pid": [i, 0, 0], "covers": f"C tile ({pm}, {pn}): rows {pm * BM}..{pm * BM + rm - 1}, "
+                f"cols {pn * BN}..{pn * BN + rn - 1}", "kept": rm * rn, "dropped": BM * BN - rm * rn}
+    return {"grid": [g, 1, 1], "block": {**kw, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
+                                         "EVEN_K": case.K % kw["BLOCK_K"] == 0},
+            "note": "autotuned on the GPU; the grid shown is for the listed config",
+            "programs": _programs(g, describe)}
+
+
+@register(problem="gemm_epilogue", layer=LAYER, name="gemm",
+          description="tiled tl.dot, grouped order, fp32 acc, bias+act on the accumulator; autotuned",
+          sources=[Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
+                          host=("gemm_epilogue", "prune_configs", "gemm_grid"))],
+          devices=("cuda", "cpu"), available=available, compile_only=_gemm_compile if triton else None,
+          grid=_gemm_grid)
+def prepare_gemm(case, inputs, out):
+    _check_device(inputs)
+    a, b, bias = inputs
+    act = case.params.get("act", "relu")
+    scratch = torch.empty_like(out)
+    secs = _timed_first_call(lambda: G.gemm_epilogue(a, b, bias, act, scratch))
+    cfg = None if interpreting() else G.tuned_config(a, b, act, bias is not None)
+
+    def launch():
+        G.gemm_epilogue(a, b, bias, act, out)
+    info = {"compile_s": round(secs, 3), "note": "compile_s includes autotuning" if cfg else ""}
+    if cfg is not None:
+        info["config"] = {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        info |= _runtime_facts(G.gemm_epilogue_kernel, a, b, bias if bias is not None else a, out,
+                               a.shape[0], b.shape[1], a.shape[1], a.stride(0), a.stride(1),
+                               b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+                               ACT=G.ACTS[act], HAS_BIAS=bias is not None, UPCAST=False,
+                               **cfg.kwargs, EVEN_K=a.shape[1] % cfg.kwargs["BLOCK_K"] == 0,
+                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    launch.info = info
+    return launch
