@@ -322,6 +322,11 @@ def softmax_long_prepare(case, inputs, out):
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
+# cute:gemm's dispatcher: "" (the non-persistent kernel, default), "ws" or "ws_c2" (the
+# persistent warp-specialised kernels registered below as cute:gemm_ws / cute:gemm_ws_c2).
+GEMM_ROUTE = os.environ.get("KL_CUTE_GEMM_ROUTE", "")
+
+
 def _gemm_supports(case) -> str | None:
     if _available():
         return None
@@ -341,6 +346,8 @@ def _gemm_compile_only(case):
     _need()
     from cutlass_src import gemm_epilogue as ge
 
+    if GEMM_ROUTE in ("ws", "ws_c2"):
+        return _ws_compile_only(2 if GEMM_ROUTE == "ws_c2" else 1)(case)
     why = ge.check(case.M, case.N, case.K, case.torch_dtype)
     if why:
         raise Unsupported(why)
@@ -360,6 +367,8 @@ def gemm_prepare(case, inputs, out):
     _need()
     from cutlass_src import gemm_epilogue as ge
 
+    if GEMM_ROUTE in ("ws", "ws_c2"):
+        return _ws_prepare(2 if GEMM_ROUTE == "ws_c2" else 1)(case, inputs, out)
     a, b, bias = inputs
     act = case.params.get("act", "relu")
     cfg = _gemm_cfg()
@@ -376,3 +385,64 @@ def gemm_prepare(case, inputs, out):
     launch.info = _info(comp, {"config": {"tile": [128, cfg["tile_n"], 64], "warpgroups": 2, **cfg},
                                "call_overhead_us": _overhead_us(scratch)})
     return launch
+
+
+# -- gemm_ws / gemm_ws_c2: persistent, warp-specialised (producer warp + 2 consumer warpgroups) --
+def _ws_cfg(cluster_m: int) -> dict:
+    tn = int(os.environ.get("KL_CUTE_GEMM_TILE_N", "256"))
+    return {"tile": [128, tn, 64], "tile_n": tn, "cluster": [cluster_m, 1],
+            "threads": 384, "roles": "wg0: TMA producer (40 regs); wg1-2: wgmma + epilogue (232 regs)"}
+
+
+def _ws_compile_only(cluster_m: int):
+    def fn(case):
+        _need()
+        from cutlass_src import gemm_ws as gw
+
+        why = gw.check(case.M, case.N, case.K, case.torch_dtype)
+        if why:
+            raise Unsupported(why)
+        cfg = _ws_cfg(cluster_m)
+        comp = gw._compile(case.torch_dtype, case.params.get("act", "relu"),
+                           bool(int(case.params.get("bias", 1))), cfg["tile_n"], cluster_m)
+        return _info(comp, {"config": {**cfg, "persistent_clusters": comp.key[6]}})
+    return fn
+
+
+def _ws_prepare(cluster_m: int):
+    def prepare(case, inputs, out):
+        _need()
+        from cutlass_src import gemm_ws as gw
+
+        a, b, bias = inputs
+        act = case.params.get("act", "relu")
+        cfg = _ws_cfg(cluster_m)
+        try:
+            launch, comp = gw.prepare_gemm_ws(a, b, bias, out, act, cfg["tile_n"], cluster_m)
+        except (ValueError, TypeError) as e:
+            raise Unsupported(str(e)) from None
+
+        def scratch():
+            import torch
+            o2 = torch.empty_like(out)
+            return gw.prepare_gemm_ws(a, b, bias, o2, act, cfg["tile_n"], cluster_m)[0]
+
+        launch.info = _info(comp, {"config": {**cfg, "persistent_clusters": comp.key[6]},
+                                   "call_overhead_us": _overhead_us(scratch)})
+        return launch
+    return prepare
+
+
+_WS_SOURCES = [Source(src("cutlass_src", "gemm_ws.py"), kernels=None,
+                      host=("prepare_gemm_ws", "_compile", "max_clusters")),
+               Source(src("cutlass_src", "gemm_epilogue.py"), kernels=("apply_act",),
+                      host=("validate", "check"))]
+register(problem="gemm_epilogue", layer="cute", name="gemm_ws",
+         description="persistent + warp-specialised sm_90a GEMM: TMA producer warp, two wgmma "
+                     "consumer warpgroups, bias+act epilogue overlapping the next tile's loads",
+         sources=_WS_SOURCES, devices=("cuda",), available=_available, supports=_gemm_supports,
+         compile_only=_ws_compile_only(1))(_ws_prepare(1))
+register(problem="gemm_epilogue", layer="cute", name="gemm_ws_c2",
+         description="gemm_ws with 2x1 clusters: B tiles multicast by TMA to both CTAs",
+         sources=_WS_SOURCES, devices=("cuda",), available=_available, supports=_gemm_supports,
+         compile_only=_ws_compile_only(2))(_ws_prepare(2))

@@ -16,6 +16,9 @@ HAVE_CUTE = importlib.util.find_spec("cutlass") is not None
 HAVE_GPU = torch.cuda.is_available()
 needs_cute = pytest.mark.skipif(not HAVE_CUTE, reason="nvidia-cutlass-dsl not installed")
 IDS = {"vector_add": "cute:vector_add", "softmax": "cute:softmax", "gemm_epilogue": "cute:gemm"}
+# variants registered beside the main ids (the GPU comparison times them side by side)
+VARIANTS = [("softmax", "cute:softmax_rows"), ("softmax", "cute:softmax_long"),
+            ("gemm_epilogue", "cute:gemm_ws"), ("gemm_epilogue", "cute:gemm_ws_c2")]
 
 
 def impl(problem):
@@ -25,6 +28,7 @@ def impl(problem):
 def test_registered_ids():
     got = {i.key for i in registry.select(layer="cute")}
     assert {f"{p}/{i}" for p, i in IDS.items()} <= got, registry.BACKEND_ERRORS
+    assert {f"{p}/{i}" for p, i in VARIANTS} <= got, registry.BACKEND_ERRORS
 
 
 def test_unavailable_reason_when_package_missing(monkeypatch):
@@ -46,10 +50,11 @@ def test_available_here():
 
 
 # -- compile-only for sm_90a: every kernel, every path ------------------------------------------
-def _compile(problem, **kw):
+def _compile(problem, impl_id=None, **kw):
     prob = problems.get(problem)
     case = prob.case(**kw)
-    facts = impl(problem).compile_only_fn(case)
+    im = registry.get(problem, impl_id) if impl_id else impl(problem)
+    facts = im.compile_only_fn(case)
     assert facts["compile_s"] > 0
     assert facts.get("registers"), facts          # ptxas -v on the DSL's PTX
     assert facts["spills"] == 0, facts
@@ -109,6 +114,124 @@ def test_gemm_declines_unaligned():
     assert why and "16-byte" in why and "K=129" in why
 
 
+# -- variants: softmax_rows, softmax_long, gemm_ws, gemm_ws_c2 ---------------------------------
+@needs_cute
+@pytest.mark.parametrize("kw,group,rows", [
+    (dict(M=4096, N=1024), 64, 4), (dict(M=4096, N=4096, dtype="bfloat16"), 256, 1),
+    (dict(M=300, N=777, layout="strided_odd"), 64, 4), (dict(M=1, N=1), 32, 8)])
+def test_compile_softmax_rows(kw, group, rows):
+    f = _compile("softmax", "cute:softmax_rows", **kw)
+    assert (f["config"]["group"], f["config"]["rows_per_cta"]) == (group, rows), f["config"]
+    # 4 CTAs x 256 threads per SM (the grid cap) needs <= 64 registers
+    assert f["registers"] <= 64, f
+
+
+@needs_cute
+def test_softmax_rows_ptx_prefetches_next_row():
+    """The next row's 128-bit loads are issued before this row's first shuffle."""
+    from cutlass_src import softmax_rows as sr
+
+    comp, p = sr.compile_only(torch.float32, 1024)
+    body = comp.ptx[comp.ptx.find(".entry"):]
+    loop = body[body.find("shfl.sync.idx"):]               # past the prologue's loads
+    assert loop.count("ld.global.v4") >= p["k"]
+    assert loop.find("ld.global.v4") < loop.find("shfl.sync.bfly")
+
+
+@needs_cute
+@pytest.mark.parametrize("kw,cluster", [(dict(M=8, N=131072), 8), (dict(M=8, N=262144), 16),
+                                        (dict(M=2, N=131072, dtype="bfloat16"), 8)])
+def test_compile_softmax_long(kw, cluster):
+    f = _compile("softmax", "cute:softmax_long", **kw)
+    assert (f["config"]["threads"], f["config"]["cluster"]) == (512, cluster)
+    assert f["registers"] <= 64, f                 # two 512-thread CTAs per SM
+
+
+@needs_cute
+def test_softmax_variants_decline_with_reasons():
+    rows, long_ = registry.get("softmax", "cute:softmax_rows"), registry.get("softmax", "cute:softmax_long")
+    c = problems.get("softmax").case
+    assert "short-row" in rows.supports(c(M=8, N=32768))
+    assert rows.supports(c(M=8, N=8192)) is None
+    assert "long-row" in long_.supports(c(M=8, N=4096))
+    assert long_.supports(c(M=3, N=262_147)) is None
+
+
+@needs_cute
+def test_softmax_route_switch(monkeypatch):
+    from backends import cute_layer as cl
+
+    c = problems.get("softmax").case
+    assert cl._sm_route(c(M=8, N=1024)) == "base"              # off by default
+    monkeypatch.setattr(cl, "SOFTMAX_ROUTE", ("rows", "long"))
+    assert cl._sm_route(c(M=8, N=1024)) == "rows"
+    assert cl._sm_route(c(M=8, N=8192)) == "base"              # above ROWS_MAX_N
+    assert cl._sm_route(c(M=8, N=262144)) == "long"
+
+
+@needs_cute
+@pytest.mark.parametrize("impl_id,dtype,act,bias", [
+    ("cute:gemm_ws", "bfloat16", "relu", 1), ("cute:gemm_ws_c2", "float16", "gelu", 0)])
+def test_compile_gemm_ws(impl_id, dtype, act, bias):
+    f = _compile("gemm_epilogue", impl_id, M=300, N=256, K=256, dtype=dtype, act=act, bias=bias)
+    assert f["config"]["threads"] == 384
+    assert f["registers"] * 384 <= 65536, f        # launch registers fit before setmaxnreg
+    assert f["config"]["persistent_clusters"] >= 1
+
+
+@needs_cute
+def test_gemm_ws_ptx_roles():
+    from cutlass_src import gemm_ws as gw
+
+    ptx = gw.compile_only(torch.bfloat16, "relu", True, 256, cluster_m=2).ptx
+    for needle in ("setmaxnreg.dec.sync.aligned.u32 \t40", "setmaxnreg.inc.sync.aligned.u32 \t232",
+                   "multicast::cluster", "mapa.shared::cluster", "wgmma.mma_async", "stmatrix",
+                   "bar.sync \t1, 256"):
+        assert needle in ptx, needle
+
+
+@pytest.mark.parametrize("m_tiles,n_tiles,cluster_m", [(32, 16, 1), (32, 16, 2), (3, 5, 1),
+                                                       (3, 5, 2), (17, 2, 2), (1, 1, 2), (9, 7, 1)])
+def test_gemm_ws_raster_covers_every_tile_once(m_tiles, n_tiles, cluster_m):
+    """Every output tile is owned by exactly one (work unit, CTA rank); with an odd number of
+    tile rows in 2x1 clusters only rank 1 of the last cluster row gets rows below M."""
+    from cutlass_src.gemm_ws import raster
+
+    cm_tiles = -(-m_tiles // cluster_m)
+    seen = []
+    for u in range(cm_tiles * n_tiles):
+        for r in range(cluster_m):
+            pm, pn = raster(u, cm_tiles, n_tiles, cluster_m, r)
+            assert 0 <= pn < n_tiles
+            if pm >= m_tiles:
+                assert r == cluster_m - 1 and pm == m_tiles and m_tiles % cluster_m
+                continue
+            seen.append((pm, pn))
+    assert sorted(seen) == [(i, j) for i in range(m_tiles) for j in range(n_tiles)]
+
+
+@needs_cute
+def test_gemm_ws_declines_like_gemm():
+    case = problems.get("gemm_epilogue").case(M=127, N=65, K=129)
+    for name in ("cute:gemm_ws", "cute:gemm_ws_c2"):
+        why = registry.get("gemm_epilogue", name).supports(case)
+        assert why and "16-byte" in why
+
+
+@needs_cute
+def test_variant_validation():
+    from cutlass_src import gemm_ws as gw
+    from cutlass_src import softmax_rows as sr
+
+    with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
+        sr.prepare_softmax_rows(torch.zeros(2, 3), torch.zeros(2, 3))
+    a = torch.zeros(4, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="a: must be a CUDA tensor"):
+        gw.prepare_gemm_ws(a, a, None, a, "relu")
+    with pytest.raises(ValueError, match="cluster_m"):
+        gw.GemmWS("relu", True, cluster_m=4)
+
+
 # -- input validation (runs without a GPU: checks fire before any launch) -------------------------
 @needs_cute
 def test_vector_add_validation():
@@ -146,11 +269,11 @@ def test_gemm_validation():
 # -- on a GPU: the verify suite -----------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HAVE_GPU and HAVE_CUTE), reason="needs a CUDA GPU and the CuTe DSL")
-@pytest.mark.parametrize("problem", list(IDS))
-def test_verify_suite_gpu(problem):
+@pytest.mark.parametrize("problem,impl_id", list(IDS.items()) + VARIANTS)
+def test_verify_suite_gpu(problem, impl_id):
     from harness.verify import verify_case
 
-    prob, im = problems.get(problem), impl(problem)
+    prob, im = problems.get(problem), registry.get(problem, impl_id)
     bad = []
     for case in prob.cases("verify"):
         if im.supports(case):
