@@ -6,7 +6,10 @@
 Sections (each in its own process, so an illegal address in one leaves the others standing):
   vector_add, softmax, gemm  - verify_case on the verify suite (+ aligned ragged GEMM shapes),
                                then CUDA-event timings with an L2 flush before every sample;
-  overhead                   - host microseconds per call through tvm-ffi and through from_dlpack.
+  overhead                   - host microseconds per call through tvm-ffi and through from_dlpack;
+  softmax_variants, gemm_ws  - the variants (cute:softmax_rows, cute:softmax_long, cute:gemm_ws,
+                               cute:gemm_ws_c2): verify, then time beside the main kernels and torch.
+KL_TUNE_SECTIONS=softmax_variants,gemm_ws runs only the named sections.
 JSON per section under $OUT (or ./tune_out); a compact table is printed last.
 """
 from __future__ import annotations
@@ -226,6 +229,109 @@ def section_gemm(res):
     res["timing"] = rows
 
 
+def _time_impl(rows, flush, problem, impl_id, case, label, metric, env=None):
+    """Prepare + time one registered implementation on one case (env overrides set around the
+    prepare, when the compile happens); appends a row, never raises."""
+    import torch
+    from harness import problems
+
+    prob = problems.get(problem)
+    old = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        launch, out, inputs = prepared(problem, impl_id, case)
+        r = bench(launch, flush, samples=20)
+        q = prob.flops(case) if metric == "TFLOPs" else prob.traffic(case)
+        r.update(impl=label, shape=case.label, **{metric: q / (r["ms"] * 1e-3) / (1e12 if metric == "TFLOPs" else 1e9)},
+                 info={k: v for k, v in launch.info.items() if k != "kernels"})
+        if problem == "gemm_epilogue":
+            a, b, bias = inputs
+            ref = torch.relu(torch.addmm(bias.float(), a.float(), b.float()))
+            r["rel_err_vs_fp32"] = float((out.float() - ref).norm() / ref.norm())
+        del launch, out, inputs
+    except Exception as e:
+        r = {"impl": label, "shape": case.label, "error": f"{type(e).__name__}: {e}"[:400]}
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    rows.append(r)
+    save()
+    val = r.get(metric, float("nan"))
+    print(f"  time {case.label:28s} {label:34s} {val:8.1f} {metric} {r.get('error', '')}", flush=True)
+    torch.cuda.empty_cache()
+    return r
+
+
+def section_softmax_variants(res):
+    """cute:softmax_rows and cute:softmax_long: verify, then time beside cute:softmax and torch
+    (rows: 16 vs 32 values per thread; long: clusters of up to 16 vs up to 8)."""
+    import torch
+    from harness import problems
+
+    res["verify"] = []
+    for impl_id in ("cute:softmax_rows", "cute:softmax_long"):
+        verify_all("softmax", impl_id, rows=res["verify"])
+    flush = flush_buf()
+    res["copy_ceiling_GBs"] = copy_ceiling(flush)
+    prob = problems.get("softmax")
+    rows = res["timing"] = []
+    for m, n in [(4096, 1024), (4096, 2048), (4096, 4096), (4096, 8192)]:
+        case = prob.case(M=m, N=n)
+        _time_impl(rows, flush, "softmax", "cute:softmax", case, "cute:softmax", "GBs")
+        for v in ("16", "32"):
+            _time_impl(rows, flush, "softmax", "cute:softmax_rows", case, f"cute:softmax_rows values={v}",
+                       "GBs", {"KL_CUTE_SOFTMAX_ROWS_VALUES": v})
+        x = prob.make_inputs(case, "cuda", 0)[0]
+        r = bench(lambda: torch.softmax(x, dim=-1), flush)
+        rows.append({**r, "impl": "torch.softmax", "shape": case.label,
+                     "GBs": prob.traffic(case) / (r["ms"] * 1e-3) / 1e9})
+        del x
+    for m, n in [(8192, 131072), (8192, 262144)]:
+        case = prob.case(M=m, N=n)
+        _time_impl(rows, flush, "softmax", "cute:softmax", case, "cute:softmax", "GBs")
+        for c in ("16", "8"):
+            _time_impl(rows, flush, "softmax", "cute:softmax_long", case, f"cute:softmax_long max_cluster={c}",
+                       "GBs", {"KL_CUTE_SOFTMAX_LONG_MAX_CLUSTER": c})
+    save()
+
+
+def section_gemm_ws(res):
+    """cute:gemm_ws / cute:gemm_ws_c2: verify (verify suite + aligned ragged shapes), then time
+    beside cute:gemm, torch.mm and relu(addmm)."""
+    import torch
+    from harness import problems
+
+    prob = problems.get("gemm_epilogue")
+    extra = []
+    for dt in ("bfloat16", "float16"):
+        for act in ("none", "relu", "gelu"):
+            extra += [prob.case(M=1, N=24, K=40, dtype=dt, act=act),
+                      prob.case(M=300, N=264, K=136, dtype=dt, act=act),
+                      prob.case(M=1025, N=776, K=520, dtype=dt, act=act, bias=0)]
+        extra += [prob.case(M=2177, N=1032, K=4104, dtype=dt, act="gelu")]   # 18 tile rows, several tiles per CTA
+    res["verify"] = []
+    for impl_id in ("cute:gemm_ws", "cute:gemm_ws_c2"):
+        verify_all("gemm_epilogue", impl_id, extra, seeds=(0,), rows=res["verify"])
+    flush = flush_buf()
+    rows = res["timing"] = []
+    for s in (4096, 8192):
+        case = prob.case(M=s, N=s, K=s, act="relu", bias=1)
+        a, b, bias = prob.make_inputs(case, "cuda", 0)
+        for name, fn in (("torch.mm", lambda: torch.mm(a, b)),
+                         ("relu(addmm)", lambda: torch.relu_(torch.addmm(bias, a, b)))):
+            r = bench(fn, flush, samples=20)
+            rows.append({**r, "impl": name, "shape": case.label,
+                         "TFLOPs": prob.flops(case) / (r["ms"] * 1e-3) / 1e12})
+            print(f"  time {case.label:28s} {name:34s} {rows[-1]['TFLOPs']:8.1f} TFLOPs", flush=True)
+        del a, b, bias
+        for impl_id in ("cute:gemm", "cute:gemm_ws", "cute:gemm_ws_c2"):
+            _time_impl(rows, flush, "gemm_epilogue", impl_id, case, impl_id, "TFLOPs")
+    save()
+
+
 def section_overhead(res):
     """Host us per call of the compiled vector add (N=1024) through this process's call path."""
     import torch
@@ -249,7 +355,8 @@ def section_overhead(res):
 
 
 SECTIONS = {"vector_add": section_vector_add, "softmax": section_softmax, "gemm": section_gemm,
-            "overhead": section_overhead}
+            "overhead": section_overhead, "softmax_variants": section_softmax_variants,
+            "gemm_ws": section_gemm_ws}
 
 
 def run_section(name, out_path):
@@ -309,7 +416,11 @@ def main():
         run_section(args.section, args.json or OUT / f"cute_{args.section}.json")
         return
     plan = [("vector_add", {}, 45), ("softmax", {}, 80), ("gemm", {}, 100),
-            ("overhead", {}, 20), ("overhead", {"KL_CUTE_TVM_FFI": "0"}, 20)]
+            ("overhead", {}, 20), ("overhead", {"KL_CUTE_TVM_FFI": "0"}, 20),
+            ("softmax_variants", {}, 120), ("gemm_ws", {}, 150)]
+    if os.environ.get("KL_TUNE_SECTIONS"):              # e.g. softmax_variants,gemm_ws
+        keep = set(os.environ["KL_TUNE_SECTIONS"].split(","))
+        plan = [p for p in plan if p[0] in keep]
     results = {}
     for name, env, limit in plan:
         tag = name + ("_dlpack" if env else "")
