@@ -230,7 +230,7 @@ def _rows_compile_only(case):
     p = _rows_plan(case)
     if p is None:
         raise Unsupported(_rows_supports(case))
-    comp = sr._compile(case.torch_dtype, case.torch_dtype, p)
+    comp, p = sr.compile_fitted(case.torch_dtype, case.torch_dtype, p)
     return _info(comp, {"config": p, "kernel": "softmax_rows"})
 
 
@@ -238,7 +238,8 @@ def _rows_compile_only(case):
           description="short rows: a warp (or a few) per row, several rows per CTA, grid-stride "
                       "row loop with the next row's 128-bit loads in flight",
           sources=[Source(src("cutlass_src", "softmax_rows.py"), kernels=None,
-                          host=("prepare_softmax_rows", "plan", "plan_for", "config", "_compile"))],
+                          host=("prepare_softmax_rows", "plan", "plan_for", "config",
+                                "compile_fitted", "resident_ctas"))],
           devices=("cuda",), available=_available, supports=_rows_supports,
           compile_only=_rows_compile_only)
 def softmax_rows_prepare(case, inputs, out):

@@ -324,6 +324,9 @@ def validate(a, b, bias, out, act):
     if b.shape[0] != K:
         raise ValueError(f"b: shape {tuple(b.shape)} does not match a's K={K}")
     N = b.shape[1]
+    if min(M, N, K) < 1:
+        # K = 0 would leave the consumers waiting on a k-tile no producer loads
+        raise ValueError(f"a, b: empty GEMM (M={M}, N={N}, K={K})")
     if tuple(out.shape) != (M, N):
         raise ValueError(f"out: shape {tuple(out.shape)} != ({M}, {N})")
     if bias is not None:

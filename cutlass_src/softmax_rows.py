@@ -200,13 +200,35 @@ def _compile(in_dtype, out_dtype, p: dict):
     return compile_kernel(key, SoftmaxRows(p["group"], p["k"], vec, p["grid_cap"]), *fakes, fake_stream())
 
 
+def resident_ctas(threads: int, registers: int) -> int:
+    """CTAs of ``threads`` threads at ``registers`` per thread that fit one SM (64K registers,
+    2048 threads, 32 CTAs; registers allocated per warp in units of 256)."""
+    per_warp = -(-registers * 32 // 256) * 256
+    warps = threads // 32
+    return max(1, min(65536 // (per_warp * warps), 2048 // threads, 32))
+
+
+def compile_fitted(in_dtype, out_dtype, p: dict):
+    """Compile; if ptxas says fewer CTAs fit an SM than the grid cap assumed (more than 64
+    registers, e.g. KL_CUTE_SOFTMAX_ROWS_VALUES=32), recompile with the cap that does fit, so
+    the grid-stride loop never leaves CTAs waiting for a second wave. Returns (compiled, plan)."""
+    comp = _compile(in_dtype, out_dtype, p)
+    regs = comp.facts().get("registers")
+    if regs:
+        cap = num_sms() * resident_ctas(p["threads"], int(regs))
+        if cap < p["grid_cap"]:
+            p = {**p, "grid_cap": cap}
+            comp = _compile(in_dtype, out_dtype, p)
+    return comp, p
+
+
 def prepare_softmax_rows(x, out):
     """Validate, plan, compile (cached); returns (launch, compiled, plan)."""
     from .softmax import validate
 
     validate(x, out)
     p = plan(x, out)
-    comp = _compile(x.dtype, out.dtype, p)
+    comp, p = compile_fitted(x.dtype, out.dtype, p)
     vec = p["vec"]
     args = (to_cute(x, max(x.element_size(), vec * x.element_size())),
             to_cute(out, max(out.element_size(), vec * out.element_size())))
@@ -232,5 +254,4 @@ def compile_only(dtype: torch.dtype, n: int, vec: int | None = None):
     es = torch.empty((), dtype=dtype).element_size()
     if vec is None:
         vec = 16 // es if (n * es) % 16 == 0 else 1
-    p = plan_for(n, vec)
-    return _compile(dtype, dtype, p), p
+    return compile_fitted(dtype, dtype, plan_for(n, vec))

@@ -232,6 +232,17 @@ def test_variant_validation():
         gw.GemmWS("relu", True, cluster_m=4)
 
 
+@needs_cute
+@pytest.mark.skipif(not HAVE_GPU, reason="the empty-shape check runs after the device check")
+def test_gemm_rejects_empty_k():
+    from cutlass_src import gemm_epilogue as ge
+
+    a = torch.zeros(4, 0, dtype=torch.bfloat16, device="cuda")
+    b = torch.zeros(0, 8, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="empty GEMM"):
+        ge.validate(a, b, None, torch.zeros(4, 8, dtype=torch.bfloat16, device="cuda"), "relu")
+
+
 # -- input validation (runs without a GPU: checks fire before any launch) -------------------------
 @needs_cute
 def test_vector_add_validation():
