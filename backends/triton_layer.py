@@ -140,12 +140,26 @@ class _compiler_mode:
 
     _cache: dict = {}
 
+    @staticmethod
+    def _undo_leaked_patches(mods) -> None:
+        """The interpreter patches tl builtins for the length of a run, but a nested call of a
+        standard-library helper (tl.cdiv, ...) re-patches triton.language.core without undoing it
+        (triton 3.9). Those wrappers keep the original as their ``member`` default: put it back."""
+        import types
+        for obj in mods:
+            for attr, val in list(vars(obj).items()):
+                kw = getattr(val, "__kwdefaults__", None) if isinstance(val, types.FunctionType) else None
+                if val.__class__ is types.FunctionType and val.__name__ == "<lambda>" and kw and "member" in kw:
+                    setattr(obj, attr, kw["member"])
+
     def __enter__(self):
         self.changes = []
         if not interpreting():
             return self
         import sys as _sys
         from triton.runtime.interpreter import InterpretedFunction
+        lang = [m for n, m in list(_sys.modules.items()) if m is not None and n.startswith("triton.language")]
+        self._undo_leaked_patches(lang + [triton.language.core.tensor])
         from triton.runtime.jit import JITFunction
         for name, mod in list(_sys.modules.items()):
             if not name.startswith("triton.language") or mod is None:
@@ -199,6 +213,35 @@ def compile_sm90(kernel, args: dict, constexprs: dict, num_warps: int, num_stage
             ck.asm["ptx"] else "sm_90", "triton": triton.__version__,
             "config": {"num_warps": num_warps, "num_stages": num_stages,
                        **{k: v for k, v in constexprs.items()}}}
+
+
+def _compile_only(fn):
+    """compile_only for the registry: in this process (also under TRITON_INTERPRET=1); should the
+    interpreter have left Triton's language module in a state the compiler cannot use, compile in
+    a fresh process without the interpreter instead (same facts, a few seconds slower)."""
+    def compile_only(case):
+        try:
+            return fn(case)
+        except Unsupported:
+            raise
+        except Exception as first:
+            if not interpreting():
+                raise
+            import json
+            import sys
+            env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+            root = str(Path(__file__).resolve().parent.parent)
+            code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from harness.case import Case; "
+                    "from backends import triton_layer as T; "
+                    f"print('@@' + json.dumps(T.{fn.__name__}(Case.from_json(json.loads(sys.argv[2])))))")
+            r = subprocess.run([sys.executable, "-c", code, root, json.dumps(case.to_json())], env=env,
+                               capture_output=True, text=True, timeout=600)
+            line = next((ln for ln in r.stdout.splitlines() if ln.startswith("@@")), None)
+            if r.returncode != 0 or line is None:
+                raise RuntimeError(f"compile_only failed in process ({first}) and in a subprocess: "
+                                   f"{r.stderr.strip()[-800:]}") from None
+            return json.loads(line[2:]) | {"note": "compiled in a subprocess"}
+    return compile_only
 
 
 def _ptr(case) -> str:
@@ -257,7 +300,7 @@ def _va_grid(case):
           description="one program per BLOCK elements, masked tail; BLOCK/num_warps tuned on H200",
           sources=[Source("triton_src/vector_add.py", kernels=("vector_add_kernel",),
                           host=("vector_add",))],
-          devices=("cuda", "cpu"), available=available, compile_only=_va_compile, grid=_va_grid)
+          devices=("cuda", "cpu"), available=available, compile_only=_compile_only(_va_compile), grid=_va_grid)
 def prepare_vector_add(case, inputs, out):
     _check_device(inputs)
     x, y = inputs
@@ -301,7 +344,7 @@ def _fused_compile(case):
 def _persistent_compile(case):
     if (why := S.persistent_supports(case.N)):
         raise Unsupported(why)
-    cfg = S.persistent_config(case.N)
+    cfg = S.persistent_config(case.N, elem_size=torch.empty((), dtype=case.torch_dtype).element_size())
     return compile_sm90(S.softmax_persistent_kernel, _sm_args(case),
                         {k: cfg[k] for k in ("ROWS", "BLOCK_N", "NUM_STAGES")}, cfg["num_warps"],
                         aligned=_sm_aligned(case))
@@ -337,7 +380,7 @@ def _fused_grid(case):
 def _persistent_grid(case):
     if (why := S.persistent_supports(case.N)):
         return {"unsupported": why}
-    cfg = S.persistent_config(case.N)
+    cfg = S.persistent_config(case.N, elem_size=torch.empty((), dtype=case.torch_dtype).element_size())
     M, N, R = case.M, case.N, cfg["ROWS"]
     blocks = -(-M // R)
     sms = torch.cuda.get_device_properties(0).multi_processor_count \
@@ -398,14 +441,15 @@ def _softmax_supports(variant):
 _SM_SRC = "triton_src/softmax.py"
 for _name, _kernel, _host, _desc, _comp, _grid in (
     ("fused_row", "softmax_fused_row_kernel", "softmax_fused_row",
-     "one row per program, whole row in registers, -inf padding", _fused_compile if triton else None,
+     "one row per program, whole row in registers, -inf padding",
+     _compile_only(_fused_compile) if triton else None,
      _fused_grid),
     ("persistent", "softmax_persistent_kernel", "softmax_persistent",
      "grid = SMs x occupancy; programs loop over blocks of rows, software-pipelined",
-     _persistent_compile if triton else None, _persistent_grid),
+     _compile_only(_persistent_compile) if triton else None, _persistent_grid),
     ("online", "softmax_online_kernel", "softmax_online",
      "column tiles, online max/sum rescaling, second pass newest-tile-first; any N",
-     _online_compile if triton else None, _online_grid),
+     _compile_only(_online_compile) if triton else None, _online_grid),
 ):
     register(problem="softmax", layer=LAYER, name=_name, description=_desc,
              sources=[Source(_SM_SRC, kernels=(_kernel,), host=(_host,))], devices=("cuda", "cpu"),
@@ -428,7 +472,7 @@ register(problem="softmax", layer=LAYER, name="softmax",
          sources=[Source(_SM_SRC, kernels=("softmax_fused_row_kernel", "softmax_persistent_kernel",
                                            "softmax_online_kernel"),
                          host=("softmax", "choose_variant"))],
-         devices=("cuda", "cpu"), available=available, compile_only=_dispatch_compile,
+         devices=("cuda", "cpu"), available=available, compile_only=_compile_only(_dispatch_compile),
          grid=_dispatch_grid)(_softmax_prepare("softmax"))
 
 
@@ -487,7 +531,7 @@ def _gemm_grid(case):
           description="tiled tl.dot, grouped order, fp32 acc, bias+act on the accumulator; autotuned",
           sources=[Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
                           host=("gemm_epilogue", "prune_configs", "gemm_grid"))],
-          devices=("cuda", "cpu"), available=available, compile_only=_gemm_compile if triton else None,
+          devices=("cuda", "cpu"), available=available, compile_only=_compile_only(_gemm_compile) if triton else None,
           grid=_gemm_grid)
 def prepare_gemm(case, inputs, out):
     _check_device(inputs)

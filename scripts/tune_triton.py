@@ -242,7 +242,8 @@ def tune_softmax():
                 row = {"M": M, "N": N, "impl": variant, "cfg": kw, **r}
                 if variant == "persistent":
                     row["programs"] = S.persistent_programs(x, out, M, N, S.persistent_config(N, **{
-                        k: v for k, v in kw.items() if k in ("rows", "num_warps", "num_stages")}))
+                        k: v for k, v in kw.items() if k in ("rows", "num_warps", "num_stages")},
+                        elem_size=x.element_size()))
                 rows.append(row)
         for r in rows:
             r["TBps"] = by / r["ms"] / 1e9

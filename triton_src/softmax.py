@@ -115,31 +115,37 @@ persistent_supports = fused_row_supports
 
 
 def fused_row_config(N: int, num_warps: int | None = None) -> dict:
+    """H200 sweep (fp32): 4 warps best up to 1024 columns, 8 up to 8192, 16 above."""
     block = max(MIN_BLOCK, next_pow2(N))
-    return {"BLOCK_N": block, "num_warps": num_warps or _warps_for(block, 16)}
+    return {"BLOCK_N": block, "num_warps": num_warps or (4 if block <= 1024 else 8 if block <= 8192 else 16)}
 
 
-#: persistent: each block of ROWS rows is about this many elements (short rows are packed)
-PERSISTENT_TILE = 4096
+#: persistent: each block of ROWS rows is about this many elements (short rows are packed);
+#: the H200 sweep at N = 1024 fp32 preferred 2 rows (2048 elements) to 4 or 8
+PERSISTENT_TILE = 2048
 
 
 def persistent_config(N: int, rows: int | None = None, num_warps: int | None = None,
-                      num_stages: int | None = None) -> dict:
+                      num_stages: int | None = None, elem_size: int = 4) -> dict:
     block = max(MIN_BLOCK, next_pow2(N))
     rows = rows or max(1, PERSISTENT_TILE // block)
     if rows & (rows - 1):
         raise ValueError(f"rows: must be a power of two, got {rows}")
-    return {"ROWS": rows, "BLOCK_N": block, "NUM_STAGES": num_stages or 2,
+    # two stages (next block's loads in flight) while a stage is small; at 128 KB a block,
+    # three stages exceed shared memory and one was fastest
+    stages = num_stages or (1 if rows * block * elem_size >= 131072 else 2)
+    return {"ROWS": rows, "BLOCK_N": block, "NUM_STAGES": stages,
             "num_warps": num_warps or _warps_for(rows * block, 16)}
 
 
 def online_config(N: int, elem_size: int, block: int | None = None, num_warps: int | None = None,
                   num_stages: int | None = None) -> dict:
+    """H200 sweep (fp32, N = 16K..256K): 8192-column tiles, 16 warps, no extra pipeline stage."""
     if block is None:
-        block = min(max(MIN_BLOCK, next_pow2(N)), 4096 if elem_size >= 4 else 8192)
+        block = min(max(MIN_BLOCK, next_pow2(N)), 8192)
     if block & (block - 1) or block < MIN_BLOCK:
         raise ValueError(f"block: must be a power of two >= {MIN_BLOCK}, got {block}")
-    return {"BLOCK_N": block, "NUM_STAGES": num_stages or 2,
+    return {"BLOCK_N": block, "NUM_STAGES": num_stages or 1,
             "num_warps": num_warps or _warps_for(block, 8)}
 
 
@@ -221,7 +227,7 @@ def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None, *, rows
     M, N, out = _check(x, out)
     if (why := persistent_supports(N)):
         raise ValueError(f"x: {why}")
-    cfg = persistent_config(N, rows, num_warps, num_stages)
+    cfg = persistent_config(N, rows, num_warps, num_stages, x.element_size())
     grid = programs or persistent_programs(x, out, M, N, cfg)
     softmax_persistent_kernel[(grid,)](x, out, M, N, x.stride(0), out.stride(0), ROWS=cfg["ROWS"],
                                        BLOCK_N=cfg["BLOCK_N"], NUM_STAGES=cfg["NUM_STAGES"],
@@ -239,7 +245,8 @@ def softmax_online(x: torch.Tensor, out: torch.Tensor | None = None, *, block: i
     return out
 
 
-#: dispatcher thresholds in bytes per row (set from the H200 sweep in scripts/tune_triton.py)
+#: dispatcher thresholds in bytes per row, from the H200 sweep (scripts/tune_triton.py, fp32):
+#: persistent won at N = 1024 (2.74 vs 2.52 TB/s), fused_row from 2048 to 32768 columns
 PERSISTENT_MAX_ROW_BYTES = 4096
 FUSED_MAX_ROW_BYTES = 32768 * 4
 
