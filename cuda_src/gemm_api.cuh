@@ -41,8 +41,9 @@ std::string gemm_wgmma_unsupported(const GemmArgs& args);
 
 // Tuning knobs of the ping-pong Hopper kernel (128 x 128 tile per consumer warpgroup, 5 stages).
 struct PingpongConfig {
-  int group_m = 8;   // as WgmmaConfig::group_m
-  int max_ctas = 0;  // persistent grid size; 0 = one CTA per multiprocessor
+  int group_m = 8;    // as WgmmaConfig::group_m
+  int max_ctas = 0;   // persistent grid size; 0 = one CTA per multiprocessor (pairs: as many as fit)
+  int cluster_m = 1;  // 1, or 2: clusters of 2 CTAs on vertically adjacent tiles, B multicast to both
 };
 
 // Empty string when the ping-pong kernel can run these arguments: the Hopper path's conditions,
@@ -52,9 +53,9 @@ std::string gemm_pingpong_unsupported(const GemmArgs& args);
 void gemm_epilogue_wgmma(const GemmArgs& args, const WgmmaConfig& cfg = WgmmaConfig());
 void gemm_epilogue_pingpong(const GemmArgs& args, const PingpongConfig& cfg = PingpongConfig());
 void gemm_epilogue_mma(const GemmArgs& args);
-// Picks a Hopper kernel when it can run (`hopper`: "wgmma" = cooperative, "pingpong"; a ping-pong
-// request falls back to the cooperative kernel, then to the portable one), else the portable one.
-// Returns the path taken: "pingpong", "wgmma" or "mma".
+// Picks a Hopper kernel when it can run (`hopper`: "wgmma" = cooperative, "pingpong", or
+// "pingpong_c2" = ping-pong in 2x1 clusters; a ping-pong request falls back to the cooperative
+// kernel, then to the portable one), else the portable one. Returns the path taken.
 std::string gemm_epilogue_auto(const GemmArgs& args, const std::string& hopper = "wgmma");
 
 // Resource facts of the compiled kernels as the runtime sees them (cudaFuncGetAttributes).

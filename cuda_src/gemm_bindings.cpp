@@ -65,17 +65,18 @@ void bind_gemm_epilogue(py::module_& m) {
       "gemm_epilogue_pingpong",
       [](std::uintptr_t a, std::uintptr_t b, std::uintptr_t bias, std::uintptr_t c, long long M, long long N,
          long long K, long long lda, long long ldb, long long ldc, int dtype, int act, bool has_bias,
-         std::uintptr_t stream, int device, int group_m, int max_ctas) {
+         std::uintptr_t stream, int device, int group_m, int max_ctas, int cluster_m) {
         klgemm::PingpongConfig cfg;
         cfg.group_m = group_m;
         cfg.max_ctas = max_ctas;
+        cfg.cluster_m = cluster_m;
         klgemm::gemm_epilogue_pingpong(
             make_args(a, b, bias, c, M, N, K, lda, ldb, ldc, dtype, act, has_bias, stream, device), cfg);
       },
-      KLG_ARGS, py::arg("group_m") = 8, py::arg("max_ctas") = 0,
+      KLG_ARGS, py::arg("group_m") = 8, py::arg("max_ctas") = 0, py::arg("cluster_m") = 1,
       "C = act(A @ B + bias) on the Hopper ping-pong path: TMA ring, two consumer warpgroups on alternating "
-      "128x128 tiles, TMA-store epilogue (sm_90a). Needs K, N, lda, ldb, ldc multiples of 8 and 16-byte aligned "
-      "a, b, c.");
+      "128x128 tiles, TMA-store epilogue (sm_90a); cluster_m=2 pairs CTAs and multicasts B. Needs K, N, lda, "
+      "ldb, ldc multiples of 8 and 16-byte aligned a, b, c.");
   m.def(
       "gemm_pingpong_unsupported",
       [](std::uintptr_t a, std::uintptr_t b, std::uintptr_t bias, std::uintptr_t c, long long M, long long N,
@@ -105,7 +106,7 @@ void bind_gemm_epilogue(py::module_& m) {
       },
       KLG_ARGS, py::arg("hopper") = "wgmma",
       "Dispatcher: a Hopper kernel when it can run these arguments (hopper=\"wgmma\": cooperative 128x256, "
-      "\"pingpong\": ping-pong 128x128, falling back to wgmma), else the portable path. Returns the path used.");
+      "\"pingpong\": ping-pong 128x128, \"pingpong_c2\": the same in 2x1 clusters; both fall back to wgmma), else the portable path. Returns the path used.");
   m.def(
       "gemm_wgmma_unsupported",
       [](std::uintptr_t a, std::uintptr_t b, std::uintptr_t bias, std::uintptr_t c, long long M, long long N,
@@ -137,7 +138,12 @@ void bind_gemm_epilogue(py::module_& m) {
   cfg["pingpong"] = py::dict(py::arg("tile_m") = 128, py::arg("tile_n") = 128, py::arg("tile_k") = 64,
                              py::arg("stages") = 5, py::arg("threads") = 384, py::arg("group_m") = 8,
                              py::arg("epilogue") = "stmatrix -> swizzled smem -> TMA store",
+                             py::arg("cluster_m") = 1,
                              py::arg("schedule") = "persistent, 1 producer + 2 consumer warpgroups on alternating tiles");
+  cfg["pingpong_c2"] = py::dict(py::arg("tile_m") = 128, py::arg("tile_n") = 128, py::arg("tile_k") = 64,
+                                py::arg("stages") = 5, py::arg("threads") = 384, py::arg("group_m") = 8,
+                                py::arg("epilogue") = "stmatrix -> swizzled smem -> TMA store", py::arg("cluster_m") = 2,
+                                py::arg("schedule") = "as pingpong, 2x1 clusters with TMA multicast of B");
   cfg["mma"] = py::dict(py::arg("tile_m") = 128, py::arg("tile_n") = 128, py::arg("tile_k") = 32,
                         py::arg("stages") = 4, py::arg("threads") = 256, py::arg("warp_tile") = "64x32");
   m.attr("gemm_config") = cfg;

@@ -182,6 +182,43 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u3
 #endif
 }
 
+// ---- thread-block clusters (sm_90): rank, cluster-wide barrier, remote mbarrier arrive, multicast --
+__device__ __forceinline__ u32 cluster_ctarank() {
+  u32 r = 0;
+#ifdef KLG_SM90
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+// Every thread of every CTA of the cluster; release/acquire orders shared-memory work across it.
+__device__ __forceinline__ void cluster_sync() {
+#ifdef KLG_SM90
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+// Arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster (the
+// default .release.cta semantics: an explicit .release.cluster costs a MEMBAR.GPU per arrive in
+// SASS; what it would order here are wgmma reads already completed by wgmma.wait_group).
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 rank) {
+#ifdef KLG_SM90
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank)
+      : "memory");
+#endif
+}
+// tma_load_2d into the same shared-memory offset of every CTA in `mask`; each destination CTA's
+// mbarrier at offset `bar` receives the bytes that land in that CTA.
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const void* tmap, int c0, int c1, u32 bar,
+                                                      unsigned short mask) {
+#ifdef KLG_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst), "l"(tmap), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+#endif
+}
+
 // ---- wgmma ordering (sm_90a) ----------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -201,6 +201,15 @@ gemm_wgmma_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ T
 // its own 128-byte-swizzled 32 KB staging buffer, one TMA store of two 128 x 64 boxes that the
 // copy engine clips at M and N). Tensor cores stay busy through the epilogues.
 //
+// CM = 2: clusters of 2 CTAs on vertically adjacent tiles (same 128 columns of B). Each CTA loads
+// its own A box and ONE of the two 64-column slabs of B, multicast into both CTAs' shared memory
+// (half the L2 -> SM traffic for B). A ring slot is then written by both CTAs, so its "empty"
+// mbarrier counts the consumer warps of both (4 local + 4 remote arrivals, each consumer warp
+// arriving on both CTAs' barrier), and both CTAs meet at a cluster barrier before exit (no remote arrival or
+// multicast may reach a CTA that has retired). The pair walks the same tile sequence, so ring
+// slots and phases agree between them. With an odd number of M-tiles, the second CTA of the last
+// pair has no rows: it skips its A load and its store but still loads its B slab and consumes.
+//
 // Shared memory: 5 x (16 KB A + 16 KB B) ring + 2 x 32 KB C staging + barriers = 225 KB.
 constexpr int PP_BM = 128, PP_BN = 128, PP_BK = 64;
 constexpr int PP_STAGES = 5;
@@ -217,6 +226,18 @@ __device__ __forceinline__ void ring_advance(int& stage, u32& phase, int n, int 
   const int s = stage + n;
   phase ^= (u32)((s / stages) & 1);
   stage = s % stages;
+}
+
+// A consumer warp is done reading ring slot `bar`'s stage: tell this CTA's producer and, in a
+// cluster pair, the partner's producer (whose multicast also writes this CTA's slot).
+template <int CM>
+__device__ __forceinline__ void release_slot(u32 bar, u32 rank) {
+  if (CM == 2) {
+    mbar_arrive(bar);
+    mbar_arrive_cluster(bar, rank ^ 1u);
+  } else {
+    mbar_arrive(bar);
+  }
 }
 
 // Barrier among the 128 threads of consumer warpgroup w only (hardware barriers 1 and 2).
@@ -257,12 +278,13 @@ __device__ __forceinline__ void pp_stage_slab(const float (&acc)[64], const floa
   }
 }
 
-template <bool BF16>
+template <bool BF16, int CM>
 __global__ void __launch_bounds__(PP_THREADS, 1)
 gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB,
                      const __grid_constant__ TmaDesc tmC, const u16* __restrict__ bias, int M, int N, int K, int act,
                      int tiles_m, int tiles_n, int group_m) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(CM == 1 || CM == 2, "cluster size along M: 1 or 2");
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzled boxes want 1 KB alignment
   const u32 sA = base;                                       // PP_STAGES x 16 KB
@@ -273,7 +295,13 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
   const u32 bar_turn = bar_empty + PP_STAGES * 8;            // 2 x 8 bytes: "consumer w may issue wgmma"
 
   const int wg = threadIdx.x / 128;
-  const int num_tiles = tiles_m * tiles_n;
+  // Scheduling unit: a "cluster tile" of CM vertically adjacent 128 x 128 tiles; CTA `rank` of the
+  // cluster takes M-tile CM * tmc + rank. Clusters are CM consecutive blocks (1-D grid).
+  const u32 rank = CM == 2 ? cluster_ctarank() : 0u;
+  const int unit = (int)blockIdx.x / CM, units = (int)gridDim.x / CM;
+  const int tiles_mc = (tiles_m + CM - 1) / CM;
+  const int group_mc = max(1, group_m / CM);
+  const int num_tiles = tiles_mc * tiles_n;
   const int k_tiles = (K + PP_BK - 1) / PP_BK;
 
   if (threadIdx.x == 0) {
@@ -281,14 +309,15 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
     tma_prefetch_desc(&tmB);
     tma_prefetch_desc(&tmC);
     for (int s = 0; s < PP_STAGES; ++s) {
-      mbar_init(bar_full + 8 * s, 1);   // producer's arrive.expect_tx; the TMA bytes complete it
-      mbar_init(bar_empty + 8 * s, 4);  // lane 0 of each warp of the ONE consumer that read the stage
+      mbar_init(bar_full + 8 * s, 1);        // producer's arrive.expect_tx; the TMA bytes complete it
+      mbar_init(bar_empty + 8 * s, 4 * CM);  // lane 0 of each warp of the consumer that read the slot, per CTA
     }
     mbar_init(bar_turn, 1);      // arrived by one thread of consumer 1 after its mainloop
     mbar_init(bar_turn + 8, 1);  // arrived by one thread of consumer 0 after its mainloop
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if (CM == 2) cluster_sync();  // the partner's barriers are initialised before any multicast/arrive
+  else __syncthreads();
 
   if (wg == 0) {
     // ---------------- producer: the CTA's tiles in order, each k-tile into the next ring slot --
@@ -296,18 +325,26 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
     if (threadIdx.x == 0) {
       int stage = 0;
       u32 phase = 0;
-      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-        int tm, tn;
-        tile_coords(t, tiles_m, tiles_n, group_m, tm, tn);
+      for (int t = unit; t < num_tiles; t += units) {
+        int tmc, tn;
+        tile_coords(t, tiles_mc, tiles_n, group_mc, tmc, tn);
+        const int tm = tmc * CM + (int)rank;
+        const bool has_rows = tm < tiles_m;  // false only for CTA 1 of a pair past the last M-tile
         const int n0 = tn * PP_BN;
         const int slabs = min(PP_BN / 64, (N - n0 + 63) / 64);  // B slabs wholly past N are skipped
-        const u32 bytes = PP_A_BYTES + slabs * PP_B_SUB;
+        const u32 bytes = (has_rows ? PP_A_BYTES : 0) + slabs * PP_B_SUB;
         for (int kt = 0; kt < k_tiles; ++kt) {
-          mbar_wait(bar_empty + 8 * stage, phase ^ 1);
-          mbar_arrive_expect_tx(bar_full + 8 * stage, bytes);
-          tma_load_2d(sA + stage * PP_A_BYTES, &tmA, kt * PP_BK, tm * PP_BM, bar_full + 8 * stage);
-          for (int j = 0; j < slabs; ++j)
-            tma_load_2d(sB + stage * PP_B_BYTES + j * PP_B_SUB, &tmB, n0 + 64 * j, kt * PP_BK, bar_full + 8 * stage);
+          const u32 full = bar_full + 8 * stage;
+          mbar_wait(bar_empty + 8 * stage, phase ^ 1);  // CM = 2: also the partner's consumers
+          mbar_arrive_expect_tx(full, bytes);
+          if (has_rows) tma_load_2d(sA + stage * PP_A_BYTES, &tmA, kt * PP_BK, tm * PP_BM, full);
+          if (CM == 1) {
+            for (int j = 0; j < slabs; ++j)
+              tma_load_2d(sB + stage * PP_B_BYTES + j * PP_B_SUB, &tmB, n0 + 64 * j, kt * PP_BK, full);
+          } else if ((int)rank < slabs) {  // my slab of B, into both CTAs of the pair
+            tma_load_2d_multicast(sB + stage * PP_B_BYTES + rank * PP_B_SUB, &tmB, n0 + 64 * (int)rank, kt * PP_BK,
+                                  full, (unsigned short)0x3);
+          }
           ring_advance(stage, phase, 1, PP_STAGES);
         }
       }
@@ -327,12 +364,13 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
     if (w == 1) ring_advance(stage, phase, k_tiles, PP_STAGES);
     bool first = true;
 
-    for (int t = blockIdx.x + w * gridDim.x; t < num_tiles; t += 2 * gridDim.x) {
-      int tm, tn;
-      tile_coords(t, tiles_m, tiles_n, group_m, tm, tn);
+    for (int t = unit + w * units; t < num_tiles; t += 2 * units) {
+      int tmc, tn;
+      tile_coords(t, tiles_mc, tiles_n, group_mc, tmc, tn);
+      const int tm = tmc * CM + (int)rank;
       const int n0 = tn * PP_BN;
       // The other consumer has a tile after this one (its next local tile): it waits for our turn hand-off.
-      const bool hand_off = t + (int)gridDim.x < num_tiles;
+      const bool hand_off = t + units < num_tiles;
 
       float acc0[64], acc1[64];  // rows 0..63 and 64..127 of the tile
 #pragma unroll
@@ -371,7 +409,7 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
           wgmma_wait<1>();
           fence_regs(acc0);
           fence_regs(acc1);
-          if (lane == 0) mbar_arrive(bar_empty + 8 * prev);
+          if (lane == 0) release_slot<CM>(bar_empty + 8 * prev, rank);
         }
         prev = stage;
         ring_advance(stage, phase, 1, PP_STAGES);
@@ -381,7 +419,7 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
       wgmma_wait<0>();
       fence_regs(acc0);
       fence_regs(acc1);
-      if (k_tiles > 0 && lane == 0) mbar_arrive(bar_empty + 8 * prev);
+      if (k_tiles > 0 && lane == 0) release_slot<CM>(bar_empty + 8 * prev, rank);
       ring_advance(stage, phase, k_tiles, PP_STAGES);  // skip the other consumer's next tile
 
       // ---- epilogue (overlaps the other consumer's mainloop) ----
@@ -405,7 +443,7 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
       pp_stage_slab<BF16>(acc1, bz, sCw, 1, warp, lane, act);
       fence_proxy_async_smem();  // each writer: its stmatrix data -> visible to the TMA engine
       consumer_bar_sync(w);
-      if (tid == 0) {
+      if (tid == 0 && tm < tiles_m) {
         tma_store_2d(&tmC, sCw, n0, tm * PP_BM);
         if (n0 + 64 < N) tma_store_2d(&tmC, sCw + PP_C_HALF, n0 + 64, tm * PP_BM);
         bulk_commit();
@@ -413,6 +451,9 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
     }
     if (tid == 0) bulk_wait<0>();  // stores complete before the CTA (and its shared memory) retires
   }
+  // A cluster partner may still arrive on this CTA's barriers or multicast into its ring: meet
+  // before either retires. (All 384 threads of both CTAs get here: no early returns above.)
+  if (CM == 2) cluster_sync();
 #endif
 }
 
@@ -793,37 +834,72 @@ void gemm_epilogue_wgmma(const GemmArgs& g, const WgmmaConfig& cfg) {
   }
 }
 
-template <bool BF16>
+template <bool BF16, int CM>
 static void launch_pingpong(const GemmArgs& g, const PingpongConfig& cfg, DeviceInfo& d, int dev) {
   static bool attr_set[64] = {};
-  auto kernel = gemm_pingpong_kernel<BF16>;
+  static int max_clusters[64] = {};
+  auto kernel = gemm_pingpong_kernel<BF16, CM>;
+  const cudaStream_t stream = (cudaStream_t)g.stream;
+  cudaLaunchConfig_t lc = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CM;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  lc.blockDim = dim3(PP_THREADS);
+  lc.dynamicSmemBytes = PP_SMEM;
+  lc.stream = stream;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
   if (!attr_set[dev]) {
     KLG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, PP_SMEM));
+    if (CM > 1) {  // how many pairs fit at once (GPCs need two free SMs for a pair)
+      lc.gridDim = dim3(CM * (d.sms / CM));
+      int n = 0;
+      KLG_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &lc));
+      if (n < 1) throw std::runtime_error("gemm_pingpong_kernel: no cluster of 2 CTAs fits on this device");
+      max_clusters[dev] = n;
+    }
     attr_set[dev] = true;
   }
   const TmaDesc ta = make_map(g.a, g.dtype, g.M, g.K, g.lda, PP_BM, "a");
   const TmaDesc tb = make_map(g.b, g.dtype, g.K, g.N, g.ldb, PP_BK, "b");
   const TmaDesc tc = make_map(g.c, g.dtype, g.M, g.N, g.ldc, PP_BM, "c");  // store boxes: 128 rows x 64 cols
   const int tiles_m = (int)((g.M + PP_BM - 1) / PP_BM), tiles_n = (int)((g.N + PP_BN - 1) / PP_BN);
-  const int tiles = tiles_m * tiles_n;
-  int ctas = cfg.max_ctas > 0 ? cfg.max_ctas : d.sms;
-  if (ctas > tiles) ctas = tiles;
+  const int units = ((tiles_m + CM - 1) / CM) * tiles_n;  // cluster tiles (CM M-tiles each)
+  int n = cfg.max_ctas > 0 ? cfg.max_ctas / CM : d.sms / CM;
+  if (CM > 1 && n > max_clusters[dev]) n = max_clusters[dev];
+  if (n < 1) n = 1;
+  if (n > units) n = units;
   const int group_m = cfg.group_m > 0 ? cfg.group_m : 8;
-  kernel<<<ctas, PP_THREADS, PP_SMEM, (cudaStream_t)g.stream>>>(
-      ta, tb, tc, g.has_bias ? (const u16*)g.bias : nullptr, (int)g.M, (int)g.N, (int)g.K, g.act, tiles_m, tiles_n,
-      group_m);
+  const u16* bias = g.has_bias ? (const u16*)g.bias : nullptr;
+  if (CM == 1) {
+    kernel<<<n, PP_THREADS, PP_SMEM, stream>>>(ta, tb, tc, bias, (int)g.M, (int)g.N, (int)g.K, g.act, tiles_m,
+                                                tiles_n, group_m);
+  } else {
+    lc.gridDim = dim3(CM * n);
+    KLG_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, ta, tb, tc, bias, (int)g.M, (int)g.N, (int)g.K, g.act, tiles_m,
+                                      tiles_n, group_m));
+  }
   check_launch("gemm_pingpong_kernel");
 }
 
 void gemm_epilogue_pingpong(const GemmArgs& g, const PingpongConfig& cfg) {
+  if (cfg.cluster_m != 1 && cfg.cluster_m != 2)
+    throw std::invalid_argument("cluster_m: expected 1 or 2, got " + std::to_string(cfg.cluster_m));
   std::string why = gemm_pingpong_unsupported(g);
   if (!why.empty()) throw std::invalid_argument("gemm_epilogue_pingpong: " + why);
   if (g.M == 0 || g.N == 0) return;
   DeviceGuard guard(g.device);
   int dev = 0;
   DeviceInfo& d = device_info(&dev);
-  if (g.dtype == DTYPE_BF16) launch_pingpong<true>(g, cfg, d, dev);
-  else launch_pingpong<false>(g, cfg, d, dev);
+  if (g.dtype == DTYPE_BF16) {
+    if (cfg.cluster_m == 2) launch_pingpong<true, 2>(g, cfg, d, dev);
+    else launch_pingpong<true, 1>(g, cfg, d, dev);
+  } else {
+    if (cfg.cluster_m == 2) launch_pingpong<false, 2>(g, cfg, d, dev);
+    else launch_pingpong<false, 1>(g, cfg, d, dev);
+  }
 }
 
 template <bool BF16, bool VEC>
@@ -889,17 +965,22 @@ std::vector<KernelAttrs> gemm_kernel_attributes(int device) {
   add_attrs(v, gemm_wgmma_kernel<true, 128>, "gemm_wgmma_kernel<bf16,128>", WgCfg<128>::SMEM);
   add_attrs(v, gemm_wgmma_kernel<false, 256>, "gemm_wgmma_kernel<f16,256>", WgCfg<256>::SMEM);
   add_attrs(v, gemm_wgmma_kernel<false, 128>, "gemm_wgmma_kernel<f16,128>", WgCfg<128>::SMEM);
-  add_attrs(v, gemm_pingpong_kernel<true>, "gemm_pingpong_kernel<bf16>", PP_SMEM);
-  add_attrs(v, gemm_pingpong_kernel<false>, "gemm_pingpong_kernel<f16>", PP_SMEM);
+  add_attrs(v, gemm_pingpong_kernel<true, 1>, "gemm_pingpong_kernel<bf16,1>", PP_SMEM);
+  add_attrs(v, gemm_pingpong_kernel<false, 1>, "gemm_pingpong_kernel<f16,1>", PP_SMEM);
+  add_attrs(v, gemm_pingpong_kernel<true, 2>, "gemm_pingpong_kernel<bf16,2>", PP_SMEM);
+  add_attrs(v, gemm_pingpong_kernel<false, 2>, "gemm_pingpong_kernel<f16,2>", PP_SMEM);
   return v;
 }
 
 std::string gemm_epilogue_auto(const GemmArgs& g, const std::string& hopper) {
-  if (hopper != "wgmma" && hopper != "pingpong")
-    throw std::invalid_argument("hopper: expected \"wgmma\" or \"pingpong\", got \"" + hopper + "\"");
-  if (hopper == "pingpong" && gemm_pingpong_unsupported(g).empty()) {
-    gemm_epilogue_pingpong(g);
-    return "pingpong";
+  if (hopper != "wgmma" && hopper != "pingpong" && hopper != "pingpong_c2")
+    throw std::invalid_argument("hopper: expected \"wgmma\", \"pingpong\" or \"pingpong_c2\", got \"" + hopper +
+                                "\"");
+  if (hopper != "wgmma" && gemm_pingpong_unsupported(g).empty()) {
+    PingpongConfig cfg;
+    cfg.cluster_m = hopper == "pingpong_c2" ? 2 : 1;
+    gemm_epilogue_pingpong(g, cfg);
+    return hopper;
   }
   if (gemm_wgmma_unsupported(g).empty()) {
     gemm_epilogue_wgmma(g);

@@ -96,7 +96,7 @@ def _call(m, path, a, b, bias, c, act, **kw):
 
 def verify(out: Path, quick: bool, pingpong: bool = False) -> None:
     """pingpong=False: portable + cooperative Hopper kernels + dispatcher + harness adapter (all
-    rows but cuda:gemm_pingpong); pingpong=True: the ping-pong kernel alone, in its own subprocess
+    rows but cuda:gemm_pingpong*); pingpong=True: the ping-pong kernels alone, in their own subprocess
     (a hang there cannot cost the other kernels' verification)."""
     import torch
     from harness import problems
@@ -154,9 +154,14 @@ def verify(out: Path, quick: bool, pingpong: bool = False) -> None:
             run("pingpong", M, N, K, bf, "relu", False)
             run("pingpong", M, N, K, bf, "gelu", False, max_ctas=3)
             run("pingpong", M, N, K, bf, "relu", True, group_m=16, max_ctas=7)
+            for dt in (bf, hf):  # 2x1 clusters, B multicast
+                run("pingpong", M, N, K, dt, "gelu", True, cluster_m=2)
+            run("pingpong", M, N, K, bf, "relu", False, cluster_m=2, max_ctas=6)
         run("pingpong", 8192, 8192, 8192, bf, "relu", True)
+        run("pingpong", 8192, 8192, 8192, bf, "relu", True, cluster_m=2)
         for (M, N, K) in [(1, 17, 33), (512, 384, 1024), (1025, 769, 513), (4096, 4096, 4096)]:
             run("auto", M, N, K, bf, "relu", True, hopper="pingpong")
+            run("auto", M, N, K, bf, "relu", True, hopper="pingpong_c2")
         print(f"verify pingpong: {fails} failures", flush=True)
     ragged = [(1, 17, 33), (127, 65, 129), (1025, 769, 513), (256, 256, 256), (512, 384, 1024), (64, 48, 32),
               (17, 33, 40), (3, 8, 8), (130, 8, 1), (1000, 1000, 1000)]
@@ -190,7 +195,7 @@ def verify(out: Path, quick: bool, pingpong: bool = False) -> None:
     cases = P.cases("verify")
     res = []
     for impl in registry.select(problem="gemm_epilogue", layer="cuda"):
-        if (impl.id == "cuda:gemm_pingpong") != pingpong:
+        if impl.id.startswith("cuda:gemm_pingpong") != pingpong:
             continue
         for case in cases:
             why = impl.available() or impl.supports(case)
@@ -259,9 +264,9 @@ def bench(out: Path, quick: bool, skip_wgmma: bool, skip_pingpong: bool = False)
                     cands.append((f"wgmma n{tn} g{gm}", lambda tn=tn, gm=gm: _call(m, "wgmma", a, b, bias, c, "relu",
                                                                                    tile_n=tn, group_m=gm)))
             if not skip_wgmma and not skip_pingpong:
-                for gm in (8, 16, 4):
-                    cands.append((f"pingpong g{gm}", lambda gm=gm: _call(m, "pingpong", a, b, bias, c, "relu",
-                                                                         group_m=gm)))
+                for cm, gm in ((1, 8), (1, 16), (1, 4), (2, 8), (2, 16)):
+                    cands.append((f"pingpong c{cm} g{gm}", lambda cm=cm, gm=gm: _call(m, "pingpong", a, b, bias, c,
+                                                                                      "relu", group_m=gm, cluster_m=cm)))
             cands.append(("mma (portable)", lambda: _call(m, "mma", a, b, bias, c, "relu")))
             base = None
             for name, fn in cands:

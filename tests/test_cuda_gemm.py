@@ -12,7 +12,7 @@ from harness import problems, registry
 
 P = problems.get("gemm_epilogue")
 ROOT = Path(__file__).resolve().parent.parent
-IDS = ("cuda:gemm_wgmma", "cuda:gemm_pingpong", "cuda:gemm_mma", "cuda:gemm")
+IDS = ("cuda:gemm_wgmma", "cuda:gemm_pingpong", "cuda:gemm_pingpong_c2", "cuda:gemm_mma", "cuda:gemm")
 
 
 def _impl(i):
@@ -38,7 +38,7 @@ def test_available_reports_reason_without_gpu_or_module():
         assert why is None or (isinstance(why, str) and why)
 
 
-@pytest.mark.parametrize("hopper", ("cuda:gemm_wgmma", "cuda:gemm_pingpong"))
+@pytest.mark.parametrize("hopper", ("cuda:gemm_wgmma", "cuda:gemm_pingpong", "cuda:gemm_pingpong_c2"))
 def test_supports_reasons(hopper):
     w = _impl(hopper)
     assert w.supports(P.case(M=4096, N=4096, K=4096)) is None
@@ -68,14 +68,17 @@ def test_compile_only_sm90a_facts():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc for the sm_90a PTX")
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
-def test_compile_only_pingpong_sm90a_facts(dtype):
+@pytest.mark.parametrize("cm", (1, 2))
+def test_compile_only_pingpong_sm90a_facts(dtype, cm):
     from backends.cuda_gemm import SMEM_PINGPONG
-    f = _impl("cuda:gemm_pingpong").compile_only_fn(P.case(M=4096, N=4096, K=4096, dtype=dtype))
-    assert f["path"] == "pingpong" and f["spills"] == 0
+    impl = "cuda:gemm_pingpong" + ("_c2" if cm == 2 else "")
+    f = _impl(impl).compile_only_fn(P.case(M=4096, N=4096, K=4096, dtype=dtype))
+    assert f["path"] == impl.split(":gemm_")[1] and f["spills"] == 0
     assert f["registers"] and f["registers"] <= 168  # the cap __launch_bounds__(384, 1) sets at entry
     assert f["smem"] >= SMEM_PINGPONG > 220_000  # 5-stage ring + two 32 KB C staging buffers
     bf = "Lb1E" if dtype == "bfloat16" else "Lb0E"
-    assert f["kernels"] and all(f"gemm_pingpong_kernelI{bf}" in n for n in f["kernels"])
+    assert list(f["kernels"]) == [k for k in f["kernels"] if f"gemm_pingpong_kernelI{bf}Li{cm}E" in k]
+    assert len(f["kernels"]) == 1
 
 
 def test_pingpong_smem_fits_and_matches_source():
@@ -97,7 +100,7 @@ def test_dispatch_switch():
     import subprocess
     import sys
     import backends.cuda_gemm as g
-    assert g.DISPATCH_HOPPER in ("wgmma", "pingpong")
+    assert g.DISPATCH_HOPPER in g.HOPPER_KERNELS == ("wgmma", "pingpong", "pingpong_c2")
     code = "import backends.cuda_gemm as g; print(g.DISPATCH_HOPPER)"
     env = dict(os.environ, KL_CUDA_GEMM_HOPPER="pingpong")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -112,7 +115,8 @@ def test_pingpong_source_has_tma_store_epilogue():
     src = "".join((ROOT / "cuda_src" / f).read_text() for f in ("gemm_common.cuh", "gemm_epilogue.cu"))
     for needle in ("stmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.bulk.tensor.2d.global.shared::cta",
                    "cp.async.bulk.wait_group.read", "fence.proxy.async.shared::cta", "setmaxnreg.dec",
-                   "gemm_pingpong_kernel"):
+                   "gemm_pingpong_kernel", ".multicast::cluster", "mapa.shared::cluster", "barrier.cluster.arrive",
+                   "cudaLaunchAttributeClusterDimension"):
         assert needle in src, needle
 
 
@@ -175,7 +179,8 @@ def test_bad_arguments_raise_named_errors():
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
-def test_pingpong_ragged_and_epilogue_variants(dtype):
+@pytest.mark.parametrize("cm", (1, 2))
+def test_pingpong_ragged_and_epilogue_variants(dtype, cm):
     """Ping-pong kernel: ragged M/N tiles (TMA-store clipping), K % 64 != 0 (TMA zero fill), bias
     on/off, every activation, a small persistent grid (many alternating tiles per CTA, ring wrap)."""
     from backends.cuda_gemm import _load
@@ -184,12 +189,13 @@ def test_pingpong_ragged_and_epilogue_variants(dtype):
         pytest.skip(_impl("cuda:gemm_pingpong").available())
     mod, _ = _load()
     g = torch.Generator(device="cuda")
+    # M-tiles: 1, 1, 2, 1, 5 (odd: the last cluster pair has a row-less CTA), 2, 8, 16
     shapes = ((1, 8, 8), (8, 8, 8), (129, 264, 72), (1, 520, 8), (640, 136, 4104), (256, 256, 256),
               (1000, 1000, 1000), (2048, 1536, 800))
     for i, (M, N, K) in enumerate(shapes):
         for act in ("none", "relu", "gelu"):
             for has_bias in (True, False):
-                for max_ctas in (0, 3):
+                for max_ctas in (0, 4):
                     g.manual_seed(i)
                     a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
                     b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
@@ -200,10 +206,10 @@ def test_pingpong_ragged_and_epilogue_variants(dtype):
                                                c.data_ptr(), M, N, K, K, N, N, 2 if dtype == torch.bfloat16 else 1,
                                                {"none": 0, "relu": 1, "gelu": 2}[act], has_bias,
                                                torch.cuda.current_stream().cuda_stream, a.device.index,
-                                               max_ctas=max_ctas)
+                                               max_ctas=max_ctas, cluster_m=cm)
                     torch.cuda.synchronize()
                     chk = check_output(P, case, c, P.reference((a, b, bias), case))
-                    assert chk.ok, f"{M}x{N}x{K} {act} bias={has_bias} ctas={max_ctas}: {chk.reason}"
+                    assert chk.ok, f"{M}x{N}x{K} {act} bias={has_bias} ctas={max_ctas} cluster={cm}: {chk.reason}"
 
 
 @pytest.mark.gpu
