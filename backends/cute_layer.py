@@ -1,5 +1,5 @@
 """CuTe DSL adapter (nvidia-cutlass-dsl 4.8): registers cute:vector_add, cute:softmax (+ the
-softmax_rows / softmax_long variants), cute:gemm (+ gemm_ws, gemm_ws_c2).
+softmax_rows / softmax_long variants), cute:gemm (+ gemm_ws, gemm_ws_c2, gemm_pp).
 
 Glue only: availability, which cases each kernel takes (and why not), compile-only facts for
 sm_90a without a GPU, and ``prepare`` -> zero-argument launch. The kernels and their launch
@@ -323,8 +323,8 @@ def softmax_long_prepare(case, inputs, out):
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
-# cute:gemm's dispatcher: "" (the non-persistent kernel, default), "ws" or "ws_c2" (the
-# persistent warp-specialised kernels registered below as cute:gemm_ws / cute:gemm_ws_c2).
+# cute:gemm's dispatcher: "" (the non-persistent kernel, default), "ws", "ws_c2" or "pp" (the
+# persistent warp-specialised kernels registered below as cute:gemm_ws / _ws_c2 / _pp).
 GEMM_ROUTE = os.environ.get("KL_CUTE_GEMM_ROUTE", "")
 
 
@@ -349,6 +349,8 @@ def _gemm_compile_only(case):
 
     if GEMM_ROUTE in ("ws", "ws_c2"):
         return _ws_compile_only(2 if GEMM_ROUTE == "ws_c2" else 1)(case)
+    if GEMM_ROUTE == "pp":
+        return _pp_compile_only(case)
     why = ge.check(case.M, case.N, case.K, case.torch_dtype)
     if why:
         raise Unsupported(why)
@@ -370,6 +372,8 @@ def gemm_prepare(case, inputs, out):
 
     if GEMM_ROUTE in ("ws", "ws_c2"):
         return _ws_prepare(2 if GEMM_ROUTE == "ws_c2" else 1)(case, inputs, out)
+    if GEMM_ROUTE == "pp":
+        return gemm_pp_prepare(case, inputs, out)
     a, b, bias = inputs
     act = case.params.get("act", "relu")
     cfg = _gemm_cfg()
@@ -447,3 +451,55 @@ register(problem="gemm_epilogue", layer="cute", name="gemm_ws_c2",
          description="gemm_ws with 2x1 clusters: B tiles multicast by TMA to both CTAs",
          sources=_WS_SOURCES, devices=("cuda",), available=_available, supports=_gemm_supports,
          compile_only=_ws_compile_only(2))(_ws_prepare(2))
+
+
+# -- gemm_pp: persistent, warp-specialised, ping-pong consumers (one tile per warpgroup) ---------
+def _pp_cfg() -> dict:
+    tn = int(os.environ.get("KL_CUTE_GEMM_PP_TILE_N", "128"))
+    return {"tile": [128, tn, 64], "tile_n": tn, "per": "warpgroup", "threads": 384,
+            "roles": "wg0: TMA producer; wg1, wg2: alternate tiles (mainloop of one over the other's epilogue)"}
+
+
+def _pp_compile_only(case):
+    _need()
+    from cutlass_src import gemm_pp as gp
+
+    why = gp.check(case.M, case.N, case.K, case.torch_dtype)
+    if why:
+        raise Unsupported(why)
+    cfg = _pp_cfg()
+    comp = gp._compile(case.torch_dtype, case.params.get("act", "relu"),
+                       bool(int(case.params.get("bias", 1))), cfg["tile_n"])
+    return _info(comp, {"config": {**cfg, "persistent_ctas": comp.key[6]}})
+
+
+@register(problem="gemm_epilogue", layer="cute", name="gemm_pp",
+          description="persistent ping-pong sm_90a GEMM: TMA producer warp, two consumer "
+                      "warpgroups on alternate 128x128 tiles, one's epilogue under the other's wgmma",
+          sources=[Source(src("cutlass_src", "gemm_pp.py"), kernels=None,
+                          host=("prepare_gemm_pp", "_compile")),
+                   Source(src("cutlass_src", "gemm_ws.py"), kernels=("raster",), host=("max_clusters",)),
+                   Source(src("cutlass_src", "gemm_epilogue.py"), kernels=("apply_act",),
+                          host=("validate", "check"))],
+          devices=("cuda",), available=_available, supports=_gemm_supports,
+          compile_only=_pp_compile_only)
+def gemm_pp_prepare(case, inputs, out):
+    _need()
+    from cutlass_src import gemm_pp as gp
+
+    a, b, bias = inputs
+    act = case.params.get("act", "relu")
+    cfg = _pp_cfg()
+    try:
+        launch, comp = gp.prepare_gemm_pp(a, b, bias, out, act, cfg["tile_n"])
+    except (ValueError, TypeError) as e:
+        raise Unsupported(str(e)) from None
+
+    def scratch():
+        import torch
+        o2 = torch.empty_like(out)
+        return gp.prepare_gemm_pp(a, b, bias, o2, act, cfg["tile_n"])[0]
+
+    launch.info = _info(comp, {"config": {**cfg, "persistent_ctas": comp.key[6]},
+                               "call_overhead_us": _overhead_us(scratch)})
+    return launch

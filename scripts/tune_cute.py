@@ -8,7 +8,8 @@ Sections (each in its own process, so an illegal address in one leaves the other
                                then CUDA-event timings with an L2 flush before every sample;
   overhead                   - host microseconds per call through tvm-ffi and through from_dlpack;
   softmax_variants, gemm_ws  - the variants (cute:softmax_rows, cute:softmax_long, cute:gemm_ws,
-                               cute:gemm_ws_c2): verify, then time beside the main kernels and torch.
+                               cute:gemm_ws_c2, cute:gemm_pp): verify, then time beside the main
+                               kernels and torch.
 KL_TUNE_SECTIONS=softmax_variants,gemm_ws runs only the named sections.
 JSON per section under $OUT (or ./tune_out); a compact table is printed last.
 """
@@ -299,7 +300,7 @@ def section_softmax_variants(res):
 
 
 def section_gemm_ws(res):
-    """cute:gemm_ws / cute:gemm_ws_c2: verify (verify suite + aligned ragged shapes), then time
+    """cute:gemm_ws / cute:gemm_ws_c2 / cute:gemm_pp: verify (verify suite + aligned ragged shapes), then time
     beside cute:gemm, torch.mm and relu(addmm)."""
     import torch
     from harness import problems
@@ -313,7 +314,7 @@ def section_gemm_ws(res):
                       prob.case(M=1025, N=776, K=520, dtype=dt, act=act, bias=0)]
         extra += [prob.case(M=2177, N=1032, K=4104, dtype=dt, act="gelu")]   # 18 tile rows, several tiles per CTA
     res["verify"] = []
-    for impl_id in ("cute:gemm_ws", "cute:gemm_ws_c2"):
+    for impl_id in ("cute:gemm_ws", "cute:gemm_ws_c2", "cute:gemm_pp"):
         verify_all("gemm_epilogue", impl_id, extra, seeds=(0,), rows=res["verify"])
     flush = flush_buf()
     rows = res["timing"] = []
@@ -327,7 +328,7 @@ def section_gemm_ws(res):
                          "TFLOPs": prob.flops(case) / (r["ms"] * 1e-3) / 1e12})
             print(f"  time {case.label:28s} {name:34s} {rows[-1]['TFLOPs']:8.1f} TFLOPs", flush=True)
         del a, b, bias
-        for impl_id in ("cute:gemm", "cute:gemm_ws", "cute:gemm_ws_c2"):
+        for impl_id in ("cute:gemm", "cute:gemm_ws", "cute:gemm_ws_c2", "cute:gemm_pp"):
             _time_impl(rows, flush, "gemm_epilogue", impl_id, case, impl_id, "TFLOPs")
     save()
 
@@ -417,7 +418,7 @@ def main():
         return
     plan = [("vector_add", {}, 45), ("softmax", {}, 80), ("gemm", {}, 100),
             ("overhead", {}, 20), ("overhead", {"KL_CUTE_TVM_FFI": "0"}, 20),
-            ("softmax_variants", {}, 120), ("gemm_ws", {}, 150)]
+            ("softmax_variants", {}, 240), ("gemm_ws", {}, 420)]
     if os.environ.get("KL_TUNE_SECTIONS"):              # e.g. softmax_variants,gemm_ws
         keep = set(os.environ["KL_TUNE_SECTIONS"].split(","))
         plan = [p for p in plan if p[0] in keep]

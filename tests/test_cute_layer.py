@@ -18,7 +18,8 @@ needs_cute = pytest.mark.skipif(not HAVE_CUTE, reason="nvidia-cutlass-dsl not in
 IDS = {"vector_add": "cute:vector_add", "softmax": "cute:softmax", "gemm_epilogue": "cute:gemm"}
 # variants registered beside the main ids (the GPU comparison times them side by side)
 VARIANTS = [("softmax", "cute:softmax_rows"), ("softmax", "cute:softmax_long"),
-            ("gemm_epilogue", "cute:gemm_ws"), ("gemm_epilogue", "cute:gemm_ws_c2")]
+            ("gemm_epilogue", "cute:gemm_ws"), ("gemm_epilogue", "cute:gemm_ws_c2"),
+            ("gemm_epilogue", "cute:gemm_pp")]
 
 
 def impl(problem):
@@ -180,6 +181,18 @@ def test_compile_gemm_ws(impl_id, dtype, act, bias):
 
 
 @needs_cute
+def test_compile_gemm_pp():
+    f = _compile("gemm_epilogue", "cute:gemm_pp", M=300, N=256, K=256, dtype="bfloat16",
+                 act="gelu", bias=1)
+    assert f["config"]["tile"] == [128, 128, 64] and f["registers"] * 384 <= 65536, f
+    from cutlass_src import gemm_pp as gp
+
+    ptx = gp.compile_only(torch.bfloat16, "gelu", True).ptx
+    # one warpgroup per tile: m64n128 wgmmas, each warpgroup's own 128-thread epilogue barrier
+    assert "wgmma.mma_async.sync.aligned.m64n128k16" in ptx and ", 128;" in ptx
+
+
+@needs_cute
 def test_gemm_ws_ptx_roles():
     from cutlass_src import gemm_ws as gw
 
@@ -213,7 +226,7 @@ def test_gemm_ws_raster_covers_every_tile_once(m_tiles, n_tiles, cluster_m):
 @needs_cute
 def test_gemm_ws_declines_like_gemm():
     case = problems.get("gemm_epilogue").case(M=127, N=65, K=129)
-    for name in ("cute:gemm_ws", "cute:gemm_ws_c2"):
+    for name in ("cute:gemm_ws", "cute:gemm_ws_c2", "cute:gemm_pp"):
         why = registry.get("gemm_epilogue", name).supports(case)
         assert why and "16-byte" in why
 
