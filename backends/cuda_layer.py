@@ -1,8 +1,11 @@
 """CUDA C++ adapter: the pybind11 module ``kl_cuda`` built by CMake from ``cuda_src/``.
 
 Rows (problem / id): vector_add ``cuda:vector_add``; softmax ``cuda:softmax`` (the host
-dispatcher: warp per row for N <= 1024, block per row up to 32768, online above),
-``cuda:softmax_warp``, ``cuda:softmax_block``, ``cuda:softmax_online`` (each path on its own).
+dispatcher; its route table is ``KL_SOFTMAX_ROUTES`` in ``cuda_src/softmax.cu``: warp per row for
+N <= 1024, block per row up to 32768, online above; ``KL_CUDA_SOFTMAX_ROUTE`` overrides it at run
+time), ``cuda:softmax_warp``, ``cuda:softmax_block``, ``cuda:softmax_online``, ``cuda:softmax_rows``
+(persistent multi-row, N <= 8192), ``cuda:softmax_smem`` (cluster, slice in shared memory: one HBM
+read + one write) (each path on its own).
 The GEMM rows live in ``backends/cuda_gemm.py``.
 
 The module takes raw device pointers, sizes, strides (elements), a dtype code and the stream
@@ -37,9 +40,37 @@ ROOT = Path(__file__).resolve().parent.parent
 ARCH = "sm_90a"
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 CXX_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-SOFTMAX_PATHS = ("auto", "warp", "block", "online")
+SOFTMAX_PATHS = ("auto", "warp", "block", "online", "rows", "smem")
+ROUTE_PATHS = ("warp", "block", "online", "rows", "smem")
 
 _state: dict = {}
+
+
+# -- the dispatcher's route table (one table, in cuda_src/softmax.cu) ----------------------------
+def softmax_routes(env: bool = True) -> list[tuple[int, str]]:
+    """[(max_n, path), ...]: the ``KL_SOFTMAX_ROUTES`` table of ``cuda_src/softmax.cu`` (parsed from
+    the file, so C++ and Python share one table), or, when ``env`` and the environment variable
+    ``KL_CUDA_SOFTMAX_ROUTE`` is set ("1024:warp,32768:block,0:online"), that. A case goes to the
+    first row with N <= max_n (0: any N) whose path can take it."""
+    spec = os.environ.get("KL_CUDA_SOFTMAX_ROUTE", "") if env else ""
+    if spec:
+        rows = []
+        for item in spec.split(","):
+            if not item:
+                continue
+            num, _, path = item.partition(":")
+            if not (num.isdigit() and len(num) < 12 and path in ROUTE_PATHS):
+                raise ValueError(f"KL_CUDA_SOFTMAX_ROUTE: {item!r} is not max_n:path with path "
+                                 "warp|block|online|rows|smem")
+            rows.append((int(num), path))
+        if not rows:
+            raise ValueError(f"KL_CUDA_SOFTMAX_ROUTE: no max_n:path rows in {spec!r}")
+        return rows
+    if "routes" not in _state:
+        text = (ROOT / "cuda_src" / "softmax.cu").read_text()
+        body = text.split("// KL_SOFTMAX_ROUTES_BEGIN", 1)[1].split("// KL_SOFTMAX_ROUTES_END", 1)[0]
+        _state["routes"] = [(int(n), p) for n, p in re.findall(r'\{\s*(\d+)\s*,\s*"(\w+)"\s*\}', body)]
+    return list(_state["routes"])
 
 
 # -- the compiled module -----------------------------------------------------------------------
@@ -267,14 +298,16 @@ def vector_add(x, y, out=None, grid: int = 0, block: int = 0):
     return out
 
 
-def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0):
-    """Row softmax of a 2-D tensor with the CUDA C++ kernels; ``path`` auto|warp|block|online."""
+def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0,
+            blocks_per_sm: int = 0):
+    """Row softmax of a 2-D tensor with the CUDA C++ kernels; ``path`` auto|warp|block|online|rows|smem
+    (``cluster`` for online/smem, ``ept`` for block, ``blocks_per_sm`` for rows; 0 = default)."""
     if path not in SOFTMAX_PATHS:
         raise ValueError(f"path: {path!r} is not one of {', '.join(SOFTMAX_PATHS)}")
     out = check_softmax(x, out)
     M, N = x.shape
     module().softmax(path, x.data_ptr(), out.data_ptr(), M, N, row_stride(x), row_stride(out),
-                     DTYPE_CODE[x.dtype], stream_of(x), x.device.index, threads, ept, cluster)
+                     DTYPE_CODE[x.dtype], stream_of(x), x.device.index, threads, ept, cluster, blocks_per_sm)
     return out
 
 
@@ -304,6 +337,13 @@ def _softmax_supports(path):
             return f"warp-per-row path holds a row in one warp's registers: N <= 1024 (N = {case.N})"
         if path == "block" and case.N > 32768:
             return f"block-per-row path holds a row in registers: N <= 32768 (N = {case.N})"
+        if path == "rows" and case.N > 8192:
+            return f"rows path holds a row in 256 threads x 32 elements: N <= 8192 (N = {case.N})"
+        if path == "smem":
+            try:
+                case_plan("smem", case)  # H100/H200 shared memory (227 KiB per CTA), clusters <= 16
+            except ValueError as e:
+                return f"shared-memory path: {e}"
         return None
     return supports
 
@@ -342,16 +382,26 @@ def softmax_grid(plan: dict, M: int, N: int) -> dict:
         elif plan["path"] == "block":
             covers, kept = f"row {b}, columns 0..{N - 1}", N
             lanes = plan["threads"] * plan["chunks"] * plan["vec"]
+        elif plan["path"] == "rows":
+            rpb, step = plan["rows_per_block"], plan["grid"] * plan["rows_per_block"]
+            r0 = b * rpb
+            nrows = sum(min(rpb, max(0, M - s0)) for s0 in range(r0, M, step))
+            covers = (f"rows {r0}..{r0 + rpb - 1}, then every {step} rows ({plan['groups']} threads per row, "
+                      f"next rows prefetched), columns 0..{N - 1}")
+            kept = nrows * N
+            lanes = -(-nrows // rpb) * rpb * plan["groups"] * plan["chunks"] * plan["vec"] if nrows else 0
         else:
             c, seg = plan["cluster"], plan["seg"]
             r, k = divmod(b, c)
             c0, c1 = k * seg, min((k + 1) * seg, N)
-            covers = f"row {r}, columns {c0}..{c1 - 1} (cluster rank {k} of {c})" if c1 > c0 else \
+            covers = f"row {r}, columns {c0}..{c1 - 1} (cluster rank {k} of {c})" + (
+                f", {plan['smem']} B slice in shared memory" if plan["path"] == "smem" else "") if c1 > c0 else \
                 f"row {r}, no columns (cluster rank {k} of {c})"
             kept = max(c1 - c0, 0)
             lanes = kept
         progs.append({"pid": [b, 0, 0], "covers": covers, "kept": kept, "dropped": max(lanes - kept, 0)})
-    block = {k: plan[k] for k in ("threads", "vec", "chunks", "rows_per_block", "cluster") if k in plan}
+    block = {k: plan[k] for k in ("threads", "vec", "chunks", "rows_per_block", "cluster", "groups", "smem",
+                                  "blocks_per_sm") if plan.get(k)}
     return {"grid": [g, 1, 1], "block": block, "programs": progs, "total": g,
             "note": f"{plan['kernel']}; 'dropped' counts padded register slots (masked lanes)"}
 
@@ -360,17 +410,27 @@ SOFTMAX_SRC = Source("cuda_src/softmax.cu", kernels=None, host=("softmax",))
 HELPERS = Source("cuda_src/common.cuh", kernels=(
     "to_float", "from_float", "load_vec", "store_vec", "load_vec_masked", "store_vec_masked", "RawVec",
     "unpack", "pack", "warp_max", "warp_sum", "exp_shifted", "online_merge", "warp_online_merge"), host=())
-KERNEL_OF = {"warp": "softmax_warp_kernel", "block": "softmax_block_kernel", "online": "softmax_online_kernel"}
+KERNEL_OF = {"warp": "softmax_warp_kernel", "block": "softmax_block_kernel", "online": "softmax_online_kernel",
+             "rows": "softmax_rows_kernel", "smem": "softmax_smem_kernel"}
 DESCRIPTIONS = {
-    "auto": "host dispatcher by N: warp per row (N<=1024), block per row (N<=32768), online above",
+    "auto": "host dispatcher by N (route table in softmax.cu: warp <= 1024, block <= 32768, online above)",
     "warp": "one warp per row, row in registers, shuffle reductions, 16-byte loads when aligned",
     "block": "one block per row, row in registers, shuffle + shared-memory reductions",
     "online": "column tiles, running max/sum; cluster of CTAs per row merges via DSMEM (sm_90)",
+    "rows": "persistent, several rows per CTA (G threads per row), next rows' loads issued before reducing",
+    "smem": "cluster of <=16 CTAs per row, slice held in shared memory (bulk copy + mbarrier): 1 read, 1 write",
 }
+SOFTMAX_ROWS = (("auto", "softmax"), ("warp", "softmax_warp"), ("block", "softmax_block"),
+                ("online", "softmax_online"), ("rows", "softmax_rows"), ("smem", "softmax_smem"))
+
+
+def auto_kernels() -> tuple[str, ...]:
+    """The kernels the dispatcher's route table (in softmax.cu, not the env override) can launch."""
+    return tuple(dict.fromkeys(KERNEL_OF[p] for _, p in softmax_routes(env=False)))
 
 
 def _register_softmax(path: str, name: str):
-    kernels = tuple(KERNEL_OF.values()) if path == "auto" else (KERNEL_OF[path],)
+    kernels = auto_kernels() if path == "auto" else (KERNEL_OF[path],)
     src = Source("cuda_src/softmax.cu", kernels=kernels, host=("softmax",))
 
     @register(problem="softmax", layer="cuda", name=name, description=DESCRIPTIONS[path],
@@ -384,7 +444,10 @@ def _register_softmax(path: str, name: str):
         M, N = x.shape
         args = (x.data_ptr(), out_.data_ptr(), M, N, row_stride(x), row_stride(out_), DTYPE_CODE[x.dtype])
         dev = x.device.index
-        plan = mod.softmax_plan(path, *args, dev)
+        try:
+            plan = mod.softmax_plan(path, *args, dev)
+        except ValueError as e:  # e.g. the smem path on a GPU with less shared memory than planned for
+            raise Unsupported(str(e)) from None
         t0 = time.perf_counter()
         mod.softmax(path, *args, stream_of(x), dev)  # first call: module load, outside the timed region
         torch.cuda.synchronize(x.device)
@@ -404,8 +467,7 @@ def _register_softmax(path: str, name: str):
     return prepare
 
 
-for _path, _name in (("auto", "softmax"), ("warp", "softmax_warp"), ("block", "softmax_block"),
-                     ("online", "softmax_online")):
+for _path, _name in SOFTMAX_ROWS:
     _register_softmax(_path, _name)
 
 

@@ -4,8 +4,9 @@ stream. Kernel lines are identical to the CUDA C++ rows by construction (the sou
 same kernels); host lines are the Python launcher below (the plan functions and ``_launch``),
 which mirrors the C++ host dispatcher in ``cuda_src/softmax.cu`` / ``vector_add.cu``.
 
-Rows: ``cupy:vector_add``, ``cupy:softmax`` (dispatcher), ``cupy:softmax_warp``,
-``cupy:softmax_block``, ``cupy:softmax_online``. ``launch.info["compile_s"]`` is the NVRTC compile
+Rows: ``cupy:vector_add``, ``cupy:softmax`` (dispatcher, the route table of softmax.cu),
+``cupy:softmax_warp``, ``cupy:softmax_block``, ``cupy:softmax_online``, ``cupy:softmax_rows``,
+``cupy:softmax_smem``. ``launch.info["compile_s"]`` is the NVRTC compile
 (and module load) time of the first call of that instance in this process (CuPy's on-disk kernel
 cache can make it short; ``info["cache"]`` says whether the cache is on).
 """
@@ -20,9 +21,9 @@ import torch
 from harness import Source, register
 from harness.errors import Unsupported
 
-from backends.cuda_layer import (CXX_TYPE, DESCRIPTIONS, HELPERS, KERNEL_OF, SOFTMAX_PATHS, case_plan,
-                                 check_softmax, check_vector_add, row_stride, softmax_grid,
-                                 vector_add_grid, _softmax_supports, _va_plan)
+from backends.cuda_layer import (CXX_TYPE, DESCRIPTIONS, HELPERS, KERNEL_OF, SOFTMAX_PATHS, SOFTMAX_ROWS,
+                                 auto_kernels, case_plan, check_softmax, check_vector_add, row_stride,
+                                 softmax_grid, softmax_routes, vector_add_grid, _softmax_supports, _va_plan)
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_SRC = ROOT / "cuda_src"
@@ -60,29 +61,32 @@ def available() -> str | None:
 
 
 # -- plans (Python mirror of the C++ host dispatchers) --------------------------------------------
-def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, cc_major: int,
-                 threads: int = 0, ept: int = 0, cluster: int = 0) -> dict:
-    """Path, template instance and launch shape; same rules as ``kl::softmax_plan``."""
-    if path not in SOFTMAX_PATHS:
-        raise ValueError(f"path: {path!r} is not one of {', '.join(SOFTMAX_PATHS)}")
-    if M < 1 or not 1 <= N < 2 ** 31 - 64:
-        raise ValueError(f"M, N: need M >= 1 and 1 <= N < 2^31 - 64, got M={M}, N={N}")
-    vec = 16 // es if aligned else 1
-    p = {"path": path, "vec": vec, "chunks": 1, "threads": 128, "rows_per_block": 1, "cluster": 1, "seg": 0}
-    if path == "auto":
-        p["path"] = "warp" if N <= 1024 else "block" if N <= 32768 else "online"
-    if p["path"] == "warp":
+SMEM_TARGET_SLICE = 65536   # kSmemTargetSlice in softmax.cu
+SMEM_STATIC_RESERVE = 1024  # kSmemStaticReserve
+ROWS_THREADS = 256          # kRowsThreads
+H200_SMEM_OPTIN = 232448    # cudaDevAttrMaxSharedMemoryPerBlockOptin on H100/H200 (plans without a GPU)
+
+
+def _pow2_at_least(v: int) -> int:
+    return 1 if v <= 1 else 1 << (v - 1).bit_length()
+
+
+def _plan_path(path, p, M, N, es, cc_major, threads, ept, cluster, blocks_per_sm, sm_count, smem_optin):
+    """Fill p for one concrete path; returns None or why the path cannot take the case
+    (the same rules and messages as ``plan_path`` in softmax.cu)."""
+    vec = p["vec"]
+    p["path"] = path
+    if path == "warp":
         if N > 1024:
-            raise ValueError(f"N: the warp-per-row path takes N <= 1024, got {N}")
-        need = -(-N // (32 * vec))
-        p["chunks"] = 1 << (need - 1).bit_length()
+            return f"N: the warp-per-row path takes N <= 1024, got {N}"
+        p["chunks"] = _pow2_at_least(-(-N // (32 * vec)))
         p["threads"] = threads or 128
         p["rows_per_block"] = p["threads"] // 32
         p["grid"] = -(-M // p["rows_per_block"])
         args = (vec, p["chunks"])
-    elif p["path"] == "block":
+    elif path == "block":
         if N > 32768:
-            raise ValueError(f"N: the block-per-row path holds at most 32768 columns, got {N}")
+            return f"N: the block-per-row path holds at most 32768 columns in registers, got {N}"
         e = ept or 32
         nt = (-(-N // e) + 31) // 32 * 32
         while nt > 1024 and e < 32:
@@ -93,8 +97,53 @@ def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, 
         p["threads"] = threads or nt
         p["grid"] = M
         args = (vec, p["chunks"])
+    elif path == "rows":
+        if N > 32 * ROWS_THREADS:
+            return f"N: the rows path holds a row in at most 256 threads x 32 elements: N <= 8192, got {N}"
+        if ept not in (0, 32):
+            raise ValueError(f"ept: the rows path uses 32 elements per thread, got {ept}")
+        if threads not in (0, ROWS_THREADS):
+            raise ValueError(f"threads: the rows path uses 256 threads per block, got {threads}")
+        if not 0 <= blocks_per_sm <= 32:
+            raise ValueError(f"blocks_per_sm: must be 0 (default 2) .. 32, got {blocks_per_sm}")
+        p["chunks"] = 32 // vec
+        p["groups"] = max(4, _pow2_at_least(-(-N // 32)))
+        p["threads"] = ROWS_THREADS
+        p["rows_per_block"] = ROWS_THREADS // p["groups"]
+        p["blocks_per_sm"] = blocks_per_sm or 2
+        p["grid"] = min(-(-M // p["rows_per_block"]), sm_count * p["blocks_per_sm"])
+        args = (vec, p["chunks"], p["groups"])
+    elif path == "smem":
+        cmax = 16 if cc_major >= 9 else 1
+        if cluster not in (0, 1, 2, 4, 8, 16):
+            raise ValueError(f"cluster: the smem path takes 0 (default), 1, 2, 4, 8 or 16, got {cluster}")
+        if cluster > cmax:
+            raise ValueError("cluster: thread-block clusters need compute capability 9.0 or newer")
+        limit = (smem_optin or H200_SMEM_OPTIN) - SMEM_STATIC_RESERVE
+
+        def slice_bytes(c):
+            seg = -(-(-(-N // c)) // vec) * vec
+            return -(-seg * es // 16) * 16
+
+        cands = [k for k in (1, 2, 4, 8, 16) if k <= cmax]
+        c = cluster or next((k for k in cands if slice_bytes(k) <= SMEM_TARGET_SLICE), 0) or \
+            (cmax if slice_bytes(cmax) <= limit else 0)
+        if not c:
+            return (f"N: a row of {N * es} bytes does not fit {cmax} CTAs' shared memory "
+                    f"({limit} bytes each)")
+        if slice_bytes(c) > limit:
+            return (f"cluster: {c} CTAs x {limit} bytes of shared memory cannot hold N = {N} "
+                    f"({slice_bytes(c)} bytes per CTA)")
+        p["cluster"] = c
+        p["threads"] = threads or 512
+        p["seg"] = -(-(-(-N // c)) // vec) * vec
+        p["smem"] = slice_bytes(c)
+        p["grid"] = M * c
+        args = (vec, c)
     else:
         c = cluster
+        if c == 16:
+            raise ValueError("cluster: the online path takes 0 (default), 1, 2, 4 or 8, got 16")
         if not c:
             b = N * es
             c = 1 if b <= 65536 else 2 if b <= 2 * 65536 else 4 if b <= 4 * 65536 else 8
@@ -108,8 +157,43 @@ def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, 
         p["seg"] = -(-seg // vec) * vec
         p["grid"] = M * c
         args = (vec, c)
-    kern = KERNEL_OF[p["path"]]
-    p["kernel"] = f"{kern}<{ctype}, {args[0]}, {args[1]}>"
+    p["kernel"] = f"{KERNEL_OF[path]}<{p['ctype']}, {', '.join(map(str, args))}>"
+    return None
+
+
+def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, cc_major: int,
+                 threads: int = 0, ept: int = 0, cluster: int = 0, blocks_per_sm: int = 0,
+                 sm_count: int = 132, smem_optin: int = H200_SMEM_OPTIN) -> dict:
+    """Path, template instance and launch shape; same rules as ``kl::softmax_plan`` (the "auto"
+    route table is parsed from softmax.cu). ``sm_count``/``smem_optin`` default to an H200's."""
+    if path not in SOFTMAX_PATHS:
+        raise ValueError(f"path: {path!r} is not one of {', '.join(SOFTMAX_PATHS)}")
+    if M < 1 or not 1 <= N < 2 ** 31 - 64:
+        raise ValueError(f"M, N: need M >= 1 and 1 <= N < 2^31 - 64, got M={M}, N={N}")
+    if cluster not in (0, 1, 2, 4, 8, 16):
+        raise ValueError(f"cluster: must be 0 (default), 1, 2, 4, 8 or 16 (16: smem path), got {cluster}")
+    base = {"path": path, "vec": 16 // es if aligned else 1, "chunks": 1, "threads": 128, "rows_per_block": 1,
+            "cluster": 1, "seg": 0, "groups": 0, "blocks_per_sm": 0, "smem": 0, "ctype": ctype}
+    opts = (M, N, es, cc_major, threads, ept, cluster, blocks_per_sm, sm_count, smem_optin)
+    if path != "auto":
+        p = dict(base)
+        why = _plan_path(path, p, *opts)
+        if why:
+            raise ValueError(why)
+    else:
+        why, p = f"no row of the route table takes N = {N}", None
+        for max_n, route in softmax_routes():
+            if max_n and N > max_n:
+                continue
+            q = dict(base)
+            w = _plan_path(route, q, *opts)
+            if w is None:
+                p = q
+                break
+            why = w
+        if p is None:
+            raise ValueError(why)
+    del p["ctype"]
     return p
 
 
@@ -158,6 +242,8 @@ def instances(cu: str) -> list[str]:
                 out += [f"softmax_warp_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16, 32) if c * v * 32 <= 1024]
                 out += [f"softmax_block_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16, 32) if 8 <= c * v <= 32]
                 out += [f"softmax_online_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8)]
+                out += [f"softmax_rows_kernel<{t}, {v}, {32 // v}, {g}>" for g in (4, 8, 16, 32, 64, 128, 256)]
+                out += [f"softmax_smem_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16)]
     return out
 
 
@@ -189,13 +275,13 @@ def get_kernel(cu: str, kernel: str):
     return fns[kernel], dt
 
 
-def _launch(fn, grid: int, block: int, args: tuple, t: torch.Tensor) -> None:
-    """Launch on torch's current stream of t's device."""
+def _launch(fn, grid: int, block: int, args: tuple, t: torch.Tensor, smem: int = 0) -> None:
+    """Launch on torch's current stream of t's device (``smem``: dynamic shared memory bytes)."""
     import cupy
 
     with cupy.cuda.Device(t.device.index), \
             cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream, t.device.index):
-        fn((int(grid),), (int(block),), args)
+        fn((int(grid),), (int(block),), args, shared_mem=int(smem))
 
 
 def _facts(fn, compile_s: float, plan: dict) -> dict:
@@ -210,7 +296,37 @@ def _facts(fn, compile_s: float, plan: dict) -> dict:
     return info
 
 
-def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0):
+def _device_plan(x, out, path, threads=0, ept=0, cluster=0, blocks_per_sm=0) -> dict:
+    M, N = x.shape
+    es = x.element_size()
+    sx, sy = row_stride(x), row_stride(out)
+    aligned = x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0 and (
+        M == 1 or ((sx * es) % 16 == 0 and (sy * es) % 16 == 0))
+    key = ("dev", x.device.index)
+    if key not in _state:
+        props = torch.cuda.get_device_properties(x.device)
+        _state[key] = (props.major, props.multi_processor_count,
+                       int(getattr(props, "shared_memory_per_block_optin", 0)) or H200_SMEM_OPTIN)
+    cc, sms, optin = _state[key]
+    return softmax_plan(path, M, N, aligned, _TYPE_OF[x.dtype], es, cc, threads, ept, cluster, blocks_per_sm,
+                        sm_count=sms, smem_optin=optin)
+
+
+def _smem_attributes(fn, plan: dict) -> None:
+    """Dynamic shared memory above 48 KiB needs an opt-in; 16-CTA clusters the non-portable flag."""
+    key = ("attr", id(fn), plan["smem"])  # fn: one RawKernel per (instance, device), see get_kernel
+    if key in _state:
+        return
+    fn.max_dynamic_shared_size_bytes = int(plan["smem"])
+    if plan["cluster"] > 8:
+        from cupy_backends.cuda.api import driver
+
+        driver.funcSetAttribute(fn.kernel.ptr, 14, 1)  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    _state[key] = True
+
+
+def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0,
+            blocks_per_sm: int = 0):
     """Row softmax through the NVRTC-compiled kernels; returns out."""
     import numpy as np
 
@@ -218,21 +334,24 @@ def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, clu
         raise Unsupported(why)
     out = check_softmax(x, out)
     M, N = x.shape
-    es = x.element_size()
     sx, sy = row_stride(x), row_stride(out)
-    aligned = x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0 and (
-        M == 1 or ((sx * es) % 16 == 0 and (sy * es) % 16 == 0))
-    cc = torch.cuda.get_device_capability(x.device)[0]
-    p = softmax_plan(path, M, N, aligned, _TYPE_OF[x.dtype], es, cc, threads, ept, cluster)
+    p = _device_plan(x, out, path, threads, ept, cluster, blocks_per_sm)
     fn, _ = get_kernel("softmax.cu", p["kernel"])
     xp, yp = np.uint64(x.data_ptr()), np.uint64(out.data_ptr())
-    if p["path"] == "warp":
+    smem = 0
+    if p["path"] in ("warp", "rows"):
         args = (xp, yp, np.int64(M), np.int32(N), np.int64(sx), np.int64(sy))
     elif p["path"] == "block":
         args = (xp, yp, np.int32(N), np.int64(sx), np.int64(sy))
     else:
         args = (xp, yp, np.int32(N), np.int64(sx), np.int64(sy), np.int32(p["seg"]))
-    _launch(fn, p["grid"], p["threads"], args, x)
+        if p["path"] == "smem":
+            import cupy
+
+            with cupy.cuda.Device(x.device.index):
+                _smem_attributes(fn, p)
+            smem = p["smem"]
+    _launch(fn, p["grid"], p["threads"], args, x, smem)
     return out
 
 
@@ -268,7 +387,7 @@ def _resident(fn, block: int) -> int:
 
 # -- registration --------------------------------------------------------------------------------
 def _register_softmax(path: str, name: str):
-    kernels = tuple(KERNEL_OF.values()) if path == "auto" else (KERNEL_OF[path],)
+    kernels = auto_kernels() if path == "auto" else (KERNEL_OF[path],)
     srcs = [Source("cuda_src/softmax.cu", kernels=kernels, host=()), HELPERS,
             Source("backends/cupy_layer.py", kernels=(), host=("softmax", "softmax_plan", "_launch", "get_kernel"))]
 
@@ -286,11 +405,10 @@ def _register_softmax(path: str, name: str):
         if (why := available()):
             raise Unsupported(why)
         check_softmax(x, out)
-        M, N = x.shape
-        es = x.element_size()
-        aligned = x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0 and (
-            M == 1 or ((row_stride(x) * es) % 16 == 0 and (row_stride(out) * es) % 16 == 0))
-        p = softmax_plan(path, M, N, aligned, _TYPE_OF[x.dtype], es, torch.cuda.get_device_capability(x.device)[0])
+        try:
+            p = _device_plan(x, out, path)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
         fn, compile_s = get_kernel("softmax.cu", p["kernel"])
         softmax(x, out, path)  # first launch (module already loaded) outside the timed region
         torch.cuda.synchronize(x.device)
@@ -304,8 +422,7 @@ def _register_softmax(path: str, name: str):
     return prepare
 
 
-for _path, _name in (("auto", "softmax"), ("warp", "softmax_warp"), ("block", "softmax_block"),
-                     ("online", "softmax_online")):
+for _path, _name in SOFTMAX_ROWS:
     _register_softmax(_path, _name)
 
 

@@ -26,6 +26,9 @@ static py::dict plan_dict(const kl::SoftmaxPlan& p) {
   d["rows_per_block"] = p.rows_per_block;
   d["cluster"] = p.cluster;
   d["seg"] = p.seg;
+  d["groups"] = p.groups;
+  d["blocks_per_sm"] = p.blocks_per_sm;
+  d["smem"] = p.smem;
   d["grid"] = p.grid;
   d["kernel"] = p.kernel;
   return d;
@@ -55,19 +58,20 @@ PYBIND11_MODULE(kl_cuda, m) {
       py::arg("n"), py::arg("dtype"), py::arg("device"), py::arg("grid") = 0, py::arg("block") = 0);
 
   m.def("softmax", &kl::softmax,
-        "row softmax of x [M, N] (row stride sx) into out (row stride sy); path auto|warp|block|online",
+        "row softmax of x [M, N] (row stride sx) into out (row stride sy); path auto|warp|block|online|rows|smem",
         py::arg("path"), py::arg("x"), py::arg("out"), py::arg("M"), py::arg("N"), py::arg("sx"), py::arg("sy"),
         py::arg("dtype"), py::arg("stream"), py::arg("device"), py::arg("threads") = 0, py::arg("ept") = 0,
-        py::arg("cluster") = 0);
+        py::arg("cluster") = 0, py::arg("blocks_per_sm") = 0);
   m.def(
       "softmax_plan",
       [](const std::string& path, std::uintptr_t x, std::uintptr_t out, long long M, long long N, long long sx,
-         long long sy, int dtype, int device, int threads, int ept, int cluster) {
-        return plan_dict(kl::softmax_plan(path, x, out, M, N, sx, sy, dtype, device, threads, ept, cluster));
+         long long sy, int dtype, int device, int threads, int ept, int cluster, int blocks_per_sm) {
+        return plan_dict(kl::softmax_plan(path, x, out, M, N, sx, sy, dtype, device, threads, ept, cluster,
+                                          blocks_per_sm));
       },
       "the path, template instance and launch shape softmax would use (no launch)", py::arg("path"), py::arg("x"),
       py::arg("out"), py::arg("M"), py::arg("N"), py::arg("sx"), py::arg("sy"), py::arg("dtype"), py::arg("device"),
-      py::arg("threads") = 0, py::arg("ept") = 0, py::arg("cluster") = 0);
+      py::arg("threads") = 0, py::arg("ept") = 0, py::arg("cluster") = 0, py::arg("blocks_per_sm") = 0);
 
 #ifdef KL_HAVE_GEMM
   bind_gemm_epilogue(m);

@@ -197,6 +197,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int cc_major = 0;
   int cc_minor = 0;
+  int smem_optin = 0;  // largest dynamic shared memory one block may opt in to (bytes)
 };
 DeviceInfo device_info(int device);  // defined in vector_add.cu (one definition for the module)
 

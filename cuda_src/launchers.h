@@ -32,7 +32,9 @@ void vector_add(std::uintptr_t x, std::uintptr_t y, std::uintptr_t out, long lon
 // -- softmax ------------------------------------------------------------------------------------
 // path: "warp" (N <= 1024, one warp per row), "block" (N <= 32768, one block per row, row in
 // registers), "online" (any N: column tiles with running max/sum, cluster of C CTAs per row on
-// sm_90), "auto" (the dispatcher picks by N).
+// sm_90), "rows" (N <= 8192: persistent, several rows per CTA, G threads per row, next row
+// prefetched), "smem" (a cluster of C <= 16 CTAs per row, each slice held in shared memory: one
+// HBM read + one write), "auto" (the route table in softmax.cu picks by N).
 struct SoftmaxPlan {
   std::string path;     // the concrete path: warp | block | online
   int vec = 1;          // elements per access: 16 / sizeof(T) when every row is 16-byte aligned, else 1
@@ -40,15 +42,20 @@ struct SoftmaxPlan {
   int threads = 128;    // threads per block
   int rows_per_block = 1;
   int cluster = 1;      // online: CTAs per row (a thread-block cluster when > 1)
-  long long seg = 0;    // online: columns per CTA
+  long long seg = 0;    // online, smem: columns per CTA
+  int groups = 0;       // rows: threads per row (G)
+  int blocks_per_sm = 0;  // rows: persistent CTAs per SM
+  long long smem = 0;   // smem: dynamic shared memory bytes per CTA (the slice)
   long long grid = 1;
   std::string kernel;   // the template instantiation, e.g. softmax_warp_kernel<float, 4, 8>
 };
 
 SoftmaxPlan softmax_plan(const std::string& path, std::uintptr_t x, std::uintptr_t out, long long M, long long N,
-                         long long sx, long long sy, int dtype, int device, int threads, int ept, int cluster);
+                         long long sx, long long sy, int dtype, int device, int threads, int ept, int cluster,
+                         int blocks_per_sm = 0);
 void softmax(const std::string& path, std::uintptr_t x, std::uintptr_t out, long long M, long long N, long long sx,
-             long long sy, int dtype, std::uintptr_t stream, int device, int threads, int ept, int cluster);
+             long long sy, int dtype, std::uintptr_t stream, int device, int threads, int ept, int cluster,
+             int blocks_per_sm = 0);
 
 // ---- GEMM engineer: gemm_epilogue launcher declarations go below this line ----
 

@@ -5,7 +5,8 @@
 2. time, cold L2 (harness.timing.time_cold, interleaved): a 1 GiB device copy (the ceiling),
    vector add fp32 N = 2^28 (torch.add, the kernel at several grid sizes, cupy), softmax fp32
    M = 4096 x N in {1024 .. 16384} and M = 8192 x N in {32768, 131072, 262144} (torch.softmax,
-   the dispatcher, every path with its tuning knobs, cupy);
+   a copy of the same byte count, the dispatcher, every path with its tuning knobs: block ept,
+   online C, rows blocks_per_sm, smem C / threads; cupy);
 3. verify every cupy:* implementation on the verify suite;
 4. compute-sanitizer --tool memcheck and --tool racecheck on a small verify run (``--sanitize``);
 writing JSON under $OUT (default results/tune_cuda/) after each stage and a table at the end.
@@ -35,7 +36,8 @@ from harness.verify import verify_case  # noqa: E402
 
 OUT = Path(os.environ.get("OUT") or ROOT / "results" / "tune_cuda")
 DEADLINE = float(os.environ.get("KL_DEADLINE", time.time() + 280))
-CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online"]
+CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online",
+            "cuda:softmax_rows", "cuda:softmax_smem"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
 RESULT: dict = {}
 
@@ -141,6 +143,7 @@ def bench():
         y = torch.empty_like(x)
         a_ = (x.data_ptr(), y.data_ptr(), M, N, N, N, 0)
         L = {"torch.softmax": lambda: torch.softmax(x, -1),
+             "copy same bytes": lambda: y.copy_(x),  # the ceiling at this size (launch + ramp included)
              "cuda:softmax (auto)": (lambda: kl.softmax("auto", *a_, stream(), 0))}
         plans = {"auto": kl.softmax_plan("auto", *a_, 0)}
         if N <= 1024:
@@ -153,6 +156,18 @@ def bench():
                 except ValueError:
                     continue
                 L[f"block ept={e}"] = (lambda ee: lambda: kl.softmax("block", *a_, stream(), 0, 0, ee))(e)
+        if N <= 8192:  # persistent multi-row kernel, CTAs per SM (2 = all resident, more = extra waves)
+            for bps in (1, 2, 4):
+                plans[f"rows bps={bps}"] = kl.softmax_plan("rows", *a_, 0, 0, 0, 0, bps)
+                L[f"rows bps={bps}"] = (lambda b_: lambda: kl.softmax("rows", *a_, stream(), 0, 0, 0, 0, b_))(bps)
+        if N >= 16384:  # slice in shared memory: one read + one write; default C (64 KiB slices), 8, 16
+            for cl_, th in ((0, 512), (0, 256), (8, 512), (16, 512), (4, 512)):
+                try:
+                    plans[f"smem C={cl_ or 'auto'} threads={th}"] = kl.softmax_plan("smem", *a_, 0, th, 0, cl_)
+                except ValueError:
+                    continue
+                L[f"smem C={cl_ or 'auto'} threads={th}"] = (lambda cc, t: lambda: kl.softmax(
+                    "smem", *a_, stream(), 0, t, 0, cc))(cl_, th)
         if N >= 8192:
             for cl_ in (1, 2, 4, 8):
                 for th in ((256, 512) if cl_ in (1, 8) else (512,)):
@@ -160,6 +175,10 @@ def bench():
                         "online", *a_, stream(), 0, t, 0, cc))(cl_, th)
         if cp.available() is None and left() > 90:
             L["cupy:softmax (auto)"] = lambda: cp.softmax(x, y)
+            if N <= 8192:
+                L["cupy:softmax_rows"] = lambda: cp.softmax(x, y, path="rows")
+            if N >= 32768:
+                L["cupy:softmax_smem"] = lambda: cp.softmax(x, y, path="smem")
         rows = timed(L, 2 * M * N * 4)
         torch_t = rows["torch.softmax"]["median_s"]
         for k, r in rows.items():
@@ -169,7 +188,7 @@ def bench():
         kl.softmax("auto", *a_, stream(), 0)
         err = (y - ref).abs().max().item()
         res["softmax"][f"{M}x{N}"] = {"plans": plans, "rows": rows, "auto_max_abs_err_vs_torch": err}
-        best = max((r for k, r in rows.items() if not k.startswith("torch")), key=lambda r: r["tbps"])
+        best = max((r for k, r in rows.items() if not k.startswith(("torch", "copy"))), key=lambda r: r["tbps"])
         print(f"softmax {M}x{N}: auto {rows['cuda:softmax (auto)']['tbps']:.3f} TB/s "
               f"({rows['cuda:softmax (auto)']['pct_copy']:.0f}% copy, x{rows['cuda:softmax (auto)']['vs_torch']:.2f} torch), "
               f"best {best['tbps']:.3f}, torch {rows['torch.softmax']['tbps']:.3f}")
@@ -186,6 +205,7 @@ def sanitize_cases(prob):
     if prob.name == "vector_add":
         return [c(N=98_432, misalign=1), c(N=4099, dtype="float16", misalign=3), c(N=127), c(N=1_000_003)]
     return [c(M=3, N=1000), c(M=37, N=1000, dtype="float16", layout="strided"), c(M=3, N=4097),
+            c(M=600, N=1024), c(M=2, N=262_144), c(M=3, N=262_147, layout="strided_odd"),
             c(M=30, N=777, layout="strided_odd"), c(M=2, N=131_072, dtype="bfloat16"),
             c(M=4, N=32_768, kind="neginf"), c(M=1, N=98_432), c(M=5, N=70_000, layout="strided_odd")]
 

@@ -27,7 +27,8 @@ from harness.errors import Unsupported  # noqa: E402
 cuda_layer = importlib.import_module("backends.cuda_layer")
 cupy_layer = importlib.import_module("backends.cupy_layer")
 
-CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online"]
+CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online",
+            "cuda:softmax_rows", "cuda:softmax_smem"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
 
 
@@ -66,6 +67,22 @@ def test_ptxas_log_has_every_instance_for_sm90a():
             assert facts[k]["registers"] and facts[k]["registers"] > 0
             assert facts[k]["spills"] == 0, (k, facts[k])
     assert facts["softmax_block_kernel<float, 4, 8>"]["smem"] >= 256  # the two 32-float reduction arrays
+
+
+@needs_build
+def test_ptxas_new_kernels_every_instance_no_spills():
+    """softmax_rows_kernel / softmax_smem_kernel: every instance the plans can pick is in the sm_90a
+    facts, with 0 spill bytes; the smem kernel keeps few registers (3 CTAs x 512 threads per SM)."""
+    facts = cuda_layer.ptxas_facts()
+    want = [k for k in cupy_layer.instances("softmax.cu") if k.startswith(("softmax_rows", "softmax_smem"))]
+    assert len(want) == 3 * 2 * (7 + 5)
+    for k in want:
+        assert k in facts, k
+        assert facts[k]["registers"] and facts[k]["spills"] == 0, (k, facts[k])
+        if k.startswith("softmax_smem"):
+            assert facts[k]["registers"] <= 40, (k, facts[k])  # 65536 / (3 * 512) = 42
+        else:
+            assert facts[k]["registers"] <= 128, (k, facts[k])  # __launch_bounds__(256, 2)
 
 
 @needs_build
@@ -141,6 +158,16 @@ def test_supports_reasons():
     for impl_id in ("cuda:softmax", "cuda:softmax_online", "cupy:softmax", "cupy:softmax_online"):
         assert registry.get("softmax", impl_id).supports(huge) is None
     assert "1024" in registry.get("softmax", "cupy:softmax_warp").supports(big)
+    rows = registry.get("softmax", "cuda:softmax_rows")
+    assert rows.supports(sm.case(M=2, N=8192)) is None
+    assert "8192" in rows.supports(sm.case(M=2, N=8193))
+    smem = registry.get("softmax", "cuda:softmax_smem")
+    for n in (1, 777, 32768, 262144, 262147, 900_000):
+        assert smem.supports(sm.case(M=2, N=n)) is None, n
+    assert smem.supports(sm.case(M=2, N=1_800_000, dtype="float16")) is None  # 16 x 225 KB of fp16
+    why = smem.supports(sm.case(M=2, N=1_000_000))  # 4 MB of fp32 > 16 CTAs x 226 KiB
+    assert why and "shared memory" in why
+    assert registry.get("softmax", "cupy:softmax_smem").supports(sm.case(M=2, N=1_000_000)) == why
 
 
 def test_every_row_registered_with_sources_and_cuda_device():
@@ -187,6 +214,10 @@ def test_binding_validation_before_any_cuda_call():
         kl.softmax("auto", 16, 16, 0, 8, 8, 8, 0, 0, 0)
     with pytest.raises(ValueError, match="cluster"):
         kl.softmax("online", 16, 16, 2, 8, 8, 8, 0, 0, 0, 0, 0, 3)
+    with pytest.raises(ValueError, match="cluster: must be"):
+        kl.softmax("smem", 16, 16, 2, 8, 8, 8, 0, 0, 0, 0, 0, 32)
+    with pytest.raises(ValueError, match="path"):
+        kl.softmax_plan("rowz", 16, 16, 2, 8, 8, 8, 0, 0)
     if not HAS_GPU:  # valid arguments reach CUDA, whose error comes back as RuntimeError
         with pytest.raises(RuntimeError, match="CUDA error"):
             kl.softmax("auto", 16, 16, 2, 8, 8, 8, 0, 0, 0)
@@ -207,9 +238,67 @@ def test_python_plan_mirrors_dispatch_rules():
     assert p["vec"] == 1  # rows not 16-byte aligned: scalar accesses
     p = cuda_layer.case_plan("online", sm.case(M=8192, N=262144), cc_major=8)
     assert p["cluster"] == 1  # no clusters before sm_90
+    # rows: G threads per row (32 elements each), 256 / G rows per CTA step, 2 CTAs per SM (132 SMs)
+    p = cuda_layer.case_plan("rows", sm.case(M=4096, N=1024))
+    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 32>" and p["rows_per_block"] == 8 and p["grid"] == 264
+    p = cuda_layer.case_plan("rows", sm.case(M=4096, N=4096))
+    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 128>" and p["rows_per_block"] == 2
+    p = cuda_layer.case_plan("rows", sm.case(M=4096, N=2048, dtype="bfloat16"), blocks_per_sm=1)
+    assert p["kernel"] == "softmax_rows_kernel<__nv_bfloat16, 8, 4, 64>" and p["grid"] == 132
+    p = cuda_layer.case_plan("rows", sm.case(M=3, N=17))
+    assert p["kernel"] == "softmax_rows_kernel<float, 1, 32, 4>" and p["grid"] == 1
+    # smem: the smallest cluster whose slice is <= 64 KiB; 16 (non-portable) at 1 MB rows
+    p = cuda_layer.case_plan("smem", sm.case(M=8192, N=262144))
+    assert p["kernel"] == "softmax_smem_kernel<float, 4, 16>" and p["smem"] == 65536 and p["grid"] == 8192 * 16
+    p = cuda_layer.case_plan("smem", sm.case(M=8192, N=131072))
+    assert p["kernel"] == "softmax_smem_kernel<float, 4, 8>" and p["seg"] == 16384
+    p = cuda_layer.case_plan("smem", sm.case(M=8192, N=262144), cluster=8)
+    assert p["smem"] == 131072 and p["grid"] == 8192 * 8
+    p = cuda_layer.case_plan("smem", sm.case(M=5, N=70000, layout="strided_odd"))
+    assert p["vec"] == 1 and p["cluster"] == 8 and p["seg"] == 8750 and p["smem"] == 35008
+    p = cuda_layer.case_plan("smem", sm.case(M=3, N=262147, layout="strided_odd"))  # just over 64 KiB: C = 16
+    assert p["vec"] == 1 and p["cluster"] == 16 and p["smem"] == 65552
+    p = cuda_layer.case_plan("smem", sm.case(M=2, N=900_000))  # beyond 16 x 64 KiB: bigger slices
+    assert p["cluster"] == 16 and 65536 < p["smem"] <= 232448 - 1024
+    p = cuda_layer.case_plan("smem", sm.case(M=2, N=30000), cc_major=8)  # no clusters before sm_90
+    assert p["cluster"] == 1 and p["smem"] == 120000
+    with pytest.raises(ValueError, match="does not fit"):
+        cuda_layer.case_plan("smem", sm.case(M=2, N=100_000), cc_major=8)
+    with pytest.raises(ValueError, match="cluster: the online path"):
+        cuda_layer.case_plan("online", sm.case(M=2, N=100_000), cluster=16)
     va = problems.get("vector_add")
     assert cuda_layer._va_plan(va.case(N=98432, misalign=1))["vec"] == 1
     assert cuda_layer._va_plan(va.case(N=98432))["vec"] == 4
+
+
+def test_route_table_is_one_table_in_softmax_cu(monkeypatch):
+    """The dispatcher's table lives in softmax.cu (KL_SOFTMAX_ROUTES); Python parses it from there, and
+    KL_CUDA_SOFTMAX_ROUTE overrides it without a rebuild."""
+    monkeypatch.delenv("KL_CUDA_SOFTMAX_ROUTE", raising=False)
+    text = (ROOT / "cuda_src" / "softmax.cu").read_text()
+    assert text.count("// KL_SOFTMAX_ROUTES_BEGIN") == 1 and text.count("// KL_SOFTMAX_ROUTES_END") == 1
+    routes = cuda_layer.softmax_routes()
+    assert routes == [(1024, "warp"), (32768, "block"), (0, "online")]  # the H200-measured choices
+    assert cuda_layer.auto_kernels() == ("softmax_warp_kernel", "softmax_block_kernel", "softmax_online_kernel")
+    sm = problems.get("softmax")
+    assert cuda_layer.case_plan("auto", sm.case(M=4096, N=1024))["path"] == "warp"
+    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "4096:rows,32768:block,0:smem")
+    assert cuda_layer.case_plan("auto", sm.case(M=4096, N=1024))["path"] == "rows"
+    assert cuda_layer.case_plan("auto", sm.case(M=4096, N=8192))["path"] == "block"
+    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_smem_kernel<float, 4, 16>"
+    # a path that cannot take the case falls through to the next row that can
+    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:smem,0:online")
+    assert cuda_layer.case_plan("auto", sm.case(M=2, N=1_000_000))["path"] == "online"
+    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:rows")
+    with pytest.raises(ValueError, match="8192"):
+        cuda_layer.case_plan("auto", sm.case(M=2, N=10_000))
+    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "1024:fast")
+    with pytest.raises(ValueError, match="KL_CUDA_SOFTMAX_ROUTE"):
+        cuda_layer.case_plan("auto", sm.case(M=2, N=100))
+    if HAS_NVCC:  # the C++ dispatcher reads the same variable (before any CUDA call)
+        kl = importlib.import_module("kl_cuda")
+        with pytest.raises(ValueError, match="KL_CUDA_SOFTMAX_ROUTE"):
+            kl.softmax_plan("auto", 16, 16, 2, 8, 8, 8, 0, 0)
 
 
 @pytest.mark.parametrize("impl_id", CUDA_IDS + CUPY_IDS)
@@ -233,6 +322,23 @@ def test_cupy_compile_only_through_nvrtc():
     except Unsupported as e:
         pytest.skip(str(e))
     assert f["registers"] > 0 and f["facts_from"].startswith("NVRTC")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(cupy_layer._include_dirs_nogpu() == [str(cupy_layer.CUDA_SRC)], reason="no CUDA headers")
+@pytest.mark.parametrize("impl_id,case", [("cupy:softmax_smem", dict(M=8192, N=262144)),
+                                          ("cupy:softmax_smem", dict(M=5, N=70000, layout="strided_odd")),
+                                          ("cupy:softmax_rows", dict(M=4096, N=1024)),
+                                          ("cupy:softmax_rows", dict(M=4096, N=4096, dtype="bfloat16"))])
+def test_cupy_new_kernels_compile_under_nvrtc(impl_id, case):
+    """The same source through NVRTC (no GPU needed): the instance compiles, 0 spills."""
+    impl, prob = _impl(impl_id)
+    try:
+        f = impl.compile_only_fn(prob.case(**case))
+    except Unsupported as e:
+        pytest.skip(str(e))
+    assert f["registers"] > 0 and f["spills"] == 0 and f["facts_from"].startswith("NVRTC")
+    assert f["config"]["kernel"] in f.get("kernels", {f["config"]["kernel"]: 0})
 
 
 # -- GPU ----------------------------------------------------------------------------------------
@@ -264,14 +370,33 @@ def test_cpp_plan_equals_python_plan_on_gpu():
             out = torch.empty(M, N, dtype=dt, device="cuda")
             es = x.element_size()
             aligned = (M == 1) or (((N + pad) * es) % 16 == 0 and (N * es) % 16 == 0)
-            for path in ("auto", "warp", "block", "online"):
-                if (path == "warp" and N > 1024) or (path == "block" and N > 32768):
+            props = torch.cuda.get_device_properties(0)
+            for path in ("auto", "warp", "block", "online", "rows", "smem"):
+                if (path == "warp" and N > 1024) or (path == "block" and N > 32768) or (path == "rows" and N > 8192):
                     continue
                 c = kl.softmax_plan(path, x.data_ptr(), out.data_ptr(), M, N, x.stride(0), N, cuda_layer.DTYPE_CODE[dt], 0)
-                p = cupy_layer.softmax_plan(path, M, N, aligned, cupy_layer._TYPE_OF[dt], es,
-                                            torch.cuda.get_device_capability()[0])
-                for k in ("path", "vec", "chunks", "threads", "cluster", "seg", "grid", "kernel"):
+                p = cupy_layer.softmax_plan(path, M, N, aligned, cupy_layer._TYPE_OF[dt], es, props.major,
+                                            sm_count=props.multi_processor_count,
+                                            smem_optin=props.shared_memory_per_block_optin)
+                for k in ("path", "vec", "chunks", "threads", "cluster", "seg", "grid", "kernel", "groups",
+                          "blocks_per_sm", "smem"):
                     assert c[k] == p[k], (dt, M, N, path, k, c[k], p[k])
+
+
+@pytest.mark.gpu
+def test_route_override_on_gpu(monkeypatch):
+    """KL_CUDA_SOFTMAX_ROUTE flips the dispatcher of cuda:softmax / cupy:softmax without a rebuild."""
+    kl = importlib.import_module("kl_cuda")
+    x = torch.randn(64, 1024, device="cuda")
+    y = torch.empty_like(x)
+    a = (x.data_ptr(), y.data_ptr(), 64, 1024, 1024, 1024, 0, 0)
+    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "2048:rows,0:smem")
+    assert kl.softmax_plan("auto", *a)["path"] == "rows"
+    assert cuda_layer.softmax(x).sub(torch.softmax(x, -1)).abs().max() < 1e-6
+    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:smem")
+    assert kl.softmax_plan("auto", *a)["path"] == "smem"
+    monkeypatch.delenv("KL_CUDA_SOFTMAX_ROUTE")
+    assert kl.softmax_plan("auto", *a)["path"] == "warp"
 
 
 @pytest.mark.gpu
@@ -284,12 +409,26 @@ def test_gpu_validation_and_overrides():
     for c in (1, 2, 4, 8):
         y = cuda_layer.softmax(x, path="online", cluster=c)
         assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7)
+    for c in (1, 2, 4, 8, 16):
+        for th in (256, 512):
+            y = cuda_layer.softmax(x, path="smem", cluster=c, threads=th)
+            assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7), (c, th)
+    for bps in (1, 2, 4):
+        y = cuda_layer.softmax(x, path="rows", blocks_per_sm=bps)
+        assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7), bps
+    # the long-row shapes of the bench, a few rows, smem path with C = 8 and 16
+    for n, c in ((262144, 16), (262144, 8), (131072, 8), (262147, 16)):
+        xl = torch.randn(3, n, device="cuda")
+        y = cuda_layer.softmax(xl, path="smem", cluster=c)
+        assert torch.allclose(y.double(), torch.softmax(xl.double(), -1), rtol=1e-4, atol=1e-9), (n, c)
     with pytest.raises(ValueError, match="out"):
         cuda_layer.softmax(x, out=torch.empty(64, 3000, device="cuda", dtype=torch.float16))
     with pytest.raises(ValueError, match="x: columns"):
         cuda_layer.softmax(x.t())
     with pytest.raises(ValueError, match="N: the warp-per-row path"):
         cuda_layer.softmax(x, path="warp")
+    with pytest.raises(ValueError, match="N: the rows path"):
+        cuda_layer.softmax(torch.randn(2, 9000, device="cuda"), path="rows")
     a = torch.randn(1000, device="cuda")
     for grid in (1, 7, 1000):
         assert torch.equal(cuda_layer.vector_add(a, a, grid=grid), a + a)
