@@ -455,7 +455,11 @@ register(problem="gemm_epilogue", layer="cute", name="gemm_ws_c2",
 
 # -- gemm_pp: persistent, warp-specialised, ping-pong consumers (one tile per warpgroup) ---------
 def _pp_cfg() -> dict:
+    """KL_CUTE_GEMM_PP_TILE_N: 128 (default) or 64 - a warpgroup holds the whole 128 x N tile's
+    fp32 accumulators, so 256 would not fit its 232 registers."""
     tn = int(os.environ.get("KL_CUTE_GEMM_PP_TILE_N", "128"))
+    if tn not in (64, 128):
+        raise Unsupported(f"KL_CUTE_GEMM_PP_TILE_N={tn}: gemm_pp takes 64 or 128")
     return {"tile": [128, tn, 64], "tile_n": tn, "per": "warpgroup", "threads": 384,
             "roles": "wg0: TMA producer; wg1, wg2: alternate tiles (mainloop of one over the other's epilogue)"}
 
