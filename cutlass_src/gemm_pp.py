@@ -171,9 +171,10 @@ class GemmPingPong:
             me = wg - 1
             t = tidx % 128                                     # thread within the warpgroup
             sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
-            thr_mma = tiled_mma.get_slice(t)
-            tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
-            tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+            wg_mma = tiled_mma.get_slice(0)                    # the warpgroup's operand view
+            thr_mma = tiled_mma.get_slice(t)                   # this thread's accumulators
+            tCrA = tiled_mma.make_fragment_A(wg_mma.partition_A(sA))
+            tCrB = tiled_mma.make_fragment_B(wg_mma.partition_B(sB))
             acc = cute.make_rmem_tensor(thr_mma.partition_C(gC[(None, None, 0, 0)]).shape,
                                         self.acc_dtype)
             k_blocks = cute.size(tCrA, mode=[2])
