@@ -15,6 +15,8 @@ SCHEMA = "kernel-layers/results/1"
 def _fmt_time(s: float | None) -> str:
     if s is None:
         return "-"
+    if s < 1e-6:
+        return f"{s * 1e9:.1f} ns"
     if s < 1e-3:
         return f"{s * 1e6:.1f} us"
     if s < 1:
@@ -184,13 +186,23 @@ def print_compare(doc: dict, console: Console) -> None:
             t.add_row(r["impl"], r["layer"], _int(loc.get("kernel")), _int(loc.get("host")),
                       _fmt_time(tm.get("median_s")) if tm else ("needs GPU" if r["status"] == "PASS" else "-"),
                       _fmt_time(tm.get("iqr_s")) if tm else "-",
-                      f"{val:.1f}" if val else "-",
-                      f"{r['pct_ceiling']:.1f}%" if r.get("pct_ceiling") else "-",
+                      _sig(val), _sig(r.get("pct_ceiling"), "%"),
                       f"{r['speedup_vs_baseline']:.2f}x" if r.get("speedup_vs_baseline") else "-",
                       _fmt_time(r.get("model_ideal_s")),
                       f"{r['measured_over_ideal']:.2f}" if r.get("measured_over_ideal") else "-",
                       _first_call(r), _regs(r), _status_cell(r))
         console.print(t)
+
+
+def _sig(x, unit: str = "") -> str:
+    """Three significant digits at most, without scientific notation for table cells."""
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:.0f}{unit}"
+    if x >= 1:
+        return f"{x:.3g}{unit}"
+    return f"{x:.2g}{unit}"
 
 
 def _int(x) -> str:
