@@ -34,6 +34,10 @@ if triton is not None:
     from triton_src import softmax as S
     from triton_src import vector_add as V
 
+# The interpreter runs each program in numpy: about 10 ms per program on a slow core. In the CPU
+# mode, cases with more output elements than this are compiled for sm_90 but not executed.
+INTERPRETER_MAX_ELEMENTS = 1 << 18
+
 LAYER = "triton"
 _TRITON_SIG = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -300,7 +304,7 @@ def _va_grid(case):
           description="one program per BLOCK elements, masked tail; BLOCK/num_warps tuned on H200",
           sources=[Source("triton_src/vector_add.py", kernels=("vector_add_kernel",),
                           host=("vector_add",))],
-          devices=("cuda", "cpu"), available=available, compile_only=_compile_only(_va_compile), grid=_va_grid)
+          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available, compile_only=_compile_only(_va_compile), grid=_va_grid)
 def prepare_vector_add(case, inputs, out):
     _check_device(inputs)
     x, y = inputs
@@ -452,7 +456,7 @@ for _name, _kernel, _host, _desc, _comp, _grid in (
      _compile_only(_online_compile) if triton else None, _online_grid),
 ):
     register(problem="softmax", layer=LAYER, name=_name, description=_desc,
-             sources=[Source(_SM_SRC, kernels=(_kernel,), host=(_host,))], devices=("cuda", "cpu"),
+             sources=[Source(_SM_SRC, kernels=(_kernel,), host=(_host,))], devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
              available=available, supports=_softmax_supports(_name), compile_only=_comp,
              grid=_grid)(_softmax_prepare(_name))
 
@@ -472,7 +476,7 @@ register(problem="softmax", layer=LAYER, name="softmax",
          sources=[Source(_SM_SRC, kernels=("softmax_fused_row_kernel", "softmax_persistent_kernel",
                                            "softmax_online_kernel"),
                          host=("softmax", "choose_variant"))],
-         devices=("cuda", "cpu"), available=available, compile_only=_compile_only(_dispatch_compile),
+         devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available, compile_only=_compile_only(_dispatch_compile),
          grid=_dispatch_grid)(_softmax_prepare("softmax"))
 
 
@@ -531,7 +535,7 @@ def _gemm_grid(case):
           description="tiled tl.dot, grouped order, fp32 acc, bias+act on the accumulator; autotuned",
           sources=[Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
                           host=("gemm_epilogue", "prune_configs", "gemm_grid"))],
-          devices=("cuda", "cpu"), available=available, compile_only=_compile_only(_gemm_compile) if triton else None,
+          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available, compile_only=_compile_only(_gemm_compile) if triton else None,
           grid=_gemm_grid)
 def prepare_gemm(case, inputs, out):
     _check_device(inputs)

@@ -10,6 +10,7 @@ Protocol: the job arrives as JSON on stdin; events leave as JSON lines on the or
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -121,6 +122,15 @@ def process_task(task: dict, opts: dict, emit) -> None:
             row.update(status="SKIP", kind="compile-only" if what else "needs-gpu",
                        reason=f"needs a GPU (this machine has none){what}"
                               + (f"; {row['compile_note']}" if row.get("compile_note") else ""))
+            continue
+        numel = math.prod(problem.out_shape(case))
+        cpu_cap = impl.extra.get("cpu_max_elements")
+        if device == "cpu" and cpu_cap is not None and numel > cpu_cap:
+            _compile_only(impl, case, row)
+            row.update(status="SKIP", kind="too-large-for-cpu",
+                       reason=f"not executed: {numel} output elements exceed this layer's CPU-mode "
+                              f"limit ({cpu_cap}; it runs in an interpreter)"
+                              + (f"; compiled for {row['compiled_for']}" if row.get("compiled_for") else ""))
             continue
         if device == "cpu" and (problem.traffic(case) > CPU_TRAFFIC_LIMIT
                                 or problem.flops(case) > CPU_FLOP_LIMIT):
