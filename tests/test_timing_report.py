@@ -1,0 +1,93 @@
+"""Timing statistics, metrics and report formats (CPU), and the timed path on a GPU."""
+import json
+
+import pytest
+
+from harness import report
+from harness.case import Case
+from harness.timing import Stats, TimingConfig
+
+
+def test_stats_quartiles_and_stability():
+    s = Stats(samples=[1.0, 2.0, 3.0, 4.0, 5.0])
+    assert s.quartiles() == (2.0, 3.0, 4.0)
+    assert not s.stable(0.01)  # IQR 2 on a median of 3: far from stable
+    tight = Stats(samples=[1.0 + 1e-4 * (i % 3) for i in range(50)])
+    assert tight.stable(0.01)
+    j = tight.to_json()
+    assert j["samples"] == 50 and len(j["raw_s"]) == 50 and j["iqr_s"] >= 0
+    assert "raw_s" not in tight.to_json(keep_raw=False)
+    assert "cold L2" in TimingConfig().describe() and "graph" in TimingConfig(mode="graph").describe()
+
+
+def _row(impl, t, problem="vector_add", dims=None, dtype="float32", traffic=12_000_000, flops=1_000_000):
+    return {"problem": problem, "impl": impl, "layer": impl.split(":")[0], "name": impl.split(":")[1],
+            "case": Case(problem, dims or {"N": 1_000_000}, dtype).to_json(),
+            "status": "PASS", "time": {"median_s": t, "q1_s": t, "q3_s": t, "iqr_s": 0.0, "samples": 20},
+            "traffic_bytes": traffic, "flops": flops, "compile": {"registers": 32, "spills": 0}}
+
+
+def test_metrics_against_ceilings_baseline_and_model():
+    rows = [_row("torch:add", 4e-6), _row("triton:add", 3e-6)]
+    ceil = {"copy_bytes_per_s": 4.0e12, "gemm_flops_per_s": {"bfloat16": 7e14}}
+    report.add_metrics(rows, ceil, {}, "NVIDIA H200")
+    tri = rows[1]
+    assert tri["gbps"] == pytest.approx(12e6 / 3e-6 / 1e9)
+    assert tri["pct_ceiling"] == pytest.approx(100 * 12e6 / 3e-6 / 4e12)
+    assert tri["pct_datasheet"] == pytest.approx(100 * 12e6 / 3e-6 / 4.8e12)
+    assert tri["speedup_vs_baseline"] == pytest.approx(4 / 3) and tri["baseline_impl"] == "torch:add"
+    # the model's fused add on the measured copy ceiling: 12 MB / 4 TB/s = 3 us
+    assert tri["model_ideal_s"] == pytest.approx(3e-6) and tri["measured_over_ideal"] == pytest.approx(1.0)
+
+
+def test_gemm_metrics_use_vendor_same_shape():
+    case_id = "gemm_epilogue[M=4096,N=4096,K=4096,bfloat16,act=relu,bias=1]"
+    r = _row("triton:gemm", 2e-4, problem="gemm_epilogue", dims={"M": 4096, "N": 4096, "K": 4096},
+             dtype="bfloat16", traffic=1, flops=2 * 4096 ** 3)
+    r["case"] = Case("gemm_epilogue", {"M": 4096, "N": 4096, "K": 4096}, "bfloat16",
+                     {"act": "relu", "bias": 1}).to_json()
+    assert r["case"]["id"] == case_id
+    report.add_metrics([r], {"copy_bytes_per_s": 4e12, "gemm_flops_per_s": {"bfloat16": 7e14}},
+                       {case_id: {"flops_per_s": 8e14}}, "NVIDIA H200")
+    assert r["tflops"] == pytest.approx(2 * 4096 ** 3 / 2e-4 / 1e12)
+    assert r["pct_ceiling"] == pytest.approx(100 * r["tflops"] * 1e12 / 7e14)
+    assert r["pct_vendor_same_shape"] == pytest.approx(100 * r["tflops"] * 1e12 / 8e14)
+
+
+def test_outputs_csv_md_json(tmp_path):
+    rows = [_row("torch:add", 4e-6)]
+    report.add_metrics(rows, None, {}, None)
+    doc = report.results_doc(rows, command="python -m harness compare", machine={"gpu": None},
+                             ceilings=None, vendor={}, timing={"description": "x"}, suite="bench",
+                             created="2026-11-29T00:00:00+00:00")
+    paths = report.write_outputs(doc, tmp_path)
+    assert json.loads(paths[0].read_text())["rows"][0]["impl"] == "torch:add"
+    csv = paths[1].read_text().splitlines()
+    assert csv[0].startswith("problem,case,dtype,impl,layer,status") and "torch:add" in csv[1]
+    assert "| vector_add |" in paths[2].read_text()
+
+
+@pytest.mark.gpu
+def test_compare_times_on_gpu(tmp_path):
+    from harness.cli import main
+
+    for extra in ([], ["--graph"]):
+        out = tmp_path / ("graph" if extra else "cold")
+        rc = main(["compare", "--layer", "torch", "--problem", "softmax", "--set", "M=512", "--set", "N=1024",
+                   "--out", str(out), "--time-cap", "0.2", "--no-ceilings", *extra])
+        assert rc == 0
+        doc = json.loads((out / "results.json").read_text())
+        timed = [r for r in doc["rows"] if r["status"] == "PASS" and r.get("time")]
+        assert {r["impl"] for r in timed} >= {"torch:softmax", "torch:naive"}
+        for r in timed:
+            assert r["time"]["median_s"] > 0 and r["gbps"] > 0 and r["time"]["samples"] >= 15
+        assert doc["timing"]["mode"] == ("graph" if extra else "cold")
+
+
+@pytest.mark.gpu
+def test_ceilings_on_gpu():
+    from harness.machine import measure_ceilings
+
+    c = measure_ceilings(gemm_size=2048)
+    assert 1e11 < c["copy_bytes_per_s"] < 2e13
+    assert all(1e12 < v < 3e15 for v in c["gemm_flops_per_s"].values())
