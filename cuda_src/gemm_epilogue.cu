@@ -256,9 +256,10 @@ __device__ __forceinline__ void wgmma_n128_k16(float (&acc)[64], u64 da, u64 db)
 // wgmma m64n128), packed to 16 bits and written with stmatrix into the swizzled staging buffer.
 // Row `row` of a 128 x 64 box lives at row * 128 bytes; its 16-byte chunk c at (c ^ (row % 8)):
 // the 128-byte swizzle TMA expects, and conflict-free for stmatrix (8 rows -> 8 distinct chunks).
-template <bool BF16>
+template <bool BF16, int ACT>
 __device__ __forceinline__ void pp_stage_slab(const float (&acc)[64], const float (&bz)[32], u32 sC, int slab,
-                                              int warp, int lane, int act) {
+                                              int warp, int lane) {
+  constexpr int act = ACT;  // compile time: the chosen activation's code only, no per-element branch
   const int mat = lane >> 3;                                   // which of the 4 matrices this lane addresses
   const int row = slab * 64 + warp * 16 + (lane & 7) + (mat & 1) * 8;
   const u32 row_base = sC + row * 128;
@@ -439,8 +440,16 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
       // The staging buffer is free once this consumer's previous TMA store has read it.
       if (tid == 0) bulk_wait_read<0>();
       consumer_bar_sync(w);
-      pp_stage_slab<BF16>(acc0, bz, sCw, 0, warp, lane, act);
-      pp_stage_slab<BF16>(acc1, bz, sCw, 1, warp, lane, act);
+      if (act == ACT_RELU) {
+        pp_stage_slab<BF16, ACT_RELU>(acc0, bz, sCw, 0, warp, lane);
+        pp_stage_slab<BF16, ACT_RELU>(acc1, bz, sCw, 1, warp, lane);
+      } else if (act == ACT_GELU) {
+        pp_stage_slab<BF16, ACT_GELU>(acc0, bz, sCw, 0, warp, lane);
+        pp_stage_slab<BF16, ACT_GELU>(acc1, bz, sCw, 1, warp, lane);
+      } else {
+        pp_stage_slab<BF16, ACT_NONE>(acc0, bz, sCw, 0, warp, lane);
+        pp_stage_slab<BF16, ACT_NONE>(acc1, bz, sCw, 1, warp, lane);
+      }
       fence_proxy_async_smem();  // each writer: its stmatrix data -> visible to the TMA engine
       consumer_bar_sync(w);
       if (tid == 0 && tm < tiles_m) {
