@@ -27,8 +27,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def _problem_list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _problems_arg(args) -> list[str]:
+    """--problem given as a flat list (repeatable and comma-separated), in order, no repeats."""
+    out: list[str] = []
+    for group in getattr(args, "problem", None) or []:
+        for name in (group if isinstance(group, list) else [group]):
+            if name not in out:
+                out.append(name)
+    return out
+
+
 def _selectors(p: argparse.ArgumentParser, suite_default: str | None) -> None:
-    p.add_argument("--problem", help="vector_add | softmax | gemm_epilogue")
+    p.add_argument("--problem", action="append", type=_problem_list,
+                   help="vector_add | softmax | gemm_epilogue (repeatable, or comma-separated)")
     p.add_argument("--layer", help="torch | cuda | cupy | triton | cute | a plugin's layer")
     p.add_argument("--impl", action="append", help="implementation id layer:name (repeatable)")
     p.add_argument("--suite", default=suite_default, help="smoke | verify | bench | full")
@@ -135,11 +150,12 @@ def plan_cases(args) -> list:
     if args.suite not in SUITES:
         raise UsageError(f"--suite: unknown suite {args.suite!r}; choose from {', '.join(SUITES)}")
     dtypes = [dtype_name(d) for d in args.dtype] if args.dtype else None
-    probs = [problems.get(args.problem)] if args.problem else problems.all_problems()
+    names = _problems_arg(args)
+    probs = [problems.get(n) for n in names] if names else problems.all_problems()
     plan = []
     if args.set:
-        if not args.problem:
-            raise UsageError("--set needs --problem")
+        if len(names) != 1:
+            raise UsageError("--set needs exactly one --problem")
         p = probs[0]
         cases = [parse_sets(p, args.set, d) for d in (dtypes or [None])]
         return [(p, cases)]
@@ -147,8 +163,8 @@ def plan_cases(args) -> list:
         cases = p.cases(args.suite)
         if dtypes:
             bad = [d for d in dtypes if d not in p.dtypes]
-            if args.problem and bad:
-                raise UsageError(f"--dtype: {args.problem} takes {', '.join(p.dtypes)}, not {', '.join(bad)}")
+            if names and bad:
+                raise UsageError(f"--dtype: {p.name} takes {', '.join(p.dtypes)}, not {', '.join(bad)}")
             cases = [c for c in cases if c.dtype in dtypes]
         if cases:
             plan.append((p, cases))
@@ -196,7 +212,10 @@ def _select(args):
     from . import registry
 
     try:
-        impls = registry.select(problem=args.problem, layer=args.layer, impl=args.impl)
+        names = _problems_arg(args)
+        impls = []
+        for name in names or [None]:
+            impls += registry.select(problem=name, layer=args.layer, impl=args.impl)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if not impls:

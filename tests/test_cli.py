@@ -61,7 +61,7 @@ def test_verify_custom_case(capsys):
     (["verify", "--suite", "huge"], "--suite: unknown suite 'huge'"),
     (["verify", "--problem", "softmax", "--set", "M=12x", "--set", "N=3"], "M: size must be a positive integer"),
     (["verify", "--problem", "softmax", "--set", "M"], "--set: expected KEY=VALUE"),
-    (["verify", "--set", "M=3"], "--set needs --problem"),
+    (["verify", "--set", "M=3"], "--set needs exactly one --problem"),
     (["verify", "--plugin", "/no/such/file.py"], "--plugin: no such file"),
     (["verify", "--plugin", str(PL / "broken.py")], "ImportError: this plugin needs a package"),
     (["compare", "--problem", "gemm_epilogue", "--dtype", "float32"], "gemm_epilogue takes float16, bfloat16"),
