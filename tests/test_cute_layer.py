@@ -193,6 +193,16 @@ def test_compile_gemm_pp():
 
 
 @needs_cute
+def test_gemm_route_switch(monkeypatch):
+    """KL_CUTE_GEMM_ROUTE (module constant GEMM_ROUTE) hands cute:gemm's cases to a variant."""
+    from backends import cute_layer as cl
+
+    monkeypatch.setattr(cl, "GEMM_ROUTE", "pp")
+    f = _compile("gemm_epilogue", M=300, N=256, K=256, dtype="bfloat16", act="gelu", bias=1)
+    assert f["config"]["tile"] == [128, 128, 64] and "persistent_ctas" in f["config"]
+
+
+@needs_cute
 def test_gemm_ws_ptx_roles():
     from cutlass_src import gemm_ws as gw
 
