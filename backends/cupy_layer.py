@@ -318,6 +318,7 @@ def _smem_attributes(fn, plan: dict) -> None:
     if key in _state:
         return
     fn.max_dynamic_shared_size_bytes = int(plan["smem"])
+    fn.preferred_shared_memory_carveout = 100  # all shared: 3 CTAs of 64 KiB per SM
     if plan["cluster"] > 8:
         from cupy_backends.cuda.api import driver
 

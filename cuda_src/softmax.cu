@@ -849,8 +849,9 @@ static const void* pick(const SoftmaxPlan& p) {
   return p.vec == 1 ? online_fn<T, 1>(p.cluster) : online_fn<T, V>(p.cluster);
 }
 
-// The smem path's function attributes (dynamic shared memory above 48 KiB needs an opt-in; 16-CTA
-// clusters need the non-portable flag), set once per (instance, device, size).
+// The smem path's function attributes (dynamic shared memory above 48 KiB needs an opt-in, the
+// carveout all shared; 16-CTA clusters need the non-portable flag), set once per (instance,
+// device, size).
 static void smem_attributes(const void* fn, int device, long long bytes, int cluster) {
   static std::mutex mu;
   static std::vector<std::pair<std::pair<const void*, int>, long long>> done;
@@ -858,6 +859,9 @@ static void smem_attributes(const void* fn, int device, long long bytes, int clu
   for (auto& e : done)
     if (e.first.first == fn && e.first.second == device && e.second >= bytes) return;
   KL_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+  // All of the unified L1/shared array as shared memory, so that 3 CTAs of 64 KiB reside per SM
+  // (the driver's default choice may size the carveout for fewer).
+  KL_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   if (cluster > 8) KL_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   done.push_back({{fn, device}, bytes});
 }
