@@ -46,7 +46,11 @@ class GemmEpilogue(Problem):
                             c(M=1025, N=769, K=513, dtype=dt, act=act)]
                 out += [c(M=1025, N=769, K=513, dtype=dt, act="relu", bias=0),
                         c(M=256, N=256, K=256, dtype=dt, act="gelu", bias=0),
-                        c(M=512, N=384, K=1024, dtype=dt, act="relu")]
+                        c(M=512, N=384, K=1024, dtype=dt, act="relu"),
+                        # TMA-legal strides (N, K multiples of 8) but ragged tiles: partial M and N
+                        # tiles, K not a multiple of 64, an odd number of M tiles
+                        c(M=129, N=264, K=72, dtype=dt, act="relu"),
+                        c(M=640, N=136, K=4104, dtype=dt, act="gelu", bias=0)]
             return out
         if suite == "bench":
             return ([c(M=s, N=s, K=s) for s in (2048, 4096, 8192)]
