@@ -37,6 +37,7 @@ if triton is not None:
 # The interpreter runs each program in numpy: about 10 ms per program on a slow core. In the CPU
 # mode, cases with more output elements than this are compiled for sm_90 but not executed.
 INTERPRETER_MAX_ELEMENTS = 1 << 18
+INTERPRETER_MAX_FLOPS = 1 << 27  # GEMM: the interpreter's tl.dot loop costs about M*N*K
 
 LAYER = "triton"
 _TRITON_SIG = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -535,7 +536,7 @@ def _gemm_grid(case):
           description="tiled tl.dot, grouped order, fp32 acc, bias+act on the accumulator; autotuned",
           sources=[Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
                           host=("gemm_epilogue", "prune_configs", "gemm_grid"))],
-          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available, compile_only=_compile_only(_gemm_compile) if triton else None,
+          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, cpu_max_flops=INTERPRETER_MAX_FLOPS, available=available, compile_only=_compile_only(_gemm_compile) if triton else None,
           grid=_gemm_grid)
 def prepare_gemm(case, inputs, out):
     _check_device(inputs)

@@ -125,11 +125,16 @@ def process_task(task: dict, opts: dict, emit) -> None:
             continue
         numel = math.prod(problem.out_shape(case))
         cpu_cap = impl.extra.get("cpu_max_elements")
+        flop_cap = impl.extra.get("cpu_max_flops")
+        over = None
         if device == "cpu" and cpu_cap is not None and numel > cpu_cap:
+            over = f"{numel} output elements exceed this layer's CPU-mode limit ({cpu_cap}"
+        elif device == "cpu" and flop_cap is not None and problem.flops(case) > flop_cap:
+            over = f"{problem.flops(case):.3g} FLOP exceed this layer's CPU-mode limit ({flop_cap:.3g}"
+        if over:
             _compile_only(impl, case, row)
             row.update(status="SKIP", kind="too-large-for-cpu",
-                       reason=f"not executed: {numel} output elements exceed this layer's CPU-mode "
-                              f"limit ({cpu_cap}; it runs in an interpreter)"
+                       reason=f"not executed: {over}; it runs in an interpreter)"
                               + (f"; compiled for {row['compiled_for']}" if row.get("compiled_for") else ""))
             continue
         if device == "cpu" and (problem.traffic(case) > CPU_TRAFFIC_LIMIT
