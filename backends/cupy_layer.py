@@ -67,6 +67,11 @@ ROWS_THREADS = 256          # kRowsThreads
 H200_SMEM_OPTIN = 232448    # cudaDevAttrMaxSharedMemoryPerBlockOptin on H100/H200 (plans without a GPU)
 
 
+def rows_min_blocks(es: int, vec: int, g: int) -> int:
+    """CTAs per SM of a rows-kernel instance (its launch bound; ``rows_min_blocks`` in softmax.cu)."""
+    return 3 if vec > 1 and (es == 2 or g <= 32) else 2
+
+
 def _pow2_at_least(v: int) -> int:
     return 1 if v <= 1 else 1 << (v - 1).bit_length()
 
@@ -105,12 +110,12 @@ def _plan_path(path, p, M, N, es, cc_major, threads, ept, cluster, blocks_per_sm
         if threads not in (0, ROWS_THREADS):
             raise ValueError(f"threads: the rows path uses 256 threads per block, got {threads}")
         if not 0 <= blocks_per_sm <= 32:
-            raise ValueError(f"blocks_per_sm: must be 0 (default 2) .. 32, got {blocks_per_sm}")
+            raise ValueError(f"blocks_per_sm: must be 0 (default 2 or 3) .. 32, got {blocks_per_sm}")
         p["chunks"] = 32 // vec
         p["groups"] = max(4, _pow2_at_least(-(-N // 32)))
         p["threads"] = ROWS_THREADS
         p["rows_per_block"] = ROWS_THREADS // p["groups"]
-        p["blocks_per_sm"] = blocks_per_sm or 2
+        p["blocks_per_sm"] = blocks_per_sm or rows_min_blocks(es, vec, p["groups"])
         p["grid"] = min(-(-M // p["rows_per_block"]), sm_count * p["blocks_per_sm"])
         args = (vec, p["chunks"], p["groups"])
     elif path == "smem":

@@ -279,9 +279,18 @@ __device__ __forceinline__ float group_sum(float v) {
 }
 
 constexpr int kRowsThreads = 256;  // threads per CTA of the rows kernel (the launch bound)
+// CTAs per SM the register budget of an instance must allow (the launch bound's second argument,
+// and the default persistent grid per SM). From ptxas (sm_90a): at 3 (<= 80 registers) the 16-byte
+// fp16/bf16 instances and the fp32 ones with G <= 32 (N <= 1024) have 0 spills, the others spill
+// 24-320 bytes, so they get 2 (<= 128 registers, 0 spills). One rule, mirrored in the host plan and
+// in backends/cupy_layer.py.
+__host__ __device__ constexpr int rows_min_blocks(int elem_size, int vec, int g) {
+  return vec > 1 && (elem_size == 2 || g <= 32) ? 3 : 2;
+}
 
 template <typename T, int VEC, int CH, int G>
-__global__ void __launch_bounds__(kRowsThreads, 2) softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(kRowsThreads, rows_min_blocks((int)sizeof(T), VEC, G))
+    softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y,
                                                                        i64 M, int N, i64 sx, i64 sy) {
   typedef typename RawVec<T, VEC>::type R;
   static_assert(G >= 1 && G <= kRowsThreads && (G & (G - 1)) == 0, "G: a power of two up to the block size");
@@ -657,21 +666,22 @@ static std::string plan_path(const std::string& path, SoftmaxPlan& p, long long 
     p.kernel = "softmax_block_kernel<" + tn + ", " + std::to_string(p.vec) + ", " + std::to_string(p.chunks) + ">";
   } else if (path == "rows") {
     // G threads per row, 32 elements per thread (2 x 32 in registers with the prefetch), 256-thread
-    // CTAs holding 256 / G rows per step, a persistent grid of blocks_per_sm CTAs per SM.
+    // CTAs holding 256 / G rows per step, a persistent grid of blocks_per_sm CTAs per SM (default:
+    // as many as the instance's launch bound guarantees to reside, rows_min_blocks).
     if (N > 32LL * kRowsThreads)
       return "N: the rows path holds a row in at most 256 threads x 32 elements: N <= 8192, got " + std::to_string(N);
     if (ept != 0 && ept != 32) bad_arg("ept: the rows path uses 32 elements per thread, got " + std::to_string(ept));
     if (threads != 0 && threads != kRowsThreads)
       bad_arg("threads: the rows path uses 256 threads per block, got " + std::to_string(threads));
     if (blocks_per_sm < 0 || blocks_per_sm > 32)
-      bad_arg("blocks_per_sm: must be 0 (default 2) .. 32, got " + std::to_string(blocks_per_sm));
+      bad_arg("blocks_per_sm: must be 0 (default 2 or 3) .. 32, got " + std::to_string(blocks_per_sm));
     const int per = 32;  // elements per thread
     p.chunks = per / p.vec;
     p.groups = pow2_at_least((N + per - 1) / per);
     if (p.groups < 4) p.groups = 4;
     p.threads = kRowsThreads;
     p.rows_per_block = kRowsThreads / p.groups;
-    p.blocks_per_sm = blocks_per_sm ? blocks_per_sm : 2;
+    p.blocks_per_sm = blocks_per_sm ? blocks_per_sm : rows_min_blocks(es, p.vec, p.groups);
     const long long need = (M + p.rows_per_block - 1) / p.rows_per_block;
     const long long cap = (long long)(d.sm_count > 0 ? d.sm_count : 132) * p.blocks_per_sm;
     p.grid = need < cap ? need : cap;

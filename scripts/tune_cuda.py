@@ -156,8 +156,8 @@ def bench():
                 except ValueError:
                     continue
                 L[f"block ept={e}"] = (lambda ee: lambda: kl.softmax("block", *a_, stream(), 0, 0, ee))(e)
-        if N <= 8192:  # persistent multi-row kernel, CTAs per SM (2 = all resident, more = extra waves)
-            for bps in (1, 2, 4):
+        if N <= 8192:  # persistent multi-row kernel, CTAs per SM (default 3 or 2 = all resident; more = waves)
+            for bps in (1, 2, 3, 4):
                 plans[f"rows bps={bps}"] = kl.softmax_plan("rows", *a_, 0, 0, 0, 0, bps)
                 L[f"rows bps={bps}"] = (lambda b_: lambda: kl.softmax("rows", *a_, stream(), 0, 0, 0, 0, b_))(bps)
         if N >= 16384:  # slice in shared memory: one read + one write; default C (64 KiB slices), 8, 16

@@ -81,8 +81,11 @@ def test_ptxas_new_kernels_every_instance_no_spills():
         assert facts[k]["registers"] and facts[k]["spills"] == 0, (k, facts[k])
         if k.startswith("softmax_smem"):
             assert facts[k]["registers"] <= 40, (k, facts[k])  # 65536 / (3 * 512) = 42
-        else:
-            assert facts[k]["registers"] <= 128, (k, facts[k])  # __launch_bounds__(256, 2)
+        else:  # __launch_bounds__(256, rows_min_blocks): 3 CTAs -> <= 80 registers, 2 -> <= 128
+            t, v, _, g = k[len("softmax_rows_kernel<"):-1].split(", ")
+            es = 4 if t == "float" else 2
+            cap = 80 if cupy_layer.rows_min_blocks(es, int(v), int(g)) == 3 else 128
+            assert facts[k]["registers"] <= cap, (k, facts[k])
 
 
 @needs_build
@@ -238,11 +241,13 @@ def test_python_plan_mirrors_dispatch_rules():
     assert p["vec"] == 1  # rows not 16-byte aligned: scalar accesses
     p = cuda_layer.case_plan("online", sm.case(M=8192, N=262144), cc_major=8)
     assert p["cluster"] == 1  # no clusters before sm_90
-    # rows: G threads per row (32 elements each), 256 / G rows per CTA step, 2 CTAs per SM (132 SMs)
+    # rows: G threads per row (32 elements each), 256 / G rows per CTA step, 3 or 2 CTAs per SM (132 SMs)
     p = cuda_layer.case_plan("rows", sm.case(M=4096, N=1024))
-    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 32>" and p["rows_per_block"] == 8 and p["grid"] == 264
+    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 32>" and p["rows_per_block"] == 8 and p["grid"] == 396
     p = cuda_layer.case_plan("rows", sm.case(M=4096, N=4096))
-    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 128>" and p["rows_per_block"] == 2
+    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 128>" and p["rows_per_block"] == 2 and p["grid"] == 264
+    p = cuda_layer.case_plan("rows", sm.case(M=4096, N=4096, dtype="float16"))
+    assert p["blocks_per_sm"] == 3 and p["grid"] == 396
     p = cuda_layer.case_plan("rows", sm.case(M=4096, N=2048, dtype="bfloat16"), blocks_per_sm=1)
     assert p["kernel"] == "softmax_rows_kernel<__nv_bfloat16, 8, 4, 64>" and p["grid"] == 132
     p = cuda_layer.case_plan("rows", sm.case(M=3, N=17))
