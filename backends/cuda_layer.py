@@ -402,7 +402,7 @@ def softmax_grid(plan: dict, M: int, N: int) -> dict:
         progs.append({"pid": [b, 0, 0], "covers": covers, "kept": kept, "dropped": max(lanes - kept, 0)})
     block = {k: plan[k] for k in ("threads", "vec", "chunks", "rows_per_block", "cluster", "groups", "smem",
                                   "blocks_per_sm") if plan.get(k)}
-    return {"grid": [g, 1, 1], "block": block, "programs": progs, "total": g,
+    return {"grid": [g, 1, 1], "block": block, "programs": progs, "total": {"programs": g, "kept": M * N},
             "note": f"{plan['kernel']}; 'dropped' counts padded register slots (masked lanes)"}
 
 
@@ -504,7 +504,7 @@ def vector_add_grid(plan: dict, n: int) -> dict:
         progs.append({"pid": [p, 0, 0], "covers": covers, "kept": max(0, min(per, n - first)),
                       "dropped": max(0, per - max(0, n - first))})
     return {"grid": [g, 1, 1], "block": {"threads": b, "vec": vec, "unroll": u, "head": head},
-            "programs": progs, "total": g,
+            "programs": progs, "total": {"programs": g, "kept": n},
             "note": f"{plan['kernel']} (grid-stride; grid for 132 SMs when planned without a GPU)"}
 
 

@@ -116,7 +116,9 @@ def _plan_path(path, p, M, N, es, cc_major, threads, ept, cluster, blocks_per_sm
         p["threads"] = ROWS_THREADS
         p["rows_per_block"] = ROWS_THREADS // p["groups"]
         p["blocks_per_sm"] = blocks_per_sm or rows_min_blocks(es, vec, p["groups"])
-        p["grid"] = min(-(-M // p["rows_per_block"]), sm_count * p["blocks_per_sm"])
+        need = -(-M // p["rows_per_block"])  # CTA-steps; balanced grid: equal steps for every CTA
+        steps = -(-need // (sm_count * p["blocks_per_sm"]))
+        p["grid"] = -(-need // steps)
         args = (vec, p["chunks"], p["groups"])
     elif path == "smem":
         cmax = 16 if cc_major >= 9 else 1

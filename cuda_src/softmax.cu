@@ -682,9 +682,13 @@ static std::string plan_path(const std::string& path, SoftmaxPlan& p, long long 
     p.threads = kRowsThreads;
     p.rows_per_block = kRowsThreads / p.groups;
     p.blocks_per_sm = blocks_per_sm ? blocks_per_sm : rows_min_blocks(es, p.vec, p.groups);
-    const long long need = (M + p.rows_per_block - 1) / p.rows_per_block;
+    // Balanced persistent grid: the fewest steps the resident CTAs need, then the fewest CTAs that
+    // cover the rows in that many steps, so that every CTA runs the same number of steps (a grid of
+    // exactly `cap` would leave a last step on a fraction of the CTAs, and of the SMs).
+    const long long need = (M + p.rows_per_block - 1) / p.rows_per_block;  // CTA-steps
     const long long cap = (long long)(d.sm_count > 0 ? d.sm_count : 132) * p.blocks_per_sm;
-    p.grid = need < cap ? need : cap;
+    const long long steps = (need + cap - 1) / cap;
+    p.grid = (need + steps - 1) / steps;
     p.kernel = "softmax_rows_kernel<" + tn + ", " + std::to_string(p.vec) + ", " + std::to_string(p.chunks) + ", " +
                std::to_string(p.groups) + ">";
   } else if (path == "smem") {

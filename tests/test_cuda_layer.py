@@ -243,13 +243,15 @@ def test_python_plan_mirrors_dispatch_rules():
     assert p["cluster"] == 1  # no clusters before sm_90
     # rows: G threads per row (32 elements each), 256 / G rows per CTA step, 3 or 2 CTAs per SM (132 SMs)
     p = cuda_layer.case_plan("rows", sm.case(M=4096, N=1024))
-    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 32>" and p["rows_per_block"] == 8 and p["grid"] == 396
+    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 32>" and p["rows_per_block"] == 8
+    assert p["blocks_per_sm"] == 3 and p["grid"] == 256  # 512 CTA-steps, <= 396 resident: 2 steps each
     p = cuda_layer.case_plan("rows", sm.case(M=4096, N=4096))
-    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 128>" and p["rows_per_block"] == 2 and p["grid"] == 264
+    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 128>" and p["rows_per_block"] == 2
+    assert p["blocks_per_sm"] == 2 and p["grid"] == 256  # 2048 CTA-steps, <= 264 resident: 8 steps each
     p = cuda_layer.case_plan("rows", sm.case(M=4096, N=4096, dtype="float16"))
-    assert p["blocks_per_sm"] == 3 and p["grid"] == 396
+    assert p["blocks_per_sm"] == 3 and p["grid"] == 342  # 2048 CTA-steps, <= 396 resident: 6 steps each
     p = cuda_layer.case_plan("rows", sm.case(M=4096, N=2048, dtype="bfloat16"), blocks_per_sm=1)
-    assert p["kernel"] == "softmax_rows_kernel<__nv_bfloat16, 8, 4, 64>" and p["grid"] == 132
+    assert p["kernel"] == "softmax_rows_kernel<__nv_bfloat16, 8, 4, 64>" and p["grid"] == 128
     p = cuda_layer.case_plan("rows", sm.case(M=3, N=17))
     assert p["kernel"] == "softmax_rows_kernel<float, 1, 32, 4>" and p["grid"] == 1
     # smem: the smallest cluster whose slice is <= 64 KiB; 16 (non-portable) at 1 MB rows
@@ -308,7 +310,7 @@ def test_route_table_is_one_table_in_softmax_cu(monkeypatch):
 
 @pytest.mark.parametrize("impl_id", CUDA_IDS + CUPY_IDS)
 def test_grid_descriptions(impl_id):
-    from harness.grid import describe
+    from harness.grid import describe, render
 
     impl, prob = _impl(impl_id)
     for case in prob.cases("verify")[:6]:
@@ -316,6 +318,8 @@ def test_grid_descriptions(impl_id):
             continue
         d = describe(impl, case)
         assert d["grid"][0] >= 1 and d["programs"]
+        assert d["total"]["programs"] == d["grid"][0]
+        assert "program(s)" in render(d)  # what `python -m harness grid` prints
 
 
 @pytest.mark.slow
