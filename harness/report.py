@@ -177,7 +177,7 @@ def print_compare(doc: dict, console: Console) -> None:
         t = Table(title=title, expand=False)
         for col in ("implementation", "layer", "kernel LOC", "host LOC", "time (median)", "IQR",
                     metric, "% ceiling", "vs eager", "model ideal", "meas/ideal",
-                    "first call s", "regs/spills", "status"):
+                    "first call s", "host us", "regs/spills", "status"):
             t.add_column(col, overflow="fold")
         for r in sorted(rs, key=lambda r: ((r.get("time") or {}).get("median_s") or 1e99)):
             tm = r.get("time") or {}
@@ -190,7 +190,8 @@ def print_compare(doc: dict, console: Console) -> None:
                       f"{r['speedup_vs_baseline']:.2f}x" if r.get("speedup_vs_baseline") else "-",
                       _fmt_time(r.get("model_ideal_s")),
                       f"{r['measured_over_ideal']:.2f}" if r.get("measured_over_ideal") else "-",
-                      _first_call(r), _regs(r), _status_cell(r))
+                      _first_call(r), _sig(tm.get("host_us")) if tm else "-", _regs(r),
+                      _status_cell(r))
         console.print(t)
 
 
@@ -211,7 +212,7 @@ def _int(x) -> str:
 
 # -- files -------------------------------------------------------------------------------------
 CSV_FIELDS = ["problem", "case", "dtype", "impl", "layer", "status", "kind", "kernel_loc", "host_loc",
-              "median_s", "q1_s", "q3_s", "samples", "gbps", "tflops", "pct_ceiling", "pct_datasheet",
+              "median_s", "q1_s", "q3_s", "samples", "host_us", "gbps", "tflops", "pct_ceiling", "pct_datasheet",
               "pct_vendor_same_shape", "speedup_vs_baseline", "model_ideal_s", "measured_over_ideal",
               "first_call_s", "compile_s", "registers", "spills", "max_abs_err", "rel_err", "reason"]
 
@@ -226,7 +227,7 @@ def to_csv(rows: list[dict]) -> str:
                     "impl": r["impl"], "layer": r["layer"], "status": r["status"], "kind": r.get("kind"),
                     "kernel_loc": loc.get("kernel"), "host_loc": loc.get("host"),
                     "median_s": tm.get("median_s"), "q1_s": tm.get("q1_s"), "q3_s": tm.get("q3_s"),
-                    "samples": tm.get("samples"), "gbps": r.get("gbps"), "tflops": r.get("tflops"),
+                    "samples": tm.get("samples"), "host_us": tm.get("host_us"), "gbps": r.get("gbps"), "tflops": r.get("tflops"),
                     "pct_ceiling": r.get("pct_ceiling"), "pct_datasheet": r.get("pct_datasheet"),
                     "pct_vendor_same_shape": r.get("pct_vendor_same_shape"),
                     "speedup_vs_baseline": r.get("speedup_vs_baseline"),

@@ -1,7 +1,11 @@
 """Timing (DESIGN.md's recipe).
 
 Cold mode (default): before each sample an L2 flush (a write of at least twice the L2 size),
-then CUDA events around one launch. Implementations of one case are sampled interleaved, round
+then a short spin kernel that holds the GPU while the host enqueues the start event, the launch
+and the end event, so the events bracket the device's work for the launch and not the time the
+host took to issue it (without the spin, that host time leaks into the sample whenever the GPU
+runs dry, which depends on how many other launches happen to be queued). The host's own cost per
+launch is measured apart (``host_us``: wall time per call while the GPU is held busy). Implementations of one case are sampled interleaved, round
 by round, so drift in clocks or temperature hits them alike. Sampling stops for an
 implementation once the median is stable - the estimated standard error of the median,
 1.253 * (IQR / 1.349) / sqrt(n), is at most ``rel_spread`` of the median - or at its time cap.
@@ -33,9 +37,11 @@ class TimingConfig:
         if self.mode == "graph":
             return ("CUDA-graph replay, warm L2, launch overhead removed; per-launch time = "
                     "replay / launches per graph")
-        return (f"cold L2 (flush of >= 2x L2 before each sample), CUDA events per launch, "
-                f"median of >= {self.min_samples} samples, stop when the median's standard error "
-                f"<= {self.rel_spread:.0%} or after {self.time_cap_s:g} s")
+        return (f"cold L2 (flush of >= 2x L2 before each sample), device time of one launch between "
+                f"CUDA events (the host enqueues the launch while a spin kernel holds the GPU; host "
+                f"cost per call reported apart as host_us), median of >= {self.min_samples} samples, "
+                f"stop when the median's standard error <= {self.rel_spread:.0%} or after "
+                f"{self.time_cap_s:g} s")
 
 
 @dataclass
@@ -43,6 +49,7 @@ class Stats:
     samples: list[float] = field(default_factory=list)  # seconds
     wall_s: float = 0.0
     reps: int = 1
+    host_s: float | None = None  # host wall time per launch call (GPU held busy meanwhile)
 
     @property
     def n(self) -> int:
@@ -67,7 +74,8 @@ class Stats:
     def to_json(self, keep_raw: bool = True) -> dict:
         q1, med, q3 = self.quartiles()
         d = {"median_s": med, "q1_s": q1, "q3_s": q3, "iqr_s": q3 - q1, "samples": self.n,
-             "min_s": min(self.samples), "launches_per_sample": self.reps}
+             "min_s": min(self.samples), "launches_per_sample": self.reps, "host_us":
+             None if self.host_s is None else round(self.host_s * 1e6, 2)}
         if keep_raw:
             d["raw_s"] = [float(f"{x:.6g}") for x in self.samples]
         return d
@@ -96,13 +104,50 @@ def warmup(fn: Callable, ms: float) -> None:
         torch.cuda.synchronize()
 
 
+class Spinner:
+    """Holds the GPU for about ``us`` microseconds (torch.cuda._sleep, calibrated once)."""
+
+    def __init__(self, us: float = 300.0):
+        self.cycles = 0
+        if not hasattr(torch.cuda, "_sleep"):  # pragma: no cover - torch without the spin kernel
+            return
+        torch.cuda._sleep(1000)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 2_000_000
+        s.record()
+        torch.cuda._sleep(cycles)
+        e.record()
+        torch.cuda.synchronize()
+        per_us = cycles / max(s.elapsed_time(e) * 1e3, 1.0)
+        self.cycles = int(per_us * us)
+
+    def __call__(self):
+        if self.cycles:
+            torch.cuda._sleep(self.cycles)
+
+
+def host_cost(fn: Callable, spin: Spinner, calls: int = 10) -> float:
+    """Host wall time per call of ``fn`` while the GPU is held busy (nothing waits on the device)."""
+    big = Spinner.__new__(Spinner)
+    big.cycles = spin.cycles * 20
+    big()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    dt = (time.perf_counter() - t0) / calls
+    torch.cuda.synchronize()
+    return dt
+
+
 def time_cold(launches: dict[str, Callable], cfg: TimingConfig, device,
               progress: Callable[[str], None] | None = None) -> dict[str, Stats]:
     """Interleaved cold-L2 timing of several zero-argument launches (same case)."""
     flush = Flusher(device)
+    spin = Spinner()
     stats = {k: Stats() for k in launches}
     for k, fn in launches.items():
         warmup(fn, cfg.warmup_ms)
+        stats[k].host_s = host_cost(fn, spin)
     active = list(launches)
     started = {k: time.perf_counter() for k in launches}
     while active:
@@ -110,6 +155,7 @@ def time_cold(launches: dict[str, Callable], cfg: TimingConfig, device,
         for k in active:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             flush()
+            spin()
             s.record()
             launches[k]()
             e.record()

@@ -45,8 +45,16 @@ def _index(flat_idx: int, shape) -> list[int]:
     return list(reversed(idx))
 
 
+CHUNK = 1 << 24  # elements per pass step: bounds the float64 temporaries (~128 MB each)
+
+
 def check_output(problem, case, out, ref: torch.Tensor) -> Check:
-    """Compare ``out`` with the float64 ``ref`` under ``problem.tolerance(case.dtype)``."""
+    """Compare ``out`` with the float64 ``ref`` under ``problem.tolerance(case.dtype)``.
+
+    Two streaming passes over chunks of the flattened tensors, so that the float64 temporaries
+    stay small even for outputs of billions of elements: the first checks NaN/inf positions and
+    gathers the norms, the maximum error and the constant-output guard; the second applies the
+    element-wise bound (whose atol may depend on the reference's RMS)."""
     if not isinstance(out, torch.Tensor):
         return Check(False, f"output is {type(out).__name__}, not a tensor")
     if tuple(out.shape) != tuple(ref.shape):
@@ -54,53 +62,85 @@ def check_output(problem, case, out, ref: torch.Tensor) -> Check:
     if out.dtype != case.torch_dtype:
         return Check(False, f"output dtype {out.dtype} != expected {case.torch_dtype}")
     tol = problem.tolerance(case.dtype)
-    o = out.detach().to(device=ref.device, dtype=torch.float64)
-    r = ref
+    shape = tuple(ref.shape)
+    o_all = out.detach().to(device=ref.device).reshape(-1)
+    r_all = ref.reshape(-1)
+    n = r_all.numel()
 
-    # NaN and inf positions (and inf signs) must match the reference exactly.
-    on, rn = torch.isnan(o), torch.isnan(r)
-    if not torch.equal(on, rn):
-        bad = torch.nonzero((on != rn).flatten())[0].item()
-        where = _index(bad, o.shape)
-        what = "NaN where the reference is finite (unwritten or poisoned output?)" if on.flatten()[bad] \
-            else "finite where the reference is NaN"
-        n = int((on != rn).sum())
-        return Check(False, f"{n} element(s) {what}; first at {where}", first_bad=where,
+    nan_bad = inf_bad = 0
+    nan_first = inf_first = None
+    nan_what = ""
+    n_fin = 0
+    sum_r2 = sum_e2 = 0.0
+    max_abs = 0.0
+    r0 = o0 = None
+    ref_varies = out_varies = False
+    for i in range(0, n, CHUNK):
+        o = o_all[i:i + CHUNK].to(torch.float64)
+        r = r_all[i:i + CHUNK]
+        on, rn = torch.isnan(o), torch.isnan(r)
+        d = on != rn
+        if bool(d.any()):
+            nan_bad += int(d.sum())
+            if nan_first is None:
+                j = int(torch.nonzero(d)[0])
+                nan_first = i + j
+                nan_what = ("NaN where the reference is finite (unwritten or poisoned output?)"
+                            if bool(on[j]) else "finite where the reference is NaN")
+        oi, ri = torch.isinf(o), torch.isinf(r)
+        d = (oi != ri) | (oi & ri & (torch.sign(o) != torch.sign(r)))
+        if bool(d.any()):
+            inf_bad += int(d.sum())
+            if inf_first is None:
+                inf_first = i + int(torch.nonzero(d)[0])
+        fin = torch.isfinite(r)
+        rf, of = r[fin], o[fin]
+        if rf.numel() == 0:
+            continue
+        e = of - rf
+        n_fin += rf.numel()
+        sum_r2 += float((rf * rf).sum())
+        sum_e2 += float((e * e).sum())
+        max_abs = max(max_abs, float(e.abs().max()))
+        if r0 is None:
+            r0, o0 = float(rf[0]), float(of[0])
+        ref_varies = ref_varies or bool((rf != r0).any())
+        out_varies = out_varies or bool((of != o0).any())
+
+    if nan_bad:
+        where = _index(nan_first, shape)
+        return Check(False, f"{nan_bad} element(s) {nan_what}; first at {where}", first_bad=where,
                      max_abs_err=float("nan"))
-    oi, ri = torch.isinf(o), torch.isinf(r)
-    if not torch.equal(oi, ri) or not torch.equal(torch.sign(o[oi]), torch.sign(r[ri])):
-        diff = (oi != ri) | (oi & ri & (torch.sign(o) != torch.sign(r)))
-        bad = torch.nonzero(diff.flatten())[0].item()
-        where = _index(bad, o.shape)
-        return Check(False, f"{int(diff.sum())} element(s) with inf where the reference differs; "
+    if inf_bad:
+        where = _index(inf_first, shape)
+        return Check(False, f"{inf_bad} element(s) with inf where the reference differs; "
                             f"first at {where}", first_bad=where, max_abs_err=float("inf"))
-
-    fin = torch.isfinite(r)
-    of, rf = o[fin], r[fin]
-    if rf.numel() == 0:
+    if n_fin == 0:
         return Check(True, "no finite elements to compare", 0.0, 0.0)
-    err = (of - rf).abs()
-    max_abs = float(err.max())
-    ref_norm = float(torch.linalg.vector_norm(rf))
-    err_norm = float(torch.linalg.vector_norm(of - rf))
+    ref_norm, err_norm = math.sqrt(sum_r2), math.sqrt(sum_e2)
     rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
 
     # Guard: an all-zero or constant output where the reference is neither.
-    if rf.numel() > 1:
-        ref_const = bool((rf == rf[0]).all())
-        if not ref_const and bool((of == of[0]).all()):
-            kind = "all zero" if float(of[0]) == 0.0 else f"constant ({float(of[0]):g})"
-            return Check(False, f"output is {kind} where the reference is not", max_abs, rel)
+    if n_fin > 1 and ref_varies and not out_varies:
+        kind = "all zero" if o0 == 0.0 else f"constant ({o0:g})"
+        return Check(False, f"output is {kind} where the reference is not", max_abs, rel)
 
-    rms = float(torch.sqrt((rf * rf).mean()))
+    rms = math.sqrt(sum_r2 / n_fin)
     atol = max(tol.atol_floor, tol.atol_rms * rms)
-    limit = atol + tol.rtol * rf.abs()
-    over = err > limit
-    if bool(over.any()):
-        pos = torch.nonzero(fin.flatten())[torch.nonzero(over)[0].item()].item()
-        where = _index(pos, o.shape)
-        got, want = float(o.flatten()[pos]), float(r.flatten()[pos])
-        return Check(False, f"{int(over.sum())} element(s) outside atol={atol:.3g} + rtol={tol.rtol:.3g}*|ref|; "
+    over_n, first = 0, None
+    for i in range(0, n, CHUNK):
+        o = o_all[i:i + CHUNK].to(torch.float64)
+        r = r_all[i:i + CHUNK]
+        fin = torch.isfinite(r)
+        over = fin & ((o - r).abs() > atol + tol.rtol * r.abs())
+        if bool(over.any()):
+            over_n += int(over.sum())
+            if first is None:
+                first = i + int(torch.nonzero(over)[0])
+    if over_n:
+        where = _index(first, shape)
+        got, want = float(o_all[first]), float(r_all[first])
+        return Check(False, f"{over_n} element(s) outside atol={atol:.3g} + rtol={tol.rtol:.3g}*|ref|; "
                             f"first at {where}: got {got:.9g}, expected {want:.9g}",
                      max_abs, rel, where)
     if rel > tol.rel_norm:

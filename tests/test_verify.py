@@ -97,3 +97,23 @@ def test_tolerance_is_tight_for_fp32_softmax():
     ref = p.reference((x,), case)
     assert check_output(p, case, torch.softmax(x, -1), ref).ok
     assert not check_output(p, case, torch.softmax(x.bfloat16().float(), -1), ref).ok
+
+
+def test_chunked_check_matches_whole(monkeypatch):
+    """the streaming check (small chunks) finds the same first bad element and counts"""
+    import harness.verify as v
+
+    p = problems.get("softmax")
+    case = p.case(M=5, N=9)
+    (x,) = p.make_inputs(case, "cpu", 0)
+    ref = p.reference((x,), case)
+    out = torch.softmax(x, -1)
+    out[1, 2] = float("nan")
+    out[3, 3] = float("nan")
+    whole = v.check_output(p, case, out, ref)
+    monkeypatch.setattr(v, "CHUNK", 4)
+    chunked = v.check_output(p, case, out, ref)
+    assert whole.reason == chunked.reason and "2 element(s)" in chunked.reason and "[1, 2]" in chunked.reason
+    out = torch.softmax(x, -1)
+    out[4, 8] += 0.01
+    assert "first at [4, 8]" in v.check_output(p, case, out, ref).reason
