@@ -218,7 +218,8 @@ def plot_loc(results: dict, outdir: Path) -> Path | None:
     problems_present = [p for p in ("vector_add", "softmax", "gemm_epilogue")
                         if any(r.get("problem") == p for r in rows)]
     problems_present += sorted({r.get("problem") for r in rows} - set(problems_present))
-    fig, axes = plt.subplots(1, len(problems_present), figsize=(5.2 * len(problems_present), 5), squeeze=False)
+    fig, axes = plt.subplots(1, len(problems_present), figsize=(max(7.0, 5.2 * len(problems_present)), 5),
+                             squeeze=False)
     for ax, prob in zip(axes[0], problems_present):
         by_impl = defaultdict(list)
         for r in rows:
@@ -259,7 +260,7 @@ def plot_loc(results: dict, outdir: Path) -> Path | None:
         ax.set_xlim(0, xmax)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)
-    fig.suptitle("kernel LOC vs % of the measured ceiling, one point per implementation", fontsize=11)
+    fig.suptitle("kernel LOC vs % of the measured ceiling\n(one point per implementation)", fontsize=11)
     fig.text(0.99, 0.005, f"{_gpu_label(results)} · {results.get('created', '')}".strip(" ·"),
              ha="right", va="bottom", fontsize=7, color="#555555")
     fig.tight_layout()
