@@ -45,7 +45,9 @@ ACT_CODE = {"none": 0, "relu": 1, "gelu": 2}
 # The switch: which Hopper kernel `cuda:gemm` dispatches to. Flip to "pingpong" once a GPU run has
 # verified it and timed it faster than "wgmma" (docs/perf-notes.md, CUDA C++ GEMM section).
 HOPPER_KERNELS = ("wgmma", "pingpong", "pingpong_c2")
-DISPATCH_HOPPER = os.environ.get("KL_CUDA_GEMM_HOPPER", "wgmma")
+# "pingpong": fastest Hopper kernel at every bench shape of the 2026-11-29 H200 run
+# (docs/results/h200-2026-11-29/gemm: 672 vs 585 TFLOP/s for wgmma at bf16 4096^3 relu+bias)
+DISPATCH_HOPPER = os.environ.get("KL_CUDA_GEMM_HOPPER", "pingpong")
 if DISPATCH_HOPPER not in HOPPER_KERNELS:
     raise ValueError(f"KL_CUDA_GEMM_HOPPER: expected one of {', '.join(HOPPER_KERNELS)}, got {DISPATCH_HOPPER!r}")
 

@@ -323,9 +323,11 @@ def softmax_long_prepare(case, inputs, out):
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
-# cute:gemm's dispatcher: "" (the non-persistent kernel, default), "ws", "ws_c2" or "pp" (the
-# persistent warp-specialised kernels registered below as cute:gemm_ws / _ws_c2 / _pp).
-GEMM_ROUTE = os.environ.get("KL_CUTE_GEMM_ROUTE", "")
+# cute:gemm's dispatcher: "" (the non-persistent kernel), "ws", "ws_c2" or "pp" (the persistent
+# warp-specialised kernels registered below as cute:gemm_ws / _ws_c2 / _pp). Default "ws_c2": the
+# fastest CuTe kernel at every bench shape but 2048^3 (a tie with ws) of the 2026-11-29 H200 run
+# (docs/results/h200-2026-11-29/gemm: 710 vs 677 TFLOP/s for the non-persistent kernel at 4096^3).
+GEMM_ROUTE = os.environ.get("KL_CUTE_GEMM_ROUTE", "ws_c2")
 
 
 def _gemm_supports(case) -> str | None:
