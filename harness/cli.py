@@ -413,6 +413,9 @@ def main(argv=None) -> int:
     except (UsageError, ValueError, TypeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:  # the runner could not keep a worker alive (broken environment)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 300.0  # a worker's imports under heavy load; --timeout covers the work after
 
 
 @dataclass
@@ -70,11 +71,14 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
         closed = 0
         fatal = None
         timed_out = False
+        ready = False
         while closed < 2:
             try:
                 tag, line = q.get(timeout=1.0)
             except queue.Empty:
-                if time.monotonic() - last > timeout_s:
+                # start-up (importing torch, the DSLs, the plugins) gets its own, longer allowance
+                limit = timeout_s if ready else max(timeout_s, STARTUP_TIMEOUT_S)
+                if time.monotonic() - last > limit:
                     timed_out = True
                     proc.kill()
                     break
@@ -95,7 +99,9 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
                 res.log.append(line.rstrip())
                 continue
             kind = ev.get("event")
-            if kind == "ceilings":
+            if kind == "ready":
+                ready = True
+            elif kind == "ceilings":
                 res.ceilings = ev["ceilings"]
                 want_ceilings = False
             elif kind == "task":

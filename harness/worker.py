@@ -239,6 +239,7 @@ def main() -> int:
     for p in job.get("plugins", []):
         registry.load_plugin(p)
     registry.load_backends()
+    emit(event="ready")  # start-up (imports, plugins) is over: the parent's hang watchdog starts now
     if job.get("ceilings"):
         from .machine import measure_ceilings
         emit(event="ceilings", ceilings=measure_ceilings())
