@@ -292,7 +292,9 @@ def cmd_list(args, console) -> int:
     return 0
 
 
-def cmd_verify(args, console) -> int:
+def _setup(args):
+    """What verify and compare share: the device (and the CPU mode's environment), the plugins,
+    the selected implementations and the planned cases."""
     device = _device(args.device)
     _prepare_env(device)
     _load_plugins(args.plugin)
@@ -301,6 +303,11 @@ def cmd_verify(args, console) -> int:
         plan = plan_cases(args)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    return device, impls, plan
+
+
+def cmd_verify(args, console) -> int:
+    device, impls, plan = _setup(args)
     tasks = make_tasks(plan, impls)
     if not tasks:
         raise UsageError("no case matches the selectors")
@@ -323,14 +330,7 @@ def cmd_compare(args, console) -> int:
     from .machine import machine_info
     from .timing import TimingConfig
 
-    device = _device(args.device)
-    _prepare_env(device)
-    _load_plugins(args.plugin)
-    impls = _select(args)
-    try:
-        plan = plan_cases(args)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    device, impls, plan = _setup(args)
     now = _dt.datetime.now(_dt.timezone.utc)
     outdir = Path(args.out) if args.out else Path("results") / now.strftime("%Y%m%d-%H%M%S")
     quiet = args.format != "table"
