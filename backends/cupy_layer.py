@@ -321,16 +321,18 @@ def _device_plan(x, out, path, threads=0, ept=0, cluster=0, blocks_per_sm=0) -> 
 
 def _smem_attributes(fn, plan: dict) -> None:
     """Dynamic shared memory above 48 KiB needs an opt-in; 16-CTA clusters the non-portable flag."""
-    key = ("attr", id(fn), plan["smem"])  # fn: one RawKernel per (instance, device), see get_kernel
-    if key in _state:
+    # The limit is per function and only ever raised (as the C++ launcher does): lowering it for a
+    # small row would make a later launch of a larger slice through the same function invalid.
+    key = ("attr", id(fn))  # fn: one RawKernel per (instance, device), see get_kernel
+    if _state.get(key, -1) >= int(plan["smem"]):
         return
-    fn.max_dynamic_shared_size_bytes = int(plan["smem"])
+    fn.max_dynamic_shared_size_bytes = max(int(plan["smem"]), _state.get(key, 0))
     fn.preferred_shared_memory_carveout = 100  # all shared: 3 CTAs of 64 KiB per SM
     if plan["cluster"] > 8:
         from cupy_backends.cuda.api import driver
 
         driver.funcSetAttribute(fn.kernel.ptr, 14, 1)  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-    _state[key] = True
+    _state[key] = max(int(plan["smem"]), _state.get(key, 0))
 
 
 def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0,
