@@ -84,9 +84,30 @@ def _compile_only(impl, case, row) -> None:
         row["compile_note"] = f"compile failed: {_first_line(e)}"
 
 
-def _info(launch) -> dict:
-    info = getattr(launch, "info", None)
-    return dict(info) if isinstance(info, dict) else {}
+def _skip_compiled(impl, case, row, kind: str, reason: str) -> bool:
+    """A SKIP row that still compiles the implementation (for sm_90a) where it can, and says so;
+    True when it compiled."""
+    _compile_only(impl, case, row)
+    if row.get("compiled_for"):
+        reason += f"; compiled for {row['compiled_for']}"
+    row.update(status="SKIP", kind=kind, reason=reason)
+    return bool(row.get("compiled_for"))
+
+
+def _cpu_limit(impl, problem, case) -> str | None:
+    """Why this case is too large to execute in the CPU mode, or None: a layer's own caps
+    (interpreters: output elements, FLOPs), then the harness's traffic/FLOP limits."""
+    numel = math.prod(problem.out_shape(case))
+    cpu_cap = impl.extra.get("cpu_max_elements")
+    flop_cap = impl.extra.get("cpu_max_flops")
+    if cpu_cap is not None and numel > cpu_cap:
+        return f"{numel} output elements exceed this layer's CPU-mode limit ({cpu_cap}; it runs in an interpreter)"
+    if flop_cap is not None and problem.flops(case) > flop_cap:
+        return (f"{problem.flops(case):.3g} FLOP exceed this layer's CPU-mode limit ({flop_cap:.3g}; "
+                f"it runs in an interpreter)")
+    if problem.traffic(case) > CPU_TRAFFIC_LIMIT or problem.flops(case) > CPU_FLOP_LIMIT:
+        return "too large for the CPU mode (needs a GPU)"
+    return None
 
 
 def process_task(task: dict, opts: dict, emit) -> None:
@@ -117,32 +138,15 @@ def process_task(task: dict, opts: dict, emit) -> None:
             row.update(status="SKIP", kind="unsupported", reason=reason)
             continue
         if device not in impl.devices:
-            _compile_only(impl, case, row)
-            what = f"; compiled for {row['compiled_for']}" if row.get("compiled_for") else ""
-            row.update(status="SKIP", kind="compile-only" if what else "needs-gpu",
-                       reason=f"needs a GPU (this machine has none){what}"
-                              + (f"; {row['compile_note']}" if row.get("compile_note") else ""))
+            compiled = _skip_compiled(impl, case, row, "needs-gpu", "needs a GPU (this machine has none)")
+            if compiled:
+                row["kind"] = "compile-only"
+            if row.get("compile_note"):
+                row["reason"] += f"; {row['compile_note']}"
             continue
-        numel = math.prod(problem.out_shape(case))
-        cpu_cap = impl.extra.get("cpu_max_elements")
-        flop_cap = impl.extra.get("cpu_max_flops")
-        over = None
-        if device == "cpu" and cpu_cap is not None and numel > cpu_cap:
-            over = f"{numel} output elements exceed this layer's CPU-mode limit ({cpu_cap}"
-        elif device == "cpu" and flop_cap is not None and problem.flops(case) > flop_cap:
-            over = f"{problem.flops(case):.3g} FLOP exceed this layer's CPU-mode limit ({flop_cap:.3g}"
+        over = _cpu_limit(impl, problem, case) if device == "cpu" else None
         if over:
-            _compile_only(impl, case, row)
-            row.update(status="SKIP", kind="too-large-for-cpu",
-                       reason=f"not executed: {over}; it runs in an interpreter)"
-                              + (f"; compiled for {row['compiled_for']}" if row.get("compiled_for") else ""))
-            continue
-        if device == "cpu" and (problem.traffic(case) > CPU_TRAFFIC_LIMIT
-                                or problem.flops(case) > CPU_FLOP_LIMIT):
-            _compile_only(impl, case, row)
-            row.update(status="SKIP", kind="too-large-for-cpu",
-                       reason="not executed: too large for the CPU mode (needs a GPU)"
-                              + (f"; compiled for {row['compiled_for']}" if row.get("compiled_for") else ""))
+            _skip_compiled(impl, case, row, "too-large-for-cpu", f"not executed: {over}")
             continue
         runnable.append(impl)
 
@@ -236,8 +240,7 @@ def main() -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from . import registry
 
-    for p in job.get("plugins", []):
-        registry.load_plugin(p)
+    registry.load_plugins(job.get("plugins", []))
     registry.load_backends()
     emit(event="ready")  # start-up (imports, plugins) is over: the parent's hang watchdog starts now
     if job.get("ceilings"):
