@@ -119,16 +119,6 @@ def _prepare_env(device: str) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-def _load_plugins(paths) -> None:
-    from .registry import PluginError, load_plugin
-
-    for p in paths or []:
-        try:
-            load_plugin(p)
-        except PluginError as e:
-            raise UsageError(str(e)) from None
-
-
 def parse_sets(problem, sets: list[str], dtype: str | None):
     kw = {}
     for s in sets:
@@ -253,7 +243,7 @@ def cmd_list(args, console) -> int:
     from . import problems, registry
 
     os.environ.setdefault("TRITON_INTERPRET", "0" if _device("auto") == "cuda" else "1")
-    _load_plugins(args.plugin)
+    registry.load_plugins(args.plugin)
     try:
         impls = registry.select(problem=args.problem, layer=args.layer)
     except ValueError as e:
@@ -295,9 +285,11 @@ def cmd_list(args, console) -> int:
 def _setup(args):
     """What verify and compare share: the device (and the CPU mode's environment), the plugins,
     the selected implementations and the planned cases."""
+    from . import registry
+
     device = _device(args.device)
     _prepare_env(device)
-    _load_plugins(args.plugin)
+    registry.load_plugins(args.plugin)
     impls = _select(args)
     try:
         plan = plan_cases(args)

@@ -191,11 +191,7 @@ def main(args) -> int:
     from . import registry
     from .model import build_case
 
-    for f in getattr(args, "plugin", None) or []:
-        try:
-            registry.load_plugin(f)
-        except registry.PluginError as e:
-            raise ValueError(str(e)) from None
+    registry.load_plugins(getattr(args, "plugin", None))
     case = build_case(args.problem, args.set, args.dtype)
     impl = registry.get(args.problem, args.impl)
     desc = describe(impl, case)

@@ -573,11 +573,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args) -> int:
     from . import registry
 
-    for f in getattr(args, "plugin", None) or []:
-        try:
-            registry.load_plugin(f)
-        except registry.PluginError as e:
-            raise ValueError(str(e)) from None
+    registry.load_plugins(getattr(args, "plugin", None))
     impl = find_impl(args.impl, args.problem)
     case = default_case(impl.problem, args.set, args.dtype)
     try:

@@ -27,6 +27,18 @@ PROBLEM_TITLES = {"vector_add": "vector add (out = x + y)", "softmax": "row soft
                   "gemm_epilogue": "GEMM + bias + activation"}
 
 
+
+def _plot_series(ax, series, marker: str, ms: float) -> None:
+    """One line per (layer, label) series, sorted by x; a layer's colour, a line style per series."""
+    styles = ["-", "--", "-.", ":"]
+    per_layer = defaultdict(int)
+    for (layer, label), pts in sorted(series.items()):
+        pts.sort()
+        ls = styles[per_layer[layer] % len(styles)]
+        per_layer[layer] += 1
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker=marker, ms=ms,
+                color=layer_color(layer), label=label)
+
 def _plt():
     import matplotlib
 
@@ -128,14 +140,7 @@ def plot_bandwidth(results: dict, problem: str, outdir: Path) -> Path | None:
     for r in rows:
         series[(r.get("layer", ""), _series_key(r, many, extra))].append((r["case"]["dims"]["N"], _gbps(r)))
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    styles = ["-", "--", "-.", ":"]
-    per_layer = defaultdict(int)
-    for (layer, label), pts in sorted(series.items()):
-        pts.sort()
-        ls = styles[per_layer[layer] % len(styles)]
-        per_layer[layer] += 1
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker=MARKERS.get(problem, "o"), ms=4,
-                color=layer_color(layer), label=label)
+    _plot_series(ax, series, MARKERS.get(problem, "o"), 4)
     c = _ceil(results).get("copy_bytes_per_s")
     if isinstance(c, (int, float)) and c > 0:
         ax.axhline(c / 1e9, color="black", lw=1, ls=":", label=f"measured copy ceiling {c / 1e12:.2f} TB/s")
@@ -178,14 +183,7 @@ def plot_gemm(results: dict, outdir: Path, problem: str = "gemm_epilogue") -> Pa
         nonsquare |= not (d.get("M") == d.get("N") == d.get("K"))
         series[(r.get("layer", ""), _series_key(r, many, ()))].append((_gemm_size(d), _tflops(r)))
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    styles = ["-", "--", "-.", ":"]
-    per_layer = defaultdict(int)
-    for (layer, label), pts in sorted(series.items()):
-        pts.sort()
-        ls = styles[per_layer[layer] % len(styles)]
-        per_layer[layer] += 1
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker="^", ms=5, color=layer_color(layer),
-                label=label)
+    _plot_series(ax, series, "^", 5)
     g = _ceil(results).get("gemm_flops_per_s") or {}
     for k, (dt, v) in enumerate(sorted(g.items()) if isinstance(g, dict) else []):
         if isinstance(v, (int, float)) and v > 0:

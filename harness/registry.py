@@ -137,8 +137,8 @@ def load_backends() -> None:
             BACKEND_ERRORS[mod] = f"{type(e).__name__}: {e}"
 
 
-class PluginError(Exception):
-    pass
+class PluginError(ValueError):
+    """A plugin file that is missing or fails to load (a ValueError: the CLI's one-line error)."""
 
 
 _loaded_plugins: dict[str, str] = {}
@@ -168,6 +168,12 @@ def load_plugin(path: str | Path) -> None:
     finally:
         _current_origin.pop()
     _loaded_plugins[key] = modname
+
+
+def load_plugins(paths) -> None:
+    """``load_plugin`` for each of ``paths`` (the ``--plugin`` options of any command)."""
+    for p in paths or ():
+        load_plugin(p)
 
 
 def all_impls() -> list[Implementation]:
