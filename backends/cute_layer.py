@@ -129,11 +129,13 @@ def _sm_vec(case) -> int:
     return max(1, align_of((case.N + pad) * es if case.M > 1 else 16, case.N * es) // es)
 
 
-# cute:softmax's dispatcher: which shapes it hands to the variants registered below. Off by
-# default until a GPU run shows them faster; KL_CUTE_SOFTMAX_ROUTE=rows,long (or "rows", "long")
-# flips it without a code change. ROWS_MAX_N: rows at most this long go to softmax_rows.
-SOFTMAX_ROUTE = tuple(r for r in os.environ.get("KL_CUTE_SOFTMAX_ROUTE", "").split(",") if r)
-ROWS_MAX_N = 4096
+# cute:softmax's dispatcher: which shapes it hands to the variants registered below. From the
+# harness run of 2026-11-29 (fp32, % of copy): softmax_rows 70.0 vs the base kernel 57.1 at
+# N = 1024, 83.4 vs 84.5 at 2048, 88.2 vs 91.2 at 4096, so rows take N <= ROWS_MAX_N = 1024;
+# softmax_long (81.1) lost to the base kernel (86.4) at 131072, so "long" stays off.
+# KL_CUTE_SOFTMAX_ROUTE=rows,long (or "rows", "long", "base") overrides it without a code change.
+SOFTMAX_ROUTE = tuple(r for r in os.environ.get("KL_CUTE_SOFTMAX_ROUTE", "rows").split(",") if r)
+ROWS_MAX_N = 1024
 
 
 def _sm_route(case) -> str:
@@ -173,9 +175,13 @@ def _sm_compile_only(case):
 
 
 @register(problem="softmax", layer="cute", name="softmax",
-          description="row in registers, warp+block reductions; cluster DSMEM reduction for long rows",
+          description="dispatcher: softmax_rows for N <= 1024, else row in registers, warp+block "
+                      "reductions, cluster DSMEM reduction for long rows",
           sources=[Source(src("cutlass_src", "softmax.py"), kernels=None,
-                          host=("prepare_softmax", "plan", "config", "_compile", "validate"))],
+                          host=("prepare_softmax", "plan", "config", "_compile", "validate"))]
+          + ([Source(src("cutlass_src", "softmax_rows.py"), kernels=None,
+                     host=("prepare_softmax_rows", "plan", "plan_for", "config", "compile_fitted",
+                           "resident_ctas"))] if "rows" in SOFTMAX_ROUTE else []),
           devices=("cuda",), available=_available, supports=_sm_supports,
           compile_only=_sm_compile_only)
 def softmax_prepare(case, inputs, out):

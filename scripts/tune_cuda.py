@@ -39,6 +39,8 @@ DEADLINE = float(os.environ.get("KL_DEADLINE", time.time() + 280))
 CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online",
             "cuda:softmax_rows", "cuda:softmax_smem"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
+# the GEMM kernels join the sanitizer run only (their tuning is scripts/tune_cuda_gemm.py)
+GEMM_IDS = ["cuda:gemm", "cuda:gemm_wgmma", "cuda:gemm_pingpong", "cuda:gemm_pingpong_c2", "cuda:gemm_mma"]
 RESULT: dict = {}
 
 
@@ -52,7 +54,8 @@ def save():
 
 
 def impl_of(impl_id):
-    problem = "vector_add" if impl_id.endswith("vector_add") else "softmax"
+    name = impl_id.split(":", 1)[1]
+    problem = "vector_add" if name == "vector_add" else "gemm_epilogue" if name.startswith("gemm") else "softmax"
     return registry.get(problem, impl_id), problems.get(problem)
 
 
@@ -202,6 +205,13 @@ def bench():
 
 def sanitize_cases(prob):
     c = prob.case
+    if prob.name == "gemm_epilogue":
+        # partial M/N tiles, K % 64 != 0, an odd count of M tiles (cluster pairs), several tiles per
+        # persistent CTA with K long enough to wrap the stage ring; the 17 x 33 x 40 case takes
+        # only the portable path (TMA needs N, K multiples of 8)
+        return [c(M=129, N=264, K=72, act="relu"), c(M=640, N=136, K=4104, dtype="float16", act="gelu"),
+                c(M=256, N=256, K=256, act="none", bias=0), c(M=17, N=33, K=40, act="relu"),
+                c(M=1025, N=768, K=512, act="gelu")]
     if prob.name == "vector_add":
         return [c(N=98_432, misalign=1), c(N=4099, dtype="float16", misalign=3), c(N=127), c(N=1_000_003)]
     return [c(M=3, N=1000), c(M=37, N=1000, dtype="float16", layout="strided"), c(M=3, N=4097),
@@ -213,7 +223,7 @@ def sanitize_cases(prob):
 def run_sanitizer():
     out = {}
     exe = "compute-sanitizer"
-    for tool in ("memcheck", "racecheck"):
+    for tool in ("memcheck", "racecheck", "synccheck"):
         budget = min(left() - 15, 150)
         if budget < 30:
             out[tool] = {"status": "skipped: out of time"}
@@ -239,8 +249,9 @@ def run_sanitizer():
 
 
 def sanitize_main():
-    """Run under compute-sanitizer: small verify cases of every cuda:* row, one seed, no repeat."""
-    rows = verify_all(CUDA_IDS, "sanitize", seeds=(0,), repeat=False, cases=sanitize_cases)
+    """Run under compute-sanitizer: small verify cases of every cuda:* row (vector add, softmax,
+    GEMM), one seed, no repeat."""
+    rows = verify_all(CUDA_IDS + GEMM_IDS, "sanitize", seeds=(0,), repeat=False, cases=sanitize_cases)
     bad = [r for r in rows if r["status"] != "PASS"]
     print(f"sanitize: {len(rows) - len(bad)} cases passed, {len(bad)} not")
     return 1 if bad else 0

@@ -80,9 +80,19 @@ def test_compile_vector_add_misaligned():
     (dict(M=4096, N=1024), 1), (dict(M=8, N=16384, dtype="bfloat16"), 1),
     (dict(M=300, N=777, layout="strided_odd"), 1),
     (dict(M=8, N=131072), 4), (dict(M=8, N=262144), 8)])
-def test_compile_softmax(kw, cluster):
+def test_compile_softmax(kw, cluster, monkeypatch):
+    from backends import cute_layer as cl
+
+    monkeypatch.setattr(cl, "SOFTMAX_ROUTE", ("base",))      # the row-in-registers kernel itself
     f = _compile("softmax", **kw)
     assert f["config"]["cluster"] == cluster
+
+
+@needs_cute
+def test_compile_softmax_dispatches_short_rows():
+    """cute:softmax compiles the short-row kernel for N <= ROWS_MAX_N (the H200 run's choice)."""
+    assert _compile("softmax", M=4096, N=1024)["kernel"] == "softmax_rows"
+    assert "kernel" not in _compile("softmax", M=4096, N=2048)
 
 
 @needs_cute
@@ -163,7 +173,11 @@ def test_softmax_route_switch(monkeypatch):
     from backends import cute_layer as cl
 
     c = problems.get("softmax").case
-    assert cl._sm_route(c(M=8, N=1024)) == "base"              # off by default
+    assert cl._sm_route(c(M=8, N=1024)) == "rows"              # default: rows for short rows
+    assert cl._sm_route(c(M=8, N=2048)) == "base"              # above ROWS_MAX_N
+    assert cl._sm_route(c(M=8, N=262144)) == "base"            # long off by default
+    monkeypatch.setattr(cl, "SOFTMAX_ROUTE", ("base",))
+    assert cl._sm_route(c(M=8, N=1024)) == "base"
     monkeypatch.setattr(cl, "SOFTMAX_ROUTE", ("rows", "long"))
     assert cl._sm_route(c(M=8, N=1024)) == "rows"
     assert cl._sm_route(c(M=8, N=8192)) == "base"              # above ROWS_MAX_N
