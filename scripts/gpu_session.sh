@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# On the GPU machine: one stage of a measurement session per call (each call <= 10 minutes; the
+# machine stays warm ~30 s between calls, so the stages are issued back to back). Results land in
+# $OUT (at most a few files per call: one archive per stage plus its log).
+#   bash scripts/gpu_session.sh mem     verify the softmax/vector-add rows changed since the last
+#                                       run (verify suite), then compare vector_add + softmax
+#   bash scripts/gpu_session.sh gemm    verify the new GEMM rows (verify suite), then compare GEMM
+#   bash scripts/gpu_session.sh checks  pytest -m gpu, compute-sanitizer (memcheck, racecheck,
+#                                       synccheck) and the CuTe GEMM verify suite, side by side
+#                                       (correctness only: nothing is timed in this stage)
+# Environment: KL_MEM_VERIFY / KL_GEMM_VERIFY override the --impl lists verified first.
+set -uo pipefail
+stage=${1:?stage: mem | gemm | checks}
+shift
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/res
+[ -f .device/bin/env.sh ] && source .device/bin/env.sh
+if ! python3 -c "import kl_cuda" 2>/dev/null; then
+  t0=$(date +%s)
+  python3 -m pip install -q --no-build-isolation --no-deps --no-index -e . > /tmp/build.log 2>&1 \
+    || { echo "[gpu_session] build failed:"; tail -30 /tmp/build.log; }
+  echo "[gpu_session] build: $(( $(date +%s) - t0 )) s"
+fi
+
+impl_args() { for i in $1; do printf -- '--impl %s ' "$i"; done; }
+
+verify_first() {  # $1: name, $2: ids
+  local t0=$(date +%s)
+  # shellcheck disable=SC2046
+  python3 -m harness verify $(impl_args "$2") --suite verify --format json > "/tmp/res/verify_$1.json" 2> "/tmp/res/verify_$1.log"
+  echo "[gpu_session] verify $1: exit $? in $(( $(date +%s) - t0 )) s"
+  python3 - "/tmp/res/verify_$1.json" <<'EOF'
+import collections, json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("  (no JSON:", e, ")"); sys.exit()
+n = collections.Counter((r["impl"], r["status"]) for r in rows)
+for (impl, st), k in sorted(n.items()):
+    print(f"  {impl:28s} {st:5s} {k}")
+for r in rows:
+    if r["status"] == "FAIL":
+        print("  FAIL", r["impl"], r["case"], (r.get("reason") or "")[:300])
+EOF
+}
+
+case $stage in
+  mem)
+    verify_first mem "${KL_MEM_VERIFY:-triton:split triton:softmax cupy:softmax_smem cuda:softmax cupy:softmax cute:softmax}"
+    bash scripts/gpu_run.sh mem --problem vector_add,softmax --suite bench --no-verify-suite \
+      --time-cap 0.5 --min-samples 10 --plot "$@" > /tmp/res/mem_console.txt 2>&1
+    tail -60 /tmp/res/mem_console.txt
+    cp /tmp/res/verify_mem.json "$OUT/" 2>/dev/null
+    ;;
+  gemm)
+    verify_first gemm "${KL_GEMM_VERIFY:-triton:gemm_tma}"
+    bash scripts/gpu_run.sh gemm --problem gemm_epilogue --suite bench --no-verify-suite \
+      --time-cap 1.0 --min-samples 10 --plot "$@" > /tmp/res/gemm_console.txt 2>&1
+    tail -45 /tmp/res/gemm_console.txt
+    cp /tmp/res/verify_gemm.json "$OUT/" 2>/dev/null
+    ;;
+  checks)
+    t0=$(date +%s)
+    ( python3 -m pytest -q -m gpu -p no:cacheprovider > /tmp/res/pytest_gpu.txt 2>&1; echo "exit $?" >> /tmp/res/pytest_gpu.txt ) &
+    ( for tool in memcheck racecheck synccheck; do
+        timeout "${KL_SANITIZER_TIMEOUT:-170}" compute-sanitizer --tool $tool --error-exitcode 1 \
+          python3 scripts/tune_cuda.py --sanitize > /tmp/res/sanitizer_$tool.txt 2>&1
+        echo "exit $?" >> /tmp/res/sanitizer_$tool.txt
+      done ) &
+    verify_first cute_gemm "${KL_CUTE_VERIFY:-cute:gemm_ws cute:gemm_ws_c2 cute:gemm_pp cute:gemm}"
+    wait
+    echo "[gpu_session] checks: $(( $(date +%s) - t0 )) s"
+    tail -15 /tmp/res/pytest_gpu.txt
+    for tool in memcheck racecheck synccheck; do
+      echo "== $tool"; grep -E "SUMMARY|sanitize:|^exit" /tmp/res/sanitizer_$tool.txt | tail -4
+    done
+    tar czf "$OUT/checks.tgz" -C /tmp/res pytest_gpu.txt sanitizer_memcheck.txt sanitizer_racecheck.txt \
+      sanitizer_synccheck.txt verify_cute_gemm.json verify_cute_gemm.log
+    ;;
+  *) echo "stage: mem | gemm | checks, got '$stage'"; exit 2 ;;
+esac
