@@ -29,7 +29,7 @@ except Exception as e:  # pragma: no cover - depends on the machine
     _IMPORT_ERROR = f"triton not importable: {type(e).__name__}: {e}"
 
 if triton is not None:
-    from triton_src import interpreting
+    from triton_src import device_facts, interpreting
     from triton_src import gemm_epilogue as G
     from triton_src import softmax as S
     from triton_src import vector_add as V
@@ -488,6 +488,19 @@ def _gemm_config_for(case):
     return G.prune_configs(G.CONFIGS, {"M": case.M, "N": case.N})[0]
 
 
+def _gemm_flags(case) -> dict:
+    return {"ACT": G.ACTS[case.params.get("act", "relu")], "HAS_BIAS": bool(int(case.params.get("bias", 1))),
+            "UPCAST": False}
+
+
+def _gemm_tile(pid, tiles_m, tiles_n, group_m):
+    """(row, column) of C tile ``pid`` in the kernels' grouped order (``_grouped_tile``)."""
+    per_group = group_m * tiles_n
+    first = (pid // per_group) * group_m
+    rows = min(tiles_m - first, group_m)
+    return first + (pid % per_group) % rows, (pid % per_group) // rows
+
+
 def _gemm_compile(case):
     cfg = _gemm_config_for(case)
     p = _ptr(case)
@@ -502,8 +515,7 @@ def _gemm_compile(case):
     for name in ("M", "N", "K"):
         if getattr(case, name) % 16 == 0:
             aligned.append(name)
-    const = {"ACT": G.ACTS[case.params.get("act", "relu")], "HAS_BIAS": bool(int(case.params.get("bias", 1))),
-             "UPCAST": False, **cfg.kwargs, "EVEN_K": case.K % cfg.kwargs["BLOCK_K"] == 0}
+    const = {**_gemm_flags(case), **cfg.kwargs, "EVEN_K": case.K % cfg.kwargs["BLOCK_K"] == 0}
     return compile_sm90(G.gemm_epilogue_kernel, args, const, cfg.num_warps, cfg.num_stages,
                         aligned=tuple(aligned))
 
@@ -515,14 +527,8 @@ def _gemm_grid(case):
     tm, tn = -(-M // BM), -(-N // BN)
     g = tm * tn
 
-    def tile(pid):
-        per_group = GM * tn
-        first = (pid // per_group) * GM
-        rows = min(tm - first, GM)
-        return first + (pid % per_group) % rows, (pid % per_group) // rows
-
     def describe(i):
-        pm, pn = tile(i)
+        pm, pn = _gemm_tile(i, tm, tn, GM)
         rm, rn = min(BM, M - pm * BM), min(BN, N - pn * BN)
         return {"pid": [i, 0, 0], "covers": f"C tile ({pm}, {pn}): rows {pm * BM}..{pm * BM + rm - 1}, "
                 f"cols {pn * BN}..{pn * BN + rn - 1}", "kept": rm * rn, "dropped": BM * BN - rm * rn}
@@ -556,6 +562,96 @@ def prepare_gemm(case, inputs, out):
                                b.stride(0), b.stride(1), out.stride(0), out.stride(1),
                                ACT=G.ACTS[act], HAS_BIAS=bias is not None, UPCAST=False,
                                **cfg.kwargs, EVEN_K=a.shape[1] % cfg.kwargs["BLOCK_K"] == 0,
+                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    launch.info = info
+    return launch
+
+
+# -- gemm_epilogue, persistent TMA-descriptor variant ----------------------------------------
+def _gemm_tma_supports(case):
+    return G.gemm_tma_supports(case.M, case.N, case.K, dtype=case.torch_dtype)
+
+
+def _gemm_tma_config_for(case):
+    """As for triton:gemm: the first surviving config of TMA_CONFIGS (the expected H200 pick)."""
+    return G.prune_configs(G.TMA_CONFIGS, {"M": case.M, "N": case.N})[0]
+
+
+def _gpu_sms() -> int:
+    """SMs the persistent grid is sized for: this process's GPU, else an H200's 132."""
+    if torch.cuda.is_available() and not interpreting():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return 132
+
+
+def _gemm_tma_compile(case, config=None):
+    """compile_only for ``config`` (default: the expected pick). The descriptors enter the
+    signature as 'tensordesc<bf16[BM, BK]>' types: the box shape is part of the kernel's type."""
+    if (why := _gemm_tma_supports(case)):
+        raise Unsupported(why)
+    cfg = config or _gemm_tma_config_for(case)
+    kw = cfg.kwargs
+    t = _TRITON_SIG[case.torch_dtype]
+    c_cols = kw["BLOCK_N"] // 2 if kw["EPILOGUE_SUBTILE"] else kw["BLOCK_N"]
+    args = {"a_desc": f"tensordesc<{t}[{kw['BLOCK_M']}, {kw['BLOCK_K']}]>",
+            "b_desc": f"tensordesc<{t}[{kw['BLOCK_K']}, {kw['BLOCK_N']}]>",
+            "c_desc": f"tensordesc<{t}[{kw['BLOCK_M']}, {c_cols}]>",
+            "bias_ptr": _ptr(case), "M": "i32", "N": "i32", "K": "i32"}
+    aligned = ["bias_ptr"] + [n for n in ("M", "N", "K") if getattr(case, n) % 16 == 0]
+    return compile_sm90(G.gemm_epilogue_tma_kernel, args, {**_gemm_flags(case), **kw, "NUM_SMS": _gpu_sms()},
+                        cfg.num_warps, cfg.num_stages, aligned=tuple(aligned))
+
+
+def _gemm_tma_grid(case):
+    if (why := _gemm_tma_supports(case)):
+        return {"unsupported": why}
+    if interpreting():
+        cfg, sms = G.TMA_INTERPRETER_CONFIG, device_facts(torch.device("cpu"))["sms"]
+    else:
+        cfg, sms = _gemm_tma_config_for(case), _gpu_sms()
+    kw = cfg.kwargs
+    M, N, BM, BN = case.M, case.N, kw["BLOCK_M"], kw["BLOCK_N"]
+    tm, tn = -(-M // BM), -(-N // BN)
+    g = G.tma_grid(M, N, BM, BN, sms)[0]
+
+    def describe(i):
+        mine = [_gemm_tile(t, tm, tn, kw["GROUP_M"]) for t in range(i, tm * tn, g)]
+        kept = sum(min(BM, M - pm * BM) * min(BN, N - pn * BN) for pm, pn in mine)
+        return {"pid": [i, 0, 0], "covers": f"{len(mine)} C tiles of {BM}x{BN}, first "
+                f"{', '.join(map(str, mine[:2]))}{'...' if len(mine) > 2 else ''}",
+                "kept": kept, "dropped": len(mine) * BM * BN - kept}
+    return {"grid": [g, 1, 1], "block": {**kw, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+            "note": f"persistent: min({sms} SMs, {tm * tn} tiles) programs, tile stride {g}; autotuned "
+            "on the GPU, the grid shown is for the listed config", "programs": _programs(g, describe)}
+
+
+@register(problem="gemm_epilogue", layer=LAYER, name="gemm_tma",
+          description="persistent (one program per SM), TMA descriptors for A/B/C, grouped order, "
+                      "fp32 acc, bias+act on the accumulator; autotuned; K, N multiples of 8",
+          sources=[Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_tma_kernel",),
+                          host=("gemm_epilogue_tma", "gemm_tma_supports", "tma_descriptors"))],
+          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
+          cpu_max_flops=INTERPRETER_MAX_FLOPS, available=available, supports=_gemm_tma_supports,
+          compile_only=_compile_only(_gemm_tma_compile) if triton else None, grid=_gemm_tma_grid)
+def prepare_gemm_tma(case, inputs, out):
+    _check_device(inputs)
+    a, b, bias = inputs
+    act = case.params.get("act", "relu")
+    scratch = torch.empty_like(out)
+    for o in (out, scratch):
+        if (why := G.gemm_tma_check(a, b, o)):
+            raise Unsupported(why)
+    secs = _timed_first_call(lambda: G.gemm_epilogue_tma(a, b, bias, act, scratch))
+    cfg = None if interpreting() else G.tuned_config(a, b, act, bias is not None, G.gemm_epilogue_tma_tuned)
+
+    def launch():
+        G.gemm_epilogue_tma(a, b, bias, act, out)
+    info = {"compile_s": round(secs, 3), "note": "compile_s includes autotuning" if cfg else ""}
+    if cfg is not None:
+        info["config"] = {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        info |= _runtime_facts(G.gemm_epilogue_tma_kernel, *G.tma_descriptors(a, b, out, cfg.kwargs),
+                               bias if bias is not None else a, a.shape[0], b.shape[1], a.shape[1],
+                               **_gemm_flags(case), **cfg.kwargs, NUM_SMS=_gpu_sms(),
                                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     launch.info = info
     return launch

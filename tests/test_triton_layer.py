@@ -18,7 +18,7 @@ HAS_GPU = torch.cuda.is_available() and not interpreting()
 DEV = "cuda" if HAS_GPU else "cpu"
 
 NAMES = {"vector_add": {"add"}, "softmax": {"fused_row", "persistent", "online", "softmax"},
-         "gemm_epilogue": {"gemm"}}
+         "gemm_epilogue": {"gemm", "gemm_tma"}}
 
 #: (problem, impl name, case keywords, repeat the launch)
 CASES = [
@@ -43,6 +43,12 @@ CASES = [
     ("gemm_epilogue", "gemm", dict(M=127, N=65, K=129, dtype="float16", act="relu"), True),
     ("gemm_epilogue", "gemm", dict(M=1, N=17, K=33, dtype="bfloat16", act="none", bias=0), True),
     ("gemm_epilogue", "gemm", dict(M=256, N=256, K=256, dtype="float16", act="gelu", bias=0), True),
+    # TMA-legal (K, N multiples of 8) but ragged: partial M and N tiles, K not a multiple of BLOCK_K
+    ("gemm_epilogue", "gemm_tma", dict(M=77, N=40, K=56, dtype="bfloat16", act="gelu"), True),
+    ("gemm_epilogue", "gemm_tma", dict(M=77, N=40, K=56, dtype="float16", act="relu", bias=0), True),
+    ("gemm_epilogue", "gemm_tma", dict(M=77, N=40, K=56, dtype="bfloat16", act="none", bias=0), False),
+    ("gemm_epilogue", "gemm_tma", dict(M=77, N=40, K=56, dtype="float16", act="gelu"), False),
+    ("gemm_epilogue", "gemm_tma", dict(M=129, N=264, K=72, dtype="float16", act="relu"), False),
 ]
 
 
@@ -89,6 +95,7 @@ COMPILE = [
     ("softmax", "online", dict(M=8, N=262_144, layout="strided_odd")),
     ("softmax", "softmax", dict(M=8, N=1000, dtype="float16")),
     ("gemm_epilogue", "gemm", dict(M=4096, N=4096, K=4096, act="gelu")),
+    ("gemm_epilogue", "gemm_tma", dict(M=4096, N=4096, K=4096)),
 ]
 
 
@@ -121,6 +128,7 @@ def test_compile_only_in_interpreter_process_leaves_interpreter_working():
     ("softmax", "online", dict(M=3, N=262_147)),
     ("softmax", "softmax", dict(M=3, N=262_147)),
     ("gemm_epilogue", "gemm", dict(M=1025, N=769, K=513)),
+    ("gemm_epilogue", "gemm_tma", dict(M=1025, N=768, K=512)),
 ])
 def test_grid_description(problem, name, kw):
     case = problems.get(problem).case(**kw)
@@ -190,6 +198,95 @@ def test_gemm_bad_inputs():
         gemm_epilogue(a, b, torch.randn(5, dtype=torch.float16))
     with pytest.raises(ValueError, match="out"):
         gemm_epilogue(a, b, None, "relu", torch.empty(8, 5, dtype=torch.float16))
+
+
+def test_gemm_tma_bad_inputs():
+    from triton_src.gemm_epilogue import gemm_epilogue_tma
+    a = torch.randn(8, 16, dtype=torch.float16, device=DEV)
+    b = torch.randn(16, 8, dtype=torch.float16, device=DEV)
+    # the checks shared with gemm_epilogue
+    with pytest.raises(TypeError, match="b"):
+        gemm_epilogue_tma(a, b.bfloat16())
+    with pytest.raises(ValueError, match="act"):
+        gemm_epilogue_tma(a, b, None, act="tanh")
+    with pytest.raises(ValueError, match="bias"):
+        gemm_epilogue_tma(a, b, torch.randn(5, dtype=torch.float16, device=DEV))
+    # what TMA descriptors need: 16-byte rows, a unit inner stride, a 16-byte aligned base
+    with pytest.raises(ValueError, match=r"^a: row stride 30 .*K a multiple of 8"):
+        gemm_epilogue_tma(torch.randn(8, 30, dtype=torch.float16, device=DEV),
+                          torch.randn(30, 8, dtype=torch.float16, device=DEV))
+    with pytest.raises(ValueError, match=r"^b: row stride 12 .*N a multiple of 8"):
+        gemm_epilogue_tma(a, torch.randn(16, 12, dtype=torch.float16, device=DEV))
+    with pytest.raises(ValueError, match=r"^out: column stride"):
+        gemm_epilogue_tma(a, b, None, "relu", torch.empty(8, 8, dtype=torch.float16, device=DEV).t())
+    with pytest.raises(ValueError, match=r"^a: base address"):
+        flat = torch.randn(8 * 16 + 1, dtype=torch.float16, device=DEV)
+        gemm_epilogue_tma(flat[1:].view(8, 16), b)
+
+
+def test_gemm_tma_declines_unaligned_k_with_reason():
+    case = problems.get("gemm_epilogue").case(M=64, N=64, K=30)
+    impl = _impl("gemm_epilogue", "gemm_tma")
+    why = impl.supports(case)
+    assert why and why.startswith("a: row stride 30") and "triton:gemm" in why
+    assert impl.extra["grid"](case) == {"unsupported": why}
+    with pytest.raises(Unsupported, match="row stride 30"):
+        impl.compile_only_fn(case)
+    with pytest.raises(Unsupported, match="row stride 30"):  # prepare declines too
+        verify_case(impl, problems.get("gemm_epilogue"), case, DEV, seeds=(0,))
+    assert _impl("gemm_epilogue", "gemm").supports(case) is None
+
+
+@pytest.mark.parametrize("cfg", ["subtile", "whole", "unflattened"])
+def test_gemm_tma_pinned_configs(cfg):
+    """The epilogue's store paths (two halves or one tile) and the unflattened loop, each pinned."""
+    from harness.verify import check_output
+    from triton_src import gemm_epilogue as G
+    if interpreting():
+        config = {"subtile": G._tma_cfg(32, 32, 16, 1, 4, subtile=True),
+                  "whole": G._tma_cfg(64, 32, 32, 1, 4),
+                  "unflattened": G._tma_cfg(32, 64, 32, 1, 4, subtile=True, flatten=False)}[cfg]
+    else:
+        config = {"subtile": G.TMA_CONFIGS[0], "whole": G.TMA_CONFIGS[1], "unflattened": G.TMA_CONFIGS[6]}[cfg]
+    prob = problems.get("gemm_epilogue")
+    for dt, act, bias in (("bfloat16", "gelu", 1), ("float16", "relu", 0)):
+        case = prob.case(M=77, N=40, K=56, dtype=dt, act=act, bias=bias)
+        a, b, bb = prob.make_inputs(case, DEV, 0)
+        c = check_output(prob, case, G.gemm_epilogue_tma(a, b, bb, act, config=config),
+                         prob.reference((a, b, bb), case))
+        assert c.ok, (dt, act, bias, c.reason)
+
+
+def test_gemm_tma_grid_covers_every_tile_once():
+    """The persistent grid's programs together keep exactly M x N elements (every C tile once)."""
+    if not interpreting():
+        pytest.skip("the interpreter's 4-program grid lists every program")
+    case = problems.get("gemm_epilogue").case(M=77, N=40, K=56)
+    g = _impl("gemm_epilogue", "gemm_tma").extra["grid"](case)
+    assert g["grid"][0] == len(g["programs"]) == 4
+    assert sum(p["kept"] for p in g["programs"]) == case.M * case.N
+
+
+def test_tune_triton_gemm_script_cpu(capsys):
+    """scripts/tune_triton_gemm.py without its GPU: the plan, and one small problem's checks,
+    table and verdict with a stand-in timer (the GPU run is the lead's one call)."""
+    if HAS_GPU:
+        pytest.skip("the CPU stand-in run; on a GPU run the script itself")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import tune_triton as T
+    import tune_triton_gemm as TG
+    assert TG.main(["--dry-run"]) == 0
+    assert "8192^3 bf16 gelu+bias: torch.mm, gelu(addmm), triton:gemm, triton:gemm_tma" in capsys.readouterr().out
+    T.RESULTS = {}
+    r = TG.run_problem(64, "gelu", device="cpu", timer=lambda fn: {"ms": 1.0, "iqr_ms": 0.0, "n": 20})
+    pinned = [k for k in r["rows"] if k.startswith("gemm_tma pinned")]
+    assert len(pinned) == len(TG.G.TMA_CONFIGS)
+    for name, row in r["rows"].items():
+        assert name == "torch.mm" or row["ok"], (name, row)
+        assert row["TFLOPs"] > 0
+    assert r["verdict"]["tma_over_gemm"] == 1.0 and not T.RESULTS.get("errors")
 
 
 @pytest.mark.skipif(not interpreting(), reason="checks the CPU-without-interpreter message")
