@@ -362,6 +362,58 @@ def _online_compile(case):
                         aligned=_sm_aligned(case))
 
 
+def _split_args(case):
+    return {"x_ptr": _ptr(case), "out_ptr": _ptr(case), "slot_ptr": "*i64", "N": "i32",
+            "stride_x": "i32", "stride_o": "i32", "C": "i32", "n_units": "i32", "max_spin": "i32"}
+
+
+def _split_cfg(case):
+    return S.split_config(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
+
+
+def _split_compile(case):
+    if (why := S.split_supports(case.N)):
+        raise Unsupported(why)
+    cfg = _split_cfg(case)
+    # integer arguments the launch specialises as multiples of 16 (out is contiguous, stride N);
+    # N's and the strides' decide the vector width of the loads and stores, so without them the
+    # facts would describe a scalar-store kernel with a layout conversion the launch never runs
+    ints = {"N": case.N, "stride_o": case.N, "C": cfg["C"], "n_units": case.M * cfg["C"],
+            "max_spin": S.SPLIT_MAX_SPIN}
+    aligned = _sm_aligned(case) + ("slot_ptr",) + tuple(k for k, v in ints.items() if v % 16 == 0)
+    return compile_sm90(S.softmax_split_kernel, _split_args(case),
+                        {k: cfg[k] for k in ("CHUNK", "C_PAD", "PREFETCH")}, cfg["num_warps"],
+                        aligned=aligned)
+
+
+def _split_grid(case):
+    if (why := S.split_supports(case.N)):
+        return {"unsupported": why}
+    cfg = _split_cfg(case)
+    M, N, B, C = case.M, case.N, cfg["CHUNK"], cfg["C"]
+    if interpreting() or not torch.cuda.is_available():
+        # the H200 run's compiled defaults: fp32 two programs an SM, 16-bit four
+        per_sm = 2 if cfg["num_warps"] >= 8 else 4
+        sms, where = 132, f"an H200's 132 SMs x {per_sm} programs/SM (the GPU launch computes it)"
+    else:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        per_sm = max(1, 64 // cfg["num_warps"])
+        where = f"{sms} SMs x {per_sm} programs/SM (upper bound; the launch refines it from n_regs)"
+    g = min(M * C, sms * per_sm // C * C)
+    units = M * C
+
+    def describe(i):
+        mine = list(range(i, units, g))
+        kept = sum(min(B, N - (u % C) * B) for u in mine)
+        first = ", ".join(f"row {u // C} chunk {u % C}" for u in mine[:2])
+        return {"pid": [i, 0, 0], "covers": f"{len(mine)} units: {first}{'...' if len(mine) > 2 else ''}",
+                "kept": kept, "dropped": len(mine) * B - kept}
+    return {"grid": [g, 1, 1], "block": cfg,
+            "note": f"{C} chunks of {B} columns a row, one unit per chunk; grid = multiple of C <= "
+                    f"{where}; units u = pid + k*grid, all chunks of a row in one round",
+            "programs": _programs(g, describe)}
+
+
 def _dispatch_name(case) -> str:
     return S.choose_variant(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
 
@@ -439,6 +491,8 @@ def _softmax_supports(variant):
     def supports(case):
         if variant in ("fused_row", "persistent"):
             return S.fused_row_supports(case.N)
+        if variant == "split":
+            return S.split_supports(case.N)
         return None
     return supports
 
@@ -455,6 +509,12 @@ for _name, _kernel, _host, _desc, _comp, _grid in (
     ("online", "softmax_online_kernel", "softmax_online",
      "column tiles, online max/sum rescaling, second pass newest-tile-first; any N",
      _compile_only(_online_compile) if triton else None, _online_grid),
+    ("split", "softmax_split_kernel", "softmax_split",
+     "long rows, one read: each row's chunks in registers of co-resident programs that swap "
+     "(max, sum) through 64-bit slots in global memory; N > 16384. CPU mode runs the same "
+     "kernel with its programs as concurrent threads (protocol and math checked, GPU memory "
+     "ordering and residency only on the GPU)",
+     _compile_only(_split_compile) if triton else None, _split_grid),
 ):
     register(problem="softmax", layer=LAYER, name=_name, description=_desc,
              sources=[Source(_SM_SRC, kernels=(_kernel,), host=(_host,))], devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
@@ -463,13 +523,13 @@ for _name, _kernel, _host, _desc, _comp, _grid in (
 
 
 def _dispatch_compile(case):
-    return {"fused_row": _fused_compile, "persistent": _persistent_compile,
-            "online": _online_compile}[_dispatch_name(case)](case) | {"variant": _dispatch_name(case)}
+    return {"fused_row": _fused_compile, "persistent": _persistent_compile, "online": _online_compile,
+            "split": _split_compile}[_dispatch_name(case)](case) | {"variant": _dispatch_name(case)}
 
 
 def _dispatch_grid(case):
-    return {"fused_row": _fused_grid, "persistent": _persistent_grid,
-            "online": _online_grid}[_dispatch_name(case)](case) | {"variant": _dispatch_name(case)}
+    return {"fused_row": _fused_grid, "persistent": _persistent_grid, "online": _online_grid,
+            "split": _split_grid}[_dispatch_name(case)](case) | {"variant": _dispatch_name(case)}
 
 
 register(problem="softmax", layer=LAYER, name="softmax",

@@ -17,7 +17,7 @@ from triton_src import interpreting  # noqa: E402
 HAS_GPU = torch.cuda.is_available() and not interpreting()
 DEV = "cuda" if HAS_GPU else "cpu"
 
-NAMES = {"vector_add": {"add"}, "softmax": {"fused_row", "persistent", "online", "softmax"},
+NAMES = {"vector_add": {"add"}, "softmax": {"fused_row", "persistent", "online", "split", "softmax"},
          "gemm_epilogue": {"gemm", "gemm_tma"}}
 
 #: (problem, impl name, case keywords, repeat the launch)
@@ -36,6 +36,9 @@ CASES = [
     ("softmax", "online", dict(M=2, N=131_072, dtype="bfloat16"), True),
     ("softmax", "online", dict(M=64, N=1000, dtype="bfloat16", kind="neginf"), True),
     ("softmax", "online", dict(M=37, N=1000, dtype="float16", layout="strided"), True),
+    ("softmax", "split", dict(M=1, N=98_432), False),
+    ("softmax", "split", dict(M=2, N=131_072, dtype="bfloat16"), True),
+    ("softmax", "split", dict(M=3, N=40_000, dtype="float16", layout="strided_odd", kind="neginf"), True),
     ("softmax", "softmax", dict(M=1, N=98_432), True),
     ("softmax", "softmax", dict(M=3, N=4097, dtype="float16"), True),
     ("softmax", "softmax", dict(M=300, N=777, layout="strided_odd"), True),
@@ -85,7 +88,16 @@ def test_declines_long_rows_with_reason():
         with pytest.raises(Unsupported):
             _impl("softmax", name).compile_only_fn(case)
     assert _impl("softmax", "online").supports(case) is None
+    assert _impl("softmax", "split").supports(case) is None
     assert _impl("softmax", "softmax").supports(case) is None
+
+
+def test_softmax_split_declines_one_chunk_rows_with_reason():
+    case = problems.get("softmax").case(M=2, N=16_384)
+    why = _impl("softmax", "split").supports(case)
+    assert why and "fused_row" in why
+    with pytest.raises(Unsupported):
+        _impl("softmax", "split").compile_only_fn(case)
 
 
 COMPILE = [
@@ -93,6 +105,8 @@ COMPILE = [
     ("softmax", "fused_row", dict(M=4096, N=4096)),
     ("softmax", "persistent", dict(M=4096, N=1024, dtype="bfloat16")),
     ("softmax", "online", dict(M=8, N=262_144, layout="strided_odd")),
+    ("softmax", "split", dict(M=8192, N=131_072)),
+    ("softmax", "split", dict(M=8192, N=262_144, dtype="bfloat16")),
     ("softmax", "softmax", dict(M=8, N=1000, dtype="float16")),
     ("gemm_epilogue", "gemm", dict(M=4096, N=4096, K=4096, act="gelu")),
     ("gemm_epilogue", "gemm_tma", dict(M=4096, N=4096, K=4096)),
@@ -126,6 +140,7 @@ def test_compile_only_in_interpreter_process_leaves_interpreter_working():
     ("softmax", "fused_row", dict(M=1823, N=781)),
     ("softmax", "persistent", dict(M=4096, N=1024)),
     ("softmax", "online", dict(M=3, N=262_147)),
+    ("softmax", "split", dict(M=8192, N=262_147)),
     ("softmax", "softmax", dict(M=3, N=262_147)),
     ("gemm_epilogue", "gemm", dict(M=1025, N=769, K=513)),
     ("gemm_epilogue", "gemm_tma", dict(M=1025, N=768, K=512)),
@@ -180,6 +195,129 @@ def test_softmax_bad_inputs():
         S.softmax_persistent(torch.randn(4, 8), rows=3)
     with pytest.raises(ValueError, match="x"):
         S.softmax(torch.randn(0, 8))
+
+
+def test_softmax_split_bad_inputs():
+    from triton_src import softmax as S
+    x = torch.randn(4, 1000, device=DEV)
+    with pytest.raises(TypeError, match="x"):
+        S.softmax_split(x.double())
+    with pytest.raises(ValueError, match="out"):
+        S.softmax_split(x, torch.empty(4, 999, device=DEV))
+    with pytest.raises(ValueError, match="chunk"):
+        S.softmax_split(x, chunk=300)
+    with pytest.raises(ValueError, match="chunk"):
+        S.softmax_split(x, chunk=2 * S.MAX_ON_CHIP)
+    with pytest.raises(ValueError, match="programs"):
+        S.softmax_split(x, chunk=256, programs=6)  # C = 4: a row's chunks would span two rounds
+    with pytest.raises(ValueError, match="programs"):
+        S.softmax_split(x, chunk=256, programs=0)
+    too_many = 4 * (S.INTERPRETER_SPLIT_TEAMS + 1) if interpreting() else 4 * 10 ** 6
+    with pytest.raises(ValueError, match="programs"):  # more than run at once: would deadlock
+        S.softmax_split(x, chunk=256, programs=too_many)
+
+
+# -- split: the cross-program protocol ------------------------------------------------------------
+def _softmax_split_check(x, **kw):
+    from triton_src import softmax as S
+    y = S.softmax_split(x, **kw)
+    ref = torch.softmax(x.double(), dim=-1)
+    tol = {torch.float32: (1e-5, 1e-7), torch.float16: (2e-3, 1e-6), torch.bfloat16: (1.6e-2, 1e-5)}
+    rtol, atol = tol[x.dtype]
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert torch.equal(y.isnan(), ref.isnan())
+    torch.testing.assert_close(y.double(), ref, rtol=rtol, atol=atol, equal_nan=True)
+    return y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_softmax_split_rows_over_chunks(dtype):
+    """Ragged N (the last of 5 chunks holds 40 columns), M = 7 rows over two teams of 5
+    programs: rows alternate between teams, four rounds, the last one half empty."""
+    x = (3 * torch.randn(7, 1064, device=DEV)).to(dtype)
+    _softmax_split_check(x, chunk=256)
+
+
+def test_softmax_split_strided_rows_and_neginf():
+    """A column slice of a wider tensor (row stride 1100, not 16-byte aligned at offset 3), -inf
+    scattered, a chunk of only -inf (its partial is (-inf, 0)), a row whose finite entries are all
+    below -100 (exp of them alone underflows), a row of only -inf (NaN, as torch)."""
+    inf = float("inf")
+    wide = torch.randn(6, 1100, device=DEV)
+    x = wide[:, 3:1003]
+    x[0, ::7] = -inf
+    x[1, 256:512] = -inf
+    x[2] = -200.0 - torch.rand(1000, device=DEV)
+    x[2, :700] = -inf
+    x[3] = -inf
+    x[4, 999] = 1e4
+    y = _softmax_split_check(x, chunk=256)
+    assert y[3].isnan().all() and not y[[0, 1, 2, 4, 5]].isnan().any()
+    from triton_src import softmax as S
+    out_wide = torch.full((6, 1003), 7.0, device=DEV)
+    S.softmax_split(x, out_wide[:, 3:], chunk=256)  # a strided out too
+    torch.testing.assert_close(out_wide[:, 3:], y, rtol=0, atol=0, equal_nan=True)
+    assert (out_wide[:, :3] == 7.0).all()
+
+
+def test_softmax_split_one_team_many_rounds_and_repeat():
+    """programs = C: one team does every row in turn (M rounds); a second call reuses the cached
+    counters, so it also checks that they are zeroed per call."""
+    from triton_src import softmax as S
+    x = torch.randn(9, 300, device=DEV)
+    a = _softmax_split_check(x, chunk=128, programs=3)
+    b = S.softmax_split(x, chunk=128, programs=3)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_softmax_split_bounded_spin_writes_nan_not_hang(prefetch):
+    """A grid that is not a multiple of C (here 2 programs for C = 3 chunks a row; the wrapper
+    refuses it) puts a row's chunks in different rounds: program 0 waits in round 0 for a chunk
+    that it would itself do in round 1. The waiter gives up after max_spin polls and writes NaN;
+    it waits no more in later rounds, so the launch returns quickly."""
+    from triton_src import softmax as S
+    M, N = 4, 600
+    x = torch.randn(M, N, device=DEV)
+    out = torch.zeros_like(x)
+    cfg = S.split_config(N, 4, chunk=256, prefetch=prefetch)
+    assert cfg["C"] == 3
+    slots = torch.zeros(M * cfg["C"], dtype=torch.int64, device=DEV)
+    S._launch_split(x, out, slots, M, N, cfg, 2, 64)
+    assert out[0].isnan().any()
+    assert (slots != 0).all()  # every unit still published its partial
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_softmax_split_prefetch(prefetch):
+    """Both builds: the next unit's chunk loaded before the wait, or after it."""
+    x = torch.randn(5, 700, device=DEV)
+    x[2, 100:] = float("-inf")
+    _softmax_split_check(x, chunk=128, prefetch=prefetch)
+    _softmax_split_check(x, chunk=128, prefetch=prefetch, programs=6)
+
+
+def test_softmax_dispatcher_split_switch(monkeypatch):
+    """Off by default; one constant sends the rows fused_row cannot take to split, and the
+    dispatcher's compile_only / grid follow it."""
+    from triton_src import softmax as S
+    assert S.choose_variant(131_072, 4) == "online"
+    monkeypatch.setattr(S, "SPLIT_MIN_ROW_BYTES", 0)
+    assert [S.choose_variant(n, 4) for n in (1024, 32_768, 32_769, 262_144)] == \
+        ["persistent", "fused_row", "split", "split"]
+    g = _impl("softmax", "softmax").extra["grid"](problems.get("softmax").case(M=64, N=131_072))
+    assert g["variant"] == "split" and g["grid"][0] % 8 == 0
+
+
+def test_softmax_split_compile_default_fits_two_programs_per_sm():
+    """The fp32 default, 16384 columns over 8 warps: 64 values a thread; with at most 128
+    registers (triton 3.6: 118-120, 3.9: 110) and no spills two programs share an SM, so that
+    while one waits for its partners the other loads (one an SM measured 61-67 % of copy on the
+    H200, two 85-87 %)."""
+    case = problems.get("softmax").case(M=8192, N=262_144)
+    facts = _impl("softmax", "split").compile_only_fn(case)
+    assert facts["config"]["CHUNK"] == 16384 and facts["config"]["num_warps"] == 8
+    assert facts["spills"] == 0 and facts["registers"] <= 128, facts
 
 
 def test_gemm_bad_inputs():
