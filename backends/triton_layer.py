@@ -533,9 +533,10 @@ def _dispatch_grid(case):
 
 
 register(problem="softmax", layer=LAYER, name="softmax",
-         description="dispatcher: persistent for short rows, fused_row up to 32K columns, else online",
+         description="dispatcher: persistent for short rows, fused_row up to 32K columns, else split "
+                     "(online where split cannot)",
          sources=[Source(_SM_SRC, kernels=("softmax_fused_row_kernel", "softmax_persistent_kernel",
-                                           "softmax_online_kernel"),
+                                           "softmax_split_kernel", "softmax_online_kernel"),
                          host=("softmax", "choose_variant"))],
          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available, compile_only=_compile_only(_dispatch_compile),
          grid=_dispatch_grid)(_softmax_prepare("softmax"))

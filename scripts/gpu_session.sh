@@ -8,9 +8,10 @@
 #   bash scripts/gpu_session.sh checks  pytest -m gpu, compute-sanitizer (memcheck, racecheck,
 #                                       synccheck) and the CuTe GEMM verify suite, side by side
 #                                       (correctness only: nothing is timed in this stage)
+#   bash scripts/gpu_session.sh tune    scripts/tune_triton_softmax_split.py + tune_triton_gemm.py
 # Environment: KL_MEM_VERIFY / KL_GEMM_VERIFY override the --impl lists verified first.
 set -uo pipefail
-stage=${1:?stage: mem | gemm | checks}
+stage=${1:?stage: mem | gemm | checks | tune}
 shift
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -47,16 +48,16 @@ EOF
 
 case $stage in
   mem)
-    verify_first mem "${KL_MEM_VERIFY:-triton:split triton:softmax cupy:softmax_smem cuda:softmax cupy:softmax cute:softmax}"
+    verify_first mem "${KL_MEM_VERIFY:-triton:softmax cupy:softmax_smem cuda:softmax cute:softmax}"
     bash scripts/gpu_run.sh mem --problem vector_add,softmax --suite bench --no-verify-suite \
-      --time-cap 0.5 --min-samples 10 --plot "$@" > /tmp/res/mem_console.txt 2>&1
+      --time-cap ${KL_TIME_CAP:-0.4} --min-samples 10 --plot "$@" > /tmp/res/mem_console.txt 2>&1
     tail -60 /tmp/res/mem_console.txt
     cp /tmp/res/verify_mem.json "$OUT/" 2>/dev/null
     ;;
   gemm)
-    verify_first gemm "${KL_GEMM_VERIFY:-triton:gemm_tma}"
+    verify_first gemm "${KL_GEMM_VERIFY:-triton:gemm_tma cute:gemm}"
     bash scripts/gpu_run.sh gemm --problem gemm_epilogue --suite bench --no-verify-suite \
-      --time-cap 1.0 --min-samples 10 --plot "$@" > /tmp/res/gemm_console.txt 2>&1
+      --time-cap ${KL_TIME_CAP:-0.7} --min-samples 10 --plot "$@" > /tmp/res/gemm_console.txt 2>&1
     tail -45 /tmp/res/gemm_console.txt
     cp /tmp/res/verify_gemm.json "$OUT/" 2>/dev/null
     ;;
@@ -68,7 +69,8 @@ case $stage in
           python3 scripts/tune_cuda.py --sanitize > /tmp/res/sanitizer_$tool.txt 2>&1
         echo "exit $?" >> /tmp/res/sanitizer_$tool.txt
       done ) &
-    verify_first cute_gemm "${KL_CUTE_VERIFY:-cute:gemm_ws cute:gemm_ws_c2 cute:gemm_pp cute:gemm}"
+    ids=${KL_CUTE_VERIFY-cute:gemm_ws cute:gemm_pp}
+    if [ -n "$ids" ]; then verify_first cute_gemm "$ids"; else echo "[]" > /tmp/res/verify_cute_gemm.json; : > /tmp/res/verify_cute_gemm.log; fi
     wait
     echo "[gpu_session] checks: $(( $(date +%s) - t0 )) s"
     tail -15 /tmp/res/pytest_gpu.txt
@@ -78,5 +80,10 @@ case $stage in
     tar czf "$OUT/checks.tgz" -C /tmp/res pytest_gpu.txt sanitizer_memcheck.txt sanitizer_racecheck.txt \
       sanitizer_synccheck.txt verify_cute_gemm.json verify_cute_gemm.log
     ;;
-  *) echo "stage: mem | gemm | checks, got '$stage'"; exit 2 ;;
+  tune)
+    # the Triton variants' own sweeps (configs the compare run does not pin), one after the other
+    timeout 260 python3 scripts/tune_triton_softmax_split.py --out "$OUT" --budget 150 2>&1 | tail -25
+    timeout 280 python3 scripts/tune_triton_gemm.py --out "$OUT/tune_triton_gemm.json" 2>&1 | tail -25
+    ;;
+  *) echo "stage: mem | gemm | checks | tune, got '$stage'"; exit 2 ;;
 esac

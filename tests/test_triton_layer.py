@@ -298,13 +298,14 @@ def test_softmax_split_prefetch(prefetch):
 
 
 def test_softmax_dispatcher_split_switch(monkeypatch):
-    """Off by default; one constant sends the rows fused_row cannot take to split, and the
-    dispatcher's compile_only / grid follow it."""
+    """On by default (the H200 sweep: split beat online at every long row); one constant sends
+    those rows back to online, and the dispatcher's compile_only / grid follow it."""
     from triton_src import softmax as S
-    assert S.choose_variant(131_072, 4) == "online"
-    monkeypatch.setattr(S, "SPLIT_MIN_ROW_BYTES", 0)
     assert [S.choose_variant(n, 4) for n in (1024, 32_768, 32_769, 262_144)] == \
         ["persistent", "fused_row", "split", "split"]
+    monkeypatch.setattr(S, "SPLIT_MIN_ROW_BYTES", None)
+    assert S.choose_variant(131_072, 4) == "online"
+    monkeypatch.setattr(S, "SPLIT_MIN_ROW_BYTES", 0)
     g = _impl("softmax", "softmax").extra["grid"](problems.get("softmax").case(M=64, N=131_072))
     assert g["variant"] == "split" and g["grid"][0] % 8 == 0
 

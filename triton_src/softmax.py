@@ -616,7 +616,7 @@ FUSED_MAX_ROW_BYTES = 32768 * 4
 #: which measured faster than online at every long row in the H200 sweep
 #: (scripts/tune_triton_softmax_split.py: fp32 87 / 85 % vs 70 / 68 % of copy at N = 131072 /
 #: 262144; bf16 72 / 76 % vs 66 / 65 %).
-SPLIT_MIN_ROW_BYTES: int | None = None
+SPLIT_MIN_ROW_BYTES: int | None = 0
 
 
 def choose_variant(N: int, elem_size: int) -> str:
