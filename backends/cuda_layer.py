@@ -2,8 +2,8 @@
 
 Rows (problem / id): vector_add ``cuda:vector_add``; softmax ``cuda:softmax`` (the host
 dispatcher; its route table is ``KL_SOFTMAX_ROUTES`` in ``cuda_src/softmax.cu``: warp per row for
-N <= 1024, block per row up to 32768, cluster shared memory above (online where that cannot take
-the row); ``KL_CUDA_SOFTMAX_ROUTE`` overrides it at run
+N <= 1024, block per row up to 32768, cluster shared memory up to 131072, online above;
+``KL_CUDA_SOFTMAX_ROUTE`` overrides it at run
 time), ``cuda:softmax_warp``, ``cuda:softmax_block``, ``cuda:softmax_online``, ``cuda:softmax_rows``
 (persistent multi-row, N <= 8192), ``cuda:softmax_smem`` (cluster, slice in shared memory: one HBM
 read + one write) (each path on its own).
@@ -414,7 +414,7 @@ HELPERS = Source("cuda_src/common.cuh", kernels=(
 KERNEL_OF = {"warp": "softmax_warp_kernel", "block": "softmax_block_kernel", "online": "softmax_online_kernel",
              "rows": "softmax_rows_kernel", "smem": "softmax_smem_kernel"}
 DESCRIPTIONS = {
-    "auto": "host dispatcher by N (route table in softmax.cu: warp <= 1024, block <= 32768, cluster smem above, online where smem cannot)",
+    "auto": "host dispatcher by N (route table in softmax.cu: warp <= 1024, block <= 32768, cluster smem <= 131072, online above)",
     "warp": "one warp per row, row in registers, shuffle reductions, 16-byte loads when aligned",
     "block": "one block per row, row in registers, shuffle + shared-memory reductions",
     "online": "column tiles, running max/sum; cluster of CTAs per row merges via DSMEM (sm_90)",

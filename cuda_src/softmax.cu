@@ -594,8 +594,8 @@ struct Route {
 static const Route kSoftmaxRoutes[] = {
     {1024, "warp"},    // H200 fp32 4096x1024: warp 66.0 %, block 65.7 % of copy; rows: not yet timed
     {32768, "block"},  // block ept 32: 79.1 % (2048) .. 97.3 % (32768); online 72 % at 32768
-    {0, "smem"},       // harness run 2026-11-29, 8192x131072: smem 77.7 %, online 74.0 % of copy
-    {0, "online"},     // whatever smem cannot take (slice over 16 CTAs' shared memory)
+    {131072, "smem"},  // 8192x131072: smem 77.7 / 80.0 %, online 74.0 / 75.9 % of copy (runs 1 / 2)
+    {0, "online"},     // 8192x262144 (run 2): online 71.9 %, smem (16-CTA clusters) 68.6 %
 };
 // KL_SOFTMAX_ROUTES_END
 

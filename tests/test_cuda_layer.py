@@ -286,13 +286,14 @@ def test_route_table_is_one_table_in_softmax_cu(monkeypatch):
     assert text.count("// KL_SOFTMAX_ROUTES_BEGIN") == 1 and text.count("// KL_SOFTMAX_ROUTES_END") == 1
     routes = cuda_layer.softmax_routes()
     # the H200-measured choices
-    assert routes == [(1024, "warp"), (32768, "block"), (0, "smem"), (0, "online")]
+    assert routes == [(1024, "warp"), (32768, "block"), (131072, "smem"), (0, "online")]
     assert cuda_layer.auto_kernels() == ("softmax_warp_kernel", "softmax_block_kernel",
                                          "softmax_smem_kernel", "softmax_online_kernel")
     sm = problems.get("softmax")
     assert cuda_layer.case_plan("auto", sm.case(M=4096, N=1024))["path"] == "warp"
     assert cuda_layer.case_plan("auto", sm.case(M=8192, N=131072))["path"] == "smem"
-    assert cuda_layer.case_plan("auto", sm.case(M=2, N=1_000_000))["path"] == "online"  # too long for smem
+    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["path"] == "online"
+    assert cuda_layer.case_plan("auto", sm.case(M=2, N=1_000_000))["path"] == "online"
     monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "4096:rows,32768:block,0:smem")
     assert cuda_layer.case_plan("auto", sm.case(M=4096, N=1024))["path"] == "rows"
     assert cuda_layer.case_plan("auto", sm.case(M=4096, N=8192))["path"] == "block"
