@@ -17,12 +17,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/res
 [ -f .device/bin/env.sh ] && source .device/bin/env.sh
-if ! python3 -c "import kl_cuda" 2>/dev/null; then
-  t0=$(date +%s)
-  python3 -m pip install -q --no-build-isolation --no-deps --no-index -e . > /tmp/build.log 2>&1 \
-    || { echo "[gpu_session] build failed:"; tail -30 /tmp/build.log; }
-  echo "[gpu_session] build: $(( $(date +%s) - t0 )) s"
-fi
+source scripts/gpu_build.sh
 
 impl_args() { for i in $1; do printf -- '--impl %s ' "$i"; done; }
 

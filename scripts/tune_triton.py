@@ -49,6 +49,17 @@ def log(*a):
 _FLUSH = None
 
 
+def rate_rows(rows: list, bytes_moved: int, ceil: float) -> dict:
+    """Add TB/s and % of the copy ceiling (TB/s) to each timed row; return the fastest row per impl."""
+    best = {}
+    for r in rows:
+        r["TBps"] = bytes_moved / r["ms"] / 1e9
+        r["pct_copy"] = 100 * r["TBps"] / ceil
+        if r["impl"] not in best or r["TBps"] > best[r["impl"]]["TBps"]:
+            best[r["impl"]] = r
+    return best
+
+
 def bench(fn, max_s=0.4, min_n=8, max_n=200) -> dict:
     """Median of CUDA-event times of ``fn``, L2 flushed (a 2 x L2 write) before every sample; the
     flush is queued before the start event, so host launch overhead hides behind it."""
@@ -245,13 +256,7 @@ def tune_softmax():
                         k: v for k, v in kw.items() if k in ("rows", "num_warps", "num_stages")},
                         elem_size=x.element_size()))
                 rows.append(row)
-        for r in rows:
-            r["TBps"] = by / r["ms"] / 1e9
-            r["pct_copy"] = 100 * r["TBps"] / ceil
-        best = {}
-        for r in rows:
-            if r["impl"] not in best or r["TBps"] > best[r["impl"]]["TBps"]:
-                best[r["impl"]] = r
+        best = rate_rows(rows, by, ceil)
         line = f"softmax {M}x{N}: " + "  ".join(
             f"{k} {v['TBps']:.2f} ({v['pct_copy']:.0f}%){' ' + json.dumps(v.get('cfg')) if v.get('cfg') else ''}"
             for k, v in best.items())

@@ -195,14 +195,8 @@ def tune_shape(M, N, dtype=torch.float32, configs=None, budget=150.0):
                                                       "prefetch": pf, "cooperative": coop, "C": C,
                                                       "programs": programs},
                              "facts": facts, **r})
-    by = 2 * M * N * x.element_size()
-    for r in rows:
-        r["TBps"] = by / r["ms"] / 1e9
-        r["pct_copy"] = 100 * r["TBps"] / ceil
-    best = {}
-    for r in rows:
-        if r["impl"] not in best or r["TBps"] > best[r["impl"]]["TBps"]:
-            best[r["impl"]] = r
+    from tune_triton import rate_rows
+    best = rate_rows(rows, 2 * M * N * x.element_size(), ceil)
     log(f"softmax {M}x{N} {str(dtype)[6:]}: " + "  ".join(
         f"{k} {v['TBps']:.2f} ({v['pct_copy']:.0f}%)" for k, v in best.items()))
     for r in rows:
