@@ -6,7 +6,9 @@ N <= 1024, block per row up to 32768, cluster shared memory up to 131072, online
 ``KL_CUDA_SOFTMAX_ROUTE`` overrides it at run
 time), ``cuda:softmax_warp``, ``cuda:softmax_block``, ``cuda:softmax_online``, ``cuda:softmax_rows``
 (persistent multi-row, N <= 8192), ``cuda:softmax_smem`` (cluster, slice in shared memory: one HBM
-read + one write) (each path on its own).
+read + one write), ``cuda:softmax_split`` (N > 32768: persistent cooperative grid, blocks of a
+row exchange (max, sum) through 64-bit slots; not in the route table until a GPU run) (each path
+on its own).
 The GEMM rows live in ``backends/cuda_gemm.py``.
 
 The module takes raw device pointers, sizes, strides (elements), a dtype code and the stream
@@ -41,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ARCH = "sm_90a"
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 CXX_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-SOFTMAX_PATHS = ("auto", "warp", "block", "online", "rows", "smem")
-ROUTE_PATHS = ("warp", "block", "online", "rows", "smem")
+SOFTMAX_PATHS = ("auto", "warp", "block", "online", "rows", "smem", "split")
+ROUTE_PATHS = ("warp", "block", "online", "rows", "smem", "split")
 
 _state: dict = {}
 
@@ -62,7 +64,7 @@ def softmax_routes(env: bool = True) -> list[tuple[int, str]]:
             num, _, path = item.partition(":")
             if not (num.isdigit() and len(num) < 12 and path in ROUTE_PATHS):
                 raise ValueError(f"KL_CUDA_SOFTMAX_ROUTE: {item!r} is not max_n:path with path "
-                                 "warp|block|online|rows|smem")
+                                 "warp|block|online|rows|smem|split")
             rows.append((int(num), path))
         if not rows:
             raise ValueError(f"KL_CUDA_SOFTMAX_ROUTE: no max_n:path rows in {spec!r}")
@@ -300,15 +302,17 @@ def vector_add(x, y, out=None, grid: int = 0, block: int = 0):
 
 
 def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0,
-            blocks_per_sm: int = 0):
-    """Row softmax of a 2-D tensor with the CUDA C++ kernels; ``path`` auto|warp|block|online|rows|smem
-    (``cluster`` for online/smem, ``ept`` for block, ``blocks_per_sm`` for rows; 0 = default)."""
+            blocks_per_sm: int = 0, max_spin: int = -1):
+    """Row softmax of a 2-D tensor with the CUDA C++ kernels; ``path`` auto|warp|block|online|rows|smem|split
+    (``cluster`` for online/smem, ``ept`` for block, ``blocks_per_sm`` for rows/split; 0 = default;
+    ``max_spin`` for split: polls before a waiting block gives up and writes NaN, -1 = 2^20)."""
     if path not in SOFTMAX_PATHS:
         raise ValueError(f"path: {path!r} is not one of {', '.join(SOFTMAX_PATHS)}")
     out = check_softmax(x, out)
     M, N = x.shape
     module().softmax(path, x.data_ptr(), out.data_ptr(), M, N, row_stride(x), row_stride(out),
-                     DTYPE_CODE[x.dtype], stream_of(x), x.device.index, threads, ept, cluster, blocks_per_sm)
+                     DTYPE_CODE[x.dtype], stream_of(x), x.device.index, threads, ept, cluster, blocks_per_sm,
+                     max_spin)
     return out
 
 
@@ -340,11 +344,14 @@ def _softmax_supports(path):
             return f"block-per-row path holds a row in registers: N <= 32768 (N = {case.N})"
         if path == "rows" and case.N > 8192:
             return f"rows path holds a row in 256 threads x 32 elements: N <= 8192 (N = {case.N})"
-        if path == "smem":
+        if path == "split" and case.N <= 32768:
+            return (f"split path: rows of N <= 32768 fit one block's registers (the block path keeps them on "
+                    f"chip); N = {case.N}")
+        if path in ("smem", "split"):
             try:
-                case_plan("smem", case)  # H100/H200 shared memory (227 KiB per CTA), clusters <= 16
+                case_plan(path, case)  # H100/H200 shared memory (227 KiB per CTA), clusters <= 16
             except ValueError as e:
-                return f"shared-memory path: {e}"
+                return f"shared-memory path: {e}" if path == "smem" else f"split path: {e}"
         return None
     return supports
 
@@ -383,6 +390,14 @@ def softmax_grid(plan: dict, M: int, N: int) -> dict:
         elif plan["path"] == "block":
             covers, kept = f"row {b}, columns 0..{N - 1}", N
             lanes = plan["threads"] * plan["chunks"] * plan["vec"]
+        elif plan["path"] == "split":
+            c, g, seg = plan["parts"], plan["grid"], plan["seg"]
+            units = list(range(b, M * c, g))
+            first = f"row {b // c}, columns {(b % c) * seg}..{min((b % c + 1) * seg, N) - 1}"
+            covers = (f"units {b}, {b} + {g}, ... ({len(units)} rounds; unit u = chunk u % {c} of row u // {c}); "
+                      f"first: {first}")
+            kept = sum(min(seg, N - (u % c) * seg) for u in units)
+            lanes = len(units) * plan["threads"] * plan["chunks"] * plan["vec"]
         elif plan["path"] == "rows":
             rpb, step = plan["rows_per_block"], plan["grid"] * plan["rows_per_block"]
             r0 = b * rpb
@@ -402,7 +417,7 @@ def softmax_grid(plan: dict, M: int, N: int) -> dict:
             lanes = kept
         progs.append({"pid": [b, 0, 0], "covers": covers, "kept": kept, "dropped": max(lanes - kept, 0)})
     block = {k: plan[k] for k in ("threads", "vec", "chunks", "rows_per_block", "cluster", "groups", "smem",
-                                  "blocks_per_sm") if plan.get(k)}
+                                  "blocks_per_sm", "parts") if plan.get(k)}
     return {"grid": [g, 1, 1], "block": block, "programs": progs, "total": {"programs": g, "kept": M * N},
             "note": f"{plan['kernel']}; 'dropped' counts padded register slots (masked lanes)"}
 
@@ -412,7 +427,7 @@ HELPERS = Source("cuda_src/common.cuh", kernels=(
     "to_float", "from_float", "load_vec", "store_vec", "load_vec_masked", "store_vec_masked", "RawVec",
     "unpack", "pack", "warp_max", "warp_sum", "exp_shifted", "online_merge", "warp_online_merge"), host=())
 KERNEL_OF = {"warp": "softmax_warp_kernel", "block": "softmax_block_kernel", "online": "softmax_online_kernel",
-             "rows": "softmax_rows_kernel", "smem": "softmax_smem_kernel"}
+             "rows": "softmax_rows_kernel", "smem": "softmax_smem_kernel", "split": "softmax_split_kernel"}
 DESCRIPTIONS = {
     "auto": "host dispatcher by N (route table in softmax.cu: warp <= 1024, block <= 32768, cluster smem <= 131072, online above)",
     "warp": "one warp per row, row in registers, shuffle reductions, 16-byte loads when aligned",
@@ -420,9 +435,12 @@ DESCRIPTIONS = {
     "online": "column tiles, running max/sum; cluster of CTAs per row merges via DSMEM (sm_90)",
     "rows": "persistent, several rows per CTA (G threads per row), next rows' loads issued before reducing",
     "smem": "cluster of <=16 CTAs per row, slice held in shared memory (bulk copy + mbarrier): 1 read, 1 write",
+    "split": "persistent cooperative grid, C blocks per row hold 16384-column chunks in registers, (max, sum) "
+             "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768)",
 }
 SOFTMAX_ROWS = (("auto", "softmax"), ("warp", "softmax_warp"), ("block", "softmax_block"),
-                ("online", "softmax_online"), ("rows", "softmax_rows"), ("smem", "softmax_smem"))
+                ("online", "softmax_online"), ("rows", "softmax_rows"), ("smem", "softmax_smem"),
+                ("split", "softmax_split"))
 
 
 def auto_kernels() -> tuple[str, ...]:

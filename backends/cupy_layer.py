@@ -6,7 +6,7 @@ which mirrors the C++ host dispatcher in ``cuda_src/softmax.cu`` / ``vector_add.
 
 Rows: ``cupy:vector_add``, ``cupy:softmax`` (dispatcher, the route table of softmax.cu),
 ``cupy:softmax_warp``, ``cupy:softmax_block``, ``cupy:softmax_online``, ``cupy:softmax_rows``,
-``cupy:softmax_smem``. ``launch.info["compile_s"]`` is the NVRTC compile
+``cupy:softmax_smem``, ``cupy:softmax_split`` (registered, declines: see SPLIT_DECLINE). ``launch.info["compile_s"]`` is the NVRTC compile
 (and module load) time of the first call of that instance in this process (CuPy's on-disk kernel
 cache can make it short; ``info["cache"]`` says whether the cache is on).
 """
@@ -64,6 +64,14 @@ def available() -> str | None:
 SMEM_TARGET_SLICE = 65536   # kSmemTargetSlice in softmax.cu
 SMEM_STATIC_RESERVE = 1024  # kSmemStaticReserve
 ROWS_THREADS = 256          # kRowsThreads
+SPLIT_THREADS = 512         # kSplitThreads
+SPLIT_VALUES = 32           # kSplitValues
+SPLIT_CHUNK = SPLIT_THREADS * SPLIT_VALUES  # kSplitChunk
+SPLIT_MIN_BLOCKS = 2        # kSplitMinBlocks
+SPLIT_DECLINE = ("cupy:softmax_split is not wired: the split path needs a cooperative launch of its own NVRTC "
+                 "module (RawModule(enable_cooperative_groups=True)) and a zeroed slots workspace per launch; "
+                 "this layer compiles one module per file without that option, so the row declines "
+                 "(cuda:softmax_split runs the same kernel)")
 H200_SMEM_OPTIN = 232448    # cudaDevAttrMaxSharedMemoryPerBlockOptin on H100/H200 (plans without a GPU)
 
 
@@ -147,6 +155,29 @@ def _plan_path(path, p, M, N, es, cc_major, threads, ept, cluster, blocks_per_sm
         p["smem"] = slice_bytes(c)
         p["grid"] = M * c
         args = (vec, c)
+    elif path == "split":
+        if N <= 2 * SPLIT_CHUNK:
+            return ("N: the split path takes rows longer than 32768 columns (the block path keeps shorter rows on "
+                    f"chip in one block), got N = {N}")
+        if threads not in (0, SPLIT_THREADS):
+            raise ValueError(f"threads: the split path uses 512 threads per block, got {threads}")
+        if ept not in (0, SPLIT_VALUES):
+            raise ValueError(f"ept: the split path uses 32 elements per thread, got {ept}")
+        if cluster > 1:
+            raise ValueError(f"cluster: the split path uses no clusters, got {cluster}")
+        if not 0 <= blocks_per_sm <= 32:
+            raise ValueError(f"blocks_per_sm: must be 0 (default 2) .. 32, got {blocks_per_sm}")
+        c = -(-N // SPLIT_CHUNK)
+        p["blocks_per_sm"] = blocks_per_sm or SPLIT_MIN_BLOCKS
+        cap = (sm_count or 132) * p["blocks_per_sm"]
+        if c > cap:
+            return f"N: the split path needs C = {c} co-resident blocks per row (N = {N}), the device holds {cap}"
+        p["parts"] = c
+        p["chunks"] = SPLIT_VALUES // vec
+        p["threads"] = SPLIT_THREADS
+        p["seg"] = SPLIT_CHUNK
+        p["grid"] = min(M * c, cap // c * c)
+        args = (vec,)
     else:
         c = cluster
         if c == 16:
@@ -180,7 +211,7 @@ def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, 
     if cluster not in (0, 1, 2, 4, 8, 16):
         raise ValueError(f"cluster: must be 0 (default), 1, 2, 4, 8 or 16 (16: smem path), got {cluster}")
     base = {"path": path, "vec": 16 // es if aligned else 1, "chunks": 1, "threads": 128, "rows_per_block": 1,
-            "cluster": 1, "seg": 0, "groups": 0, "blocks_per_sm": 0, "smem": 0, "ctype": ctype}
+            "cluster": 1, "seg": 0, "groups": 0, "blocks_per_sm": 0, "smem": 0, "parts": 0, "ctype": ctype}
     opts = (M, N, es, cc_major, threads, ept, cluster, blocks_per_sm, sm_count, smem_optin)
     if path != "auto":
         p = dict(base)
@@ -346,6 +377,8 @@ def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, clu
     M, N = x.shape
     sx, sy = row_stride(x), row_stride(out)
     p = _device_plan(x, out, path, threads, ept, cluster, blocks_per_sm)
+    if p["path"] == "split":
+        raise Unsupported(SPLIT_DECLINE)
     fn, _ = get_kernel("softmax.cu", p["kernel"])
     xp, yp = np.uint64(x.data_ptr()), np.uint64(out.data_ptr())
     smem = 0
@@ -401,17 +434,22 @@ def _register_softmax(path: str, name: str):
     srcs = [Source("cuda_src/softmax.cu", kernels=kernels, host=()), HELPERS,
             Source("backends/cupy_layer.py", kernels=(), host=("softmax", "softmax_plan", "_launch", "get_kernel"))]
 
+    def supports(case):
+        return SPLIT_DECLINE if path == "split" else _softmax_supports(path)(case)
+
     def compile_only(case):
-        reason = _softmax_supports(path)(case)
+        reason = supports(case)
         if reason:
             raise Unsupported(reason)
         return _compile_only_nvrtc("softmax.cu", case_plan(path, case))
 
     @register(problem="softmax", layer="cupy", name=name, description="NVRTC of cuda_src: " + DESCRIPTIONS[path],
-              sources=srcs, devices=("cuda",), available=available, supports=_softmax_supports(path),
+              sources=srcs, devices=("cuda",), available=available, supports=supports,
               compile_only=compile_only, grid=lambda case: softmax_grid(case_plan(path, case), case.M, case.N))
     def prepare(case, inputs, out):
         (x,) = inputs
+        if path == "split":
+            raise Unsupported(SPLIT_DECLINE)
         if (why := available()):
             raise Unsupported(why)
         check_softmax(x, out)

@@ -29,6 +29,7 @@ static py::dict plan_dict(const kl::SoftmaxPlan& p) {
   d["groups"] = p.groups;
   d["blocks_per_sm"] = p.blocks_per_sm;
   d["smem"] = p.smem;
+  d["parts"] = p.parts;
   d["grid"] = p.grid;
   d["kernel"] = p.kernel;
   return d;
@@ -58,10 +59,11 @@ PYBIND11_MODULE(kl_cuda, m) {
       py::arg("n"), py::arg("dtype"), py::arg("device"), py::arg("grid") = 0, py::arg("block") = 0);
 
   m.def("softmax", &kl::softmax,
-        "row softmax of x [M, N] (row stride sx) into out (row stride sy); path auto|warp|block|online|rows|smem",
+        "row softmax of x [M, N] (row stride sx) into out (row stride sy); path auto|warp|block|online|rows|smem|split "
+        "(max_spin: split's polls before NaN, -1 = 2^20)",
         py::arg("path"), py::arg("x"), py::arg("out"), py::arg("M"), py::arg("N"), py::arg("sx"), py::arg("sy"),
         py::arg("dtype"), py::arg("stream"), py::arg("device"), py::arg("threads") = 0, py::arg("ept") = 0,
-        py::arg("cluster") = 0, py::arg("blocks_per_sm") = 0);
+        py::arg("cluster") = 0, py::arg("blocks_per_sm") = 0, py::arg("max_spin") = -1);
   m.def(
       "softmax_plan",
       [](const std::string& path, std::uintptr_t x, std::uintptr_t out, long long M, long long N, long long sx,

@@ -34,7 +34,9 @@ void vector_add(std::uintptr_t x, std::uintptr_t y, std::uintptr_t out, long lon
 // registers), "online" (any N: column tiles with running max/sum, cluster of C CTAs per row on
 // sm_90), "rows" (N <= 8192: persistent, several rows per CTA, G threads per row, next row
 // prefetched), "smem" (a cluster of C <= 16 CTAs per row, each slice held in shared memory: one
-// HBM read + one write), "auto" (the route table in softmax.cu picks by N).
+// HBM read + one write), "split" (N > 32768: persistent cooperative grid, C = ceil(N / 16384)
+// blocks per row exchange (max, sum) through 64-bit slots; max_spin bounds the wait, after which
+// a block writes NaN), "auto" (the route table in softmax.cu picks by N).
 struct SoftmaxPlan {
   std::string path;     // the concrete path: warp | block | online
   int vec = 1;          // elements per access: 16 / sizeof(T) when every row is 16-byte aligned, else 1
@@ -46,6 +48,7 @@ struct SoftmaxPlan {
   int groups = 0;       // rows: threads per row (G)
   int blocks_per_sm = 0;  // rows: persistent CTAs per SM
   long long smem = 0;   // smem: dynamic shared memory bytes per CTA (the slice)
+  int parts = 0;        // split: chunks (co-resident blocks) per row, C
   long long grid = 1;
   std::string kernel;   // the template instantiation, e.g. softmax_warp_kernel<float, 4, 8>
 };
@@ -55,7 +58,7 @@ SoftmaxPlan softmax_plan(const std::string& path, std::uintptr_t x, std::uintptr
                          int blocks_per_sm = 0);
 void softmax(const std::string& path, std::uintptr_t x, std::uintptr_t out, long long M, long long N, long long sx,
              long long sy, int dtype, std::uintptr_t stream, int device, int threads, int ept, int cluster,
-             int blocks_per_sm = 0);
+             int blocks_per_sm = 0, int max_spin = -1);
 
 // ---- GEMM engineer: gemm_epilogue launcher declarations go below this line ----
 

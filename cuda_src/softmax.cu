@@ -13,6 +13,10 @@
 //                                         merged through distributed shared memory, then the
 //                                         segment is re-read (newest tiles first, while still in
 //                                         L2) and written normalised.
+//   softmax_split_kernel   N > 32768      persistent cooperative grid, C = ceil(N / 16384) blocks
+//                                         per row each holding its chunk in registers, (max, sum)
+//                                         partials exchanged through 64-bit slots in global memory
+//                                         (path "split", not in the route table yet)
 // VEC = 16 / sizeof(T) (one 128-bit access) when every row of x and y starts 16-byte aligned,
 // else VEC = 1 (scalar, still coalesced): the host decides from the pointers and strides.
 #include "common.cuh"
@@ -551,6 +555,116 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
 #endif
 }
 
+// ------------------------------------------------------------------------------------------------
+// Split: one read and one write of long rows on a persistent cooperative grid (the CUDA C++
+// counterpart of triton_src/softmax.py softmax_split_kernel). Every row is cut into C chunks of
+// kSplitChunk columns (512 threads x 32 values, held in fp32 registers). Unit u = blockIdx.x +
+// k * gridDim.x (round k) is chunk u % C of row u / C. A unit loads its chunk, reduces it to
+// (m, s) = (max, sum exp(x - m)), publishes the pair as ONE 64-bit word in slot[u] (zeroed on the
+// stream before the launch), then warp 0 polls the row's C slots until none is zero, merges them
+// into the row's (M, S) and the block writes exp(x - m) * exp(m - M) / S from its registers.
+//
+// The payload is its own flag: 0 is never a partial (a finite m has s >= 1, its own max giving
+// exp(0); m = -inf has the bits of -inf), and a 64-bit relaxed store is seen whole or not at all,
+// so no fence and no counter. Polls are ld.relaxed.gpu (served by L2, never a stale L1 line).
+// No deadlock: the host launches cooperatively (all gridDim.x blocks resident, or the launch is
+// refused) and gridDim.x is a multiple of C, so the C units of a row fall in one round on C
+// distinct blocks; by induction every block reaches every round. Bounded spin: after max_spin
+// polls a block gives up, writes NaN over its chunk and stops waiting in later rounds (budget 0),
+// so a grid that is not resident after all shows as a verification FAIL, not a hang.
+// -inf rules: a chunk of only -inf has m = -inf, s = 0 (exponentials against 0, never -inf - -inf)
+// and contributes nothing; a row of only -inf has S = 0 and gives NaN, as torch does.
+constexpr int kSplitThreads = 512;
+constexpr int kSplitValues = 32;                             // fp32 values per thread
+constexpr int kSplitChunk = kSplitThreads * kSplitValues;    // 16384 columns per unit
+constexpr int kSplitMinBlocks = 2;                           // launch bound: <= 64 registers
+
+__device__ __forceinline__ void slot_store(unsigned long long* p, unsigned long long w) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+__device__ __forceinline__ unsigned long long slot_load(const unsigned long long* p) {
+  unsigned long long w;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+  return w;
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kSplitThreads, kSplitMinBlocks)
+    softmax_split_kernel(const T* __restrict__ x, T* __restrict__ y, unsigned long long* __restrict__ slots, int N,
+                         i64 sx, i64 sy, int C, i64 n_units, int max_spin) {
+  constexpr int CH = kSplitValues / VEC;
+  __shared__ float red_max[32];
+  __shared__ float red_sum[32];
+  __shared__ float row_state[3];  // (M, S, ok) of the current round, written by warp 0
+  // blockDim.x == kSplitThreads (the host launches nothing else): compile-time strides keep the 32
+  // per-thread offsets immediates, so the chunk's registers leave room for the rest (<= 64 total).
+  constexpr int nt = kSplitThreads, nwarps = kSplitThreads / 32;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  int budget = max_spin;  // meaningful in warp 0 only (the poller)
+  for (i64 u = blockIdx.x; u < n_units; u += gridDim.x) {
+    const i64 row = u / C;
+    const int chunk = (int)(u - row * C);
+    const int begin = chunk * kSplitChunk;  // a multiple of VEC: 16-byte aligned when rows are
+    const int len = N - begin < kSplitChunk ? N - begin : kSplitChunk;
+    float v[CH][VEC];
+    load_row<T, VEC, CH>(x + row * sx + begin, len, t, nt, v);
+
+    float m = warp_max(thread_max<VEC, CH>(v));
+    if (lane == 0) red_max[warp] = m;
+    // Barrier 1: every warp's max is in red_max before any warp reads it.
+    __syncthreads();
+    m = warp_max(lane < nwarps ? red_max[lane] : KL_NEG_INF);
+    const float shift = m == KL_NEG_INF ? 0.f : m;  // an all -inf chunk: exp(-inf - 0) = 0, s = 0
+    float s = warp_sum(thread_exp_sum<VEC, CH>(v, shift));
+    if (lane == 0) red_sum[warp] = s;
+    // Barrier 2: every warp's sum is in red_sum before any warp reads it.
+    __syncthreads();
+
+    if (warp == 0) {
+      s = warp_sum(lane < nwarps ? red_sum[lane] : 0.f);
+      unsigned long long* rs = slots + row * C;
+      if (lane == 0)
+        slot_store(slots + u, ((unsigned long long)__float_as_uint(m) << 32) | __float_as_uint(s));
+      bool ok = false;
+      for (int polls = 0; polls < budget; ++polls) {
+        bool mine = true;
+        for (int j = lane; j < C; j += 32) mine = mine && slot_load(rs + j) != 0ull;
+        if (__all_sync(0xffffffffu, mine)) {
+          ok = true;
+          break;
+        }
+      }
+      float gm = KL_NEG_INF, gs = 0.f;
+      if (ok) {
+        for (int j = lane; j < C; j += 32) {  // fixed order per lane, then a fixed shuffle tree
+          const unsigned long long w = slot_load(rs + j);
+          online_merge(gm, gs, __uint_as_float((unsigned)(w >> 32)), __uint_as_float((unsigned)w));
+        }
+        warp_online_merge(gm, gs);
+      } else {
+        budget = 0;  // timed out: write NaN now and stop waiting in later rounds
+      }
+      if (lane == 0) {
+        row_state[0] = gm;
+        row_state[1] = gs;
+        row_state[2] = ok ? 1.f : 0.f;
+      }
+    }
+    // Barrier 3: the row's state is in row_state before any warp reads it. (Round k + 1 rewrites
+    // red_max / red_sum / row_state only after barriers every thread reaches after these reads.)
+    __syncthreads();
+    const float M = row_state[0], S = row_state[1];
+    const float nan = __int_as_float(0x7fffffff);
+    float k;
+    if (row_state[2] == 0.f || S == 0.f)
+      k = nan;  // timed out, or a row of only -inf (0 / 0 as torch)
+    else
+      k = m == KL_NEG_INF ? 0.f : exp_shifted(m, M) / S;
+    thread_scale<VEC, CH>(v, k);
+    store_row<T, VEC, CH>(y + row * sy + begin, len, t, nt, v);
+  }
+}
+
 }  // namespace kl
 
 #ifndef __CUDACC_RTC__
@@ -619,8 +733,9 @@ static std::vector<std::pair<long long, std::string>> softmax_routes() {
     const std::string path = colon == std::string::npos ? "" : item.substr(colon + 1);
     bool digits = !num.empty() && num.size() < 12;
     for (char ch : num) digits = digits && ch >= '0' && ch <= '9';
-    if (!digits || (path != "warp" && path != "block" && path != "online" && path != "rows" && path != "smem"))
-      bad_arg("KL_CUDA_SOFTMAX_ROUTE: '" + item + "' is not max_n:path with path warp|block|online|rows|smem");
+    if (!digits || (path != "warp" && path != "block" && path != "online" && path != "rows" && path != "smem" &&
+                    path != "split"))
+      bad_arg("KL_CUDA_SOFTMAX_ROUTE: '" + item + "' is not max_n:path with path warp|block|online|rows|smem|split");
     r.emplace_back(std::stoll(num), path);
   }
   if (r.empty()) bad_arg("KL_CUDA_SOFTMAX_ROUTE: no max_n:path rows in '" + spec + "'");
@@ -628,7 +743,8 @@ static std::vector<std::pair<long long, std::string>> softmax_routes() {
 }
 
 static bool known_path(const std::string& p) {
-  return p == "auto" || p == "warp" || p == "block" || p == "online" || p == "rows" || p == "smem";
+  return p == "auto" || p == "warp" || p == "block" || p == "online" || p == "rows" || p == "smem" ||
+         p == "split";
 }
 
 // One concrete path for the case; returns "" and fills p, or the reason the path cannot take it.
@@ -726,6 +842,33 @@ static std::string plan_path(const std::string& path, SoftmaxPlan& p, long long 
     p.smem = slice(c);
     p.grid = M * c;
     p.kernel = "softmax_smem_kernel<" + tn + ", " + std::to_string(p.vec) + ", " + std::to_string(c) + ">";
+  } else if (path == "split") {
+    // C = ceil(N / 16384) chunks per row, one per block (512 threads x 32 values in registers); a
+    // persistent grid of SMs x blocks_per_sm blocks (default: the launch bound's 2), rounded down
+    // to a multiple of C. The launcher checks the occupancy API and launches cooperatively.
+    if (N <= 2LL * kSplitChunk)
+      return "N: the split path takes rows longer than 32768 columns (the block path keeps shorter rows on chip "
+             "in one block), got N = " + std::to_string(N);
+    if (threads != 0 && threads != kSplitThreads)
+      bad_arg("threads: the split path uses 512 threads per block, got " + std::to_string(threads));
+    if (ept != 0 && ept != kSplitValues)
+      bad_arg("ept: the split path uses 32 elements per thread, got " + std::to_string(ept));
+    if (cluster > 1) bad_arg("cluster: the split path uses no clusters, got " + std::to_string(cluster));
+    if (blocks_per_sm < 0 || blocks_per_sm > 32)
+      bad_arg("blocks_per_sm: must be 0 (default 2) .. 32, got " + std::to_string(blocks_per_sm));
+    const long long c = (N + kSplitChunk - 1) / kSplitChunk;
+    p.blocks_per_sm = blocks_per_sm ? blocks_per_sm : kSplitMinBlocks;
+    const long long cap = (long long)(d.sm_count > 0 ? d.sm_count : 132) * p.blocks_per_sm;
+    if (c > cap)
+      return "N: the split path needs C = " + std::to_string(c) + " co-resident blocks per row (N = " +
+             std::to_string(N) + "), the device holds " + std::to_string(cap);
+    const long long g = cap / c * c;
+    p.parts = (int)c;
+    p.chunks = kSplitValues / p.vec;
+    p.threads = kSplitThreads;
+    p.seg = kSplitChunk;
+    p.grid = M * c < g ? M * c : g;
+    p.kernel = "softmax_split_kernel<" + tn + ", " + std::to_string(p.vec) + ">";
   } else {  // online
     int c = cluster;
     if (c == 16) bad_arg("cluster: the online path takes 0 (default), 1, 2, 4 or 8, got 16");
@@ -753,7 +896,7 @@ SoftmaxPlan softmax_plan(const std::string& path, std::uintptr_t x, std::uintptr
                          long long sx, long long sy, int dtype, int device, int threads, int ept, int cluster,
                          int blocks_per_sm) {
   const int es = elem_size(dtype);
-  if (!known_path(path)) bad_arg("path: '" + path + "' is not one of auto, warp, block, online, rows, smem");
+  if (!known_path(path)) bad_arg("path: '" + path + "' is not one of auto, warp, block, online, rows, smem, split");
   if (M < 1) bad_arg("M: must be >= 1, got " + std::to_string(M));
   if (N < 1 || N > 2147483647LL - 64) bad_arg("N: must be in [1, 2^31 - 64), got " + std::to_string(N));
   if (sx < N) bad_arg("sx: row stride of x must be >= N (" + std::to_string(N) + "), got " + std::to_string(sx));
@@ -857,6 +1000,8 @@ static const void* rows_fn_from(int g) {
 template <typename T>
 static const void* pick(const SoftmaxPlan& p) {
   constexpr int V = 16 / sizeof(T);
+  if (p.path == "split")
+    return p.vec == 1 ? (const void*)softmax_split_kernel<T, 1> : (const void*)softmax_split_kernel<T, V>;
   if (p.path == "warp") return p.vec == 1 ? warp_fn_from<T, 1, 1>(p.chunks) : warp_fn_from<T, V, 1>(p.chunks);
   if (p.path == "block") return p.vec == 1 ? block_fn_from<T, 1, 1>(p.chunks) : block_fn_from<T, V, 1>(p.chunks);
   if (p.path == "rows") return p.vec == 1 ? rows_fn_from<T, 1, 4>(p.groups) : rows_fn_from<T, V, 4>(p.groups);
@@ -881,9 +1026,27 @@ static void smem_attributes(const void* fn, int device, long long bytes, int clu
   done.push_back({{fn, device}, bytes});
 }
 
+// The split path's slots: M * C 64-bit words per launch, one buffer per device, grown on demand
+// and kept (zeroed on the stream before every launch). Concurrent split launches on two streams
+// of one device would share it: the harness runs one stream.
+static unsigned long long* split_slots(int device, long long n) {
+  static std::mutex mu;
+  static unsigned long long* buf[64] = {};
+  static long long cap[64] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (cap[device] < n) {
+    if (buf[device]) KL_CUDA_CHECK(cudaFree(buf[device]));  // synchronising: no launch still uses it
+    buf[device] = nullptr;
+    cap[device] = 0;
+    KL_CUDA_CHECK(cudaMalloc(&buf[device], (size_t)n * sizeof(unsigned long long)));
+    cap[device] = n;
+  }
+  return buf[device];
+}
+
 void softmax(const std::string& path, std::uintptr_t x, std::uintptr_t out, long long M, long long N, long long sx,
              long long sy, int dtype, std::uintptr_t stream, int device, int threads, int ept, int cluster,
-             int blocks_per_sm) {
+             int blocks_per_sm, int max_spin) {
   const SoftmaxPlan p = softmax_plan(path, x, out, M, N, sx, sy, dtype, device, threads, ept, cluster, blocks_per_sm);
   const void* fn = dtype == KL_F32 ? pick<float>(p) : dtype == KL_F16 ? pick<__half>(p) : pick<__nv_bfloat16>(p);
   if (!fn) throw std::logic_error("softmax: no compiled instance for " + p.kernel);
@@ -898,6 +1061,30 @@ void softmax(const std::string& path, std::uintptr_t x, std::uintptr_t out, long
   } else if (p.path == "block") {
     void* args[] = {&xp, &yp, &n, &a, &b};
     KL_CUDA_CHECK(cudaLaunchKernel(fn, dim3((unsigned)p.grid), dim3(p.threads), args, 0, s));
+  } else if (p.path == "split") {
+    // Every block must be resident at once (the blocks of a row wait for each other): check the
+    // compiled instance's occupancy and refuse a grid that cannot be co-resident, then launch
+    // cooperatively (the driver refuses, rather than runs partly resident, a grid too large).
+    int coop = 0, occ = 0;
+    KL_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+    if (!coop) bad_arg("path: the split path needs cooperative launch, which device " + std::to_string(device) +
+                       " does not support");
+    KL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, p.threads, 0));
+    const DeviceInfo d = device_info(device);
+    const long long resident = (long long)occ * d.sm_count;
+    if (p.grid > resident)
+      bad_arg("blocks_per_sm: the split grid of " + std::to_string(p.grid) + " blocks (" +
+              std::to_string(p.blocks_per_sm) + " per SM) cannot be co-resident: " + p.kernel + " fits " +
+              std::to_string(occ) + " blocks of " + std::to_string(p.threads) + " threads per SM x " +
+              std::to_string(d.sm_count) + " SMs = " + std::to_string(resident) + "; refused, not launched");
+    if (max_spin < -1) bad_arg("max_spin: must be -1 (default 2^20 polls) or >= 0, got " + std::to_string(max_spin));
+    const long long units = M * p.parts;
+    unsigned long long* slots = split_slots(device, units);
+    KL_CUDA_CHECK(cudaMemsetAsync(slots, 0, (size_t)units * sizeof(unsigned long long), s));
+    int c = p.parts, spin = max_spin < 0 ? (1 << 20) : max_spin;
+    i64 nu = units;
+    void* args[] = {&xp, &yp, &slots, &n, &a, &b, &c, &nu, &spin};
+    KL_CUDA_CHECK(cudaLaunchCooperativeKernel(fn, dim3((unsigned)p.grid), dim3(p.threads), args, 0, s));
   } else if (p.path == "smem") {
     smem_attributes(fn, device, p.smem, p.cluster);
     void* args[] = {&xp, &yp, &n, &a, &b, &seg};

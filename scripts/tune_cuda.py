@@ -37,7 +37,7 @@ from harness.verify import verify_case  # noqa: E402
 OUT = Path(os.environ.get("OUT") or ROOT / "results" / "tune_cuda")
 DEADLINE = float(os.environ.get("KL_DEADLINE", time.time() + 280))
 CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online",
-            "cuda:softmax_rows", "cuda:softmax_smem"]
+            "cuda:softmax_rows", "cuda:softmax_smem", "cuda:softmax_split"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
 # the GEMM kernels join the sanitizer run only (their tuning is scripts/tune_cuda_gemm.py)
 GEMM_IDS = ["cuda:gemm", "cuda:gemm_wgmma", "cuda:gemm_pingpong", "cuda:gemm_pingpong_c2", "cuda:gemm_mma"]
@@ -176,6 +176,12 @@ def bench():
                 for th in ((256, 512) if cl_ in (1, 8) else (512,)):
                     L[f"online C={cl_} threads={th}"] = (lambda cc, t: lambda: kl.softmax(
                         "online", *a_, stream(), 0, t, 0, cc))(cl_, th)
+        if N >= 131072:  # persistent cooperative grid, chunks in registers, 64-bit slot exchange
+            try:
+                plans["split"] = kl.softmax_plan("split", *a_, 0)
+                L["split"] = lambda: kl.softmax("split", *a_, stream(), 0)
+            except ValueError as e:
+                plans["split"] = f"declined: {e}"
         if cp.available() is None and left() > 90:
             L["cupy:softmax (auto)"] = lambda: cp.softmax(x, y)
             if N <= 8192:

@@ -28,7 +28,7 @@ cuda_layer = importlib.import_module("backends.cuda_layer")
 cupy_layer = importlib.import_module("backends.cupy_layer")
 
 CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online",
-            "cuda:softmax_rows", "cuda:softmax_smem"]
+            "cuda:softmax_rows", "cuda:softmax_smem", "cuda:softmax_split"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
 
 
@@ -171,6 +171,14 @@ def test_supports_reasons():
     why = smem.supports(sm.case(M=2, N=1_000_000))  # 4 MB of fp32 > 16 CTAs x 226 KiB
     assert why and "shared memory" in why
     assert registry.get("softmax", "cupy:softmax_smem").supports(sm.case(M=2, N=1_000_000)) == why
+    split = registry.get("softmax", "cuda:softmax_split")
+    for n in (32769, 131072, 262144, 1_000_000):
+        assert split.supports(sm.case(M=2, N=n)) is None, n
+    for n in (1, 4096, 32768):
+        why = split.supports(sm.case(M=2, N=n))
+        assert why and "32768" in why and f"N = {n}" in why, (n, why)
+    why = registry.get("softmax", "cupy:softmax_split").supports(sm.case(M=2, N=262144))
+    assert why and "cooperative" in why and "cuda:softmax_split" in why
 
 
 def test_every_row_registered_with_sources_and_cuda_device():
@@ -273,6 +281,27 @@ def test_python_plan_mirrors_dispatch_rules():
         cuda_layer.case_plan("smem", sm.case(M=2, N=100_000), cc_major=8)
     with pytest.raises(ValueError, match="cluster: the online path"):
         cuda_layer.case_plan("online", sm.case(M=2, N=100_000), cluster=16)
+    # split: C = ceil(N / 16384) blocks per row, grid = 132 SMs x 2 rounded down to a multiple of C
+    p = cuda_layer.case_plan("split", sm.case(M=8192, N=262144))
+    assert p["kernel"] == "softmax_split_kernel<float, 4>" and p["parts"] == 16 and p["grid"] == 256
+    assert p["threads"] == 512 and p["chunks"] == 8 and p["seg"] == 16384 and p["blocks_per_sm"] == 2
+    p = cuda_layer.case_plan("split", sm.case(M=8192, N=131072))
+    assert p["parts"] == 8 and p["grid"] == 264 and p["grid"] % 8 == 0
+    p = cuda_layer.case_plan("split", sm.case(M=8192, N=131072, dtype="bfloat16"))
+    assert p["kernel"] == "softmax_split_kernel<__nv_bfloat16, 8>" and p["chunks"] == 4 and p["parts"] == 8
+    p = cuda_layer.case_plan("split", sm.case(M=5, N=70000, layout="strided_odd"))
+    assert p["vec"] == 1 and p["chunks"] == 32 and p["parts"] == 5 and p["grid"] == 25  # M * C < capacity
+    p = cuda_layer.case_plan("split", sm.case(M=8192, N=100_000))  # C = 7: 264 -> 259 blocks
+    assert p["parts"] == 7 and p["grid"] == 259
+    p = cuda_layer.case_plan("split", sm.case(M=8192, N=262144), blocks_per_sm=3)
+    assert p["grid"] == 384 and p["blocks_per_sm"] == 3
+    for n in (1, 1024, 32768):
+        with pytest.raises(ValueError, match=f"split path takes rows longer than 32768.*N = {n}"):
+            cuda_layer.case_plan("split", sm.case(M=4, N=n))
+    with pytest.raises(ValueError, match="co-resident blocks per row"):
+        cuda_layer.case_plan("split", sm.case(M=1, N=16384 * 265))  # C = 265 > 264 resident blocks
+    with pytest.raises(ValueError, match="threads: the split path"):
+        cuda_layer.case_plan("split", sm.case(M=4, N=100_000), threads=256)
     va = problems.get("vector_add")
     assert cuda_layer._va_plan(va.case(N=98432, misalign=1))["vec"] == 1
     assert cuda_layer._va_plan(va.case(N=98432))["vec"] == 4
@@ -286,7 +315,7 @@ def test_route_table_is_one_table_in_softmax_cu(monkeypatch):
     assert text.count("// KL_SOFTMAX_ROUTES_BEGIN") == 1 and text.count("// KL_SOFTMAX_ROUTES_END") == 1
     routes = cuda_layer.softmax_routes()
     # the H200-measured choices
-    assert routes == [(1024, "warp"), (32768, "block"), (131072, "smem"), (0, "online")]
+    assert routes == [(1024, "warp"), (32768, "block"), (131072, "smem"), (0, "online")]  # no split yet
     assert cuda_layer.auto_kernels() == ("softmax_warp_kernel", "softmax_block_kernel",
                                          "softmax_smem_kernel", "softmax_online_kernel")
     sm = problems.get("softmax")
@@ -304,6 +333,11 @@ def test_route_table_is_one_table_in_softmax_cu(monkeypatch):
     monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:rows")
     with pytest.raises(ValueError, match="8192"):
         cuda_layer.case_plan("auto", sm.case(M=2, N=10_000))
+    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "32768:block,0:split")  # split is a valid route path
+    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_split_kernel<float, 4>"
+    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=4096))["path"] == "block"
+    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:split,0:online")  # split declines short rows: falls through
+    assert cuda_layer.case_plan("auto", sm.case(M=8, N=2048))["path"] == "online"
     monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "1024:fast")
     with pytest.raises(ValueError, match="KL_CUDA_SOFTMAX_ROUTE"):
         cuda_layer.case_plan("auto", sm.case(M=2, N=100))
@@ -385,15 +419,16 @@ def test_cpp_plan_equals_python_plan_on_gpu():
             es = x.element_size()
             aligned = (M == 1) or (((N + pad) * es) % 16 == 0 and (N * es) % 16 == 0)
             props = torch.cuda.get_device_properties(0)
-            for path in ("auto", "warp", "block", "online", "rows", "smem"):
-                if (path == "warp" and N > 1024) or (path == "block" and N > 32768) or (path == "rows" and N > 8192):
+            for path in ("auto", "warp", "block", "online", "rows", "smem", "split"):
+                if (path == "warp" and N > 1024) or (path == "block" and N > 32768) or (path == "rows" and N > 8192) \
+                        or (path == "split" and N <= 32768):
                     continue
                 c = kl.softmax_plan(path, x.data_ptr(), out.data_ptr(), M, N, x.stride(0), N, cuda_layer.DTYPE_CODE[dt], 0)
                 p = cupy_layer.softmax_plan(path, M, N, aligned, cupy_layer._TYPE_OF[dt], es, props.major,
                                             sm_count=props.multi_processor_count,
                                             smem_optin=getattr(props, "shared_memory_per_block_optin", 0) or 232448)
                 for k in ("path", "vec", "chunks", "threads", "cluster", "seg", "grid", "kernel", "groups",
-                          "blocks_per_sm", "smem"):
+                          "blocks_per_sm", "smem", "parts"):
                     assert c[k] == p[k], (dt, M, N, path, k, c[k], p[k])
 
 
@@ -446,3 +481,58 @@ def test_gpu_validation_and_overrides():
     a = torch.randn(1000, device="cuda")
     for grid in (1, 7, 1000):
         assert torch.equal(cuda_layer.vector_add(a, a, grid=grid), a + a)
+
+
+@needs_build
+def test_split_compile_facts_and_poll_loop():
+    """softmax_split_kernel: every instance in the sm_90a facts, 0 spills, registers that let 2 blocks
+    of 512 threads reside per SM (65536 / 1024 = 64), and the poll loop survived compilation (the
+    slot loads are ld.relaxed.gpu in the PTX, strong GPU-scope LDG in the SASS)."""
+    facts = cuda_layer.ptxas_facts()
+    for t, v in (("float", 4), ("__half", 8), ("__nv_bfloat16", 8)):
+        for vec in (1, v):
+            k = f"softmax_split_kernel<{t}, {vec}>"
+            assert k in facts, k
+            assert facts[k]["spills"] == 0 and 0 < facts[k]["registers"] <= 64, (k, facts[k])
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", "-ptx", "-o", "-", "-I", str(ROOT / "cuda_src"),
+                        str(ROOT / "cuda_src" / "softmax.cu")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ptx = r.stdout
+    start = ptx.index(".entry _ZN2kl20softmax_split_kernelIfLi4EEE")
+    body = ptx[start:ptx.index("\n}", start)]
+    assert "ld.relaxed.gpu.global.b64" in body and "st.relaxed.gpu.global.b64" in body
+    assert "vote.sync.all.pred" in body  # the warp's all-slots-present test inside the loop
+
+
+@pytest.mark.gpu
+def test_split_path_on_gpu():
+    """split: ragged last chunk, strided (scalar) rows, -inf chunks, all--inf rows, fp16/bf16, several
+    rounds per block (M * C > grid), and the bounded spin (max_spin = 0: every block gives up at once
+    and writes NaN, so a wait that cannot finish shows as NaN, not a hang)."""
+    def check(x, **kw):
+        y = cuda_layer.softmax(x, path="split", **kw)
+        ref = torch.softmax(x.double(), -1)
+        tol = dict(rtol=1e-4, atol=1e-9) if x.dtype == torch.float32 else dict(rtol=2e-2, atol=1e-5)
+        assert torch.allclose(y.double(), ref, equal_nan=True, **tol), (x.shape, x.dtype, kw)
+        return y
+
+    for n in (32769, 100_000, 131072, 262144, 262147):
+        check(torch.randn(7, n, device="cuda"))
+    check(torch.randn(600, 131072, device="cuda"))  # 4800 units > 264 blocks: many rounds
+    check(torch.randn(5, 70000 + 3, device="cuda")[:, :70000])  # rows not 16-byte aligned: scalar path
+    for dt in (torch.float16, torch.bfloat16):
+        check(torch.randn(9, 200_000, device="cuda").to(dt))
+    x = torch.randn(6, 100_000, device="cuda") * 30
+    x[0, :16384] = float("-inf")  # a whole chunk of -inf: contributes 0
+    x[1, 50_000:] = float("-inf")  # the tail chunks all -inf
+    x[2] = float("-inf")  # a row of only -inf: NaN, as torch
+    x[3, :99_999] = float("-inf")  # one finite value
+    x[4] -= 500  # very negative finite values
+    y = check(x)
+    assert torch.isnan(y[2]).all() and not torch.isnan(y[[0, 1, 3, 4, 5]]).any()
+    y = cuda_layer.softmax(torch.randn(8, 100_000, device="cuda"), path="split", max_spin=0)
+    assert torch.isnan(y).all()
+    check(torch.randn(8, 100_000, device="cuda"), blocks_per_sm=1)
+    with pytest.raises(ValueError, match="cannot be co-resident"):
+        cuda_layer.softmax(torch.randn(1000, 100_000, device="cuda"), path="split", blocks_per_sm=32)
