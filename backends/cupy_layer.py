@@ -6,7 +6,8 @@ which mirrors the C++ host dispatcher in ``cuda_src/softmax.cu`` / ``vector_add.
 
 Rows: ``cupy:vector_add``, ``cupy:softmax`` (dispatcher, the route table of softmax.cu),
 ``cupy:softmax_warp``, ``cupy:softmax_block``, ``cupy:softmax_online``, ``cupy:softmax_rows``,
-``cupy:softmax_smem``, ``cupy:softmax_split`` (registered, declines: see SPLIT_DECLINE). ``launch.info["compile_s"]`` is the NVRTC compile
+``cupy:softmax_smem``, ``cupy:softmax_split`` (cooperative launch through the driver API,
+``_launch_split``). ``launch.info["compile_s"]`` is the NVRTC compile
 (and module load) time of the first call of that instance in this process (CuPy's on-disk kernel
 cache can make it short; ``info["cache"]`` says whether the cache is on).
 """
@@ -68,10 +69,7 @@ SPLIT_THREADS = 512         # kSplitThreads
 SPLIT_VALUES = 32           # kSplitValues
 SPLIT_CHUNK = SPLIT_THREADS * SPLIT_VALUES  # kSplitChunk
 SPLIT_MIN_BLOCKS = 2        # kSplitMinBlocks
-SPLIT_DECLINE = ("cupy:softmax_split is not wired: the split path needs a cooperative launch of its own NVRTC "
-                 "module (RawModule(enable_cooperative_groups=True)) and a zeroed slots workspace per launch; "
-                 "this layer compiles one module per file without that option, so the row declines "
-                 "(cuda:softmax_split runs the same kernel)")
+SPLIT_MAX_SPIN = 1 << 20    # the C++ launcher's default max_spin
 H200_SMEM_OPTIN = 232448    # cudaDevAttrMaxSharedMemoryPerBlockOptin on H100/H200 (plans without a GPU)
 
 
@@ -282,6 +280,7 @@ def instances(cu: str) -> list[str]:
                 out += [f"softmax_online_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8)]
                 out += [f"softmax_rows_kernel<{t}, {v}, {32 // v}, {g}>" for g in (4, 8, 16, 32, 64, 128, 256)]
                 out += [f"softmax_smem_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16)]
+                out += [f"softmax_split_kernel<{t}, {v}>"]
     return out
 
 
@@ -366,8 +365,52 @@ def _smem_attributes(fn, plan: dict) -> None:
     _state[key] = max(int(plan["smem"]), _state.get(key, 0))
 
 
+def _split_slots(device: torch.device, n: int) -> torch.Tensor:
+    """The split path's slot workspace (int64, one per unit), cached per device and grown on demand;
+    zeroed on torch's current stream before every launch (``_launch_split``)."""
+    key = ("slots", device.index)
+    buf = _state.get(key)
+    if buf is None or buf.numel() < n:
+        buf = _state[key] = torch.empty(n, dtype=torch.int64, device=device)
+    return buf[:n]
+
+
+def _launch_split(fn, p: dict, x, out, M: int, N: int, sx: int, sy: int, max_spin: int = -1) -> None:
+    """Cooperative launch of softmax_split_kernel (cuLaunchCooperativeKernel from the driver API:
+    the NVRTC module is the ordinary one, no -rdc needed since the kernel uses no grid.sync). The
+    grid is refused before launching when the instance's occupancy cannot hold it at once."""
+    import ctypes
+
+    import cupy
+    from cupy_backends.cuda.api import driver, runtime
+
+    if max_spin < -1:
+        raise ValueError(f"max_spin: must be -1 (default 2^20 polls) or >= 0, got {max_spin}")
+    dev = x.device.index
+    with cupy.cuda.Device(dev):
+        if not runtime.deviceGetAttribute(runtime.cudaDevAttrCooperativeLaunch, dev):
+            raise ValueError(f"path: the split path needs cooperative launch, which device {dev} does not support")
+        func = fn.kernel.ptr  # loads the module (compiled by get_kernel)
+        occ = driver.occupancyMaxActiveBlocksPerMultiprocessor(func, p["threads"], 0)
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        if p["grid"] > occ * sms:
+            raise ValueError(f"blocks_per_sm: the split grid of {p['grid']} blocks ({p['blocks_per_sm']} per SM) "
+                             f"cannot be co-resident: {p['kernel']} fits {occ} blocks of {p['threads']} threads "
+                             f"per SM x {sms} SMs = {occ * sms}; refused, not launched")
+        units = M * p["parts"]
+        slots = _split_slots(x.device, units)
+        slots.zero_()  # torch's current stream: the launch below is on the same stream
+        vals = [ctypes.c_uint64(x.data_ptr()), ctypes.c_uint64(out.data_ptr()), ctypes.c_uint64(slots.data_ptr()),
+                ctypes.c_int32(N), ctypes.c_int64(sx), ctypes.c_int64(sy), ctypes.c_int32(p["parts"]),
+                ctypes.c_int64(units), ctypes.c_int32(SPLIT_MAX_SPIN if max_spin < 0 else max_spin)]
+        params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        driver.launchCooperativeKernel(func, int(p["grid"]), 1, 1, int(p["threads"]), 1, 1, 0, stream,
+                                       ctypes.addressof(params))
+
+
 def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0,
-            blocks_per_sm: int = 0):
+            blocks_per_sm: int = 0, max_spin: int = -1):
     """Row softmax through the NVRTC-compiled kernels; returns out."""
     import numpy as np
 
@@ -377,9 +420,10 @@ def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, clu
     M, N = x.shape
     sx, sy = row_stride(x), row_stride(out)
     p = _device_plan(x, out, path, threads, ept, cluster, blocks_per_sm)
-    if p["path"] == "split":
-        raise Unsupported(SPLIT_DECLINE)
     fn, _ = get_kernel("softmax.cu", p["kernel"])
+    if p["path"] == "split":
+        _launch_split(fn, p, x, out, M, N, sx, sy, max_spin)
+        return out
     xp, yp = np.uint64(x.data_ptr()), np.uint64(out.data_ptr())
     smem = 0
     if p["path"] in ("warp", "rows"):
@@ -434,8 +478,7 @@ def _register_softmax(path: str, name: str):
     srcs = [Source("cuda_src/softmax.cu", kernels=kernels, host=()), HELPERS,
             Source("backends/cupy_layer.py", kernels=(), host=("softmax", "softmax_plan", "_launch", "get_kernel"))]
 
-    def supports(case):
-        return SPLIT_DECLINE if path == "split" else _softmax_supports(path)(case)
+    supports = _softmax_supports(path)
 
     def compile_only(case):
         reason = supports(case)
@@ -448,8 +491,6 @@ def _register_softmax(path: str, name: str):
               compile_only=compile_only, grid=lambda case: softmax_grid(case_plan(path, case), case.M, case.N))
     def prepare(case, inputs, out):
         (x,) = inputs
-        if path == "split":
-            raise Unsupported(SPLIT_DECLINE)
         if (why := available()):
             raise Unsupported(why)
         check_softmax(x, out)

@@ -188,6 +188,8 @@ def bench():
                 L["cupy:softmax_rows"] = lambda: cp.softmax(x, y, path="rows")
             if N >= 32768:
                 L["cupy:softmax_smem"] = lambda: cp.softmax(x, y, path="smem")
+            if N >= 131072:
+                L["cupy:softmax_split"] = lambda: cp.softmax(x, y, path="split")
         rows = timed(L, 2 * M * N * 4)
         torch_t = rows["torch.softmax"]["median_s"]
         for k, r in rows.items():

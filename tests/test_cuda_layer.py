@@ -177,8 +177,9 @@ def test_supports_reasons():
     for n in (1, 4096, 32768):
         why = split.supports(sm.case(M=2, N=n))
         assert why and "32768" in why and f"N = {n}" in why, (n, why)
-    why = registry.get("softmax", "cupy:softmax_split").supports(sm.case(M=2, N=262144))
-    assert why and "cooperative" in why and "cuda:softmax_split" in why
+    cupy_split = registry.get("softmax", "cupy:softmax_split")
+    assert cupy_split.supports(sm.case(M=2, N=262144)) is None
+    assert cupy_split.supports(sm.case(M=2, N=4096)) == split.supports(sm.case(M=2, N=4096))
 
 
 def test_every_row_registered_with_sources_and_cuda_device():
@@ -377,6 +378,8 @@ def test_cupy_compile_only_through_nvrtc():
 @pytest.mark.parametrize("impl_id,case", [("cupy:softmax_smem", dict(M=8192, N=262144)),
                                           ("cupy:softmax_smem", dict(M=5, N=70000, layout="strided_odd")),
                                           ("cupy:softmax_rows", dict(M=4096, N=1024)),
+                                          ("cupy:softmax_split", dict(M=8192, N=262144)),
+                                          ("cupy:softmax_split", dict(M=3, N=262147, layout="strided_odd")),
                                           ("cupy:softmax_rows", dict(M=4096, N=4096, dtype="bfloat16"))])
 def test_cupy_new_kernels_compile_under_nvrtc(impl_id, case):
     """The same source through NVRTC (no GPU needed): the instance compiles, 0 spills."""
@@ -512,6 +515,9 @@ def test_split_path_on_gpu():
     and writes NaN, so a wait that cannot finish shows as NaN, not a hang)."""
     def check(x, **kw):
         y = cuda_layer.softmax(x, path="split", **kw)
+        if not kw:  # the cupy row: the same kernel, cooperative launch through the driver API
+            yc = cupy_layer.softmax(x, path="split")
+            assert torch.allclose(yc.double(), y.double(), rtol=1e-5, atol=0, equal_nan=True), (x.shape, x.dtype)
         ref = torch.softmax(x.double(), -1)
         tol = dict(rtol=1e-4, atol=1e-9) if x.dtype == torch.float32 else dict(rtol=2e-2, atol=1e-5)
         assert torch.allclose(y.double(), ref, equal_nan=True, **tol), (x.shape, x.dtype, kw)
@@ -533,6 +539,10 @@ def test_split_path_on_gpu():
     assert torch.isnan(y[2]).all() and not torch.isnan(y[[0, 1, 3, 4, 5]]).any()
     y = cuda_layer.softmax(torch.randn(8, 100_000, device="cuda"), path="split", max_spin=0)
     assert torch.isnan(y).all()
+    y = cupy_layer.softmax(torch.randn(8, 100_000, device="cuda"), path="split", max_spin=0)
+    assert torch.isnan(y).all()
     check(torch.randn(8, 100_000, device="cuda"), blocks_per_sm=1)
     with pytest.raises(ValueError, match="cannot be co-resident"):
         cuda_layer.softmax(torch.randn(1000, 100_000, device="cuda"), path="split", blocks_per_sm=32)
+    with pytest.raises(ValueError, match="cannot be co-resident"):
+        cupy_layer.softmax(torch.randn(1000, 100_000, device="cuda"), path="split", blocks_per_sm=32)
