@@ -259,7 +259,12 @@ def run_sanitizer():
 def sanitize_main():
     """Run under compute-sanitizer: small verify cases of every cuda:* row (vector add, softmax,
     GEMM), one seed, no repeat."""
-    rows = verify_all(CUDA_IDS + GEMM_IDS, "sanitize", seeds=(0,), repeat=False, cases=sanitize_cases)
+    # cuda:softmax_split is left out: its blocks wait for each other (bounded spin), and a tool that
+    # slows or serialises blocks (racecheck) would turn that wait into a timeout (NaN rows) or a
+    # run of many minutes; check it under memcheck on its own, with a large max_spin, once it has
+    # passed verification on the GPU
+    ids = [i for i in CUDA_IDS if i != "cuda:softmax_split"] + GEMM_IDS
+    rows = verify_all(ids, "sanitize", seeds=(0,), repeat=False, cases=sanitize_cases)
     bad = [r for r in rows if r["status"] != "PASS"]
     print(f"sanitize: {len(rows) - len(bad)} cases passed, {len(bad)} not")
     return 1 if bad else 0
