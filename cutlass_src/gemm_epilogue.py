@@ -56,6 +56,21 @@ def apply_act(v: cutlass.Float32, act: cutlass.Constexpr):
     return v
 
 
+@cute.jit
+def bias_act(acc: cute.Tensor, tCcC: cute.Tensor, mBias: cute.Tensor, n, has_bias: cutlass.Constexpr,
+             act: cutlass.Constexpr):
+    """The fused epilogue on a thread's fp32 accumulators, in place: + bias[col] where the
+    accumulator's column (from the matching coordinate partition ``tCcC``) is inside N, then
+    the activation. Shared by every CuTe GEMM kernel of this package."""
+    for i in cutlass.range(cute.size(acc), unroll_full=True):
+        v = acc[i]
+        if cutlass.const_expr(has_bias):
+            col = tCcC[i][1]
+            if col < n:
+                v = v + mBias[col].to(cutlass.Float32)
+        acc[i] = apply_act(v, act)
+
+
 class GemmEpilogue:
     def __init__(self, act: str, has_bias: bool, tile_n: int = 256, stages: int | None = None):
         if act not in ACTS:
@@ -227,14 +242,7 @@ class GemmEpilogue:
             tCcC = tiled_mma.get_slice(tidx).partition_C(cC)
             if cutlass.const_expr(cute.size(tCcC) != cute.size(acc)):
                 raise ValueError("accumulator / coordinate partitions differ in size")
-            n = cute.size(mC, mode=[1])
-            for i in cutlass.range_constexpr(cute.size(acc)):
-                v = acc[i]
-                if cutlass.const_expr(self.has_bias):
-                    col = tCcC[i][1]
-                    if col < n:
-                        v = v + mBias[col].to(cutlass.Float32)
-                acc[i] = apply_act(v, self.act)
+            bias_act(acc, tCcC, mBias, cute.size(mC, mode=[1]), self.has_bias, self.act)
 
         cute.arch.sync_threads()          # every warpgroup is done reading sA before it is reused
         r2s_atom = sm90_utils.sm90_get_smem_store_op(self.c_layout, elem_ty_d=self.c_dtype,

@@ -26,7 +26,7 @@ import torch
 from cutlass.memory import SmemAllocator
 
 from . import cached, compile_kernel, cutlass_dtype, fake_stream, stream_args, to_cute
-from .gemm_epilogue import ACTS, apply_act, check, validate
+from .gemm_epilogue import ACTS, bias_act, check, validate
 from .gemm_ws import DEFAULT_SMS, raster
 
 PRODUCER_REGS = 40
@@ -249,14 +249,8 @@ class GemmPingPong:
 
                 # ---- fused epilogue (overlaps the other warpgroup's mainloop) -------------
                 if cutlass.const_expr(self.has_bias or self.act != "none"):
-                    tCcC = thr_mma.partition_C(cC[(None, None, pm, pn)])
-                    for i in cutlass.range(cute.size(acc), unroll_full=True):
-                        v = acc[i]
-                        if cutlass.const_expr(self.has_bias):
-                            col = tCcC[i][1]
-                            if col < n:
-                                v = v + mBias[col].to(cutlass.Float32)
-                        acc[i] = apply_act(v, self.act)
+                    bias_act(acc, thr_mma.partition_C(cC[(None, None, pm, pn)]), mBias, n,
+                             self.has_bias, self.act)
 
                 gC_epi = cute.zipped_divide(gC[(None, None, pm, pn)], self.epi_tile)
                 bsC, bgC = cute.nvgpu.cpasync.tma_partition(tma_c, 0, cute.make_layout(1),

@@ -36,7 +36,7 @@ import torch
 from cutlass.memory import SmemAllocator
 
 from . import cached, compile_kernel, cutlass_dtype, fake_stream, stream_args, to_cute
-from .gemm_epilogue import ACTS, apply_act, check, validate
+from .gemm_epilogue import ACTS, bias_act, check, validate
 
 GROUP_M = 8                  # raster: 8 tile rows per band (in CTA tiles)
 DEFAULT_SMS = 132            # H100 SXM / H200; the real count is read from the GPU when present
@@ -277,14 +277,8 @@ class GemmWS:
 
                 # ---- fused epilogue on the fp32 accumulators -------------------------------
                 if cutlass.const_expr(self.has_bias or self.act != "none"):
-                    tCcC = my_mma.partition_C(cC[(None, None, pm, pn)])
-                    for i in cutlass.range(cute.size(acc), unroll_full=True):
-                        v = acc[i]
-                        if cutlass.const_expr(self.has_bias):
-                            col = tCcC[i][1]
-                            if col < n:
-                                v = v + mBias[col].to(cutlass.Float32)
-                        acc[i] = apply_act(v, self.act)
+                    bias_act(acc, my_mma.partition_C(cC[(None, None, pm, pn)]), mBias, n,
+                             self.has_bias, self.act)
 
                 gC_epi = cute.zipped_divide(gC[(None, None, pm, pn)], self.epi_tile)
                 bsC, bgC = cute.nvgpu.cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
