@@ -9,8 +9,15 @@
    online C, rows blocks_per_sm, smem C / threads; cupy);
 3. verify every cupy:* implementation on the verify suite;
 4. compute-sanitizer --tool memcheck and --tool racecheck on a small verify run (``--sanitize``);
+5. (stage ``profile``) kernel durations from CUPTI (torch.profiler) for the long-row paths, so
+   the launch path (pybind11 vs CuPy) can be told apart from the kernel itself;
 writing JSON under $OUT (default results/tune_cuda/) after each stage and a table at the end.
 KL_DEADLINE (epoch seconds) bounds the whole run; later stages are skipped with a note when short.
+Environment: KL_TUNE_STAGES (comma list of verify_cuda, bench, verify_cupy, profile, sanitize;
+default all but profile), KL_TUNE_SHAPES (softmax shapes to time, e.g. "8192x131072,8192x262144"),
+KL_TUNE_IDS (the cuda:* ids to verify; their cupy:* twins in verify_cupy).
+``--sanitize-split``: run under compute-sanitizer, the split path alone with a spin budget of 2^30
+polls (its blocks wait for each other; a slowed tool must not turn that wait into a timeout).
 
     python3 -m pip install -q --no-build-isolation --no-deps --no-index -e . && \
         KL_DEADLINE=$(( $(date +%s) + 280 )) PYTHONUNBUFFERED=1 python3 scripts/tune_cuda.py
@@ -38,7 +45,12 @@ OUT = Path(os.environ.get("OUT") or ROOT / "results" / "tune_cuda")
 DEADLINE = float(os.environ.get("KL_DEADLINE", time.time() + 280))
 CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online",
             "cuda:softmax_rows", "cuda:softmax_smem", "cuda:softmax_split"]
+if os.environ.get("KL_TUNE_IDS"):
+    CUDA_IDS = os.environ["KL_TUNE_IDS"].replace(",", " ").split()
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
+SOFTMAX_SHAPES = [(4096, n_) for n_ in (1024, 2048, 4096, 8192, 16384)] + [(8192, n_) for n_ in (32768, 131072, 262144)]
+if os.environ.get("KL_TUNE_SHAPES"):
+    SOFTMAX_SHAPES = [tuple(int(v) for v in s_.split("x")) for s_ in os.environ["KL_TUNE_SHAPES"].split(",")]
 # the GEMM kernels join the sanitizer run only (their tuning is scripts/tune_cuda_gemm.py)
 GEMM_IDS = ["cuda:gemm", "cuda:gemm_wgmma", "cuda:gemm_pingpong", "cuda:gemm_pingpong_c2", "cuda:gemm_mma"]
 RESULT: dict = {}
@@ -138,7 +150,7 @@ def bench():
     save()
     # softmax fp32
     res["softmax"] = {}
-    for M, N in [(4096, n_) for n_ in (1024, 2048, 4096, 8192, 16384)] + [(8192, n_) for n_ in (32768, 131072, 262144)]:
+    for M, N in SOFTMAX_SHAPES:
         if left() < 60:
             res["softmax"][f"{M}x{N}"] = "skipped: out of time"
             continue
@@ -176,19 +188,21 @@ def bench():
                 for th in ((256, 512) if cl_ in (1, 8) else (512,)):
                     L[f"online C={cl_} threads={th}"] = (lambda cc, t: lambda: kl.softmax(
                         "online", *a_, stream(), 0, t, 0, cc))(cl_, th)
-        if N >= 131072:  # persistent cooperative grid, chunks in registers, 64-bit slot exchange
-            try:
-                plans["split"] = kl.softmax_plan("split", *a_, 0)
-                L["split"] = lambda: kl.softmax("split", *a_, stream(), 0)
-            except ValueError as e:
-                plans["split"] = f"declined: {e}"
+        if N > 32768:  # persistent cooperative grid, chunks in registers, 64-bit slot exchange
+            for bps in (0, 1):  # blocks per SM: default (2, the launch bound) and 1
+                try:
+                    plans[f"split bps={bps or 'auto'}"] = kl.softmax_plan("split", *a_, 0, 0, 0, 0, bps)
+                    L[f"split bps={bps or 'auto'}"] = (lambda b_: lambda: kl.softmax(
+                        "split", *a_, stream(), 0, 0, 0, 0, b_))(bps)
+                except ValueError as e:
+                    plans[f"split bps={bps or 'auto'}"] = f"declined: {e}"
         if cp.available() is None and left() > 90:
             L["cupy:softmax (auto)"] = lambda: cp.softmax(x, y)
             if N <= 8192:
                 L["cupy:softmax_rows"] = lambda: cp.softmax(x, y, path="rows")
             if N >= 32768:
                 L["cupy:softmax_smem"] = lambda: cp.softmax(x, y, path="smem")
-            if N >= 131072:
+            if N > 32768:
                 L["cupy:softmax_split"] = lambda: cp.softmax(x, y, path="split")
         rows = timed(L, 2 * M * N * 4)
         torch_t = rows["torch.softmax"]["median_s"]
@@ -270,9 +284,81 @@ def sanitize_main():
     return 1 if bad else 0
 
 
+def sanitize_split_main():
+    """Run under compute-sanitizer: the split path on ragged, strided, low-precision and multi-round
+    cases, with 2^30 polls of spin budget, checked against torch.softmax in float64."""
+    import backends.cuda_layer as cl
+
+    cases = [(2, 262_144, torch.float32, 0), (3, 262_147, torch.float32, 5), (2, 131_072, torch.bfloat16, 0),
+             (5, 70_000, torch.float32, 3), (40, 100_000, torch.float16, 0), (300, 40_000, torch.float32, 0)]
+    bad = 0
+    for M, N, dt, pad in cases:
+        x = torch.randn(M, N + pad, device="cuda").to(dt)[:, :N]
+        y = cl.softmax(x, path="split", max_spin=1 << 30)
+        ref = torch.softmax(x.double(), -1)
+        tol = dict(rtol=1e-4, atol=1e-9) if dt == torch.float32 else dict(rtol=2e-2, atol=1e-5)
+        ok = torch.allclose(y.double(), ref, **tol)
+        bad += not ok
+        print(f"sanitize-split {M}x{N} {dt} pad={pad}: {'PASS' if ok else 'FAIL'}")
+    print(f"sanitize-split: {len(cases) - bad} cases passed, {bad} not")
+    return 1 if bad else 0
+
+
+def profile():
+    """Kernel durations from CUPTI (torch.profiler), warm, for the long-row paths through both launch
+    paths: if the pybind11 and CuPy launches of one kernel differ here, the kernel differs (flags,
+    arch); if they agree here but not under the cold-launch timer, the launch path differs."""
+    import backends.cuda_layer as cl
+    import backends.cupy_layer as cp
+    from torch.profiler import ProfilerActivity, profile as tprof
+
+    kl = cl.module()
+    stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
+    out = {}
+    for M, N in [s_ for s_ in SOFTMAX_SHAPES if s_[1] > 32768]:
+        x = torch.randn(M, N, device="cuda")
+        y = torch.empty_like(x)
+        a_ = (x.data_ptr(), y.data_ptr(), M, N, N, N, 0)
+        L = {f"cuda {p}": (lambda pp: lambda: kl.softmax(pp, *a_, stream(), 0))(p) for p in ("smem", "online", "split")}
+        if cp.available() is None:
+            L.update({f"cupy {p}": (lambda pp: lambda: cp.softmax(x, y, path=pp))(p) for p in ("smem", "online", "split")})
+        L["copy same bytes"] = lambda: y.copy_(x)
+        res = {}
+        for k, f in L.items():
+            try:
+                f()
+                torch.cuda.synchronize()
+            except Exception as e:
+                res[k] = f"{type(e).__name__}: {e}"
+                continue
+            with tprof(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(10):
+                    f()
+                torch.cuda.synchronize()
+            ks = [e_ for e_ in prof.events() if e_.device_type.name == "CUDA" and "memset" not in e_.name.lower()
+                  and "Memset" not in e_.name]
+            durs = sorted(e_.time_range.elapsed_us() for e_ in ks)  # microseconds
+            if not durs:
+                res[k] = "no kernel events"
+                continue
+            med = durs[len(durs) // 2]
+            names = sorted({e_.name[:80] for e_ in ks})
+            res[k] = {"kernel_us_median": med, "kernel_us_min": durs[0], "n": len(durs), "kernels": names,
+                      "tbps": 2 * M * N * 4 / (med * 1e-6) / 1e12}
+            print(f"profile {M}x{N} {k:18s} {med:9.1f} us  {res[k]['tbps']:.3f} TB/s  {names}")
+        out[f"{M}x{N}"] = res
+        del x, y
+        torch.cuda.empty_cache()
+        RESULT["profile"] = out
+        save()
+    return out
+
+
 def main():
     if "--sanitize" in sys.argv:
         sys.exit(sanitize_main())
+    if "--sanitize-split" in sys.argv:
+        sys.exit(sanitize_split_main())
     import kl_cuda_build
 
     props = torch.cuda.get_device_properties(0)
@@ -288,8 +374,13 @@ def main():
         pass
     print(RESULT["machine"])
     save()
-    for stage in (lambda: verify_all(CUDA_IDS, "verify_cuda"), bench, lambda: verify_all(CUPY_IDS, "verify_cupy"),
-                  run_sanitizer):
+    stages = {"verify_cuda": lambda: verify_all(CUDA_IDS, "verify_cuda"), "bench": bench,
+              "verify_cupy": lambda: verify_all(CUPY_IDS, "verify_cupy"), "profile": profile, "sanitize": run_sanitizer}
+    chosen = os.environ.get("KL_TUNE_STAGES", "verify_cuda,bench,verify_cupy,sanitize").split(",")
+    unknown = [c for c in chosen if c not in stages]
+    if unknown:
+        sys.exit(f"KL_TUNE_STAGES: unknown stage(s) {unknown}; known: {', '.join(stages)}")
+    for stage in (stages[c] for c in chosen):
         if left() < 25:
             print("out of time; stopping")
             break
