@@ -2,7 +2,7 @@
 
 Rows (problem / id): vector_add ``cuda:vector_add``; softmax ``cuda:softmax`` (the host
 dispatcher; its route table is ``KL_SOFTMAX_ROUTES`` in ``cuda_src/softmax.cu``: warp per row for
-N <= 1024, block per row up to 32768, cluster shared memory up to 131072, online above;
+N <= 1024, block per row up to 32768, split (persistent cooperative grid) above, online where split declines;
 ``KL_CUDA_SOFTMAX_ROUTE`` overrides it at run
 time), ``cuda:softmax_warp``, ``cuda:softmax_block``, ``cuda:softmax_online``, ``cuda:softmax_rows``
 (persistent multi-row, N <= 8192), ``cuda:softmax_smem`` (cluster, slice in shared memory: one HBM
@@ -429,7 +429,7 @@ HELPERS = Source("cuda_src/common.cuh", kernels=(
 KERNEL_OF = {"warp": "softmax_warp_kernel", "block": "softmax_block_kernel", "online": "softmax_online_kernel",
              "rows": "softmax_rows_kernel", "smem": "softmax_smem_kernel", "split": "softmax_split_kernel"}
 DESCRIPTIONS = {
-    "auto": "host dispatcher by N (route table in softmax.cu: warp <= 1024, block <= 32768, cluster smem <= 131072, online above)",
+    "auto": "host dispatcher by N (route table in softmax.cu: warp <= 1024, block <= 32768, split above, online where split declines)",
     "warp": "one warp per row, row in registers, shuffle reductions, 16-byte loads when aligned",
     "block": "one block per row, row in registers, shuffle + shared-memory reductions",
     "online": "column tiles, running max/sum; cluster of CTAs per row merges via DSMEM (sm_90)",

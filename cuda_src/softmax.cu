@@ -708,8 +708,9 @@ struct Route {
 static const Route kSoftmaxRoutes[] = {
     {1024, "warp"},    // H200 fp32 4096x1024: warp 66.0 %, block 65.7 % of copy; rows: not yet timed
     {32768, "block"},  // block ept 32: 79.1 % (2048) .. 97.3 % (32768); online 72 % at 32768
-    {131072, "smem"},  // 8192x131072: smem 77.7 / 80.0 %, online 74.0 / 75.9 % of copy (runs 1 / 2)
-    {0, "online"},     // 8192x262144 (run 2): online 71.9 %, smem (16-CTA clusters) 68.6 %
+    {0, "split"},      // H200 run 3, 8192 x 65536 / 131072 / 262144: split 86.5 / 85.5 / 80.5 %, smem
+                       // 81.8 / 76.2 / 65.1 %, online 73.5 / 72.3 / 68.3 % of copy
+    {0, "online"},     // whatever split declines (a grid that cannot be co-resident)
 };
 // KL_SOFTMAX_ROUTES_END
 
