@@ -1,5 +1,5 @@
 """CuTe DSL adapter (nvidia-cutlass-dsl 4.8): registers cute:vector_add, cute:softmax (+ the
-softmax_rows / softmax_long variants), cute:gemm (+ gemm_ws, gemm_ws_c2, gemm_pp).
+softmax_rows / softmax_long / softmax_split variants), cute:gemm (+ gemm_ws, gemm_ws_c2, gemm_pp).
 
 Glue only: availability, which cases each kernel takes (and why not), compile-only facts for
 sm_90a without a GPU, and ``prepare`` -> zero-argument launch. The kernels and their launch
@@ -133,15 +133,19 @@ def _sm_vec(case) -> int:
 # harness run of 2026-11-29 (fp32, % of copy): softmax_rows 70.0 vs the base kernel 57.1 at
 # N = 1024, 83.4 vs 84.5 at 2048, 88.2 vs 91.2 at 4096, so rows take N <= ROWS_MAX_N = 1024;
 # softmax_long (81.1) lost to the base kernel (86.4) at 131072, so "long" stays off.
-# KL_CUTE_SOFTMAX_ROUTE=rows,long (or "rows", "long", "base") overrides it without a code change.
-SOFTMAX_ROUTE = tuple(r for r in os.environ.get("KL_CUTE_SOFTMAX_ROUTE", "rows").split(",") if r)
+# softmax_split (global-memory exchange on a co-resident grid) takes rows above SPLIT_ABOVE_N.
+# KL_CUTE_SOFTMAX_ROUTE=rows,split,long (any subset, or "base") overrides it without a code change.
+SOFTMAX_ROUTE = tuple(r for r in os.environ.get("KL_CUTE_SOFTMAX_ROUTE", "rows,split").split(",") if r)
 ROWS_MAX_N = 1024
+SPLIT_ABOVE_N = 131072
 
 
 def _sm_route(case) -> str:
-    """"rows" | "long" | "base": the kernel cute:softmax runs for this case."""
+    """"rows" | "split" | "long" | "base": the kernel cute:softmax runs for this case."""
     if "rows" in SOFTMAX_ROUTE and case.N <= ROWS_MAX_N and _rows_plan(case) is not None:
         return "rows"
+    if "split" in SOFTMAX_ROUTE and case.N > SPLIT_ABOVE_N and _split_plan(case) is not None:
+        return "split"
     if "long" in SOFTMAX_ROUTE and _long_plan(case) is not None:
         return "long"
     return "base"
@@ -152,7 +156,7 @@ def _sm_supports(case) -> str | None:
         return None
     from cutlass_src import softmax as sm
 
-    if _sm_plan(case) is None:
+    if _sm_plan(case) is None and _sm_route(case) != "split":
         return (f"N={case.N} is longer than this kernel keeps on chip "
                 f"(<= {sm.MAX_N} elements per row over a cluster of {sm.MAX_CLUSTER} CTAs)")
     return None
@@ -165,6 +169,8 @@ def _sm_compile_only(case):
     route = _sm_route(case)
     if route == "rows":
         return _rows_compile_only(case)
+    if route == "split":
+        return _split_compile_only(case)
     if route == "long":
         return _long_compile_only(case)
     p = _sm_plan(case)
@@ -175,13 +181,16 @@ def _sm_compile_only(case):
 
 
 @register(problem="softmax", layer="cute", name="softmax",
-          description="dispatcher: softmax_rows for N <= 1024, else row in registers, warp+block "
-                      "reductions, cluster DSMEM reduction for long rows",
+          description="dispatcher: softmax_rows for N <= 1024, softmax_split above 131072, else row "
+                      "in registers, warp+block reductions, cluster DSMEM reduction for long rows",
           sources=[Source(src("cutlass_src", "softmax.py"), kernels=None,
                           host=("prepare_softmax", "plan", "config", "_compile", "validate"))]
           + ([Source(src("cutlass_src", "softmax_rows.py"), kernels=None,
                      host=("prepare_softmax_rows", "plan", "plan_for", "config", "compile_fitted",
-                           "resident_ctas"))] if "rows" in SOFTMAX_ROUTE else []),
+                           "resident_ctas"))] if "rows" in SOFTMAX_ROUTE else [])
+          + ([Source(src("cutlass_src", "softmax_split.py"), kernels=None,
+                     host=("prepare_softmax_split", "plan", "plan_for", "_compile", "_slots", "threads"))]
+             if "split" in SOFTMAX_ROUTE else []),
           devices=("cuda",), available=_available, supports=_sm_supports,
           compile_only=_sm_compile_only)
 def softmax_prepare(case, inputs, out):
@@ -191,6 +200,8 @@ def softmax_prepare(case, inputs, out):
     route = _sm_route(case)
     if route == "rows":
         return softmax_rows_prepare(case, inputs, out)
+    if route == "split":
+        return softmax_split_prepare(case, inputs, out)
     if route == "long":
         return softmax_long_prepare(case, inputs, out)
     (x,) = inputs
@@ -513,5 +524,67 @@ def gemm_pp_prepare(case, inputs, out):
         return gp.prepare_gemm_pp(a, b, bias, o2, act, cfg["tile_n"])[0]
 
     launch.info = _info(comp, {"config": {**cfg, "persistent_ctas": comp.key[6]},
+                               "call_overhead_us": _overhead_us(scratch)})
+    return launch
+
+
+# -- softmax_split: long rows in registers of a co-resident grid, (max, sum) through global slots -----
+def _split_plan(case) -> dict | None:
+    from cutlass_src import softmax_split as ss
+
+    try:
+        return ss.plan_for(case.M, case.N, _sm_vec(case))
+    except ValueError:
+        return None
+
+
+def _split_supports(case) -> str | None:
+    if _available():
+        return None
+    from cutlass_src import softmax_split as ss
+
+    try:
+        ss.plan_for(case.M, case.N, _sm_vec(case))
+    except ValueError as e:
+        return f"split kernel: {e}"
+    return None
+
+
+def _split_compile_only(case):
+    _need()
+    from cutlass_src import softmax_split as ss
+
+    p = _split_plan(case)
+    if p is None:
+        raise Unsupported(_split_supports(case))
+    comp = ss._compile(case.torch_dtype, case.torch_dtype, p)
+    return _info(comp, {"config": p, "kernel": "softmax_split"})
+
+
+@register(problem="softmax", layer="cute", name="softmax_split",
+          description="long rows: 16384-column chunks in the registers of a cooperative persistent "
+                      "grid (2 CTAs per SM), (max, sum) exchanged as one 64-bit word per chunk in "
+                      "global memory, bounded spin",
+          sources=[Source(src("cutlass_src", "softmax_split.py"), kernels=None,
+                          host=("prepare_softmax_split", "plan", "plan_for", "_compile", "_slots",
+                                "threads"))],
+          devices=("cuda",), available=_available, supports=_split_supports,
+          compile_only=_split_compile_only)
+def softmax_split_prepare(case, inputs, out):
+    _need()
+    from cutlass_src import softmax_split as ss
+
+    (x,) = inputs
+    try:
+        launch, comp, p = ss.prepare_softmax_split(x, out)
+    except (ValueError, TypeError) as e:
+        raise Unsupported(str(e)) from None
+
+    def scratch():
+        import torch
+        o2 = torch.empty_like(out)
+        return ss.prepare_softmax_split(x, o2)[0]
+
+    launch.info = _info(comp, {"config": p, "kernel": "softmax_split",
                                "call_overhead_us": _overhead_us(scratch)})
     return launch

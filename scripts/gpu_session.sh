@@ -6,7 +6,8 @@
 #                                       run (verify suite), then compare vector_add + softmax
 #   bash scripts/gpu_session.sh gemm    verify the new GEMM rows (verify suite), then compare GEMM
 #   bash scripts/gpu_session.sh checks  pytest -m gpu, compute-sanitizer (memcheck, racecheck,
-#                                       synccheck) and the CuTe GEMM verify suite, side by side
+#                                       synccheck; memcheck of the split path alone) and the CuTe
+#                                       GEMM verify suite, side by side
 #                                       (correctness only: nothing is timed in this stage)
 #   bash scripts/gpu_session.sh tune    scripts/tune_triton_softmax_split.py + tune_triton_gemm.py
 # Environment: KL_MEM_VERIFY / KL_GEMM_VERIFY override the --impl lists verified first.
@@ -43,7 +44,7 @@ EOF
 
 case $stage in
   mem)
-    verify_first mem "${KL_MEM_VERIFY:-triton:softmax cupy:softmax_smem cuda:softmax cute:softmax}"
+    verify_first mem "${KL_MEM_VERIFY:-cuda:softmax cupy:softmax cuda:softmax_split cupy:softmax_split cute:softmax cute:softmax_split}"
     bash scripts/gpu_run.sh mem --problem vector_add,softmax --suite bench --no-verify-suite \
       --time-cap ${KL_TIME_CAP:-0.4} --min-samples 10 --plot "$@" > /tmp/res/mem_console.txt 2>&1
     tail -60 /tmp/res/mem_console.txt
@@ -63,17 +64,21 @@ case $stage in
         timeout "${KL_SANITIZER_TIMEOUT:-170}" compute-sanitizer --tool $tool --error-exitcode 1 \
           python3 scripts/tune_cuda.py --sanitize > /tmp/res/sanitizer_$tool.txt 2>&1
         echo "exit $?" >> /tmp/res/sanitizer_$tool.txt
-      done ) &
+      done
+      # the split path on its own (its blocks wait for each other: a 2^30-poll spin budget)
+      timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python3 scripts/tune_cuda.py --sanitize-split > /tmp/res/sanitizer_memcheck_split.txt 2>&1
+      echo "exit $?" >> /tmp/res/sanitizer_memcheck_split.txt ) &
     ids=${KL_CUTE_VERIFY-cute:gemm_ws cute:gemm_pp}
     if [ -n "$ids" ]; then verify_first cute_gemm "$ids"; else echo "[]" > /tmp/res/verify_cute_gemm.json; : > /tmp/res/verify_cute_gemm.log; fi
     wait
     echo "[gpu_session] checks: $(( $(date +%s) - t0 )) s"
     tail -15 /tmp/res/pytest_gpu.txt
-    for tool in memcheck racecheck synccheck; do
-      echo "== $tool"; grep -E "SUMMARY|sanitize:|^exit" /tmp/res/sanitizer_$tool.txt | tail -4
+    for tool in memcheck racecheck synccheck memcheck_split; do
+      echo "== $tool"; grep -E "SUMMARY|sanitize:|sanitize-split:|^exit" /tmp/res/sanitizer_$tool.txt | tail -4
     done
     tar czf "$OUT/checks.tgz" -C /tmp/res pytest_gpu.txt sanitizer_memcheck.txt sanitizer_racecheck.txt \
-      sanitizer_synccheck.txt verify_cute_gemm.json verify_cute_gemm.log
+      sanitizer_synccheck.txt sanitizer_memcheck_split.txt verify_cute_gemm.json verify_cute_gemm.log
     ;;
   tune)
     # the Triton variants' own sweeps (configs the compare run does not pin), one after the other

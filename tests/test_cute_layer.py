@@ -18,7 +18,7 @@ needs_cute = pytest.mark.skipif(not HAVE_CUTE, reason="nvidia-cutlass-dsl not in
 IDS = {"vector_add": "cute:vector_add", "softmax": "cute:softmax", "gemm_epilogue": "cute:gemm"}
 # variants registered beside the main ids (the GPU comparison times them side by side)
 VARIANTS = [("softmax", "cute:softmax_rows"), ("softmax", "cute:softmax_long"),
-            ("gemm_epilogue", "cute:gemm_ws"), ("gemm_epilogue", "cute:gemm_ws_c2"),
+            ("softmax", "cute:softmax_split"), ("gemm_epilogue", "cute:gemm_ws"), ("gemm_epilogue", "cute:gemm_ws_c2"),
             ("gemm_epilogue", "cute:gemm_pp")]
 
 
@@ -99,8 +99,11 @@ def test_compile_softmax_dispatches_short_rows():
 def test_softmax_too_long_declined():
     from cutlass_src import softmax as sm
 
-    case = problems.get("softmax").case(M=1, N=sm.MAX_N * 2)
-    assert "longer" in impl("softmax").supports(case)
+    c = problems.get("softmax").case
+    # past the cluster kernel's limit the dispatcher hands rows to softmax_split ...
+    assert impl("softmax").supports(c(M=1, N=sm.MAX_N * 2)) is None
+    # ... until a row needs more chunks than CTAs fit the GPU at once
+    assert "longer" in impl("softmax").supports(c(M=1, N=264 * 16384 + 1))
 
 
 @needs_cute
@@ -159,6 +162,58 @@ def test_compile_softmax_long(kw, cluster):
 
 
 @needs_cute
+@pytest.mark.parametrize("kw,vec,parts,grid", [
+    (dict(M=8192, N=262144), 4, 16, 256), (dict(M=8192, N=131072, dtype="bfloat16"), 8, 8, 264),
+    (dict(M=3, N=262_147, layout="strided_odd"), 1, 17, 51), (dict(M=600, N=40000), 4, 3, 264)])
+def test_compile_softmax_split(kw, vec, parts, grid):
+    f = _compile("softmax", "cute:softmax_split", **kw)
+    p = f["config"]
+    assert (p["vec"], p["parts"], p["grid"]) == (vec, parts, grid), p
+    assert p["grid"] % p["parts"] == 0 or p["grid"] == kw["M"] * p["parts"]  # a row's chunks in one round
+    assert f["registers"] * p["threads"] * 2 <= 65536 and f["spills"] == 0, f  # two CTAs per SM
+
+
+@needs_cute
+def test_softmax_split_ptx_exchange():
+    """One relaxed 64-bit publish per unit, relaxed 64-bit polls, a warp vote, no fence or membar
+    (the payload is its own flag), two CTAs per SM requested, and 128-bit loads/stores."""
+    from cutlass_src import softmax_split as ss
+
+    comp, p = ss.compile_only(torch.float32, 262144)
+    ptx = comp.ptx
+    assert ".minnctapersm 2" in ptx and ".reqntid 256, 1, 1" in ptx
+    assert ptx.count("st.relaxed.gpu.global.b64") == 1
+    assert ptx.count("ld.relaxed.gpu.global.b64") >= 2
+    assert "vote.sync.all" in ptx
+    assert "membar" not in ptx and "fence" not in ptx
+    assert ptx.count("ld.global.v4") == p["k"] and ptx.count("st.global.v4") == p["k"]
+
+
+@needs_cute
+def test_softmax_split_plan_and_validation():
+    from cutlass_src import softmax_split as ss
+
+    with pytest.raises(ValueError, match="fit one CTA"):
+        ss.plan_for(8, 32768, 4)
+    with pytest.raises(ValueError, match="co-resident"):
+        ss.plan_for(2, 264 * 16384 + 1, 4)
+    with pytest.raises(ValueError, match="work units"):
+        ss.plan_for(2 ** 30, 65536, 4)
+    split = registry.get("softmax", "cute:softmax_split")
+    c = problems.get("softmax").case
+    assert "fit one CTA" in split.supports(c(M=8, N=4096))
+    assert split.supports(c(M=3, N=262_147)) is None
+    with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
+        ss.prepare_softmax_split(torch.zeros(2, 40000), torch.zeros(2, 40000))
+    with pytest.raises(ValueError, match="KL_CUTE_SOFTMAX_SPLIT_THREADS"):
+        os.environ["KL_CUTE_SOFTMAX_SPLIT_THREADS"] = "300"
+        try:
+            ss.threads()
+        finally:
+            del os.environ["KL_CUTE_SOFTMAX_SPLIT_THREADS"]
+
+
+@needs_cute
 def test_softmax_variants_decline_with_reasons():
     rows, long_ = registry.get("softmax", "cute:softmax_rows"), registry.get("softmax", "cute:softmax_long")
     c = problems.get("softmax").case
@@ -175,7 +230,9 @@ def test_softmax_route_switch(monkeypatch):
     c = problems.get("softmax").case
     assert cl._sm_route(c(M=8, N=1024)) == "rows"              # default: rows for short rows
     assert cl._sm_route(c(M=8, N=2048)) == "base"              # above ROWS_MAX_N
-    assert cl._sm_route(c(M=8, N=262144)) == "base"            # long off by default
+    assert cl._sm_route(c(M=8, N=131072)) == "base"            # up to SPLIT_ABOVE_N
+    assert cl._sm_route(c(M=8, N=262144)) == "split"           # long off by default
+    assert cl._sm_route(c(M=8, N=5_000_000)) == "base"         # split declines (> 264 chunks)
     monkeypatch.setattr(cl, "SOFTMAX_ROUTE", ("base",))
     assert cl._sm_route(c(M=8, N=1024)) == "base"
     monkeypatch.setattr(cl, "SOFTMAX_ROUTE", ("rows", "long"))
@@ -330,3 +387,38 @@ def test_verify_suite_gpu(problem, impl_id):
         if not c.ok:
             bad.append(f"{case.label}: {c.reason}")
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HAVE_GPU and HAVE_CUTE), reason="needs a CUDA GPU and the CuTe DSL")
+def test_softmax_split_gpu():
+    """split: ragged last chunk, strided (scalar) rows, -inf chunks, an all -inf row (NaN, as
+    torch), fp16/bf16, several rounds per CTA, and the bounded spin (max_spin = 0: every CTA gives
+    up at once and writes NaN instead of waiting)."""
+    from cutlass_src import softmax_split as ss
+
+    def check(x):
+        y = ss.softmax_split(x)
+        ref = torch.softmax(x.double(), -1)
+        tol = dict(rtol=1e-4, atol=1e-9) if x.dtype == torch.float32 else dict(rtol=2e-2, atol=1e-5)
+        assert torch.allclose(y.double(), ref, equal_nan=True, **tol), (x.shape, x.dtype)
+        return y
+
+    for n in (32769, 100_000, 262144, 262147):
+        check(torch.randn(7, n, device="cuda"))
+    check(torch.randn(600, 131072, device="cuda"))           # 4800 units > 264 CTAs: many rounds
+    check(torch.randn(5, 70003, device="cuda")[:, :70000])   # rows not 16-byte aligned: scalar path
+    for dt in (torch.float16, torch.bfloat16):
+        check(torch.randn(9, 200_000, device="cuda").to(dt))
+    x = torch.randn(6, 100_000, device="cuda") * 30
+    x[0, :16384] = float("-inf")
+    x[1, 50_000:] = float("-inf")
+    x[2] = float("-inf")
+    x[3, :99_999] = float("-inf")
+    x[4] -= 500
+    y = check(x)
+    assert torch.isnan(y[2]).all() and not torch.isnan(y[[0, 1, 3, 4, 5]]).any()
+    y = ss.softmax_split(torch.randn(8, 100_000, device="cuda"), max_spin=0)
+    assert torch.isnan(y).all()
+    with pytest.raises(ValueError, match="max_spin"):
+        ss.softmax_split(torch.randn(8, 100_000, device="cuda"), max_spin=-2)
