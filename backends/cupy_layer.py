@@ -65,9 +65,8 @@ def available() -> str | None:
 SMEM_TARGET_SLICE = 65536   # kSmemTargetSlice in softmax.cu
 SMEM_STATIC_RESERVE = 1024  # kSmemStaticReserve
 ROWS_THREADS = 256          # kRowsThreads
-SPLIT_THREADS = 512         # kSplitThreads
-SPLIT_VALUES = 32           # kSplitValues
-SPLIT_CHUNK = SPLIT_THREADS * SPLIT_VALUES  # kSplitChunk
+SPLIT_THREADS = 512         # kSplitThreads (the default; 256 is the other instance)
+SPLIT_CHUNK = 16384         # kSplitChunk
 SPLIT_MIN_BLOCKS = 2        # kSplitMinBlocks
 SPLIT_MAX_SPIN = 1 << 20    # the C++ launcher's default max_spin
 H200_SMEM_OPTIN = 232448    # cudaDevAttrMaxSharedMemoryPerBlockOptin on H100/H200 (plans without a GPU)
@@ -157,10 +156,12 @@ def _plan_path(path, p, M, N, es, cc_major, threads, ept, cluster, blocks_per_sm
         if N <= 2 * SPLIT_CHUNK:
             return ("N: the split path takes rows longer than 32768 columns (the block path keeps shorter rows on "
                     f"chip in one block), got N = {N}")
-        if threads not in (0, SPLIT_THREADS):
-            raise ValueError(f"threads: the split path uses 512 threads per block, got {threads}")
-        if ept not in (0, SPLIT_VALUES):
-            raise ValueError(f"ept: the split path uses 32 elements per thread, got {ept}")
+        if threads not in (0, 256, 512):
+            raise ValueError(f"threads: the split path takes 256 or 512 threads per block (0: 512), got {threads}")
+        nt = threads or SPLIT_THREADS
+        if ept not in (0, SPLIT_CHUNK // nt):
+            raise ValueError(f"ept: the split path holds 16384 / threads = {SPLIT_CHUNK // nt} elements per thread, "
+                             f"got {ept}")
         if cluster > 1:
             raise ValueError(f"cluster: the split path uses no clusters, got {cluster}")
         if not 0 <= blocks_per_sm <= 32:
@@ -171,11 +172,11 @@ def _plan_path(path, p, M, N, es, cc_major, threads, ept, cluster, blocks_per_sm
         if c > cap:
             return f"N: the split path needs C = {c} co-resident blocks per row (N = {N}), the device holds {cap}"
         p["parts"] = c
-        p["chunks"] = SPLIT_VALUES // vec
-        p["threads"] = SPLIT_THREADS
+        p["chunks"] = SPLIT_CHUNK // nt // vec
+        p["threads"] = nt
         p["seg"] = SPLIT_CHUNK
         p["grid"] = min(M * c, cap // c * c)
-        args = (vec,)
+        args = (vec, nt)
     else:
         c = cluster
         if c == 16:
@@ -280,7 +281,7 @@ def instances(cu: str) -> list[str]:
                 out += [f"softmax_online_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8)]
                 out += [f"softmax_rows_kernel<{t}, {v}, {32 // v}, {g}>" for g in (4, 8, 16, 32, 64, 128, 256)]
                 out += [f"softmax_smem_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16)]
-                out += [f"softmax_split_kernel<{t}, {v}>"]
+                out += [f"softmax_split_kernel<{t}, {v}, {nt}>" for nt in (256, 512)]
     return out
 
 

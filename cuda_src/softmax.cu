@@ -558,7 +558,7 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
 // ------------------------------------------------------------------------------------------------
 // Split: one read and one write of long rows on a persistent cooperative grid (the CUDA C++
 // counterpart of triton_src/softmax.py softmax_split_kernel). Every row is cut into C chunks of
-// kSplitChunk columns (512 threads x 32 values, held in fp32 registers). Unit u = blockIdx.x +
+// kSplitChunk columns (NT threads x 16384 / NT values: 512 x 32 or 256 x 64, held in fp32 registers). Unit u = blockIdx.x +
 // k * gridDim.x (round k) is chunk u % C of row u / C. A unit loads its chunk, reduces it to
 // (m, s) = (max, sum exp(x - m)), publishes the pair as ONE 64-bit word in slot[u] (zeroed on the
 // stream before the launch), then warp 0 polls the row's C slots until none is zero, merges them
@@ -574,10 +574,9 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
 // so a grid that is not resident after all shows as a verification FAIL, not a hang.
 // -inf rules: a chunk of only -inf has m = -inf, s = 0 (exponentials against 0, never -inf - -inf)
 // and contributes nothing; a row of only -inf has S = 0 and gives NaN, as torch does.
-constexpr int kSplitThreads = 512;
-constexpr int kSplitValues = 32;                             // fp32 values per thread
-constexpr int kSplitChunk = kSplitThreads * kSplitValues;    // 16384 columns per unit
-constexpr int kSplitMinBlocks = 2;                           // launch bound: <= 64 registers
+constexpr int kSplitThreads = 512;                          // default NT (256 is the other instance)
+constexpr int kSplitChunk = 16384;                           // columns per unit, NT x 16384 / NT values
+constexpr int kSplitMinBlocks = 2;                           // launch bound: <= 65536 / (2 NT) registers
 
 __device__ __forceinline__ void slot_store(unsigned long long* p, unsigned long long w) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
@@ -588,17 +587,17 @@ __device__ __forceinline__ unsigned long long slot_load(const unsigned long long
   return w;
 }
 
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kSplitThreads, kSplitMinBlocks)
+template <typename T, int VEC, int NT = kSplitThreads>
+__global__ void __launch_bounds__(NT, kSplitMinBlocks)
     softmax_split_kernel(const T* __restrict__ x, T* __restrict__ y, unsigned long long* __restrict__ slots, int N,
                          i64 sx, i64 sy, int C, i64 n_units, int max_spin) {
-  constexpr int CH = kSplitValues / VEC;
+  constexpr int CH = kSplitChunk / NT / VEC;
   __shared__ float red_max[32];
   __shared__ float red_sum[32];
   __shared__ float row_state[3];  // (M, S, ok) of the current round, written by warp 0
-  // blockDim.x == kSplitThreads (the host launches nothing else): compile-time strides keep the 32
-  // per-thread offsets immediates, so the chunk's registers leave room for the rest (<= 64 total).
-  constexpr int nt = kSplitThreads, nwarps = kSplitThreads / 32;
+  // blockDim.x == NT (the host launches nothing else): compile-time strides keep the per-thread
+  // offsets immediates, so the chunk's registers leave room for the rest (<= 64 / 128 in total).
+  constexpr int nt = NT, nwarps = NT / 32;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   int budget = max_spin;  // meaningful in warp 0 only (the poller)
   for (i64 u = blockIdx.x; u < n_units; u += gridDim.x) {
@@ -850,10 +849,12 @@ static std::string plan_path(const std::string& path, SoftmaxPlan& p, long long 
     if (N <= 2LL * kSplitChunk)
       return "N: the split path takes rows longer than 32768 columns (the block path keeps shorter rows on chip "
              "in one block), got N = " + std::to_string(N);
-    if (threads != 0 && threads != kSplitThreads)
-      bad_arg("threads: the split path uses 512 threads per block, got " + std::to_string(threads));
-    if (ept != 0 && ept != kSplitValues)
-      bad_arg("ept: the split path uses 32 elements per thread, got " + std::to_string(ept));
+    if (threads != 0 && threads != 256 && threads != 512)
+      bad_arg("threads: the split path takes 256 or 512 threads per block (0: 512), got " + std::to_string(threads));
+    const int nt = threads ? threads : kSplitThreads;
+    if (ept != 0 && ept != kSplitChunk / nt)
+      bad_arg("ept: the split path holds 16384 / threads = " + std::to_string(kSplitChunk / nt) +
+              " elements per thread, got " + std::to_string(ept));
     if (cluster > 1) bad_arg("cluster: the split path uses no clusters, got " + std::to_string(cluster));
     if (blocks_per_sm < 0 || blocks_per_sm > 32)
       bad_arg("blocks_per_sm: must be 0 (default 2) .. 32, got " + std::to_string(blocks_per_sm));
@@ -865,11 +866,11 @@ static std::string plan_path(const std::string& path, SoftmaxPlan& p, long long 
              std::to_string(N) + "), the device holds " + std::to_string(cap);
     const long long g = cap / c * c;
     p.parts = (int)c;
-    p.chunks = kSplitValues / p.vec;
-    p.threads = kSplitThreads;
+    p.chunks = kSplitChunk / nt / p.vec;
+    p.threads = nt;
     p.seg = kSplitChunk;
     p.grid = M * c < g ? M * c : g;
-    p.kernel = "softmax_split_kernel<" + tn + ", " + std::to_string(p.vec) + ">";
+    p.kernel = "softmax_split_kernel<" + tn + ", " + std::to_string(p.vec) + ", " + std::to_string(nt) + ">";
   } else {  // online
     int c = cluster;
     if (c == 16) bad_arg("cluster: the online path takes 0 (default), 1, 2, 4 or 8, got 16");
@@ -1001,6 +1002,8 @@ static const void* rows_fn_from(int g) {
 template <typename T>
 static const void* pick(const SoftmaxPlan& p) {
   constexpr int V = 16 / sizeof(T);
+  if (p.path == "split" && p.threads == 256)
+    return p.vec == 1 ? (const void*)softmax_split_kernel<T, 1, 256> : (const void*)softmax_split_kernel<T, V, 256>;
   if (p.path == "split")
     return p.vec == 1 ? (const void*)softmax_split_kernel<T, 1> : (const void*)softmax_split_kernel<T, V>;
   if (p.path == "warp") return p.vec == 1 ? warp_fn_from<T, 1, 1>(p.chunks) : warp_fn_from<T, V, 1>(p.chunks);

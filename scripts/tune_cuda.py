@@ -189,13 +189,14 @@ def bench():
                     L[f"online C={cl_} threads={th}"] = (lambda cc, t: lambda: kl.softmax(
                         "online", *a_, stream(), 0, t, 0, cc))(cl_, th)
         if N > 32768:  # persistent cooperative grid, chunks in registers, 64-bit slot exchange
-            for bps in (0, 1):  # blocks per SM: default (2, the launch bound) and 1
+            # threads 512 x 32 values or 256 x 64 (both 2 blocks an SM); 1 block per SM for contrast
+            for th, bps in ((512, 0), (256, 0), (512, 1)):
+                name = f"split threads={th} bps={bps or 'auto'}"
                 try:
-                    plans[f"split bps={bps or 'auto'}"] = kl.softmax_plan("split", *a_, 0, 0, 0, 0, bps)
-                    L[f"split bps={bps or 'auto'}"] = (lambda b_: lambda: kl.softmax(
-                        "split", *a_, stream(), 0, 0, 0, 0, b_))(bps)
+                    plans[name] = kl.softmax_plan("split", *a_, 0, th, 0, 0, bps)
+                    L[name] = (lambda t, b_: lambda: kl.softmax("split", *a_, stream(), 0, t, 0, 0, b_))(th, bps)
                 except ValueError as e:
-                    plans[f"split bps={bps or 'auto'}"] = f"declined: {e}"
+                    plans[name] = f"declined: {e}"
         if cp.available() is None and left() > 90:
             L["cupy:softmax (auto)"] = lambda: cp.softmax(x, y)
             if N <= 8192:
@@ -204,6 +205,7 @@ def bench():
                 L["cupy:softmax_smem"] = lambda: cp.softmax(x, y, path="smem")
             if N > 32768:
                 L["cupy:softmax_split"] = lambda: cp.softmax(x, y, path="split")
+                L["cupy:softmax_split threads=256"] = lambda: cp.softmax(x, y, path="split", threads=256)
         rows = timed(L, 2 * M * N * 4)
         torch_t = rows["torch.softmax"]["median_s"]
         for k, r in rows.items():

@@ -246,7 +246,7 @@ def test_python_plan_mirrors_dispatch_rules():
     assert p["kernel"] == "softmax_block_kernel<float, 4, 8>" and p["threads"] == 1024
     p = cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))
     # 16 chunks of 16384 columns a row; 132 SMs x 2 blocks rounded down to a multiple of 16
-    assert p["kernel"] == "softmax_split_kernel<float, 4>" and p["parts"] == 16 and p["grid"] == 256
+    assert p["kernel"] == "softmax_split_kernel<float, 4, 512>" and p["parts"] == 16 and p["grid"] == 256
     p = cuda_layer.case_plan("online", sm.case(M=8192, N=262144))
     assert p["kernel"] == "softmax_online_kernel<float, 4, 8>" and p["grid"] == 8192 * 8 and p["seg"] == 32768
     p = cuda_layer.case_plan("auto", sm.case(M=300, N=777, layout="strided_odd"))
@@ -287,12 +287,12 @@ def test_python_plan_mirrors_dispatch_rules():
         cuda_layer.case_plan("online", sm.case(M=2, N=100_000), cluster=16)
     # split: C = ceil(N / 16384) blocks per row, grid = 132 SMs x 2 rounded down to a multiple of C
     p = cuda_layer.case_plan("split", sm.case(M=8192, N=262144))
-    assert p["kernel"] == "softmax_split_kernel<float, 4>" and p["parts"] == 16 and p["grid"] == 256
+    assert p["kernel"] == "softmax_split_kernel<float, 4, 512>" and p["parts"] == 16 and p["grid"] == 256
     assert p["threads"] == 512 and p["chunks"] == 8 and p["seg"] == 16384 and p["blocks_per_sm"] == 2
     p = cuda_layer.case_plan("split", sm.case(M=8192, N=131072))
     assert p["parts"] == 8 and p["grid"] == 264 and p["grid"] % 8 == 0
     p = cuda_layer.case_plan("split", sm.case(M=8192, N=131072, dtype="bfloat16"))
-    assert p["kernel"] == "softmax_split_kernel<__nv_bfloat16, 8>" and p["chunks"] == 4 and p["parts"] == 8
+    assert p["kernel"] == "softmax_split_kernel<__nv_bfloat16, 8, 512>" and p["chunks"] == 4 and p["parts"] == 8
     p = cuda_layer.case_plan("split", sm.case(M=5, N=70000, layout="strided_odd"))
     assert p["vec"] == 1 and p["chunks"] == 32 and p["parts"] == 5 and p["grid"] == 25  # M * C < capacity
     p = cuda_layer.case_plan("split", sm.case(M=8192, N=100_000))  # C = 7: 264 -> 259 blocks
@@ -304,8 +304,12 @@ def test_python_plan_mirrors_dispatch_rules():
             cuda_layer.case_plan("split", sm.case(M=4, N=n))
     with pytest.raises(ValueError, match="co-resident blocks per row"):
         cuda_layer.case_plan("split", sm.case(M=1, N=16384 * 265))  # C = 265 > 264 resident blocks
+    p = cuda_layer.case_plan("split", sm.case(M=8192, N=262144), threads=256)  # 256 x 64 values
+    assert p["kernel"] == "softmax_split_kernel<float, 4, 256>" and p["chunks"] == 16 and p["grid"] == 256
     with pytest.raises(ValueError, match="threads: the split path"):
-        cuda_layer.case_plan("split", sm.case(M=4, N=100_000), threads=256)
+        cuda_layer.case_plan("split", sm.case(M=4, N=100_000), threads=128)
+    with pytest.raises(ValueError, match="ept: the split path holds 16384 / threads = 64"):
+        cuda_layer.case_plan("split", sm.case(M=4, N=100_000), threads=256, ept=32)
     va = problems.get("vector_add")
     assert cuda_layer._va_plan(va.case(N=98432, misalign=1))["vec"] == 1
     assert cuda_layer._va_plan(va.case(N=98432))["vec"] == 4
@@ -327,7 +331,7 @@ def test_route_table_is_one_table_in_softmax_cu(monkeypatch):
     assert cuda_layer.case_plan("auto", sm.case(M=8192, N=32768))["path"] == "block"
     assert cuda_layer.case_plan("auto", sm.case(M=8192, N=32769))["path"] == "split"
     assert cuda_layer.case_plan("auto", sm.case(M=8192, N=131072))["path"] == "split"
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_split_kernel<float, 4>"
+    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_split_kernel<float, 4, 512>"
     assert cuda_layer.case_plan("auto", sm.case(M=2, N=1_000_000))["path"] == "split"
     # more chunks per row than the 132 x 2 co-resident blocks: split declines, online takes it
     assert cuda_layer.case_plan("auto", sm.case(M=2, N=5_000_000))["path"] == "online"
@@ -342,7 +346,7 @@ def test_route_table_is_one_table_in_softmax_cu(monkeypatch):
     with pytest.raises(ValueError, match="8192"):
         cuda_layer.case_plan("auto", sm.case(M=2, N=10_000))
     monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "32768:block,0:split")  # split is a valid route path
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_split_kernel<float, 4>"
+    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_split_kernel<float, 4, 512>"
     assert cuda_layer.case_plan("auto", sm.case(M=8192, N=4096))["path"] == "block"
     monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:split,0:online")  # split declines short rows: falls through
     assert cuda_layer.case_plan("auto", sm.case(M=8, N=2048))["path"] == "online"
@@ -501,15 +505,16 @@ def test_split_compile_facts_and_poll_loop():
     facts = cuda_layer.ptxas_facts()
     for t, v in (("float", 4), ("__half", 8), ("__nv_bfloat16", 8)):
         for vec in (1, v):
-            k = f"softmax_split_kernel<{t}, {vec}>"
-            assert k in facts, k
-            assert facts[k]["spills"] == 0 and 0 < facts[k]["registers"] <= 64, (k, facts[k])
+            for nt in (256, 512):
+                name = f"softmax_split_kernel<{t}, {vec}, {nt}>"
+                assert name in facts, name
+                assert facts[name]["spills"] == 0 and 0 < facts[name]["registers"] <= 65536 // (2 * nt), (name, facts[name])
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", "-ptx", "-o", "-", "-I", str(ROOT / "cuda_src"),
                         str(ROOT / "cuda_src" / "softmax.cu")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     ptx = r.stdout
-    start = ptx.index(".entry _ZN2kl20softmax_split_kernelIfLi4EEE")
+    start = ptx.index(".entry _ZN2kl20softmax_split_kernelIfLi4ELi512EEE")
     body = ptx[start:ptx.index("\n}", start)]
     assert "ld.relaxed.gpu.global.b64" in body and "st.relaxed.gpu.global.b64" in body
     assert "vote.sync.all.pred" in body  # the warp's all-slots-present test inside the loop
