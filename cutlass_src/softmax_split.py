@@ -23,6 +23,11 @@ Work unit ``u = blockIdx.x + k * gridDim.x`` (round ``k``) is chunk ``u % C`` of
    through shared memory;
 4. the CTA writes ``exp(x - m) * exp(m - M) / S`` from the registers it still holds.
 
+Prefetch (``PREFETCH``, rows 16-byte aligned): the next unit's chunk is copied into this CTA's
+shared memory by one bulk copy (``cp.async.bulk`` completing on an mbarrier) as soon as the current
+chunk has moved from shared memory to registers, so HBM keeps reading while the CTA reduces, waits
+for its row's partners and stores. Shared memory per CTA: one chunk (64 KB fp32).
+
 No deadlock: the launch is cooperative (the driver refuses a grid that cannot be resident at
 once), and the grid is a multiple of ``C``, so the ``C`` units of a row fall in one round on ``C``
 distinct CTAs; by induction every CTA reaches every round. Bounded spin: after ``max_spin`` polls
@@ -49,6 +54,15 @@ from .softmax_rows import num_sms
 
 MIN_N = 32769             # shorter rows fit one CTA's registers: cute:softmax does them in one pass
 MAX_SPIN = 1 << 20        # polls before a waiting CTA gives up (NaN), ~10-100 ms
+
+
+def prefetch() -> bool:
+    """``KL_CUTE_SOFTMAX_SPLIT_PREFETCH`` (1 / 0): the next chunk copied into shared memory while
+    the current one is reduced, exchanged and stored."""
+    v = os.environ.get("KL_CUTE_SOFTMAX_SPLIT_PREFETCH", "1")
+    if v not in ("0", "1"):
+        raise ValueError(f"KL_CUTE_SOFTMAX_SPLIT_PREFETCH: 0 or 1, got {v!r}")
+    return v == "1"
 
 
 def threads() -> int:
@@ -83,6 +97,19 @@ def unpack_pair(w: cutlass.Int64, *, loc=None, ip=None):
     return m, s
 
 
+@dsl_user_op
+def bulk_g2s(dst: cute.Pointer, src: cute.Pointer, nbytes: cutlass.Int32, mbar: cute.Pointer, *, loc=None, ip=None):
+    """``nbytes`` (a multiple of 16, both addresses 16-byte aligned) from global to this CTA's shared
+    memory by the bulk-copy engine; completes ``nbytes`` transactions on the mbarrier."""
+    llvm.inline_asm(None, [dst.toint(loc=loc, ip=ip).ir_value(loc=loc, ip=ip),
+                           src.toint(loc=loc, ip=ip).ir_value(loc=loc, ip=ip),
+                           cutlass.Int32(nbytes).ir_value(loc=loc, ip=ip),
+                           mbar.toint(loc=loc, ip=ip).ir_value(loc=loc, ip=ip)],
+                    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+                    "r,l,r,r", has_side_effects=True, is_align_stack=False,
+                    asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+
+
 @cute.jit
 def merge(m: cutlass.Float32, s: cutlass.Float32, om: cutlass.Float32, os_: cutlass.Float32):
     """(max, sum) of two partials; a partial with max -inf contributes nothing (no -inf - -inf)."""
@@ -96,10 +123,22 @@ def merge(m: cutlass.Float32, s: cutlass.Float32, om: cutlass.Float32, os_: cutl
 
 
 class SoftmaxSplit:
-    def __init__(self, threads: int, k: int, vec: int, grid_cap: int):
+    def __init__(self, threads: int, k: int, vec: int, grid_cap: int, prefetch: bool):
         self.threads, self.k, self.vec, self.grid_cap = threads, k, vec, grid_cap
         self.chunk = threads * k * vec
         self.num_warps = threads // 32
+        self.prefetch = prefetch and vec > 1           # bulk copies need 16-byte aligned rows
+
+    @cute.jit
+    def issue(self, mX: cute.Tensor, sbuf: cute.Tensor, mbar: cute.Tensor, u, c, n):
+        """One thread: the bulk copy of unit u's chunk into sbuf, announced on mbar."""
+        row = u // c
+        part = u - row * c
+        cols = cutlass.min(n - part * self.chunk, self.chunk)
+        nbytes = cols * (mX.element_type.width // 8)
+        src = cute.local_tile(mX[row, None], (self.chunk,), (part,))
+        cute.arch.mbarrier_arrive_and_expect_tx(mbar.iterator, nbytes)
+        bulk_g2s(sbuf.iterator, src.iterator, nbytes, mbar.iterator)
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mO: cute.Tensor, mSlots: cute.Tensor, c: cutlass.Int32,
@@ -125,16 +164,42 @@ class SoftmaxSplit:
         rX = cute.make_rmem_tensor(frag, mX.element_type)
         rO = cute.make_rmem_tensor(frag, mO.element_type)
 
+        phase = cutlass.Int32(0)
+        if cutlass.const_expr(self.prefetch):
+            sbuf = smem.allocate_tensor(mX.element_type, cute.make_layout(self.chunk), byte_alignment=128)
+            mbar = smem.allocate_tensor(cutlass.Int64, cute.make_layout(1), byte_alignment=8)
+            sX = cute.composition(sbuf, tv)[None, tidx, None]
+            atom_s = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
+                                         num_bits_per_copy=mX.element_type.width * self.vec)
+            if tidx == 0:
+                cute.arch.mbarrier_init(mbar.iterator, 1)
+                cute.arch.mbarrier_init_fence()     # visible to the bulk-copy engine (async proxy)
+            # the mbarrier is initialised before anyone waits on it
+            cute.arch.barrier()
+            if tidx == 0 and bidx < units:
+                self.issue(mX, sbuf, mbar, bidx, c, n)
+
         budget = max_spin                               # meaningful in warp 0 (the poller)
         for u in cutlass.range(bidx, units, gdim, unroll=1):
             row = u // c
             part = u - row * c
             col0 = part * self.chunk + tidx * self.vec
-            gX = cute.composition(cute.local_tile(mX[row, None], (self.chunk,), (part,)), tv)[None, tidx, None]
             rX.fill(-cutlass.Float32.inf)
-            for k in cutlass.range_constexpr(self.k):
-                if col0 + k * self.threads * self.vec < n:
-                    cute.copy(atom_in, gX[None, k], rX[None, k])
+            if cutlass.const_expr(self.prefetch):
+                cute.arch.mbarrier_wait(mbar.iterator, phase)   # unit u's chunk has landed
+                phase = phase ^ 1
+                for k in cutlass.range_constexpr(self.k):
+                    if col0 + k * self.threads * self.vec < n:
+                        cute.copy(atom_s, sX[None, k], rX[None, k])
+                # every thread has its values before the buffer is refilled with unit u + G
+                cute.arch.barrier()
+                if tidx == 0 and u + gdim < units:
+                    self.issue(mX, sbuf, mbar, u + gdim, c, n)
+            else:
+                gX = cute.composition(cute.local_tile(mX[row, None], (self.chunk,), (part,)), tv)[None, tidx, None]
+                for k in cutlass.range_constexpr(self.k):
+                    if col0 + k * self.threads * self.vec < n:
+                        cute.copy(atom_in, gX[None, k], rX[None, k])
 
             x = rX.load().to(cutlass.Float32)
             # barriers inside block_reduce: red_max / red_sum are complete before any warp reads
@@ -206,7 +271,10 @@ class SoftmaxSplit:
         grid = cutlass.min(units, (self.grid_cap // c) * c)
         self.kernel(mX, mO, mSlots, c, units, max_spin).launch(
             grid=(grid, 1, 1), block=(self.threads, 1, 1), stream=stream, cooperative=True,
-            min_blocks_per_mp=BLOCKS_PER_SM, preferred_smem_carveout=0)
+            min_blocks_per_mp=BLOCKS_PER_SM,
+            # a carveout stated here (in percent) keeps the compile free of device queries; with
+            # prefetch all of it as shared memory (two CTAs x one chunk), else L1 preferred
+            preferred_smem_carveout=100 if self.prefetch else 0)
 
 
 def plan_for(m: int, n: int, vec: int) -> dict:
@@ -225,7 +293,8 @@ def plan_for(m: int, n: int, vec: int) -> dict:
     if m * c >= 2 ** 31:
         raise ValueError(f"x: {m} rows x {c} chunks is over the 2^31-1 work units this kernel counts")
     return {"vec": vec, "threads": t, "k": k, "chunk": chunk, "parts": c, "grid_cap": cap,
-            "grid": min(m * c, cap // c * c), "blocks_per_sm": BLOCKS_PER_SM}
+            "grid": min(m * c, cap // c * c), "blocks_per_sm": BLOCKS_PER_SM,
+            "prefetch": prefetch() and vec > 1}
 
 
 def plan(x: torch.Tensor, out: torch.Tensor) -> dict:
@@ -237,7 +306,8 @@ def plan(x: torch.Tensor, out: torch.Tensor) -> dict:
 
 
 def _compile(in_dtype, out_dtype, p: dict):
-    key = ("softmax_split", str(in_dtype), str(out_dtype), p["vec"], p["threads"], p["k"], p["grid_cap"])
+    key = ("softmax_split", str(in_dtype), str(out_dtype), p["vec"], p["threads"], p["k"], p["grid_cap"],
+           p["prefetch"])
     c = cached(key)
     if c is not None:
         return c
@@ -251,7 +321,7 @@ def _compile(in_dtype, out_dtype, p: dict):
         ld = cute.sym_int64(divisibility=vec)
         fakes.append(make_fake_tensor(cutlass_dtype(dt), (m, n), (ld, 1), assumed_align=max(es, vec * es)))
     slots = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int32(),), assumed_align=8)
-    return compile_kernel(key, SoftmaxSplit(p["threads"], p["k"], vec, p["grid_cap"]), *fakes, slots,
+    return compile_kernel(key, SoftmaxSplit(p["threads"], p["k"], vec, p["grid_cap"], p["prefetch"]), *fakes, slots,
                           cutlass.Int32(MAX_SPIN), fake_stream())
 
 

@@ -5,7 +5,8 @@
    twice), and every timed kernel's output against torch.softmax in float64 (rtol 1e-4 fp32,
    2e-2 bf16; a NaN would be the bounded spin giving up, i.e. a grid that was not co-resident);
 2. timings, cold L2 (harness.timing.time_cold, interleaved), medians: fp32 8192 x {65536,
-   131072, 262144} and bf16 8192 x 262144: softmax_split at 256 and 512 threads a CTA, the cluster
+   131072, 262144} and bf16 8192 x 262144: softmax_split at 256 and 512 threads a CTA, with and
+   without the shared-memory prefetch of the next chunk, the cluster
    kernel (cute:softmax's base path: 1024-thread CTAs, clusters of up to 8), softmax_long
    (512-thread CTAs, clusters of up to 16), triton:softmax, cuda:softmax, torch.softmax and a copy
    of the same bytes; a 1 GiB copy gives the run's ceiling.
@@ -65,13 +66,16 @@ def launches(x, y):
     from triton_src import softmax as ts
 
     L = {}
-    for t in (256, 512):
+    for t, pf in ((256, 1), (256, 0), (512, 1), (512, 0)):
         os.environ["KL_CUTE_SOFTMAX_SPLIT_THREADS"] = str(t)
+        os.environ["KL_CUTE_SOFTMAX_SPLIT_PREFETCH"] = str(pf)
+        name = f"cute split threads={t} prefetch={pf}"
         try:
-            L[f"cute split threads={t}"] = ss.prepare_softmax_split(x, y)[0]
+            L[name] = ss.prepare_softmax_split(x, y)[0]
         except ValueError as e:
-            L[f"cute split threads={t}"] = str(e)
+            L[name] = str(e)
     os.environ.pop("KL_CUTE_SOFTMAX_SPLIT_THREADS", None)
+    os.environ.pop("KL_CUTE_SOFTMAX_SPLIT_PREFETCH", None)
     for name, long_ in (("cute cluster (base)", False), ("cute softmax_long", True)):
         try:
             L[name] = sm.prepare_softmax(x, y, long=long_)[0]

@@ -529,7 +529,10 @@ def test_split_path_on_gpu():
         y = cuda_layer.softmax(x, path="split", **kw)
         if not kw:  # the cupy row: the same kernel, cooperative launch through the driver API
             yc = cupy_layer.softmax(x, path="split")
-            close = torch.isclose(yc.double(), y.double(), rtol=1e-5, atol=0, equal_nan=True)
+            # the same source through NVRTC and through nvcc: not bit-identical code (the PTX of the two
+            # builds differs), so up to about one unit in the last place of the output type apart
+            ulp = {torch.float32: 1e-5, torch.float16: 2 ** -10, torch.bfloat16: 2 ** -7}[x.dtype]
+            close = torch.isclose(yc.double(), y.double(), rtol=ulp, atol=1e-12, equal_nan=True)
             bad = (~close).nonzero()[:5].tolist()
             assert close.all(), (f"cupy vs cuda split {tuple(x.shape)} {x.dtype}: {(~close).sum().item()} differ, "
                                  f"first {bad}: cupy {[yc[i, j].item() for i, j in bad]} cuda "

@@ -179,14 +179,28 @@ def test_softmax_split_ptx_exchange():
     (the payload is its own flag), two CTAs per SM requested, and 128-bit loads/stores."""
     from cutlass_src import softmax_split as ss
 
-    comp, p = ss.compile_only(torch.float32, 262144)
-    ptx = comp.ptx
-    assert ".minnctapersm 2" in ptx and ".reqntid 256, 1, 1" in ptx
-    assert ptx.count("st.relaxed.gpu.global.b64") == 1
-    assert ptx.count("ld.relaxed.gpu.global.b64") >= 2
-    assert "vote.sync.all" in ptx
-    assert "membar" not in ptx and "fence" not in ptx
-    assert ptx.count("ld.global.v4") == p["k"] and ptx.count("st.global.v4") == p["k"]
+    for pf in ("0", "1"):
+        os.environ["KL_CUTE_SOFTMAX_SPLIT_PREFETCH"] = pf
+        try:
+            comp, p = ss.compile_only(torch.float32, 262144)
+        finally:
+            del os.environ["KL_CUTE_SOFTMAX_SPLIT_PREFETCH"]
+        ptx = comp.ptx
+        assert p["prefetch"] == (pf == "1")
+        assert ".minnctapersm 2" in ptx and ".reqntid 256, 1, 1" in ptx
+        assert ptx.count("st.relaxed.gpu.global.b64") == 1
+        assert ptx.count("ld.relaxed.gpu.global.b64") >= 2
+        assert "vote.sync.all" in ptx
+        assert "membar" not in ptx and "fence.sc" not in ptx and "fence.acq_rel" not in ptx
+        assert ptx.count("st.global.v4") == p["k"]
+        if p["prefetch"]:  # one bulk copy before the loop, one per round; chunk read from smem
+            assert ptx.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") == 2
+            assert "ld.global.v4" not in ptx and ptx.count("ld.shared.v4") >= p["k"]
+            assert "mbarrier.try_wait.parity" in ptx and "fence.mbarrier_init" in ptx
+        else:
+            assert ptx.count("ld.global.v4") == p["k"] and "cp.async.bulk" not in ptx
+    # rows not 16-byte aligned: no bulk copies (element loads), whatever the setting
+    assert ss.plan_for(3, 262_147, 1)["prefetch"] is False
 
 
 @needs_cute
