@@ -133,11 +133,13 @@ def _sm_vec(case) -> int:
 # harness run of 2026-11-29 (fp32, % of copy): softmax_rows 70.0 vs the base kernel 57.1 at
 # N = 1024, 83.4 vs 84.5 at 2048, 88.2 vs 91.2 at 4096, so rows take N <= ROWS_MAX_N = 1024;
 # softmax_long (81.1) lost to the base kernel (86.4) at 131072, so "long" stays off.
-# softmax_split (global-memory exchange on a co-resident grid) takes rows above SPLIT_ABOVE_N.
+# softmax_split (global-memory exchange on a co-resident grid, next chunk prefetched into shared
+# memory) takes rows above SPLIT_ABOVE_N: H200 tuning 2026-11-29 (fp32 8192 rows, % of copy): split
+# 88.1 / 88.7 / 86.2 vs the cluster kernel 90.7 / 84.0 / 76.7 at N = 65536 / 131072 / 262144.
 # KL_CUTE_SOFTMAX_ROUTE=rows,split,long (any subset, or "base") overrides it without a code change.
 SOFTMAX_ROUTE = tuple(r for r in os.environ.get("KL_CUTE_SOFTMAX_ROUTE", "rows,split").split(",") if r)
 ROWS_MAX_N = 1024
-SPLIT_ABOVE_N = 131072
+SPLIT_ABOVE_N = 65536
 
 
 def _sm_route(case) -> str:
@@ -181,7 +183,7 @@ def _sm_compile_only(case):
 
 
 @register(problem="softmax", layer="cute", name="softmax",
-          description="dispatcher: softmax_rows for N <= 1024, softmax_split above 131072, else row "
+          description="dispatcher: softmax_rows for N <= 1024, softmax_split above 65536, else row "
                       "in registers, warp+block reductions, cluster DSMEM reduction for long rows",
           sources=[Source(src("cutlass_src", "softmax.py"), kernels=None,
                           host=("prepare_softmax", "plan", "config", "_compile", "validate"))]

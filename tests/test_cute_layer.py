@@ -244,7 +244,8 @@ def test_softmax_route_switch(monkeypatch):
     c = problems.get("softmax").case
     assert cl._sm_route(c(M=8, N=1024)) == "rows"              # default: rows for short rows
     assert cl._sm_route(c(M=8, N=2048)) == "base"              # above ROWS_MAX_N
-    assert cl._sm_route(c(M=8, N=131072)) == "base"            # up to SPLIT_ABOVE_N
+    assert cl._sm_route(c(M=8, N=65536)) == "base"             # up to SPLIT_ABOVE_N
+    assert cl._sm_route(c(M=8, N=131072)) == "split"
     assert cl._sm_route(c(M=8, N=262144)) == "split"           # long off by default
     assert cl._sm_route(c(M=8, N=5_000_000)) == "base"         # split declines (> 264 chunks)
     monkeypatch.setattr(cl, "SOFTMAX_ROUTE", ("base",))
