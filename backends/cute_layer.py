@@ -103,6 +103,24 @@ def vector_add_prepare(case, inputs, out):
     return launch
 
 
+def _softmax_launch(prepare, inputs, out, **extra):
+    """The launch of one CuTe softmax kernel: ``prepare(x, out)`` -> (launch, compiled, plan);
+    its errors become Unsupported; the facts, the plan and the per-call host overhead (measured on
+    a scratch output) go into ``launch.info``."""
+    (x,) = inputs
+    try:
+        launch, comp, p = prepare(x, out)
+    except (ValueError, TypeError) as e:
+        raise Unsupported(str(e)) from None
+
+    def scratch():
+        import torch
+        return prepare(x, torch.empty_like(out))[0]
+
+    launch.info = _info(comp, {"config": p, **extra, "call_overhead_us": _overhead_us(scratch)})
+    return launch
+
+
 # -- softmax -----------------------------------------------------------------------------------
 def _sm_plan(case) -> dict | None:
     from cutlass_src import align_of
@@ -206,19 +224,7 @@ def softmax_prepare(case, inputs, out):
         return softmax_split_prepare(case, inputs, out)
     if route == "long":
         return softmax_long_prepare(case, inputs, out)
-    (x,) = inputs
-    try:
-        launch, comp, p = sm.prepare_softmax(x, out)
-    except (ValueError, TypeError) as e:
-        raise Unsupported(str(e)) from None
-
-    def scratch():
-        import torch
-        o2 = torch.empty_like(out)
-        return sm.prepare_softmax(x, o2)[0]
-
-    launch.info = _info(comp, {"config": p, "call_overhead_us": _overhead_us(scratch)})
-    return launch
+    return _softmax_launch(sm.prepare_softmax, inputs, out)
 
 
 # -- softmax_rows: short rows, several rows per CTA, next row prefetched -------------------------
@@ -265,20 +271,7 @@ def softmax_rows_prepare(case, inputs, out):
     _need()
     from cutlass_src import softmax_rows as sr
 
-    (x,) = inputs
-    try:
-        launch, comp, p = sr.prepare_softmax_rows(x, out)
-    except (ValueError, TypeError) as e:
-        raise Unsupported(str(e)) from None
-
-    def scratch():
-        import torch
-        o2 = torch.empty_like(out)
-        return sr.prepare_softmax_rows(x, o2)[0]
-
-    launch.info = _info(comp, {"config": p, "kernel": "softmax_rows",
-                               "call_overhead_us": _overhead_us(scratch)})
-    return launch
+    return _softmax_launch(sr.prepare_softmax_rows, inputs, out, kernel="softmax_rows")
 
 
 # -- softmax_long: 512-thread CTAs, clusters of up to 16, two CTAs per SM --------------------------
@@ -325,20 +318,7 @@ def softmax_long_prepare(case, inputs, out):
     _need()
     from cutlass_src import softmax as sm
 
-    (x,) = inputs
-    try:
-        launch, comp, p = sm.prepare_softmax(x, out, long=True)
-    except (ValueError, TypeError) as e:
-        raise Unsupported(str(e)) from None
-
-    def scratch():
-        import torch
-        o2 = torch.empty_like(out)
-        return sm.prepare_softmax(x, o2, long=True)[0]
-
-    launch.info = _info(comp, {"config": p, "kernel": "softmax_long",
-                               "call_overhead_us": _overhead_us(scratch)})
-    return launch
+    return _softmax_launch(lambda x, o: sm.prepare_softmax(x, o, long=True), inputs, out, kernel="softmax_long")
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
@@ -576,17 +556,4 @@ def softmax_split_prepare(case, inputs, out):
     _need()
     from cutlass_src import softmax_split as ss
 
-    (x,) = inputs
-    try:
-        launch, comp, p = ss.prepare_softmax_split(x, out)
-    except (ValueError, TypeError) as e:
-        raise Unsupported(str(e)) from None
-
-    def scratch():
-        import torch
-        o2 = torch.empty_like(out)
-        return ss.prepare_softmax_split(x, o2)[0]
-
-    launch.info = _info(comp, {"config": p, "kernel": "softmax_split",
-                               "call_overhead_us": _overhead_us(scratch)})
-    return launch
+    return _softmax_launch(ss.prepare_softmax_split, inputs, out, kernel="softmax_split")

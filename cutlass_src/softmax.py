@@ -221,14 +221,34 @@ def max_n_long() -> int:
     return LONG_THREADS * 2 * MAX_PER_THREAD * long_max_cluster()
 
 
+def access_width(x: torch.Tensor, out: torch.Tensor) -> int:
+    """Elements per access: 16 bytes when both base pointers, both row strides and the row length
+    are 16-byte multiples, else the widest power of two that divides them all."""
+    es = x.element_size()
+    align = align_of(x.data_ptr(), out.data_ptr(), x.stride(0) * es if x.shape[0] > 1 else 16,
+                     out.stride(0) * out.element_size() if out.shape[0] > 1 else 16, x.shape[1] * es)
+    return max(1, align // es)
+
+
+def fake_rows(in_dtype, out_dtype, vec: int) -> list:
+    """Fake [M, N] input and output tensors for a compile: M, N and both row strides symbolic (N
+    and the strides divisible by ``vec``), rows ``vec`` elements aligned."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    m, n = cute.sym_int32(), cute.sym_int32(divisibility=vec)
+    fakes = []
+    for dt in (in_dtype, out_dtype):
+        es = torch.empty((), dtype=dt).element_size()
+        ld = cute.sym_int64(divisibility=vec)
+        fakes.append(make_fake_tensor(cutlass_dtype(dt), (m, n), (ld, 1), assumed_align=max(es, vec * es)))
+    return fakes
+
+
 def plan(x: torch.Tensor, out: torch.Tensor, long: bool = False) -> dict:
     """Access width and (THREADS, K, CLUSTER) for these tensors; ValueError when unsupported.
     ``long``: the 512-thread, up-to-16-CTA cluster configuration (cute:softmax_long)."""
     n = x.shape[1]
-    es = x.element_size()
-    align = align_of(x.data_ptr(), out.data_ptr(), x.stride(0) * es if x.shape[0] > 1 else 16,
-                     out.stride(0) * out.element_size() if out.shape[0] > 1 else 16, n * es)
-    vec = max(1, align // es)
+    vec = access_width(x, out)
     if long:
         cfg = config_long(n, vec)
         if cfg is None:
@@ -249,16 +269,9 @@ def _compile(in_dtype, out_dtype, p: dict):
     c = cached(key)
     if c is not None:
         return c
-    from cutlass.cute.runtime import make_fake_tensor
-
     vec = p["vec"]
-    m, n = cute.sym_int32(), cute.sym_int32(divisibility=vec)
-    fakes = []
-    for dt in (in_dtype, out_dtype):
-        es = torch.empty((), dtype=dt).element_size()
-        ld = cute.sym_int64(divisibility=vec)
-        fakes.append(make_fake_tensor(cutlass_dtype(dt), (m, n), (ld, 1), assumed_align=max(es, vec * es)))
-    return compile_kernel(key, Softmax(p["threads"], p["k"], vec, p["cluster"]), *fakes, fake_stream())
+    return compile_kernel(key, Softmax(p["threads"], p["k"], vec, p["cluster"]),
+                          *fake_rows(in_dtype, out_dtype, vec), fake_stream())
 
 
 def validate(x, out):

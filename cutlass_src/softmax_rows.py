@@ -24,7 +24,7 @@ import cutlass.cute as cute
 import torch
 from cutlass.memory import SmemAllocator
 
-from . import align_of, cached, compile_kernel, cutlass_dtype, fake_stream, stream_args, to_cute
+from . import cached, compile_kernel, fake_stream, stream_args, to_cute
 
 LOG2E = 1.4426950408889634
 THREADS = 256                 # threads per CTA (R = THREADS // G row groups)
@@ -165,11 +165,9 @@ def max_n(vec: int = 4) -> int:
 
 
 def plan(x: torch.Tensor, out: torch.Tensor) -> dict:
-    n = x.shape[1]
-    es = x.element_size()
-    align = align_of(x.data_ptr(), out.data_ptr(), x.stride(0) * es if x.shape[0] > 1 else 16,
-                     out.stride(0) * out.element_size() if out.shape[0] > 1 else 16, n * es)
-    return plan_for(n, max(1, align // es))
+    from .softmax import access_width
+
+    return plan_for(x.shape[1], access_width(x, out))
 
 
 def plan_for(n: int, vec: int) -> dict:
@@ -188,16 +186,11 @@ def _compile(in_dtype, out_dtype, p: dict):
     c = cached(key)
     if c is not None:
         return c
-    from cutlass.cute.runtime import make_fake_tensor
+    from .softmax import fake_rows
 
     vec = p["vec"]
-    m, n = cute.sym_int32(), cute.sym_int32(divisibility=vec)
-    fakes = []
-    for dt in (in_dtype, out_dtype):
-        es = torch.empty((), dtype=dt).element_size()
-        ld = cute.sym_int64(divisibility=vec)
-        fakes.append(make_fake_tensor(cutlass_dtype(dt), (m, n), (ld, 1), assumed_align=max(es, vec * es)))
-    return compile_kernel(key, SoftmaxRows(p["group"], p["k"], vec, p["grid_cap"]), *fakes, fake_stream())
+    return compile_kernel(key, SoftmaxRows(p["group"], p["k"], vec, p["grid_cap"]),
+                          *fake_rows(in_dtype, out_dtype, vec), fake_stream())
 
 
 def resident_ctas(threads: int, registers: int) -> int:

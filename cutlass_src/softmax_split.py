@@ -48,8 +48,8 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 from cutlass.memory import SmemAllocator
 
-from . import align_of, cached, compile_kernel, cutlass_dtype, fake_stream, stream_args, to_cute
-from .softmax import LOG2E, _add, _fmax, block_reduce
+from . import cached, compile_kernel, fake_stream, stream_args, to_cute
+from .softmax import LOG2E, _add, _fmax, access_width, block_reduce, fake_rows
 from .softmax_rows import num_sms
 
 MIN_N = 32769             # shorter rows fit one CTA's registers: cute:softmax does them in one pass
@@ -298,11 +298,7 @@ def plan_for(m: int, n: int, vec: int) -> dict:
 
 
 def plan(x: torch.Tensor, out: torch.Tensor) -> dict:
-    n = x.shape[1]
-    es = x.element_size()
-    align = align_of(x.data_ptr(), out.data_ptr(), x.stride(0) * es if x.shape[0] > 1 else 16,
-                     out.stride(0) * out.element_size() if out.shape[0] > 1 else 16, n * es)
-    return plan_for(x.shape[0], n, max(1, align // es))
+    return plan_for(x.shape[0], x.shape[1], access_width(x, out))
 
 
 def _compile(in_dtype, out_dtype, p: dict):
@@ -311,18 +307,12 @@ def _compile(in_dtype, out_dtype, p: dict):
     c = cached(key)
     if c is not None:
         return c
-    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_compact_tensor
 
     vec = p["vec"]
-    m, n = cute.sym_int32(), cute.sym_int32(divisibility=vec)
-    fakes = []
-    for dt in (in_dtype, out_dtype):
-        es = torch.empty((), dtype=dt).element_size()
-        ld = cute.sym_int64(divisibility=vec)
-        fakes.append(make_fake_tensor(cutlass_dtype(dt), (m, n), (ld, 1), assumed_align=max(es, vec * es)))
     slots = make_fake_compact_tensor(cutlass.Int64, (cute.sym_int32(),), assumed_align=8)
-    return compile_kernel(key, SoftmaxSplit(p["threads"], p["k"], vec, p["grid_cap"], p["prefetch"]), *fakes, slots,
-                          cutlass.Int32(MAX_SPIN), fake_stream())
+    return compile_kernel(key, SoftmaxSplit(p["threads"], p["k"], vec, p["grid_cap"], p["prefetch"]),
+                          *fake_rows(in_dtype, out_dtype, vec), slots, cutlass.Int32(MAX_SPIN), fake_stream())
 
 
 _SLOTS: dict = {}
