@@ -7,7 +7,7 @@ N <= 1024, block per row up to 32768, split (persistent cooperative grid) above,
 time), ``cuda:softmax_warp``, ``cuda:softmax_block``, ``cuda:softmax_online``, ``cuda:softmax_rows``
 (persistent multi-row, N <= 8192), ``cuda:softmax_smem`` (cluster, slice in shared memory: one HBM
 read + one write), ``cuda:softmax_split`` (N > 32768: persistent cooperative grid, blocks of a
-row exchange (max, sum) through 64-bit slots; not in the route table until a GPU run) (each path
+row exchange (max, sum) through 64-bit slots; the dispatcher's choice above 32768) (each path
 on its own).
 The GEMM rows live in ``backends/cuda_gemm.py``.
 

@@ -16,7 +16,7 @@
 //   softmax_split_kernel   N > 32768      persistent cooperative grid, C = ceil(N / 16384) blocks
 //                                         per row each holding its chunk in registers, (max, sum)
 //                                         partials exchanged through 64-bit slots in global memory
-//                                         (path "split", not in the route table yet)
+//                                         (path "split"; the route table's choice above 32768)
 // VEC = 16 / sizeof(T) (one 128-bit access) when every row of x and y starts 16-byte aligned,
 // else VEC = 1 (scalar, still coalesced): the host decides from the pointers and strides.
 #include "common.cuh"
