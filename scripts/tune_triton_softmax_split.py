@@ -22,11 +22,9 @@ warm H200 on 2026-11-29, about a minute with start-up and compiles).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-import traceback
 
 import torch
 
@@ -40,8 +38,11 @@ import triton  # noqa: E402
 from triton_src import device_facts  # noqa: E402
 from triton_src import softmax as S  # noqa: E402
 
+import tune_triton as T  # noqa: E402  save, log, attempt, bench: one implementation for the tune scripts
+from tune_triton import attempt, log, save  # noqa: E402
+
 RESULTS: dict = {"sections": {}, "errors": []}
-OUT_PATH = ""
+T.RESULTS = RESULTS  # what T.save writes and T.attempt appends errors to
 T0 = time.time()
 
 #: (CHUNK, num_warps, programs per SM, prefetch); the first is the default (split_config's);
@@ -58,28 +59,8 @@ BF16_CONFIGS = [(8192, 4, 0, False), (8192, 8, 0, False), (16384, 8, 0, False), 
 SHAPES = [(8192, 131072), (8192, 262144), (4096, 65536), (8192, 32768)]
 
 
-def save():
-    with open(OUT_PATH, "w") as f:
-        json.dump(RESULTS, f, indent=1, default=str)
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def attempt(label, fn):
-    try:
-        return fn()
-    except Exception as e:
-        log(f"  !! {label}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
-        RESULTS["errors"].append({"what": label, "error": f"{type(e).__name__}: {e}",
-                                  "tb": traceback.format_exc()[-2000:]})
-        return None
-
-
 def bench(fn, max_s=0.25):
-    from tune_triton import bench as _bench  # one timing method for every tune script
-    return _bench(fn, max_s=max_s)
+    return T.bench(fn, max_s=max_s)
 
 
 def env_and_ceiling():
@@ -215,7 +196,6 @@ def tune_shape(M, N, dtype=torch.float32, configs=None, budget=150.0):
 
 
 def main():
-    global OUT_PATH
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."),
                     help="folder for tune_triton_softmax_split.json")
@@ -226,7 +206,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("tune_triton_softmax_split: needs a CUDA GPU")
     os.makedirs(args.out, exist_ok=True)
-    OUT_PATH = os.path.join(args.out, "tune_triton_softmax_split.json")
+    T.OUT_PATH = os.path.join(args.out, "tune_triton_softmax_split.json")
     RESULTS["command"] = "python " + " ".join(sys.argv)
     env_and_ceiling()
     if not args.no_verify:
@@ -239,7 +219,7 @@ def main():
                                                 budget=args.budget))
     RESULTS["total_s"] = round(time.time() - T0, 1)
     save()
-    log(f"[done in {time.time() - T0:.0f}s] -> {OUT_PATH}")
+    log(f"[done in {time.time() - T0:.0f}s] -> {T.OUT_PATH}")
 
 
 if __name__ == "__main__":
