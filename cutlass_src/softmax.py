@@ -65,6 +65,12 @@ def block_reduce(val: cutlass.Float32, op, red: cute.Tensor, num_warps: cutlass.
     return val
 
 
+def vec_copy_atom(elem_type, vec: int):
+    """Copy atom moving ``vec`` elements of ``elem_type`` per access (128 bits when vec * width
+    is 128): register <-> global or shared memory."""
+    return cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), elem_type, num_bits_per_copy=elem_type.width * vec)
+
+
 def _fmax(a, b):
     return cute.arch.fmax(a, b)
 
@@ -101,10 +107,8 @@ class Softmax:
         gO = cute.composition(cute.local_tile(mO[row, None], (self.chunk,), (rank,)), tv)[None, tidx, None]
         col0 = rank * self.chunk + tidx * self.vec
 
-        atom_in = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
-                                      num_bits_per_copy=mX.element_type.width * self.vec)
-        atom_out = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mO.element_type,
-                                       num_bits_per_copy=mO.element_type.width * self.vec)
+        atom_in = vec_copy_atom(mX.element_type, self.vec)
+        atom_out = vec_copy_atom(mO.element_type, self.vec)
         rX = cute.make_rmem_tensor_like(gX)
         rX.fill(-cutlass.Float32.inf)
         for k in cutlass.range_constexpr(self.k):

@@ -25,6 +25,7 @@ import torch
 from cutlass.memory import SmemAllocator
 
 from . import cached, compile_kernel, fake_stream, stream_args, to_cute
+from .softmax import access_width, fake_rows, validate, vec_copy_atom
 
 LOG2E = 1.4426950408889634
 THREADS = 256                 # threads per CTA (R = THREADS // G row groups)
@@ -96,10 +97,8 @@ class SoftmaxRows:
         red_sum = smem.allocate_tensor(cutlass.Float32, cute.make_layout(32), byte_alignment=16)
 
         tv = cute.make_layout((self.vec, self.g, self.k), stride=(1, self.vec, self.vec * self.g))
-        atom_in = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
-                                      num_bits_per_copy=mX.element_type.width * self.vec)
-        atom_out = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mO.element_type,
-                                       num_bits_per_copy=mO.element_type.width * self.vec)
+        atom_in = vec_copy_atom(mX.element_type, self.vec)
+        atom_out = vec_copy_atom(mO.element_type, self.vec)
         frag = cute.make_layout((self.vec, self.k))
         rCur = cute.make_rmem_tensor(frag, mX.element_type)
         rNext = cute.make_rmem_tensor(frag, mX.element_type)
@@ -165,8 +164,6 @@ def max_n(vec: int = 4) -> int:
 
 
 def plan(x: torch.Tensor, out: torch.Tensor) -> dict:
-    from .softmax import access_width
-
     return plan_for(x.shape[1], access_width(x, out))
 
 
@@ -186,8 +183,6 @@ def _compile(in_dtype, out_dtype, p: dict):
     c = cached(key)
     if c is not None:
         return c
-    from .softmax import fake_rows
-
     vec = p["vec"]
     return compile_kernel(key, SoftmaxRows(p["group"], p["k"], vec, p["grid_cap"]),
                           *fake_rows(in_dtype, out_dtype, vec), fake_stream())
@@ -217,8 +212,6 @@ def compile_fitted(in_dtype, out_dtype, p: dict):
 
 def prepare_softmax_rows(x, out):
     """Validate, plan, compile (cached); returns (launch, compiled, plan)."""
-    from .softmax import validate
-
     validate(x, out)
     p = plan(x, out)
     comp, p = compile_fitted(x.dtype, out.dtype, p)

@@ -49,7 +49,7 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 from cutlass.memory import SmemAllocator
 
 from . import cached, compile_kernel, fake_stream, stream_args, to_cute
-from .softmax import LOG2E, _add, _fmax, access_width, block_reduce, fake_rows
+from .softmax import LOG2E, _add, _fmax, access_width, block_reduce, fake_rows, validate, vec_copy_atom
 from .softmax_rows import num_sms
 
 MIN_N = 32769             # shorter rows fit one CTA's registers: cute:softmax does them in one pass
@@ -156,10 +156,8 @@ class SoftmaxSplit:
         state = smem.allocate_tensor(cutlass.Float32, cute.make_layout(4), byte_alignment=16)
 
         tv = cute.make_layout((self.vec, self.threads, self.k), stride=(1, self.vec, self.vec * self.threads))
-        atom_in = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
-                                      num_bits_per_copy=mX.element_type.width * self.vec)
-        atom_out = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mO.element_type,
-                                       num_bits_per_copy=mO.element_type.width * self.vec)
+        atom_in = vec_copy_atom(mX.element_type, self.vec)
+        atom_out = vec_copy_atom(mO.element_type, self.vec)
         frag = cute.make_layout((self.vec, self.k))
         rX = cute.make_rmem_tensor(frag, mX.element_type)
         rO = cute.make_rmem_tensor(frag, mO.element_type)
@@ -169,8 +167,6 @@ class SoftmaxSplit:
             sbuf = smem.allocate_tensor(mX.element_type, cute.make_layout(self.chunk), byte_alignment=128)
             mbar = smem.allocate_tensor(cutlass.Int64, cute.make_layout(1), byte_alignment=8)
             sX = cute.composition(sbuf, tv)[None, tidx, None]
-            atom_s = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
-                                         num_bits_per_copy=mX.element_type.width * self.vec)
             if tidx == 0:
                 cute.arch.mbarrier_init(mbar.iterator, 1)
                 cute.arch.mbarrier_init_fence()     # visible to the bulk-copy engine (async proxy)
@@ -190,7 +186,7 @@ class SoftmaxSplit:
                 phase = phase ^ 1
                 for k in cutlass.range_constexpr(self.k):
                     if col0 + k * self.threads * self.vec < n:
-                        cute.copy(atom_s, sX[None, k], rX[None, k])
+                        cute.copy(atom_in, sX[None, k], rX[None, k])
                 # every thread has its values before the buffer is refilled with unit u + G
                 cute.arch.barrier()
                 if tidx == 0 and u + gdim < units:
@@ -331,8 +327,6 @@ def _slots(device: torch.device, units: int) -> torch.Tensor:
 def prepare_softmax_split(x, out, max_spin: int = -1):
     """Validate, plan, compile (cached); returns (launch, compiled, plan). ``max_spin``: polls
     before a waiting CTA gives up and writes NaN (-1: MAX_SPIN)."""
-    from .softmax import validate
-
     validate(x, out)
     if not isinstance(max_spin, int) or max_spin < -1:
         raise ValueError(f"max_spin: must be -1 (default {MAX_SPIN} polls) or an int >= 0, got {max_spin!r}")
