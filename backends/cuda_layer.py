@@ -319,12 +319,13 @@ def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, clu
 # -- registration ----------------------------------------------------------------------------------
 def _case_align(case):
     """(x rows 16-byte aligned, out rows aligned) for the harness's inputs of this case."""
-    from harness.problems.softmax import LAYOUT_PAD
+    from harness.problems.softmax import row_pad, start_offset
 
     es = torch.empty((), dtype=case.torch_dtype).element_size()
-    pad = LAYOUT_PAD[case.params.get("layout", "contiguous")]
+    pad = row_pad(case.params.get("layout", "contiguous"), case.N)
+    off = start_offset(case.params.get("layout", "contiguous")) * es
     one = case.M == 1
-    return one or ((case.N + pad) * es) % 16 == 0, one or (case.N * es) % 16 == 0
+    return (one or ((case.N + pad) * es) % 16 == 0) and off % 16 == 0, one or (case.N * es) % 16 == 0
 
 
 def case_plan(path: str, case, cc_major: int = 9, **opts) -> dict:

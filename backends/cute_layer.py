@@ -125,12 +125,13 @@ def _softmax_launch(prepare, inputs, out, **extra):
 def _sm_plan(case) -> dict | None:
     from cutlass_src import align_of
     from cutlass_src import softmax as sm
-    from harness.problems.softmax import LAYOUT_PAD
+    from harness.problems.softmax import row_pad, start_offset
 
     es = _esize(case.dtype)
-    pad = LAYOUT_PAD[case.params.get("layout", "contiguous")]
+    pad = row_pad(case.params.get("layout", "contiguous"), case.N)
     n = case.N
-    align = align_of((n + pad) * es if case.M > 1 else 16, n * es)   # output rows are N long
+    off = start_offset(case.params.get("layout", "contiguous")) * es
+    align = align_of((n + pad) * es if case.M > 1 else 16, n * es, *([off] if off else []))
     vec = max(1, align // es)
     cfg = sm.config(n, vec)
     if cfg is None:
@@ -140,11 +141,13 @@ def _sm_plan(case) -> dict | None:
 
 def _sm_vec(case) -> int:
     from cutlass_src import align_of
-    from harness.problems.softmax import LAYOUT_PAD
+    from harness.problems.softmax import row_pad, start_offset
 
     es = _esize(case.dtype)
-    pad = LAYOUT_PAD[case.params.get("layout", "contiguous")]
-    return max(1, align_of((case.N + pad) * es if case.M > 1 else 16, case.N * es) // es)
+    pad = row_pad(case.params.get("layout", "contiguous"), case.N)
+    off = start_offset(case.params.get("layout", "contiguous")) * es
+    return max(1, align_of((case.N + pad) * es if case.M > 1 else 16, case.N * es,
+                           *([off] if off else [])) // es)
 
 
 # cute:softmax's dispatcher: which shapes it hands to the variants registered below. From the

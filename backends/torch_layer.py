@@ -43,14 +43,14 @@ def _warm_compiled(f, *args):
 
 
 # -- vector_add --------------------------------------------------------------------------------
-@register(problem="vector_add", layer="torch", name="add", baseline=True,
+@register(problem="vector_add", layer="torch", name="vector_add", baseline=True,
           description="torch.add(x, y, out=out)")
 def add_eager(case, inputs, out):
     x, y = inputs
     return lambda: torch.add(x, y, out=out)
 
 
-@register(problem="vector_add", layer="torch", name="compile", description="torch.compile(x + y)")
+@register(problem="vector_add", layer="torch", name="vector_add_compile", description="torch.compile(x + y)")
 def add_compile(case, inputs, out):
     x, y = inputs
     f = _compile(("add", x.device.type), lambda a, b: a + b)
@@ -79,14 +79,14 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
     return (e / s).to(x.dtype)
 
 
-@register(problem="softmax", layer="torch", name="naive", model_variant="naive",
+@register(problem="softmax", layer="torch", name="softmax_naive", model_variant="naive",
           description="five eager ops: max, subtract, exp, sum, divide")
 def softmax_naive(case, inputs, out):
     (x,) = inputs
     return lambda: naive_softmax(x)
 
 
-@register(problem="softmax", layer="torch", name="compile",
+@register(problem="softmax", layer="torch", name="softmax_compile",
           description="torch.compile(torch.softmax)")
 def softmax_compile(case, inputs, out):
     (x,) = inputs
@@ -124,7 +124,7 @@ def _cpu_half_mm_ok() -> bool:
     return _half_ok[0]
 
 
-@register(problem="gemm_epilogue", layer="torch", name="addmm", baseline=True,
+@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue", baseline=True,
           description="act(torch.addmm(bias, A, B)) - the eager op")
 def gemm_eager(case, inputs, out):
     a, b, bias = inputs
@@ -133,7 +133,7 @@ def gemm_eager(case, inputs, out):
     return lambda: _act_addmm(a, b, bias, act)
 
 
-@register(problem="gemm_epilogue", layer="torch", name="unfused", model_variant="unfused",
+@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_unfused", model_variant="unfused",
           description="A @ B, then + bias, then act: three separate kernels")
 def gemm_unfused(case, inputs, out):
     a, b, bias = inputs
@@ -149,7 +149,7 @@ def gemm_unfused(case, inputs, out):
     return launch
 
 
-@register(problem="gemm_epilogue", layer="torch", name="compile",
+@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_compile",
           description="torch.compile(act(A @ B + bias))")
 def gemm_compile(case, inputs, out):
     a, b, bias = inputs

@@ -328,8 +328,8 @@ def _sm_args(case):
 
 
 def _row_stride(case) -> int:
-    from harness.problems.softmax import LAYOUT_PAD
-    return case.N + LAYOUT_PAD[case.params.get("layout", "contiguous")]
+    from harness.problems.softmax import row_pad
+    return case.N + row_pad(case.params.get("layout", "contiguous"), case.N)
 
 
 def _sm_aligned(case):

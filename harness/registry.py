@@ -14,7 +14,15 @@ Public API (plugins use exactly this)::
 Backends pass more keywords: ``description``, ``sources`` (for the LOC counter), ``available``
 (``() -> None | reason``), ``supports`` (``(case) -> None | reason``), ``devices`` (``"cuda"``,
 ``"cpu"``), ``compile_only`` (``(case) -> dict`` of compile facts, used without a GPU),
-``baseline`` (the eager op the speed-up column is relative to).
+``baseline`` (the eager op the speed-up column is relative to), ``role``.
+
+Naming (the same in every layer): a layer's default implementation of a problem - the one the
+headline summary uses, which must run every valid case - is ``layer:<problem>`` (``cuda:softmax``,
+``triton:gemm_epilogue``); its teaching twin, the shortest correct kernel, is
+``layer:<problem>_simple``; tuned variants are ``layer:<problem>_<algorithm>`` with one word per
+algorithm across layers (``softmax_split``, ``softmax_online``, ``gemm_epilogue_pingpong``...).
+``role`` follows from the name (``default``, ``simple``, ``variant``; ``baseline`` for the eager op
+the speed-up column divides by) unless given.
 """
 from __future__ import annotations
 
@@ -26,6 +34,18 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 LAYERS = ("torch", "cuda", "cupy", "triton", "cute")
+ROLES = ("baseline", "default", "simple", "variant")
+
+
+def role_of(problem: str, name: str, baseline: bool = False) -> str:
+    """The role a name implies: ``<problem>`` is the default, ``<problem>_simple`` the twin."""
+    if baseline:
+        return "baseline"
+    if name == problem:
+        return "default"
+    if name == f"{problem}_simple":
+        return "simple"
+    return "variant"
 
 
 @dataclass(frozen=True)
@@ -55,6 +75,7 @@ class Implementation:
     supports_fn: Callable[..., str | None] | None = None
     compile_only_fn: Callable | None = None
     baseline: bool = False
+    role: str = "variant"  # baseline | default | simple | variant (see the module docstring)
     origin: str = ""  # module or plugin file that registered it
     extra: dict = field(default_factory=dict)
 
@@ -87,13 +108,16 @@ _current_origin: list[str] = []
 def register(problem: str, layer: str, name: str, *, description: str = "",
              sources: Sequence[Source] = (), devices: Sequence[str] = ("cuda", "cpu"),
              available: Callable | None = None, supports: Callable | None = None,
-             compile_only: Callable | None = None, baseline: bool = False, **extra):
+             compile_only: Callable | None = None, baseline: bool = False,
+             role: str | None = None, **extra):
     """Decorator registering ``prepare(case, inputs, out) -> launch`` as ``layer:name`` for ``problem``.
 
     A plugin's implementation runs wherever its tensors are (``devices`` defaults to both)."""
     from . import problems
 
     problems.get(problem)  # ValueError naming an unknown problem
+    if role is not None and role not in ROLES:
+        raise ValueError(f"role: {role!r} is not one of {', '.join(ROLES)}")
     for arg, val in (("layer", layer), ("name", name)):
         if not isinstance(val, str) or not val or ":" in val or "/" in val or val.strip() != val:
             raise ValueError(f"{arg}: must be a non-empty name without ':' or '/', got {val!r}")
@@ -106,6 +130,7 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
                               sources=tuple(sources), devices=tuple(devices),
                               available_fn=available, supports_fn=supports,
                               compile_only_fn=compile_only, baseline=baseline,
+                              role=role or role_of(problem, name, baseline),
                               origin=_current_origin[-1] if _current_origin else fn.__module__,
                               extra=dict(extra))
         if impl.key in _IMPLS and _IMPLS[impl.key].origin != impl.origin:

@@ -23,8 +23,8 @@ def test_list_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert {p["name"] for p in data["problems"]} == {"vector_add", "softmax", "gemm_epilogue"}
     ids = {(i["problem"], i["id"]) for i in data["implementations"]}
-    assert ("softmax", "torch:softmax") in ids and ("softmax", "torch:naive") in ids
-    assert ("gemm_epilogue", "torch:unfused") in ids and ("vector_add", "torch:compile") in ids
+    assert ("softmax", "torch:softmax") in ids and ("softmax", "torch:softmax_naive") in ids
+    assert ("gemm_epilogue", "torch:gemm_epilogue_unfused") in ids and ("vector_add", "torch:vector_add_compile") in ids
     for i in data["implementations"]:
         assert i["available"] or i["reason"], "an unavailable implementation must say why"
 

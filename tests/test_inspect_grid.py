@@ -119,9 +119,9 @@ def test_inspect_cuda_fallback(fake_impl, tmp_path, capsys):
 
 
 def test_inspect_errors(tmp_path, capsys):
-    rc, _, err = cli(inspect_cmd, ["inspect", "torch:add", "--out", str(tmp_path)], capsys)
+    rc, _, err = cli(inspect_cmd, ["inspect", "torch:vector_add", "--out", str(tmp_path)], capsys)
     assert rc == 2 and "no kernel source of ours" in err
-    rc, _, err = cli(inspect_cmd, ["inspect", "torch:compile", "--out", str(tmp_path)], capsys)
+    rc, _, err = cli(inspect_cmd, ["inspect", "torch:vector_add_compile", "--out", str(tmp_path)], capsys)
     assert rc == 2 and "pick one with --problem" in err
     rc, _, err = cli(inspect_cmd, ["inspect", "nope:x", "--out", str(tmp_path)], capsys)
     assert rc == 2 and "unknown implementation" in err

@@ -28,14 +28,14 @@ def _row(impl, t, problem="vector_add", dims=None, dtype="float32", traffic=12_0
 
 
 def test_metrics_against_ceilings_baseline_and_model():
-    rows = [_row("torch:add", 4e-6), _row("triton:add", 3e-6)]
+    rows = [_row("torch:vector_add", 4e-6), _row("triton:add", 3e-6)]
     ceil = {"copy_bytes_per_s": 4.0e12, "gemm_flops_per_s": {"bfloat16": 7e14}}
     report.add_metrics(rows, ceil, {}, "NVIDIA H200")
     tri = rows[1]
     assert tri["gbps"] == pytest.approx(12e6 / 3e-6 / 1e9)
     assert tri["pct_ceiling"] == pytest.approx(100 * 12e6 / 3e-6 / 4e12)
     assert tri["pct_datasheet"] == pytest.approx(100 * 12e6 / 3e-6 / 4.8e12)
-    assert tri["speedup_vs_baseline"] == pytest.approx(4 / 3) and tri["baseline_impl"] == "torch:add"
+    assert tri["speedup_vs_baseline"] == pytest.approx(4 / 3) and tri["baseline_impl"] == "torch:vector_add"
     # the model's fused add on the measured copy ceiling: 12 MB / 4 TB/s = 3 us
     assert tri["model_ideal_s"] == pytest.approx(3e-6) and tri["measured_over_ideal"] == pytest.approx(1.0)
 
@@ -55,15 +55,15 @@ def test_gemm_metrics_use_vendor_same_shape():
 
 
 def test_outputs_csv_md_json(tmp_path):
-    rows = [_row("torch:add", 4e-6)]
+    rows = [_row("torch:vector_add", 4e-6)]
     report.add_metrics(rows, None, {}, None)
     doc = report.results_doc(rows, command="python -m harness compare", machine={"gpu": None},
                              ceilings=None, vendor={}, timing={"description": "x"}, suite="bench",
                              created="2026-11-29T00:00:00+00:00")
     paths = report.write_outputs(doc, tmp_path)
-    assert json.loads(paths[0].read_text())["rows"][0]["impl"] == "torch:add"
+    assert json.loads(paths[0].read_text())["rows"][0]["impl"] == "torch:vector_add"
     csv = paths[1].read_text().splitlines()
-    assert csv[0].startswith("problem,case,dtype,impl,layer,status") and "torch:add" in csv[1]
+    assert csv[0].startswith("problem,case,dtype,impl,layer,status") and "torch:vector_add" in csv[1]
     assert "| vector_add |" in paths[2].read_text()
 
 
@@ -78,7 +78,7 @@ def test_compare_times_on_gpu(tmp_path):
         assert rc == 0
         doc = json.loads((out / "results.json").read_text())
         timed = [r for r in doc["rows"] if r["status"] == "PASS" and r.get("time")]
-        assert {r["impl"] for r in timed} >= {"torch:softmax", "torch:naive"}
+        assert {r["impl"] for r in timed} >= {"torch:softmax", "torch:softmax_naive"}
         for r in timed:
             assert r["time"]["median_s"] > 0 and r["gbps"] > 0 and r["time"]["samples"] >= 15
         assert doc["timing"]["mode"] == ("graph" if extra else "cold")

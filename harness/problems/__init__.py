@@ -15,7 +15,7 @@ import torch
 
 from ..case import DTYPES, Case, dtype_name
 
-SUITES = ("smoke", "verify", "bench", "full")
+SUITES = ("smoke", "verify", "bench", "models", "full")
 
 
 @dataclass(frozen=True)

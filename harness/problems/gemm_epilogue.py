@@ -50,8 +50,22 @@ class GemmEpilogue(Problem):
                         # TMA-legal strides (N, K multiples of 8) but ragged tiles: partial M and N
                         # tiles, K not a multiple of 64, an odd number of M tiles
                         c(M=129, N=264, K=72, dtype=dt, act="relu"),
-                        c(M=640, N=136, K=4104, dtype=dt, act="gelu", bias=0)]
+                        c(M=640, N=136, K=4104, dtype=dt, act="gelu", bias=0),
+                        # aligned strides with GELU and bias (what the TMA kernels take), a GEMV
+                        # with aligned strides, and a long K with few rows (split-K territory)
+                        c(M=257, N=392, K=200, dtype=dt, act="gelu"),
+                        c(M=1, N=1024, K=512, dtype=dt, act="gelu"),
+                        c(M=16, N=520, K=8192, dtype=dt, act="none")]
+                # N or K not a multiple of 8 on a larger problem, and many row tiles
+                out += [c(M=2050, N=1001, K=136, dtype=dt, act="gelu")]
             return out
+        if suite == "models":
+            # bf16 linear layers of public model configurations at three token counts (decode,
+            # a small batch, prefill), bias on: QKV projection, fused MLP up (GELU), MLP down,
+            # a 70B-class MLP down, and the GPT-2 LM head (N = 50257, not a multiple of 8)
+            shapes = ((6144, 4096, "none"), (28672, 4096, "gelu"), (4096, 14336, "none"),
+                      (8192, 28672, "none"), (50257, 768, "none"))
+            return [c(M=m, N=n, K=k, act=act, bias=1) for m in (16, 256, 4096) for n, k, act in shapes]
         if suite == "bench":
             return ([c(M=s, N=s, K=s) for s in (2048, 4096, 8192)]
                     + [c(M=4096, N=4096, K=4096, act="gelu"), c(M=4096, N=4096, K=4096, act="none", bias=0),

@@ -2,7 +2,8 @@
 
 Parameters of a case:
 - ``layout``: ``contiguous``; ``strided`` (x is the first N columns of an [M, N+64] tensor);
-  ``strided_odd`` (row stride N+3: rows are not 16-byte aligned).
+  ``strided_odd`` (x starts one element into its storage and its row stride is odd, N+2 or N+3,
+  so that no row but by chance starts 16-byte aligned, in every dtype).
 - ``kind``: ``randn``; ``large`` (1e4 + 1e3*randn: exp overflows unless the max is subtracted);
   ``negative`` (every element <= -100: exp underflows unless the max is subtracted);
   ``neginf`` (about 10 % of each row is -inf, never the whole row).
@@ -14,6 +15,19 @@ import torch
 from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
 
 LAYOUT_PAD = {"contiguous": 0, "strided": 64, "strided_odd": 3}
+
+
+def row_pad(layout: str, n: int) -> int:
+    """Columns of padding after each row: ``strided_odd`` makes the row stride odd (N+2 or N+3),
+    so that row r starts at byte (1 + r*stride)*size, 16-byte aligned for few rows at most."""
+    if layout == "strided_odd":
+        return 3 if n % 2 == 0 else 2
+    return LAYOUT_PAD[layout]
+
+
+def start_offset(layout: str) -> int:
+    """Elements between the storage's start and x[0, 0]."""
+    return 1 if layout == "strided_odd" else 0
 
 
 class Softmax(Problem):
@@ -40,7 +54,21 @@ class Softmax(Problem):
                     c(M=64, N=1000, kind="negative"), c(M=64, N=1000, kind="neginf"),
                     c(M=64, N=1000, kind="neginf", dtype="bfloat16"),
                     c(M=4, N=32_768, kind="neginf"), c(M=3, N=262_147), c(M=2, N=131_072,
-                                                                            dtype="bfloat16")]
+                                                                            dtype="bfloat16"),
+                    # many rows: a grid or a persistent loop that stops early is caught
+                    c(M=2053, N=96), c(M=4099, N=33, dtype="bfloat16", layout="strided_odd"),
+                    c(M=2048, N=2050, dtype="float16"),
+                    # odd stride and an odd start in the 16-bit dtypes too
+                    c(M=33, N=3001, dtype="bfloat16", layout="strided_odd"),
+                    c(M=17, N=40_000, dtype="float16", layout="strided_odd")]
+            return out
+        if suite == "models":
+            # public model configurations: LM-head logits (vocabularies of Llama 2, GPT-2, Llama 3,
+            # Qwen 2), attention-score rows, and a shorter fp16 row
+            out = [c(M=4096, N=v, dtype=dt) for dt in ("bfloat16", "float32")
+                   for v in (32_000, 50_257, 128_256, 151_936)]
+            out += [c(M=32_768, N=n, dtype="bfloat16") for n in (512, 1024, 4096)]
+            out += [c(M=8192, N=2048, dtype="float16")]
             return out
         if suite == "bench":
             return ([c(M=4096, N=n) for n in (1024, 2048, 4096, 8192, 16384)]
@@ -56,7 +84,8 @@ class Softmax(Problem):
     def make_inputs(self, case, device, seed):
         g = generator(device, seed)
         M, N = case.M, case.N
-        pad = LAYOUT_PAD[case.params.get("layout", "contiguous")]
+        layout = case.params.get("layout", "contiguous")
+        pad, off = row_pad(layout, N), start_offset(layout)
         kind = case.params.get("kind", "randn")
         base = torch.randn((M, N + pad), generator=g, device=device, dtype=torch.float32)
         if kind == "large":
@@ -69,6 +98,12 @@ class Softmax(Problem):
             perm = torch.randperm(N, generator=g, device=device)
             drop[:, :N] = drop[:, :N][:, perm]
             base = base.masked_fill(drop, float("-inf"))
+        if off:
+            flat = torch.empty(off + M * (N + pad), device=device, dtype=case.torch_dtype)
+            flat[:off] = 0
+            x = flat[off:].view(M, N + pad)
+            x.copy_(base)
+            return (x[:, :N],)
         x = base.to(case.torch_dtype)
         return (x[:, :N],)
 

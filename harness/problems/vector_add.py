@@ -34,6 +34,11 @@ class VectorAdd(Problem):
             return out
         if suite == "bench":
             return [c(N=2 ** e) for e in range(12, 29, 2)]
+        if suite == "models":
+            # residual adds of hidden states (tokens x hidden), and odd lengths
+            return [c(N=16 * 4096, dtype="bfloat16"), c(N=4096 * 4096, dtype="bfloat16"),
+                    c(N=8192 * 8192, dtype="bfloat16"), c(N=2 ** 27 + 1, dtype="float32"),
+                    c(N=12_345_679, dtype="float16")]
         if suite == "full":
             return [c(N=2 ** e, dtype=dt) for dt in self.dtypes for e in range(10, 29)]
         raise ValueError(f"suite: unknown suite {suite!r}")
