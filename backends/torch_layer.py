@@ -124,7 +124,7 @@ def _cpu_half_mm_ok() -> bool:
     return _half_ok[0]
 
 
-@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue", baseline=True,
+@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue", baseline=True, roundings=1,
           description="act(torch.addmm(bias, A, B)) - the eager op")
 def gemm_eager(case, inputs, out):
     a, b, bias = inputs
@@ -133,7 +133,7 @@ def gemm_eager(case, inputs, out):
     return lambda: _act_addmm(a, b, bias, act)
 
 
-@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_unfused", model_variant="unfused",
+@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_unfused", roundings=2, model_variant="unfused",
           description="A @ B, then + bias, then act: three separate kernels")
 def gemm_unfused(case, inputs, out):
     a, b, bias = inputs
@@ -149,7 +149,7 @@ def gemm_unfused(case, inputs, out):
     return launch
 
 
-@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_compile",
+@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_compile", roundings=1,
           description="torch.compile(act(A @ B + bias))")
 def gemm_compile(case, inputs, out):
     a, b, bias = inputs

@@ -179,19 +179,15 @@ def _crash_message(tail, code) -> str:
 def _blank_row(task, iid) -> dict:
     from . import problems, registry
     from .case import Case
-    from .worker import base_row
+    from .row import Row
 
     p = problems.get(task["problem"])
     case = Case.from_json(task["case"])
     try:
         impl = registry.get(p.name, iid)
-        return base_row(impl, p, case)
     except Exception:
-        layer, _, name = iid.partition(":")
-        return {"problem": p.name, "impl": iid, "layer": layer, "name": name, "description": "",
-                "case": case.to_json(), "status": None, "kind": None, "reason": "",
-                "max_abs_err": None, "rel_err": None, "compile": {}, "time": None,
-                "traffic_bytes": p.traffic(case), "flops": p.flops(case)}
+        impl = None
+    return Row.of(p, case, iid, impl, task.get("phase", "timed")).to_dict()
 
 
 def _run_inline(tasks, job_base, ceilings, res, on_event):

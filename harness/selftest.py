@@ -50,6 +50,45 @@ CHECKS = [
     ("kernel that writes zeros", "softmax",
      ("torch_bugs", "prepare_softmax_zeros", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
      [("float32", dict(M=4, N=33)), ("float32", dict(M=1, N=1))], []),
+    # the verifier's and the timer's own blind spots
+    ("timing no-op (stops working after the verified launches)", "vector_add",
+     ("torch_bugs", "prepare_add_noop_after_verify", "torch"), ("torch_bugs", "prepare_add", "torch"),
+     [("float32", dict(N=1000, _stage="timed"))],
+     [("float32", dict(N=1000), "the verify suite alone: its launches are the ones that work")]),
+    ("cached return (computes once, returns the same tensor forever)", "softmax",
+     ("torch_bugs", "prepare_softmax_cached", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
+     [("float32", dict(M=4, N=33)), ("bfloat16", dict(M=5, N=100, _stage="timed"))], []),
+    ("reference tamper (walks the stack, overwrites the reference)", "softmax",
+     ("torch_bugs", "prepare_softmax_frame_tamper", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
+     [("float32", dict(M=4, N=33))], []),
+    ("monkeypatch of a harness function (check_output always passes)", "softmax",
+     ("torch_bugs", "prepare_softmax_patch_verifier", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
+     [("float32", dict(M=4, N=33))], []),
+    ("write past the end of out (one element)", "vector_add",
+     ("torch_bugs", "prepare_add_overrun", "torch"), ("torch_bugs", "prepare_add", "torch"),
+     [("float32", dict(N=127)), ("float16", dict(N=4099))], []),
+    ("late decline (Unsupported from launch after prepare accepted)", "vector_add",
+     ("torch_bugs", "prepare_add_late_decline", "torch"), ("torch_bugs", "prepare_add", "torch"),
+     [("float32", dict(N=127))], []),
+    ("row cap (the grid stops at 2048 rows)", "softmax",
+     ("torch_bugs", "prepare_softmax_row_cap", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
+     [("float32", dict(M=2053, N=96))],
+     [("float32", dict(M=2048, N=96), "M <= 2048: the cap is never reached")]),
+    ("low-precision exp (exp evaluated in float16)", "softmax",
+     ("torch_bugs", "prepare_softmax_fp16_exp", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
+     [("float32", dict(M=64, N=1000)), ("float32", dict(M=37, N=1000, layout="strided"))], []),
+    ("activation substitution: exact-erf GELU where tanh GELU is specified", "gemm_epilogue",
+     ("torch_bugs", "prepare_gemm_erf_gelu", "torch"), ("torch_bugs", "prepare_gemm", "torch"),
+     [("bfloat16", dict(M=127, N=65, K=129, act="gelu")), ("float16", dict(M=257, N=392, K=200, act="gelu"))],
+     [("bfloat16", dict(M=127, N=65, K=129, act="relu"), "act=relu: no GELU to substitute")]),
+    ("activation substitution: ReLU where GELU is specified", "gemm_epilogue",
+     ("torch_bugs", "prepare_gemm_relu_for_gelu", "torch"), ("torch_bugs", "prepare_gemm", "torch"),
+     [("bfloat16", dict(M=512, N=512, K=4096, act="gelu")), ("float16", dict(M=127, N=65, K=129, act="gelu"))], []),
+    ("precision: a 16-bit accumulator across K tiles", "gemm_epilogue",
+     ("torch_bugs", "prepare_gemm_bf16_acc", "torch"), ("torch_bugs", "prepare_gemm", "torch"),
+     [("bfloat16", dict(M=127, N=65, K=129, act="none")), ("float16", dict(M=1025, N=769, K=513, act="relu"))],
+     [("bfloat16", dict(M=127, N=65, K=64, act="none", bias=0),
+       "K fits one tile and no bias: one rounding, as specified")]),
 ]
 
 
@@ -88,11 +127,34 @@ def _impl(problem: str, spec) -> "Implementation":
                           devices=("cpu",), origin=f"harness.planted.{module}")
 
 
-def _verify(impl, problem, case) -> tuple[str, str]:
+def timed_check(impl, problem, case, device="cpu"):
+    """The timing path on one case: prepare on seed 0's inputs, time a few interleaved samples
+    (``harness.timing``; on the CPU with a wall clock), verify the first and last timed launch.
+    Returns a ``verify.Check``."""
+    from . import timing, verify
+
+    inputs = verify.share_inputs(problem.make_inputs(case, device, 0), device)
+    L = verify.Launcher(impl, problem, case, inputs, device)
+
+    def check(k, out):
+        g = L.guard()
+        return verify.Check(False, g) if g else verify.judge(impl, problem, case, 0, inputs, out, device)
+
+    errors: dict = {}
+    cfg = timing.TimingConfig(min_samples=3, max_samples=5, time_cap_s=0.05, warmup_ms=1.0)
+    stats = timing.time_launches({impl.id: L}, cfg, device, check=check, errors=errors)
+    if impl.id in errors:
+        return verify.Check(False, errors[impl.id])
+    return verify.Check(bool(stats.get(impl.id)), "" if stats.get(impl.id) else "no timing samples")
+
+
+def _verify(impl, problem, case, stage: str = "verify") -> tuple[str, str]:
     from .verify import verify_case
 
     try:
         c = verify_case(impl, problem, case, "cpu")
+        if c.ok and stage == "timed":
+            c = timed_check(impl, problem, case, "cpu")
     except Exception as e:  # a planted kernel must fail verification, not crash the self-test
         return "ERROR", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
     return ("PASS" if c.ok else "FAIL"), c.reason
@@ -115,21 +177,24 @@ def run_checks(progress=None) -> list[Outcome]:
         plan += [("twin", twin, dt, kw, "PASS", "") for dt, kw in exposing]
         plan += [("control", planted, dt, kw, "PASS", note) for dt, kw, note in controls]
         for role, impl, dt, kw, expect, note in plan:
+            kw = dict(kw)
+            stage = kw.pop("_stage", "verify")
             case = prob.case(dtype=dt, **kw)
-            key = (impl.key, case.id)
+            key = (impl.key, case.id, stage)
             if progress:
                 progress(f"{role:8s} {impl.id:38s} {case.label}")
             if role == "twin" and key in twin_cache:
                 got, reason, secs = twin_cache[key]
             else:
                 t0 = time.perf_counter()
-                got, reason = _verify(impl, prob, case)
+                got, reason = _verify(impl, prob, case, stage)
                 secs = time.perf_counter() - t0
                 if role == "twin":
                     twin_cache[key] = (got, reason, secs)
             if note and got == expect:
                 reason = f"bug hidden here: {note}"
-            outcomes.append(Outcome(bug, impl.id, role, case.label, expect, got, reason, secs))
+            label = case.label + (" (verified, then timed)" if stage == "timed" else "")
+            outcomes.append(Outcome(bug, impl.id, role, label, expect, got, reason, secs))
     return outcomes
 
 

@@ -95,13 +95,37 @@ class Flusher:
         self.buf.fill_(1)
 
 
-def warmup(fn: Callable, ms: float) -> None:
+def _on_gpu(device) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def _sync(device) -> None:
+    if _on_gpu(device):
+        torch.cuda.synchronize()
+
+
+class _HostEvent:
+    """A wall-clock stand-in for a CUDA event (the CPU mode: self-test and unit tests only;
+    nothing timed on the CPU is reported as a result)."""
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end) -> float:
+        return (end.t - self.t) * 1e3
+
+
+def _event(device):
+    return torch.cuda.Event(enable_timing=True) if _on_gpu(device) else _HostEvent()
+
+
+def warmup(fn: Callable, ms: float, device="cuda") -> None:
     fn()
-    torch.cuda.synchronize()
+    _sync(device)
     t0 = time.perf_counter()
     while (time.perf_counter() - t0) * 1e3 < ms:
         fn()
-        torch.cuda.synchronize()
+        _sync(device)
 
 
 class Spinner:
@@ -126,7 +150,7 @@ class Spinner:
             torch.cuda._sleep(self.cycles)
 
 
-def host_cost(fn: Callable, spin: Spinner, calls: int = 10) -> float:
+def host_cost(fn: Callable, spin: Spinner, calls: int = 10, device="cuda") -> float:
     """Host wall time per call of ``fn`` while the GPU is held busy (nothing waits on the device)."""
     big = Spinner.__new__(Spinner)
     big.cycles = spin.cycles * 20
@@ -135,75 +159,153 @@ def host_cost(fn: Callable, spin: Spinner, calls: int = 10) -> float:
     for _ in range(calls):
         fn()
     dt = (time.perf_counter() - t0) / calls
-    torch.cuda.synchronize()
+    _sync(device)
     return dt
 
 
-def time_cold(launches: dict[str, Callable], cfg: TimingConfig, device,
-              progress: Callable[[str], None] | None = None) -> dict[str, Stats]:
-    """Interleaved cold-L2 timing of several zero-argument launches (same case)."""
-    flush = Flusher(device)
-    spin = Spinner()
-    stats = {k: Stats() for k in launches}
-    for k, fn in launches.items():
-        warmup(fn, cfg.warmup_ms)
-        stats[k].host_s = host_cost(fn, spin)
-    active = list(launches)
-    started = {k: time.perf_counter() for k in launches}
+class _Plain:
+    """A bare zero-argument launch (the vendor GEMM): nothing to poison or check."""
+
+    def __init__(self, fn: Callable):
+        self.call = fn
+
+    def poison(self):
+        pass
+
+    def result(self, res):
+        return res
+
+
+def _target(t):
+    return t if hasattr(t, "call") else _Plain(t)
+
+
+def _err(e: BaseException) -> str:
+    msg = str(e).strip()
+    return f"{type(e).__name__}: {msg.splitlines()[0] if msg else ''}"[:500]
+
+
+Check = Callable[[str, object], "object | None"]  # (key, output) -> verify.Check or None
+
+
+def _verify(check, k, t, res, when: str, errors: dict) -> bool:
+    """Run ``check`` on a timed launch's output; record a failure in ``errors``."""
+    if check is None or isinstance(t, _Plain):
+        return True
+    c = check(k, t.result(res))
+    if c is not None and not c.ok:
+        errors[k] = f"the {when} timed launch's output fails verification: {c.reason}"
+        return False
+    return True
+
+
+def time_cold(launches: dict, cfg: TimingConfig, device, check: Check | None = None,
+              errors: dict | None = None) -> dict[str, Stats]:
+    """Interleaved cold-L2 timing of several launches of one case.
+
+    Each entry is a zero-argument callable or an object with ``call()``, ``poison()`` and
+    ``result(res)`` (``harness.verify.Launcher``): its output is poisoned before every sample, and
+    ``check(key, output)`` verifies the first and the last timed launch. An entry whose launch
+    raises or whose timed output fails is dropped with the reason in ``errors``; the others go on."""
+    errors = {} if errors is None else errors
+    targets = {k: _target(t) for k, t in launches.items()}
+    gpu = _on_gpu(device)
+    flush = Flusher(device) if gpu else (lambda: None)
+    spin = Spinner() if gpu else Spinner.__new__(Spinner)
+    if not gpu:
+        spin.cycles = 0
+    stats = {k: Stats() for k in targets}
+    for k, t in targets.items():
+        try:
+            warmup(t.call, cfg.warmup_ms, device)
+            stats[k].host_s = host_cost(t.call, spin, device=device)
+        except Exception as e:
+            errors[k] = f"raised while warming up for timing: {_err(e)}"
+    active = [k for k in targets if k not in errors]
+    started = {k: time.perf_counter() for k in targets}
+    last: dict = {}
+    first_round = True
     while active:
         pending = []
         for k in active:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            flush()
-            spin()
-            s.record()
-            launches[k]()
-            e.record()
-            pending.append((k, s, e))
-        torch.cuda.synchronize()
-        for k, s, e in pending:
-            stats[k].samples.append(s.elapsed_time(e) * 1e-3)
+            t = targets[k]
+            s, e = _event(device), _event(device)
+            try:
+                t.poison()
+                flush()
+                spin()
+                s.record()
+                res = t.call()
+                e.record()
+            except Exception as ex:
+                errors[k] = f"raised during timing: {_err(ex)}"
+                continue
+            pending.append((k, s, e, res))
+        _sync(device)
         now = time.perf_counter()
         still = []
-        for k in active:
+        for k, s, e, res in pending:
             st = stats[k]
+            st.samples.append(s.elapsed_time(e) * 1e-3)
+            last[k] = res
+            if first_round and not _verify(check, k, targets[k], res, "first", errors):
+                continue
             st.wall_s = now - started[k]
             done = st.n >= cfg.max_samples or (st.n >= cfg.min_samples and (
                 st.stable(cfg.rel_spread) or st.wall_s >= cfg.time_cap_s))
-            if not done:
+            if done:
+                _verify(check, k, targets[k], res, "last", errors)
+            else:
                 still.append(k)
+        first_round = False
         active = still
-    return stats
+    return {k: st for k, st in stats.items() if k not in errors and st.n}
 
 
-def time_graph(launches: dict[str, Callable], cfg: TimingConfig, device) -> dict[str, Stats]:
-    """CUDA-graph replays: each sample is one replay of ``reps`` captured launches."""
+def time_graph(launches: dict, cfg: TimingConfig, device, check: Check | None = None,
+               errors: dict | None = None) -> dict[str, Stats]:
+    """CUDA-graph replays: each sample is one replay of ``reps`` captured launches.
+
+    Before timing, the output is poisoned and the graph replayed once: a launch that escaped the
+    capture (another stream, work done at capture time) leaves the output unwritten and fails
+    here; the output of the last timed replay is verified too."""
+    errors = {} if errors is None else errors
     out = {}
-    for k, fn in launches.items():
-        warmup(fn, cfg.warmup_ms)
-        # choose reps so that one replay lasts about 1 ms
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        one = max(s.elapsed_time(e) * 1e-3, 1e-6)
-        reps = int(min(1000, max(1, 1e-3 / one)))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(stream):
-            fn()  # side-stream warm-up, as graph capture requires
-            torch.cuda.current_stream().synchronize()
-            with torch.cuda.graph(g, stream=stream):
-                for _ in range(reps):
-                    fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
+    for k, t in ((k, _target(t)) for k, t in launches.items()):
+        try:
+            warmup(t.call, cfg.warmup_ms)
+            # choose reps so that one replay lasts about 1 ms
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            t.call()
+            e.record()
+            torch.cuda.synchronize()
+            one = max(s.elapsed_time(e) * 1e-3, 1e-6)
+            reps = int(min(1000, max(1, 1e-3 / one)))
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(stream):
+                t.call()  # side-stream warm-up, as graph capture requires
+                torch.cuda.current_stream().synchronize()
+                with torch.cuda.graph(g, stream=stream):
+                    for _ in range(reps):
+                        res = t.call()
+            torch.cuda.current_stream().wait_stream(stream)
+            torch.cuda.synchronize()
+            t.poison()
+            g.replay()
+            torch.cuda.synchronize()
+        except Exception as ex:
+            errors[k] = f"raised during graph capture or replay: {_err(ex)}"
+            continue
+        if not _verify(check, k, t, res, "graph-replayed (did a kernel escape the capture?)", errors):
+            continue
         st = Stats(reps=reps)
         t0 = time.perf_counter()
         while True:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t.poison()
             s.record()
             g.replay()
             e.record()
@@ -213,12 +315,14 @@ def time_graph(launches: dict[str, Callable], cfg: TimingConfig, device) -> dict
             if st.n >= cfg.max_samples or (st.n >= cfg.min_samples and (
                     st.stable(cfg.rel_spread) or st.wall_s >= cfg.time_cap_s)):
                 break
-        out[k] = st
+        if _verify(check, k, t, res, "last graph-replayed", errors):
+            out[k] = st
         del g
     return out
 
 
-def time_launches(launches, cfg: TimingConfig, device) -> dict[str, Stats]:
+def time_launches(launches, cfg: TimingConfig, device, check: Check | None = None,
+                  errors: dict | None = None) -> dict[str, Stats]:
     if cfg.mode == "graph":
-        return time_graph(launches, cfg, device)
-    return time_cold(launches, cfg, device)
+        return time_graph(launches, cfg, device, check, errors)
+    return time_cold(launches, cfg, device, check, errors)

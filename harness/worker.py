@@ -27,18 +27,9 @@ class _Emitter:
         self.stream = stream
 
     def __call__(self, **event):
-        self.stream.write(json.dumps(event, default=_jsonable) + "\n")
+        from .jsonsafe import dumps
+        self.stream.write(dumps(event) + "\n")
         self.stream.flush()
-
-
-def _jsonable(o):
-    try:
-        import numpy as np
-        if isinstance(o, np.generic):
-            return o.item()
-    except Exception:
-        pass
-    return str(o)
 
 
 def _first_line(e: BaseException) -> str:
@@ -61,11 +52,9 @@ def cuda_context_broken(device) -> str | None:
         return _first_line(e)
 
 
-def base_row(impl, problem, case) -> dict:
-    return {"problem": problem.name, "impl": impl.id, "layer": impl.layer, "name": impl.name,
-            "description": impl.description, "case": case.to_json(), "status": None, "kind": None,
-            "reason": "", "max_abs_err": None, "rel_err": None, "compile": {}, "time": None,
-            "traffic_bytes": problem.traffic(case), "flops": problem.flops(case)}
+def base_row(impl, problem, case, phase: str = "timed") -> dict:
+    from .row import Row
+    return Row.of(problem, case, impl.id, impl, phase).to_dict()
 
 
 def _compile_only(impl, case, row) -> None:
@@ -120,12 +109,13 @@ def process_task(task: dict, opts: dict, emit) -> None:
     case = Case.from_json(task["case"])
     device = opts["device"]
     seeds = tuple(task.get("seeds", verify.SEEDS))
+    phase = task.get("phase", "timed")
     do_time = bool(task.get("time")) and device == "cuda"
     rows: dict[str, dict] = {}
     runnable = []
     for iid in task["impls"]:
         impl = registry.get(problem.name, iid)
-        row = rows[iid] = base_row(impl, problem, case)
+        row = rows[iid] = base_row(impl, problem, case, phase)
         reason = impl.available()
         if reason:
             row.update(status="SKIP", kind="unavailable", reason=reason)
@@ -158,7 +148,7 @@ def process_task(task: dict, opts: dict, emit) -> None:
         try:
             check = verify.verify_case(impl, problem, case, device, seeds=seeds,
                                        repeat=(device == "cuda"))
-        except Unsupported as e:
+        except Unsupported as e:  # from prepare: the implementation declines this case
             row.update(status="SKIP", kind="unsupported", reason=str(e))
             continue
         except Exception as e:
@@ -173,6 +163,8 @@ def process_task(task: dict, opts: dict, emit) -> None:
         row["compile"] = {**row.get("compile", {}), **check.details.get("info", {})}
         row["compile"].setdefault("first_call_s", round(check.details.get("first_call_s", 0.0), 4))
         row.update(max_abs_err=check.max_abs_err, rel_err=check.rel_err, reason=check.reason)
+        if check.details.get("bias"):
+            row["bias"] = check.details["bias"]
         if check.ok:
             row.update(status="PASS", kind="verified")
             passed.append(impl)
@@ -183,40 +175,7 @@ def process_task(task: dict, opts: dict, emit) -> None:
                   file=sys.stderr)
 
     if do_time and passed:
-        cfg = timing.TimingConfig(**opts.get("timing", {}))
-        emit(event="step", task=task["id"], impl=",".join(i.id for i in passed), phase="time")
-        inputs = problem.make_inputs(case, device, seed=1234)
-        out = problem.alloc_out(case, device)
-        launches = {}
-        for impl in passed:
-            try:
-                launches[impl.id] = impl.prepare(case, inputs, out)
-            except Exception as e:
-                rows[impl.id].update(status="FAIL", kind="error", reason=f"prepare for timing raised {_first_line(e)}")
-        vendor = getattr(problem, "vendor_launch", None)
-        vend = vendor(case, inputs) if vendor else None
-        if vend is not None:
-            launches["__vendor__"] = vend
-        try:
-            stats = timing.time_launches(launches, cfg, device)
-        except Exception as e:
-            broken = cuda_context_broken(device)
-            for impl in passed:
-                rows[impl.id].update(kind="error", reason=f"timing raised {_first_line(e)}", time=None)
-            if broken:
-                emit(event="fatal", task=task["id"], impl=",".join(launches), row=None)
-                sys.exit(3)
-            stats = {}
-        keep_raw = bool(opts.get("keep_raw", True))
-        for k, st in stats.items():
-            if k == "__vendor__":
-                t = st.quartiles()[1]
-                emit(event="vendor", task=task["id"], case=case.id, time=st.to_json(keep_raw),
-                     flops_per_s=problem.flops(case) / t if t > 0 else None)
-            else:
-                rows[k]["time"] = st.to_json(keep_raw)
-                rows[k]["timing_mode"] = cfg.mode
-        del inputs, out, launches, vend, stats
+        _time_task(task, opts, emit, problem, case, device, passed, rows)
     elif task.get("time") and device != "cuda":
         for r in rows.values():
             if r["status"] == "PASS":
@@ -230,6 +189,63 @@ def process_task(task: dict, opts: dict, emit) -> None:
         torch.cuda.empty_cache()
 
 
+def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
+    """Time the implementations that passed, interleaved; verify their first and last timed
+    launches (seed 0's inputs, fresh guarded outputs); a failure there fails that row alone."""
+    from . import timing, verify
+
+    cfg = timing.TimingConfig(**opts.get("timing", {}))
+    emit(event="step", task=task["id"], impl=",".join(i.id for i in passed), phase="time")
+    seed = 0
+    inputs = verify.share_inputs(problem.make_inputs(case, device, seed), device)
+    targets, impls = {}, {}
+    for impl in passed:
+        try:
+            targets[impl.id] = verify.Launcher(impl, problem, case, inputs, device)
+            impls[impl.id] = impl
+        except Exception as e:
+            rows[impl.id].update(status="FAIL", kind="timing-error",
+                                 reason=f"prepare for timing raised {_first_line(e)}")
+
+    def check(k, output):
+        g = targets[k].guard()
+        if g:
+            return verify.Check(False, g)
+        return verify.judge(impls[k], problem, case, seed, inputs, output, device)
+
+    vendor = getattr(problem, "vendor_launch", None)
+    vend = vendor(case, inputs) if vendor else None
+    launches = dict(targets)
+    if vend is not None:
+        launches["__vendor__"] = vend
+    errors: dict[str, str] = {}
+    try:
+        stats = timing.time_launches(launches, cfg, device, check=check, errors=errors)
+    except Exception as e:  # the GPU itself failed (a sync raised): blame every row of the case
+        broken = cuda_context_broken(device)
+        for k in targets:
+            rows[k].update(status="FAIL", kind="timing-error", reason=f"timing raised {_first_line(e)}",
+                           time=None)
+        if broken:
+            emit(event="fatal", task=task["id"], impl=",".join(targets), row=None)
+            sys.exit(3)
+        stats = {}
+    for k, msg in errors.items():
+        if k in rows:
+            kind = "timed-mismatch" if "fails verification" in msg else "timing-error"
+            rows[k].update(status="FAIL", kind=kind, reason=msg, time=None)
+    keep_raw = bool(opts.get("keep_raw", True))
+    for k, st in stats.items():
+        if k == "__vendor__":
+            t = st.quartiles()[1]
+            emit(event="vendor", task=task["id"], case=case.id, time=st.to_json(keep_raw),
+                 flops_per_s=problem.flops(case) / t if t > 0 else None)
+        else:
+            rows[k]["time"] = st.to_json(keep_raw)
+            rows[k]["timing_mode"] = cfg.mode
+    del inputs, targets, launches, vend, stats
+
+
 def main() -> int:
     events = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # implementation prints, C-level ones too, go to stderr
@@ -240,6 +256,9 @@ def main() -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from . import registry
 
+    from . import tamper
+
+    tamper.baseline()  # before any backend or plugin code runs in this process
     registry.load_plugins(job.get("plugins", []))
     registry.load_backends()
     emit(event="ready")  # start-up (imports, plugins) is over: the parent's hang watchdog starts now

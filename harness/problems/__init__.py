@@ -100,6 +100,20 @@ class Problem:
     def tolerance(self, dtype: str) -> Tolerance:
         raise NotImplementedError
 
+    def reference_and_bound(self, inputs: tuple, case: Case, roundings: int = 0):
+        """``(ref, bound, systematic)``: the float64 reference and, where the problem derives one
+        from its arithmetic, a per-element error bound (float64, before the final rounding to the
+        output dtype, which the check adds at each element; None: ``tolerance()`` decides) and
+        the part of that bound that may be systematic (e.g. an activation evaluated in fp32 that
+        flushes a tiny tail to zero), which the bias test allows (None: nothing).
+
+        ``roundings``: how many times the implementation declares that it rounds an intermediate
+        result to the output dtype (an eager op chain: matmul, then bias, then activation)."""
+        return self.reference(inputs, case), None, None
+
+    #: whether the check tests for a systematic bias of the errors (see harness.verify)
+    bias_check: bool = True
+
     # -- counts ------------------------------------------------------------------------------
     def traffic(self, case: Case) -> int:
         """Fewest bytes read + written: each input read once, each output written once."""

@@ -5,6 +5,8 @@ approximation); ``bias`` is 1 (present) or 0 (absent: the third input is None).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -19,6 +21,48 @@ def apply_act(y: torch.Tensor, act: str) -> torch.Tensor:
     if act == "gelu":
         return F.gelu(y, approximate="tanh")
     return y
+
+
+# Error bound of the fp32 accumulation over K (per element). Higham & Mary's probabilistic bound
+# for a sum of K terms in precision u: |computed - exact| <= lam * sqrt(K) * u * sum|a_k b_k|,
+# which holds with probability >= 1 - 2K exp(-lam^2 (1-u)^2 / 2) for independent rounding errors
+# (lam = 6: about 1 - 2K * 1.5e-8 per element). The worst-case K * u is 30-170 times looser on
+# these shapes and would let a different activation pass.
+U32 = 2.0 ** -24
+ACC_LAMBDA = 6.0
+# GELU's derivative: its largest value (about 1.129 at y = 1.4185) and its most negative value
+# (about -0.129 at y = -1.4185); between and beyond the two critical points it is monotonic.
+_GELU_CRIT = ((-1.4185, 0.12900), (1.4185, 1.12900))
+
+
+def _gelu_slope(y: torch.Tensor) -> torch.Tensor:
+    y = y.clamp(-1e4, 1e4)
+    k0, k1 = 0.7978845608028654, 0.044715
+    u = k0 * (y + k1 * y ** 3)
+    t = torch.tanh(u)
+    return 0.5 * (1 + t) + 0.5 * y * (1 - t * t) * k0 * (1 + 3 * k1 * y * y)
+
+
+def act_lipschitz(y: torch.Tensor, e: torch.Tensor, act: str) -> torch.Tensor:
+    """The largest |act'| on [y - e, y + e] (elementwise), so that an error e in the
+    accumulator moves act(y) by at most this times e."""
+    if act == "none":
+        return torch.ones_like(y)
+    if act == "relu":
+        return ((y + e) > 0).to(y.dtype)
+    lo, hi = y - e, y + e
+    slope = torch.maximum(_gelu_slope(lo).abs(), _gelu_slope(hi).abs())
+    for c, v in _GELU_CRIT:
+        slope = torch.where((lo <= c) & (hi >= c), torch.clamp(slope, min=v), slope)
+    return slope * 1.01
+
+
+def half_ulp(x: torch.Tensor, dtype: str) -> torch.Tensor:
+    """Half a unit in the last place of ``dtype`` at |x| (float64; subnormals included)."""
+    bits, emin = {"float32": (23, -126), "float16": (10, -14), "bfloat16": (7, -126)}[dtype]
+    _, e = torch.frexp(x.abs())  # |x| = m 2^e, m in [0.5, 1): the binade's ulp is 2^(e-1-bits)
+    e = torch.where(x == 0, emin, torch.clamp(e - 1, min=emin))
+    return torch.ldexp(torch.full_like(x, 0.5), (e - bits).to(torch.int32))
 
 
 class GemmEpilogue(Problem):
@@ -97,8 +141,45 @@ class GemmEpilogue(Problem):
             y = y + bias.double()
         return apply_act(y, case.params.get("act", "relu"))
 
+    def reference_and_bound(self, inputs, case, roundings: int = 0):
+        """The reference and the per-element bound before the output rounding:
+        act' x (fp32 accumulation error + the declared intermediate roundings) + the error of
+        evaluating the activation in fp32 (a few ulps of its terms)."""
+        a, b, bias = inputs
+        act = case.params.get("act", "relu")
+        A, B = a.double(), b.double()
+        y = A @ B
+        s = A.abs() @ B.abs()
+        if bias is not None:
+            y = y + bias.double()
+            s = s + bias.double().abs()
+        K = a.shape[1]
+        e = ACC_LAMBDA * math.sqrt(max(K, 1)) * U32 * s + 2 * U32 * y.abs()
+        del s
+        ref = apply_act(y, act)
+        # an intermediate result rounded to the output dtype (declared by eager op chains): half
+        # an ulp each time; through a curved activation its (unbiased) error becomes a bias
+        # (the intermediate is A @ B or A @ B + bias: the larger of the two sets the ulp)
+        rounded = None
+        if roundings:
+            mag = y.abs() if bias is None else torch.maximum(y.abs(), (y - bias.double()).abs())
+            rounded = roundings * half_ulp(mag + e, case.dtype)
+        if rounded is not None:
+            e = e + rounded
+        slope = act_lipschitz(y, e, act)
+        bound = slope * e
+        systematic = slope * rounded if rounded is not None else None
+        if act == "gelu":
+            # 0.5 y (1 + tanh(u)) in fp32: a few ulps of each term; where tanh(u) rounds to -1
+            # the result is 0 instead of a tiny negative number, every time (a legitimate bias)
+            ev = 8 * U32 * (0.5 * y.abs() + ref.abs())
+            bound = bound + ev
+            systematic = ev if systematic is None else systematic + ev
+        return ref, bound, systematic
+
     def tolerance(self, dtype):
-        # output rounding dominates; atol scales with the typical magnitude of the result
+        # only for checks without inputs (tools comparing two outputs); the verifier uses the
+        # per-element bound of reference_and_bound
         return {
             "float16": Tolerance(rel_norm=1e-3, rtol=2e-3, atol_floor=1e-5, atol_rms=2e-3),
             "bfloat16": Tolerance(rel_norm=8e-3, rtol=1.6e-2, atol_floor=1e-4, atol_rms=1.6e-2),

@@ -1,0 +1,154 @@
+"""The checker: a separate process that owns the float64 references.
+
+An implementation's code runs in the worker; the reference it is judged against never exists
+there. For each check the worker sends the checker the case, the seed, the implementation's
+inputs and its output (CUDA tensors through CUDA IPC, CPU tensors through shared memory; no copy).
+The checker regenerates the pristine inputs from the seed, compares them with the ones the
+implementation held (a mutated input fails, padding included), computes the reference and the
+per-element bound in float64 (cached per case and seed), and returns the verdict. The process is
+started by ``spawn`` - a fresh interpreter that imports only the harness's problems and checks -
+so nothing a plugin or a backend does to the worker (walking frames, patching harness functions)
+reaches the verdict.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import traceback
+
+CHECK_TIMEOUT_S = 900.0
+
+
+class CheckerError(RuntimeError):
+    """The checker process died or failed on a request."""
+
+
+def _bytes(t):
+    import torch
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def _mutation(names, got, pristine) -> str | None:
+    import torch
+
+    from .verify import same_bits
+    for name, t, p in zip(names, got, pristine):
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.dtype != p.dtype or tuple(t.shape) != tuple(p.shape) or t.stride() != p.stride():
+            return f"input {name!r} changed its dtype, shape or strides"
+        a, b = _bytes(t), _bytes(p)
+        if a.numel() != b.numel() or not torch.equal(a, b):
+            inside = same_bits(t, p)
+            where = " outside its view (in the padding of its storage)" if inside else ""
+            return f"input {name!r} was modified by the implementation{where}"
+    return None
+
+
+def serve(conn, device: str) -> None:
+    """The checker's loop: one request, one verdict, until ``None`` arrives."""
+    import torch
+    import torch.multiprocessing  # noqa: F401  (tensor reductions for the pipe)
+
+    from . import problems
+    from .case import Case
+    from .verify import check_output
+
+    if device == "cuda":
+        torch.cuda.init()
+    cache: dict = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        try:
+            problem = problems.get(msg["problem"])
+            case = Case.from_json(msg["case"])
+            key = (case.id, int(msg["seed"]), int(msg.get("roundings", 0)))
+            if not any(k[0] == case.id for k in cache):
+                cache.clear()
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+            if key not in cache:
+                pristine = problem.make_inputs(case, device, int(msg["seed"]))
+                cache[key] = (pristine, *problem.reference_and_bound(pristine, case, key[2]))
+            pristine, ref, bound, systematic = cache[key]
+            res = {"ok": True}
+            if msg.get("inputs") is not None:
+                m = _mutation(problem.input_names, msg["inputs"], pristine)
+                if m:
+                    res = {"ok": False, "reason": m}
+            if res["ok"]:
+                c = check_output(problem, case, msg["output"], ref, bound=bound, systematic=systematic)
+                res = c.to_dict()
+            if device == "cuda":
+                torch.cuda.synchronize()
+        except Exception as e:
+            res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+        msg = None  # let go of the worker's tensors before answering
+        conn.send(res)
+
+
+class Checker:
+    """The worker's handle on one checker process (started on first use)."""
+
+    def __init__(self, device: str):
+        import torch.multiprocessing  # noqa: F401  (registers the tensor reductions)
+
+        self.device = device
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serve, args=(child, device), daemon=True,
+                                name="kernel-layers-checker")
+        self.proc.start()
+        child.close()
+        self.lock = threading.Lock()
+
+    def check(self, problem: str, case, seed: int, inputs, output, roundings: int = 0) -> dict:
+        import torch
+        if isinstance(output, torch.Tensor) and output.device.type == "cpu" and not output.is_shared():
+            output = output.clone().share_memory_()
+        ins = []
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and not t.is_shared():
+                t.share_memory_()
+            ins.append(t)
+        with self.lock:
+            if not self.proc.is_alive():
+                raise CheckerError(f"the checker process is gone (exit code {self.proc.exitcode})")
+            self.conn.send({"problem": problem, "case": case.to_json(), "seed": int(seed),
+                            "roundings": int(roundings), "inputs": ins, "output": output})
+            if not self.conn.poll(CHECK_TIMEOUT_S):
+                self.proc.kill()
+                raise CheckerError(f"the checker gave no verdict in {CHECK_TIMEOUT_S:g} s")
+            try:
+                res = self.conn.recv()
+            except EOFError:
+                raise CheckerError(f"the checker process died (exit code {self.proc.exitcode})") from None
+        if "error" in res:
+            raise CheckerError(f"the checker failed: {res['error']}")
+        return res
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+            self.proc.join(10)
+        except Exception:
+            pass
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+_CHECKERS: dict[str, Checker] = {}
+
+
+def get(device: str) -> Checker:
+    """This process's checker for ``device`` ('cuda' or 'cpu'), started on first use."""
+    dev = "cuda" if str(device).startswith("cuda") else "cpu"
+    c = _CHECKERS.get(dev)
+    if c is None or not c.proc.is_alive():
+        c = _CHECKERS[dev] = Checker(dev)
+    return c
