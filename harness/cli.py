@@ -28,10 +28,25 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _problem_list(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected a problem name, got {text!r}")
+    return names
 
 
-def _problems_arg(args) -> list[str]:
+def _positive(kind, what: str, allow_zero: bool = False):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if v < 0 or (v == 0 and not allow_zero) or v != v:
+            raise argparse.ArgumentTypeError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {text!r}")
+        return v
+    return parse
+
+
+def problems_arg(args) -> list[str]:
     """--problem given as a flat list (repeatable and comma-separated), in order, no repeats."""
     out: list[str] = []
     for group in getattr(args, "problem", None) or []:
@@ -41,20 +56,25 @@ def _problems_arg(args) -> list[str]:
     return out
 
 
-def _selectors(p: argparse.ArgumentParser, suite_default: str | None) -> None:
+def _selectors(p: argparse.ArgumentParser, suite_default: str | None, roles_help: str) -> None:
     p.add_argument("--problem", action="append", type=_problem_list,
                    help="vector_add | softmax | gemm_epilogue (repeatable, or comma-separated)")
     p.add_argument("--layer", help="torch | cuda | cupy | triton | cute | a plugin's layer")
     p.add_argument("--impl", action="append", help="implementation id layer:name (repeatable)")
-    p.add_argument("--suite", default=suite_default, help="smoke | verify | bench | full")
+    p.add_argument("--roles", help=roles_help)
+    p.add_argument("--all", action="store_true", help="every implementation (same as --roles all)")
+    p.add_argument("--suite", default=suite_default, help="smoke | verify | bench | models | full")
     p.add_argument("--dtype", action="append", help="float32|float16|bfloat16 (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="one custom case instead of a suite (needs --problem), e.g. --set M=1823 --set N=781")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE",
                    help="a Python file registering implementations with harness.register (repeatable)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    p.add_argument("--timeout", type=float, default=None,
+    p.add_argument("--timeout", type=_positive(float, "--timeout"), default=None,
                    help="seconds without progress before an implementation is killed as hung")
+    p.add_argument("--jobs", type=_positive(int, "--jobs"), default=None,
+                   help="parallel workers for verification (default: a quarter of the cores on a GPU "
+                        "machine, at most 4; half of them without a GPU)")
     p.add_argument("--no-isolate", action="store_true",
                    help="run in this process (no crash/hang protection; for debugging)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -74,23 +94,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("verify", help="check implementations against the float64 reference")
-    _selectors(p, "verify")
+    _selectors(p, "verify", "roles to run (baseline,default,simple,variant or all; default: all)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("compare", help="verify, then time and tabulate (the main job)")
-    _selectors(p, "bench")
-    p.add_argument("--out", help="output folder (default results/<timestamp>)")
+    _selectors(p, "models", "roles to run (default: baseline,default - each layer's default "
+                            "implementation beside the torch baseline; all: every variant too)")
+    p.add_argument("--out", help="output folder, new or empty (default results/<time>-<pid>-<random>)")
+    p.add_argument("--resume", metavar="DIR", help="finish the interrupted run in DIR (its own "
+                   "arguments are used; the rows it finished are kept)")
     p.add_argument("--format", choices=("table", "csv", "json", "md"), default="table")
     p.add_argument("--graph", action="store_true",
                    help="time CUDA-graph replays (warm L2, no launch overhead) instead of cold launches")
-    p.add_argument("--time-cap", type=float, default=2.0, help="seconds of sampling per row at most")
-    p.add_argument("--min-samples", type=int, default=15)
+    p.add_argument("--time-cap", type=_positive(float, "--time-cap"), default=2.0,
+                   help="seconds of sampling per row at most")
+    p.add_argument("--min-samples", type=_positive(int, "--min-samples"), default=15)
     p.add_argument("--no-verify-suite", action="store_true",
                    help="skip the verify suite before timing (each timed case is still verified)")
     p.add_argument("--no-ceilings", action="store_true", help="do not measure copy/GEMM ceilings")
     p.add_argument("--no-raw", action="store_true", help="leave raw samples out of the JSON")
     p.add_argument("--plot", action="store_true", help="write PNG plots into the output folder")
+    p.add_argument("--gpu", default="h200", help="without a GPU: the datasheet GPU of the model's "
+                   "ideal times (h200, h100, a100)")
     p.set_defaults(func=cmd_compare)
 
     for modname in EXTERNAL:
@@ -119,123 +145,10 @@ def _prepare_env(device: str) -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-def parse_sets(problem, sets: list[str], dtype: str | None):
-    kw = {}
-    for s in sets:
-        if "=" not in s:
-            raise UsageError(f"--set: expected KEY=VALUE, got {s!r}")
-        k, v = s.split("=", 1)
-        kw[k.strip()] = v.strip()
-    if dtype:
-        kw["dtype"] = dtype
-    return problem.case(**kw)
-
-
-def plan_cases(args) -> list:
-    """[(problem, [cases])] from the selectors; ValueError for unknown names."""
-    from . import problems
-    from .case import dtype_name
-    from .problems import SUITES
-
-    if args.suite not in SUITES:
-        raise UsageError(f"--suite: unknown suite {args.suite!r}; choose from {', '.join(SUITES)}")
-    dtypes = [dtype_name(d) for d in args.dtype] if args.dtype else None
-    names = _problems_arg(args)
-    probs = [problems.get(n) for n in names] if names else problems.all_problems()
-    plan = []
-    if args.set:
-        if len(names) != 1:
-            raise UsageError("--set needs exactly one --problem")
-        p = probs[0]
-        cases = [parse_sets(p, args.set, d) for d in (dtypes or [None])]
-        return [(p, cases)]
-    for p in probs:
-        cases = p.cases(args.suite)
-        if dtypes:
-            bad = [d for d in dtypes if d not in p.dtypes]
-            if names and bad:
-                raise UsageError(f"--dtype: {p.name} takes {', '.join(p.dtypes)}, not {', '.join(bad)}")
-            cases = [c for c in cases if c.dtype in dtypes]
-        if cases:
-            plan.append((p, cases))
-    return plan
-
-
-def make_tasks(plan, impls, *, seeds=None, time=False, prefix="t") -> list[dict]:
-    tasks = []
-    for p, cases in plan:
-        ids = [i.id for i in impls if i.problem == p.name]
-        if not ids:
-            continue
-        for c in cases:
-            t = {"id": f"{prefix}{len(tasks)}", "problem": p.name, "case": c.to_json(),
-                 "impls": ids, "time": time}
-            if seeds is not None:
-                t["seeds"] = list(seeds)
-            tasks.append(t)
-    return tasks
-
-
-def _progress_run(tasks, console, quiet: bool, **kw):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from .runner import run_tasks
-
-    if quiet or not tasks:
-        return run_tasks(tasks, **kw)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as prog:
-        bar = prog.add_task("starting", total=len(tasks))
-        names = {t["id"]: f"{t['problem']} {Path(t['case']['id']).name}" for t in tasks}
-
-        def on_event(ev):
-            if ev.get("event") == "task":
-                prog.update(bar, description=names.get(ev["task"], ev["task"])[:70])
-            elif ev.get("event") == "step":
-                prog.update(bar, description=f"{names.get(ev['task'], '')[:50]} {ev['phase']} {ev['impl']}"[:90])
-            elif ev.get("event") == "task_done":
-                prog.advance(bar)
-        return run_tasks(tasks, on_event=on_event, **kw)
-
-
-def _select(args):
-    from . import registry
-
-    try:
-        names = _problems_arg(args)
-        impls = []
-        for name in names or [None]:
-            impls += registry.select(problem=name, layer=args.layer, impl=args.impl)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if not impls:
-        raise UsageError("no implementation matches the selectors (see `python -m harness list`)")
-    return impls
-
-
 def _verify_row_json(r: dict) -> dict:
     return {"impl": r["impl"], "layer": r["layer"], "problem": r["problem"], "case": r["case"]["id"],
             "status": r["status"], "reason": r.get("reason") or "", "max_abs_err": r.get("max_abs_err"),
             "rel_err": r.get("rel_err"), "kind": r.get("kind")}
-
-
-def _attach_loc(rows) -> None:
-    from . import registry
-
-    try:
-        from . import loc
-    except ImportError:
-        return
-    cache = {}
-    for r in rows:
-        key = f"{r['problem']}/{r['impl']}"
-        if key not in cache:
-            try:
-                impl = registry.get(r["problem"], r["impl"])
-                cache[key] = loc.count_impl(impl)
-            except Exception as e:
-                cache[key] = {"kernel": None, "host": None, "error": str(e)}
-        r["loc"] = {k: cache[key].get(k) for k in ("kernel", "host")}
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -282,33 +195,51 @@ def cmd_list(args, console) -> int:
     return 0
 
 
-def _setup(args):
+def setup(args, default_roles=None):
     """What verify and compare share: the device (and the CPU mode's environment), the plugins,
     the selected implementations and the planned cases."""
+    from . import plan as P
     from . import registry
 
     device = _device(args.device)
     _prepare_env(device)
     registry.load_plugins(args.plugin)
-    impls = _select(args)
-    try:
-        plan = plan_cases(args)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    _warn_backend_errors()
+    roles = None if args.all else P.parse_roles(args.roles, default_roles)
+    sel = P.Selection(problems=problems_arg(args), layer=args.layer, impls=args.impl, roles=roles)
+    impls = P.select(sel)
+    plan = P.plan_cases(sel.problems, args.suite, args.dtype, args.set)
     return device, impls, plan
 
 
+def _warn_backend_errors() -> None:
+    from . import registry
+    registry.load_backends()
+    for mod, err in registry.BACKEND_ERRORS.items():
+        print(f"warning: adapter backends/{mod}.py failed to import, its implementations are missing: "
+              f"{err}", file=sys.stderr)
+
+
 def cmd_verify(args, console) -> int:
-    device, impls, plan = _setup(args)
-    tasks = make_tasks(plan, impls)
+    from . import plan as P
+    from .progress import RunProgress
+    from .runner import run_parallel
+
+    device, impls, plan = setup(args)
+    tasks = P.make_tasks(plan, impls, phase="verify", split_by_layer=True)
     if not tasks:
         raise UsageError("no case matches the selectors")
-    res = _progress_run(tasks, console, args.format == "json", device=device, plugins=args.plugin,
-                        timeout_s=args.timeout or (900 if device == "cpu" else 600),
-                        isolate=not args.no_isolate, verbose=args.verbose)
+    quiet = args.format == "json"
+    with RunProgress(console, sum(len(t["impls"]) for t in tasks), "verify", quiet=quiet) as prog:
+        prog.add_tasks(tasks)
+        from .compare import default_jobs
+        res = run_parallel(tasks, args.jobs or default_jobs(device), device=device, plugins=args.plugin,
+                           timeout_s=args.timeout or (900 if device == "cpu" else 600),
+                           isolate=not args.no_isolate, verbose=args.verbose, on_event=prog.event)
     rows = res.rows
     if args.format == "json":
-        print(json.dumps([_verify_row_json(r) for r in rows], indent=1, default=str))
+        from .jsonsafe import dumps
+        print(dumps([_verify_row_json(r) for r in rows], indent=1))
     else:
         from .report import print_verify
         print_verify(rows, console)
@@ -318,77 +249,10 @@ def cmd_verify(args, console) -> int:
 
 
 def cmd_compare(args, console) -> int:
-    from . import report
-    from .machine import machine_info
-    from .timing import TimingConfig
-
-    device, impls, plan = _setup(args)
-    now = _dt.datetime.now(_dt.timezone.utc)
-    outdir = Path(args.out) if args.out else Path("results") / now.strftime("%Y%m%d-%H%M%S")
-    quiet = args.format != "table"
-    timeout = args.timeout or (1800 if device == "cpu" else 600)
-    common = dict(device=device, plugins=args.plugin, timeout_s=timeout, isolate=not args.no_isolate,
-                  verbose=args.verbose)
-    rows: list[dict] = []
-    failed_suite: dict[str, str] = {}
-    if not args.no_verify_suite and not args.set:
-        vargs = argparse.Namespace(**{**vars(args), "suite": "verify", "set": []})
-        vplan = plan_cases(vargs)
-        vtasks = make_tasks(vplan, impls, prefix="v")
-        if not quiet:
-            console.print(f"verify suite: {len(vtasks)} cases before timing")
-        vres = _progress_run(vtasks, console, quiet, **common)
-        for r in vres.rows:
-            r["phase"] = "verify-suite"
-            if r["status"] == "FAIL" and f"{r['problem']}/{r['impl']}" not in failed_suite:
-                failed_suite[f"{r['problem']}/{r['impl']}"] = f"{r['case']['id']}: {r['reason']}"
-        rows += vres.rows
-    tcfg = TimingConfig(mode="graph" if args.graph else "cold", time_cap_s=args.time_cap,
-                        min_samples=args.min_samples)
-    ok_impls = [i for i in impls if i.key not in failed_suite]
-    tasks = make_tasks(plan, ok_impls, seeds=(0,), time=True)
-    res = _progress_run(tasks, console, quiet, ceilings=(device == "cuda" and not args.no_ceilings),
-                        timing={k: getattr(tcfg, k) for k in ("mode", "min_samples", "time_cap_s")},
-                        keep_raw=not args.no_raw, **common)
-    rows += res.rows
-    # implementations that failed the verify suite: their timed cases are FAIL, not timed
-    for p, cases in plan:
-        for i in impls:
-            if i.problem == p.name and i.key in failed_suite:
-                for c in cases:
-                    rows.append({"problem": p.name, "impl": i.id, "layer": i.layer, "name": i.name,
-                                 "description": i.description, "case": c.to_json(), "status": "FAIL",
-                                 "kind": "failed-verify-suite",
-                                 "reason": f"failed the verify suite ({failed_suite[i.key]}); not timed",
-                                 "time": None, "compile": {}, "traffic_bytes": p.traffic(c),
-                                 "flops": p.flops(c), "max_abs_err": None, "rel_err": None})
-    machine = machine_info()
-    _attach_loc(rows)
-    report.add_metrics(rows, res.ceilings, res.vendor, machine.get("gpu"))
-    doc = report.results_doc(rows, command="python -m harness " + " ".join(sys.argv[1:]),
-                             machine=machine, ceilings=res.ceilings, vendor=res.vendor,
-                             timing={**vars(tcfg), "description": tcfg.describe() if device == "cuda"
-                                     else "no GPU: nothing timed (timing needs a GPU)"},
-                             suite=args.suite, created=now.isoformat(timespec="seconds"))
-    paths = report.write_outputs(doc, outdir)
-    if args.plot:
-        try:
-            from .plots import make_plots
-            paths += make_plots(doc, outdir)
-        except ImportError as e:
-            console.print(f"[yellow]plots skipped: {e}[/yellow]")
-    if args.format == "json":
-        print(json.dumps(doc, indent=1, default=str))
-    elif args.format == "csv":
-        print(report.to_csv(rows), end="")
-    elif args.format == "md":
-        print(report.to_markdown(doc), end="")
-    else:
-        report.print_compare(doc, console)
-        n = {s: sum(r["status"] == s for r in rows) for s in ("PASS", "FAIL", "SKIP")}
-        console.print(f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped; "
-                      f"written: {', '.join(str(p) for p in paths)}")
-    return 1 if any(r["status"] == "FAIL" for r in rows) else 0
+    from . import compare, plan as P
+    if not getattr(args, "resume", None):
+        args.roles = args.roles if (args.roles or args.all) else ",".join(P.COMPARE_ROLES)
+    return compare.run(args, console, list(getattr(args, "_argv", None) or sys.argv[1:]))
 
 
 def main(argv=None) -> int:
@@ -398,12 +262,18 @@ def main(argv=None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        args._argv = list(argv) if argv is not None else sys.argv[1:]
         import inspect as _inspect
         if len(_inspect.signature(args.func).parameters) >= 2:
             return int(args.func(args, console) or 0)
         return int(args.func(args) or 0)
     except (UsageError, ValueError, TypeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # a plugin that exits at import: one line, exit 2
+        if e.code in (0, None):
+            raise
+        print(f"error: exit({e.code}) called while loading (a plugin?)", file=sys.stderr)
         return 2
     except RuntimeError as e:  # the runner could not keep a worker alive (broken environment)
         print(f"error: {e}", file=sys.stderr)

@@ -69,7 +69,7 @@ def _nvidia_smi() -> dict:
         return {"nvidia_smi_error": str(e)}
 
 
-def _median_time(fn, reps: int) -> float:
+def _times(fn, reps: int) -> list[float]:
     fn()
     torch.cuda.synchronize()
     times = []
@@ -80,28 +80,49 @@ def _median_time(fn, reps: int) -> float:
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) * 1e-3)
-    times.sort()
-    return times[len(times) // 2]
+    return sorted(times)
+
+
+def _median_time(fn, reps: int) -> float:
+    t = _times(fn, reps)
+    return t[len(t) // 2]
+
+
+def _rate(amount: float, times: list[float]) -> dict:
+    """Rate from the median time, its best, and the relative spread (IQR / median)."""
+    n = len(times)
+    med, q1, q3 = times[n // 2], times[n // 4], times[(3 * n) // 4]
+    return {"per_s": amount / med, "best_per_s": amount / times[0], "rel_iqr": (q3 - q1) / med}
+
+
+# streaming ceilings by read:write mix (bytes read : bytes written), each a 1 GiB-class torch op
+MIXES = {"read": "x.sum() over 2^28 fp32 (read only)",
+         "1:1": "y.copy_(x), 2^28 fp32 (read + write)",
+         "2:1": "torch.add(x, y, out=z), 2^28 fp32 (two reads, one write)"}
 
 
 def measure_ceilings(gemm_size: int = 8192) -> dict:
-    """Copy bandwidth (1 GiB fp32 device-to-device, bytes read + written) and the vendor GEMM
-    (torch.mm at gemm_size^3 on random data) per 16-bit dtype, measured now on this GPU."""
+    """Streaming bandwidth per read:write mix (read only; 1:1 copy; 2:1 as in vector add) and the
+    vendor GEMM (torch.mm at gemm_size^3 on random data) per 16-bit dtype, measured now on this
+    GPU; each with its relative spread (the noise the plausibility check allows for)."""
     dev = "cuda"
     n = 2 ** 28
     x = torch.randn(n, device=dev)
-    y = torch.empty_like(x)
-    t = _median_time(lambda: y.copy_(x), 30)
-    copy_bps = 2 * n * 4 / t
-    del x, y
-    gemm = {}
+    y = torch.randn(n, device=dev)
+    z = torch.empty_like(x)
+    mixes = {"read": _rate(n * 4, _times(lambda: x.sum(), 30)),
+             "1:1": _rate(2 * n * 4, _times(lambda: z.copy_(x), 30)),
+             "2:1": _rate(3 * n * 4, _times(lambda: torch.add(x, y, out=z), 30))}
+    del x, y, z
+    gemm, gemm_spread = {}, {}
     for name, dt in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
         g = torch.Generator(device=dev).manual_seed(0)
         a = torch.randn(gemm_size, gemm_size, device=dev, generator=g).to(dt)
         b = torch.randn(gemm_size, gemm_size, device=dev, generator=g).to(dt)
-        t = _median_time(lambda: torch.mm(a, b), 20)
-        gemm[name] = 2 * gemm_size ** 3 / t
+        r = _rate(2 * gemm_size ** 3, _times(lambda: torch.mm(a, b), 20))
+        gemm[name], gemm_spread[name] = r["per_s"], r["rel_iqr"]
         del a, b
     torch.cuda.empty_cache()
-    return {"copy_bytes_per_s": copy_bps, "gemm_flops_per_s": gemm, "gemm_size": gemm_size,
-            "copy_bytes": 2 * n * 4, "measured": True}
+    return {"copy_bytes_per_s": mixes["1:1"]["per_s"], "stream_bytes_per_s": mixes,
+            "stream_how": MIXES, "gemm_flops_per_s": gemm, "gemm_rel_iqr": gemm_spread,
+            "gemm_size": gemm_size, "copy_bytes": 2 * n * 4, "measured": True}

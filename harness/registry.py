@@ -134,8 +134,8 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
                               origin=_current_origin[-1] if _current_origin else fn.__module__,
                               extra=dict(extra))
         if impl.key in _IMPLS and _IMPLS[impl.key].origin != impl.origin:
-            raise ValueError(f"register: {impl.id} is already registered for {problem} "
-                             f"by {_IMPLS[impl.key].origin}")
+            raise ValueError(f"register: {impl.id} ({problem}) from {impl.origin} clashes with the "
+                             f"{impl.id} registered by {_IMPLS[impl.key].origin}; choose another name")
         _IMPLS[impl.key] = impl
         return fn
 
@@ -174,6 +174,7 @@ def load_plugin(path: str | Path) -> None:
     p = Path(path)
     if not p.is_file():
         raise PluginError(f"--plugin: no such file: {path}")
+    load_backends()  # built-ins first: a plugin cannot take over one of their ids
     key = str(p.resolve())
     if key in _loaded_plugins:
         return
@@ -186,6 +187,8 @@ def load_plugin(path: str | Path) -> None:
     _current_origin.append(key)
     try:
         spec.loader.exec_module(module)
+    except SystemExit as e:
+        raise PluginError(f"--plugin {path}: called exit({e.code}) while loading") from None
     except Exception as e:
         tb = traceback.extract_tb(e.__traceback__)
         where = next((f"{f.filename}:{f.lineno}" for f in reversed(tb) if f.filename == str(p)), str(p))

@@ -24,12 +24,15 @@ def _fmt_time(s: float | None) -> str:
     return f"{s:.3f} s"
 
 
-def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str | None) -> None:
-    """Fill gbps / tflops / % of ceiling / speed-up / model columns of every timed row."""
+def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str | None,
+                l2_bytes: int = 0, model_gpu: str | None = None) -> None:
+    """Fill gbps / tflops / % of ceiling / speed-up / model columns of every timed row, after
+    failing the rows that are faster than the hardware allows (``mark_implausible``)."""
     from . import problems, registry
     from .case import Case
     from .machine import datasheet_for
 
+    mark_implausible(rows, ceilings, gpu, l2_bytes)
     try:
         from . import model as _model
     except Exception:  # the model module is optional for the comparison
@@ -38,7 +41,8 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
     base_time: dict[tuple, float] = {}
     baseline_ids = {i.key for i in registry.all_impls() if i.baseline}
     for r in rows:
-        if r.get("time") and f"{r['problem']}/{r['impl']}" in baseline_ids and r["status"] == "PASS":
+        is_base = r.get("role") == "baseline" or f"{r['problem']}/{r['impl']}" in baseline_ids
+        if r.get("time") and is_base and r["status"] == "PASS" and r.get("phase", "timed") == "timed":
             base_time[(r["problem"], r["case"]["id"])] = (r["time"]["median_s"], r["impl"])
     for r in rows:
         t = (r.get("time") or {}).get("median_s") if r["status"] == "PASS" else None
@@ -49,13 +53,24 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
                   "speedup_vs_baseline", "model_ideal_s", "measured_over_ideal"):
             r.setdefault(k, None)
         if not t:
+            if model_gpu and _model is not None and r.get("phase", "timed") == "timed":
+                try:  # what this case would take on a named GPU (modelled, no measurement)
+                    g = _model.gpu_by_name(model_gpu)
+                    peak = g.fp32 if case.dtype == "float32" else g.tensor16
+                    r["model_ideal_s"] = _model.ideal_time(p.name, case, g.bw, peak)
+                    r["model_gpu"] = g.key
+                except Exception as e:
+                    r["model_note"] = f"model failed: {e}"
             continue
         r["gbps"] = r["traffic_bytes"] / t / 1e9
         r["tflops"] = r["flops"] / t / 1e12 if r["flops"] else None
         dt = case.dtype
         if ceilings:
-            if p.metric == "GB/s" and ceilings.get("copy_bytes_per_s"):
-                r["pct_ceiling"] = 100 * r["traffic_bytes"] / t / ceilings["copy_bytes_per_s"]
+            if p.metric == "GB/s":
+                bw = ceiling_bw(ceilings, p.mix)
+                if bw:
+                    r["pct_ceiling"] = 100 * r["traffic_bytes"] / t / bw
+                    r["ceiling_mix"] = p.mix if (ceilings.get("stream_bytes_per_s") or {}).get(p.mix) else "1:1"
             elif p.metric == "TFLOP/s" and (ceilings.get("gemm_flops_per_s") or {}).get(dt):
                 r["pct_ceiling"] = 100 * r["flops"] / t / ceilings["gemm_flops_per_s"][dt]
         ds_peak = (ds.fp32 if dt == "float32" else ds.tensor16) if ds else None
@@ -91,6 +106,73 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
                     r["model_note"] = f"model failed: {e}"
 
 
+def ceiling_bw(ceilings: dict | None, mix: str) -> float | None:
+    """The run's measured streaming bandwidth for a read:write mix (the 1:1 copy if that mix was
+    not measured)."""
+    c = ceilings or {}
+    m = (c.get("stream_bytes_per_s") or {}).get(mix) or {}
+    return m.get("per_s") or c.get("copy_bytes_per_s")
+
+
+# A row above the hardware is a FAIL, never a figure. Allowed: the measured ceiling of its kind
+# plus this margin plus twice the relative spread of the ceiling and of the row (their noise),
+# and never more than the datasheet.
+PLAUSIBLE_MARGIN = 0.05
+
+
+def mark_implausible(rows: list[dict], ceilings: dict | None, gpu: str | None, l2_bytes: int = 0) -> None:
+    """FAIL (kind ``implausible``) every timed row faster than the hardware allows: effective
+    bandwidth above the measured ceiling of its read:write mix (beyond the noise) or above the
+    datasheet; TFLOP/s above the measured vendor GEMM x 1.35 or above the datasheet peak. In
+    graph mode (warm L2) the bandwidth test counts only the bytes that cannot be in L2."""
+    from . import problems
+    from .case import Case
+    from .machine import datasheet_for
+
+    ds = datasheet_for(gpu)
+    c = ceilings or {}
+    for r in rows:
+        tm = r.get("time") or {}
+        t = tm.get("median_s")
+        if r.get("status") != "PASS" or not t:
+            continue
+        p = problems.get(r["problem"])
+        case = Case.from_json(r["case"])
+        row_noise = (tm.get("iqr_s") or 0.0) / t
+        why = None
+        if p.metric == "TFLOP/s" and r.get("flops"):
+            rate = r["flops"] / t
+            vend = (c.get("gemm_flops_per_s") or {}).get(case.dtype)
+            limit = min(x for x in (vend * 1.35 if vend else None,
+                                    ds.tensor16 * 1.02 if ds else None) if x) if (vend or ds) else None
+            if limit and rate > limit:
+                why = (f"{rate / 1e12:.0f} TFLOP/s is above what this GPU can do ({limit / 1e12:.0f}: "
+                       f"the measured vendor GEMM x 1.35 or the datasheet peak)")
+        if why is None and r.get("traffic_bytes"):
+            bytes_ = r["traffic_bytes"]
+            if r.get("timing_mode") == "graph":
+                bytes_ = max(0, bytes_ - 2 * (l2_bytes or 0))  # a warm L2 may serve the rest
+            rate = bytes_ / t
+            bw = ceiling_bw(c, p.mix)
+            mix_noise = ((c.get("stream_bytes_per_s") or {}).get(p.mix) or {}).get("rel_iqr", 0.0)
+            limits = []
+            if bw:
+                limits.append(bw * (1 + PLAUSIBLE_MARGIN + 2 * (mix_noise + row_noise)))
+            if ds:
+                limits.append(ds.bw * 1.02)
+            if limits and bytes_ and rate > min(limits):
+                why = (f"{rate / 1e9:.0f} GB/s from memory is above what this GPU can move "
+                       f"({min(limits) / 1e9:.0f} GB/s: the measured {p.mix} ceiling plus its noise, "
+                       f"or the datasheet)")
+        if why:
+            r.update(status="FAIL", kind="implausible", reason=f"implausible: {why}; the time is not "
+                     f"reported as a result (did the launch do the work?)")
+            r["implausible_time"], r["time"] = r.get("time"), None
+            for k in ("gbps", "tflops", "pct_ceiling", "pct_datasheet", "pct_vendor_same_shape",
+                      "speedup_vs_baseline", "measured_over_ideal"):
+                r[k] = None
+
+
 def results_doc(rows, *, command: str, machine: dict, ceilings, vendor, timing: dict,
                 suite: str, created: str) -> dict:
     return {"schema": SCHEMA, "created": created, "command": command, "suite": suite,
@@ -98,15 +180,72 @@ def results_doc(rows, *, command: str, machine: dict, ceilings, vendor, timing: 
             "timing": timing, "rows": rows}
 
 
+# -- line counts and committed measurements ----------------------------------------------------
+def attach_loc(rows) -> None:
+    """``loc`` {kernel, host} of every row, counted once per implementation."""
+    from . import registry
+
+    try:
+        from . import loc
+    except ImportError:
+        return
+    cache = {}
+    for r in rows:
+        key = f"{r['problem']}/{r['impl']}"
+        if key not in cache:
+            try:
+                impl = registry.get(r["problem"], r["impl"])
+                cache[key] = loc.count_impl(impl)
+            except Exception as e:
+                cache[key] = {"kernel": None, "host": None, "error": str(e)}
+        r["loc"] = {k: cache[key].get(k) for k in ("kernel", "host")}
+
+
+_COMMITTED: dict | None = None
+
+
+def committed_figures(root: Path | None = None) -> dict:
+    """(impl, case id) -> the newest committed GPU measurement of it under docs/results/:
+    {"value", "unit", "pct_ceiling", "gpu", "date", "file"} (what the CPU mode shows, labelled)."""
+    global _COMMITTED
+    if _COMMITTED is not None and root is None:
+        return _COMMITTED
+    base = Path(root) if root else Path(__file__).resolve().parent.parent / "docs" / "results"
+    out: dict = {}
+    for f in sorted(base.rglob("results.json")) if base.is_dir() else []:
+        try:
+            doc = json.loads(f.read_text())
+        except Exception:
+            continue
+        gpu = (doc.get("machine") or {}).get("gpu")
+        if not gpu:
+            continue
+        date = str(doc.get("created", ""))[:10]
+        for r in doc.get("rows", []):
+            if r.get("status") != "PASS" or not (r.get("time") or {}).get("median_s"):
+                continue
+            tflops = r.get("metric") == "TFLOP/s"
+            val = r.get("tflops") if tflops else r.get("gbps")
+            if val is None:
+                continue
+            key = (r["impl"], r["case"]["id"])
+            if key in out and out[key]["date"] > date:
+                continue
+            out[key] = {"value": val, "unit": "TFLOP/s" if tflops else "GB/s",
+                        "pct_ceiling": r.get("pct_ceiling"), "gpu": gpu, "date": date,
+                        "file": str(f.relative_to(base.parent.parent)) if base.parent.parent in f.parents else str(f)}
+    if root is None:
+        _COMMITTED = out
+    return out
+
+
 # -- terminal ----------------------------------------------------------------------------------
-def _status_cell(r: dict) -> str:
+def _short_status(r: dict) -> str:
     st = r["status"]
     colour = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}.get(st, "white")
-    reason = r.get("reason") or r.get("time_note") or ""
-    if st == "PASS" and r.get("time_note"):
-        reason = r["time_note"]
-    cell = f"[{colour}]{st}[/{colour}]"
-    return f"{cell} {reason}" if reason else cell
+    kind = r.get("kind") or ""
+    extra = f" {kind}" if st != "PASS" and kind else ""
+    return f"[{colour}]{st}[/{colour}]{extra}"
 
 
 def _regs(r) -> str:
@@ -121,20 +260,6 @@ def _first_call(r) -> str:
     c = r.get("compile") or {}
     v = c.get("compile_s", c.get("first_call_s"))
     return f"{v:.2f}" if isinstance(v, (int, float)) else "-"
-
-
-def print_verify(rows: list[dict], console: Console) -> None:
-    by_problem: dict[str, list] = {}
-    for r in rows:
-        by_problem.setdefault(r["problem"], []).append(r)
-    for prob, rs in by_problem.items():
-        t = Table(title=f"verify: {prob}", show_lines=False, expand=False)
-        for col in ("implementation", "case", "status", "max abs err", "rel err"):
-            t.add_column(col, overflow="fold")
-        for r in rs:
-            t.add_row(r["impl"], _case_label(r), _status_cell(r),
-                      _num(r.get("max_abs_err")), _num(r.get("rel_err")))
-        console.print(t)
 
 
 def _num(x) -> str:
@@ -152,47 +277,109 @@ def _case_label(r) -> str:
     return f"{dims} {c['dtype']}" + (f" {extra}" if extra else "")
 
 
+def _table(title: str, cols: list[tuple[str, int]]):
+    from rich.table import Table
+    t = Table(title=title, title_justify="left", pad_edge=False)
+    for name, width in cols:
+        t.add_column(name, overflow="ellipsis", no_wrap=True, max_width=width)
+    return t
+
+
+def _notes(console, notes: list[str]) -> None:
+    for i, n in enumerate(notes, 1):
+        console.print(f"  [{i}] {n}", overflow="ellipsis", no_wrap=True, highlight=False)
+
+
+def print_verify(rows: list[dict], console: Console) -> None:
+    """Per implementation: PASS / FAIL / SKIP counts and the first failure; FAIL rows listed."""
+    by: dict[tuple, list] = {}
+    for r in rows:
+        by.setdefault((r["problem"], r["impl"]), []).append(r)
+    t = _table("verification against the float64 reference",
+               [("problem", 14), ("implementation", 30), ("pass", 5), ("fail", 5), ("skip", 5),
+                ("first failure or skip reason", 90)])
+    notes = []
+    for (prob, impl), rs in by.items():
+        n = {s: sum(r["status"] == s for r in rs) for s in ("PASS", "FAIL", "SKIP")}
+        bad = next((r for r in rs if r["status"] == "FAIL"), None) or next(
+            (r for r in rs if r["status"] == "SKIP"), None)
+        first = f"{_case_label(bad)}: {bad.get('reason', '')}" if bad else ""
+        t.add_row(prob, impl, str(n["PASS"]), f"[red]{n['FAIL']}[/red]" if n["FAIL"] else "0",
+                  str(n["SKIP"]), first)
+        notes += [f"{impl} {_case_label(r)}: {r.get('reason', '')}" for r in rs if r["status"] == "FAIL"]
+    console.print(t)
+    if notes:
+        console.print("failures:")
+        _notes(console, notes)
+
+
 def print_compare(doc: dict, console: Console) -> None:
+    from . import summary as S
+
     rows = doc["rows"]
     gpu = doc["machine"].get("gpu")
     ceil = doc.get("ceilings") or {}
-    head = f"device: {gpu or 'no GPU (CPU mode)'}"
-    if ceil.get("copy_bytes_per_s"):
-        head += f" | copy ceiling {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s"
+    head = f"device: {gpu or 'no GPU (CPU mode): nothing timed; checks, compile facts, line counts and the model'}"
+    for mix, v in (ceil.get("stream_bytes_per_s") or {}).items():
+        head += f" | {mix} {v['per_s'] / 1e12:.2f} TB/s"
+    if ceil.get("copy_bytes_per_s") and not ceil.get("stream_bytes_per_s"):
+        head += f" | copy {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s"
     for dt, v in (ceil.get("gemm_flops_per_s") or {}).items():
         head += f" | {dt} mm {v / 1e12:.0f} TFLOP/s"
-    console.print(head)
-    console.print(f"timing: {doc['timing'].get('description', '')}")
-    cases: dict[tuple, list] = {}
-    for r in rows:
-        if r.get("phase") == "verify-suite":
-            continue
-        cases.setdefault((r["problem"], r["case"]["id"]), []).append(r)
-    for (prob, cid), rs in cases.items():
+    console.print(head, highlight=False)
+    console.print(f"timing: {doc['timing'].get('description', '')}", highlight=False)
+    if doc.get("interrupted"):
+        console.print(f"[red]{doc['interrupted']}: the tables hold the rows that finished[/red]")
+    suite = [r for r in rows if r.get("phase") == "verify-suite"]
+    if suite:
+        print_verify(suite, console)
+    timed = [r for r in rows if r.get("phase", "timed") == "timed"]
+    measured = any((r.get("time") or {}).get("median_s") for r in timed)
+    committed = committed_figures() if not measured else {}
+    probs: dict[str, list] = {}
+    for r in timed:
+        probs.setdefault(r["problem"], []).append(r)
+    for prob, rs in probs.items():
         metric = rs[0].get("metric") or ("TFLOP/s" if prob == "gemm_epilogue" else "GB/s")
-        title = f"{prob}  {_case_label(rs[0])}"
-        v = (doc.get("vendor_same_shape") or {}).get(cid)
-        if v and v.get("flops_per_s"):
-            title += f"  (torch.mm at this shape: {v['flops_per_s'] / 1e12:.0f} TFLOP/s)"
-        t = Table(title=title, expand=False)
-        for col in ("implementation", "layer", "kernel LOC", "host LOC", "time (median)", "IQR",
-                    metric, "% ceiling", "vs eager", "model ideal", "meas/ideal",
-                    "first call s", "host us", "regs/spills", "status"):
-            t.add_column(col, overflow="fold")
-        for r in sorted(rs, key=lambda r: ((r.get("time") or {}).get("median_s") or 1e99)):
-            tm = r.get("time") or {}
-            val = r.get("tflops") if metric == "TFLOP/s" else r.get("gbps")
+        notes: list[str] = []
+        if measured:
+            t = _table(f"{prob}: timed cases", [
+                ("case", 30), ("implementation", 30), ("LOC k/h", 8), ("median", 9), (metric, 7),
+                ("% ceil", 6), ("vs eager", 8), ("host us", 7), ("meas/ideal", 10), ("status", 22)])
+        else:
+            model_gpu = next((r.get("model_gpu") for r in rs if r.get("model_gpu")), None)
+            t = _table(f"{prob}: cases (no GPU: what was checked, compiled and modelled)", [
+                ("case", 30), ("implementation", 30), ("LOC k/h", 8), ("status", 24), ("regs/spills", 11),
+                (f"ideal on {model_gpu or 'a GPU'}", 16), ("committed GPU measurement", 44)])
+        last_case = None
+        order = {"baseline": 0, "default": 1, "simple": 2, "variant": 3}
+        for r in sorted(rs, key=lambda r: (list(dict.fromkeys(x["case"]["id"] for x in rs)).index(r["case"]["id"]),
+                                           order.get(r.get("role"), 9), r["impl"])):
+            case = _case_label(r) if r["case"]["id"] != last_case else ""
+            last_case = r["case"]["id"]
             loc = r.get("loc") or {}
-            t.add_row(r["impl"], r["layer"], _int(loc.get("kernel")), _int(loc.get("host")),
-                      _fmt_time(tm.get("median_s")) if tm else ("needs GPU" if r["status"] == "PASS" else "-"),
-                      _fmt_time(tm.get("iqr_s")) if tm else "-",
-                      _sig(val), _sig(r.get("pct_ceiling"), "%"),
-                      f"{r['speedup_vs_baseline']:.2f}x" if r.get("speedup_vs_baseline") else "-",
-                      _fmt_time(r.get("model_ideal_s")),
-                      f"{r['measured_over_ideal']:.2f}" if r.get("measured_over_ideal") else "-",
-                      _first_call(r), _sig(tm.get("host_us")) if tm else "-", _regs(r),
-                      _status_cell(r))
+            locs = f"{_int(loc.get('kernel'))}/{_int(loc.get('host'))}"
+            status = _short_status(r)
+            if r["status"] != "PASS" and r.get("reason"):
+                notes.append(f"{r['impl']} {_case_label(r)}: {r['reason']}")
+                status += f" [{len(notes)}]"
+            if measured:
+                tm = r.get("time") or {}
+                val = r.get("tflops") if metric == "TFLOP/s" else r.get("gbps")
+                t.add_row(case, r["impl"], locs, _fmt_time(tm.get("median_s")), _sig(val),
+                          _sig(r.get("pct_ceiling"), "%"),
+                          f"{r['speedup_vs_baseline']:.2f}x" if r.get("speedup_vs_baseline") else "-",
+                          _sig(tm.get("host_us")),
+                          f"{r['measured_over_ideal']:.2f}" if r.get("measured_over_ideal") else "-", status)
+            else:
+                cm = committed.get((r["impl"], r["case"]["id"]))
+                cfig = (f"{_sig(cm['value'])} {cm['unit']} ({cm['gpu']}, {cm['date']})" if cm else "-")
+                t.add_row(case, r["impl"], locs, status, _regs(r), _fmt_time(r.get("model_ideal_s")), cfig)
         console.print(t)
+        if notes:
+            _notes(console, notes)
+    summ = doc.get("summary") or S.summarize(rows)
+    S.render_rich(summ, console)
 
 
 def _sig(x, unit: str = "") -> str:
@@ -211,10 +398,11 @@ def _int(x) -> str:
 
 
 # -- files -------------------------------------------------------------------------------------
-CSV_FIELDS = ["problem", "case", "dtype", "impl", "layer", "status", "kind", "kernel_loc", "host_loc",
-              "median_s", "q1_s", "q3_s", "samples", "host_us", "gbps", "tflops", "pct_ceiling", "pct_datasheet",
-              "pct_vendor_same_shape", "speedup_vs_baseline", "model_ideal_s", "measured_over_ideal",
-              "first_call_s", "compile_s", "registers", "spills", "max_abs_err", "rel_err", "reason"]
+CSV_FIELDS = ["problem", "phase", "case", "dtype", "impl", "layer", "role", "status", "kind", "kernel_loc",
+              "host_loc", "median_s", "q1_s", "q3_s", "samples", "host_us", "gbps", "tflops", "pct_ceiling",
+              "pct_datasheet", "pct_vendor_same_shape", "speedup_vs_baseline", "model_ideal_s",
+              "measured_over_ideal", "first_call_s", "compile_s", "registers", "spills", "max_abs_err",
+              "rel_err", "reason"]
 
 
 def to_csv(rows: list[dict]) -> str:
@@ -223,12 +411,14 @@ def to_csv(rows: list[dict]) -> str:
     w.writeheader()
     for r in rows:
         tm, c, loc = r.get("time") or {}, r.get("compile") or {}, r.get("loc") or {}
-        w.writerow({"problem": r["problem"], "case": r["case"]["id"], "dtype": r["case"]["dtype"],
-                    "impl": r["impl"], "layer": r["layer"], "status": r["status"], "kind": r.get("kind"),
+        w.writerow({"problem": r["problem"], "phase": r.get("phase", "timed"), "case": r["case"]["id"],
+                    "dtype": r["case"]["dtype"], "impl": r["impl"], "layer": r["layer"],
+                    "role": r.get("role"), "status": r["status"], "kind": r.get("kind"),
                     "kernel_loc": loc.get("kernel"), "host_loc": loc.get("host"),
                     "median_s": tm.get("median_s"), "q1_s": tm.get("q1_s"), "q3_s": tm.get("q3_s"),
-                    "samples": tm.get("samples"), "host_us": tm.get("host_us"), "gbps": r.get("gbps"), "tflops": r.get("tflops"),
-                    "pct_ceiling": r.get("pct_ceiling"), "pct_datasheet": r.get("pct_datasheet"),
+                    "samples": tm.get("samples"), "host_us": tm.get("host_us"), "gbps": r.get("gbps"),
+                    "tflops": r.get("tflops"), "pct_ceiling": r.get("pct_ceiling"),
+                    "pct_datasheet": r.get("pct_datasheet"),
                     "pct_vendor_same_shape": r.get("pct_vendor_same_shape"),
                     "speedup_vs_baseline": r.get("speedup_vs_baseline"),
                     "model_ideal_s": r.get("model_ideal_s"), "measured_over_ideal": r.get("measured_over_ideal"),
@@ -240,20 +430,27 @@ def to_csv(rows: list[dict]) -> str:
 
 
 def to_markdown(doc: dict) -> str:
-    lines = [f"# kernel-layers results", "",
+    from . import summary as S
+
+    lines = ["# kernel-layers results", "",
              f"- created: {doc['created']}", f"- command: `{doc['command']}`",
              f"- device: {doc['machine'].get('gpu') or 'CPU only'}"]
     c = doc.get("ceilings") or {}
-    if c.get("copy_bytes_per_s"):
+    for mix, v in (c.get("stream_bytes_per_s") or {}).items():
+        lines.append(f"- {mix} streaming ceiling: {v['per_s'] / 1e12:.3f} TB/s")
+    if c.get("copy_bytes_per_s") and not c.get("stream_bytes_per_s"):
         lines.append(f"- copy ceiling: {c['copy_bytes_per_s'] / 1e12:.3f} TB/s")
     for dt, v in (c.get("gemm_flops_per_s") or {}).items():
         lines.append(f"- {dt} torch.mm {c.get('gemm_size', '')}^3: {v / 1e12:.1f} TFLOP/s")
     lines.append(f"- timing: {doc['timing'].get('description', '')}")
+    if doc.get("interrupted"):
+        lines.append(f"- **{doc['interrupted']}**: only the rows that finished")
     lines.append("")
-    lines.append("| problem | case | implementation | kernel LOC | host LOC | median | metric | % ceiling | vs eager | status |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    lines += S.render_md(doc.get("summary") or S.summarize(doc["rows"]))
+    lines.append("| problem | case | implementation | kernel LOC | host LOC | median | metric | % ceiling | vs eager | host us | status |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc["rows"]:
-        if r.get("phase") == "verify-suite":
+        if r.get("phase", "timed") != "timed":
             continue
         tm, loc = r.get("time") or {}, r.get("loc") or {}
         val = r.get("tflops") if r.get("metric") == "TFLOP/s" else r.get("gbps")
@@ -265,14 +462,32 @@ def to_markdown(doc: dict) -> str:
             f"{val:.1f} {unit}" if val else "-",
             f"{r['pct_ceiling']:.1f}%" if r.get("pct_ceiling") else "-",
             f"{r['speedup_vs_baseline']:.2f}x" if r.get("speedup_vs_baseline") else "-",
+            _sig(tm.get("host_us")) if tm else "-",
             r["status"] + (f": {reason}" if reason else "")]) + " |")
+    suite = [r for r in doc["rows"] if r.get("phase") == "verify-suite"]
+    if suite:
+        lines += ["", "## verify suite", "", "| implementation | pass | fail | skip | first failure |",
+                  "|---|---|---|---|---|"]
+        by: dict[str, list] = {}
+        for r in suite:
+            by.setdefault(f"{r['problem']}/{r['impl']}", []).append(r)
+        for k, rs in by.items():
+            bad = next((r for r in rs if r["status"] == "FAIL"), None)
+            lines.append(f"| {k} | {sum(r['status'] == 'PASS' for r in rs)} | "
+                         f"{sum(r['status'] == 'FAIL' for r in rs)} | {sum(r['status'] == 'SKIP' for r in rs)} | "
+                         + (f"{_case_label(bad)}: {bad.get('reason', '')}".replace("|", "/") if bad else "") + " |")
     return "\n".join(lines) + "\n"
 
 
 def write_outputs(doc: dict, outdir: Path) -> list[Path]:
+    from . import summary as S
+    from .jsonsafe import dumps
+
+    doc.setdefault("summary", S.summarize(doc["rows"]))
+    outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / "results.json", outdir / "results.csv", outdir / "results.md"]
-    paths[0].write_text(json.dumps(doc, indent=1, default=str))
+    paths[0].write_text(dumps(doc, indent=1))
     paths[1].write_text(to_csv(doc["rows"]))
     paths[2].write_text(to_markdown(doc))
     return paths

@@ -30,6 +30,59 @@ class RunResult:
     log: list[str] = field(default_factory=list)
 
 
+_LIVE: set = set()  # worker processes running now (killed on an interrupt)
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_all() -> None:
+    """Kill every worker this process started (Ctrl-C, SIGTERM)."""
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for p in procs:
+        try:
+            p.kill()
+        except Exception:
+            pass
+
+
+def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
+    """``run_tasks`` over ``jobs`` workers at once, tasks grouped by the layer of their first
+    implementation (each worker keeps one layer's compile caches warm). For verification only:
+    timing needs the GPU to itself."""
+    jobs = max(1, int(jobs))
+    if jobs == 1 or len(tasks) < 2 or not kw.get("isolate", True):
+        return run_tasks(tasks, **kw)
+    groups: dict[str, list] = {}
+    for t in tasks:
+        groups.setdefault(t["impls"][0].split(":")[0], []).append(t)
+    bins: list[list] = [[] for _ in range(min(jobs, len(groups)))]
+    for g in sorted(groups.values(), key=len, reverse=True):
+        min(bins, key=len).extend(g)
+    results: list[RunResult | BaseException] = [None] * len(bins)  # type: ignore[list-item]
+
+    def work(i):
+        try:
+            results[i] = run_tasks(bins[i], **kw)
+        except BaseException as e:  # surfaced in the main thread
+            results[i] = e
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(bins))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)
+    res = RunResult()
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+        res.rows.extend(r.rows)
+        res.vendor.update(r.vendor)
+        res.log.extend(r.log)
+        res.ceilings = res.ceilings or r.ceilings
+    return res
+
+
 def _reader(stream, q, tag):
     for line in iter(stream.readline, ""):
         q.put((tag, line))
@@ -59,6 +112,8 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
         proc = subprocess.Popen([sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=env, cwd=str(ROOT))
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         q: queue.Queue = queue.Queue()
         threading.Thread(target=_reader, args=(proc.stdout, q, "out"), daemon=True).start()
         threading.Thread(target=_reader, args=(proc.stderr, q, "err"), daemon=True).start()
@@ -125,6 +180,8 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
         want_ceilings = False  # measured once per run; a failed measurement is not retried
         remaining = [t for t in remaining if t["id"] not in done_tasks]
         if not remaining:

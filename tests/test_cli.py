@@ -66,6 +66,15 @@ def test_verify_custom_case(capsys):
     (["verify", "--plugin", str(PL / "broken.py")], "ImportError: this plugin needs a package"),
     (["compare", "--problem", "gemm_epilogue", "--dtype", "float32"], "gemm_epilogue takes float16, bfloat16"),
     (["frobnicate"], "invalid choice"),
+    (["compare", "--timeout", "-1"], "--timeout must be > 0"),
+    (["compare", "--time-cap", "-1"], "--time-cap must be > 0"),
+    (["compare", "--min-samples", "0"], "--min-samples must be > 0"),
+    (["verify", "--problem", "vector_add", "--set", "N=5", "--set", "N=7"], "--set: N given twice"),
+    (["verify", "--problem", "vector_add", "--set", "N=5", "--set", "misalign=abc"], "misalign: must be an integer"),
+    (["verify", "--problem", ""], "expected a problem name"),
+    (["verify", "--plugin", str(PL / "exits.py")], "called exit(3) while loading"),
+    (["verify", "--plugin", str(PL / "clash.py")], "torch:vector_add (vector_add) from"),
+    (["compare", "--roles", "fastest"], "--roles: fastest is not a role"),
 ])
 def test_bad_input_one_line_exit_2(args, msg, capsys):
     assert main(args) == 2
@@ -98,9 +107,9 @@ def test_compare_cpu_mode_writes_results(tmp_path, capsys):
     suite = [r for r in doc["rows"] if r.get("phase") == "verify-suite"]
     assert suite and all(r["status"] == "PASS" for r in suite)
     assert timed and all(r["time"] is None and r["time_note"] == "timing needs a GPU" for r in timed)
-    assert (out / "results.csv").read_text().startswith("problem,case,dtype,impl")
+    assert (out / "results.csv").read_text().startswith("problem,phase,case,dtype,impl")
     assert "| problem |" in (out / "results.md").read_text()
-    assert "needs GPU" in text
+    assert "no GPU (CPU mode): nothing timed" in text and "verification against the float64 reference" in text
 
 
 def test_compare_failed_verify_suite_is_not_timed(tmp_path, capsys):
@@ -111,3 +120,101 @@ def test_compare_failed_verify_suite_is_not_timed(tmp_path, capsys):
     timed = [r for r in doc["rows"] if r.get("phase") != "verify-suite"]
     assert timed and all(r["status"] == "FAIL" and r["kind"] == "failed-verify-suite" and r["time"] is None
                          for r in timed)
+
+
+def test_plugin_clash_names_both_origins(capsys):
+    assert main(["list", "--plugin", str(PL / "clash.py")]) == 2
+    err = capsys.readouterr().err
+    assert "clash.py" in err and "backends.torch_layer" in err
+
+
+@pytest.mark.parametrize("kind", ["file", "nonempty", "readonly"])
+def test_bad_out_rejected_before_running(tmp_path, kind, capsys):
+    import os
+    target = tmp_path / "out"
+    if kind == "file":
+        target.write_text("x")
+    elif kind == "nonempty":
+        target.mkdir()
+        (target / "something").write_text("x")
+    else:
+        target.mkdir()
+        os.chmod(target, 0o500)
+        if os.access(target, os.W_OK):  # root ignores the mode: nothing to test here
+            pytest.skip("this user can write into a read-only folder")
+    rc = main(["compare", "--layer", "torch", "--problem", "vector_add", "--suite", "smoke",
+               "--device", "cpu", "--out", str(target), "--no-isolate"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--out" in err and len(err.strip().splitlines()) == 1, err
+    assert not (target / "run.json").exists() if target.is_dir() else True
+
+
+def test_default_result_folders_are_unique():
+    from harness.results import default_dir
+    assert len({default_dir("/tmp/x") for _ in range(50)}) == 50
+
+
+def test_plain_progress_one_line_per_row_and_summary(tmp_path):
+    rc, out, err = cli("compare", "--layer", "torch", "--problem", "vector_add", "--suite", "smoke",
+                       "--no-verify-suite", "--device", "cpu", "--out", str(tmp_path / "r"))
+    assert rc == 0, err
+    lines = [l for l in err.splitlines() if l.startswith("[")]
+    assert len(lines) == 3 and lines[-1].startswith("[3/3]") and "torch:vector_add" in lines[0]
+    doc = json.loads((tmp_path / "r" / "results.json").read_text())
+    line = doc["summary"]["vector_add"]["lines"][0]
+    assert line["impl"] == "torch:vector_add" and line["role"] == "baseline" and line["pass"] == 3
+    assert "### headline: vector_add" in (tmp_path / "r" / "results.md").read_text()
+    # strict JSON: every machine-readable file parses without NaN/Infinity
+    for f in ("results.json", "run.json"):
+        json.loads((tmp_path / "r" / f).read_text(), parse_constant=lambda c: pytest.fail(c))
+    for l in (tmp_path / "r" / "rows.jsonl").read_text().splitlines():
+        json.loads(l, parse_constant=lambda c: pytest.fail(c))
+
+
+def test_compare_default_selects_defaults_and_baselines(tmp_path, capsys):
+    rc = main(["compare", "--problem", "vector_add", "--suite", "smoke", "--no-verify-suite",
+               "--device", "cpu", "--no-isolate", "--out", str(tmp_path / "r"), "--format", "json",
+               "--set", "N=100"])
+    doc = json.loads(capsys.readouterr().out)
+    roles = {r["role"] for r in doc["rows"]}
+    assert roles <= {"baseline", "default"} and "baseline" in roles
+    assert "torch:vector_add_compile" not in {r["impl"] for r in doc["rows"]}
+
+
+def test_interrupt_keeps_rows_and_resume_finishes(tmp_path):
+    import signal
+    import time as _t
+    out = tmp_path / "r"
+    p = subprocess.Popen([sys.executable, "-m", "harness", "compare", "--plugin", str(PL / "slow.py"),
+                          "--impl", "slow:vector_add", "--problem", "vector_add", "--suite", "verify",
+                          "--no-verify-suite", "--device", "cpu", "--out", str(out)],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = _t.time() + 300
+    while _t.time() < deadline:
+        rows = out / "rows.jsonl"
+        if rows.exists() and len(rows.read_text().splitlines()) >= 2:
+            break
+        _t.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert (out / "INTERRUPTED").exists() and "--resume" in (out / "INTERRUPTED").read_text()
+    kept = len((out / "rows.jsonl").read_text().splitlines())
+    assert kept >= 2 and "finished row(s) kept" in err
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["interrupted"] and len(doc["rows"]) == kept
+    rc, _, err = cli("compare", "--resume", str(out))
+    assert rc == 0, err
+    doc = json.loads((out / "results.json").read_text())
+    assert not (out / "INTERRUPTED").exists() and "interrupted" not in doc
+    n_cases = len([c for c in __import__("harness").problems.get("vector_add").cases("verify")])
+    assert len(doc["rows"]) == n_cases and all(r["status"] == "PASS" for r in doc["rows"])
+
+
+def test_failing_builtin_adapter_is_reported_by_every_command(monkeypatch, capsys):
+    from harness import registry
+    registry.load_backends()
+    monkeypatch.setitem(registry.BACKEND_ERRORS, "fake_layer", "ImportError: no module named fake")
+    main(["verify", "--problem", "vector_add", "--impl", "torch:vector_add", "--set", "N=10",
+          "--no-isolate", "--format", "json"])
+    assert "backends/fake_layer.py failed to import" in capsys.readouterr().err

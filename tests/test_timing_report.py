@@ -63,7 +63,7 @@ def test_outputs_csv_md_json(tmp_path):
     paths = report.write_outputs(doc, tmp_path)
     assert json.loads(paths[0].read_text())["rows"][0]["impl"] == "torch:vector_add"
     csv = paths[1].read_text().splitlines()
-    assert csv[0].startswith("problem,case,dtype,impl,layer,status") and "torch:vector_add" in csv[1]
+    assert csv[0].startswith("problem,phase,case,dtype,impl,layer,role,status") and "torch:vector_add" in csv[1]
     assert "| vector_add |" in paths[2].read_text()
 
 
@@ -91,3 +91,28 @@ def test_ceilings_on_gpu():
     c = measure_ceilings(gemm_size=2048)
     assert 1e11 < c["copy_bytes_per_s"] < 2e13
     assert all(1e12 < v < 3e15 for v in c["gemm_flops_per_s"].values())
+
+
+def test_implausible_rows_fail_and_lose_their_figures():
+    """A GEMM row at 15 us for 8192^3 (70,000 TFLOP/s) and a vector add above the datasheet are
+    FAIL implausible, never a figure; a row at the ceiling is kept."""
+    from harness import problems
+    g = problems.get("gemm_epilogue")
+    c = g.case(M=8192, N=8192, K=8192)
+    gemm = {"problem": "gemm_epilogue", "impl": "cuda:gemm_epilogue", "layer": "cuda", "case": c.to_json(),
+            "status": "PASS", "time": {"median_s": 15e-6, "iqr_s": 1e-7}, "traffic_bytes": g.traffic(c),
+            "flops": g.flops(c)}
+    v = problems.get("vector_add")
+    cv = v.case(N=2 ** 28)
+    fast = {"problem": "vector_add", "impl": "x:fast", "layer": "x", "case": cv.to_json(), "status": "PASS",
+            "time": {"median_s": v.traffic(cv) / 5.5e12, "iqr_s": 0.0}, "traffic_bytes": v.traffic(cv),
+            "flops": v.flops(cv)}
+    ok = dict(fast, impl="x:ok", time={"median_s": v.traffic(cv) / 4.3e12, "iqr_s": 0.0})
+    ceil = {"copy_bytes_per_s": 4.1e12, "gemm_flops_per_s": {"bfloat16": 7.5e14},
+            "stream_bytes_per_s": {"2:1": {"per_s": 4.3e12, "rel_iqr": 0.01}}}
+    rows = [gemm, fast, ok]
+    report.add_metrics(rows, ceil, {}, "NVIDIA H200")
+    assert gemm["status"] == "FAIL" and gemm["kind"] == "implausible" and gemm["tflops"] is None
+    assert "TFLOP/s is above" in gemm["reason"] and gemm["time"] is None
+    assert fast["status"] == "FAIL" and fast["kind"] == "implausible"
+    assert ok["status"] == "PASS" and abs(ok["pct_ceiling"] - 100) < 1 and ok["ceiling_mix"] == "2:1"

@@ -46,6 +46,9 @@ class Problem:
     dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
     input_names: tuple[str, ...] = ()
     metric: str = "GB/s"  # or "TFLOP/s"
+    #: read:write mix of the streaming traffic: which measured bandwidth ceiling applies
+    #: ("read", "1:1", "2:1"); GEMMs are measured against the vendor GEMM instead
+    mix: str = "1:1"
     #: parameters a case may carry, with their allowed values (None = any int)
     param_choices: dict[str, Sequence[Any] | None] = {}
     param_defaults: dict[str, Any] = {}
@@ -66,6 +69,8 @@ class Problem:
             elif k in self.param_choices:
                 choices = self.param_choices[k]
                 if choices is None:
+                    if isinstance(v, bool) or not re.fullmatch(r"\s*-?\d+\s*", str(v)):
+                        raise ValueError(f"{k}: must be an integer, got {v!r}")
                     params[k] = int(v)
                 else:
                     match = [c for c in choices if str(c).lower() == str(v).lower()]

@@ -18,6 +18,7 @@ class VectorAdd(Problem):
     dim_names = ("N",)
     input_names = ("x", "y")
     metric = "GB/s"
+    mix = "2:1"
     param_choices = {"misalign": None}
     param_defaults = {}
 

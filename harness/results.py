@@ -1,0 +1,121 @@
+"""The results folder of one run, written as the run goes so that nothing finished is lost.
+
+Layout of ``<out>/``:
+
+- ``run.json``      written first: the command, its arguments, the machine, the start time;
+- ``rows.jsonl``    one JSON line per finished row, appended (and flushed) at once;
+- ``INTERRUPTED``   present while a run is cut short (Ctrl-C, SIGTERM, a crash): what happened,
+                    how many rows were kept, and the command that finishes it (``--resume``);
+- ``results.json``, ``results.csv``, ``results.md`` (and plots): written at the end, also after an
+  interruption (marked ``"interrupted": true``).
+
+A folder is never shared: the default name carries the UTC time, the process id and a random
+suffix, and is created with ``exist_ok=False``; an explicit ``--out`` must be new or empty (or the
+folder of the run being resumed). Problems with ``--out`` are found before anything runs.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import secrets
+from pathlib import Path
+
+from .jsonsafe import dumps
+
+
+class ResultsError(ValueError):
+    """A bad --out / --resume folder (the CLI's one-line error, exit 2)."""
+
+
+def default_dir(root: Path | str = "results") -> Path:
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path(root) / f"{now}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+class ResultsDir:
+    def __init__(self, path: Path | str | None, resume: bool = False):
+        if path is None:
+            path = default_dir()
+            self.path = Path(path)
+            try:
+                self.path.mkdir(parents=True, exist_ok=False)
+            except OSError as e:
+                raise ResultsError(f"--out: cannot create {self.path}: {e.strerror or e}") from None
+        else:
+            self.path = Path(path)
+            if self.path.exists() and not self.path.is_dir():
+                raise ResultsError(f"--out: {self.path} exists and is not a folder")
+            if resume:
+                if not (self.path / "run.json").is_file():
+                    raise ResultsError(f"--resume: {self.path} holds no run.json (not a results folder)")
+            elif self.path.is_dir() and any(self.path.iterdir()):
+                raise ResultsError(f"--out: {self.path} is not empty (choose a new folder, or "
+                                   f"--resume it to finish an interrupted run)")
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ResultsError(f"--out: cannot create {self.path}: {e.strerror or e}") from None
+        probe = self.path / ".write-test"
+        try:
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise ResultsError(f"--out: cannot write into {self.path}: {e.strerror or e}") from None
+        self._rows = None
+
+    # -- the record as the run goes ------------------------------------------------------------
+    def write_meta(self, meta: dict) -> None:
+        (self.path / "run.json").write_text(dumps(meta, indent=1))
+
+    def read_meta(self) -> dict:
+        return json.loads((self.path / "run.json").read_text())
+
+    def append(self, row: dict) -> None:
+        if self._rows is None:
+            self._rows = open(self.path / "rows.jsonl", "a", encoding="utf-8")
+        self._rows.write(dumps(row) + "\n")
+        self._rows.flush()
+        os.fsync(self._rows.fileno())
+
+    def append_event(self, kind: str, **data) -> None:
+        """Run-level facts that arrive mid-run (ceilings, vendor GEMM times) go into the same
+        stream, so a resumed run gets them back."""
+        self.append({"_event": kind, **data})
+
+    def rows(self) -> tuple[list[dict], list[dict]]:
+        """(rows, events) recorded so far; a torn last line (killed mid-write) is dropped."""
+        p = self.path / "rows.jsonl"
+        rows, events = [], []
+        if p.is_file():
+            for line in p.read_text(encoding="utf-8").splitlines():
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                (events if "_event" in d else rows).append(d)
+        return rows, events
+
+    def mark_interrupted(self, why: str, n_rows: int, resume_cmd: str) -> None:
+        (self.path / "INTERRUPTED").write_text(
+            f"{why}\n{n_rows} finished row(s) are in rows.jsonl.\nFinish the run with:\n  {resume_cmd}\n")
+
+    def clear_interrupted(self) -> None:
+        try:
+            (self.path / "INTERRUPTED").unlink()
+        except FileNotFoundError:
+            pass
+
+    @property
+    def interrupted(self) -> bool:
+        return (self.path / "INTERRUPTED").exists()
+
+    def close(self) -> None:
+        if self._rows is not None:
+            self._rows.close()
+            self._rows = None
+
+
+def row_key(r: dict) -> tuple:
+    """What identifies a finished row for ``--resume``."""
+    return (r.get("phase", "timed"), r["problem"], r["impl"], r["case"]["id"])

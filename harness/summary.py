@@ -1,0 +1,158 @@
+"""The headline answer: one summary per problem, one line per layer (its default implementation,
+and its teaching twin when it ran).
+
+Per line: kernel and host lines of code, the geometric mean of % of the ceiling and of the speed
+against the torch eager baseline, the worst case, and PASS / FAIL / SKIP counts over the timed
+cases. The means are taken over the same cases for every line: a case that any line could not
+time (FAIL, SKIP, no baseline) is left out of every line's mean and named, never averaged over
+fewer cases silently. Without timings (CPU mode) the lines say what was checked instead.
+"""
+from __future__ import annotations
+
+import math
+
+ROLE_ORDER = {"baseline": 0, "default": 1, "simple": 2, "variant": 3}
+
+
+def _geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _label(case: dict) -> str:
+    dims = "x".join(str(v) for v in case["dims"].values())
+    extra = " ".join(f"{k}={v}" for k, v in sorted(case.get("params", {}).items()))
+    return f"{dims} {case['dtype']}" + (f" {extra}" if extra else "")
+
+
+def summarize(rows: list[dict], roles=("baseline", "default", "simple")) -> dict:
+    """{problem: {"lines": [...], "cases": n, "common_cases": n, "excluded": [...]}}"""
+    out: dict = {}
+    problems = []
+    for r in rows:
+        if r["problem"] not in problems:
+            problems.append(r["problem"])
+    for prob in problems:
+        timed = [r for r in rows if r["problem"] == prob and r.get("phase", "timed") != "verify-suite"
+                 and r.get("role", "variant") in roles]
+        suite = [r for r in rows if r["problem"] == prob and r.get("phase") == "verify-suite"
+                 and r.get("role", "variant") in roles]
+        impls = sorted({r["impl"] for r in timed} | {r["impl"] for r in suite},
+                       key=lambda i: (ROLE_ORDER.get(_role(rows, i), 9), i))
+        cases = []
+        for r in timed:
+            if r["case"]["id"] not in cases:
+                cases.append(r["case"]["id"])
+        by = {(r["impl"], r["case"]["id"]): r for r in timed}
+        measured = any((r.get("time") or {}).get("median_s") for r in timed)
+        excluded = []
+        if measured:
+            for c in cases:
+                missing = [i for i in {r["impl"] for r in timed}
+                           if not (by.get((i, c)) or {}).get("time")
+                           or (by.get((i, c)) or {}).get("status") != "PASS"]
+                if missing:
+                    excluded.append({"case": c, "not_timed": sorted(missing)})
+        common = [c for c in cases if c not in {e["case"] for e in excluded}]
+        lines = []
+        for impl in impls:
+            rs = [r for r in timed if r["impl"] == impl]
+            vs = [r for r in suite if r["impl"] == impl]
+            any_row = (rs or vs)[0]
+            line = {"impl": impl, "layer": any_row["layer"], "role": any_row.get("role", "variant"),
+                    "loc_kernel": (any_row.get("loc") or {}).get("kernel"),
+                    "loc_host": (any_row.get("loc") or {}).get("host"),
+                    "pass": sum(r["status"] == "PASS" for r in rs),
+                    "fail": sum(r["status"] == "FAIL" for r in rs),
+                    "skip": sum(r["status"] == "SKIP" for r in rs),
+                    "verify_suite": {s: sum(r["status"] == s for r in vs) for s in ("PASS", "FAIL", "SKIP")}}
+            if measured:
+                cr = [by[(impl, c)] for c in common if (impl, c) in by]
+                line["geomean_pct_ceiling"] = _geomean([r.get("pct_ceiling") for r in cr])
+                line["geomean_vs_eager"] = _geomean([r.get("speedup_vs_baseline") for r in cr])
+                worst = min((r for r in cr if r.get("pct_ceiling")), key=lambda r: r["pct_ceiling"], default=None)
+                if worst:
+                    line["worst"] = {"case": _label(worst["case"]), "pct_ceiling": worst["pct_ceiling"],
+                                     "vs_eager": worst.get("speedup_vs_baseline")}
+                line["cases_in_mean"] = len(cr)
+            fails = [r for r in rs + vs if r["status"] == "FAIL"]
+            if fails:
+                line["first_failure"] = f"{_label(fails[0]['case'])}: {fails[0].get('reason', '')}"
+            lines.append(line)
+        out[prob] = {"lines": lines, "cases": len(cases), "common_cases": len(common),
+                     "excluded": excluded, "measured": measured}
+    return out
+
+
+def _role(rows, impl):
+    for r in rows:
+        if r["impl"] == impl:
+            return r.get("role", "variant")
+    return "variant"
+
+
+def _fmt(x, unit="", nd=1):
+    return "-" if x is None else f"{x:.{nd}f}{unit}"
+
+
+def render_rich(summary: dict, console) -> None:
+    from rich.table import Table
+
+    for prob, s in summary.items():
+        title = f"headline: {prob}"
+        if s["measured"]:
+            title += f" - geometric means over the {s['common_cases']} of {s['cases']} case(s) every line timed"
+        t = Table(title=title, title_justify="left")
+        cols = ["implementation", "role", "LOC kernel/host"]
+        cols += (["% ceiling", "vs eager", "worst case"] if s["measured"] else ["verify suite"])
+        cols += ["timed cases P/F/S"]
+        for c in cols:
+            t.add_column(c, overflow="ellipsis", no_wrap=True, max_width=44)
+        for ln in s["lines"]:
+            loc = f"{ln['loc_kernel'] if ln['loc_kernel'] is not None else '-'}/" \
+                  f"{ln['loc_host'] if ln['loc_host'] is not None else '-'}"
+            cells = [ln["impl"], ln["role"], loc]
+            if s["measured"]:
+                w = ln.get("worst")
+                cells += [_fmt(ln.get("geomean_pct_ceiling"), "%"), _fmt(ln.get("geomean_vs_eager"), "x", 2),
+                          f"{_fmt(w['pct_ceiling'], '%')} {w['case']}" if w else "-"]
+            else:
+                v = ln["verify_suite"]
+                cells += [f"{v['PASS']} pass, {v['FAIL']} fail, {v['SKIP']} skip"]
+            cells += [f"{ln['pass']}/{ln['fail']}/{ln['skip']}"]
+            t.add_row(*cells)
+        console.print(t)
+        for e in s["excluded"]:
+            console.print(f"  left out of every mean: {e['case']} (not timed: {', '.join(e['not_timed'])})",
+                          overflow="ellipsis", no_wrap=True)
+
+
+def render_md(summary: dict) -> list[str]:
+    lines = []
+    for prob, s in summary.items():
+        lines += [f"### headline: {prob}", ""]
+        if s["measured"]:
+            lines += [f"Geometric means over the {s['common_cases']} of {s['cases']} case(s) that every "
+                      f"line below timed.", "",
+                      "| implementation | role | LOC kernel/host | % ceiling (geomean) | vs eager (geomean) | worst case | timed P/F/S |",
+                      "|---|---|---|---|---|---|---|"]
+        else:
+            lines += ["| implementation | role | LOC kernel/host | verify suite | timed P/F/S |",
+                      "|---|---|---|---|---|"]
+        for ln in s["lines"]:
+            loc = f"{ln['loc_kernel'] if ln['loc_kernel'] is not None else '-'}/" \
+                  f"{ln['loc_host'] if ln['loc_host'] is not None else '-'}"
+            pfs = f"{ln['pass']}/{ln['fail']}/{ln['skip']}"
+            if s["measured"]:
+                w = ln.get("worst")
+                worst = f"{_fmt(w['pct_ceiling'], '%')} ({w['case']})" if w else "-"
+                lines.append(f"| {ln['impl']} | {ln['role']} | {loc} | {_fmt(ln.get('geomean_pct_ceiling'), '%')} | "
+                             f"{_fmt(ln.get('geomean_vs_eager'), 'x', 2)} | {worst} | {pfs} |")
+            else:
+                v = ln["verify_suite"]
+                lines.append(f"| {ln['impl']} | {ln['role']} | {loc} | {v['PASS']} pass, {v['FAIL']} fail, "
+                             f"{v['SKIP']} skip | {pfs} |")
+        for e in s["excluded"]:
+            lines.append(f"\nLeft out of every mean: `{e['case']}` (not timed: {', '.join(e['not_timed'])}).")
+        lines.append("")
+    return lines
