@@ -61,13 +61,16 @@ __all__ = ["count_source", "count_impl", "REPO_ROOT"]
 
 # -- public API --------------------------------------------------------------------------------
 def count_source(src, root: Path | str = REPO_ROOT) -> dict:
-    """Count the kernel and host lines that one ``Source`` reaches in its file."""
+    """Count the kernel and host lines that one ``Source`` reaches, in its file and in every
+    project file it reaches (Python imports, C++ ``#include "..."``)."""
     path = _resolve(src.path, root)
-    a = _analyze(path, _names(src.kernels, "kernels") if src.kernels is not None else None,
-                 _names(src.host, "host"))
-    return {"kernel": len(a.kernel_lines), "host": len(a.host_lines - a.kernel_lines),
-            "kernel_units": list(a.kernel_units), "host_units": list(a.host_units),
-            "file": _display(path, root)}
+    a = _reach(path, _names(src.kernels, "kernels") if src.kernels is not None else None,
+               _names(src.host, "host"))
+    k = sum(len(v) for v in a.kernel_lines.values())
+    h = sum(len(a.host_lines.get(f, set()) - a.kernel_lines.get(f, set())) for f in a.host_lines)
+    return {"kernel": k, "host": h, "kernel_units": list(a.kernel_units),
+            "host_units": list(a.host_units), "file": _display(path, root),
+            "files": [_display(f, root) for f in a.files]}
 
 
 def count_impl(impl, root: Path | str = REPO_ROOT) -> dict:
@@ -82,15 +85,18 @@ def count_impl(impl, root: Path | str = REPO_ROOT) -> dict:
     files: list[str] = []
     for src in sources:
         path = _resolve(src.path, root)
-        a = _analyze(path, _names(src.kernels, "kernels") if src.kernels is not None else None,
-                     _names(src.host, "host"))
-        kernel.setdefault(path, set()).update(a.kernel_lines)
-        host.setdefault(path, set()).update(a.host_lines)
-        name = _display(path, root)
-        if name not in files:
-            files.append(name)
+        a = _reach(path, _names(src.kernels, "kernels") if src.kernels is not None else None,
+                   _names(src.host, "host"))
+        for f, ls in a.kernel_lines.items():
+            kernel.setdefault(f, set()).update(ls)
+        for f, ls in a.host_lines.items():
+            host.setdefault(f, set()).update(ls)
+        for f in a.files:
+            name = _display(f, root)
+            if name not in files:
+                files.append(name)
     return {"kernel": sum(len(v) for v in kernel.values()),
-            "host": sum(len(host[p] - kernel[p]) for p in host),
+            "host": sum(len(host[p] - kernel.get(p, set())) for p in host),
             "files": files}
 
 
@@ -132,23 +138,55 @@ def _display(path: Path, root) -> str:
         return str(path)
 
 
-_CACHE: dict[tuple, _Analysis] = {}
+@dataclass
+class _Reach:
+    kernel_lines: dict          # Path -> set of line numbers
+    host_lines: dict
+    kernel_units: tuple[str, ...]
+    host_units: tuple[str, ...]
+    files: tuple                # every file that contributed lines, the source's own first
 
 
-def _analyze(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Analysis:
+_MODS: dict[tuple, object] = {}
+
+
+def _module(path: Path):
+    """The parsed file (cached while it is unchanged)."""
     st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size, kernels, host)
-    if key not in _CACHE:
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _MODS:
         text = path.read_text(encoding="utf-8", errors="replace")
         if path.suffix in PY_SUFFIXES:
-            mod = _PyModule(text, path)
+            _MODS[key] = _PyModule(text, path)
         elif path.suffix in CPP_SUFFIXES:
-            mod = _CppFile(text, path)
+            _MODS[key] = _CppFile(text, path)
         else:
             raise ValueError(f"LOC: {path}: unknown language (suffix {path.suffix!r}); expected "
                              f"one of {', '.join(PY_SUFFIXES + CPP_SUFFIXES)}")
-        _CACHE[key] = mod.analyze(kernels, host)
-    return _CACHE[key]
+    return _MODS[key]
+
+
+_REACH: dict[tuple, _Reach] = {}
+
+
+def _reach(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Reach:
+    mod = _module(path)
+    key = (str(path), kernels, host)
+    files = (mod.files() if isinstance(mod, _CppFile) else None)
+    stamp = tuple((str(f), f.stat().st_mtime_ns) for f in (files or [path]))
+    if (key, stamp) not in _REACH:
+        if isinstance(mod, _PyModule):
+            _REACH[(key, stamp)] = _py_reach(mod, kernels, host)
+        else:
+            _REACH[(key, stamp)] = _CppProgram(mod).analyze(kernels, host)
+    return _REACH[(key, stamp)]
+
+
+def _analyze(path: Path, kernels, host) -> _Analysis:
+    """The lines of ``path`` alone (kept for callers that look at one file)."""
+    r = _reach(path, kernels, host)
+    return _Analysis(frozenset(r.kernel_lines.get(path, ())), frozenset(r.host_lines.get(path, ())),
+                     r.kernel_units, r.host_units)
 
 
 def _closure(start: Iterable[str], refs, allowed) -> list[str]:
@@ -204,15 +242,30 @@ class _PyModule:
 
     # structure
     def _imports(self) -> None:
-        """Aliases bound by top-level imports: name -> imported module (or module.name)."""
+        """Aliases bound by imports: name -> imported module (or module.name); and, for the
+        project's own modules, where each imported name is defined (``ext_symbols``: name ->
+        (file, symbol)) or which file an imported module is (``ext_modules``: alias -> file)."""
         self.aliases: dict[str, str] = {}
+        self.ext_symbols: dict[str, tuple[Path, str]] = {}
+        self.ext_modules: dict[str, Path] = {}
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                    f = _module_file(self.path, a.name, 0)
+                    if f is not None and a.asname:
+                        self.ext_modules[a.asname] = f
             elif isinstance(node, ast.ImportFrom):
                 for a in node.names:
                     self.aliases[a.asname or a.name] = f"{node.module or ''}.{a.name}".lstrip(".")
+                    sub = _module_file(self.path, f"{node.module}.{a.name}" if node.module else a.name,
+                                       node.level)
+                    if sub is not None:
+                        self.ext_modules[a.asname or a.name] = sub
+                        continue
+                    f = _module_file(self.path, node.module or "", node.level)
+                    if f is not None:
+                        self.ext_symbols[a.asname or a.name] = (f, a.name)
 
     def _is_kernel_decorator(self, dec: ast.expr) -> bool:
         if isinstance(dec, ast.Call):
@@ -267,8 +320,9 @@ class _PyModule:
         return first, node.end_lineno
 
     # references
-    def _refs(self, name: str, skip: set[int]) -> list[str]:
-        """Units referenced from unit ``name``, ignoring the subtrees of units whose ids are in skip."""
+    def _refs(self, name: str, skip: set[int]) -> list:
+        """Units referenced from unit ``name`` (names here, (file, name) elsewhere), ignoring the
+        subtrees of units whose ids are in skip."""
         unit = self.units[name]
         out: list[str] = []
         stack = [unit.node]
@@ -283,12 +337,22 @@ class _PyModule:
                 out.append(r)
         return out
 
-    def _ref(self, node: ast.AST, cls: str | None) -> str | None:
+    def _ref(self, node: ast.AST, cls: str | None):
+        """A unit this node refers to: its name in this file, or (file, name) in another project
+        file reached through an import; None otherwise."""
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id in self.units and "." not in node.id:
                 return node.id
+            if node.id in self.ext_symbols:
+                f, sym = self.ext_symbols[node.id]
+                if f != self.path and sym in _module(f).units:
+                    return (f, sym)
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             base, attr = node.value.id, node.attr
+            if base in self.ext_modules and base not in ("self", "cls"):
+                f = self.ext_modules[base]
+                if f != self.path:
+                    return (f, attr) if attr in _module(f).units else None
             if base in ("self", "cls") and cls and f"{cls}.{attr}" in self.units:
                 return f"{cls}.{attr}"
             if f"{base}.{attr}" in self.units:
@@ -366,6 +430,101 @@ class _PyModule:
         hlines = self._lines_of(hunits) - klines - self._lines_of(
             n for n, u in self.units.items() if u.decorated_kernel and n not in host)
         return _Analysis(frozenset(klines), frozenset(hlines), tuple(kunits), tuple(hunits))
+
+
+def _module_file(importer: Path, dotted: str, level: int) -> Path | None:
+    """The project file a (possibly relative) module name refers to, or None (a package from
+    elsewhere, or the harness itself: its code is no layer's)."""
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+    else:
+        base = REPO_ROOT
+    parts = [p for p in dotted.split(".") if p]
+    if not parts and level:
+        cand = [base / "__init__.py"]
+    elif not parts:
+        return None
+    else:
+        stem = base.joinpath(*parts)
+        cand = [stem.with_suffix(".py"), stem / "__init__.py"]
+    root = REPO_ROOT.resolve()
+    for c in cand:
+        if c.is_file():
+            c = c.resolve()
+            if root in c.parents and (root / "harness") not in c.parents:
+                return c
+    return None
+
+
+def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Reach:
+    """Kernel and host units reached from the named entry points of ``mod``, across files."""
+    for arg, names in (("kernels", kernels or ()), ("host", host)):
+        for n in names:
+            if n not in mod.units:
+                raise _unknown(mod.path, arg, n, mod.units)
+    if kernels is None:   # auto-detect; a decorated function named as host stays host
+        kernels = tuple(n for n, u in mod.units.items() if u.decorated_kernel and n not in host)
+    here = mod.path
+
+    def m(path):
+        return mod if path == here else _module(path)
+
+    def node_refs(node, skip_of):
+        path, name = node
+        out = []
+        for r in m(path)._refs(name, skip_of(path)):
+            nr = (path, r) if isinstance(r, str) else r
+            if nr not in out:
+                out.append(nr)
+        return out
+
+    def unit(node):
+        return m(node[0]).units[node[1]]
+
+    kernel_nodes = _closure([(here, k) for k in kernels], lambda n: node_refs(n, lambda p: set()),
+                            lambda r: not unit(r).is_class)
+    kset = set(kernel_nodes)
+
+    def is_device(node):
+        u = unit(node)
+        return node in kset or (u.decorated_kernel and not (node[0] == here and node[1] in host))
+
+    knodes: dict[Path, set[int]] = {}
+
+    def skip_of(path):
+        if path not in knodes:
+            ids: set[int] = set()
+            for n, u in m(path).units.items():
+                if is_device((path, n)):
+                    ids.add(id(u.node))
+                    if isinstance(u.node, ast.Module):      # a redefined name: both definitions
+                        ids.update(id(b) for b in u.node.body)
+            knodes[path] = ids
+        return knodes[path]
+
+    host_nodes = [n for n in _closure([(here, h) for h in host], lambda n: node_refs(n, skip_of),
+                                      lambda r: r not in kset and not unit(r).decorated_kernel)
+                  if n not in kset]
+    klines: dict[Path, set[int]] = {}
+    hlines: dict[Path, set[int]] = {}
+    for path, name in kernel_nodes:
+        klines.setdefault(path, set()).update(m(path)._lines_of([name]))
+    for path, name in host_nodes:
+        hlines.setdefault(path, set()).update(m(path)._lines_of([name]))
+    for path in hlines:
+        # device code is never host code: a kernel method inside a host class is left out,
+        # unless it is named as host itself
+        dev = m(path)._lines_of(n for n, u in m(path).units.items() if is_device((path, n)) or (
+            u.decorated_kernel and not (path == here and n in host)))
+        hlines[path] = hlines[path] - klines.get(path, set()) - dev
+    files = [here] + [p for p in dict.fromkeys(list(klines) + list(hlines)) if p != here]
+
+    def label(node):
+        return node[1] if node[0] == here else f"{_display(node[0], REPO_ROOT)}:{node[1]}"
+    return _Reach(klines, hlines, tuple(label(n) for n in kernel_nodes),
+                  tuple(label(n) for n in host_nodes), tuple(files))
 
 
 # -- C++ / CUDA --------------------------------------------------------------------------------
@@ -528,6 +687,7 @@ class _CppUnit:
     first: int = 0           # lines
     last: int = 0
     refs: set[str] = field(default_factory=set)
+    file: Path | None = None
 
 
 class _CppFile:
@@ -540,11 +700,27 @@ class _CppFile:
         self.code_lines = frozenset(k + 1 for k, l in enumerate(code_lines) if l.strip())
         self.units: list[_CppUnit] = []
         self._parse()
+        for u in self.units:
+            u.file = path
+        self.includes = [f for f in (path.parent / m.group(1) for m in
+                                     re.finditer(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', text, re.M))
+                         if f.is_file()]
         self.by_name: dict[str, list[_CppUnit]] = {}
         for u in self.units:
             self.by_name.setdefault(u.name, []).append(u)
             if "::" in u.name:
                 self.by_name.setdefault(u.name.rsplit("::", 1)[1], []).append(u)
+
+    def files(self) -> list[Path]:
+        """This file and every project header it includes, transitively (quoted includes)."""
+        out, todo = [], [self.path]
+        while todo:
+            f = todo.pop(0).resolve()
+            if f in out:
+                continue
+            out.append(f)
+            todo.extend(_module(f).includes if f != self.path else self.includes)
+        return out
 
     def _line(self, offset: int) -> int:
         lo, hi = 0, len(self.line_starts)
@@ -781,3 +957,63 @@ class _CppFile:
         for u in units:
             out.update(range(u.first, u.last + 1))
         return out & self.code_lines
+
+
+class _CppProgram:
+    """A .cu/.cpp file together with the headers it includes: names resolve across all of them,
+    so a kernel's count takes the helpers it calls from a shared header, and only those."""
+
+    def __init__(self, main: _CppFile):
+        self.main = main
+        self.mods = [main] + [_module(f) for f in main.files()[1:]]
+        self.by_name: dict[str, list[_CppUnit]] = {}
+        for mod in self.mods:
+            for name, us in mod.by_name.items():
+                self.by_name.setdefault(name, []).extend(us)
+
+    def analyze(self, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Reach:
+        for arg, names in (("kernels", kernels or ()), ("host", host)):
+            for nm in names:
+                if nm not in self.main.by_name:
+                    raise _unknown(self.main.path, arg, nm, self.main.by_name)
+        if kernels is None:
+            kernels = tuple(dict.fromkeys(u.name for u in self.main.units if u.kind == "global"))
+
+        def refs(name):
+            out: list[str] = []
+            for u in self.by_name.get(name, []):
+                for r in sorted(u.refs):
+                    if r != name and r in self.by_name and r not in out:
+                        out.append(r)
+            return out
+
+        def device_ok(r):
+            return any(u.kind in ("device", "global", "struct") or u.constexpr for u in self.by_name[r])
+
+        kunits = _closure(kernels, refs, device_ok)
+        kset = set(kunits)
+
+        def host_ok(r):
+            return r not in kset and any(u.kind in ("host", "struct") for u in self.by_name[r])
+
+        hunits = [n for n in _closure(host, refs, host_ok) if n not in kset]
+        named = set(kernels) | set(host)
+
+        def units_of(names, ok):
+            # the named entry points are the main file's; of names reached, every file's ok ones
+            return [u for n in names for u in self.by_name[n]
+                    if (n in named and u.file == self.main.path) or (n not in named and ok(u))]
+
+        kcount = units_of(kunits, lambda u: u.kind != "host" or u.constexpr)
+        hcount = units_of(hunits, lambda u: u.kind in ("host", "struct"))
+        klines: dict[Path, set[int]] = {}
+        hlines: dict[Path, set[int]] = {}
+        for us, into in ((kcount, klines), (hcount, hlines)):
+            for u in us:
+                mod = next(m for m in self.mods if m.path == u.file)
+                into.setdefault(u.file, set()).update(mod._lines_of([u]))
+        for f in hlines:
+            hlines[f] -= klines.get(f, set())
+        files = [self.main.path] + [f for f in dict.fromkeys(list(klines) + list(hlines)) if f != self.main.path]
+        return _Reach(klines, hlines, tuple(dict.fromkeys(u.name for u in kcount)),
+                      tuple(dict.fromkeys(u.name for u in hcount if u not in kcount)), tuple(files))

@@ -338,3 +338,26 @@ def test_unknown_language_and_bad_python(tmp_path):
 def test_bad_names_type():
     with pytest.raises(TypeError, match="Source.kernels"):
         count_source(Source(TRITON, kernels=(3,)))
+
+
+# -- one rule in every language: helpers in other files count, once, and only when reached ----
+def test_cpp_helpers_from_an_included_header():
+    r = count_source(Source(f"{FIX}/cross_kernel.cu", kernels=("scale_kernel",), host=("scale",)))
+    # kernel: scale_kernel 5-9 (5 lines); block_max 10-16 of helpers.cuh (7); twice, its
+    #   __host__ __device__ overload 18 (1); ceil_div 4, constexpr (1); Vec4 6-8 (3) -> 17
+    #   (the plain host overload `inline int twice` is not device code: not counted)
+    assert r["kernel"] == 17
+    # host: scale 11-13 (3); ceil_div is already kernel code                         -> 3
+    assert r["host"] == 3
+    assert r["files"] == [f"{FIX}/cross_kernel.cu", CUH]
+
+
+def test_python_helpers_from_an_imported_module():
+    r = count_source(Source(f"{FIX}/cross_kernel.py", kernels=("norm_kernel",), host=("norm",)))
+    # kernel: norm_kernel 9-14 (6: decorator, def, 4 body lines); row_sum in
+    #   cross_helpers.py 6-8 (3: decorator, def, return); unused_here not reached      -> 9
+    assert r["kernel"] == 9
+    # host: norm 17-19 (3); grid_of in cross_helpers.py 16-17 (2); never_called not reached -> 5
+    assert r["host"] == 5
+    assert r["files"] == [f"{FIX}/cross_kernel.py", f"{FIX}/cross_helpers.py"]
+    assert "tests/fixtures/loc/cross_helpers.py:row_sum" in r["kernel_units"]
