@@ -15,7 +15,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-EXTERNAL = ("harness.model", "harness.inspect_cmd", "harness.grid", "harness.selftest")
+EXTERNAL = ("harness.model", "harness.inspect_cmd", "harness.grid", "harness.selftest", "harness.report_cmd",
+            "harness.crosscheck")
 
 
 class UsageError(Exception):
