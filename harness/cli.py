@@ -6,12 +6,10 @@ Exit status: 0 fine; 1 an implementation FAILed (verify/compare) or a self-test 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import importlib
 import json
 import os
 import sys
-from pathlib import Path
 
 from rich.console import Console
 

@@ -9,14 +9,11 @@ those rows and an ``INTERRUPTED`` marker, and ``--resume <out>`` finishes the ru
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import os
 import shlex
 import signal
 import sys
-from pathlib import Path
 
 from . import plan as P
 from .results import ResultsDir, row_key

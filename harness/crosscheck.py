@@ -59,7 +59,7 @@ def run(args) -> int:
     import torch
 
     from . import plan as P, verify
-    from .cli import problems_arg, setup
+    from .cli import setup
     from .jsonsafe import dumps
     from .timing import Flusher, TimingConfig, time_cold
 

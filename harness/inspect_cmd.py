@@ -24,9 +24,7 @@ Where the artifacts come from, first match wins:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -76,250 +74,6 @@ def _kind(p: Path) -> str:
         if s.endswith(ext):
             return kind
     return "file"
-
-
-# -- Triton ------------------------------------------------------------------------------------
-_TRITON_STAGES = ("ttir", "ttgir", "llir", "ptx", "cubin")
-
-
-def _write_triton(art: Artifacts, ck, name: str | None = None) -> None:
-    asm = getattr(ck, "asm", {}) or {}
-    meta = getattr(ck, "metadata", None)
-    name = name or getattr(meta, "name", None) or "kernel"
-    for stage in _TRITON_STAGES:
-        if stage in asm and asm[stage]:
-            art.write(f"{name}.{stage}", asm[stage])
-    missing = [s for s in _TRITON_STAGES if s not in asm]
-    if missing:
-        art.notes.append(f"{name}: Triton kept no {', '.join(missing)}")
-    if meta is not None:
-        try:
-            d = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
-            art.write(f"{name}.metadata.json", json.dumps(d, indent=2, default=str))
-        except Exception:
-            pass
-
-
-@contextlib.contextmanager
-def _watch_triton():
-    """Record every ``triton.compile`` call made inside the block (the real compile still runs)."""
-    import triton
-    import triton.compiler as tc
-    import triton.compiler.compiler as tcc
-
-    orig = tcc.compile
-    seen: list = []
-
-    def watched(src, *a, **kw):
-        ck = orig(src, *a, **kw)
-        seen.append((src, ck))
-        return ck
-
-    patched = [(m, "compile") for m in (triton, tc, tcc) if getattr(m, "compile", None) is orig]
-    for m, attr in patched:
-        setattr(m, attr, watched)
-    try:
-        yield seen
-    finally:
-        for m, attr in patched:
-            setattr(m, attr, orig)
-
-
-def _jit_of(kernel):
-    """A JITFunction for ``kernel`` (also when TRITON_INTERPRET=1 made it an interpreter object)."""
-    from triton.runtime.jit import JITFunction
-
-    k = kernel
-    while not isinstance(k, JITFunction) and hasattr(k, "fn"):
-        k = k.fn
-    if isinstance(k, JITFunction):
-        return k
-    if callable(k):
-        return JITFunction(k)
-    raise ValueError(f"triton_kernels: {kernel!r} is not a @triton.jit function")
-
-
-def compile_triton_spec(spec: dict):
-    """Compile one ``triton_kernels`` entry for sm_90 (no GPU needed); returns the CompiledKernel."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    jf = _jit_of(spec["kernel"])
-    names = list(jf.arg_names)
-    consts = dict(spec.get("constexprs", {}))
-    sig_in = dict(spec.get("signature", {}))
-    sig = {}
-    for n in names:
-        if n in consts:
-            sig[n] = "constexpr"
-        elif n in sig_in:
-            sig[n] = sig_in[n]
-        else:
-            raise ValueError(f"triton_kernels: no type for argument {n!r} of {jf.__name__} "
-                             f"(give it in 'signature' or 'constexprs')")
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in spec.get("aligned", ())}
-    try:
-        src = ASTSource(fn=jf, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
-                        attrs=attrs)
-    except (TypeError, AssertionError):
-        src = ASTSource(fn=jf, signature=sig, constexprs=consts, attrs=attrs)
-    opts = {"num_warps": int(spec.get("num_warps", 4)), "num_stages": int(spec.get("num_stages", 3))}
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-
-
-def triton_artifacts(impl, case, art: Artifacts) -> None:
-    hook = impl.extra.get("triton_kernels")
-    if hook is not None:
-        art.source = "triton_kernels hook, compiled with triton.compile(ASTSource, GPUTarget('cuda', 90, 32))"
-        specs = hook(case)
-        if not specs:
-            raise ValueError(f"inspect: {impl.id}'s triton_kernels hook returned no kernels for {case.label}")
-        for spec in specs:
-            ck = compile_triton_spec(spec)
-            _write_triton(art, ck, spec.get("name") or _jit_of(spec["kernel"]).__name__)
-        return
-    if impl.compile_only_fn is None:
-        raise ValueError(f"inspect: {impl.id} has neither an artifacts/triton_kernels hook nor "
-                         f"compile_only; nothing tells how to compile its kernels")
-    art.source = "compile_only(case), every triton.compile call recorded"
-    facts = None
-    with _watch_triton() as seen:
-        try:
-            facts = impl.compile_only_fn(case)
-        except Exception as e:
-            if not seen:
-                raise
-            art.notes.append(f"compile_only failed after compiling its kernel(s): {type(e).__name__}: "
-                             + (str(e).strip().splitlines() or [""])[0][:200])
-    if not seen:
-        raise ValueError(f"inspect: {impl.id}'s compile_only compiled no Triton kernel "
-                         f"(it may take them from a cache); add an artifacts or triton_kernels hook")
-    for src, ck in seen:
-        fn = getattr(src, "fn", None)
-        _write_triton(art, ck, getattr(fn, "__name__", None))
-    if isinstance(facts, dict):
-        art.write("compile_facts.json", json.dumps(facts, indent=2, default=str))
-
-
-# -- CuTe DSL ----------------------------------------------------------------------------------
-_DUMP_FLAG = re.compile(r"--dump-dir(?:=|\s+)\S+")
-
-
-@contextlib.contextmanager
-def _watch_cute(dump_dir: Path):
-    import cutlass.cute as cute
-
-    orig = cute.compile
-    seen: list = []
-
-    class Watched:
-        """Stands in for ``cute.compile``: adds --keep-ptx/--keep-cubin and our dump directory."""
-
-        def __call__(self, fn, *args, options: str = "", **kw):
-            opts = _DUMP_FLAG.sub("", options or "")
-            for flag in ("--keep-ptx", "--keep-cubin"):
-                if flag not in opts:
-                    opts += f" {flag}"
-            opts += f" --dump-dir={dump_dir}"
-            r = orig(fn, *args, options=opts.strip(), **kw)
-            seen.append((fn, r))
-            return r
-
-        def __getattr__(self, name):
-            return getattr(orig, name)
-
-        def __getitem__(self, item):
-            return orig[item]
-
-    cute.compile = Watched()
-    try:
-        yield seen
-    finally:
-        cute.compile = orig
-
-
-def cute_artifacts(impl, case, art: Artifacts) -> None:
-    if impl.compile_only_fn is None:
-        raise ValueError(f"inspect: {impl.id} has neither an artifacts hook nor compile_only")
-    why = impl.available()
-    if why:
-        raise ValueError(f"inspect: {impl.id} is not available here: {why}")
-    dump = art.outdir / "cute_dump"
-    dump.mkdir(exist_ok=True)
-    os.environ.setdefault("CUTE_DSL_ARCH", ARCH)
-    # the DSL reads these when cutlass is first imported: ask it to keep its IR as well
-    os.environ.setdefault("CUTE_DSL_KEEP", "ir,ptx,cubin")
-    os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(dump))
-    art.source = "compile_only(case), every cute.compile call recorded (--keep-ptx --keep-cubin)"
-    with _watch_cute(dump) as seen:
-        facts = impl.compile_only_fn(case)
-    if not seen:
-        raise ValueError(f"inspect: {impl.id}'s compile_only compiled nothing (a cached compile?); "
-                         f"add an artifacts hook")
-    kept = set()
-    for k, (fn, r) in enumerate(seen):
-        name = f"{impl.layer}_{impl.name}" + (f"_{k}" if len(seen) > 1 else "")
-        for attr, ext in (("__ptx__", "ptx"), ("__mlir__", "mlir"), ("__cubin__", "cubin"),
-                          ("__sass__", "sass")):
-            try:
-                data = getattr(r, attr, None)
-            except Exception:
-                data = None
-            if data:
-                art.write(f"{name}.{ext}", data)
-                kept.add(ext)
-    # what the DSL dumped beyond that (its IR files, when it keeps them) stays in cute_dump/
-    for p in sorted(dump.rglob("*")):
-        if p.is_file():
-            if p.suffix.lstrip(".") in kept:
-                p.unlink()
-            else:
-                art.add(p)
-                kept.add(p.suffix.lstrip("."))
-    if "mlir" not in kept:
-        art.notes.append("the DSL kept no MLIR (CUTE_DSL_KEEP=ir must be set before cutlass is "
-                         "first imported in the process)")
-    if isinstance(facts, dict):
-        art.write("compile_facts.json", json.dumps(facts, indent=2, default=str))
-
-
-# -- CUDA C++ ----------------------------------------------------------------------------------
-def _nvcc() -> str | None:
-    for cand in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"),
-                                                    "bin", "nvcc")):
-        if cand and os.path.exists(cand):
-            return cand
-    return None
-
-
-def cuda_artifacts(impl, case, art: Artifacts) -> None:
-    nvcc = _nvcc()
-    if nvcc is None:
-        raise ValueError("inspect: nvcc not found (install the CUDA toolkit or set CUDA_HOME)")
-    cus = [s for s in impl.sources if str(s.path).endswith(".cu")]
-    if not cus:
-        raise ValueError(f"inspect: {impl.id} names no .cu file in its sources")
-    flags = list(impl.extra.get("nvcc_flags", ()))
-    art.source = f"nvcc -ptx -arch={ARCH} of the implementation's .cu source(s)"
-    for s in cus:
-        path = Path(s.path)
-        if not path.is_absolute():
-            path = ROOT / path
-        if not path.is_file():
-            raise ValueError(f"inspect: source file not found: {s.path}")
-        base = ["-arch=" + ARCH, "-std=c++17", "-I", str(path.parent), "-I", str(ROOT / "cuda_src"),
-                "-lineinfo"] + flags
-        out = art.outdir / f"{path.stem}.{ARCH}.ptx"
-        r = subprocess.run([nvcc, "-ptx", *base, str(path), "-o", str(out)], capture_output=True,
-                           text=True, timeout=600)
-        if r.returncode != 0:
-            raise ValueError(f"inspect: nvcc -ptx {path.name} failed: "
-                             + " | ".join(r.stderr.strip().splitlines()[:6]))
-        art.add(out)
-        if s.kernels:
-            art.notes.append(f"{path.name}: the PTX holds every kernel of the file; "
-                             f"{impl.id} uses {', '.join(s.kernels)}")
 
 
 # -- ptxas and SASS ----------------------------------------------------------------------------
@@ -478,29 +232,28 @@ def inspect_impl(impl, case, outdir: Path) -> Artifacts:
     why = impl.supports(case)
     if why:
         raise ValueError(f"inspect: {impl.id} does not take {case.label}: {why}")
+    from .registry import layer_info
+
     hook = impl.extra.get("artifacts")
+    info = layer_info(impl.layer)
     t0 = time.perf_counter()
     if hook is not None:
         art.source = "the implementation's artifacts hook"
         for p in hook(case, outdir) or []:
             art.add(Path(p))
-    elif impl.layer == "triton":
-        triton_artifacts(impl, case, art)
-    elif impl.layer == "cute":
-        cute_artifacts(impl, case, art)
-    elif impl.layer in ("cuda", "cupy"):
-        cuda_artifacts(impl, case, art)
-    elif impl.layer == "torch":
-        raise ValueError(f"inspect: {impl.id} runs torch's own kernels (prebuilt in libtorch, or "
-                         f"generated by inductor); there is no kernel source of ours to compile")
+    elif info.artifacts is not None:
+        info.artifacts(impl, case, art)
+    elif info.no_source:
+        raise ValueError(f"inspect: {impl.id}: {info.no_source}")
     else:
         raise ValueError(f"inspect: {impl.id} (layer {impl.layer!r}) registers no artifacts hook "
-                         f"(register(..., artifacts=fn(case, outdir) -> [paths]))")
+                         f"(register(..., artifacts=fn(case, outdir) -> [paths]), or "
+                         f"registry.describe_layer({impl.layer!r}, artifacts=...))")
     art.seconds = time.perf_counter() - t0
     want = tuple(k for s in impl.sources for k in (s.kernels or ()))
     for p in list(art.files):
         if p.suffix == ".ptx" and p.is_file():
-            run_ptxas(p, art, want if impl.layer in ("cuda", "cupy") else ())
+            run_ptxas(p, art, want if info.ptxas_named_kernels else ())
     if not any(p.suffix == ".ptx" for p in art.files):
         art.notes.append("no PTX among the artifacts: no ptxas -v facts")
     return art

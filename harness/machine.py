@@ -101,19 +101,22 @@ MIXES = {"read": "x.sum() over 2^28 fp32 (read only)",
          "2:1": "torch.add(x, y, out=z), 2^28 fp32 (two reads, one write)"}
 
 
+def _stream_ceilings(n: int, dev: str) -> dict:
+    x = torch.randn(n, device=dev)
+    y = torch.randn(n, device=dev)
+    z = torch.empty_like(x)
+    return {"read": _rate(n * 4, _times(lambda: x.sum(), 30)),
+            "1:1": _rate(2 * n * 4, _times(lambda: z.copy_(x), 30)),
+            "2:1": _rate(3 * n * 4, _times(lambda: torch.add(x, y, out=z), 30))}
+
+
 def measure_ceilings(gemm_size: int = 8192) -> dict:
     """Streaming bandwidth per read:write mix (read only; 1:1 copy; 2:1 as in vector add) and the
     vendor GEMM (torch.mm at gemm_size^3 on random data) per 16-bit dtype, measured now on this
     GPU; each with its relative spread (the noise the plausibility check allows for)."""
     dev = "cuda"
     n = 2 ** 28
-    x = torch.randn(n, device=dev)
-    y = torch.randn(n, device=dev)
-    z = torch.empty_like(x)
-    mixes = {"read": _rate(n * 4, _times(lambda: x.sum(), 30)),
-             "1:1": _rate(2 * n * 4, _times(lambda: z.copy_(x), 30)),
-             "2:1": _rate(3 * n * 4, _times(lambda: torch.add(x, y, out=z), 30))}
-    del x, y, z
+    mixes = _stream_ceilings(n, dev)
     gemm, gemm_spread = {}, {}
     for name, dt in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
         g = torch.Generator(device=dev).manual_seed(0)

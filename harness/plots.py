@@ -14,13 +14,10 @@ nothing to draw is skipped, never an error.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-LAYER_COLORS = {"torch": "#7f7f7f", "cuda": "#2ca02c", "cupy": "#17becf", "triton": "#1f77b4",
-                "cute": "#d62728"}
 _EXTRA_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#ff7f0e"]
 MARKERS = {"vector_add": "o", "softmax": "s", "gemm_epilogue": "^"}
 PROBLEM_TITLES = {"vector_add": "vector add (out = x + y)", "softmax": "row softmax",
@@ -49,9 +46,10 @@ def _plt():
 
 
 def layer_color(layer: str) -> str:
-    if layer in LAYER_COLORS:
-        return LAYER_COLORS[layer]
-    return _EXTRA_COLORS[sum(map(ord, str(layer))) % len(_EXTRA_COLORS)]
+    """The colour the layer's adapter declares (registry.describe_layer), else a stable pick."""
+    from .registry import layer_info
+    c = layer_info(layer).colour
+    return c or _EXTRA_COLORS[sum(map(ord, str(layer))) % len(_EXTRA_COLORS)]
 
 
 def timed_rows(results: dict) -> list[dict]:
@@ -114,15 +112,44 @@ def _series_key(r, many_dtypes: bool, extra_dims: tuple[str, ...]) -> str:
 def _finish(fig, ax, path: Path, results: dict, legend_cols: int = 1) -> Path:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(fontsize=8, ncol=legend_cols, loc="best", framealpha=0.85)
+        # outside the axes, to the right: a legend never hides data
+        ax.legend(fontsize=7, ncol=1 if len(handles) <= 22 else 2, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, framealpha=0.9)
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", alpha=0.12)
     fig.text(0.99, 0.005, f"{_gpu_label(results)} · {results.get('created', '')}".strip(" ·"),
              ha="right", va="bottom", fontsize=7, color="#555555")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     _plt().close(fig)
     return path
+
+
+def _spread_labels(ax, pts: list[tuple[float, float, str]], fontsize: float = 8) -> None:
+    """Label points so that no two labels overlap: each label starts beside its point and is
+    pushed down (in screen space) below the previous one when they would touch; a thin line
+    joins a moved label to its point."""
+    if not pts:
+        return
+    fig = ax.figure
+    fig.canvas.draw()
+    tr = ax.transData
+    h = fontsize * 1.35 * fig.dpi / 72.0
+    placed: list[tuple[float, float, float]] = []   # (x0, x1, y) of labels in pixels
+    for x, y, text in sorted(pts, key=lambda p: -p[1]):
+        px, py = tr.transform((x, y))
+        w = len(text) * fontsize * 0.6 * fig.dpi / 72.0
+        lx, ly = px + 6, py
+        for _ in range(200):
+            clash = [q for q in placed if not (lx + w < q[0] or lx > q[1]) and abs(ly - q[2]) < h]
+            if not clash:
+                break
+            ly = min(q[2] for q in clash) - h
+        placed.append((lx, lx + w, ly))
+        dx, dy = (lx - px) * 72.0 / fig.dpi, (ly - py) * 72.0 / fig.dpi
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy - fontsize / 3),
+                    fontsize=fontsize, arrowprops=(dict(arrowstyle="-", lw=0.4, color="#777777")
+                                                   if abs(dy) > 1 else None))
 
 
 # -- bandwidth / TFLOP/s vs size ---------------------------------------------------------------
@@ -238,11 +265,10 @@ def plot_loc(results: dict, outdir: Path) -> Path | None:
         for loc, pct, layer, impl in placed:
             ax.scatter([loc], [pct], s=55, color=layer_color(layer), edgecolor="black", lw=0.5, zorder=3,
                        marker=MARKERS.get(prob, "o"))
-            # alternate label sides so neighbours at similar heights do not print over each other
-            crowded = any(q[3] != impl and abs(q[1] - pct) < 5 and 0 <= q[0] - loc < 0.3 * xmax
-                          for q in placed)
-            dy = -13 if crowded else 5
-            ax.annotate(impl, (loc, pct), textcoords="offset points", xytext=(6, dy), fontsize=8)
+        top = max([r["pct_ceiling"] for r in rows if r.get("problem") == prob] + [100])
+        ax.set_ylim(0, top * 1.12)
+        ax.set_xlim(0, xmax)
+        _spread_labels(ax, [(loc, pct, impl) for loc, pct, _, impl in placed])
         for layer in sorted({k[0] for k in by_impl if k[1] not in {l[1] for l in library}}):
             ax.scatter([], [], color=layer_color(layer), edgecolor="black", lw=0.5, label=layer,
                        marker=MARKERS.get(prob, "o"))
@@ -253,17 +279,14 @@ def plot_loc(results: dict, outdir: Path) -> Path | None:
         ax.set_title(f"{PROBLEM_TITLES.get(prob, prob)}", fontsize=10)
         ax.set_xlabel("kernel lines of code (device code, counted by the tool)")
         ax.set_ylabel(f"% of measured {metric} ceiling (median over its cases)")
-        top = max([r["pct_ceiling"] for r in rows if r.get("problem") == prob] + [100])
-        ax.set_ylim(0, top * 1.12)
-        ax.set_xlim(0, xmax)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, framealpha=0.9)
     fig.suptitle("kernel LOC vs % of the measured ceiling\n(one point per implementation)", fontsize=11)
     fig.text(0.99, 0.005, f"{_gpu_label(results)} · {results.get('created', '')}".strip(" ·"),
              ha="right", va="bottom", fontsize=7, color="#555555")
     fig.tight_layout()
     path = outdir / "loc_vs_ceiling.png"
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -324,15 +347,79 @@ def plot_roofline(results: dict, outdir: Path) -> Path | None:
     return _finish(fig, ax, outdir / "roofline.png", results, legend_cols=2)
 
 
+# -- without timings (CPU mode): what the run does know -----------------------------------------
+def plot_loc_bars(results: dict, outdir: Path) -> Path | None:
+    """Kernel and host lines of code of every implementation, one panel per problem."""
+    per: dict[str, dict[str, tuple]] = defaultdict(dict)
+    for r in results.get("rows") or []:
+        loc = r.get("loc") or {}
+        if isinstance(loc.get("kernel"), int):
+            per[r["problem"]][r["impl"]] = (r.get("layer", ""), loc["kernel"], loc.get("host") or 0)
+    if not per:
+        return None
+    plt = _plt()
+    probs = list(per)
+    fig, axes = plt.subplots(1, len(probs), figsize=(5.5 * len(probs), 4.5), squeeze=False)
+    for ax, prob in zip(axes[0], probs):
+        items = sorted(per[prob].items(), key=lambda kv: (kv[1][0], kv[0]))
+        ys = range(len(items))
+        ax.barh(ys, [v[1] for _, v in items], color=[layer_color(v[0]) for _, v in items],
+                edgecolor="black", lw=0.4, label="kernel")
+        ax.barh(ys, [v[2] for _, v in items], left=[v[1] for _, v in items], color="#dddddd",
+                edgecolor="black", lw=0.4, label="host (launch)")
+        ax.set_yticks(list(ys), [k for k, _ in items], fontsize=7)
+        ax.set_xlabel("lines of code (counted by the tool)")
+        ax.set_title(PROBLEM_TITLES.get(prob, prob), fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("lines of code per implementation (kernel in the layer's colour, host in grey)", fontsize=11)
+    fig.tight_layout()
+    path = outdir / "loc.png"
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_model(results: dict, outdir: Path) -> Path | None:
+    """The roofline model's ideal time per case (a named GPU's datasheet; no measurement)."""
+    pts = defaultdict(dict)
+    gpu = None
+    for r in results.get("rows") or []:
+        if r.get("model_ideal_s") and r.get("phase", "timed") == "timed":
+            label = "x".join(str(v) for v in r["case"]["dims"].values()) + f" {r['case']['dtype'][:4]}"
+            pts[r["problem"]][label] = r["model_ideal_s"]
+            gpu = gpu or r.get("model_gpu")
+    if not pts:
+        return None
+    plt = _plt()
+    probs = list(pts)
+    fig, axes = plt.subplots(1, len(probs), figsize=(5.5 * len(probs), 4.5), squeeze=False)
+    for ax, prob in zip(axes[0], probs):
+        items = list(pts[prob].items())
+        ax.barh(range(len(items)), [v * 1e6 for _, v in items], color="#999999", edgecolor="black", lw=0.4)
+        ax.set_yticks(range(len(items)), [k for k, _ in items], fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("ideal time (us): max(F / peak, Q / bandwidth)")
+        ax.set_title(PROBLEM_TITLES.get(prob, prob), fontsize=10)
+    fig.suptitle(f"roofline model on the {gpu or 'named'} datasheet (modelled, not measured)", fontsize=11)
+    fig.tight_layout()
+    path = outdir / "model.png"
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def make_plots(results: dict, outdir: Path) -> list[Path]:
-    """Write every plot there is data for into ``outdir``; returns the PNG paths."""
+    """Write every plot there is data for into ``outdir``; returns the PNG paths. Without timed
+    rows (the CPU mode) that is the line counts and the model's ideal times."""
     if not isinstance(results, dict):
         raise ValueError("results: expected the results JSON object")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     made = [plot_bandwidth(results, "vector_add", outdir), plot_bandwidth(results, "softmax", outdir),
             plot_gemm(results, outdir), plot_loc(results, outdir), plot_roofline(results, outdir)]
+    if not timed_rows(results):
+        made += [plot_loc_bars(results, outdir), plot_model(results, outdir)]
     return [p for p in made if p is not None]
 
 
-__all__ = ["make_plots", "timed_rows", "LAYER_COLORS"]
+__all__ = ["make_plots", "timed_rows", "layer_color"]

@@ -33,8 +33,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-LAYERS = ("torch", "cuda", "cupy", "triton", "cute")
 ROLES = ("baseline", "default", "simple", "variant")
+
+
+@dataclass
+class LayerInfo:
+    """What an adapter tells the harness about its layer (the harness names no layer itself):
+    its place in tables, its colour in plots, and how ``inspect`` gets its compile artifacts."""
+
+    name: str
+    order: int = 50
+    colour: str | None = None
+    #: ``artifacts(impl, case, art)`` writes the layer's compile artifacts (harness.inspect_cmd)
+    artifacts: Callable | None = None
+    #: ptxas facts only for the kernels the implementation's sources name (a module holds many)
+    ptxas_named_kernels: bool = False
+    #: why the layer has no kernel source to inspect (a library's own kernels)
+    no_source: str | None = None
+
+
+_LAYER_INFO: dict[str, LayerInfo] = {}
+
+
+def describe_layer(name: str, **info) -> LayerInfo:
+    """Declare (or add to) a layer's description; adapters call this at import."""
+    cur = _LAYER_INFO.get(name) or LayerInfo(name)
+    for k, v in info.items():
+        if not hasattr(cur, k):
+            raise TypeError(f"describe_layer: unknown field {k!r}")
+        setattr(cur, k, v)
+    _LAYER_INFO[name] = cur
+    return cur
+
+
+def layer_info(name: str) -> LayerInfo:
+    load_backends()
+    return _LAYER_INFO.get(name) or LayerInfo(name)
 
 
 def role_of(problem: str, name: str, baseline: bool = False) -> str:
@@ -219,7 +253,7 @@ def select(problem: str | None = None, layer: str | None = None,
         problems.get(problem)
         impls = [i for i in impls if i.problem == problem]
     if layer is not None:
-        layers = sorted({i.layer for i in all_impls()} | set(LAYERS))
+        layers = sorted({i.layer for i in all_impls()} | set(_LAYER_INFO))
         if layer not in layers:
             raise ValueError(f"--layer: unknown layer {layer!r}; known: {', '.join(layers)}")
         impls = [i for i in impls if i.layer == layer]
@@ -231,8 +265,7 @@ def select(problem: str | None = None, layer: str | None = None,
                 raise ValueError(f"--impl: unknown implementation {w!r}; ids look like layer:name, "
                                  f"e.g. {', '.join(sorted(known)[:4])} (see `python -m harness list`)")
         impls = [i for i in impls if i.id in wanted]
-    order = {l: n for n, l in enumerate(LAYERS)}
-    return sorted(impls, key=lambda i: (i.problem, order.get(i.layer, 99), i.name))
+    return sorted(impls, key=lambda i: (i.problem, layer_info(i.layer).order, i.layer, i.name))
 
 
 def get(problem: str, impl_id: str) -> Implementation:

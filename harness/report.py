@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 SCHEMA = "kernel-layers/results/1"
 

@@ -102,7 +102,7 @@ def _cpu_limit(impl, problem, case) -> str | None:
 def process_task(task: dict, opts: dict, emit) -> None:
     import torch
 
-    from . import problems, registry, timing, verify
+    from . import problems, registry, verify
     from .case import Case
 
     problem = problems.get(task["problem"])
@@ -243,7 +243,6 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
         else:
             rows[k]["time"] = st.to_json(keep_raw)
             rows[k]["timing_mode"] = cfg.mode
-    del inputs, targets, launches, vend, stats
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+from pathlib import Path
 
 from harness import grid as G
 from harness import inspect_cmd, registry
@@ -121,7 +122,8 @@ def test_inspect_cuda_fallback(fake_impl, tmp_path, capsys):
 def test_inspect_errors(tmp_path, capsys):
     rc, _, err = cli(inspect_cmd, ["inspect", "torch:vector_add", "--out", str(tmp_path)], capsys)
     assert rc == 2 and "no kernel source of ours" in err
-    rc, _, err = cli(inspect_cmd, ["inspect", "torch:vector_add_compile", "--out", str(tmp_path)], capsys)
+    good = str(Path(__file__).parent / "plugins" / "good.py")
+    rc, _, err = cli(inspect_cmd, ["inspect", "plugin:good", "--plugin", good, "--out", str(tmp_path)], capsys)
     assert rc == 2 and "pick one with --problem" in err
     rc, _, err = cli(inspect_cmd, ["inspect", "nope:x", "--out", str(tmp_path)], capsys)
     assert rc == 2 and "unknown implementation" in err

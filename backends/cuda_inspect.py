@@ -1,0 +1,52 @@
+"""The CUDA C++ layers' hooks for ``python -m harness inspect`` (``nvcc -ptx``/``-cubin`` of the
+.cu sources, the same files the pybind11 module and NVRTC compile) and their colours in plots."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from harness.inspect_cmd import ARCH, ROOT, Artifacts
+from harness.registry import describe_layer
+
+def _nvcc() -> str | None:
+    for cand in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+                                                    "bin", "nvcc")):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def cuda_artifacts(impl, case, art: Artifacts) -> None:
+    nvcc = _nvcc()
+    if nvcc is None:
+        raise ValueError("inspect: nvcc not found (install the CUDA toolkit or set CUDA_HOME)")
+    cus = [s for s in impl.sources if str(s.path).endswith(".cu")]
+    if not cus:
+        raise ValueError(f"inspect: {impl.id} names no .cu file in its sources")
+    flags = list(impl.extra.get("nvcc_flags", ()))
+    art.source = f"nvcc -ptx -arch={ARCH} of the implementation's .cu source(s)"
+    for s in cus:
+        path = Path(s.path)
+        if not path.is_absolute():
+            path = ROOT / path
+        if not path.is_file():
+            raise ValueError(f"inspect: source file not found: {s.path}")
+        base = ["-arch=" + ARCH, "-std=c++17", "-I", str(path.parent), "-I", str(ROOT / "cuda_src"),
+                "-lineinfo"] + flags
+        out = art.outdir / f"{path.stem}.{ARCH}.ptx"
+        r = subprocess.run([nvcc, "-ptx", *base, str(path), "-o", str(out)], capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode != 0:
+            raise ValueError(f"inspect: nvcc -ptx {path.name} failed: "
+                             + " | ".join(r.stderr.strip().splitlines()[:6]))
+        art.add(out)
+        if s.kernels:
+            art.notes.append(f"{path.name}: the PTX holds every kernel of the file; "
+                             f"{impl.id} uses {', '.join(s.kernels)}")
+
+
+
+describe_layer("cuda", order=1, colour="#2ca02c", artifacts=cuda_artifacts, ptxas_named_kernels=True)
+describe_layer("cupy", order=2, colour="#17becf", artifacts=cuda_artifacts, ptxas_named_kernels=True)
