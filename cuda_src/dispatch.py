@@ -90,8 +90,8 @@ SOFTMAX = {
 # Registers per thread the occupancy estimates assume (upper bounds of the ptxas figures for sm_90a;
 # tests/test_cuda_layer.py checks every instance against the build log).
 REGS = {
-    "softmax_warp_kernel": 64, "softmax_block_kernel": 64, "softmax_rows_kernel": 128,
-    "softmax_cluster_kernel": 40, "softmax_split_kernel": 64, "softmax_online_kernel": 64,
+    "softmax_warp_kernel": 48, "softmax_block_kernel": 64, "softmax_rows_kernel": 128,
+    "softmax_cluster_kernel": 40, "softmax_split_kernel": 128, "softmax_online_kernel": 64,
 }
 
 GEMM = {
