@@ -314,37 +314,40 @@ def vector_add(x, y, out=None, path: str = "auto"):
 
 # -- compile facts without a GPU -------------------------------------------------------------------
 def compile_only_nvrtc(kernel: str, config: dict | None = None) -> dict:
-    """ptxas facts of the NVRTC PTX (sm_90a) of one instance; needs libnvrtc, no GPU."""
+    """ptxas facts of one instance compiled by NVRTC for sm_90a (NVRTC's own ptxas, ``-Xptxas=-v``:
+    the facts come from the compiler that builds the cupy rows); needs libnvrtc, no GPU."""
     try:
         from cupy_backends.cuda.libs import nvrtc
 
         nvrtc.getVersion()
     except Exception as e:
         raise Unsupported(f"NVRTC (libnvrtc) not found, cannot compile here: {type(e).__name__}") from None
-    from harness.ptxas import ptxas_info, summarize
+    from harness.ptxas import parse_ptxas_log, summarize
 
     from backends.cuda_layer import demangle
 
     src = dispatch.source_of(kernel)
-    key = ("ptx", src, kernel)
+    key = ("facts", src, kernel)
     if key not in _modules:
         prog = nvrtc.createProgram((CUDA_SRC / src).read_text(), src, [], [])
-        nvrtc.addNameExpression(prog, f"kl::{kernel}")
-        opts = list(NVRTC_FLAGS) + ["-arch=compute_90a"] + [f"-I{d}" for d in _include_dirs_nogpu()]
-        t0 = time.perf_counter()
         try:
-            nvrtc.compileProgram(prog, opts)
-        except Exception as e:
-            raise RuntimeError(f"NVRTC compile of {src} failed: {e}: {nvrtc.getProgramLog(prog)[:2000]}") from None
-        dt = time.perf_counter() - t0
-        ptx = nvrtc.getPTX(prog)
-        ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
-        _modules[key] = (ptx.rstrip("\x00"), dt)
-    ptx, dt = _modules[key]
-    per = {demangle(k): v for k, v in ptxas_info(ptx, "sm_90a").items()}
-    facts = summarize({k: v for k, v in per.items() if k == kernel} or per)
-    facts.update(compile_s=dt, config=config or {}, arch="sm_90a", facts_from="NVRTC PTX + ptxas -v", ptx=None)
-    facts.pop("ptx")
+            nvrtc.addNameExpression(prog, f"kl::{kernel}")
+            opts = list(NVRTC_FLAGS) + ["-arch=sm_90a", "-Xptxas=-v"] + [f"-I{d}" for d in _include_dirs_nogpu()]
+            t0 = time.perf_counter()
+            try:
+                nvrtc.compileProgram(prog, opts)
+            except Exception as e:
+                raise RuntimeError(f"NVRTC compile of {src} failed: {e}: {nvrtc.getProgramLog(prog)[:2000]}") from None
+            _modules[key] = (nvrtc.getProgramLog(prog), time.perf_counter() - t0)
+        finally:
+            nvrtc.destroyProgram(prog)
+    log, dt = _modules[key]
+    per = {demangle(k): v for k, v in parse_ptxas_log(log).items()}
+    if kernel not in per:
+        raise Unsupported(f"NVRTC's ptxas log names no {kernel}")
+    facts = summarize({kernel: per[kernel]})
+    facts.update(compile_s=dt, config=config or {}, arch="sm_90a", kernel=kernel,
+                 facts_from="NVRTC -arch=sm_90a -Xptxas=-v")
     return facts
 
 

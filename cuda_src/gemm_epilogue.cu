@@ -1,8 +1,8 @@
 // gemm_epilogue, the teaching twin: C = act(A @ B + bias) with A [M, K], B [K, N], C [M, N] row-major
 // (row strides lda, ldb, ldc), bias [N] optional; fp16 / bf16 in and out, fp32 accumulation.
 //
-// Classic shared-memory tiling: a block of 16 x 16 threads computes a 16 x 16 tile of C, one
-// element per thread. For each step along K the block stages a 16 x 16 tile of A and one of B in
+// Classic shared-memory tiling: a block of 16 x 16 = 256 threads (thread t is row t / 16, column
+// t % 16 of the tile) computes a 16 x 16 tile of C, one element per thread. For each step along K the block stages a 16 x 16 tile of A and one of B in
 // shared memory (each thread loads one element of each, zero outside the matrices), then every
 // thread accumulates a 16-term dot product from shared memory. Each element of A and B is read from
 // global memory once per tile that needs it instead of once per output element. The epilogue adds
@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(kTile * kTile)
                        int act) {
   __shared__ float a_tile[kTile][kTile];
   __shared__ float b_tile[kTile][kTile + 1];  // +1: threads of a warp read a column without bank conflicts
-  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
   const int row = blockIdx.y * kTile + ty, col = blockIdx.x * kTile + tx;
 
   float acc = 0.0f;
