@@ -175,7 +175,8 @@ def _encode_tma(dtype_code: int):
         lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
 
     def encode(ptr, rows, cols, ld, box_rows, box_cols):
-        desc = (ctypes.c_uint8 * 128)()
+        raw = (ctypes.c_uint8 * 192)()  # the driver wants the CUtensorMap 64-byte aligned
+        desc = ctypes.c_void_p((ctypes.addressof(raw) + 63) & ~63)
         dims = (ctypes.c_uint64 * 2)(cols, rows)
         strides = (ctypes.c_uint64 * 1)(ld * 2)
         box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
@@ -186,7 +187,7 @@ def _encode_tma(dtype_code: int):
                                        box, estr, 0, 3, 3, 0)
         if r != 0:
             raise RuntimeError(f"cuTensorMapEncodeTiled failed (CUresult {r})")
-        return bytes(desc)
+        return ctypes.string_at(desc.value, 128)
     return encode
 
 
@@ -223,8 +224,10 @@ class _Launcher:
                 if p.nonportable_cluster:
                     driver.funcSetAttribute(func, 14, 1)
                 blob, offsets = dispatch.pack(p, ptrs, _encode_tma(dtype_code))
-                buf = ctypes.create_string_buffer(blob, len(blob) + 64)
-                params = (ctypes.c_void_p * len(offsets))(*[ctypes.addressof(buf) + o for o in offsets])
+                buf = ctypes.create_string_buffer(len(blob) + 64)
+                base = (ctypes.addressof(buf) + 63) & ~63  # the packed offsets assume a 64-byte aligned blob
+                ctypes.memmove(base, blob, len(blob))
+                params = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
                 zero = [(ptrs[z], launches.workspace[z]) for z in p.zero]
                 self.steps.append((func, p.grid, p.block, p.smem, p.cooperative, buf, params,
                                    ctypes.addressof(params), zero))
