@@ -104,6 +104,13 @@ def _prepare(path: str):
             plan = gemm_launches(path, case, a, b, bias, out, act, device(di))
         except dispatch.Decline as e:
             raise Unsupported(str(e)) from None
+        for p in plan.plans:  # a runtime cluster: no more clusters than can be co-resident at once
+            if p.cluster_launch:
+                fn = mod.kernel(p.kernel)
+                mod.set_attributes(fn, di, p.max_dynamic_smem)
+                n = mod.max_active_clusters(fn, di, p.grid[0], p.block, p.smem, p.cluster)
+                if n >= 1:
+                    p.grid = (min(p.grid[0], n * p.cluster), 1, 1)
         ptrs = {"a": a.data_ptr(), "b": b.data_ptr(), "bias": bias.data_ptr() if bias is not None else 0,
                 "c": out.data_ptr()}
         launch = make_launcher(mod, plan, ptrs, di, DTYPE_CODE[a.dtype])

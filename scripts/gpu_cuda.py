@@ -66,6 +66,12 @@ def _row(stage, key, skip, fn):
                "trace": traceback.format_exc()[-1500:]}
     rec.update(key=key, seconds=round(time.perf_counter() - t0, 3))
     _log(stage, rec)
+    if rec.get("status") == "ERROR" and any(w in rec.get("reason", "") for w in STICKY):
+        os._exit(3)  # the CUDA context is unusable now: the driver restarts the stage after this row
+
+
+STICKY = ("illegal", "unspecified launch failure", "misaligned address", "an illegal instruction",
+          "cudaErrorLaunchFailure", "device-side assert", "CUDA error: an")
 
 
 def _verify(impl_id, case, seeds, repeat=True):
