@@ -103,12 +103,16 @@ GEMM = {
     "splitk_gain": 1.10,            # split-K must beat the one-pass kernel by this factor
     "group_m": 8,                   # grouped tile order of the persistent kernels
     "repack_min_m": 128,            # below this many rows, copying B to an aligned buffer costs more than it saves
+    "tiled_bms": (32, 64, 128),     # tiled kernel's tile rows: the smallest that holds M (few rows: less padding)
 }
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
 PP_BM, PP_BN, PP_BK, PP_STAGES, PP_THREADS = 128, 128, 64, 5, 384
-TILED_BM, TILED_BN, TILED_THREADS = 128, 128, 256
-TILED_SMEM = 4 * (128 * 32 + 32 * 128) * 2
+TILED_BN, TILED_THREADS = 128, 256
+
+
+def tiled_smem(bm: int) -> int:
+    return 4 * (bm * 32 + 32 * TILED_BN) * 2
 SIMPLE_TILE = 16
 
 
@@ -170,7 +174,8 @@ def instances() -> dict[str, list[str]]:
                                for nt in (256, 512)]
     bools = ("true", "false")
     out["gemm_epilogue.cu"] = [f"gemm_simple_kernel<{b}>" for b in bools]
-    out["gemm_epilogue_tiled.cu"] = [f"gemm_tiled_kernel<{b}, {va}, {vb}>" for b in bools for va in bools for vb in bools]
+    out["gemm_epilogue_tiled.cu"] = [f"gemm_tiled_kernel<{b}, {bm}, {va}, {vb}>" for b in bools
+                                     for bm in GEMM["tiled_bms"] for va in bools for vb in bools]
     out["gemm_epilogue_ws.cu"] = ([f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in (128, 256)]
                                   + [f"gemm_splitk_reduce_kernel<{b}>" for b in bools] + ["gemm_pad_rows_kernel"])
     out["gemm_epilogue_pingpong.cu"] = [f"gemm_pingpong_kernel<{b}, {cm}>" for b in bools for cm in (1, 2)]
@@ -643,15 +648,17 @@ def _gemm_common_args(g: GemmCase):
 def _plan_tiled(g: GemmCase) -> Launches:
     va = "true" if g.tma_a() or (g.K % 8 == 0 and g.lda % 8 == 0 and g.a_mod16 == 0) else "false"
     vb = "true" if (g.N % 8 == 0 and g.ldb % 8 == 0 and g.b_mod16 == 0) else "false"
-    gy = _cdiv(g.M, TILED_BM)
+    bm = next((b for b in sorted(GEMM["tiled_bms"]) if b >= g.M), max(GEMM["tiled_bms"]))
+    gy = _cdiv(g.M, bm)
     if gy > 65535:
-        raise Decline("M: too large for the tiled kernel's grid (M <= 8388480)")
-    kern = f"gemm_tiled_kernel<{g.bf16}, {va}, {vb}>"
+        raise Decline(f"M: too large for the tiled kernel's grid (M <= {65535 * bm})")
+    kern = f"gemm_tiled_kernel<{g.bf16}, {bm}, {va}, {vb}>"
+    smem = tiled_smem(bm)
     p = Plan(kern, (_cdiv(g.N, TILED_BN), gy, 1), TILED_THREADS,
              (("ptr", "a"), ("ptr", "b"), ("ptr", "bias"), ("ptr", "c")) + _gemm_common_args(g)
              + (("i64", g.lda), ("i64", g.ldb), ("i64", g.ldc), ("i32", ACT_CODE[g.act]), ("i32", g.pair_ok())),
-             smem=TILED_SMEM, max_dynamic_smem=TILED_SMEM)
-    return Launches([p], info={"path": "tiled", "kernel": kern, "tile": (TILED_BM, TILED_BN, 32),
+             smem=smem, max_dynamic_smem=smem)
+    return Launches([p], info={"path": "tiled", "kernel": kern, "tile": (bm, TILED_BN, 32),
                                "vec_a": va == "true", "vec_b": vb == "true"})
 
 

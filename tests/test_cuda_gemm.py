@@ -83,7 +83,7 @@ def test_models_suite_plans():
         plan = cuda_layer_case(case)
         paths[(case.M, case.N, case.K)] = plan.info["path"], [p.kernel for p in plan.plans]
     assert paths[(16, 6144, 4096)][0] == "splitk"
-    assert paths[(16, 50257, 768)][1] == ["gemm_tiled_kernel<true, true, false>"]
+    assert paths[(16, 50257, 768)][1] == ["gemm_tiled_kernel<true, 32, true, false>"]
     assert paths[(4096, 50257, 768)][1][0] == "gemm_pad_rows_kernel"
     assert paths[(4096, 28672, 4096)][0] == "pingpong"
     assert paths[(256, 4096, 14336)][0] == "splitk"
@@ -118,7 +118,7 @@ def test_compile_only_sm90a_facts():
     assert w["registers"] and w["spills"] == 0 and w["kernel"] == "gemm_ws_kernel<true, 256>"
     assert w["smem"] > 150_000  # the 4-stage TMA ring
     m = _impl("cuda:gemm_epilogue").compile_only_fn(P.case(M=127, N=65, K=129))
-    assert m["path"] == "tiled" and m["spills"] == 0 and m["kernel"] == "gemm_tiled_kernel<true, false, false>"
+    assert m["path"] == "tiled" and m["spills"] == 0 and m["kernel"] == "gemm_tiled_kernel<true, 128, false, false>"
     pp = _impl("cuda:gemm_epilogue_pingpong").compile_only_fn(P.case(M=4096, N=4096, K=4096, dtype="float16"))
     assert pp["kernel"] == "gemm_pingpong_kernel<false, 1>" and pp["registers"] <= 168
     assert pp["smem"] >= dispatch.PP_SMEM > 220_000

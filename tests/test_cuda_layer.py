@@ -154,13 +154,13 @@ def test_gemm_rules():
     assert i["path"] == "splitk" and i["splits"] > 1 and ks[1] == "gemm_splitk_reduce_kernel<true>"
     assert i["units"] >= 132
     i, ks = info(16, 50257, 768)  # B not TMA-readable and few rows: tiled with predicated B gathers
-    assert ks == ["gemm_tiled_kernel<true, true, false>"]
+    assert ks == ["gemm_tiled_kernel<true, 32, true, false>"]
     i, ks = info(4096, 50257, 768)  # B copied to a 16-byte-strided workspace, then the ws kernel
     assert ks[0] == "gemm_pad_rows_kernel" and ks[1].startswith("gemm_ws_kernel") and i["repack"]["ld"] == 50264
     i, ks = info(127, 65, 129)
-    assert ks == ["gemm_tiled_kernel<true, false, false>"]
+    assert ks == ["gemm_tiled_kernel<true, 128, false, false>"]
     i, ks = info(4096, 4096, 4096, dev=SM80)
-    assert ks == ["gemm_tiled_kernel<true, true, true>"]
+    assert ks == ["gemm_tiled_kernel<true, 128, true, true>"]
     i, ks = info(4096, 4096, 4096, ldc=4100)  # C not TMA-storable: ws with its own epilogue
     assert ks == ["gemm_ws_kernel<true, 256>"]
     with pytest.raises(dispatch.Decline, match="16-byte"):
