@@ -2,9 +2,10 @@
 // (row strides lda, ldb, ldc), bias [N] optional; fp16 / bf16 in and out, fp32 accumulation.
 //
 // Classic shared-memory tiling: a block of 16 x 16 = 256 threads (thread t is row t / 16, column
-// t % 16 of the tile) computes a 16 x 16 tile of C, one element per thread. For each step along K the block stages a 16 x 16 tile of A and one of B in
-// shared memory (each thread loads one element of each, zero outside the matrices), then every
-// thread accumulates a 16-term dot product from shared memory. Each element of A and B is read from
+// t % 16 of the tile) computes a 16 x 16 tile of C, one element per thread. For each step along K
+// the block stages a 16 x 16 tile of A and one of B in shared memory (each thread loads one element
+// of each, zero outside the matrices), then every thread accumulates a 16-term dot product from
+// shared memory. Each element of A and B is read from
 // global memory once per tile that needs it instead of once per output element. The epilogue adds
 // the bias and applies the activation to the fp32 sum before the single store of C.
 // The tuned kernels (gemm_epilogue_*.cu) use tensor cores; this one uses ordinary FMAs.

@@ -291,6 +291,9 @@ def _cmake_configure(tmp_path, *extra, env=None):
     # No pybind11 needed: the module (and pybind11's CMake package) is only looked for when CUDA is on.
     r = subprocess.run([cmake, "-S", str(ROOT), "-B", str(tmp_path / "b"), *extra], capture_output=True, text=True,
                        timeout=300, env=env)
+    if r.returncode != 0 and "pybind11" in r.stderr:
+        pytest.skip("CMake found a CUDA compiler after all, and configuring the module needs pybind11's CMake "
+                    "package (a build requirement, not installed in this environment)")
     assert r.returncode == 0, r.stderr
     ns: dict = {}
     exec((tmp_path / "b" / "kl_cuda_build.py").read_text(), ns)
