@@ -135,7 +135,7 @@ def stage_verify_defaults(skip):
 
 
 def stage_verify_variants(skip):
-    from harness import problems, registry
+    from harness import registry
 
     registry.load_backends()
     ids = [i.id for layer in ("cuda", "cupy") for i in registry.select(layer=layer)
