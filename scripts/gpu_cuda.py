@@ -325,7 +325,9 @@ def _read(stage):
 
 
 def run_stage(stage, deadline):
-    budget = min(BUDGET[stage], deadline - time.time())
+    # this stage's share of the time left (what earlier stages did not use goes to the later ones)
+    later = list(STAGES)[list(STAGES).index(stage):]
+    budget = (deadline - time.time()) * BUDGET[stage] / sum(BUDGET[s] for s in later)
     end = time.time() + max(budget, 0)
     crashes = []
     for attempt in range(4):
