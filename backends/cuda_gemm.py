@@ -1,160 +1,35 @@
-"""CUDA C++ adapter for ``gemm_epilogue`` (kernels in ``cuda_src/gemm_epilogue.cu``).
+"""CUDA C++ adapter for ``gemm_epilogue`` (kernels in ``cuda_src/gemm_epilogue*.cu``, planner in
+``cuda_src/dispatch.py``, launcher in ``backends/cuda_layer.py``).
 
-Four rows:
-- ``cuda:gemm_wgmma``: the Hopper path (sm_90a): TMA ring on mbarriers, warp-specialised wgmma,
-  two consumer warpgroups cooperating on one 128 x 256 tile, bias + activation on the
-  accumulators. Declines (with the reason) what TMA cannot take.
-- ``cuda:gemm_pingpong``: Hopper, ping-pong: each consumer warpgroup owns a whole 128 x 128 tile
-  and the two alternate, so one's epilogue (stmatrix -> shared memory -> TMA store) overlaps the
-  other's wgmma mainloop. Same TMA conditions, plus a 16-byte aligned output with ldc % 8 == 0.
-- ``cuda:gemm_pingpong_c2``: the ping-pong kernel in 2 x 1 thread-block clusters: the two CTAs of
-  a pair take vertically adjacent tiles and each loads one half of the shared B tile, multicast
-  into both (half the L2 -> SM traffic for B).
-- ``cuda:gemm_mma``: the portable path (sm_80+): mma.sync + ldmatrix + cp.async ring; any shape.
-- ``cuda:gemm``: the dispatcher the module exposes: Hopper when it can run, else portable. Which
-  Hopper kernel it picks is ``DISPATCH_HOPPER`` below ("wgmma", "pingpong" or "pingpong_c2"; the environment
-  variable ``KL_CUDA_GEMM_HOPPER`` overrides it for one run). A ping-pong pick falls back to
-  wgmma when the output is not TMA-storable.
-
-The compiled module is ``kl_cuda`` (built by CMake from ``cuda_src/``); its availability comes from
-``backends.cuda_layer`` when that adapter exists. ``KL_CUDA_GEMM_MODULE=name`` points the adapter
-at another build of the same bindings (``scripts/tune_cuda_gemm.py`` uses it on the GPU machine).
+Rows:
+- ``cuda:gemm_epilogue`` (default): the planner's rules. Where TMA can read A and B (16-byte strides
+  and bases): the ping-pong kernel, or the warp-specialised kernel with split-K when the output
+  tiles would leave SMs idle (small M); where only B's stride is the obstacle (N = 50257) and M is
+  large enough: B copied once per call to a 16-byte-strided workspace, then the warp-specialised
+  kernel; else the tiled mma.sync kernel (any shape, stride, alignment).
+- ``cuda:gemm_epilogue_simple``: the teaching twin (shared-memory tiles, FMA, any shape).
+- ``cuda:gemm_epilogue_tiled``: mma.sync + ldmatrix + cp.async ring (sm_80+), any shape.
+- ``cuda:gemm_epilogue_ws``: Hopper, TMA ring + warp-specialised wgmma 128 x 256 (sm_90a).
+- ``cuda:gemm_epilogue_pingpong`` / ``_pingpong_c2``: Hopper ping-pong, TMA-store epilogue; c2 in
+  2 x 1 clusters with B multicast.
+- ``cuda:gemm_epilogue_splitk``: the ws kernel with K split across CTAs (fp32 workspace from
+  prepare) and a reduction kernel that applies bias + activation once.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib
-import os
-import shutil
-import subprocess
-import tempfile
-import time
-from pathlib import Path
-
 import torch
 
+from backends.cuda_layer import (DTYPE_CODE, DTYPE_NAME, HOST, _config, available, dev_index, device,
+                                 kernel_facts, make_launcher, module, plan_facts)
+from cuda_src import dispatch
 from harness import Source, register
 from harness.errors import Unsupported
 
 LAYER = "cuda"
-ROOT = Path(__file__).resolve().parent.parent
-SRC = "cuda_src/gemm_epilogue.cu"
-DTYPE_CODE = {torch.float16: 1, torch.bfloat16: 2}
-ACT_CODE = {"none": 0, "relu": 1, "gelu": 2}
-
-# The switch: which Hopper kernel `cuda:gemm` dispatches to. Flip to "pingpong" once a GPU run has
-# verified it and timed it faster than "wgmma" (docs/perf-notes.md, CUDA C++ GEMM section).
-HOPPER_KERNELS = ("wgmma", "pingpong", "pingpong_c2")
-# "pingpong": fastest Hopper kernel at every bench shape of the 2026-11-29 H200 run
-# (docs/results/h200-2026-11-29/gemm: 672 vs 585 TFLOP/s for wgmma at bf16 4096^3 relu+bias)
-DISPATCH_HOPPER = os.environ.get("KL_CUDA_GEMM_HOPPER", "pingpong")
-if DISPATCH_HOPPER not in HOPPER_KERNELS:
-    raise ValueError(f"KL_CUDA_GEMM_HOPPER: expected one of {', '.join(HOPPER_KERNELS)}, got {DISPATCH_HOPPER!r}")
-
-# Dynamic shared memory the launchers request (mirrors WgCfg<256>::SMEM and PP_SMEM in the .cu).
-SMEM_WGMMA = 4 * 49152 + 2 * 4 * 8 + 1024
-SMEM_PINGPONG = 5 * (16384 + 16384) + 2 * 32768 + (2 * 5 + 2) * 8 + 1024
-
-_module_cache: dict = {}
 
 
-# -- the compiled module -----------------------------------------------------------------------
-def _load():
-    """(module, None) or (None, reason)."""
-    if "m" in _module_cache:
-        return _module_cache["m"]
-    name = os.environ.get("KL_CUDA_GEMM_MODULE")
-    mod, why = None, None
-    if name:
-        try:
-            mod = importlib.import_module(name)
-        except Exception as e:
-            why = f"KL_CUDA_GEMM_MODULE={name}: not importable: {type(e).__name__}: {e}"
-    else:
-        base = None
-        try:
-            base = importlib.import_module("backends.cuda_layer")
-        except Exception:
-            base = None  # the base CUDA adapter is optional for this one
-        reason = getattr(base, "available", None)
-        if callable(reason):
-            try:
-                why = reason()
-            except Exception as e:
-                why = f"cuda_layer availability check failed: {type(e).__name__}: {e}"
-        if why is None and callable(getattr(base, "module", None)):
-            try:
-                mod = base.module()
-            except Exception as e:
-                why = f"kl_cuda not loadable: {type(e).__name__}: {e}"
-        elif why is None:
-            try:
-                mod = importlib.import_module("kl_cuda")
-            except Exception as e:
-                why = f"kl_cuda not built/importable: {type(e).__name__}: {e}"
-    if mod is not None and not hasattr(mod, "gemm_epilogue_wgmma"):
-        mod, why = None, f"{mod.__name__} was built without cuda_src/gemm_epilogue.cu (no gemm_epilogue_* functions)"
-    _module_cache["m"] = (mod, why)
-    return mod, why
-
-
-def _available() -> str | None:
-    """None when the module is built; a missing GPU is no reason here (without one the rows run
-    ``compile_only``: the ptxas facts for sm_90a), a GPU of the wrong generation is."""
-    mod, why = _load()
-    if mod is None:
-        return why
-    return None
-
-
-def _available_wgmma() -> str | None:
-    why = _available()
-    if why or not torch.cuda.is_available():
-        return why
-    cap = torch.cuda.get_device_capability()
-    if cap != (9, 0):
-        return f"needs an sm_90 (Hopper) GPU for TMA + wgmma; this GPU is sm_{cap[0]}{cap[1]}"
-    return None
-
-
-def _available_pingpong() -> str | None:
-    why = _available_wgmma()
-    if why:
-        return why
-    mod, _ = _load()
-    if not hasattr(mod, "gemm_epilogue_pingpong"):
-        return f"{mod.__name__} predates the ping-pong kernel (rebuild from cuda_src/)"
-    return None
-
-
-def _available_mma() -> str | None:
-    why = _available()
-    if why or not torch.cuda.is_available():
-        return why
-    cap = torch.cuda.get_device_capability()
-    if cap < (8, 0):
-        return f"needs sm_80+ for bf16 mma.sync/cp.async; this GPU is sm_{cap[0]}{cap[1]}"
-    return None
-
-
-# -- supports ----------------------------------------------------------------------------------
-def _supports_dtype(case) -> str | None:
-    if case.dtype not in ("float16", "bfloat16"):
-        return f"fp16/bf16 only (got {case.dtype})"
-    return None
-
-
-def _supports_wgmma(case) -> str | None:
-    if (why := _supports_dtype(case)):
-        return why
-    if case.K % 8 or case.N % 8:
-        return (f"TMA needs 16-byte aligned row strides (K % 8 == 0 and N % 8 == 0 for 16-bit); "
-                f"K={case.K}, N={case.N} -> use cuda:gemm_mma or cuda:gemm")
-    return None
-
-
-# -- argument checks (names the argument) -------------------------------------------------------
-def _check(case, inputs, out):
+def check_gemm(case, inputs, out):
+    """Validate (a, b, bias|None) and out for a case; returns (a, b, bias, act)."""
     if len(inputs) != 3:
         raise ValueError(f"inputs: expected (a, b, bias|None), got {len(inputs)} items")
     a, b, bias = inputs
@@ -169,8 +44,10 @@ def _check(case, inputs, out):
             raise TypeError(f"{name}: dtype {t.dtype} != case dtype {want}")
         if tuple(t.shape) != shape:
             raise ValueError(f"{name}: shape {tuple(t.shape)} != expected {shape}")
-        if t.dim() != 2 or (t.numel() > 0 and t.stride(1) != 1):
+        if t.dim() != 2 or (t.numel() > 0 and t.shape[1] > 1 and t.stride(1) != 1):
             raise ValueError(f"{name}: rows must have unit inner stride (got strides {tuple(t.stride())})")
+        if t.data_ptr() % 2:
+            raise ValueError(f"{name}: 16-bit tensors must be 2-byte aligned")
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or bias.device.type != "cuda":
             raise ValueError("bias: must be a CUDA tensor or None")
@@ -183,181 +60,121 @@ def _check(case, inputs, out):
     if len(devs) != 1:
         raise ValueError(f"a, b, bias, out: all on one device, got {sorted(map(str, devs))}")
     act = case.params.get("act", "relu")
-    if act not in ACT_CODE:
-        raise ValueError(f"act: unknown activation {act!r}; choose from {', '.join(ACT_CODE)}")
+    if act not in dispatch.ACT_CODE:
+        raise ValueError(f"act: unknown activation {act!r}; choose from {', '.join(dispatch.ACT_CODE)}")
     return a, b, bias, act
 
 
-def _call_args(case, inputs, out):
-    a, b, bias, act = _check(case, inputs, out)
-    dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream(a.device).cuda_stream
-    return dict(a=a.data_ptr(), b=b.data_ptr(), bias=bias.data_ptr() if bias is not None else 0,
-                c=out.data_ptr(), M=case.M, N=case.N, K=case.K,
-                lda=max(a.stride(0), 1), ldb=max(b.stride(0), 1), ldc=max(out.stride(0), 1),
-                dtype=DTYPE_CODE[a.dtype], act=ACT_CODE[act], has_bias=bias is not None,
-                stream=stream, device=dev)
+def _ld(t: torch.Tensor, cols: int) -> int:
+    return max(t.stride(0), 1) if t.shape[0] > 1 else max(cols, 1)
 
 
-def _attrs(mod, dev, pick) -> dict:
-    """launch.info facts from cudaFuncGetAttributes on the kernel this row launches."""
-    try:
-        allk = mod.gemm_kernel_attributes(dev)
-    except Exception as e:  # facts are optional; the row still runs
-        return {"facts_error": f"{type(e).__name__}: {e}"}
-    k = allk.get(pick, {})
-    return {"registers": k.get("registers"), "spills": k.get("local_bytes"),
-            "smem": (k.get("static_smem") or 0) + (k.get("dynamic_smem") or 0),
-            "kernels": {pick: k}}
+def gemm_launches(path, case, a, b, bias, out, act, dev: dispatch.Device, **opts) -> dispatch.Launches:
+    return dispatch.plan_gemm(path, case.M, case.N, case.K, DTYPE_NAME[a.dtype], act, bias is not None,
+                              _ld(a, case.K), _ld(b, case.N), _ld(out, case.N), a.data_ptr() % 16,
+                              b.data_ptr() % 16, out.data_ptr() % 16, dev, **opts)
 
 
-def _kernel_key(path: str, case, args: dict) -> str:
-    ty = "bf16" if case.dtype == "bfloat16" else "f16"
-    if path == "wgmma":
-        return f"gemm_wgmma_kernel<{ty},256>"
-    if path in ("pingpong", "pingpong_c2"):
-        return f"gemm_pingpong_kernel<{ty},{2 if path == 'pingpong_c2' else 1}>"
-    vec = (case.K % 8 == 0 and case.N % 8 == 0 and args["lda"] % 8 == 0 and args["ldb"] % 8 == 0
-           and args["a"] % 16 == 0 and args["b"] % 16 == 0)
-    return f"gemm_mma_kernel<{ty},{'vec' if vec else 'gather'}>"
+def case_gemm(path: str, case, dev: dispatch.Device = dispatch.H200, **opts) -> dispatch.Launches:
+    """The plan a harness case gets (contiguous inputs, 256-byte aligned bases) on ``dev``."""
+    return dispatch.plan_gemm(path, case.M, case.N, case.K, case.dtype, case.params.get("act", "relu"),
+                              bool(int(case.params.get("bias", 1))), dev=dev, **opts)
+
+
+def _supports(path: str):
+    def supports(case):
+        if case.dtype not in ("float16", "bfloat16"):
+            return f"fp16/bf16 only (got {case.dtype})"
+        if path == "auto":
+            return None
+        try:
+            case_gemm(path, case)
+        except dispatch.Decline as e:
+            return str(e)
+        return None
+    return supports
 
 
 def _prepare(path: str):
     def prepare(case, inputs, out):
-        mod, why = _load()
-        if mod is None:
-            raise Unsupported(why)
-        args = _call_args(case, inputs, out)
-        if path == "wgmma":
-            reason = mod.gemm_wgmma_unsupported(**args)
-            if reason is not None:
-                raise Unsupported(reason)
-            fn, taken = mod.gemm_epilogue_wgmma, "wgmma"
-        elif path in ("pingpong", "pingpong_c2"):
-            reason = mod.gemm_pingpong_unsupported(**args)
-            if reason is not None:
-                raise Unsupported(reason)
-            args = dict(args, cluster_m=2 if path == "pingpong_c2" else 1)
-            fn, taken = mod.gemm_epilogue_pingpong, path
-        elif path == "mma":
-            fn, taken = mod.gemm_epilogue_mma, "mma"
-        else:
-            hopper = DISPATCH_HOPPER
-            args = dict(args, hopper=hopper)
-            fn = mod.gemm_epilogue
-            plain = {k: v for k, v in args.items() if k != "hopper"}
-            if hopper != "wgmma" and mod.gemm_pingpong_unsupported(**plain) is None:
-                taken = hopper
-            elif mod.gemm_wgmma_unsupported(**plain) is None:
-                taken = "wgmma"
-            else:
-                taken = "mma"
-
-        def launch():
-            fn(**args)
-
-        # No warm-up launch here: the harness poisons `out` before prepare and warms up itself.
-        info = {"path": taken, "config": dict(mod.gemm_config[taken]),
-                "compile_s": 0.0}  # ahead of time: compiled when the module was built
-        info.update(_attrs(mod, args["device"], _kernel_key(taken, case, args)))
-        if path == "auto":
-            info["dispatch_hopper"] = DISPATCH_HOPPER
+        mod = module()
+        a, b, bias, act = check_gemm(case, inputs, out)
+        di = dev_index(a)
+        try:
+            plan = gemm_launches(path, case, a, b, bias, out, act, device(di))
+        except dispatch.Decline as e:
+            raise Unsupported(str(e)) from None
+        for p in plan.plans:  # a runtime cluster: no more clusters than can be co-resident at once
+            if p.cluster_launch:
+                fn = mod.kernel(p.kernel)
+                mod.set_attributes(fn, di, p.max_dynamic_smem)
+                n = mod.max_active_clusters(fn, di, p.grid[0], p.block, p.smem, p.cluster)
+                if n >= 1:
+                    p.grid = (min(p.grid[0], n * p.cluster), 1, 1)
+        ptrs = {"a": a.data_ptr(), "b": b.data_ptr(), "bias": bias.data_ptr() if bias is not None else 0,
+                "c": out.data_ptr()}
+        launch = make_launcher(mod, plan, ptrs, di, DTYPE_CODE[a.dtype])
+        info = {"path": plan.info.get("path"), "compile_s": 0.0, "config": _config(plan)}
+        if plan.plans:
+            try:
+                info.update({k: v for k, v in kernel_facts(plan.kernel).items() if k != "config"})
+            except Unsupported as e:
+                info["facts_note"] = str(e)
         launch.info = info
         return launch
     return prepare
 
 
-# -- compile_only: ptxas facts for sm_90a without a GPU -----------------------------------------
-_ptx_cache: dict = {}
-_ptxas_cache: dict = {}
-
-
-def _kernels_ptx() -> tuple[str, float]:
-    """PTX of cuda_src/gemm_epilogue.cu for compute_90a (nvcc), cached by source hash."""
-    nvcc = shutil.which("nvcc") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
-    if not os.path.exists(nvcc):
-        raise Unsupported("nvcc not found: compile_only needs the CUDA toolkit")
-    srcs = sorted((ROOT / "cuda_src").glob("gemm_*"))
-    h = hashlib.sha256(b"".join(p.read_bytes() for p in srcs)).hexdigest()[:16]
-    if h in _ptx_cache:
-        return _ptx_cache[h]
-    cache = Path(tempfile.gettempdir()) / "kl_cuda_gemm_ptx"
-    cache.mkdir(exist_ok=True)
-    ptx, meta = cache / f"{h}.ptx", cache / f"{h}.s"
-    if not ptx.exists():
-        t0 = time.perf_counter()
-        r = subprocess.run([nvcc, "-std=c++17", "-O3", "-ptx", "-gencode", "arch=compute_90a,code=compute_90a",
-                            str(ROOT / SRC), "-o", str(ptx) + ".tmp"], capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            raise RuntimeError(f"nvcc -ptx failed: {r.stderr.strip()[:2000]}")
-        os.replace(str(ptx) + ".tmp", ptx)
-        meta.write_text(f"{time.perf_counter() - t0:.3f}")
-    secs = float(meta.read_text()) if meta.exists() else None
-    _ptx_cache[h] = (ptx.read_text(), secs)
-    return _ptx_cache[h]
-
-
 def _compile_only(path: str):
     def compile_only(case):
-        from harness.ptxas import ptxas_info, summarize
-        why = _supports_dtype(case) or (_supports_wgmma(case) if path in HOPPER_KERNELS else None)
+        why = _supports(path)(case)
         if why:
             raise Unsupported(why)
-        ptx, secs = _kernels_ptx()
-        key = hash(ptx)
-        if key not in _ptxas_cache:  # one ptxas run per PTX text serves every row and case
-            _ptxas_cache[key] = ptxas_info(ptx, "sm_90a")
-        per = _ptxas_cache[key]
-        bf = "Lb1E" if case.dtype == "bfloat16" else "Lb0E"
-        taken = path
-        if path == "auto":
-            taken = DISPATCH_HOPPER if _supports_wgmma(case) is None else "mma"
-        if taken == "wgmma":
-            want = f"gemm_wgmma_kernelI{bf}Li256E"
-        elif taken in ("pingpong", "pingpong_c2"):
-            want = f"gemm_pingpong_kernelI{bf}Li{2 if taken == 'pingpong_c2' else 1}E"
-        else:
-            vec = "Lb1E" if (case.K % 8 == 0 and case.N % 8 == 0) else "Lb0E"
-            want = f"gemm_mma_kernelI{bf}{vec}"
-        picked = {k: v for k, v in per.items() if want in k}
-        facts = summarize(picked)
-        # dynamic shared memory the launcher requests (ptxas reports static only)
-        dyn = {"wgmma": SMEM_WGMMA, "pingpong": SMEM_PINGPONG, "pingpong_c2": SMEM_PINGPONG}.get(taken, 65536)
-        facts["smem"] = (facts.get("smem") or 0) + dyn
-        facts.update({"compile_s": secs, "arch": "sm_90a", "path": taken,
-                      "note": "registers before setmaxnreg (40 producer / 232 consumer)"
-                      if taken in HOPPER_KERNELS else ""})
+        plan = case_gemm(path, case)
+        facts = plan_facts(plan)
+        facts["path"] = plan.info.get("path")
+        if "ws" in plan.kernel or "pingpong" in plan.kernel:
+            facts["note"] = "registers before setmaxnreg (40 producer / 232 consumer)"
         return facts
     return compile_only
 
 
-_SOURCES_WGMMA = (Source(SRC, kernels=("gemm_wgmma_kernel",),
-                         host=("gemm_epilogue_wgmma", "gemm_wgmma_unsupported")),)
-_SOURCES_PINGPONG = (Source(SRC, kernels=("gemm_pingpong_kernel",),
-                            host=("gemm_epilogue_pingpong", "gemm_pingpong_unsupported")),)
-_SOURCES_MMA = (Source(SRC, kernels=("gemm_mma_kernel",), host=("gemm_epilogue_mma",)),)
-_SOURCES_AUTO = (Source(SRC, kernels=("gemm_wgmma_kernel" if DISPATCH_HOPPER == "wgmma" else "gemm_pingpong_kernel",
-                                      "gemm_mma_kernel"), host=("gemm_epilogue_auto",)),)
+def _src(f: str, *kernels: str) -> Source:
+    return Source(f"cuda_src/{f}", kernels=kernels, host=())
 
-register(problem="gemm_epilogue", layer=LAYER, name="gemm_wgmma",
-         description="Hopper: TMA 4-stage ring + warp-specialised wgmma 128x256x64, persistent, fused bias+act",
-         sources=_SOURCES_WGMMA, devices=("cuda",), available=_available_wgmma, supports=_supports_wgmma,
-         compile_only=_compile_only("wgmma"))(_prepare("wgmma"))
-register(problem="gemm_epilogue", layer=LAYER, name="gemm_pingpong",
-         description="Hopper ping-pong: 2 consumer WGs on alternating 128x128x64 tiles, 5-stage TMA ring, "
-                     "TMA-store epilogue overlapping the other WG's wgmma, persistent, fused bias+act",
-         sources=_SOURCES_PINGPONG, devices=("cuda",), available=_available_pingpong, supports=_supports_wgmma,
-         compile_only=_compile_only("pingpong"))(_prepare("pingpong"))
-register(problem="gemm_epilogue", layer=LAYER, name="gemm_pingpong_c2",
-         description="Hopper ping-pong in 2x1 clusters: as gemm_pingpong, each CTA of a pair loads half of "
-                     "the shared B tile and TMA-multicasts it to both",
-         sources=_SOURCES_PINGPONG, devices=("cuda",), available=_available_pingpong, supports=_supports_wgmma,
-         compile_only=_compile_only("pingpong_c2"))(_prepare("pingpong_c2"))
-register(problem="gemm_epilogue", layer=LAYER, name="gemm_mma",
-         description="portable: mma.sync m16n8k16 + ldmatrix + 4-stage cp.async, 128x128x32, any shape",
-         sources=_SOURCES_MMA, devices=("cuda",), available=_available_mma, supports=_supports_dtype,
-         compile_only=_compile_only("mma"))(_prepare("mma"))
-register(problem="gemm_epilogue", layer=LAYER, name="gemm",
-         description=f"dispatcher: gemm_{DISPATCH_HOPPER} when TMA can take the shape on sm_90, else gemm_mma",
-         sources=_SOURCES_AUTO, devices=("cuda",), available=_available_mma, supports=_supports_dtype,
-         compile_only=_compile_only("auto"))(_prepare("auto"))
+
+GEMM_HELPERS = Source("cuda_src/gemm_common.cuh", kernels=("to_f32", "from_f32", "pack2", "apply_act", "store_pair",
+                                                           "load_bias_pair", "tile_coords"), host=())
+SOURCES = {
+    "simple": [_src("gemm_epilogue.cu", "gemm_simple_kernel")],
+    "tiled": [_src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel")],
+    "ws": [_src("gemm_epilogue_ws.cu", "gemm_ws_kernel")],
+    "splitk": [_src("gemm_epilogue_ws.cu", "gemm_ws_kernel", "gemm_splitk_reduce_kernel")],
+    "pingpong": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")],
+    "pingpong_c2": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")],
+    "auto": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel"),
+             _src("gemm_epilogue_ws.cu", "gemm_ws_kernel", "gemm_splitk_reduce_kernel", "gemm_pad_rows_kernel"),
+             _src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel")],
+}
+DESCRIPTIONS = {
+    "auto": "planner's rules: ping-pong where TMA can read and store, ws + split-K when tiles leave SMs idle, "
+            "B repacked for TMA when only its stride forbids it, tiled mma.sync otherwise",
+    "simple": "teaching twin: 16 x 16 shared-memory tiles, one output per thread, FMA, any shape",
+    "tiled": "mma.sync m16n8k16 + ldmatrix + 4-stage cp.async, 128x128x32, any shape and alignment",
+    "ws": "Hopper: TMA 4-stage ring + warp-specialised wgmma 128x256x64, persistent, fused bias+act",
+    "pingpong": "Hopper ping-pong: 2 consumer WGs on alternating 128x128x64 tiles, 5-stage TMA ring, "
+                "TMA-store epilogue overlapping the other WG's wgmma, persistent, fused bias+act",
+    "pingpong_c2": "Hopper ping-pong in 2x1 clusters: each CTA of a pair loads half of the shared B tile "
+                   "and TMA-multicasts it to both",
+    "splitk": "Hopper ws kernel 128x128 with K split across CTAs (fp32 partials in a workspace), then one "
+              "reduction kernel applies bias + activation",
+}
+ROWS = (("auto", "gemm_epilogue"), ("simple", "gemm_epilogue_simple"), ("tiled", "gemm_epilogue_tiled"),
+        ("ws", "gemm_epilogue_ws"), ("pingpong", "gemm_epilogue_pingpong"),
+        ("pingpong_c2", "gemm_epilogue_pingpong_c2"), ("splitk", "gemm_epilogue_splitk"))
+
+for _path, _name in ROWS:
+    helpers = [GEMM_HELPERS] + ([Source("cuda_src/ptx.cuh", kernels=None, host=())] if _path != "simple" else [])
+    register(problem="gemm_epilogue", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
+             sources=SOURCES[_path] + helpers + [HOST], devices=("cuda",), available=available,
+             supports=_supports(_path), compile_only=_compile_only(_path))(_prepare(_path))

@@ -1,26 +1,20 @@
 """CUDA C++ adapter: the pybind11 module ``kl_cuda`` built by CMake from ``cuda_src/``.
 
-Rows (problem / id): vector_add ``cuda:vector_add``; softmax ``cuda:softmax`` (the host
-dispatcher; its route table is ``KL_SOFTMAX_ROUTES`` in ``cuda_src/softmax.cu``: warp per row for
-N <= 1024, block per row up to 32768, split (persistent cooperative grid) above, online where split declines;
-``KL_CUDA_SOFTMAX_ROUTE`` overrides it at run
-time), ``cuda:softmax_warp``, ``cuda:softmax_block``, ``cuda:softmax_online``, ``cuda:softmax_rows``
-(persistent multi-row, N <= 8192), ``cuda:softmax_smem`` (cluster, slice in shared memory: one HBM
-read + one write), ``cuda:softmax_split`` (N > 32768: persistent cooperative grid, blocks of a
-row exchange (max, sum) through 64-bit slots; the dispatcher's choice above 32768) (each path
-on its own).
-The GEMM rows live in ``backends/cuda_gemm.py``.
+The planner is ``cuda_src/dispatch.py`` (one for this layer and for the NVRTC rows of
+``backends/cupy_layer.py``). ``prepare`` plans once for the real tensors (pointers, strides,
+alignment, the device), allocates the plan's workspaces, sets its function attributes, packs the
+kernel arguments and builds a ``kl_cuda.Launch``; ``launch()`` is one call into the module with
+torch's current stream, so a CUDA-graph capture records it.
 
-The module takes raw device pointers, sizes, strides (elements), a dtype code and the stream
-handle; this file turns torch tensors into those after validating them (device, dtype, shape,
-strides, alignment), raising ``TypeError``/``ValueError`` that names the argument. Without a GPU the
-rows run nothing, but ``compile_only(case)`` returns the ``ptxas -v`` facts (registers, spills,
-shared memory) of the exact template instance the case would launch, read from the build log
-(``kl_cuda_ptxas.log``, sm_90a), or from ``nvcc -cubin -arch=sm_90a`` of the ``.cu`` when the module
-was not built here.
+Rows: ``cuda:vector_add`` (default) and ``cuda:vector_add_simple`` (twin); ``cuda:softmax``
+(default: the planner's rules), ``cuda:softmax_simple`` and the variants ``cuda:softmax_warp``,
+``_block``, ``_rows``, ``_online``, ``_cluster``, ``_split``. The GEMM rows live in
+``backends/cuda_gemm.py`` (same helpers).
 
-Public Python API (torch tensors): ``vector_add(x, y, out=None)``, ``softmax(x, out=None,
-path="auto")``; ``available()``; ``ptxas_facts()``.
+Without a GPU the rows run nothing, but ``compile_only(case)`` returns the ``ptxas -v`` facts
+(registers, spills, shared memory) of the exact instance the case would launch, read from the build
+log (``kl_cuda_ptxas.log``, sm_90a), or from ``nvcc -cubin -arch=sm_90a`` of the ``.cu`` when the
+module was not built here.
 """
 from __future__ import annotations
 
@@ -31,49 +25,20 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
+from cuda_src import dispatch
 from harness import Source, register
 from harness.errors import Unsupported
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCH = "sm_90a"
+DTYPE_NAME = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-CXX_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-SOFTMAX_PATHS = ("auto", "warp", "block", "online", "rows", "smem", "split")
-ROUTE_PATHS = ("warp", "block", "online", "rows", "smem", "split")
 
 _state: dict = {}
-
-
-# -- the dispatcher's route table (one table, in cuda_src/softmax.cu) ----------------------------
-def softmax_routes(env: bool = True) -> list[tuple[int, str]]:
-    """[(max_n, path), ...]: the ``KL_SOFTMAX_ROUTES`` table of ``cuda_src/softmax.cu`` (parsed from
-    the file, so C++ and Python share one table), or, when ``env`` and the environment variable
-    ``KL_CUDA_SOFTMAX_ROUTE`` is set ("1024:warp,32768:block,0:online"), that. A case goes to the
-    first row with N <= max_n (0: any N) whose path can take it."""
-    spec = os.environ.get("KL_CUDA_SOFTMAX_ROUTE", "") if env else ""
-    if spec:
-        rows = []
-        for item in spec.split(","):
-            if not item:
-                continue
-            num, _, path = item.partition(":")
-            if not (num.isdigit() and len(num) < 12 and path in ROUTE_PATHS):
-                raise ValueError(f"KL_CUDA_SOFTMAX_ROUTE: {item!r} is not max_n:path with path "
-                                 "warp|block|online|rows|smem|split")
-            rows.append((int(num), path))
-        if not rows:
-            raise ValueError(f"KL_CUDA_SOFTMAX_ROUTE: no max_n:path rows in {spec!r}")
-        return rows
-    if "routes" not in _state:
-        text = (ROOT / "cuda_src" / "softmax.cu").read_text()
-        body = text.split("// KL_SOFTMAX_ROUTES_BEGIN", 1)[1].split("// KL_SOFTMAX_ROUTES_END", 1)[0]
-        _state["routes"] = [(int(n), p) for n, p in re.findall(r'\{\s*(\d+)\s*,\s*"(\w+)"\s*\}', body)]
-    return list(_state["routes"])
 
 
 # -- the compiled module -----------------------------------------------------------------------
@@ -95,6 +60,8 @@ def _load():
             mod = importlib.import_module("kl_cuda")
         except Exception as e:
             why = f"kl_cuda does not import: {type(e).__name__}: {e}"
+    if mod is not None and not hasattr(mod, "Launch"):
+        mod, why = None, "kl_cuda predates the generic launcher (rebuild: pip install -e .)"
     _state["mod"] = (mod, why)
     return mod, why
 
@@ -112,8 +79,74 @@ def module():
     return mod
 
 
+def device(index: int) -> dispatch.Device:
+    """The planner's view of CUDA device ``index`` (cached)."""
+    key = ("dev", index)
+    if key not in _state:
+        mod = module()
+        d = mod.device_info(index)
+        sm90a = False
+        if tuple(d["cc"]) == (9, 0):  # the sm_90a cubin runs (not compute_80 PTX JIT-compiled instead)
+            a = mod.attributes(mod.kernel("gemm_ws_kernel<true, 256>"), index)
+            sm90a = a["ptx_version"] >= 90
+        _state[key] = dispatch.Device(sms=d["sms"], cc=tuple(d["cc"]), smem_optin=d["smem_optin"],
+                                      smem_per_sm=d["smem_per_sm"], cooperative=d["cooperative"], sm90a=sm90a)
+    return _state[key]
+
+
+def _stream_fn():
+    """A zero-argument-cheap getter of torch's current raw stream handle on a device index."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
+def build_launch(mod, launches: dispatch.Launches, pointers: dict, dev_index: int, dtype_code: int):
+    """(launch, keep): the module's Launch for a plan, with its workspaces allocated and function
+    attributes set; ``keep`` holds the workspace tensors alive as long as the launch."""
+    keep = {}
+    ptrs = dict(pointers)
+    for name, nbytes in launches.workspace.items():
+        t = torch.zeros(max(int(nbytes), 1), dtype=torch.uint8, device=f"cuda:{dev_index}")
+        keep[name] = t
+        ptrs[name] = t.data_ptr()
+
+    def encode(ptr, rows, cols, ld, box_rows, box_cols):
+        return mod.encode_tma(ptr, dtype_code, rows, cols, ld, box_rows, box_cols)
+
+    steps = []
+    for p in launches.plans:
+        fn = mod.kernel(p.kernel)
+        key = ("attr", fn, dev_index)
+        want = (p.max_dynamic_smem, p.carveout, p.nonportable_cluster)
+        done = _state.get(key, (0, -1, False))
+        if want[0] > done[0] or (want[1] >= 0 and want[1] != done[1]) or (want[2] and not done[2]):
+            mod.set_attributes(fn, dev_index, max(want[0], done[0]), want[1], want[2])
+            _state[key] = (max(want[0], done[0]), want[1] if want[1] >= 0 else done[1], want[2] or done[2])
+        blob, offsets = dispatch.pack(p, ptrs, encode)
+        # compile-time cluster dims need no launch attribute; a runtime cluster does
+        cl = p.cluster if p.cluster_launch else 1
+        zero = [(ptrs[z], launches.workspace[z]) for z in p.zero]
+        steps.append((fn, p.grid, p.block, p.smem, cl, p.cooperative, blob, offsets, zero))
+    return mod.Launch(dev_index, steps), keep
+
+
+def make_launcher(mod, launches: dispatch.Launches, pointers: dict, dev_index: int, dtype_code: int):
+    """The zero-argument launch of a prepared plan: one call into the module on torch's stream."""
+    run, keep = build_launch(mod, launches, pointers, dev_index, dtype_code)
+    stream = _stream_fn()
+
+    def launch():
+        run(stream(dev_index))
+
+    launch.keep = keep  # the workspaces live as long as the launch
+    return launch
+
+
 # -- ptxas facts -------------------------------------------------------------------------------
 _MANGLED = re.compile(r"_ZN2kl(\d+)")
+_TYPES = {"f": "float", "6__half": "__half", "13__nv_bfloat16": "__nv_bfloat16"}
 
 
 def demangle(name: str) -> str:
@@ -130,19 +163,23 @@ def demangle(name: str) -> str:
         return base
     i += 1
     args = []
-    types = {"f": "float", "6__half": "__half", "13__nv_bfloat16": "__nv_bfloat16"}
     while i < len(name) and name[i] != "E":
-        for code, tname in types.items():
+        for code, tname in _TYPES.items():
             if name.startswith(code, i):
                 args.append(tname)
                 i += len(code)
                 break
         else:
+            mb = re.match(r"Lb([01])E", name[i:])
             mi = re.match(r"Li(-?\d+)E", name[i:])
-            if not mi:
+            if mb:
+                args.append("true" if mb.group(1) == "1" else "false")
+                i += mb.end()
+            elif mi:
+                args.append(mi.group(1))
+                i += mi.end()
+            else:
                 return name
-            args.append(mi.group(1))
-            i += mi.end()
     return f"{base}<{', '.join(args)}>"
 
 
@@ -168,55 +205,61 @@ def _log_path() -> Path | None:
     except ImportError:
         return None
     p = Path(build.__file__).parent / getattr(build, "PTXAS_LOG", "kl_cuda_ptxas.log")
-    return p if p.is_file() else None
+    return p if p.is_file() and getattr(build, "BUILT", False) else None
 
 
-def _nvcc() -> str | None:
+def nvcc() -> str | None:
     for cand in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
         if cand and os.path.exists(cand):
             return cand
     return None
 
 
-def _nvcc_facts(cu: str) -> dict[str, dict]:
-    """ptxas facts of one .cu compiled here for sm_90a (cached by file content)."""
-    path = ROOT / cu
-    key = hashlib.sha1(path.read_bytes() + (ROOT / "cuda_src/common.cuh").read_bytes()).hexdigest()[:16]
-    cache = Path(tempfile.gettempdir()) / f"kl_cuda_ptxas_{path.stem}_{key}.log"
+NVCC_FLAGS = ("-std=c++17", "--ftz=true", "-lineinfo")  # the device flags of CMakeLists.txt
+
+
+def _nvcc_facts(src: str) -> dict[str, dict]:
+    """ptxas facts of every instance of one kernel source compiled here for sm_90a (cached)."""
+    gen = Path(tempfile.gettempdir()) / "kl_cuda_gen"
+    dispatch.emit_instances(str(gen))
+    unit = gen / (Path(src).stem + "_instances.cu")
+    text = unit.read_bytes() + b"".join(p.read_bytes() for p in sorted((ROOT / "cuda_src").glob("*.cu*")))
+    key = hashlib.sha1(text).hexdigest()[:16]
+    cache = Path(tempfile.gettempdir()) / f"kl_cuda_ptxas_{Path(src).stem}_{key}.log"
     if not cache.is_file():
-        nvcc = _nvcc()
-        if nvcc is None:
+        cc = nvcc()
+        if cc is None:
             raise Unsupported("no ptxas facts: kl_cuda was not built here and nvcc is not on PATH")
         with tempfile.TemporaryDirectory() as d:
-            r = subprocess.run([nvcc, "-cubin", f"-gencode=arch=compute_90a,code={ARCH}", "-std=c++17", "-O3",
-                                "-Xptxas=-v", "-I", str(ROOT / "cuda_src"), str(path), "-o",
-                                os.path.join(d, "k.cubin")], capture_output=True, text=True, timeout=900)
+            r = subprocess.run([cc, "-cubin", f"-gencode=arch=compute_90a,code={ARCH}", *NVCC_FLAGS, "-Xptxas=-v",
+                                "-I", str(ROOT / "cuda_src"), str(unit), "-o", os.path.join(d, "k.cubin")],
+                               capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
-            raise RuntimeError(f"nvcc -cubin {cu} failed: {r.stderr.strip()[:2000]}")
+            raise RuntimeError(f"nvcc -cubin {src} failed: {r.stderr.strip()[:2000]}")
         cache.write_text(r.stderr + r.stdout)
     return parse_log(cache.read_text())
 
 
-def ptxas_facts() -> dict[str, dict]:
-    """{"softmax_warp_kernel<float, 4, 8>": {registers, spills, smem, ...}, ...} for sm_90a."""
+def ptxas_facts(src: str | None = None) -> dict[str, dict]:
+    """{"softmax_warp_kernel<float, 4, 8>": {registers, spills, smem, ...}, ...} for sm_90a: the
+    build log, or (not built here) nvcc of the source ``src`` that holds the wanted kernels."""
     if "facts" not in _state:
         log = _log_path()
-        if log is not None:
-            facts, source = parse_log(log.read_text()), f"build log {log.name} (nvcc -Xptxas -v)"
-        else:
-            facts = {}
-            for cu in ("cuda_src/vector_add.cu", "cuda_src/softmax.cu"):
-                facts.update(_nvcc_facts(cu))
-            source = f"nvcc -cubin -arch={ARCH} here"
-        _state["facts"] = (facts, source)
-    return _state["facts"][0]
+        _state["facts"] = (parse_log(log.read_text()), f"build log {log.name} (nvcc -Xptxas -v)") if log else \
+            ({}, f"nvcc -cubin -arch={ARCH} here")
+        _state["facts_srcs"] = set()
+    facts, origin = _state["facts"]
+    if src is not None and not origin.startswith("build log") and src not in _state["facts_srcs"]:
+        facts.update(_nvcc_facts(src))
+        _state["facts_srcs"].add(src)
+    return facts
 
 
 def kernel_facts(kernel: str) -> dict:
-    """One row's compile facts for one template instance (``harness.ptxas.summarize`` shape)."""
+    """One row's compile facts for one kernel instance (``harness.ptxas.summarize`` shape)."""
     from harness.ptxas import summarize
 
-    facts = ptxas_facts()
+    facts = ptxas_facts(dispatch.source_of(kernel))
     if kernel not in facts:
         raise Unsupported(f"no ptxas facts for {kernel} in {_state['facts'][1]}")
     out = summarize({kernel: facts[kernel]})
@@ -224,21 +267,42 @@ def kernel_facts(kernel: str) -> dict:
     return out
 
 
-# -- validation (shared with backends/cupy_layer.py) ---------------------------------------------
-def _tensor(t, name: str) -> torch.Tensor:
+def plan_facts(launches: dispatch.Launches) -> dict:
+    """compile_only facts of a plan: its main kernel's ptxas facts, dynamic shared memory added."""
+    facts = kernel_facts(launches.kernel)
+    main = next((p for p in launches.plans if p.kernel == launches.kernel), None)
+    if main is not None and main.smem:
+        facts["smem"] = (facts.get("smem") or 0) + main.smem
+    facts.update(compile_s=0.0, config=_config(launches), note="AOT: compiled by nvcc at install time")
+    return facts
+
+
+def _config(launches: dispatch.Launches) -> dict:
+    out = {k: v for k, v in launches.info.items() if isinstance(v, (int, float, str, bool, tuple, list))}
+    out["launches"] = [{"kernel": p.kernel, "grid": list(p.grid), "block": p.block, "smem": p.smem,
+                        "cluster": p.cluster, "cooperative": p.cooperative} for p in launches.plans]
+    if launches.workspace:
+        out["workspace_bytes"] = dict(launches.workspace)
+    return out
+
+
+# -- validation (shared with backends/cupy_layer.py and backends/cuda_gemm.py) -------------------
+def tensor(t, name: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in DTYPE_CODE:
         raise TypeError(f"{name}: dtype {t.dtype} is not float32, float16 or bfloat16")
     if t.device.type != "cuda":
         raise ValueError(f"{name}: must be a CUDA tensor, got device {t.device}")
+    if t.data_ptr() % t.element_size():
+        raise ValueError(f"{name}: address not aligned to its element size")
     return t
 
 
 def check_vector_add(x, y, out):
     """Validate vector_add arguments; returns out (allocated when None)."""
-    _tensor(x, "x")
-    _tensor(y, "y")
+    tensor(x, "x")
+    tensor(y, "y")
     if y.dtype != x.dtype:
         raise TypeError(f"y: dtype {y.dtype} differs from x's {x.dtype}")
     if y.device != x.device:
@@ -250,7 +314,7 @@ def check_vector_add(x, y, out):
             raise ValueError(f"{name}: must be contiguous (any start address is fine), got strides {t.stride()}")
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _tensor(out, "out")
+    tensor(out, "out")
     if out.dtype != x.dtype or out.device != x.device or out.shape != x.shape:
         raise ValueError(f"out: expected {tuple(x.shape)} {x.dtype} on {x.device}, got "
                          f"{tuple(out.shape)} {out.dtype} on {out.device}")
@@ -261,7 +325,7 @@ def check_vector_add(x, y, out):
 
 def check_softmax(x, out):
     """Validate softmax arguments (2-D, unit column stride, row stride >= N); returns out."""
-    _tensor(x, "x")
+    tensor(x, "x")
     if x.dim() != 2:
         raise ValueError(f"x: expected a 2-D [M, N] tensor, got shape {tuple(x.shape)}")
     M, N = x.shape
@@ -273,7 +337,7 @@ def check_softmax(x, out):
         raise ValueError(f"x: row stride {x.stride(0)} < N = {N} (overlapping rows)")
     if out is None:
         out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    _tensor(out, "out")
+    tensor(out, "out")
     if out.dtype != x.dtype or out.device != x.device or tuple(out.shape) != (M, N):
         raise ValueError(f"out: expected ({M}, {N}) {x.dtype} on {x.device}, got "
                          f"{tuple(out.shape)} {out.dtype} on {out.device}")
@@ -288,197 +352,223 @@ def row_stride(t: torch.Tensor) -> int:
     return t.stride(0) if t.shape[0] > 1 else t.shape[1]
 
 
-def stream_of(t: torch.Tensor) -> int:
-    return torch.cuda.current_stream(t.device).cuda_stream
+def dev_index(t: torch.Tensor) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
 
 
-# -- public wrappers -----------------------------------------------------------------------------
-def vector_add(x, y, out=None, grid: int = 0, block: int = 0):
-    """out = x + y with the CUDA C++ kernel (out allocated when None); returns out."""
-    out = check_vector_add(x, y, out)
-    module().vector_add(x.data_ptr(), y.data_ptr(), out.data_ptr(), x.numel(), DTYPE_CODE[x.dtype],
-                        stream_of(x), x.device.index, grid, block)
-    return out
-
-
-def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0,
-            blocks_per_sm: int = 0, max_spin: int = -1):
-    """Row softmax of a 2-D tensor with the CUDA C++ kernels; ``path`` auto|warp|block|online|rows|smem|split
-    (``cluster`` for online/smem, ``ept`` for block, ``blocks_per_sm`` for rows/split; 0 = default;
-    ``max_spin`` for split: polls before a waiting block gives up and writes NaN, -1 = 2^20)."""
-    if path not in SOFTMAX_PATHS:
-        raise ValueError(f"path: {path!r} is not one of {', '.join(SOFTMAX_PATHS)}")
-    out = check_softmax(x, out)
+# -- plans for tensors and for cases -------------------------------------------------------------
+def softmax_launches(x, out, path: str, dev: dispatch.Device, **opts) -> dispatch.Launches:
     M, N = x.shape
-    module().softmax(path, x.data_ptr(), out.data_ptr(), M, N, row_stride(x), row_stride(out),
-                     DTYPE_CODE[x.dtype], stream_of(x), x.device.index, threads, ept, cluster, blocks_per_sm,
-                     max_spin)
+    return dispatch.plan_softmax(path, M, N, DTYPE_NAME[x.dtype], row_stride(x), row_stride(out),
+                                 x.data_ptr() % 16, out.data_ptr() % 16, dev, **opts)
+
+
+def vector_add_launches(x, y, out, path: str, dev: dispatch.Device) -> dispatch.Launches:
+    return dispatch.plan_vector_add(path, x.numel(), DTYPE_NAME[x.dtype], x.data_ptr() % 16, y.data_ptr() % 16,
+                                    out.data_ptr() % 16, dev)
+
+
+def case_softmax(path: str, case, dev: dispatch.Device = dispatch.H200, **opts) -> dispatch.Launches:
+    """The plan a harness case gets on ``dev`` (default: an assumed H200; no GPU needed)."""
+    from harness.problems.softmax import row_pad, start_offset
+
+    layout = case.params.get("layout", "contiguous")
+    es = dispatch.ESIZE[case.dtype]
+    sx = case.N + row_pad(layout, case.N)
+    return dispatch.plan_softmax(path, case.M, case.N, case.dtype, sx, case.N, (start_offset(layout) * es) % 16, 0,
+                                 dev, **opts)
+
+
+def case_vector_add(path: str, case, dev: dispatch.Device = dispatch.H200) -> dispatch.Launches:
+    es = dispatch.ESIZE[case.dtype]
+    k = int(case.params.get("misalign", 0))
+    return dispatch.plan_vector_add(path, case.N, case.dtype, (k * es) % 16, (k * es) % 16, 0, dev)
+
+
+# -- public wrappers (tests, tune scripts) --------------------------------------------------------
+def vector_add(x, y, out=None, path: str = "auto"):
+    """out = x + y with the CUDA C++ kernels (out allocated when None); returns out."""
+    out = check_vector_add(x, y, out)
+    mod, di = module(), dev_index(x)
+    plan = vector_add_launches(x, y, out, path, device(di))
+    run, _ = build_launch(mod, plan, {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}, di,
+                          DTYPE_CODE[x.dtype])
+    run(torch.cuda.current_stream(x.device).cuda_stream)
     return out
+
+
+def softmax(x, out=None, path: str = "auto", **opts):
+    """Row softmax of a 2-D tensor with the CUDA C++ kernels; ``path`` one of dispatch.SOFTMAX_PATHS;
+    ``opts``: threads, ept, cluster, blocks_per_sm, max_spin (0 = the planner's default)."""
+    if path not in dispatch.SOFTMAX_PATHS:
+        raise ValueError(f"path: {path!r} is not one of {', '.join(dispatch.SOFTMAX_PATHS)}")
+    out = check_softmax(x, out)
+    mod, di = module(), dev_index(x)
+    plan = softmax_launches(x, out, path, device(di), **opts)
+    run, keep = build_launch(mod, plan, {"x": x.data_ptr(), "out": out.data_ptr()}, di, DTYPE_CODE[x.dtype])
+    run(torch.cuda.current_stream(x.device).cuda_stream)
+    if keep:  # workspaces must outlive the kernel: wait for it before they are freed
+        torch.cuda.current_stream(x.device).synchronize()
+    return out
+
+
+# -- grid descriptions (python -m harness grid) ----------------------------------------------------
+def softmax_grid(plan: dispatch.Launches, M: int, N: int) -> dict:
+    info = plan.info
+    p = plan.plans[0]
+    g = p.grid[0]
+    ids = sorted({0, 1, 2, max(g - 3, 0), max(g - 2, 0), g - 1} & set(range(g)))
+    progs = []
+    for b in ids:
+        path = info["path"]
+        if path == "warp":
+            rpb = info["rows_per_block"]
+            r0, r1 = b * rpb, min(b * rpb + rpb, M) - 1
+            covers, kept = f"rows {r0}..{r1} (one warp each), columns 0..{N - 1}", (r1 - r0 + 1) * N
+            lanes = (r1 - r0 + 1) * 32 * info["chunks"] * info["vec"]
+        elif path in ("block", "simple"):
+            covers, kept = f"row {b}, columns 0..{N - 1}", N
+            lanes = p.block * info.get("chunks", 1) * info["vec"] if path == "block" else N
+        elif path == "split":
+            c, seg = info["parts"], info["seg"]
+            units = list(range(b, M * c, g))
+            first = f"row {b // c}, columns {(b % c) * seg}..{min((b % c + 1) * seg, N) - 1}"
+            covers = (f"units {b}, {b} + {g}, ... ({len(units)} rounds; unit u = chunk u % {c} of row u // {c}); "
+                      f"first: {first}")
+            kept = sum(min(seg, N - (u % c) * seg) for u in units)
+            lanes = len(units) * p.block * info["chunks"] * info["vec"]
+        elif path == "rows":
+            rpb, step = info["rows_per_block"], g * info["rows_per_block"]
+            r0 = b * rpb
+            nrows = sum(min(rpb, max(0, M - s0)) for s0 in range(r0, M, step))
+            covers = (f"rows {r0}..{r0 + rpb - 1}, then every {step} rows ({info['groups']} threads per row, "
+                      f"next rows prefetched), columns 0..{N - 1}")
+            kept = nrows * N
+            lanes = -(-nrows // rpb) * rpb * info["groups"] * 32 if nrows else 0
+        else:  # cluster, online
+            c, seg = info["cluster"], info["seg"]
+            r, k = divmod(b, c)
+            c0, c1 = k * seg, min((k + 1) * seg, N)
+            covers = (f"row {r}, columns {c0}..{c1 - 1} (cluster rank {k} of {c})" + (
+                f", {info['smem']} B slice in shared memory" if path == "cluster" else "")) if c1 > c0 else \
+                f"row {r}, no columns (cluster rank {k} of {c})"
+            kept = max(c1 - c0, 0)
+            lanes = kept
+        progs.append({"pid": [b, 0, 0], "covers": covers, "kept": kept, "dropped": max(lanes - kept, 0)})
+    block = {k: info[k] for k in ("threads", "vec", "chunks", "rows_per_block", "cluster", "groups", "smem",
+                                  "blocks_per_sm", "parts") if info.get(k)}
+    return {"grid": [g, 1, 1], "block": block, "programs": progs, "total": {"programs": g, "kept": M * N},
+            "note": f"{p.kernel}; 'dropped' counts padded register slots (masked lanes)"}
+
+
+def vector_add_grid(plan: dispatch.Launches, n: int) -> dict:
+    info = plan.info
+    p = plan.plans[0]
+    g, b = max(p.grid[0], 1), p.block
+    u, vec, head = info.get("unroll", 1), info.get("vec", 1), info.get("head", 0)
+    nvec = (n - head) // vec
+    per = b * u * vec
+    progs = []
+    for pid in sorted({0, 1, max(g - 2, 0), g - 1}):
+        first = head + pid * per
+        iters = max(0, -(-(nvec - pid * b * u) // (g * b * u))) if nvec > pid * b * u else 0
+        covers = (f"elements {first}..{min(first + per, n) - 1} first, then every {g * per} "
+                  f"({iters} grid-stride iteration(s))" if first < n else "no body elements")
+        progs.append({"pid": [pid, 0, 0], "covers": covers, "kept": max(0, min(per, n - first)),
+                      "dropped": max(0, per - max(0, n - first))})
+    return {"grid": [g, 1, 1], "block": {"threads": b, "vec": vec, "unroll": u, "head": head},
+            "programs": progs, "total": {"programs": g, "kept": n},
+            "note": f"{p.kernel} (grid-stride; grid for 132 SMs when planned without a GPU)"}
 
 
 # -- registration ----------------------------------------------------------------------------------
-def _case_align(case):
-    """(x rows 16-byte aligned, out rows aligned) for the harness's inputs of this case."""
-    from harness.problems.softmax import row_pad, start_offset
+HELPERS = Source("cuda_src/common.cuh", kernels=(
+    "to_float", "from_float", "load_vec", "store_vec", "load_vec_masked", "store_vec_masked", "RawVec",
+    "unpack", "pack", "warp_max", "warp_sum", "exp_shifted", "online_merge", "warp_online_merge"), host=())
+SOFTMAX_HELPERS = Source("cuda_src/softmax_common.cuh", kernels=(
+    "load_row", "store_row", "thread_max", "thread_exp_sum", "thread_scale"), host=())
+PTX_HELPERS = Source("cuda_src/ptx.cuh", kernels=(
+    "smem_u32", "mbar_init", "mbar_fence_init", "mbar_arrive_expect_tx", "mbar_try_wait", "bulk_g2s",
+    "cluster_arrive", "cluster_wait"), host=())
+HOST = Source("backends/cuda_layer.py", kernels=(), host=("make_launcher", "build_launch"))
+PLANNER = "cuda_src/dispatch.py"  # the dispatch/tuning table and planner: counted apart
 
-    es = torch.empty((), dtype=case.torch_dtype).element_size()
-    pad = row_pad(case.params.get("layout", "contiguous"), case.N)
-    off = start_offset(case.params.get("layout", "contiguous")) * es
-    one = case.M == 1
-    return (one or ((case.N + pad) * es) % 16 == 0) and off % 16 == 0, one or (case.N * es) % 16 == 0
+SOFTMAX_KERNEL = {"simple": ("softmax.cu", "softmax_simple_kernel"), "warp": ("softmax_warp.cu", "softmax_warp_kernel"),
+                  "block": ("softmax_block.cu", "softmax_block_kernel"),
+                  "rows": ("softmax_rows.cu", "softmax_rows_kernel"),
+                  "online": ("softmax_online.cu", "softmax_online_kernel"),
+                  "cluster": ("softmax_cluster.cu", "softmax_cluster_kernel"),
+                  "split": ("softmax_split.cu", "softmax_split_kernel")}
+DEFAULT_SOFTMAX_PATHS = ("warp", "rows", "block", "cluster", "split", "online")
+SOFTMAX_DESCRIPTIONS = {
+    "auto": "planner's rules: warp / rows / block by bytes in flight per SM, long rows to cluster (shared-memory "
+            "slices, any alignment) or split (cooperative, aligned fp32 rows), online as the fallback",
+    "simple": "teaching twin: one block per row, three sweeps (max, sum, write) over global memory",
+    "warp": "one warp per row, row in registers, shuffle reductions, 16-byte loads when aligned",
+    "block": "one block per row, row in registers, shuffle + shared-memory reductions",
+    "online": "column tiles, running max/sum; cluster of CTAs per row merges via DSMEM (sm_90)",
+    "rows": "persistent, several rows per CTA (G threads per row), next rows' loads issued before reducing",
+    "cluster": "cluster of <= 16 CTAs per row, slice held in shared memory (bulk copy + mbarrier, any row "
+               "alignment): 1 read, 1 write",
+    "split": "persistent cooperative grid, C blocks per row hold 16384-column chunks in registers, (max, sum) "
+             "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768)",
+}
+SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "softmax_warp"),
+                ("block", "softmax_block"), ("rows", "softmax_rows"), ("online", "softmax_online"),
+                ("cluster", "softmax_cluster"), ("split", "softmax_split"))
 
 
-def case_plan(path: str, case, cc_major: int = 9, **opts) -> dict:
-    """The plan a case gets (Python mirror of the C++ dispatcher; used without a GPU)."""
-    from backends.cupy_layer import softmax_plan
+def softmax_sources(path: str, host: Source = HOST) -> list[Source]:
+    paths = DEFAULT_SOFTMAX_PATHS if path == "auto" else (path,)
+    srcs = [Source(f"cuda_src/{SOFTMAX_KERNEL[p][0]}", kernels=(SOFTMAX_KERNEL[p][1],), host=()) for p in paths]
+    srcs.append(HELPERS)
+    if path not in ("simple",):
+        srcs.append(SOFTMAX_HELPERS)
+    if path in ("auto", "cluster"):
+        srcs.append(PTX_HELPERS)
+    return srcs + [host]
 
-    ax, ao = _case_align(case)
-    return softmax_plan(path, case.M, case.N, ax and ao, CXX_TYPE[case.dtype],
-                        torch.empty((), dtype=case.torch_dtype).element_size(), cc_major, **opts)
 
-
-def _softmax_supports(path):
+def softmax_supports(path: str):
     def supports(case):
-        if path == "warp" and case.N > 1024:
-            return f"warp-per-row path holds a row in one warp's registers: N <= 1024 (N = {case.N})"
-        if path == "block" and case.N > 32768:
-            return f"block-per-row path holds a row in registers: N <= 32768 (N = {case.N})"
-        if path == "rows" and case.N > 8192:
-            return f"rows path holds a row in 256 threads x 32 elements: N <= 8192 (N = {case.N})"
-        if path == "split" and case.N <= 32768:
-            return (f"split path: rows of N <= 32768 fit one block's registers (the block path keeps them on "
-                    f"chip); N = {case.N}")
-        if path in ("smem", "split"):
-            try:
-                case_plan(path, case)  # H100/H200 shared memory (227 KiB per CTA), clusters <= 16
-            except ValueError as e:
-                return f"shared-memory path: {e}" if path == "smem" else f"split path: {e}"
+        if path == "auto":
+            return None  # the default takes every valid case
+        try:
+            case_softmax(path, case)
+        except dispatch.Decline as e:
+            return f"{path} path: {e}"
         return None
     return supports
 
 
 def _softmax_compile_only(path):
     def compile_only(case):
-        reason = _softmax_supports(path)(case)
-        if reason:
-            raise Unsupported(reason)
-        plan = case_plan(path, case)
-        facts = kernel_facts(plan["kernel"])
-        facts.update(compile_s=0.0, config=plan, note="AOT: compiled by nvcc at install time")
-        return facts
+        try:
+            plan = case_softmax(path, case)
+        except dispatch.Decline as e:
+            raise Unsupported(f"{path} path: {e}") from None
+        return plan_facts(plan)
     return compile_only
 
 
-def _softmax_grid(path):
-    def grid(case):
-        plan = case_plan(path, case)
-        return softmax_grid(plan, case.M, case.N)
-    return grid
-
-
-def softmax_grid(plan: dict, M: int, N: int) -> dict:
-    """``python -m harness grid`` description of a softmax plan."""
-    g = plan["grid"]
-    ids = sorted({0, 1, 2, max(g - 3, 0), max(g - 2, 0), g - 1} & set(range(g)))
-    progs = []
-    for b in ids:
-        if plan["path"] == "warp":
-            r0 = b * plan["rows_per_block"]
-            r1 = min(r0 + plan["rows_per_block"], M) - 1
-            covers = f"rows {r0}..{r1} (one warp each), columns 0..{N - 1}"
-            kept = (r1 - r0 + 1) * N
-            lanes = (r1 - r0 + 1) * 32 * plan["chunks"] * plan["vec"]
-        elif plan["path"] == "block":
-            covers, kept = f"row {b}, columns 0..{N - 1}", N
-            lanes = plan["threads"] * plan["chunks"] * plan["vec"]
-        elif plan["path"] == "split":
-            c, g, seg = plan["parts"], plan["grid"], plan["seg"]
-            units = list(range(b, M * c, g))
-            first = f"row {b // c}, columns {(b % c) * seg}..{min((b % c + 1) * seg, N) - 1}"
-            covers = (f"units {b}, {b} + {g}, ... ({len(units)} rounds; unit u = chunk u % {c} of row u // {c}); "
-                      f"first: {first}")
-            kept = sum(min(seg, N - (u % c) * seg) for u in units)
-            lanes = len(units) * plan["threads"] * plan["chunks"] * plan["vec"]
-        elif plan["path"] == "rows":
-            rpb, step = plan["rows_per_block"], plan["grid"] * plan["rows_per_block"]
-            r0 = b * rpb
-            nrows = sum(min(rpb, max(0, M - s0)) for s0 in range(r0, M, step))
-            covers = (f"rows {r0}..{r0 + rpb - 1}, then every {step} rows ({plan['groups']} threads per row, "
-                      f"next rows prefetched), columns 0..{N - 1}")
-            kept = nrows * N
-            lanes = -(-nrows // rpb) * rpb * plan["groups"] * plan["chunks"] * plan["vec"] if nrows else 0
-        else:
-            c, seg = plan["cluster"], plan["seg"]
-            r, k = divmod(b, c)
-            c0, c1 = k * seg, min((k + 1) * seg, N)
-            covers = f"row {r}, columns {c0}..{c1 - 1} (cluster rank {k} of {c})" + (
-                f", {plan['smem']} B slice in shared memory" if plan["path"] == "smem" else "") if c1 > c0 else \
-                f"row {r}, no columns (cluster rank {k} of {c})"
-            kept = max(c1 - c0, 0)
-            lanes = kept
-        progs.append({"pid": [b, 0, 0], "covers": covers, "kept": kept, "dropped": max(lanes - kept, 0)})
-    block = {k: plan[k] for k in ("threads", "vec", "chunks", "rows_per_block", "cluster", "groups", "smem",
-                                  "blocks_per_sm", "parts") if plan.get(k)}
-    return {"grid": [g, 1, 1], "block": block, "programs": progs, "total": {"programs": g, "kept": M * N},
-            "note": f"{plan['kernel']}; 'dropped' counts padded register slots (masked lanes)"}
-
-
-SOFTMAX_SRC = Source("cuda_src/softmax.cu", kernels=None, host=("softmax",))
-HELPERS = Source("cuda_src/common.cuh", kernels=(
-    "to_float", "from_float", "load_vec", "store_vec", "load_vec_masked", "store_vec_masked", "RawVec",
-    "unpack", "pack", "warp_max", "warp_sum", "exp_shifted", "online_merge", "warp_online_merge"), host=())
-KERNEL_OF = {"warp": "softmax_warp_kernel", "block": "softmax_block_kernel", "online": "softmax_online_kernel",
-             "rows": "softmax_rows_kernel", "smem": "softmax_smem_kernel", "split": "softmax_split_kernel"}
-DESCRIPTIONS = {
-    "auto": "host dispatcher by N (route table in softmax.cu: warp <= 1024, block <= 32768, split above, online where split declines)",
-    "warp": "one warp per row, row in registers, shuffle reductions, 16-byte loads when aligned",
-    "block": "one block per row, row in registers, shuffle + shared-memory reductions",
-    "online": "column tiles, running max/sum; cluster of CTAs per row merges via DSMEM (sm_90)",
-    "rows": "persistent, several rows per CTA (G threads per row), next rows' loads issued before reducing",
-    "smem": "cluster of <=16 CTAs per row, slice held in shared memory (bulk copy + mbarrier): 1 read, 1 write",
-    "split": "persistent cooperative grid, C blocks per row hold 16384-column chunks in registers, (max, sum) "
-             "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768)",
-}
-SOFTMAX_ROWS = (("auto", "softmax"), ("warp", "softmax_warp"), ("block", "softmax_block"),
-                ("online", "softmax_online"), ("rows", "softmax_rows"), ("smem", "softmax_smem"),
-                ("split", "softmax_split"))
-
-
-def auto_kernels() -> tuple[str, ...]:
-    """The kernels the dispatcher's route table (in softmax.cu, not the env override) can launch."""
-    return tuple(dict.fromkeys(KERNEL_OF[p] for _, p in softmax_routes(env=False)))
-
-
 def _register_softmax(path: str, name: str):
-    kernels = auto_kernels() if path == "auto" else (KERNEL_OF[path],)
-    src = Source("cuda_src/softmax.cu", kernels=kernels, host=("softmax",))
-
-    @register(problem="softmax", layer="cuda", name=name, description=DESCRIPTIONS[path],
-              sources=[src, HELPERS], devices=("cuda",), available=available,
-              supports=_softmax_supports(path), compile_only=_softmax_compile_only(path),
-              grid=_softmax_grid(path))
+    @register(problem="softmax", layer="cuda", name=name, description=SOFTMAX_DESCRIPTIONS[path],
+              sources=softmax_sources(path), devices=("cuda",), available=available,
+              supports=softmax_supports(path), compile_only=_softmax_compile_only(path),
+              grid=lambda case: softmax_grid(case_softmax(path, case), case.M, case.N))
     def prepare(case, inputs, out):
         (x,) = inputs
         mod = module()
         out_ = check_softmax(x, out)
-        M, N = x.shape
-        args = (x.data_ptr(), out_.data_ptr(), M, N, row_stride(x), row_stride(out_), DTYPE_CODE[x.dtype])
-        dev = x.device.index
+        di = dev_index(x)
         try:
-            plan = mod.softmax_plan(path, *args, dev)
-        except ValueError as e:  # e.g. the smem path on a GPU with less shared memory than planned for
-            raise Unsupported(str(e)) from None
-        t0 = time.perf_counter()
-        mod.softmax(path, *args, stream_of(x), dev)  # first call: module load, outside the timed region
-        torch.cuda.synchronize(x.device)
-        first = time.perf_counter() - t0
-
-        def launch():
-            mod.softmax(path, *args, torch.cuda.current_stream(x.device).cuda_stream, dev)
-
-        info = {"compile_s": 0.0, "first_call_s": first, "config": dict(plan)}
+            plan = softmax_launches(x, out_, path, device(di))
+        except dispatch.Decline as e:
+            raise Unsupported(f"{path} path: {e}") from None
+        launch = make_launcher(mod, plan, {"x": x.data_ptr(), "out": out_.data_ptr()}, di, DTYPE_CODE[x.dtype])
+        info = {"compile_s": 0.0, "config": _config(plan)}
         try:
-            info.update({k: v for k, v in kernel_facts(plan["kernel"]).items() if k != "config"})
+            info.update({k: v for k, v in kernel_facts(plan.kernel).items() if k != "config"})
         except Unsupported as e:
             info["facts_note"] = str(e)
         launch.info = info
@@ -491,67 +581,35 @@ for _path, _name in SOFTMAX_ROWS:
     _register_softmax(_path, _name)
 
 
-def _va_plan(case, sm_count: int = 132) -> dict:
-    from backends.cupy_layer import vector_add_plan
-
-    es = torch.empty((), dtype=case.torch_dtype).element_size()
-    k = int(case.params.get("misalign", 0))
-    return vector_add_plan(case.N, CXX_TYPE[case.dtype], es, (k * es) % 16, (k * es) % 16, 0, sm_count)
+VA_SOURCES = {"auto": Source("cuda_src/vector_add_vec.cu", kernels=("vector_add_vec_kernel",), host=()),
+              "simple": Source("cuda_src/vector_add.cu", kernels=("vector_add_simple_kernel",), host=())}
 
 
-def _va_compile_only(case):
-    plan = _va_plan(case)
-    facts = kernel_facts(plan["kernel"])
-    facts.update(compile_s=0.0, config=plan, note="AOT: compiled by nvcc at install time")
-    return facts
+def _register_vector_add(path: str, name: str, description: str):
+    @register(problem="vector_add", layer="cuda", name=name, description=description,
+              sources=[VA_SOURCES[path], HELPERS, HOST], devices=("cuda",), available=available,
+              compile_only=lambda case: plan_facts(case_vector_add(path, case)),
+              grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))
+    def prepare(case, inputs, out):
+        x, y = inputs
+        mod = module()
+        check_vector_add(x, y, out)
+        di = dev_index(x)
+        plan = vector_add_launches(x, y, out, path, device(di))
+        launch = make_launcher(mod, plan, {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}, di,
+                               DTYPE_CODE[x.dtype])
+        info = {"compile_s": 0.0, "config": _config(plan)}
+        if plan.plans:
+            try:
+                info.update({k: v for k, v in kernel_facts(plan.kernel).items() if k != "config"})
+            except Unsupported as e:
+                info["facts_note"] = str(e)
+        launch.info = info
+        return launch
+
+    return prepare
 
 
-def _va_grid(case):
-    plan = _va_plan(case)
-    return vector_add_grid(plan, case.N)
-
-
-def vector_add_grid(plan: dict, n: int) -> dict:
-    g, b, u, vec, head = plan["grid"], plan["block"], plan["unroll"], plan["vec"], plan["head"]
-    nvec = (n - head) // vec
-    per = b * u * vec
-    progs = []
-    for p in sorted({0, 1, max(g - 2, 0), g - 1}):
-        first = head + p * per
-        iters = max(0, -(-(nvec - p * b * u) // (g * b * u))) if nvec > p * b * u else 0
-        covers = (f"elements {first}..{min(first + per, n) - 1} first, then every {g * per} "
-                  f"({iters} grid-stride iteration(s))" if first < n else "no body elements")
-        progs.append({"pid": [p, 0, 0], "covers": covers, "kept": max(0, min(per, n - first)),
-                      "dropped": max(0, per - max(0, n - first))})
-    return {"grid": [g, 1, 1], "block": {"threads": b, "vec": vec, "unroll": u, "head": head},
-            "programs": progs, "total": {"programs": g, "kept": n},
-            "note": f"{plan['kernel']} (grid-stride; grid for 132 SMs when planned without a GPU)"}
-
-
-@register(problem="vector_add", layer="cuda", name="vector_add",
-          description="grid-stride, 4 independent 16-byte loads per input per thread, scalar head/tail",
-          sources=[Source("cuda_src/vector_add.cu", kernels=("vector_add_kernel",), host=("vector_add",)), HELPERS],
-          devices=("cuda",), available=available, compile_only=_va_compile_only, grid=_va_grid)
-def prepare_vector_add(case, inputs, out):
-    x, y = inputs
-    mod = module()
-    check_vector_add(x, y, out)
-    args = (x.data_ptr(), y.data_ptr(), out.data_ptr(), x.numel(), DTYPE_CODE[x.dtype])
-    dev = x.device.index
-    plan = mod.vector_add_plan(*args, dev)
-    t0 = time.perf_counter()
-    mod.vector_add(*args, stream_of(x), dev)
-    torch.cuda.synchronize(x.device)
-    first = time.perf_counter() - t0
-
-    def launch():
-        mod.vector_add(*args, torch.cuda.current_stream(x.device).cuda_stream, dev)
-
-    kern = f"vector_add_kernel<{CXX_TYPE[case.dtype]}, {plan['vec']}, {plan['unroll']}>"
-    info = {"compile_s": 0.0, "first_call_s": first, "config": dict(plan, kernel=kern)}
-    try:
-        info.update({k: v for k, v in kernel_facts(kern).items() if k != "config"})
-    except Unsupported as e:
-        info["facts_note"] = str(e)
-    launch.info = info
-    return launch
+_register_vector_add("auto", "vector_add",
+                     "grid-stride, 4 independent 16-byte loads per input per thread, scalar head/tail")
+_register_vector_add("simple", "vector_add_simple", "teaching twin: one element per thread, grid-stride loop")

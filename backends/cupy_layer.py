@@ -1,34 +1,41 @@
 """CuPy adapter: the SAME ``cuda_src/*.cu`` kernels compiled at run time by NVRTC (``cupy.RawModule``
-with name expressions for the template instances) and launched from Python on torch's current
-stream. Kernel lines are identical to the CUDA C++ rows by construction (the sources point at the
-same kernels); host lines are the Python launcher below (the plan functions and ``_launch``),
-which mirrors the C++ host dispatcher in ``cuda_src/softmax.cu`` / ``vector_add.cu``.
+with name expressions for the template instances) and launched through the CUDA driver API on
+torch's current stream, from the SAME plans as the pybind11 rows (``cuda_src/dispatch.py``).
 
-Rows: ``cupy:vector_add``, ``cupy:softmax`` (dispatcher, the route table of softmax.cu),
-``cupy:softmax_warp``, ``cupy:softmax_block``, ``cupy:softmax_online``, ``cupy:softmax_rows``,
-``cupy:softmax_smem``, ``cupy:softmax_split`` (cooperative launch through the driver API,
-``_launch_split``). ``launch.info["compile_s"]`` is the NVRTC compile
-(and module load) time of the first call of that instance in this process (CuPy's on-disk kernel
+Kernel lines are identical to the CUDA C++ rows by construction; host lines are the launcher here
+(``_Launcher``). NVRTC gets the device flags of the nvcc build (``NVRTC_FLAGS``; see CMakeLists.txt)
+and the device's exact architecture (sm_90a on Hopper: wgmma, setmaxnreg).
+
+Rows: ``cupy:vector_add``, ``cupy:vector_add_simple``, ``cupy:softmax`` and its twin and variants,
+``cupy:gemm_epilogue`` and its twin and variants (TMA descriptors encoded through the driver's
+``cuTensorMapEncodeTiled``); ``cupy:gemm_epilogue_pingpong_c2`` declines (its 2 x 1 cluster is a
+launch attribute, which CuPy's driver API does not pass). ``launch.info["compile_s"]`` is the NVRTC
+compile and module load time of the kernel's source file in this process (CuPy's on-disk kernel
 cache can make it short; ``info["cache"]`` says whether the cache is on).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from pathlib import Path
 
 import torch
 
+from backends import cuda_gemm
+from backends.cuda_layer import (DTYPE_CODE, HELPERS, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config, case_softmax,
+                                 case_vector_add, check_softmax, check_vector_add, dev_index, softmax_grid,
+                                 softmax_launches, softmax_sources, softmax_supports, vector_add_grid,
+                                 vector_add_launches, VA_SOURCES)
+from cuda_src import dispatch
 from harness import Source, register
 from harness.errors import Unsupported
 
-from backends.cuda_layer import (CXX_TYPE, DESCRIPTIONS, HELPERS, KERNEL_OF, SOFTMAX_PATHS, SOFTMAX_ROWS,
-                                 auto_kernels, case_plan, check_softmax, check_vector_add, row_stride,
-                                 softmax_grid, softmax_routes, vector_add_grid, _softmax_supports, _va_plan)
-
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_SRC = ROOT / "cuda_src"
-_TYPE_OF = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
+# The nvcc build's device flags (CMakeLists.txt), and the device's exact architecture (nvrtc_options).
+NVRTC_FLAGS = ("-std=c++17", "--ftz=true", "-lineinfo")
+HOST = Source("backends/cupy_layer.py", kernels=(), host=("_Launcher",))
 _modules: dict = {}
 _state: dict = {}
 
@@ -61,200 +68,19 @@ def available() -> str | None:
     return why
 
 
-# -- plans (Python mirror of the C++ host dispatchers) --------------------------------------------
-SMEM_TARGET_SLICE = 65536   # kSmemTargetSlice in softmax.cu
-SMEM_STATIC_RESERVE = 1024  # kSmemStaticReserve
-ROWS_THREADS = 256          # kRowsThreads
-SPLIT_THREADS = 512         # kSplitThreads (the default; 256 is the other instance)
-SPLIT_CHUNK = 16384         # kSplitChunk
-SPLIT_MIN_BLOCKS = 2        # kSplitMinBlocks
-SPLIT_MAX_SPIN = 1 << 20    # the C++ launcher's default max_spin
-H200_SMEM_OPTIN = 232448    # cudaDevAttrMaxSharedMemoryPerBlockOptin on H100/H200 (plans without a GPU)
-
-
-def rows_min_blocks(es: int, vec: int, g: int) -> int:
-    """CTAs per SM of a rows-kernel instance (its launch bound; ``rows_min_blocks`` in softmax.cu)."""
-    return 3 if vec > 1 and (es == 2 or g <= 32) else 2
-
-
-def _pow2_at_least(v: int) -> int:
-    return 1 if v <= 1 else 1 << (v - 1).bit_length()
-
-
-def _plan_path(path, p, M, N, es, cc_major, threads, ept, cluster, blocks_per_sm, sm_count, smem_optin):
-    """Fill p for one concrete path; returns None or why the path cannot take the case
-    (the same rules and messages as ``plan_path`` in softmax.cu)."""
-    vec = p["vec"]
-    p["path"] = path
-    if path == "warp":
-        if N > 1024:
-            return f"N: the warp-per-row path takes N <= 1024, got {N}"
-        p["chunks"] = _pow2_at_least(-(-N // (32 * vec)))
-        p["threads"] = threads or 128
-        p["rows_per_block"] = p["threads"] // 32
-        p["grid"] = -(-M // p["rows_per_block"])
-        args = (vec, p["chunks"])
-    elif path == "block":
-        if N > 32768:
-            return f"N: the block-per-row path holds at most 32768 columns in registers, got {N}"
-        e = ept or 32
-        nt = (-(-N // e) + 31) // 32 * 32
-        while nt > 1024 and e < 32:
-            e *= 2
-            nt = (-(-N // e) + 31) // 32 * 32
-        e = max(e, vec)
-        p["chunks"] = e // vec
-        p["threads"] = threads or nt
-        p["grid"] = M
-        args = (vec, p["chunks"])
-    elif path == "rows":
-        if N > 32 * ROWS_THREADS:
-            return f"N: the rows path holds a row in at most 256 threads x 32 elements: N <= 8192, got {N}"
-        if ept not in (0, 32):
-            raise ValueError(f"ept: the rows path uses 32 elements per thread, got {ept}")
-        if threads not in (0, ROWS_THREADS):
-            raise ValueError(f"threads: the rows path uses 256 threads per block, got {threads}")
-        if not 0 <= blocks_per_sm <= 32:
-            raise ValueError(f"blocks_per_sm: must be 0 (default 2 or 3) .. 32, got {blocks_per_sm}")
-        p["chunks"] = 32 // vec
-        p["groups"] = max(4, _pow2_at_least(-(-N // 32)))
-        p["threads"] = ROWS_THREADS
-        p["rows_per_block"] = ROWS_THREADS // p["groups"]
-        p["blocks_per_sm"] = blocks_per_sm or rows_min_blocks(es, vec, p["groups"])
-        need = -(-M // p["rows_per_block"])  # CTA-steps; balanced grid: equal steps for every CTA
-        steps = -(-need // (sm_count * p["blocks_per_sm"]))
-        p["grid"] = -(-need // steps)
-        args = (vec, p["chunks"], p["groups"])
-    elif path == "smem":
-        cmax = 16 if cc_major >= 9 else 1
-        if cluster not in (0, 1, 2, 4, 8, 16):
-            raise ValueError(f"cluster: the smem path takes 0 (default), 1, 2, 4, 8 or 16, got {cluster}")
-        if cluster > cmax:
-            raise ValueError("cluster: thread-block clusters need compute capability 9.0 or newer")
-        limit = (smem_optin or H200_SMEM_OPTIN) - SMEM_STATIC_RESERVE
-
-        def slice_bytes(c):
-            seg = -(-(-(-N // c)) // vec) * vec
-            return -(-seg * es // 16) * 16
-
-        cands = [k for k in (1, 2, 4, 8, 16) if k <= cmax]
-        c = cluster or next((k for k in cands if slice_bytes(k) <= SMEM_TARGET_SLICE), 0) or \
-            (cmax if slice_bytes(cmax) <= limit else 0)
-        if not c:
-            return (f"N: a row of {N * es} bytes does not fit {cmax} CTAs' shared memory "
-                    f"({limit} bytes each)")
-        if slice_bytes(c) > limit:
-            return (f"cluster: {c} CTAs x {limit} bytes of shared memory cannot hold N = {N} "
-                    f"({slice_bytes(c)} bytes per CTA)")
-        p["cluster"] = c
-        p["threads"] = threads or 512
-        p["seg"] = -(-(-(-N // c)) // vec) * vec
-        p["smem"] = slice_bytes(c)
-        p["grid"] = M * c
-        args = (vec, c)
-    elif path == "split":
-        if N <= 2 * SPLIT_CHUNK:
-            return ("N: the split path takes rows longer than 32768 columns (the block path keeps shorter rows on "
-                    f"chip in one block), got N = {N}")
-        if threads not in (0, 256, 512):
-            raise ValueError(f"threads: the split path takes 256 or 512 threads per block (0: 512), got {threads}")
-        nt = threads or SPLIT_THREADS
-        if ept not in (0, SPLIT_CHUNK // nt):
-            raise ValueError(f"ept: the split path holds 16384 / threads = {SPLIT_CHUNK // nt} elements per thread, "
-                             f"got {ept}")
-        if cluster > 1:
-            raise ValueError(f"cluster: the split path uses no clusters, got {cluster}")
-        if not 0 <= blocks_per_sm <= 32:
-            raise ValueError(f"blocks_per_sm: must be 0 (default 2) .. 32, got {blocks_per_sm}")
-        c = -(-N // SPLIT_CHUNK)
-        p["blocks_per_sm"] = blocks_per_sm or SPLIT_MIN_BLOCKS
-        cap = (sm_count or 132) * p["blocks_per_sm"]
-        if c > cap:
-            return f"N: the split path needs C = {c} co-resident blocks per row (N = {N}), the device holds {cap}"
-        p["parts"] = c
-        p["chunks"] = SPLIT_CHUNK // nt // vec
-        p["threads"] = nt
-        p["seg"] = SPLIT_CHUNK
-        p["grid"] = min(M * c, cap // c * c)
-        args = (vec, nt)
-    else:
-        c = cluster
-        if c == 16:
-            raise ValueError("cluster: the online path takes 0 (default), 1, 2, 4 or 8, got 16")
-        if not c:
-            b = N * es
-            c = 1 if b <= 65536 else 2 if b <= 2 * 65536 else 4 if b <= 4 * 65536 else 8
-        if c > 1 and cc_major < 9:
-            if cluster > 1:
-                raise ValueError("cluster: thread-block clusters need compute capability 9.0 or newer")
-            c = 1
-        p["cluster"] = c
-        p["threads"] = threads or 512
-        seg = -(-N // c)
-        p["seg"] = -(-seg // vec) * vec
-        p["grid"] = M * c
-        args = (vec, c)
-    p["kernel"] = f"{KERNEL_OF[path]}<{p['ctype']}, {', '.join(map(str, args))}>"
-    return None
-
-
-def softmax_plan(path: str, M: int, N: int, aligned: bool, ctype: str, es: int, cc_major: int,
-                 threads: int = 0, ept: int = 0, cluster: int = 0, blocks_per_sm: int = 0,
-                 sm_count: int = 132, smem_optin: int = H200_SMEM_OPTIN) -> dict:
-    """Path, template instance and launch shape; same rules as ``kl::softmax_plan`` (the "auto"
-    route table is parsed from softmax.cu). ``sm_count``/``smem_optin`` default to an H200's."""
-    if path not in SOFTMAX_PATHS:
-        raise ValueError(f"path: {path!r} is not one of {', '.join(SOFTMAX_PATHS)}")
-    if M < 1 or not 1 <= N < 2 ** 31 - 64:
-        raise ValueError(f"M, N: need M >= 1 and 1 <= N < 2^31 - 64, got M={M}, N={N}")
-    if cluster not in (0, 1, 2, 4, 8, 16):
-        raise ValueError(f"cluster: must be 0 (default), 1, 2, 4, 8 or 16 (16: smem path), got {cluster}")
-    base = {"path": path, "vec": 16 // es if aligned else 1, "chunks": 1, "threads": 128, "rows_per_block": 1,
-            "cluster": 1, "seg": 0, "groups": 0, "blocks_per_sm": 0, "smem": 0, "parts": 0, "ctype": ctype}
-    opts = (M, N, es, cc_major, threads, ept, cluster, blocks_per_sm, sm_count, smem_optin)
-    if path != "auto":
-        p = dict(base)
-        why = _plan_path(path, p, *opts)
-        if why:
-            raise ValueError(why)
-    else:
-        why, p = f"no row of the route table takes N = {N}", None
-        for max_n, route in softmax_routes():
-            if max_n and N > max_n:
-                continue
-            q = dict(base)
-            w = _plan_path(route, q, *opts)
-            if w is None:
-                p = q
-                break
-            why = w
-        if p is None:
-            raise ValueError(why)
-    del p["ctype"]
-    return p
-
-
-def vector_add_plan(n: int, ctype: str, es: int, x_mis: int, y_mis: int, out_mis: int, sm_count: int,
-                    blocks_per_sm: int = 3, grid: int = 0, block: int = 0) -> dict:
-    """Same rules as ``kl::vector_add_plan``: x/y/out byte offsets modulo 16 decide the vector path."""
-    same = x_mis == out_mis and y_mis == out_mis
-    vec = 16 // es if same else 1
-    head = min(((16 - out_mis) % 16) // es, n) if same else 0
-    b, unroll = block or 256, 4
-    nvec = (n - head) // vec
-    full = max(1, -(-nvec // (b * unroll)))
-    g = grid or min(full, sm_count * blocks_per_sm * 1024)
-    return {"vec": vec, "head": head, "unroll": unroll, "block": b, "grid": g,
-            "kernel": f"vector_add_kernel<{ctype}, {vec}, {unroll}>"}
+def _require():
+    if (why := available()):
+        raise Unsupported(why)
 
 
 # -- NVRTC modules ------------------------------------------------------------------------------
-def _include_dirs() -> list[str]:
-    import cupy
-
+def include_dirs() -> list[str]:
+    """cuda_src and the CUDA headers (cuda_fp16.h, cuda_bf16.h, cooperative_groups.h)."""
     dirs = [str(CUDA_SRC)]
     cands = []
     try:
+        import cupy
+
         cp = cupy.cuda.get_cuda_path()
         if cp:
             cands += [os.path.join(cp, "include"), os.path.join(cp, "include", "cccl")]
@@ -267,286 +93,264 @@ def _include_dirs() -> list[str]:
     return dirs
 
 
-def instances(cu: str) -> list[str]:
-    """Every template instance the host plans can pick in ``cuda_src/<cu>`` (one NVRTC compile)."""
-    out = []
-    for t, es in (("float", 4), ("__half", 2), ("__nv_bfloat16", 2)):
-        vecs = (1, 16 // es)
-        if cu == "vector_add.cu":
-            out += [f"vector_add_kernel<{t}, {v}, 4>" for v in vecs]
-        else:
-            for v in vecs:
-                out += [f"softmax_warp_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16, 32) if c * v * 32 <= 1024]
-                out += [f"softmax_block_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16, 32) if 8 <= c * v <= 32]
-                out += [f"softmax_online_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8)]
-                out += [f"softmax_rows_kernel<{t}, {v}, {32 // v}, {g}>" for g in (4, 8, 16, 32, 64, 128, 256)]
-                out += [f"softmax_smem_kernel<{t}, {v}, {c}>" for c in (1, 2, 4, 8, 16)]
-                out += [f"softmax_split_kernel<{t}, {v}, {nt}>" for nt in (256, 512)]
-    return out
+def nvrtc_options(arch: str) -> list[str]:
+    """NVRTC options for one architecture ("90a", "80"...): the nvcc build's flags (NVRTC_FLAGS)."""
+    return list(NVRTC_FLAGS) + [f"-arch=sm_{arch}"] + [f"-I{d}" for d in include_dirs()]
 
 
-def get_kernel(cu: str, kernel: str):
-    """(cupy RawKernel, NVRTC compile + load seconds) for ``kernel`` in ``cuda_src/<cu>``.
+def device_arch(dev: int) -> str:
+    """The architecture NVRTC targets for device ``dev``: sm_90a on Hopper (wgmma, setmaxnreg)."""
+    major, minor = torch.cuda.get_device_capability(dev)
+    return f"{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
 
-    The first request compiles the whole file with every instance the plans can pick (one NVRTC
-    run, name expressions for all of them); its time is what every instance of the file reports."""
+
+def _cached_compile(src: str, names: list[str], opts: list[str]) -> tuple[bytes, dict]:
+    """(cubin, {instance: lowered name}) of one source, from NVRTC or from the on-disk cache (keyed
+    by every cuda_src file, the options, the names and the NVRTC version)."""
+    import hashlib
+    import json
+
+    from cupy_backends.cuda.libs import nvrtc
+
+    h = hashlib.sha256()
+    for f in sorted(CUDA_SRC.glob("*.cu*")):
+        h.update(f.name.encode() + f.read_bytes())
+    h.update(json.dumps([src, names, [o for o in opts if not o.startswith("-I")], list(nvrtc.getVersion())]).encode())
+    cache = Path(os.path.expanduser("~")) / ".cache" / "kernel-layers" / "nvrtc"
+    stem = cache / f"{Path(src).stem}-{h.hexdigest()[:20]}"
+    if stem.with_suffix(".cubin").is_file() and stem.with_suffix(".json").is_file():
+        return stem.with_suffix(".cubin").read_bytes(), json.loads(stem.with_suffix(".json").read_text())
+    prog = nvrtc.createProgram((CUDA_SRC / src).read_text(), src, [], [])
+    try:
+        for n in names:
+            nvrtc.addNameExpression(prog, n)
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except Exception as e:
+            raise RuntimeError(f"NVRTC compile of {src} failed: {e}: {nvrtc.getProgramLog(prog)[:2000]}") from None
+        cubin = nvrtc.getCUBIN(prog)
+        lowered = {n[len("kl::"):]: nvrtc.getLoweredName(prog, n) for n in names}
+    finally:
+        nvrtc.destroyProgram(prog)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        stem.with_suffix(".json").write_text(json.dumps(lowered))
+        stem.with_suffix(".cubin").write_bytes(cubin)
+    except OSError:
+        pass  # a read-only home: compile again next time
+    return cubin, lowered
+
+
+def get_kernel(kernel: str, dev: int | None = None):
+    """(function handle, NVRTC compile + load seconds of its source) for a planned instance.
+
+    The first request of a source file compiles it for the device's exact architecture with every
+    instance the planner can pick from it (one NVRTC run, name expressions for all of them; cached on
+    disk), and loads the cubin on the device."""
     import cupy
 
-    dev = cupy.cuda.Device().id
-    key = (cu, dev)
+    dev = cupy.cuda.Device().id if dev is None else dev
+    src = dispatch.source_of(kernel)
+    key = (src, dev)
     if key not in _modules:
-        src = (CUDA_SRC / cu).read_text()
-        opts = ("-std=c++17",) + tuple(f"-I{d}" for d in _include_dirs())
-        names = [f"kl::{k}" for k in instances(cu)]
+        names = [f"kl::{k}" for k in dispatch.instances()[src]]
+        opts = nvrtc_options(device_arch(dev))
         t0 = time.perf_counter()
-        try:
-            mod = cupy.RawModule(code=src, options=opts, name_expressions=names, backend="nvrtc")
-            mod.get_function(names[0])  # compiles (NVRTC) and loads the module here
-        except Exception as e:
-            raise RuntimeError(f"NVRTC compile of {cu} failed: {e}") from None
-        _modules[key] = (mod, time.perf_counter() - t0, {})
-    mod, dt, fns = _modules[key]
+        cubin, lowered = _cached_compile(src, names, opts)
+        with cupy.cuda.Device(dev):
+            mod = cupy.cuda.function.Module()
+            mod.load(cubin)
+        _modules[key] = (mod, time.perf_counter() - t0, lowered, {})
+    mod, dt, lowered, fns = _modules[key]
     if kernel not in fns:
-        if kernel not in instances(cu):
-            raise ValueError(f"kernel: {kernel} is not an instance compiled from {cu}")
-        fns[kernel] = mod.get_function(f"kl::{kernel}")
+        fns[kernel] = mod.get_function(lowered[kernel])
     return fns[kernel], dt
 
 
-def _launch(fn, grid: int, block: int, args: tuple, t: torch.Tensor, smem: int = 0) -> None:
-    """Launch on torch's current stream of t's device (``smem``: dynamic shared memory bytes)."""
-    import cupy
+def _encode_tma(dtype_code: int):
+    """cuTensorMapEncodeTiled from libcuda (ctypes): the same descriptor kl_cuda.encode_tma builds."""
+    lib = _state.get("libcuda")
+    if lib is None:
+        lib = _state["libcuda"] = ctypes.CDLL("libcuda.so.1")
+        lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
 
-    with cupy.cuda.Device(t.device.index), \
-            cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream, t.device.index):
-        fn((int(grid),), (int(block),), args, shared_mem=int(smem))
-
-
-def _facts(fn, compile_s: float, plan: dict) -> dict:
-    info = {"compile_s": compile_s, "config": dict(plan),
-            "cache": "off" if os.environ.get("CUPY_CACHE_IN_MEMORY") else "on (~/.cupy/kernel_cache)"}
-    try:
-        info["registers"] = int(fn.attributes["num_regs"])
-        info["smem"] = int(fn.attributes["shared_size_bytes"])
-        info["spills"] = int(fn.attributes["local_size_bytes"])  # local memory per thread (spills + stack)
-    except Exception:
-        pass
-    return info
-
-
-def _device_plan(x, out, path, threads=0, ept=0, cluster=0, blocks_per_sm=0) -> dict:
-    M, N = x.shape
-    es = x.element_size()
-    sx, sy = row_stride(x), row_stride(out)
-    aligned = x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0 and (
-        M == 1 or ((sx * es) % 16 == 0 and (sy * es) % 16 == 0))
-    key = ("dev", x.device.index)
-    if key not in _state:
-        props = torch.cuda.get_device_properties(x.device)
-        _state[key] = (props.major, props.multi_processor_count,
-                       int(getattr(props, "shared_memory_per_block_optin", 0)) or H200_SMEM_OPTIN)
-    cc, sms, optin = _state[key]
-    return softmax_plan(path, M, N, aligned, _TYPE_OF[x.dtype], es, cc, threads, ept, cluster, blocks_per_sm,
-                        sm_count=sms, smem_optin=optin)
+    def encode(ptr, rows, cols, ld, box_rows, box_cols):
+        raw = (ctypes.c_uint8 * 192)()  # the driver wants the CUtensorMap 64-byte aligned
+        desc = ctypes.c_void_p((ctypes.addressof(raw) + 63) & ~63)
+        dims = (ctypes.c_uint64 * 2)(cols, rows)
+        strides = (ctypes.c_uint64 * 1)(ld * 2)
+        box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
+        estr = (ctypes.c_uint32 * 2)(1, 1)
+        # CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6, BFLOAT16 = 9; INTERLEAVE_NONE = 0; SWIZZLE_128B = 3;
+        # L2_PROMOTION_L2_256B = 3; FLOAT_OOB_FILL_NONE = 0
+        r = lib.cuTensorMapEncodeTiled(desc, 9 if dtype_code == 2 else 6, 2, ctypes.c_void_p(ptr), dims, strides,
+                                       box, estr, 0, 3, 3, 0)
+        if r != 0:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed (CUresult {r})")
+        return ctypes.string_at(desc.value, 128)
+    return encode
 
 
-def _smem_attributes(fn, plan: dict) -> None:
-    """Dynamic shared memory above 48 KiB needs an opt-in; 16-CTA clusters the non-portable flag."""
-    # The limit is per function and only ever raised (as the C++ launcher does): lowering it for a
-    # small row would make a later launch of a larger slice through the same function invalid.
-    key = ("attr", id(fn))  # fn: one RawKernel per (instance, device), see get_kernel
-    if _state.get(key, -1) >= int(plan["smem"]):
-        return
-    fn.max_dynamic_shared_size_bytes = max(int(plan["smem"]), _state.get(key, 0))
-    fn.preferred_shared_memory_carveout = 100  # all shared: 3 CTAs of 64 KiB per SM
-    if plan["cluster"] > 8:
+class _Launcher:
+    """A prepared plan for the driver API: per step the function, launch shape, a ctypes copy of the
+    packed arguments and its pointer array; calling it enqueues every step on torch's stream."""
+
+    def __init__(self, launches: dispatch.Launches, pointers: dict, dev: int, dtype_code: int):
+        import cupy
         from cupy_backends.cuda.api import driver
 
-        driver.funcSetAttribute(fn.kernel.ptr, 14, 1)  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-    _state[key] = max(int(plan["smem"]), _state.get(key, 0))
+        self.dev, self.keep, self.steps = dev, {}, []
+        ptrs = dict(pointers)
+        for name, nbytes in launches.workspace.items():
+            t = torch.zeros(max(int(nbytes), 1), dtype=torch.uint8, device=f"cuda:{dev}")
+            self.keep[name] = t
+            ptrs[name] = t.data_ptr()
+        with cupy.cuda.Device(dev):
+            for p in launches.plans:
+                if p.cluster_launch:
+                    raise Unsupported("a 2 x 1 cluster given as a launch attribute: CuPy's driver API has no "
+                                      "cuLaunchKernelEx")
+                fn, self.compile_s = get_kernel(p.kernel, dev)
+                func = fn.ptr
+                # CU_FUNC_ATTRIBUTE_ MAX_DYNAMIC_SHARED_SIZE_BYTES = 8, PREFERRED_SHARED_MEMORY_CARVEOUT = 9,
+                # NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14 (set once per function, only ever raised)
+                key = ("attr", func)
+                done = _state.get(key, 0)
+                if p.max_dynamic_smem > done:
+                    driver.funcSetAttribute(func, 8, p.max_dynamic_smem)
+                    _state[key] = p.max_dynamic_smem
+                if p.carveout >= 0:
+                    driver.funcSetAttribute(func, 9, p.carveout)
+                if p.nonportable_cluster:
+                    driver.funcSetAttribute(func, 14, 1)
+                blob, offsets = dispatch.pack(p, ptrs, _encode_tma(dtype_code))
+                buf = ctypes.create_string_buffer(len(blob) + 64)
+                base = (ctypes.addressof(buf) + 63) & ~63  # the packed offsets assume a 64-byte aligned blob
+                ctypes.memmove(base, blob, len(blob))
+                params = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
+                zero = [(ptrs[z], launches.workspace[z]) for z in p.zero]
+                self.steps.append((func, p.grid, p.block, p.smem, p.cooperative, buf, params,
+                                   ctypes.addressof(params), zero))
+        self._launch, self._coop = driver.launchKernel, driver.launchCooperativeKernel
+        from cupy_backends.cuda.api import runtime
+
+        self._memset = runtime.memsetAsync
+
+    def __call__(self, stream: int) -> None:
+        import cupy
+
+        with cupy.cuda.Device(self.dev):
+            for func, g, block, smem, coop, _buf, _params, params, zero in self.steps:
+                if g[0] == 0:
+                    continue
+                for ptr, nbytes in zero:
+                    self._memset(ptr, 0, nbytes, stream)
+                if coop:
+                    self._coop(func, g[0], g[1], g[2], block, 1, 1, smem, stream, params)
+                else:
+                    self._launch(func, g[0], g[1], g[2], block, 1, 1, smem, stream, params, 0)
 
 
-def _split_slots(device: torch.device, n: int) -> torch.Tensor:
-    """The split path's slot workspace (int64, one per unit), cached per device and grown on demand;
-    zeroed on torch's current stream before every launch (``_launch_split``)."""
-    key = ("slots", device.index)
-    buf = _state.get(key)
-    if buf is None or buf.numel() < n:
-        buf = _state[key] = torch.empty(n, dtype=torch.int64, device=device)
-    return buf[:n]
+def _make(launches: dispatch.Launches, pointers: dict, dev: int, dtype_code: int):
+    run = _Launcher(launches, pointers, dev, dtype_code)
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+        (lambda i: torch.cuda.current_stream(i).cuda_stream)
 
+    def launch():
+        run(raw(dev))
 
-def _launch_split(fn, p: dict, x, out, M: int, N: int, sx: int, sy: int, max_spin: int = -1) -> None:
-    """Cooperative launch of softmax_split_kernel (cuLaunchCooperativeKernel from the driver API:
-    the NVRTC module is the ordinary one, no -rdc needed since the kernel uses no grid.sync). The
-    grid is refused before launching when the instance's occupancy cannot hold it at once."""
-    import ctypes
-
-    import cupy
-    from cupy_backends.cuda.api import driver, runtime
-
-    if max_spin < -1:
-        raise ValueError(f"max_spin: must be -1 (default 2^20 polls) or >= 0, got {max_spin}")
-    dev = x.device.index
-    with cupy.cuda.Device(dev):
-        if not runtime.deviceGetAttribute(runtime.cudaDevAttrCooperativeLaunch, dev):
-            raise ValueError(f"path: the split path needs cooperative launch, which device {dev} does not support")
-        func = fn.kernel.ptr  # loads the module (compiled by get_kernel)
-        occ = driver.occupancyMaxActiveBlocksPerMultiprocessor(func, p["threads"], 0)
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-        if p["grid"] > occ * sms:
-            raise ValueError(f"blocks_per_sm: the split grid of {p['grid']} blocks ({p['blocks_per_sm']} per SM) "
-                             f"cannot be co-resident: {p['kernel']} fits {occ} blocks of {p['threads']} threads "
-                             f"per SM x {sms} SMs = {occ * sms}; refused, not launched")
-        units = M * p["parts"]
-        slots = _split_slots(x.device, units)
-        slots.zero_()  # torch's current stream: the launch below is on the same stream
-        vals = [ctypes.c_uint64(x.data_ptr()), ctypes.c_uint64(out.data_ptr()), ctypes.c_uint64(slots.data_ptr()),
-                ctypes.c_int32(N), ctypes.c_int64(sx), ctypes.c_int64(sy), ctypes.c_int32(p["parts"]),
-                ctypes.c_int64(units), ctypes.c_int32(SPLIT_MAX_SPIN if max_spin < 0 else max_spin)]
-        params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
-        stream = torch.cuda.current_stream(x.device).cuda_stream
-        driver.launchCooperativeKernel(func, int(p["grid"]), 1, 1, int(p["threads"]), 1, 1, 0, stream,
-                                       ctypes.addressof(params))
-
-
-def softmax(x, out=None, path: str = "auto", threads: int = 0, ept: int = 0, cluster: int = 0,
-            blocks_per_sm: int = 0, max_spin: int = -1):
-    """Row softmax through the NVRTC-compiled kernels; returns out."""
-    import numpy as np
-
-    if (why := available()):
-        raise Unsupported(why)
-    out = check_softmax(x, out)
-    M, N = x.shape
-    sx, sy = row_stride(x), row_stride(out)
-    p = _device_plan(x, out, path, threads, ept, cluster, blocks_per_sm)
-    fn, _ = get_kernel("softmax.cu", p["kernel"])
-    if p["path"] == "split":
-        _launch_split(fn, p, x, out, M, N, sx, sy, max_spin)
-        return out
-    xp, yp = np.uint64(x.data_ptr()), np.uint64(out.data_ptr())
-    smem = 0
-    if p["path"] in ("warp", "rows"):
-        args = (xp, yp, np.int64(M), np.int32(N), np.int64(sx), np.int64(sy))
-    elif p["path"] == "block":
-        args = (xp, yp, np.int32(N), np.int64(sx), np.int64(sy))
-    else:
-        args = (xp, yp, np.int32(N), np.int64(sx), np.int64(sy), np.int32(p["seg"]))
-        if p["path"] == "smem":
-            import cupy
-
-            with cupy.cuda.Device(x.device.index):
-                _smem_attributes(fn, p)
-            smem = p["smem"]
-    _launch(fn, p["grid"], p["threads"], args, x, smem)
-    return out
-
-
-def vector_add(x, y, out=None):
-    """out = x + y through the NVRTC-compiled kernel; returns out."""
-    import numpy as np
-
-    if (why := available()):
-        raise Unsupported(why)
-    out = check_vector_add(x, y, out)
-    es = x.element_size()
-    n = x.numel()
-    if n == 0:
-        return out
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    p = vector_add_plan(n, _TYPE_OF[x.dtype], es, x.data_ptr() % 16, y.data_ptr() % 16, out.data_ptr() % 16, sms)
-    fn, _ = get_kernel("vector_add.cu", p["kernel"])
-    p["grid"] = max(1, min(p["grid"], sms * _resident(fn, p["block"]) * 1024))
-    args = (np.uint64(x.data_ptr()), np.uint64(y.data_ptr()), np.uint64(out.data_ptr()), np.int64(n),
-            np.int64(p["head"]))
-    _launch(fn, p["grid"], p["block"], args, x)
-    return out
-
-
-def _resident(fn, block: int) -> int:
-    """Blocks per SM the registers allow (the grid is capped at 1024 such waves, as in C++)."""
-    try:
-        regs = max(1, int(fn.attributes["num_regs"]))
-        return max(1, min(2048 // block, 65536 // (((regs * 32 + 255) // 256) * 256 * (block // 32))))
-    except Exception:
-        return 3
-
-
-# -- registration --------------------------------------------------------------------------------
-def _register_softmax(path: str, name: str):
-    kernels = auto_kernels() if path == "auto" else (KERNEL_OF[path],)
-    srcs = [Source("cuda_src/softmax.cu", kernels=kernels, host=()), HELPERS,
-            Source("backends/cupy_layer.py", kernels=(), host=("softmax", "softmax_plan", "_launch", "get_kernel"))]
-
-    supports = _softmax_supports(path)
-
-    def compile_only(case):
-        reason = supports(case)
-        if reason:
-            raise Unsupported(reason)
-        return _compile_only_nvrtc("softmax.cu", case_plan(path, case))
-
-    @register(problem="softmax", layer="cupy", name=name, description="NVRTC of cuda_src: " + DESCRIPTIONS[path],
-              sources=srcs, devices=("cuda",), available=available, supports=supports,
-              compile_only=compile_only, grid=lambda case: softmax_grid(case_plan(path, case), case.M, case.N))
-    def prepare(case, inputs, out):
-        (x,) = inputs
-        if (why := available()):
-            raise Unsupported(why)
-        check_softmax(x, out)
+    info = {"compile_s": getattr(run, "compile_s", 0.0), "config": _config(launches),
+            "cache": "off" if os.environ.get("CUPY_CACHE_IN_MEMORY") else "on (~/.cupy/kernel_cache)"}
+    if launches.plans:
         try:
-            p = _device_plan(x, out, path)
-        except ValueError as e:
-            raise Unsupported(str(e)) from None
-        fn, compile_s = get_kernel("softmax.cu", p["kernel"])
-        softmax(x, out, path)  # first launch (module already loaded) outside the timed region
-        torch.cuda.synchronize(x.device)
+            from cupy_backends.cuda.api import driver
 
-        def launch():
-            softmax(x, out, path)
-
-        launch.info = _facts(fn, compile_s, p)
-        return launch
-
-    return prepare
+            main = get_kernel(launches.kernel, dev)[0].ptr  # CU_FUNC_ATTRIBUTE_ NUM_REGS = 4,
+            info["registers"] = driver.funcGetAttribute(4, main)  # SHARED_SIZE_BYTES = 1, LOCAL_SIZE_BYTES = 3
+            info["smem"] = driver.funcGetAttribute(1, main)
+            info["spills"] = driver.funcGetAttribute(3, main)
+        except Exception:
+            pass
+    launch.info = info
+    launch.keep = run
+    return launch
 
 
-for _path, _name in SOFTMAX_ROWS:
-    _register_softmax(_path, _name)
+def _device(dev: int) -> dispatch.Device:
+    key = ("dev", dev)
+    if key not in _state:
+        props = torch.cuda.get_device_properties(dev)
+        import cupy
+
+        coop = bool(cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrCooperativeLaunch, dev))
+        cc = (props.major, props.minor)
+        _state[key] = dispatch.Device(sms=props.multi_processor_count, cc=cc,
+                                      smem_optin=int(getattr(props, "shared_memory_per_block_optin", 0)) or 232448,
+                                      smem_per_sm=int(getattr(props, "shared_memory_per_multiprocessor", 0)) or 233472,
+                                      cooperative=coop, sm90a=cc == (9, 0))  # NVRTC compiles for this very GPU
+    return _state[key]
 
 
-def _compile_only_nvrtc(cu: str, plan: dict) -> dict:
-    """ptxas facts of the NVRTC PTX (sm_90a) when NVRTC is here; no GPU needed."""
+# -- public wrappers (tests, tune scripts) --------------------------------------------------------
+def softmax(x, out=None, path: str = "auto", **opts):
+    """Row softmax through the NVRTC-compiled kernels; returns out."""
+    _require()
+    out = check_softmax(x, out)
+    di = dev_index(x)
+    plan = softmax_launches(x, out, path, _device(di), **opts)
+    run = _Launcher(plan, {"x": x.data_ptr(), "out": out.data_ptr()}, di, DTYPE_CODE[x.dtype])
+    run(torch.cuda.current_stream(x.device).cuda_stream)
+    if run.keep:
+        torch.cuda.current_stream(x.device).synchronize()
+    return out
+
+
+def vector_add(x, y, out=None, path: str = "auto"):
+    _require()
+    out = check_vector_add(x, y, out)
+    di = dev_index(x)
+    plan = vector_add_launches(x, y, out, path, _device(di))
+    _Launcher(plan, {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}, di,
+              DTYPE_CODE[x.dtype])(torch.cuda.current_stream(x.device).cuda_stream)
+    return out
+
+
+# -- compile facts without a GPU -------------------------------------------------------------------
+def compile_only_nvrtc(kernel: str, config: dict | None = None) -> dict:
+    """ptxas facts of one instance compiled by NVRTC for sm_90a (NVRTC's own ptxas, ``-Xptxas=-v``:
+    the facts come from the compiler that builds the cupy rows); needs libnvrtc, no GPU."""
     try:
         from cupy_backends.cuda.libs import nvrtc
 
         nvrtc.getVersion()
     except Exception as e:
         raise Unsupported(f"NVRTC (libnvrtc) not found, cannot compile here: {type(e).__name__}") from None
-    from harness.ptxas import ptxas_info, summarize
+    from harness.ptxas import parse_ptxas_log, summarize
 
     from backends.cuda_layer import demangle
 
-    key = ("ptx", cu, plan["kernel"])
+    src = dispatch.source_of(kernel)
+    key = ("facts", src, kernel)
     if key not in _modules:
-        src = (CUDA_SRC / cu).read_text()
-        prog = nvrtc.createProgram(src, cu, [], [])
-        nvrtc.addNameExpression(prog, f"kl::{plan['kernel']}")
-        opts = ["-std=c++17", "-arch=compute_90a"] + [f"-I{d}" for d in _include_dirs_nogpu()]
-        t0 = time.perf_counter()
+        prog = nvrtc.createProgram((CUDA_SRC / src).read_text(), src, [], [])
         try:
-            nvrtc.compileProgram(prog, opts)
-        except Exception as e:
-            raise RuntimeError(f"NVRTC compile of {cu} failed: {e}: {nvrtc.getProgramLog(prog)[:2000]}") from None
-        dt = time.perf_counter() - t0
-        ptx = nvrtc.getPTX(prog)
-        ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
-        _modules[key] = (ptx, dt)
-    ptx, dt = _modules[key]
-    per = {demangle(k): v for k, v in ptxas_info(ptx.rstrip("\x00"), "sm_90a").items()}
-    facts = summarize({k: v for k, v in per.items() if k == plan["kernel"]} or per)
-    facts.update(compile_s=dt, config=plan, arch="sm_90a", facts_from="NVRTC PTX + ptxas -v")
+            nvrtc.addNameExpression(prog, f"kl::{kernel}")
+            opts = list(NVRTC_FLAGS) + ["-arch=sm_90a", "-Xptxas=-v"] + [f"-I{d}" for d in _include_dirs_nogpu()]
+            t0 = time.perf_counter()
+            try:
+                nvrtc.compileProgram(prog, opts)
+            except Exception as e:
+                raise RuntimeError(f"NVRTC compile of {src} failed: {e}: {nvrtc.getProgramLog(prog)[:2000]}") from None
+            _modules[key] = (nvrtc.getProgramLog(prog), time.perf_counter() - t0)
+        finally:
+            nvrtc.destroyProgram(prog)
+    log, dt = _modules[key]
+    per = {demangle(k): v for k, v in parse_ptxas_log(log).items()}
+    if kernel not in per:
+        raise Unsupported(f"NVRTC's ptxas log names no {kernel}")
+    facts = summarize({kernel: per[kernel]})
+    facts.update(compile_s=dt, config=config or {}, arch="sm_90a", kernel=kernel,
+                 facts_from="NVRTC -arch=sm_90a -Xptxas=-v")
     return facts
 
 
@@ -558,32 +362,92 @@ def _include_dirs_nogpu() -> list[str]:
     return dirs
 
 
-def _va_compile_only(case):
-    return _compile_only_nvrtc("vector_add.cu", _va_plan(case))
+# -- registration --------------------------------------------------------------------------------
+def _register_softmax(path: str, name: str):
+    supports = softmax_supports(path)
+
+    def compile_only(case):
+        if (why := supports(case)):
+            raise Unsupported(why)
+        plan = case_softmax(path, case)
+        return compile_only_nvrtc(plan.kernel, _config(plan))
+
+    @register(problem="softmax", layer="cupy", name=name,
+              description="NVRTC of cuda_src: " + SOFTMAX_DESCRIPTIONS[path],
+              sources=softmax_sources(path, HOST), devices=("cuda",), available=available, supports=supports,
+              compile_only=compile_only, grid=lambda case: softmax_grid(case_softmax(path, case), case.M, case.N))
+    def prepare(case, inputs, out):
+        (x,) = inputs
+        _require()
+        check_softmax(x, out)
+        di = dev_index(x)
+        try:
+            plan = softmax_launches(x, out, path, _device(di))
+        except dispatch.Decline as e:
+            raise Unsupported(f"{path} path: {e}") from None
+        return _make(plan, {"x": x.data_ptr(), "out": out.data_ptr()}, di, DTYPE_CODE[x.dtype])
+
+    return prepare
 
 
-@register(problem="vector_add", layer="cupy", name="vector_add",
-          description="NVRTC of cuda_src/vector_add.cu: grid-stride, 16-byte loads, scalar head/tail",
-          sources=[Source("cuda_src/vector_add.cu", kernels=("vector_add_kernel",), host=()), HELPERS,
-                   Source("backends/cupy_layer.py", kernels=(), host=("vector_add", "vector_add_plan",
-                                                                        "_launch", "get_kernel"))],
-          devices=("cuda",), available=available, compile_only=_va_compile_only,
-          grid=lambda case: vector_add_grid(_va_plan(case), case.N))
-def prepare_vector_add(case, inputs, out):
-    x, y = inputs
-    if (why := available()):
-        raise Unsupported(why)
-    check_vector_add(x, y, out)
-    es = x.element_size()
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    p = vector_add_plan(x.numel(), _TYPE_OF[x.dtype], es, x.data_ptr() % 16, y.data_ptr() % 16,
-                        out.data_ptr() % 16, sms)
-    fn, compile_s = get_kernel("vector_add.cu", p["kernel"])
-    vector_add(x, y, out)
-    torch.cuda.synchronize(x.device)
+for _path, _name in SOFTMAX_ROWS:
+    _register_softmax(_path, _name)
 
-    def launch():
-        vector_add(x, y, out)
 
-    launch.info = _facts(fn, compile_s, p)
-    return launch
+def _register_vector_add(path: str, name: str, description: str):
+    @register(problem="vector_add", layer="cupy", name=name, description="NVRTC of cuda_src: " + description,
+              sources=[VA_SOURCES[path], HELPERS, HOST], devices=("cuda",), available=available,
+              compile_only=lambda case: compile_only_nvrtc(case_vector_add(path, case).kernel,
+                                                           _config(case_vector_add(path, case))),
+              grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))
+    def prepare(case, inputs, out):
+        x, y = inputs
+        _require()
+        check_vector_add(x, y, out)
+        di = dev_index(x)
+        plan = vector_add_launches(x, y, out, path, _device(di))
+        return _make(plan, {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}, di, DTYPE_CODE[x.dtype])
+
+    return prepare
+
+
+_register_vector_add("auto", "vector_add", "grid-stride, 16-byte loads, scalar head/tail")
+_register_vector_add("simple", "vector_add_simple", "teaching twin: one element per thread, grid-stride loop")
+
+
+def _register_gemm(path: str, name: str):
+    base = cuda_gemm._supports(path)
+
+    def supports(case):
+        if path == "pingpong_c2":
+            return "2 x 1 cluster launch attribute: not available through CuPy's driver API (cuda: row has it)"
+        return base(case)
+
+    def compile_only(case):
+        if (why := supports(case)):
+            raise Unsupported(why)
+        plan = cuda_gemm.case_gemm(path, case)
+        return compile_only_nvrtc(plan.kernel, _config(plan))
+
+    @register(problem="gemm_epilogue", layer="cupy", name=name, description="NVRTC of cuda_src: " +
+              cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.SOURCES[path] + [cuda_gemm.GEMM_HELPERS, HOST],
+              devices=("cuda",), available=available, supports=supports, compile_only=compile_only)
+    def prepare(case, inputs, out):
+        _require()
+        if (why := supports(case)) and path != "auto":
+            raise Unsupported(why)
+        a, b, bias, act = cuda_gemm.check_gemm(case, inputs, out)
+        di = dev_index(a)
+        try:
+            plan = cuda_gemm.gemm_launches(path, case, a, b, bias, out, act, _device(di))
+        except dispatch.Decline as e:
+            raise Unsupported(str(e)) from None
+        ptrs = {"a": a.data_ptr(), "b": b.data_ptr(), "bias": bias.data_ptr() if bias is not None else 0,
+                "c": out.data_ptr()}
+        return _make(plan, ptrs, di, DTYPE_CODE[a.dtype])
+
+    return prepare
+
+
+for _path, _name in cuda_gemm.ROWS:
+    _register_gemm(_path, _name)

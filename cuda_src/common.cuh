@@ -1,8 +1,8 @@
-// Shared device helpers for the CUDA C++ kernels (vector_add.cu, softmax.cu).
+// Shared device helpers of the vector_add and softmax kernels: conversions, 16-byte vectors, warp
+// reductions, the online-softmax merge.
 //
-// This header compiles under nvcc (the pybind11 module kl_cuda) AND under NVRTC (the cupy layer
-// compiles the same .cu files at run time), so it uses no standard-library header on the device
-// side, and everything host-only sits under `#ifndef __CUDACC_RTC__`.
+// Compiled by nvcc (the pybind11 module kl_cuda) AND by NVRTC (the cupy layer compiles the same .cu
+// files at run time), so it uses no standard-library header.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -151,55 +151,3 @@ __device__ __forceinline__ void warp_online_merge(float& m, float& s) {
 }
 
 }  // namespace kl
-
-#ifndef __CUDACC_RTC__
-// -- host-side helpers (nvcc build only) ---------------------------------------------------------
-#include <cuda_runtime.h>
-
-#include <stdexcept>
-#include <string>
-
-namespace kl {
-
-// Every CUDA runtime call goes through KL_CUDA_CHECK; the message names the call, the file/line
-// and CUDA's own text, and reaches Python as RuntimeError (pybind11 translates std::runtime_error).
-[[noreturn]] inline void cuda_fail(cudaError_t e, const char* what, const char* file, int line) {
-  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                           ") in " + what + " at " + file + ":" + std::to_string(line));
-}
-#define KL_CUDA_CHECK(call)                                                      \
-  do {                                                                           \
-    cudaError_t kl_err_ = (call);                                                \
-    if (kl_err_ != cudaSuccess) ::kl::cuda_fail(kl_err_, #call, __FILE__, __LINE__); \
-  } while (0)
-
-// A launch error (bad configuration, too many resources) is reported by cudaGetLastError right
-// after the launch; an error during execution surfaces at the next synchronizing call.
-#define KL_LAUNCH_CHECK(what)                                                    \
-  do {                                                                           \
-    cudaError_t kl_err_ = cudaGetLastError();                                    \
-    if (kl_err_ != cudaSuccess) ::kl::cuda_fail(kl_err_, what, __FILE__, __LINE__); \
-  } while (0)
-
-[[noreturn]] inline void bad_arg(const std::string& msg) { throw std::invalid_argument(msg); }
-
-inline int elem_size(int dtype) {
-  switch (dtype) {
-    case KL_F32: return 4;
-    case KL_F16: return 2;
-    case KL_BF16: return 2;
-  }
-  bad_arg("dtype: code " + std::to_string(dtype) + " is not 0 (float32), 1 (float16) or 2 (bfloat16)");
-}
-
-// Make `device` current (the tensors' device); the properties we need are cached per device.
-struct DeviceInfo {
-  int sm_count = 0;
-  int cc_major = 0;
-  int cc_minor = 0;
-  int smem_optin = 0;  // largest dynamic shared memory one block may opt in to (bytes)
-};
-DeviceInfo device_info(int device);  // defined in vector_add.cu (one definition for the module)
-
-}  // namespace kl
-#endif  // __CUDACC_RTC__

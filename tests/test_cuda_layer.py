@@ -1,198 +1,361 @@
-"""CUDA C++ layer (kl_cuda, built by CMake from cuda_src/) and the cupy layer (NVRTC, same .cu).
+"""CUDA C++ layer (kl_cuda, built by CMake from cuda_src/) and the cupy layer (NVRTC, same .cu files).
 
-CPU: the build products (marker, module, ptxas log), ptxas facts per template instance, the
-no-CUDA build path, the adapters' available()/supports() reasons, input validation in the
-adapters and in the bindings, the Python mirror of the host dispatcher, grid descriptions.
-GPU (@pytest.mark.gpu): every implementation on the verify suite through harness.verify.verify_case.
+CPU: the one planner (cuda_src/dispatch.py) gives a valid plan for every case of the verify and
+models suites on an H200 and on an sm_80 GPU; its rules on the classes that matter; its argument
+signatures against the kernels' declarations; the build products (module table == planner's
+instances, ptxas facts, the no-CUDA configure path); the generic launcher's argument checks; the
+adapters' reasons and validation; grid descriptions; NVRTC compiles of the same sources.
+GPU (@pytest.mark.gpu): every implementation on the verify suite, CUDA-graph capture, split path.
 """
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from cuda_src import dispatch
+from harness import problems, registry
+from harness.errors import Unsupported
+
 ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
 HAS_NVCC = shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
 
-from harness import problems, registry  # noqa: E402
-from harness.errors import Unsupported  # noqa: E402
-
 cuda_layer = importlib.import_module("backends.cuda_layer")
+cuda_gemm = importlib.import_module("backends.cuda_gemm")
 cupy_layer = importlib.import_module("backends.cupy_layer")
 
-CUDA_IDS = ["cuda:vector_add", "cuda:softmax", "cuda:softmax_warp", "cuda:softmax_block", "cuda:softmax_online",
-            "cuda:softmax_rows", "cuda:softmax_smem", "cuda:softmax_split"]
+CUDA_IDS = ["cuda:vector_add", "cuda:vector_add_simple", "cuda:softmax", "cuda:softmax_simple", "cuda:softmax_warp",
+            "cuda:softmax_block", "cuda:softmax_rows", "cuda:softmax_online", "cuda:softmax_cluster",
+            "cuda:softmax_split"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
+SM80 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False)
+
+
+def _problem(impl_id):
+    return "vector_add" if "vector_add" in impl_id else "gemm_epilogue" if "gemm" in impl_id else "softmax"
 
 
 def _impl(impl_id):
-    problem = "vector_add" if impl_id.endswith("vector_add") else "softmax"
-    return registry.get(problem, impl_id), problems.get(problem)
+    p = _problem(impl_id)
+    return registry.get(p, impl_id), problems.get(p)
 
 
-needs_build = pytest.mark.skipif(not HAS_NVCC, reason="no nvcc here: the module is not built")
+def _built() -> bool:
+    try:
+        return bool(importlib.import_module("kl_cuda_build").BUILT) and cuda_layer.available() is None
+    except ImportError:
+        return False
+
+
+needs_build = pytest.mark.skipif(not (HAS_NVCC and _built()), reason="kl_cuda is not built here (no nvcc)")
+
+
+# -- the planner: a valid plan for every case ------------------------------------------------------
+def _check_launches(launches: dispatch.Launches, dev: dispatch.Device):
+    names = {n for v in dispatch.instances().values() for n in v}
+    fake = {n: 0x10000 * (i + 1) for i, n in enumerate(("x", "y", "out", "a", "b", "bias", "c", *launches.workspace))}
+    for p in launches.plans:
+        assert p.kernel in names, p.kernel
+        assert p.source.endswith(".cu")
+        gx, gy, gz = p.grid
+        assert 1 <= gx < 2 ** 31 and 1 <= gy <= 65535 and 1 <= gz <= 65535, p
+        assert 1 <= p.block <= 1024 and p.block % 32 == 0, p
+        assert 0 <= p.smem <= dev.smem_optin and p.max_dynamic_smem >= p.smem, p
+        assert p.cluster in (1, 2, 4, 8, 16) and gx % p.cluster == 0, p
+        assert p.cluster <= 8 or p.nonportable_cluster, p
+        if p.cluster > 1:
+            assert dev.cc[0] >= 9
+        for z in p.zero:
+            assert z in launches.workspace
+        blob, offs = dispatch.pack(p, fake, lambda *a: bytes(128))
+        assert len(offs) == len(dispatch.SIGNATURES[dispatch.family(p.kernel)])
+        assert all(o % dispatch.ALIGN[t] == 0 for o, t in zip(offs, dispatch.SIGNATURES[dispatch.family(p.kernel)]))
+        if p.cooperative:  # every block co-resident: at most the launch bound's blocks per SM
+            assert gx <= dev.sms * dispatch.SOFTMAX["split_blocks_per_sm"]
+        if "wgmma" in p.kernel or "gemm_ws" in p.kernel or "pingpong" in p.kernel:
+            assert dev.cc == (9, 0) and dev.sm90a
+
+
+@pytest.mark.parametrize("dev", [dispatch.H200, SM80], ids=["h200", "sm80"])
+@pytest.mark.parametrize("problem", ["vector_add", "softmax", "gemm_epilogue"])
+def test_default_plans_every_verify_and_models_case(problem, dev):
+    prob = problems.get(problem)
+    for suite in ("verify", "models", "bench"):
+        for case in prob.cases(suite):
+            if problem == "softmax":
+                launches = cuda_layer.case_softmax("auto", case, dev)
+                # the simple twin too: one block per row, any N
+                _check_launches(cuda_layer.case_softmax("simple", case, dev), dev)
+            elif problem == "vector_add":
+                launches = cuda_layer.case_vector_add("auto", case, dev)
+                _check_launches(cuda_layer.case_vector_add("simple", case, dev), dev)
+            else:
+                launches = cuda_gemm.case_gemm("auto", case, dev)
+                _check_launches(cuda_gemm.case_gemm("simple", case, dev), dev)
+            assert launches.plans, case
+            _check_launches(launches, dev)
+            if problem == "gemm_epilogue":  # the workspaces a plan names are sized for it
+                for p in launches.plans:
+                    if "splitk_reduce" in p.kernel:
+                        splits = p.args[1][1]
+                        assert splits >= 2 and launches.workspace["ws"] >= splits * case.M * case.N * 4
+
+
+def test_default_rules_by_bytes_rows_and_alignment():
+    """softmax: the path follows bytes in flight per SM, row bytes, alignment and M, never N alone."""
+    def path(M, N, dt, **kw):
+        p = dispatch.plan_softmax("auto", M, N, dt, **kw)
+        return p.info["path"], p.info
+
+    # 64 KB fp16 rows: one block per row holds 64 KB per SM (< target); 3 cluster CTAs a SM hold 192 KB
+    assert path(8192, 32000, "float16")[0] == "cluster"
+    # the same element count in fp32 (128 KB rows): one block per row is enough
+    assert path(8192, 32000, "float32")[0] == "block"
+    # unaligned rows (N odd): the cluster kernel takes any alignment with 16-byte vectors
+    p, info = path(4096, 50257, "bfloat16")
+    assert p == "cluster" and info["cluster"] == 2 and info["vec"] == 8
+    p, info = path(4096, 50257, "float32")
+    assert p == "cluster" and info["cluster"] == 4
+    # long aligned fp32 rows: split; 16-bit long rows (32 KB split chunks): cluster
+    assert path(4096, 128256, "float32")[0] == "split"
+    assert path(4096, 151936, "float32")[0] == "split"
+    assert path(4096, 128256, "bfloat16")[0] == "cluster"
+    # short rows: warp while it holds enough, else the persistent rows kernel
+    assert path(4096, 1024, "float32")[0] == "warp"
+    assert path(32768, 512, "bfloat16")[0] == "rows"
+    assert path(32768, 4096, "bfloat16")[0] == "rows"
+    # few rows: more CTAs per row so that M x C covers the SMs
+    p, info = path(1, 262147, "float32")
+    assert p == "cluster" and info["cluster"] == 16
+    p, info = path(2, 98432, "float32")
+    assert p == "cluster" and info["cluster"] == 16
+    # a row longer than 16 CTAs' shared memory and more split chunks than co-resident blocks: online
+    assert path(2, 5_000_000 * 2, "float32")[0] == "online"
+    # sm_80: no thread-block clusters (the cluster path has C = 1 there)
+    assert dispatch.plan_softmax("auto", 8, 1_000_000, "float32", dev=SM80).info["path"] == "split"
+    assert dispatch.plan_softmax("auto", 4096, 50257, "bfloat16", dev=SM80).info.get("cluster", 1) == 1
+
+
+def test_gemm_rules():
+    def info(M, N, K, **kw):
+        p = dispatch.plan_gemm("auto", M, N, K, **kw)
+        return p.info, [q.kernel for q in p.plans]
+
+    i, ks = info(4096, 4096, 4096)
+    assert i["path"] == "pingpong" and ks == ["gemm_pingpong_kernel<true, 1>"]
+    i, ks = info(16, 6144, 4096)  # 48 output tiles for 132 SMs: split-K
+    assert i["path"] == "splitk" and i["splits"] > 1 and ks[1] == "gemm_splitk_reduce_kernel<true>"
+    assert i["units"] >= 132
+    i, ks = info(16, 50257, 768)  # B not TMA-readable and few rows: tiled with predicated B gathers
+    assert ks == ["gemm_tiled_kernel<true, 32, true, false>"]
+    i, ks = info(4096, 50257, 768)  # B copied to a 16-byte-strided workspace, then the ws kernel
+    assert ks[0] == "gemm_pad_rows_kernel" and ks[1].startswith("gemm_ws_kernel") and i["repack"]["ld"] == 50264
+    i, ks = info(127, 65, 129)
+    assert ks == ["gemm_tiled_kernel<true, 128, false, false>"]
+    i, ks = info(4096, 4096, 4096, dev=SM80)
+    assert ks == ["gemm_tiled_kernel<true, 128, true, true>"]
+    i, ks = info(4096, 4096, 4096, ldc=4100)  # C not TMA-storable: ws with its own epilogue
+    assert ks == ["gemm_ws_kernel<true, 256>"]
+    with pytest.raises(dispatch.Decline, match="16-byte"):
+        dispatch.plan_gemm("pingpong", 127, 65, 129)
+    with pytest.raises(dispatch.Decline, match="sm_90"):
+        dispatch.plan_gemm("ws", 4096, 4096, 4096, dev=SM80)
+    assert dispatch.plan_gemm("auto", 0, 5, 5).plans == []
+    # split-K workspace: fp32 partials of every split, row stride a multiple of 4
+    p = dispatch.plan_gemm("splitk", 16, 1000, 4096, ldc=1001, splits=4)
+    assert p.workspace["ws"] == 4 * 16 * 1000 * 4 and p.info["splits"] == 4
+    assert p.plans[0].args[12] == ("i32", 0)  # pair_ok off: ldc odd, the epilogue stores element by element
+
+
+def test_pack_alignment_and_types():
+    p = dispatch.plan_softmax("split", 8192, 262144, "float32")
+    blob, offs = dispatch.pack(p.plans[0], {"x": 16, "out": 32, "slots": 48})
+    assert offs == [0, 8, 16, 24, 32, 40, 48, 56, 64] and len(blob) == 68
+    g = dispatch.plan_gemm("ws", 4096, 4096, 4096)
+    blob, offs = dispatch.pack(g.plans[0], {"a": 16, "b": 32, "bias": 48, "c": 64}, lambda *a: b"\1" * 128)
+    assert offs[:3] == [0, 128, 256] and blob[:128] == b"\1" * 128
+    bad = dispatch.Plan("softmax_warp_kernel<float, 4, 8>", (1, 1, 1), 128, (("ptr", "x"),))
+    with pytest.raises(ValueError, match="takes 6 arguments"):
+        dispatch.pack(bad, {"x": 0})
+
+
+def test_signatures_match_kernel_declarations():
+    """SIGNATURES (what the launchers pack) against every __global__ declaration in cuda_src."""
+    ctype = {"i64": "i64", "long long": "i64", "int": "i32", "TmaDesc": "tma"}
+    found = {}
+    for f in (ROOT / "cuda_src").glob("*.cu"):
+        text = f.read_text()
+        for g in re.finditer(r"__global__", text):
+            m = re.compile(r"\b(\w+_kernel)\s*\(([^)]*)\)", re.S).search(text, g.end())
+            params = [p.strip() for p in m.group(2).split(",") if p.strip()]
+            sig = []
+            for p in params:
+                if "*" in p:
+                    sig.append("ptr")
+                else:
+                    typ = re.sub(r"\b(const|__grid_constant__)\b", "", p).rsplit(None, 1)[0].strip()
+                    sig.append(ctype[typ])
+            found[m.group(1)] = tuple(sig)
+    assert set(found) == set(dispatch.SIGNATURES)
+    for k, sig in found.items():
+        assert dispatch.SIGNATURES[k] == sig, k
+
+
+def test_one_planner_no_env_no_cpp_planner():
+    """No environment variable changes behaviour; no C++ planner or route table parsed from text."""
+    allowed = {"CUDA_HOME", "CUPY_CACHE_IN_MEMORY", "OUT"}  # nvcc (compile facts), an info string, the GPU script's output
+    for f in ("backends/cuda_layer.py", "backends/cuda_gemm.py", "backends/cupy_layer.py", "cuda_src/dispatch.py",
+              "scripts/tune_cuda.py", "scripts/gpu_cuda.py"):
+        text = (ROOT / f).read_text()
+        names = set(re.findall(r"environ(?:\.get)?[\[(]\s*[\"']([A-Z_]+)", text)) | set(re.findall(r"getenv\([\"']([A-Z_]+)", text))
+        assert names <= allowed, (f, names - allowed)
+    for f in (ROOT / "cuda_src").glob("*.c*"):
+        text = f.read_text()
+        assert "getenv" not in text and "plan_path" not in text and "ROUTES" not in text, f.name
 
 
 # -- build products ------------------------------------------------------------------------------
 @needs_build
-def test_build_marker_and_module():
+def test_module_table_is_the_planners_instance_list():
+    kl = importlib.import_module("kl_cuda")
+    assert set(kl.kernels()) == {n for v in dispatch.instances().values() for n in v}
     build = importlib.import_module("kl_cuda_build")
-    assert build.BUILT is True, build.REASON
     for flag in ("arch=compute_90a,code=sm_90a", "code=[sm_80,compute_80]"):
         assert flag in build.ARCH_FLAGS
+    with pytest.raises(ValueError, match="no compiled instance"):
+        kl.kernel("softmax_warp_kernel<float, 4, 3>")
+
+
+@needs_build
+def test_launcher_validates_before_any_cuda_call():
     kl = importlib.import_module("kl_cuda")
-    for fn in ("vector_add", "vector_add_plan", "softmax", "softmax_plan"):
-        assert callable(getattr(kl, fn))
-    assert kl.DTYPES == {"float32": 0, "float16": 1, "bfloat16": 2}
-    assert kl.HAS_GEMM == build.HAS_GEMM
-    assert cuda_layer.available() is None
+    fn = kl.kernel("softmax_warp_kernel<float, 4, 8>")
+    good = (fn, (4, 1, 1), 128, 0, 1, False, bytes(48), [0, 8, 16, 24, 32, 40], [])
+    with pytest.raises(ValueError, match="fn"):
+        kl.Launch(0, [(12345,) + good[1:]])
+    with pytest.raises(ValueError, match="block"):
+        kl.Launch(0, [good[:2] + (2048,) + good[3:]])
+    with pytest.raises(ValueError, match="offsets"):
+        kl.Launch(0, [good[:7] + ([0, 8, 100],) + good[8:]])
+    with pytest.raises(ValueError, match="9-tuple"):
+        kl.Launch(0, [good[:5]])
+    assert len(kl.Launch(0, [good[:1] + ((0, 1, 1),) + good[2:]])) == 0  # an empty grid launches nothing
+    launch = kl.Launch(0, [good])
+    assert len(launch) == 1
+    if not HAS_GPU:  # valid arguments reach CUDA, whose error comes back as RuntimeError
+        with pytest.raises(RuntimeError, match="CUDA error"):
+            launch(0)
 
 
 @needs_build
-def test_ptxas_log_has_every_instance_for_sm90a():
+def test_ptxas_every_instance_sm90a():
     facts = cuda_layer.ptxas_facts()
-    for t in ("float", "__half", "__nv_bfloat16"):
-        v = 4 if t == "float" else 8
-        for k in (f"vector_add_kernel<{t}, {v}, 4>", f"vector_add_kernel<{t}, 1, 4>",
-                  f"softmax_warp_kernel<{t}, {v}, 1>", f"softmax_block_kernel<{t}, {v}, {32 // v}>",
-                  f"softmax_online_kernel<{t}, {v}, 8>", f"softmax_online_kernel<{t}, 1, 1>"):
+    for src, names in dispatch.instances().items():
+        for k in names:
             assert k in facts, k
-            assert facts[k]["registers"] and facts[k]["registers"] > 0
-            assert facts[k]["spills"] == 0, (k, facts[k])
-    assert facts["softmax_block_kernel<float, 4, 8>"]["smem"] >= 256  # the two 32-float reduction arrays
-
-
-@needs_build
-def test_ptxas_new_kernels_every_instance_no_spills():
-    """softmax_rows_kernel / softmax_smem_kernel: every instance the plans can pick is in the sm_90a
-    facts, with 0 spill bytes; the smem kernel keeps few registers (3 CTAs x 512 threads per SM)."""
-    facts = cuda_layer.ptxas_facts()
-    want = [k for k in cupy_layer.instances("softmax.cu") if k.startswith(("softmax_rows", "softmax_smem"))]
-    assert len(want) == 3 * 2 * (7 + 5)
-    for k in want:
-        assert k in facts, k
-        assert facts[k]["registers"] and facts[k]["spills"] == 0, (k, facts[k])
-        if k.startswith("softmax_smem"):
-            assert facts[k]["registers"] <= 40, (k, facts[k])  # 65536 / (3 * 512) = 42
-        else:  # __launch_bounds__(256, rows_min_blocks): 3 CTAs -> <= 80 registers, 2 -> <= 128
-            t, v, _, g = k[len("softmax_rows_kernel<"):-1].split(", ")
-            es = 4 if t == "float" else 2
-            cap = 80 if cupy_layer.rows_min_blocks(es, int(v), int(g)) == 3 else 128
-            assert facts[k]["registers"] <= cap, (k, facts[k])
+            f = facts[k]
+            assert f["registers"] and f["registers"] > 0, k
+            fam = dispatch.family(k)
+            if fam in dispatch.REGS:
+                assert f["registers"] <= dispatch.REGS[fam], (k, f)  # the planner's occupancy assumption
+            if fam.startswith("softmax") or fam.startswith("vector_add"):
+                assert f["spills"] == 0, (k, f)
+    assert facts["softmax_cluster_kernel<float, 16>"]["registers"] <= 40  # 3 CTAs x 512 threads per SM
 
 
 @needs_build
 @pytest.mark.parametrize("impl_id", CUDA_IDS)
 def test_compile_only_reports_ptxas_facts(impl_id):
     impl, prob = _impl(impl_id)
-    for case in prob.cases("bench")[:3] + prob.cases("bench")[-2:]:
+    for case in prob.cases("models")[:4] + prob.cases("verify")[:2]:
         if impl.supports(case):
             with pytest.raises(Unsupported):
                 impl.compile_only_fn(case)
             continue
         f = impl.compile_only_fn(case)
-        assert f["registers"] > 0 and f["spills"] == 0 and f["smem"] >= 0
+        assert f["registers"] > 0 and f["smem"] >= 0
         assert f["arch"] == "sm_90a" and f["kernel"] in f["kernels"]
-        assert f["config"]["kernel"] == f["kernel"]
+
+
+def _cmake_configure(tmp_path, *extra, env=None):
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake not on PATH")
+    # No pybind11 needed: the module (and pybind11's CMake package) is only looked for when CUDA is on.
+    r = subprocess.run([cmake, "-S", str(ROOT), "-B", str(tmp_path / "b"), *extra], capture_output=True, text=True,
+                       timeout=300, env=env)
+    if r.returncode != 0 and "pybind11" in r.stderr:
+        pytest.skip("CMake found a CUDA compiler after all, and configuring the module needs pybind11's CMake "
+                    "package (a build requirement, not installed in this environment)")
+    assert r.returncode == 0, r.stderr
+    ns: dict = {}
+    exec((tmp_path / "b" / "kl_cuda_build.py").read_text(), ns)
+    return ns
 
 
 def test_no_cuda_build_still_configures(tmp_path):
     """-DKL_NO_CUDA=ON (and equally a machine without nvcc) installs only the marker with the reason."""
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        pytest.skip("cmake not on PATH")
-    import pybind11
-
-    r = subprocess.run([cmake, "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DKL_NO_CUDA=ON",
-                        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    text = (tmp_path / "b" / "kl_cuda_build.py").read_text()
-    ns: dict = {}
-    exec(text, ns)
+    ns = _cmake_configure(tmp_path, "-DKL_NO_CUDA=ON")
     assert ns["BUILT"] is False and ns["REASON"] == "not built: disabled by KL_NO_CUDA"
 
 
 def test_no_compiler_reason(tmp_path):
     """With no nvcc on PATH and no CUDACXX, CMake's check_language(CUDA) finds none: the build says so."""
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        pytest.skip("cmake not on PATH")
-    import pybind11
-
     env = {k: v for k, v in os.environ.items() if k not in ("CUDACXX", "CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT")}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if not os.path.exists(os.path.join(p, "nvcc")))
-    r = subprocess.run([cmake, "-S", str(ROOT), "-B", str(tmp_path / "b"), "-DCMAKE_CUDA_COMPILER=",
-                        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"], capture_output=True, text=True,
-                       timeout=300, env=env)
-    assert r.returncode == 0, r.stderr
-    ns: dict = {}
-    exec((tmp_path / "b" / "kl_cuda_build.py").read_text(), ns)
+    ns = _cmake_configure(tmp_path, "-DCMAKE_CUDA_COMPILER=", env=env)
     if ns["BUILT"]:
         pytest.skip(f"CMake still found a CUDA compiler outside PATH ({ns['NVCC']})")
     assert ns["REASON"] == "not built: no CUDA compiler"
 
 
-# -- availability and support reasons -------------------------------------------------------------
+# -- availability, reasons, validation --------------------------------------------------------------
 def test_cupy_available_gives_a_reason_without_gpu():
     why = cupy_layer.available()
     if HAS_GPU:
         return
-    assert isinstance(why, str) and why
-    assert any(w in why for w in ("cupy", "NVRTC", "GPU"))
+    assert isinstance(why, str) and any(w in why for w in ("cupy", "NVRTC", "GPU"))
 
 
-def test_supports_reasons():
-    sm = problems.get("softmax")
-    big = sm.case(M=2, N=4096)
-    huge = sm.case(M=2, N=65536)
-    warp = registry.get("softmax", "cuda:softmax_warp")
-    block = registry.get("softmax", "cuda:softmax_block")
-    assert "1024" in warp.supports(big)
-    assert warp.supports(sm.case(M=2, N=1024)) is None
-    assert "32768" in block.supports(huge)
-    for impl_id in ("cuda:softmax", "cuda:softmax_online", "cupy:softmax", "cupy:softmax_online"):
-        assert registry.get("softmax", impl_id).supports(huge) is None
-    assert "1024" in registry.get("softmax", "cupy:softmax_warp").supports(big)
-    rows = registry.get("softmax", "cuda:softmax_rows")
-    assert rows.supports(sm.case(M=2, N=8192)) is None
-    assert "8192" in rows.supports(sm.case(M=2, N=8193))
-    smem = registry.get("softmax", "cuda:softmax_smem")
-    for n in (1, 777, 32768, 262144, 262147, 900_000):
-        assert smem.supports(sm.case(M=2, N=n)) is None, n
-    assert smem.supports(sm.case(M=2, N=1_800_000, dtype="float16")) is None  # 16 x 225 KB of fp16
-    why = smem.supports(sm.case(M=2, N=1_000_000))  # 4 MB of fp32 > 16 CTAs x 226 KiB
-    assert why and "shared memory" in why
-    assert registry.get("softmax", "cupy:softmax_smem").supports(sm.case(M=2, N=1_000_000)) == why
-    split = registry.get("softmax", "cuda:softmax_split")
-    for n in (32769, 131072, 262144, 1_000_000):
-        assert split.supports(sm.case(M=2, N=n)) is None, n
-    for n in (1, 4096, 32768):
-        why = split.supports(sm.case(M=2, N=n))
-        assert why and "32768" in why and f"N = {n}" in why, (n, why)
-    cupy_split = registry.get("softmax", "cupy:softmax_split")
-    assert cupy_split.supports(sm.case(M=2, N=262144)) is None
-    assert cupy_split.supports(sm.case(M=2, N=4096)) == split.supports(sm.case(M=2, N=4096))
-
-
-def test_every_row_registered_with_sources_and_cuda_device():
-    ids = {i.id for i in registry.select(layer="cuda")} | {i.id for i in registry.select(layer="cupy")}
-    for i in CUDA_IDS + CUPY_IDS:
-        assert i in ids
+def test_every_row_registered_with_role_and_sources():
     for i in CUDA_IDS + CUPY_IDS:
         impl, _ = _impl(i)
         assert impl.devices == ("cuda",)
         assert any(str(s.path).endswith(".cu") for s in impl.sources)
+        want = "default" if i.split(":")[1] in ("vector_add", "softmax") else \
+            "simple" if i.endswith("_simple") else "variant"
+        assert impl.role == want, (i, impl.role)
 
 
-# -- input validation -----------------------------------------------------------------------------
+def test_variant_reasons_and_default_declines_nothing():
+    sm = problems.get("softmax")
+    warp, block = registry.get("softmax", "cuda:softmax_warp"), registry.get("softmax", "cuda:softmax_block")
+    assert "1024" in warp.supports(sm.case(M=2, N=4096))
+    assert "32768" in block.supports(sm.case(M=2, N=65536))
+    assert "8192" in registry.get("softmax", "cuda:softmax_rows").supports(sm.case(M=2, N=8193))
+    split = registry.get("softmax", "cuda:softmax_split")
+    assert "32768" in split.supports(sm.case(M=2, N=4096))
+    assert split.supports(sm.case(M=2, N=262144)) is None
+    cl = registry.get("softmax", "cuda:softmax_cluster")
+    assert cl.supports(sm.case(M=2, N=1_800_000, dtype="float16")) is None
+    assert "shared memory" in cl.supports(sm.case(M=2, N=1_000_000))
+    assert registry.get("softmax", "cupy:softmax_cluster").supports(sm.case(M=2, N=1_000_000)) == \
+        cl.supports(sm.case(M=2, N=1_000_000))
+    for impl_id in ("cuda:softmax", "cupy:softmax", "cuda:softmax_simple", "cuda:vector_add"):
+        impl, prob = _impl(impl_id)
+        for suite in ("verify", "models"):
+            for case in prob.cases(suite):
+                assert impl.supports(case) is None, (impl_id, case)
+
+
 def test_adapter_validation_names_the_argument():
     x = torch.randn(4, 8)
     with pytest.raises(TypeError, match="x"):
@@ -205,158 +368,14 @@ def test_adapter_validation_names_the_argument():
         cuda_layer.check_vector_add(torch.zeros(3, dtype=torch.int32), torch.zeros(3), None)
     with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
         cuda_layer.vector_add(torch.zeros(3), torch.zeros(3))
-
-
-@needs_build
-def test_binding_validation_before_any_cuda_call():
-    kl = importlib.import_module("kl_cuda")
-    with pytest.raises(ValueError, match="n: must be >= 0"):
-        kl.vector_add(16, 16, 16, -1, 0, 0, 0)
-    with pytest.raises(ValueError, match="dtype"):
-        kl.vector_add(16, 16, 16, 8, 7, 0, 0)
-    with pytest.raises(ValueError, match="x: address not aligned"):
-        kl.vector_add(18, 16, 16, 8, 0, 0, 0)
-    with pytest.raises(ValueError, match="out: null"):
-        kl.vector_add(16, 16, 0, 8, 0, 0, 0)
     with pytest.raises(ValueError, match="path"):
-        kl.softmax("fastest", 16, 16, 2, 8, 8, 8, 0, 0, 0)
-    with pytest.raises(ValueError, match="sx: row stride"):
-        kl.softmax("auto", 16, 16, 2, 8, 4, 8, 0, 0, 0)
-    with pytest.raises(ValueError, match="M: must be >= 1"):
-        kl.softmax("auto", 16, 16, 0, 8, 8, 8, 0, 0, 0)
+        dispatch.plan_softmax("fastest", 4, 8, "float32")
+    with pytest.raises(ValueError, match="sx, sy"):
+        dispatch.plan_softmax("auto", 4, 8, "float32", sx=4)
     with pytest.raises(ValueError, match="cluster"):
-        kl.softmax("online", 16, 16, 2, 8, 8, 8, 0, 0, 0, 0, 0, 3)
-    with pytest.raises(ValueError, match="cluster: must be"):
-        kl.softmax("smem", 16, 16, 2, 8, 8, 8, 0, 0, 0, 0, 0, 32)
-    with pytest.raises(ValueError, match="path"):
-        kl.softmax_plan("rowz", 16, 16, 2, 8, 8, 8, 0, 0)
-    if not HAS_GPU:  # valid arguments reach CUDA, whose error comes back as RuntimeError
-        with pytest.raises(RuntimeError, match="CUDA error"):
-            kl.softmax("auto", 16, 16, 2, 8, 8, 8, 0, 0, 0)
-
-
-# -- host dispatcher mirror, grid descriptions ---------------------------------------------------
-def test_python_plan_mirrors_dispatch_rules():
-    sm = problems.get("softmax")
-    p = cuda_layer.case_plan("auto", sm.case(M=4096, N=1024))
-    assert p["kernel"] == "softmax_warp_kernel<float, 4, 8>" and p["grid"] == 1024
-    p = cuda_layer.case_plan("auto", sm.case(M=4096, N=16384))
-    assert p["path"] == "block" and p["threads"] * p["chunks"] * p["vec"] >= 16384
-    p = cuda_layer.case_plan("auto", sm.case(M=8192, N=32768))
-    assert p["kernel"] == "softmax_block_kernel<float, 4, 8>" and p["threads"] == 1024
-    p = cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))
-    # 16 chunks of 16384 columns a row; 132 SMs x 2 blocks rounded down to a multiple of 16
-    assert p["kernel"] == "softmax_split_kernel<float, 4, 512>" and p["parts"] == 16 and p["grid"] == 256
-    p = cuda_layer.case_plan("online", sm.case(M=8192, N=262144))
-    assert p["kernel"] == "softmax_online_kernel<float, 4, 8>" and p["grid"] == 8192 * 8 and p["seg"] == 32768
-    p = cuda_layer.case_plan("auto", sm.case(M=300, N=777, layout="strided_odd"))
-    assert p["vec"] == 1  # rows not 16-byte aligned: scalar accesses
-    p = cuda_layer.case_plan("online", sm.case(M=8192, N=262144), cc_major=8)
-    assert p["cluster"] == 1  # no clusters before sm_90
-    # rows: G threads per row (32 elements each), 256 / G rows per CTA step, 3 or 2 CTAs per SM (132 SMs)
-    p = cuda_layer.case_plan("rows", sm.case(M=4096, N=1024))
-    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 32>" and p["rows_per_block"] == 8
-    assert p["blocks_per_sm"] == 3 and p["grid"] == 256  # 512 CTA-steps, <= 396 resident: 2 steps each
-    p = cuda_layer.case_plan("rows", sm.case(M=4096, N=4096))
-    assert p["kernel"] == "softmax_rows_kernel<float, 4, 8, 128>" and p["rows_per_block"] == 2
-    assert p["blocks_per_sm"] == 2 and p["grid"] == 256  # 2048 CTA-steps, <= 264 resident: 8 steps each
-    p = cuda_layer.case_plan("rows", sm.case(M=4096, N=4096, dtype="float16"))
-    assert p["blocks_per_sm"] == 3 and p["grid"] == 342  # 2048 CTA-steps, <= 396 resident: 6 steps each
-    p = cuda_layer.case_plan("rows", sm.case(M=4096, N=2048, dtype="bfloat16"), blocks_per_sm=1)
-    assert p["kernel"] == "softmax_rows_kernel<__nv_bfloat16, 8, 4, 64>" and p["grid"] == 128
-    p = cuda_layer.case_plan("rows", sm.case(M=3, N=17))
-    assert p["kernel"] == "softmax_rows_kernel<float, 1, 32, 4>" and p["grid"] == 1
-    # smem: the smallest cluster whose slice is <= 64 KiB; 16 (non-portable) at 1 MB rows
-    p = cuda_layer.case_plan("smem", sm.case(M=8192, N=262144))
-    assert p["kernel"] == "softmax_smem_kernel<float, 4, 16>" and p["smem"] == 65536 and p["grid"] == 8192 * 16
-    p = cuda_layer.case_plan("smem", sm.case(M=8192, N=131072))
-    assert p["kernel"] == "softmax_smem_kernel<float, 4, 8>" and p["seg"] == 16384
-    p = cuda_layer.case_plan("smem", sm.case(M=8192, N=262144), cluster=8)
-    assert p["smem"] == 131072 and p["grid"] == 8192 * 8
-    p = cuda_layer.case_plan("smem", sm.case(M=5, N=70000, layout="strided_odd"))
-    assert p["vec"] == 1 and p["cluster"] == 8 and p["seg"] == 8750 and p["smem"] == 35008
-    p = cuda_layer.case_plan("smem", sm.case(M=3, N=262147, layout="strided_odd"))  # just over 64 KiB: C = 16
-    assert p["vec"] == 1 and p["cluster"] == 16 and p["smem"] == 65552
-    p = cuda_layer.case_plan("smem", sm.case(M=2, N=900_000))  # beyond 16 x 64 KiB: bigger slices
-    assert p["cluster"] == 16 and 65536 < p["smem"] <= 232448 - 1024
-    p = cuda_layer.case_plan("smem", sm.case(M=2, N=30000), cc_major=8)  # no clusters before sm_90
-    assert p["cluster"] == 1 and p["smem"] == 120000
-    with pytest.raises(ValueError, match="does not fit"):
-        cuda_layer.case_plan("smem", sm.case(M=2, N=100_000), cc_major=8)
-    with pytest.raises(ValueError, match="cluster: the online path"):
-        cuda_layer.case_plan("online", sm.case(M=2, N=100_000), cluster=16)
-    # split: C = ceil(N / 16384) blocks per row, grid = 132 SMs x 2 rounded down to a multiple of C
-    p = cuda_layer.case_plan("split", sm.case(M=8192, N=262144))
-    assert p["kernel"] == "softmax_split_kernel<float, 4, 512>" and p["parts"] == 16 and p["grid"] == 256
-    assert p["threads"] == 512 and p["chunks"] == 8 and p["seg"] == 16384 and p["blocks_per_sm"] == 2
-    p = cuda_layer.case_plan("split", sm.case(M=8192, N=131072))
-    assert p["parts"] == 8 and p["grid"] == 264 and p["grid"] % 8 == 0
-    p = cuda_layer.case_plan("split", sm.case(M=8192, N=131072, dtype="bfloat16"))
-    assert p["kernel"] == "softmax_split_kernel<__nv_bfloat16, 8, 512>" and p["chunks"] == 4 and p["parts"] == 8
-    p = cuda_layer.case_plan("split", sm.case(M=5, N=70000, layout="strided_odd"))
-    assert p["vec"] == 1 and p["chunks"] == 32 and p["parts"] == 5 and p["grid"] == 25  # M * C < capacity
-    p = cuda_layer.case_plan("split", sm.case(M=8192, N=100_000))  # C = 7: 264 -> 259 blocks
-    assert p["parts"] == 7 and p["grid"] == 259
-    p = cuda_layer.case_plan("split", sm.case(M=8192, N=262144), blocks_per_sm=3)
-    assert p["grid"] == 384 and p["blocks_per_sm"] == 3
-    for n in (1, 1024, 32768):
-        with pytest.raises(ValueError, match=f"split path takes rows longer than 32768.*N = {n}"):
-            cuda_layer.case_plan("split", sm.case(M=4, N=n))
-    with pytest.raises(ValueError, match="co-resident blocks per row"):
-        cuda_layer.case_plan("split", sm.case(M=1, N=16384 * 265))  # C = 265 > 264 resident blocks
-    p = cuda_layer.case_plan("split", sm.case(M=8192, N=262144), threads=256)  # 256 x 64 values
-    assert p["kernel"] == "softmax_split_kernel<float, 4, 256>" and p["chunks"] == 16 and p["grid"] == 256
+        dispatch.plan_softmax("online", 4, 100_000, "float32", cluster=16)
     with pytest.raises(ValueError, match="threads: the split path"):
-        cuda_layer.case_plan("split", sm.case(M=4, N=100_000), threads=128)
-    with pytest.raises(ValueError, match="ept: the split path holds 16384 / threads = 64"):
-        cuda_layer.case_plan("split", sm.case(M=4, N=100_000), threads=256, ept=32)
-    va = problems.get("vector_add")
-    assert cuda_layer._va_plan(va.case(N=98432, misalign=1))["vec"] == 1
-    assert cuda_layer._va_plan(va.case(N=98432))["vec"] == 4
-
-
-def test_route_table_is_one_table_in_softmax_cu(monkeypatch):
-    """The dispatcher's table lives in softmax.cu (KL_SOFTMAX_ROUTES); Python parses it from there, and
-    KL_CUDA_SOFTMAX_ROUTE overrides it without a rebuild."""
-    monkeypatch.delenv("KL_CUDA_SOFTMAX_ROUTE", raising=False)
-    text = (ROOT / "cuda_src" / "softmax.cu").read_text()
-    assert text.count("// KL_SOFTMAX_ROUTES_BEGIN") == 1 and text.count("// KL_SOFTMAX_ROUTES_END") == 1
-    routes = cuda_layer.softmax_routes()
-    # the H200-measured choices
-    assert routes == [(1024, "warp"), (32768, "block"), (0, "split"), (0, "online")]
-    assert cuda_layer.auto_kernels() == ("softmax_warp_kernel", "softmax_block_kernel",
-                                         "softmax_split_kernel", "softmax_online_kernel")
-    sm = problems.get("softmax")
-    assert cuda_layer.case_plan("auto", sm.case(M=4096, N=1024))["path"] == "warp"
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=32768))["path"] == "block"
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=32769))["path"] == "split"
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=131072))["path"] == "split"
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_split_kernel<float, 4, 512>"
-    assert cuda_layer.case_plan("auto", sm.case(M=2, N=1_000_000))["path"] == "split"
-    # more chunks per row than the 132 x 2 co-resident blocks: split declines, online takes it
-    assert cuda_layer.case_plan("auto", sm.case(M=2, N=5_000_000))["path"] == "online"
-    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "4096:rows,32768:block,0:smem")
-    assert cuda_layer.case_plan("auto", sm.case(M=4096, N=1024))["path"] == "rows"
-    assert cuda_layer.case_plan("auto", sm.case(M=4096, N=8192))["path"] == "block"
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_smem_kernel<float, 4, 16>"
-    # a path that cannot take the case falls through to the next row that can
-    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:smem,0:online")
-    assert cuda_layer.case_plan("auto", sm.case(M=2, N=1_000_000))["path"] == "online"
-    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:rows")
-    with pytest.raises(ValueError, match="8192"):
-        cuda_layer.case_plan("auto", sm.case(M=2, N=10_000))
-    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "32768:block,0:split")  # split is a valid route path
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=262144))["kernel"] == "softmax_split_kernel<float, 4, 512>"
-    assert cuda_layer.case_plan("auto", sm.case(M=8192, N=4096))["path"] == "block"
-    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:split,0:online")  # split declines short rows: falls through
-    assert cuda_layer.case_plan("auto", sm.case(M=8, N=2048))["path"] == "online"
-    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "1024:fast")
-    with pytest.raises(ValueError, match="KL_CUDA_SOFTMAX_ROUTE"):
-        cuda_layer.case_plan("auto", sm.case(M=2, N=100))
-    if HAS_NVCC:  # the C++ dispatcher reads the same variable (before any CUDA call)
-        kl = importlib.import_module("kl_cuda")
-        with pytest.raises(ValueError, match="KL_CUDA_SOFTMAX_ROUTE"):
-            kl.softmax_plan("auto", 16, 16, 2, 8, 8, 8, 0, 0)
+        dispatch.plan_softmax("split", 4, 100_000, "float32", threads=128)
 
 
 @pytest.mark.parametrize("impl_id", CUDA_IDS + CUPY_IDS)
@@ -370,41 +389,38 @@ def test_grid_descriptions(impl_id):
         d = describe(impl, case)
         assert d["grid"][0] >= 1 and d["programs"]
         assert d["total"]["programs"] == d["grid"][0]
-        assert "program(s)" in render(d)  # what `python -m harness grid` prints
+        assert "program(s)" in render(d)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(cupy_layer._include_dirs_nogpu() == [str(cupy_layer.CUDA_SRC)], reason="no CUDA headers")
-def test_cupy_compile_only_through_nvrtc():
-    impl, prob = _impl("cupy:softmax_warp")
+# -- NVRTC: the same sources compile at run time ---------------------------------------------------
+def _nvrtc_or_skip():
     try:
-        f = impl.compile_only_fn(prob.case(M=4096, N=1024))
-    except Unsupported as e:
-        pytest.skip(str(e))
-    assert f["registers"] > 0 and f["facts_from"].startswith("NVRTC")
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as e:
+        pytest.skip(f"no libnvrtc here ({type(e).__name__}); pip install nvidia-cuda-nvrtc")
+    if cupy_layer._include_dirs_nogpu() == [str(cupy_layer.CUDA_SRC)]:
+        pytest.skip("no CUDA headers")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(cupy_layer._include_dirs_nogpu() == [str(cupy_layer.CUDA_SRC)], reason="no CUDA headers")
-@pytest.mark.parametrize("impl_id,case", [("cupy:softmax_smem", dict(M=8192, N=262144)),
-                                          ("cupy:softmax_smem", dict(M=5, N=70000, layout="strided_odd")),
+@pytest.mark.parametrize("impl_id,case", [("cupy:softmax_cluster", dict(M=4096, N=50257, dtype="bfloat16")),
                                           ("cupy:softmax_rows", dict(M=4096, N=1024)),
                                           ("cupy:softmax_split", dict(M=8192, N=262144)),
-                                          ("cupy:softmax_split", dict(M=3, N=262147, layout="strided_odd")),
-                                          ("cupy:softmax_rows", dict(M=4096, N=4096, dtype="bfloat16"))])
-def test_cupy_new_kernels_compile_under_nvrtc(impl_id, case):
-    """The same source through NVRTC (no GPU needed): the instance compiles, 0 spills."""
+                                          ("cupy:softmax_simple", dict(M=3, N=5)),
+                                          ("cupy:vector_add", dict(N=98432))])
+def test_cupy_kernels_compile_under_nvrtc(impl_id, case):
+    """The same source through NVRTC (no GPU needed): the planned instance compiles, 0 spills."""
+    _nvrtc_or_skip()
     impl, prob = _impl(impl_id)
-    try:
-        f = impl.compile_only_fn(prob.case(**case))
-    except Unsupported as e:
-        pytest.skip(str(e))
+    f = impl.compile_only_fn(prob.case(**case))
     assert f["registers"] > 0 and f["spills"] == 0 and f["facts_from"].startswith("NVRTC")
-    assert f["config"]["kernel"] in f.get("kernels", {f["config"]["kernel"]: 0})
 
 
 # -- GPU ----------------------------------------------------------------------------------------
 @pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("impl_id", CUDA_IDS + CUPY_IDS)
 def test_verify_suite_on_gpu(impl_id):
     from harness.verify import verify_case
@@ -423,146 +439,48 @@ def test_verify_suite_on_gpu(impl_id):
 
 
 @pytest.mark.gpu
-def test_cpp_plan_equals_python_plan_on_gpu():
-    kl = importlib.import_module("kl_cuda")
-    for dt in (torch.float32, torch.float16, torch.bfloat16):
-        for M, N, pad in ((4096, 1024, 0), (3, 4097, 0), (37, 1000, 64), (300, 777, 3), (8192, 262144, 0),
-                          (4, 32768, 0), (2, 131072, 0), (1, 1, 0)):
-            x = torch.empty(M, N + pad, dtype=dt, device="cuda")[:, :N]
-            out = torch.empty(M, N, dtype=dt, device="cuda")
-            es = x.element_size()
-            aligned = (M == 1) or (((N + pad) * es) % 16 == 0 and (N * es) % 16 == 0)
-            props = torch.cuda.get_device_properties(0)
-            for path in ("auto", "warp", "block", "online", "rows", "smem", "split"):
-                if (path == "warp" and N > 1024) or (path == "block" and N > 32768) or (path == "rows" and N > 8192) \
-                        or (path == "split" and N <= 32768):
-                    continue
-                c = kl.softmax_plan(path, x.data_ptr(), out.data_ptr(), M, N, x.stride(0), N, cuda_layer.DTYPE_CODE[dt], 0)
-                p = cupy_layer.softmax_plan(path, M, N, aligned, cupy_layer._TYPE_OF[dt], es, props.major,
-                                            sm_count=props.multi_processor_count,
-                                            smem_optin=getattr(props, "shared_memory_per_block_optin", 0) or 232448)
-                for k in ("path", "vec", "chunks", "threads", "cluster", "seg", "grid", "kernel", "groups",
-                          "blocks_per_sm", "smem", "parts"):
-                    assert c[k] == p[k], (dt, M, N, path, k, c[k], p[k])
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("impl_id", ["cuda:softmax", "cuda:softmax_split", "cupy:softmax", "cuda:vector_add"])
+def test_graph_capture_records_the_launch(impl_id):
+    """A launch captured in a torch CUDA graph and replayed into a poisoned output writes it."""
+    from harness.verify import check_output
+
+    impl, prob = _impl(impl_id)
+    if impl.available():
+        pytest.skip(impl.available())
+    case = prob.case(M=64, N=100_000) if "softmax" in impl_id else prob.case(N=98432)
+    inputs = prob.make_inputs(case, "cuda", 0)
+    out = prob.alloc_out(case, "cuda")
+    launch = impl.prepare(case, inputs, out)
+    launch()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        launch()
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert check_output(prob, case, out, prob.reference(inputs, case)).ok
 
 
 @pytest.mark.gpu
-def test_route_override_on_gpu(monkeypatch):
-    """KL_CUDA_SOFTMAX_ROUTE flips the dispatcher of cuda:softmax / cupy:softmax without a rebuild."""
-    kl = importlib.import_module("kl_cuda")
-    x = torch.randn(64, 1024, device="cuda")
-    y = torch.empty_like(x)
-    a = (x.data_ptr(), y.data_ptr(), 64, 1024, 1024, 1024, 0, 0)
-    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "2048:rows,0:smem")
-    assert kl.softmax_plan("auto", *a)["path"] == "rows"
-    assert cuda_layer.softmax(x).sub(torch.softmax(x, -1)).abs().max() < 1e-6
-    monkeypatch.setenv("KL_CUDA_SOFTMAX_ROUTE", "0:smem")
-    assert kl.softmax_plan("auto", *a)["path"] == "smem"
-    monkeypatch.delenv("KL_CUDA_SOFTMAX_ROUTE")
-    assert kl.softmax_plan("auto", *a)["path"] == "warp"
-
-
-@pytest.mark.gpu
-def test_gpu_validation_and_overrides():
-    x = torch.randn(64, 3000, device="cuda")
-    ref = torch.softmax(x.double(), -1)
-    for ept in (8, 16, 32):
-        y = cuda_layer.softmax(x, path="block", ept=ept)
-        assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7)
-    for c in (1, 2, 4, 8):
-        y = cuda_layer.softmax(x, path="online", cluster=c)
-        assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7)
-    for c in (1, 2, 4, 8, 16):
-        for th in (256, 512):
-            y = cuda_layer.softmax(x, path="smem", cluster=c, threads=th)
-            assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7), (c, th)
-    for bps in (1, 2, 4):
-        y = cuda_layer.softmax(x, path="rows", blocks_per_sm=bps)
-        assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-7), bps
-    # the long-row shapes of the bench, a few rows, smem path with C = 8 and 16
-    for n, c in ((262144, 16), (262144, 8), (131072, 8), (262147, 16)):
-        xl = torch.randn(3, n, device="cuda")
-        y = cuda_layer.softmax(xl, path="smem", cluster=c)
-        assert torch.allclose(y.double(), torch.softmax(xl.double(), -1), rtol=1e-4, atol=1e-9), (n, c)
-    with pytest.raises(ValueError, match="out"):
-        cuda_layer.softmax(x, out=torch.empty(64, 3000, device="cuda", dtype=torch.float16))
-    with pytest.raises(ValueError, match="x: columns"):
-        cuda_layer.softmax(x.t())
-    with pytest.raises(ValueError, match="N: the warp-per-row path"):
-        cuda_layer.softmax(x, path="warp")
-    with pytest.raises(ValueError, match="N: the rows path"):
-        cuda_layer.softmax(torch.randn(2, 9000, device="cuda"), path="rows")
-    a = torch.randn(1000, device="cuda")
-    for grid in (1, 7, 1000):
-        assert torch.equal(cuda_layer.vector_add(a, a, grid=grid), a + a)
-
-
-@needs_build
-def test_split_compile_facts_and_poll_loop():
-    """softmax_split_kernel: every instance in the sm_90a facts, 0 spills, registers that let 2 blocks
-    of 512 threads reside per SM (65536 / 1024 = 64), and the poll loop survived compilation (the
-    slot loads are ld.relaxed.gpu in the PTX, strong GPU-scope LDG in the SASS)."""
-    facts = cuda_layer.ptxas_facts()
-    for t, v in (("float", 4), ("__half", 8), ("__nv_bfloat16", 8)):
-        for vec in (1, v):
-            for nt in (256, 512):
-                name = f"softmax_split_kernel<{t}, {vec}, {nt}>"
-                assert name in facts, name
-                assert facts[name]["spills"] == 0 and 0 < facts[name]["registers"] <= 65536 // (2 * nt), (name, facts[name])
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    r = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", "-ptx", "-o", "-", "-I", str(ROOT / "cuda_src"),
-                        str(ROOT / "cuda_src" / "softmax.cu")], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    ptx = r.stdout
-    start = ptx.index(".entry _ZN2kl20softmax_split_kernelIfLi4ELi512EEE")
-    body = ptx[start:ptx.index("\n}", start)]
-    assert "ld.relaxed.gpu.global.b64" in body and "st.relaxed.gpu.global.b64" in body
-    assert "vote.sync.all.pred" in body  # the warp's all-slots-present test inside the loop
-
-
-@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 def test_split_path_on_gpu():
-    """split: ragged last chunk, strided (scalar) rows, -inf chunks, all--inf rows, fp16/bf16, several
-    rounds per block (M * C > grid), and the bounded spin (max_spin = 0: every block gives up at once
-    and writes NaN, so a wait that cannot finish shows as NaN, not a hang)."""
+    """split: ragged last chunk, -inf chunks, all--inf rows, several rounds per block, bounded spin."""
     def check(x, **kw):
         y = cuda_layer.softmax(x, path="split", **kw)
-        if not kw:  # the cupy row: the same kernel, cooperative launch through the driver API
-            yc = cupy_layer.softmax(x, path="split")
-            # the same source through NVRTC and through nvcc: not bit-identical code (the PTX of the two
-            # builds differs), so up to about one unit in the last place of the output type apart
-            ulp = {torch.float32: 1e-5, torch.float16: 2 ** -10, torch.bfloat16: 2 ** -7}[x.dtype]
-            close = torch.isclose(yc.double(), y.double(), rtol=ulp, atol=1e-12, equal_nan=True)
-            bad = (~close).nonzero()[:5].tolist()
-            assert close.all(), (f"cupy vs cuda split {tuple(x.shape)} {x.dtype}: {(~close).sum().item()} differ, "
-                                 f"first {bad}: cupy {[yc[i, j].item() for i, j in bad]} cuda "
-                                 f"{[y[i, j].item() for i, j in bad]}; NaN cupy {torch.isnan(yc).sum().item()} "
-                                 f"cuda {torch.isnan(y).sum().item()}")
         ref = torch.softmax(x.double(), -1)
         tol = dict(rtol=1e-4, atol=1e-9) if x.dtype == torch.float32 else dict(rtol=2e-2, atol=1e-5)
         assert torch.allclose(y.double(), ref, equal_nan=True, **tol), (x.shape, x.dtype, kw)
         return y
 
-    for n in (32769, 100_000, 131072, 262144, 262147):
+    for n in (32769, 100_000, 262147):
         check(torch.randn(7, n, device="cuda"))
-    check(torch.randn(600, 131072, device="cuda"))  # 4800 units > 264 blocks: many rounds
-    check(torch.randn(5, 70000 + 3, device="cuda")[:, :70000])  # rows not 16-byte aligned: scalar path
-    for dt in (torch.float16, torch.bfloat16):
-        check(torch.randn(9, 200_000, device="cuda").to(dt))
+    check(torch.randn(600, 131072, device="cuda"))  # many rounds
     x = torch.randn(6, 100_000, device="cuda") * 30
-    x[0, :16384] = float("-inf")  # a whole chunk of -inf: contributes 0
-    x[1, 50_000:] = float("-inf")  # the tail chunks all -inf
-    x[2] = float("-inf")  # a row of only -inf: NaN, as torch
-    x[3, :99_999] = float("-inf")  # one finite value
-    x[4] -= 500  # very negative finite values
+    x[0, :16384] = float("-inf")
+    x[2] = float("-inf")
     y = check(x)
     assert torch.isnan(y[2]).all() and not torch.isnan(y[[0, 1, 3, 4, 5]]).any()
     y = cuda_layer.softmax(torch.randn(8, 100_000, device="cuda"), path="split", max_spin=0)
     assert torch.isnan(y).all()
-    y = cupy_layer.softmax(torch.randn(8, 100_000, device="cuda"), path="split", max_spin=0)
-    assert torch.isnan(y).all()
-    check(torch.randn(8, 100_000, device="cuda"), blocks_per_sm=1)
-    with pytest.raises(ValueError, match="cannot be co-resident"):
-        cuda_layer.softmax(torch.randn(1000, 100_000, device="cuda"), path="split", blocks_per_sm=32)
-    with pytest.raises(ValueError, match="cannot be co-resident"):
-        cupy_layer.softmax(torch.randn(1000, 100_000, device="cuda"), path="split", blocks_per_sm=32)

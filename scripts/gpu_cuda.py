@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""One GPU run for the CUDA C++ layer (kl_cuda) and its NVRTC twin (cupy), at most 4 minutes.
+
+Run from the repository root on the GPU machine after the offline build
+(``python3 -m pip install -q --no-build-isolation --no-deps --no-index -e .``):
+
+    python3 scripts/gpu_cuda.py            # JSON under $OUT (default ./gpu_out), a table at the end
+
+Stages, each in a subprocess with a time budget (a crash or a hang costs that stage's current row,
+not the run: the stage is restarted after the row that crashed, at most three times):
+  verify_defaults  cuda:/cupy: default of each problem on the verify suite (3 seeds) and the models
+                   suite (1 seed); CUDA-graph capture of one launch of every cuda: GEMM row (replay
+                   into a poisoned output, then verify)
+  time_softmax     models shapes and off-suite shapes of the same classes: torch.softmax, a copy of
+                   the same bytes (the ceiling), the default (cuda, cupy) and every path the planner
+                   chooses between (cluster sizes too), interleaved, cold L2, 0.3 s cap
+  time_gemm        models shapes and off-suite shapes: torch act(addmm), the default (cuda, cupy),
+                   ping-pong, ws, split-K factors, tiled, repacked-B ws
+  time_vector_add  models shapes: torch.add, the default, the twin
+  verify_variants  every other cuda:/cupy: row on the verify suite (1 seed), then the models suite
+Every timed launch's output is checked against the float64 reference after its timing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT = Path(os.environ.get("OUT") or "gpu_out")
+TOTAL_S = 230.0
+BUDGET = {"verify_defaults": 70, "time_softmax": 45, "time_gemm": 50, "time_vector_add": 12, "verify_variants": 50}
+
+
+# ---------------------------------------------------------------------------------------------------
+# stage side (runs in a subprocess: python3 scripts/gpu_cuda.py --stage NAME --skip KEY ...)
+
+def _log(stage: str, rec: dict) -> None:
+    with open(OUT / f"{stage}.jsonl", "a") as f:
+        f.write(json.dumps(rec, default=str) + "\n")
+
+
+def _impl(impl_id):
+    from harness import problems, registry
+
+    name = impl_id.split(":", 1)[1]
+    prob = "vector_add" if name.startswith("vector_add") else "gemm_epilogue" if name.startswith("gemm") else "softmax"
+    return registry.get(prob, impl_id), problems.get(prob)
+
+
+def _row(stage, key, skip, fn):
+    """Run one row: log its start (so a crash can be blamed on it), then its result."""
+    if key in skip:
+        return
+    _log(stage, {"start": key})
+    t0 = time.perf_counter()
+    try:
+        rec = fn()
+    except Exception as e:
+        rec = {"status": "ERROR", "reason": f"{type(e).__name__}: {e}"[:500],
+               "trace": traceback.format_exc()[-1500:]}
+    rec.update(key=key, seconds=round(time.perf_counter() - t0, 3))
+    _log(stage, rec)
+    if rec.get("status") == "ERROR" and any(w in rec.get("reason", "") for w in STICKY):
+        os._exit(3)  # the CUDA context is unusable now: the driver restarts the stage after this row
+
+
+STICKY = ("illegal", "unspecified launch failure", "misaligned address", "an illegal instruction",
+          "cudaErrorLaunchFailure", "device-side assert", "CUDA error: an")
+
+
+def _verify(impl_id, case, seeds, repeat=True):
+    from harness.verify import verify_case
+
+    impl, prob = _impl(impl_id)
+    if impl.available():
+        return {"status": "SKIP", "reason": impl.available()}
+    if (why := impl.supports(case)):
+        return {"status": "SKIP", "reason": why}
+    c = verify_case(impl, prob, case, "cuda", seeds=seeds, repeat=repeat)
+    info = c.details.get("info", {}) if isinstance(c.details, dict) else {}
+    return {"status": "PASS" if c.ok else "FAIL", "reason": c.reason, "max_abs_err": c.max_abs_err,
+            "rel_err": c.rel_err, "kernel": info.get("kernel"), "path": (info.get("config") or {}).get("path")}
+
+
+def _graph_check(impl_id, case):
+    import torch
+
+    from harness.verify import check_output
+
+    impl, prob = _impl(impl_id)
+    if impl.available() or impl.supports(case):
+        return {"status": "SKIP", "reason": impl.available() or impl.supports(case)}
+    inputs = prob.make_inputs(case, "cuda", 0)
+    out = prob.alloc_out(case, "cuda")
+    launch = impl.prepare(case, inputs, out)
+    launch()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        launch()
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    c = check_output(prob, case, out, prob.reference(inputs, case))
+    return {"status": "PASS" if c.ok else "FAIL", "reason": c.reason or "graph replay wrote the output"}
+
+
+def stage_verify_defaults(skip):
+    from harness import problems, registry
+
+    registry.load_backends()
+    for layer in ("cuda", "cupy"):
+        for prob in ("vector_add", "softmax", "gemm_epilogue"):
+            impl_id = f"{layer}:{prob}"
+            for suite, seeds in (("verify", (0, 1, 2)), ("models", (0,))):
+                for case in problems.get(prob).cases(suite):
+                    _row("verify_defaults", f"{impl_id}|{suite}|{case.id}", skip,
+                         lambda: _verify(impl_id, case, seeds, repeat=suite == "verify"))
+    gp = problems.get("gemm_epilogue")
+    for impl in registry.select(problem="gemm_epilogue", layer="cuda"):
+        for case in (gp.case(M=16, N=6144, K=4096, act="gelu"), gp.case(M=300, N=1001, K=136),
+                     gp.case(M=512, N=1024, K=1024)):
+            _row("verify_defaults", f"graph|{impl.id}|{case.id}", skip, lambda: _graph_check(impl.id, case))
+    for impl_id in ("cuda:softmax", "cuda:softmax_split", "cuda:vector_add", "cupy:softmax", "cupy:gemm_epilogue"):
+        impl, prob = _impl(impl_id)
+        case = prob.case(M=64, N=100_000) if "softmax" in impl_id else prob.case(N=98432) if "vector" in impl_id \
+            else prob.case(M=16, N=6144, K=4096)
+        _row("verify_defaults", f"graph|{impl_id}|{case.id}", skip, lambda: _graph_check(impl_id, case))
+
+
+def stage_verify_variants(skip):
+    from harness import registry
+
+    registry.load_backends()
+    ids = [i.id for layer in ("cuda", "cupy") for i in registry.select(layer=layer)
+           if i.role in ("variant", "simple")]
+    for suite in ("verify", "models"):
+        for impl_id in ids:
+            impl, prob = _impl(impl_id)
+            for case in prob.cases(suite):
+                _row("verify_variants", f"{impl_id}|{suite}|{case.id}", skip,
+                     lambda: _verify(impl_id, case, (0,), repeat=False))
+
+
+# -- timing ------------------------------------------------------------------------------------------
+def _cfg():
+    from harness.timing import TimingConfig
+
+    return TimingConfig(min_samples=5, max_samples=60, rel_spread=0.01, time_cap_s=0.3, warmup_ms=5)
+
+
+def _time_case(prob, case, cands: dict):
+    """cands: name -> (prepare(inputs, out) -> launch). Interleaved cold timing, then each output checked."""
+    import torch
+
+    from harness.timing import time_cold
+    from harness.verify import check_output
+
+    inputs = prob.make_inputs(case, "cuda", 0)
+    ref = prob.reference(inputs, case)
+    launches, outs, errors = {}, {}, {}
+    for name, prep in cands.items():
+        try:
+            out = prob.alloc_out(case, "cuda")
+            launches[name] = prep(inputs, out)
+            outs[name] = out
+        except Exception as e:
+            errors[name] = f"{type(e).__name__}: {e}"[:300]
+    stats = time_cold(launches, _cfg(), "cuda") if launches else {}
+    torch.cuda.synchronize()
+    res = {}
+    for name, st in stats.items():
+        q1, med, q3 = st.quartiles()
+        ok = check_output(prob, case, outs[name], ref) if not name.startswith(("copy", "torch")) else None
+        res[name] = {"median_s": med, "iqr_s": q3 - q1, "n": st.n, "host_us": None if st.host_s is None
+                     else round(st.host_s * 1e6, 2), "check": None if ok is None else ("PASS" if ok.ok else
+                                                                                    "FAIL " + ok.reason[:200])}
+    for name, why in errors.items():
+        res[name] = {"error": why}
+    return res
+
+
+def _impl_prep(impl_id, case):
+    impl, _ = _impl(impl_id)
+
+    def prep(inputs, out):
+        from harness.errors import Unsupported
+
+        if impl.available():
+            raise Unsupported(impl.available())
+        if (why := impl.supports(case)):
+            raise Unsupported(why)
+        return impl.prepare(case, inputs, out)
+    return prep
+
+
+def _plan_prep(kind, path, case, **opts):
+    """A launch of a pinned plan through the pybind11 module (configs the registry rows do not pin)."""
+    def prep(inputs, out):
+        from backends import cuda_gemm, cuda_layer as cl
+
+        mod = cl.module()
+        if kind == "softmax":
+            (x,) = inputs
+            plan = cl.softmax_launches(x, out, path, cl.device(cl.dev_index(x)), **opts)
+            return cl.make_launcher(mod, plan, {"x": x.data_ptr(), "out": out.data_ptr()}, cl.dev_index(x),
+                                    cl.DTYPE_CODE[x.dtype])
+        a, b, bias = inputs
+        act = case.params.get("act", "relu")
+        plan = cuda_gemm.gemm_launches(path, case, a, b, bias, out, act, cl.device(cl.dev_index(a)), **opts)
+        ptrs = {"a": a.data_ptr(), "b": b.data_ptr(), "bias": bias.data_ptr() if bias is not None else 0,
+                "c": out.data_ptr()}
+        return cl.make_launcher(mod, plan, ptrs, cl.dev_index(a), cl.DTYPE_CODE[a.dtype])
+    return prep
+
+
+def stage_time_softmax(skip):
+    import torch
+
+    from harness import problems, registry
+
+    registry.load_backends()
+    prob = problems.get("softmax")
+    cases = prob.cases("models") + [prob.case(M=2000, N=50000, dtype="float16"), prob.case(M=1, N=262147),
+                                    prob.case(M=65536, N=128, dtype="bfloat16"),
+                                    prob.case(M=8192, N=32000, dtype="float16"),
+                                    prob.case(M=8192, N=50257, dtype="bfloat16"), prob.case(M=4096, N=50257),
+                                    prob.case(M=8192, N=4096, dtype="bfloat16")]
+    for case in cases:
+        def run(case=case):
+            from backends import cuda_layer as cl
+
+            cands = {"torch": _impl_prep("torch:softmax", case),
+                     "copy": lambda inputs, out: (lambda: out.copy_(inputs[0])),
+                     "cuda:softmax": _impl_prep("cuda:softmax", case), "cupy:softmax": _impl_prep("cupy:softmax", case)}
+            for p in ("warp", "rows", "block", "split", "online"):
+                cands[f"cuda:softmax_{p}"] = _impl_prep(f"cuda:softmax_{p}", case)
+            for c in (1, 2, 4, 8, 16):
+                cands[f"cluster C={c}"] = _plan_prep("softmax", "cluster", case, cluster=c)
+            res = _time_case(prob, case, cands)
+            plan = cl.case_softmax("auto", case, cl.device(torch.cuda.current_device()))
+            return {"status": "TIMED", "case": case.id, "bytes": prob.traffic(case), "default_plan": plan.info,
+                    "results": res}
+        _row("time_softmax", f"time|{case.id}", skip, run)
+
+
+def stage_time_gemm(skip):
+    import torch
+
+    from harness import problems, registry
+
+    registry.load_backends()
+    prob = problems.get("gemm_epilogue")
+    c = prob.case
+    cases = prob.cases("models") + [c(M=32, N=5000, K=3000), c(M=300, N=2000, K=1000), c(M=2048, N=50257, K=1024),
+                                    c(M=1000, N=4000, K=3000, act="gelu"), c(M=128, N=8192, K=8192, dtype="float16"),
+                                    c(M=1000, N=3000, K=4000, act="gelu")]
+    for case in cases:
+        def run(case=case):
+            from backends import cuda_gemm, cuda_layer as cl
+
+            cands = {"torch": _impl_prep("torch:gemm_epilogue", case),
+                     "cuda:gemm_epilogue": _impl_prep("cuda:gemm_epilogue", case),
+                     "cupy:gemm_epilogue": _impl_prep("cupy:gemm_epilogue", case)}
+            for v in ("pingpong", "pingpong_c2", "ws", "tiled"):
+                cands[f"cuda:gemm_epilogue_{v}"] = _impl_prep(f"cuda:gemm_epilogue_{v}", case)
+            if case.M <= 512:
+                for s in (2, 3, 4, 6, 8, 12):
+                    cands[f"splitk S={s}"] = _plan_prep("gemm", "splitk", case, splits=s)
+            if case.N % 8:
+                cands["auto (repack+ws)"] = _plan_prep("gemm", "auto", case)
+            res = _time_case(prob, case, cands)
+            plan = cuda_gemm.case_gemm("auto", case, cl.device(torch.cuda.current_device()))
+            return {"status": "TIMED", "case": case.id, "flops": prob.flops(case), "default_plan": plan.info,
+                    "results": res}
+        _row("time_gemm", f"time|{case.id}", skip, run)
+
+
+def stage_time_vector_add(skip):
+    from harness import problems, registry
+
+    registry.load_backends()
+    prob = problems.get("vector_add")
+    for case in prob.cases("models"):
+        def run(case=case):
+            cands = {"torch": _impl_prep("torch:vector_add", case),
+                     "copy": lambda inputs, out: (lambda: out.copy_(inputs[0])),
+                     "cuda:vector_add": _impl_prep("cuda:vector_add", case),
+                     "cuda:vector_add_simple": _impl_prep("cuda:vector_add_simple", case),
+                     "cupy:vector_add": _impl_prep("cupy:vector_add", case)}
+            return {"status": "TIMED", "case": case.id, "bytes": prob.traffic(case),
+                    "results": _time_case(prob, case, cands)}
+        _row("time_vector_add", f"time|{case.id}", skip, run)
+
+
+STAGES = {"verify_defaults": stage_verify_defaults, "time_softmax": stage_time_softmax,
+          "time_gemm": stage_time_gemm, "time_vector_add": stage_time_vector_add,
+          "verify_variants": stage_verify_variants}
+
+
+# ---------------------------------------------------------------------------------------------------
+# driver side
+
+def _read(stage):
+    p = OUT / f"{stage}.jsonl"
+    rows, started = [], []
+    if p.is_file():
+        for line in p.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "start" in r:
+                started.append(r["start"])
+            else:
+                rows.append(r)
+    done = {r["key"] for r in rows}
+    return rows, [k for k in started if k not in done]
+
+
+def run_stage(stage, deadline):
+    # this stage's share of the time left (what earlier stages did not use goes to the later ones)
+    later = list(STAGES)[list(STAGES).index(stage):]
+    budget = (deadline - time.time()) * BUDGET[stage] / sum(BUDGET[s] for s in later)
+    end = time.time() + max(budget, 0)
+    crashes = []
+    for attempt in range(4):
+        left = end - time.time()
+        if left < 5:
+            break
+        rows, lost = _read(stage)
+        skip = {r["key"] for r in rows} | set(crashes)
+        for k in lost:
+            if k not in crashes:
+                crashes.append(k)
+                _log(stage, {"key": k, "status": "CRASH", "reason": "the process died or hung in this row"})
+                skip.add(k)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--skip-file",
+               str(OUT / f"{stage}.skip")]
+        (OUT / f"{stage}.skip").write_text(json.dumps(sorted(skip)))
+        try:
+            r = subprocess.run(cmd, timeout=left, capture_output=True, text=True, cwd=ROOT)
+            if r.returncode == 0:
+                break
+            (OUT / f"{stage}.stderr.txt").write_text(r.stderr[-20000:])
+        except subprocess.TimeoutExpired:
+            _log(stage, {"key": f"{stage}:timeout", "status": "TIMEOUT", "reason": f"stage budget {budget:.0f} s"})
+            break
+    rows, lost = _read(stage)
+    for k in lost:
+        rows.append({"key": k, "status": "CRASH", "reason": "unfinished when the stage ended"})
+    return rows
+
+
+def table(results):
+    lines = []
+    for stage, rows in results.items():
+        counts = {}
+        for r in rows:
+            counts[r.get("status")] = counts.get(r.get("status"), 0) + 1
+        lines.append(f"{stage}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=str)))
+        for r in rows:
+            if r.get("status") in ("FAIL", "ERROR", "CRASH", "TIMEOUT"):
+                lines.append(f"  {r['status']:5} {r['key']}: {str(r.get('reason'))[:160]}")
+    for stage in ("time_softmax", "time_vector_add"):
+        for r in results.get(stage, []):
+            res = r.get("results") or {}
+            copy = (res.get("copy") or {}).get("median_s")
+            if not copy:
+                continue
+            cells = []
+            for name in ("cuda:softmax", "cupy:softmax", "cuda:vector_add", "torch"):
+                if (res.get(name) or {}).get("median_s"):
+                    cells.append(f"{name} {100 * copy / res[name]['median_s']:.0f}%")
+            best = min(((v["median_s"], k) for k, v in res.items() if v.get("median_s") and k not in ("copy", "torch")
+                        and (v.get("check") or "PASS").startswith("PASS")), default=(None, None))
+            if best[0]:
+                cells.append(f"best {best[1]} {100 * copy / best[0]:.0f}%")
+            lines.append(f"  {r['case']}: " + ", ".join(cells) + " of copy")
+    for r in results.get("time_gemm", []):
+        res = r.get("results") or {}
+        t = (res.get("torch") or {}).get("median_s")
+        if not t:
+            continue
+        cells = [f"{k} {t / v['median_s']:.2f}x" for k, v in res.items()
+                 if v.get("median_s") and k != "torch" and (v.get("check") or "PASS").startswith("PASS")]
+        lines.append(f"  {r['case']} ({r.get('default_plan', {}).get('path')}): " + ", ".join(cells) + " of torch")
+    return "\n".join(lines)
+
+
+def main():
+    if "--stage" in sys.argv:
+        stage = sys.argv[sys.argv.index("--stage") + 1]
+        skip = set()
+        if "--skip-file" in sys.argv:
+            p = Path(sys.argv[sys.argv.index("--skip-file") + 1])
+            skip = set(json.loads(p.read_text())) if p.is_file() else set()
+        STAGES[stage](skip)
+        return 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    for stage in STAGES:
+        (OUT / f"{stage}.jsonl").unlink(missing_ok=True)
+    t0 = time.time()
+    deadline = t0 + TOTAL_S
+    results = {}
+    for stage in STAGES:
+        results[stage] = run_stage(stage, deadline)
+        (OUT / "gpu_cuda.json").write_text(json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                                       "seconds": round(time.time() - t0, 1), "stages": results},
+                                                      indent=1, default=str))
+    print(table(results))
+    print(f"gpu_cuda: {time.time() - t0:.0f} s, JSON in {OUT / 'gpu_cuda.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
