@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from harness.inspect_cmd import ARCH, ROOT, Artifacts
@@ -26,16 +27,25 @@ def cuda_artifacts(impl, case, art: Artifacts) -> None:
     if not cus:
         raise ValueError(f"inspect: {impl.id} names no .cu file in its sources")
     flags = list(impl.extra.get("nvcc_flags", ()))
-    art.source = f"nvcc -ptx -arch={ARCH} of the implementation's .cu source(s)"
+    art.source = (f"nvcc -ptx -arch={ARCH} of the kernel instances the planner can pick from the "
+                  f"implementation's .cu source(s) (cuda_src/dispatch.py --emit-instances)")
+    import tempfile
+    gen = Path(tempfile.mkdtemp(prefix="kl-instances-"))
+    r = subprocess.run([sys.executable, str(ROOT / "cuda_src" / "dispatch.py"), "--emit-instances", str(gen)],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise ValueError(f"inspect: cuda_src/dispatch.py --emit-instances failed: {r.stderr.strip()[:300]}")
     for s in cus:
-        path = Path(s.path)
-        if not path.is_absolute():
-            path = ROOT / path
-        if not path.is_file():
+        src = Path(s.path)
+        if not src.is_absolute():
+            src = ROOT / src
+        if not src.is_file():
             raise ValueError(f"inspect: source file not found: {s.path}")
-        base = ["-arch=" + ARCH, "-std=c++17", "-I", str(path.parent), "-I", str(ROOT / "cuda_src"),
+        inst = gen / f"{src.stem}_instances.cu"
+        path = inst if inst.is_file() else src  # a file of templates compiles to no kernel alone
+        base = ["-arch=" + ARCH, "-std=c++17", "-I", str(src.parent), "-I", str(ROOT / "cuda_src"),
                 "-lineinfo"] + flags
-        out = art.outdir / f"{path.stem}.{ARCH}.ptx"
+        out = art.outdir / f"{src.stem}.{ARCH}.ptx"
         r = subprocess.run([nvcc, "-ptx", *base, str(path), "-o", str(out)], capture_output=True,
                            text=True, timeout=600)
         if r.returncode != 0:
