@@ -1,12 +1,13 @@
-"""vector_add in Triton: out = x + y.
+"""vector_add, the tuned kernel behind ``triton:vector_add``: unmasked full blocks, a masked tail.
 
-One program per BLOCK contiguous elements; the last program masks its tail. The sum is formed
-in fp32 and rounded once to the output dtype (also the form the interpreter gets right for bf16,
-whose values it holds as raw 16-bit integers). The kernel does no
-arithmetic worth counting (1 FLOP per 12 bytes in fp32), so the only goal is to keep enough bytes
-in flight to saturate HBM: BLOCK elements over ``num_warps`` warps gives each thread
-BLOCK / (32 * num_warps) elements, i.e. several 16-byte loads per operand in flight per thread.
-Defaults were picked by scripts/tune_triton.py on an H200 (see docs/perf-notes.md, "Triton").
+Why not the twin's kernel: a masked load is only as wide as the mask is provably constant, and
+Triton knows ``offs < n`` to be constant over 16 lanes only when ``n`` itself is specialised as a
+multiple of 16. For any other length (an odd N, say) every load and store of every program is
+issued one element at a time: 2-byte accesses for bf16, a quarter of the bandwidth per instruction
+of 16-byte ones, and too few bytes in flight to fill HBM. Here every program but the last takes a
+branch without a mask, where the loads are full 16-byte vectors whenever the pointers are 16-byte
+aligned (Triton specialises on that); only the last program masks. BLOCK and num_warps come from
+``dispatch.VECTOR_ADD`` (bytes per thread, warps); 32-bit offsets unless the tensor needs more.
 """
 from __future__ import annotations
 
@@ -14,65 +15,55 @@ import torch
 import triton
 import triton.language as tl
 
-from . import check_same_device, check_tensor
+from .checks import vector_add_args
+from .runtime import Spec, bind_spec
 
-#: (BLOCK, num_warps) measured best on the H200 at N = 2^28 fp32 (scripts/tune_triton.py, 2026-11-29:
-#: 4.38 TB/s; all 15 configs from 1024/4 to 16384/16 landed within 4.17-4.38 TB/s)
-DEFAULT_BLOCK = 1024
-DEFAULT_WARPS = 8
 INT32_LIMIT = 2 ** 31 - 1
 
 
 @triton.jit
-def vector_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, INT64: tl.constexpr):
+def vector_add_unmasked_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, INT64: tl.constexpr):
     pid = tl.program_id(0)
     if INT64:  # offsets past 2^31 elements need 64-bit arithmetic
         pid = pid.to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
-    y = tl.load(y_ptr + offs, mask=mask).to(tl.float32)
-    tl.store(out_ptr + offs, (x + y).to(out_ptr.dtype.element_ty), mask=mask)
+    start = pid * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    if start + BLOCK <= n:
+        x = tl.load(x_ptr + offs).to(tl.float32)
+        y = tl.load(y_ptr + offs).to(tl.float32)
+        tl.store(out_ptr + offs, (x + y).to(out_ptr.dtype.element_ty))
+    else:
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
+        y = tl.load(y_ptr + offs, mask=mask).to(tl.float32)
+        tl.store(out_ptr + offs, (x + y).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def vector_add_config(n: int, block: int | None = None, num_warps: int | None = None) -> dict:
-    block = DEFAULT_BLOCK if block is None else int(block)
-    num_warps = DEFAULT_WARPS if num_warps is None else int(num_warps)
-    if block < 1 or block & (block - 1):
-        raise ValueError(f"block: must be a power of two, got {block}")
+def config(n: int, elem_size: int, bytes_per_thread: int, num_warps: int) -> dict:
+    """BLOCK = the elements ``num_warps`` warps hold at ``bytes_per_thread`` bytes per thread."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps: must be a power of two from 1 to 32, got {num_warps}")
-    return {"BLOCK": block, "num_warps": num_warps, "INT64": n + block > INT32_LIMIT}
+    if bytes_per_thread < elem_size or bytes_per_thread & (bytes_per_thread - 1):
+        raise ValueError(f"bytes_per_thread: must be a power of two >= {elem_size}, got {bytes_per_thread}")
+    block = bytes_per_thread // elem_size * 32 * num_warps
+    return {"BLOCK": block, "INT64": n + block > INT32_LIMIT, "num_warps": num_warps}
 
 
-def vector_add_grid(n: int, block: int) -> tuple[int]:
-    return (triton.cdiv(n, block),)
-
-
-def vector_add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None, *,
-               block: int | None = None, num_warps: int | None = None) -> torch.Tensor:
-    """out = x + y for 1-d tensors of the same dtype and length (any start address)."""
-    check_tensor("x", x, ndim=1)
-    check_tensor("y", y, ndim=1)
-    if y.dtype != x.dtype:
-        raise TypeError(f"y: dtype {y.dtype} differs from x's {x.dtype}")
-    if y.shape != x.shape:
-        raise ValueError(f"y: shape {tuple(y.shape)} differs from x's {tuple(x.shape)}")
-    for name, t in (("x", x), ("y", y)):
-        if t.numel() > 1 and t.stride(0) != 1:
-            raise ValueError(f"{name}: must be contiguous (stride 1), got stride {t.stride(0)}")
-    if out is None:
-        out = torch.empty_like(x)
-    check_tensor("out", out, ndim=1)
-    if out.dtype != x.dtype or out.shape != x.shape:
-        raise ValueError(f"out: expected {tuple(x.shape)} {x.dtype}, got {tuple(out.shape)} {out.dtype}")
-    if out.numel() > 1 and out.stride(0) != 1:
-        raise ValueError(f"out: must be contiguous (stride 1), got stride {out.stride(0)}")
-    check_same_device(x=x, y=y, out=out)
+def launch_spec(x, y, out, cfg: dict) -> Spec:
     n = x.numel()
-    if n == 0:
-        return out
-    cfg = vector_add_config(n, block, num_warps)
-    vector_add_kernel[vector_add_grid(n, cfg["BLOCK"])](x, y, out, n, BLOCK=cfg["BLOCK"],
-                                                        INT64=cfg["INT64"], num_warps=cfg["num_warps"])
+    return Spec(vector_add_unmasked_kernel, (triton.cdiv(n, cfg["BLOCK"]),),
+                {"x_ptr": x, "y_ptr": y, "out_ptr": out, "n": n, "BLOCK": cfg["BLOCK"],
+                 "INT64": cfg["INT64"]}, {"num_warps": cfg["num_warps"]})
+
+
+def bind_launch(x, y, out, cfg: dict):
+    """Zero-argument launch of out = x + y with config ``cfg`` (see ``config``)."""
+    return bind_spec(launch_spec(x, y, out, cfg), x.device)
+
+
+def vector_add_unmasked(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None, *,
+                        bytes_per_thread: int = 32, num_warps: int = 4) -> torch.Tensor:
+    """out = x + y with this kernel and an explicit config (one-off calls, scripts, tests)."""
+    out = vector_add_args(x, y, out)
+    bind_launch(x, y, out, config(x.numel(), x.element_size(), bytes_per_thread, num_warps))()
     return out
