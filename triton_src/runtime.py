@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import torch
+import triton.language as tl  # noqa: F401 - the interpreter patches the tl visible from ``spawn``
 
 from . import interpreting
 

@@ -26,8 +26,8 @@ def softmax_online_kernel(x_ptr, out_ptr, M, N, stride_x, stride_out, BLOCK_N: t
     n_tiles = tl.cdiv(N, BLOCK_N)
     NEG_INF: tl.constexpr = -float("inf")
     for row in tl.range(tl.program_id(0), M, tl.num_programs(0)):
-        x_row = x_ptr + row.to(tl.int64) * stride_x
-        o_row = out_ptr + row.to(tl.int64) * stride_out
+        x_row = x_ptr + tl.cast(row, tl.int64) * stride_x
+        o_row = out_ptr + tl.cast(row, tl.int64) * stride_out
         # pass 1: per-lane running max m and running sum s of exp(x - m)
         m = tl.full([BLOCK_N], NEG_INF, tl.float32)
         s = tl.zeros([BLOCK_N], tl.float32)
