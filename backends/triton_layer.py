@@ -588,18 +588,25 @@ for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
+def _gemm_aligned(a, b, bias, out) -> bool:
+    vec = gemm_tiled.vec_facts(a, b, bias, out)
+    return dispatch.gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"])
+
+
 def _gemm_choice(case):
     a, b, bias, act, out = _meta_gemm(case)
-    return dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200)
+    return dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200,
+                                _gemm_aligned(a, b, bias, out))
 
 
 def _gemm_cfg(variant, case):
     M, N, K = case.M, case.N, case.K
+    aligned = _gemm_aligned(*(t for i, t in enumerate(_meta_gemm(case)) if i != 3))
     if variant == "tma":
         return dispatch.gemm_tma_config(M, N, K, H200)
     if variant == "splitk":
-        return dispatch.gemm_splitk_config(M, N, K, H200)
-    return dispatch.gemm_tiled_config(M, N, K, H200)
+        return dispatch.gemm_splitk_config(M, N, K, H200, aligned)
+    return dispatch.gemm_tiled_config(M, N, K, H200, aligned)
 
 
 def _gemm_specs(variant, case, cfg=None):
@@ -703,6 +710,7 @@ def _gemm_prepare(variant):
         M, K = a.shape
         N = b.shape[1]
         facts = dispatch.device_facts(a.device)
+        aligned = _gemm_aligned(a, b, bias, out)
         try:
             if variant == "default":
                 plan = dispatch.plan_gemm(a, b, bias, act, out)
@@ -714,10 +722,10 @@ def _gemm_prepare(variant):
                 sms = dispatch.INTERPRETER_SMS if interpreting() else facts["sms"]
                 launch = gemm_tma.bind_launch(a, b, bias, act, out, cfg, sms)
             elif variant == "splitk":
-                name, cfg = variant, dispatch.gemm_splitk_config(M, N, K, facts)
+                name, cfg = variant, dispatch.gemm_splitk_config(M, N, K, facts, aligned)
                 launch = gemm_splitk.bind_launch(a, b, bias, act, out, cfg)
             else:
-                name, cfg = variant, dispatch.gemm_tiled_config(M, N, K, facts)
+                name, cfg = variant, dispatch.gemm_tiled_config(M, N, K, facts, aligned)
                 launch = gemm_tiled.bind_launch(a, b, bias, act, out, cfg)
         except ValueError as e:
             raise Unsupported(str(e)) from None

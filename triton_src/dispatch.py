@@ -78,10 +78,16 @@ GEMM = {
             _tma(64, 256, 64, 4, 4, subtile=True, eff=0.8), _tma(64, 128, 64, 4, 4, eff=0.7)],
     "tiled": [_tiled(128, 256, 64, 3, 8), _tiled(128, 128, 64, 4, 4, eff=0.85),
               _tiled(64, 128, 64, 4, 4, eff=0.7)],
+    # operands whose rows are not 4-byte aligned (an odd N or K in 16-bit) cannot be copied to
+    # shared memory asynchronously (cp.async moves 4, 8 or 16 bytes): their tiles pass through
+    # registers, so the K step is shorter (the 64-deep tiles above spill there)
+    "tiled_unaligned": [_tiled(128, 256, 32, 3, 8), _tiled(128, 128, 32, 2, 8, eff=0.85),
+                        _tiled(64, 128, 32, 3, 4, eff=0.7)],
     # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
     # tiles streaming B, K split so that there are ``narrow_units_per_sm`` programs an SM
     "narrow_max_m": 64,
     "narrow": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_stages": 4, "num_warps": 4},
+    "narrow_unaligned": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_stages": 3, "num_warps": 4},
     "narrow_units_per_sm": 4,
     # split-K: every slice at least this many K tiles, at most this many slices
     "splitk_min_k_steps": 4,
@@ -205,10 +211,10 @@ def _split_choices(K: int, block_k: int) -> list[int]:
     return list(range(1, top + 1))
 
 
-def gemm_narrow_config(M: int, N: int, K: int, facts: dict) -> dict:
+def gemm_narrow_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
     """Few rows: BLOCK_M = M rounded up (>= 16), narrow tiles over N, K split until there are
     ``narrow_units_per_sm`` programs an SM (SPLIT 1: the tiled kernel writes C directly)."""
-    cfg = {**GEMM["narrow"], "BLOCK_M": max(16, next_pow2(M)), "eff": 1.0}
+    cfg = {**GEMM["narrow" if aligned else "narrow_unaligned"], "BLOCK_M": max(16, next_pow2(M)), "eff": 1.0}
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     want = GEMM["narrow_units_per_sm"] * facts["sms"]
     splits = _split_choices(K, cfg["BLOCK_K"])
@@ -220,32 +226,43 @@ def gemm_tma_config(M: int, N: int, K: int, facts: dict) -> dict:
     return min(GEMM["tma"], key=lambda c: _gemm_time(M, N, K, c, 1, facts["sms"]))
 
 
-def gemm_tiled_config(M: int, N: int, K: int, facts: dict) -> dict:
-    return min(GEMM["tiled"], key=lambda c: _gemm_time(M, N, K, c, 1, facts["sms"]))
+def gemm_tiled_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
+    table = GEMM["tiled" if aligned else "tiled_unaligned"]
+    return min(table, key=lambda c: _gemm_time(M, N, K, c, 1, facts["sms"]))
 
 
-def gemm_splitk_config(M: int, N: int, K: int, facts: dict) -> dict:
+def gemm_aligned(elem_size: int, k_vec: int, n_vec: int) -> bool:
+    """Whether the A and B rows allow asynchronous copies (4-byte aligned at least)."""
+    return min(k_vec, n_vec) * elem_size >= 4
+
+
+def gemm_splitk_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
     """The split-K config the model prefers (narrow tiles for few rows)."""
     if M <= GEMM["narrow_max_m"]:
-        cfg = gemm_narrow_config(M, N, K, facts)
+        cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return cfg if cfg["SPLIT"] > 1 else {**cfg, "SPLIT": min(2, _split_choices(K, cfg["BLOCK_K"])[-1])}
-    best = min(((c, s) for c in GEMM["tiled"] for s in _split_choices(K, c["BLOCK_K"])[1:] or [1]),
+    table = GEMM["tiled" if aligned else "tiled_unaligned"]
+    best = min(((c, s) for c in table for s in _split_choices(K, c["BLOCK_K"])[1:] or [1]),
                key=lambda cs: _gemm_time(M, N, K, cs[0], cs[1], facts["sms"]))
     return {**best[0], "SPLIT": best[1]}
 
 
-def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None) -> tuple[str, dict]:
+def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
+                aligned: bool = True) -> tuple[str, dict]:
     """tiled, tma or splitk, and the config. Few rows: narrow tiles, split-K when the tiles alone
     leave SMs idle. Otherwise the roofline model picks among the tile configs (TMA ones when the
-    operands allow TMA, else the pointer kernel's) and split factors."""
+    operands allow TMA, else the pointer kernel's: shorter K steps when rows are not 4-byte
+    aligned, see GEMM) and split factors."""
     facts = facts or device_facts()
     sms = facts["sms"]
     if M <= GEMM["narrow_max_m"]:
-        cfg = gemm_narrow_config(M, N, K, facts)
+        cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return ("splitk" if cfg["SPLIT"] > 1 else "tiled"), cfg
     kind = "tma" if tma_ok else "tiled"
-    options = [(kind, c, 1) for c in GEMM[kind]]
-    options += [("splitk", c, s) for c in GEMM["tiled"] for s in _split_choices(K, c["BLOCK_K"])[1:]]
+    table = GEMM[kind if tma_ok or aligned else "tiled_unaligned"]
+    options = [(kind, c, 1) for c in table]
+    pointer = GEMM["tiled" if aligned else "tiled_unaligned"]
+    options += [("splitk", c, s) for c in pointer for s in _split_choices(K, c["BLOCK_K"])[1:]]
     variant, cfg, split = min(options, key=lambda o: _gemm_time(M, N, K, o[1], o[2], sms))
     return variant, ({**cfg, "SPLIT": split} if variant == "splitk" else dict(cfg))
 
@@ -256,7 +273,8 @@ def plan_gemm(a, b, bias, act: str, out) -> Plan:
     N = b.shape[1]
     facts = device_facts(a.device)
     tma_ok = gemm_epilogue_tma.check(a, b, out) is None
-    variant, cfg = gemm_choice(M, N, K, tma_ok, facts)
+    vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
+    variant, cfg = gemm_choice(M, N, K, tma_ok, facts, gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"]))
     if variant == "tma":
         sms = INTERPRETER_SMS if interpreting() else facts["sms"]
         launch = gemm_epilogue_tma.bind_launch(a, b, bias, act, out, cfg, sms)

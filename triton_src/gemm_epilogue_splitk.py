@@ -121,6 +121,8 @@ def gemm_epilogue_splitk(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | 
     """C = act(a @ b + bias) with split-K; ``config`` from ``dispatch`` unless given."""
     from . import device_facts, dispatch
     M, N, K, out = gemm_args(a, b, bias, act, out)
-    cfg = config or dispatch.gemm_splitk_config(M, N, K, device_facts(a.device))
+    vec = vec_facts(a, b, bias, out)
+    aligned = dispatch.gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"])
+    cfg = config or dispatch.gemm_splitk_config(M, N, K, device_facts(a.device), aligned)
     bind_launch(a, b, bias, act, out, cfg)()
     return out
