@@ -164,7 +164,7 @@ class _compiler_mode:
         self._undo_leaked_patches(lang + [triton.language.core.tensor])
         from triton.runtime.jit import JITFunction
         for name, mod in list(_sys.modules.items()):
-            if not name.startswith("triton.language") or mod is None:
+            if not name.startswith(("triton.language", "triton_src")) or mod is None:
                 continue
             for attr, val in list(vars(mod).items()):
                 if isinstance(val, InterpretedFunction):
@@ -237,32 +237,10 @@ def compile_specs(specs, **extra) -> dict:
 
 
 def _compile_only(fn):
-    """compile_only for the registry: in this process (also under the interpreter); should the
-    interpreter have left Triton's language module in a state the compiler cannot use, compile in
-    a fresh process whose Triton is told (its ``interpret`` knob, before triton_src is imported)
-    not to interpret, instead (same facts, a few seconds slower)."""
+    """compile_only for the registry: ``fn`` in this process, also under the interpreter
+    (``_compiler_mode`` swaps the interpreter's function objects for compilable ones meanwhile)."""
     def compile_only(case):
-        try:
-            return fn(case)
-        except Unsupported:
-            raise
-        except Exception as first:
-            if not interpreting():
-                raise
-            import json
-            import sys
-            root = str(Path(__file__).resolve().parent.parent)
-            code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import triton; "
-                    "triton.knobs.runtime.interpret = False; from harness.case import Case; "
-                    "from backends import triton_layer as T; "
-                    f"print('@@' + json.dumps(T.{fn.__name__}(Case.from_json(json.loads(sys.argv[2])))))")
-            r = subprocess.run([sys.executable, "-c", code, root, json.dumps(case.to_json())],
-                               capture_output=True, text=True, timeout=600)
-            line = next((ln for ln in r.stdout.splitlines() if ln.startswith("@@")), None)
-            if r.returncode != 0 or line is None:
-                raise RuntimeError(f"compile_only failed in process ({first}) and in a subprocess: "
-                                   f"{r.stderr.strip()[-800:]}") from None
-            return json.loads(line[2:]) | {"note": "compiled in a subprocess"}
+        return fn(case)
     compile_only.__name__ = fn.__name__
     return compile_only
 
