@@ -187,7 +187,7 @@ class _compiler_mode:
 
 
 
-def compile_spec(spec: "Spec") -> dict:
+def compile_spec(spec: "Spec", ptxas: bool = True) -> dict:
     """Compile one launch spec for sm_90 without a GPU. Every argument is specialised as Triton's
     launcher specialises it (``native_specialize_impl``: pointer dtype and 16-byte alignment,
     integers as i32 / i64, multiples of 16, the value 1 as a constant), so the PTX is the one the
@@ -216,7 +216,7 @@ def compile_spec(spec: "Spec") -> dict:
     with _compiler_mode():
         ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(spec.options))
     secs = time.perf_counter() - t0
-    d = next(iter(ptx_facts(ck.asm["ptx"]).values()), {})
+    d = next(iter(ptx_facts(ck.asm["ptx"]).values()), {}) if ptxas else {}
     smem = getattr(ck.metadata, "shared", None)
     config = {**spec.options, **{k: v for k, v in spec.args.items()
                                  if jf.params[jf.arg_names.index(k)].is_constexpr}}
@@ -310,10 +310,23 @@ def _persistent(count: int, units: int, unit: str, describe, block: dict, note: 
     return {"grid": [count, 1, 1], "block": block, "programs": progs, "note": note}
 
 
+def specs_for(problem: str, variant: str, case, cfg=None) -> list:
+    """The launch specs of ``variant`` ("default", "simple" or an algorithm word) of ``problem``
+    for ``case`` on meta tensors, with ``cfg`` instead of dispatch's configuration if given:
+    what compile_only compiles (and what a script can compile ahead, in parallel)."""
+    if problem == "vector_add":
+        return [_va_simple_spec(case) if variant == "simple" else _va_default_spec(case, cfg)]
+    if problem == "softmax":
+        v = _sm_choice(case)[0] if variant == "default" else variant
+        return [_sm_spec(v, case, cfg)]
+    v, c = _gemm_variant(variant, case)
+    return _gemm_specs(v, case, cfg or c)
+
+
 # -- vector_add --------------------------------------------------------------------------------
-def _va_default_spec(case):
+def _va_default_spec(case, cfg=None):
     x, y, out = _meta_vector_add(case)
-    return vector_add_unmasked.launch_spec(x, y, out, dispatch.vector_add_choice(case.N, _elem(case))[1])
+    return vector_add_unmasked.launch_spec(x, y, out, cfg or dispatch.vector_add_choice(case.N, _elem(case))[1])
 
 
 def _va_simple_spec(case):
@@ -396,16 +409,16 @@ def _split_programs(cfg, M) -> tuple[int, int]:
     return min(M * cfg["C"], cap // cfg["C"] * cfg["C"]), per_sm
 
 
-def _sm_spec(variant, case):
+def _sm_spec(variant, case, cfg=None):
     """The launch spec of ``variant`` ("simple", "block", "rows", "online", "split") for ``case``
-    on meta tensors (persistent grids as an H200 would get them)."""
+    on meta tensors (persistent grids as an H200 would get them); ``cfg`` instead of dispatch's."""
     x, out = _meta_softmax(case)
     M, N = case.M, case.N
     if variant == "simple":
         B = min(triton.next_power_of_2(N), 4096)
         return Spec(softmax_simple.softmax_kernel, (M,), {"x_ptr": x, "out_ptr": out, "N": N,
                     "stride_x": x.stride(0), "stride_out": out.stride(0), "BLOCK": B}, {})
-    cfg = _sm_cfg(variant, case)
+    cfg = cfg or _sm_cfg(variant, case)
     if variant == "block":
         return softmax_block.launch_spec(x, out, cfg)
     if variant == "rows":
