@@ -1,10 +1,15 @@
 """Triton adapter: registers the kernels of ``triton_src/`` with the harness.
 
-Besides ``prepare`` (compile outside the timed region, then a zero-argument launch) every
-implementation has ``compile_only(case)``, which compiles its kernel for sm_90 with no GPU
-(``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))``) and reports registers,
-spills and shared memory from ``ptxas -v`` on the PTX; and ``grid(case)``, which describes the
-launch grid and what the first and last programs cover.
+Ids (docs/DESIGN.md): ``triton:<problem>`` the default (``triton_src/dispatch.py`` plans once in
+``prepare``: kernel, configuration, grid, constexprs; the launch is one call of the compiled
+kernel's launcher), ``triton:<problem>_simple`` the teaching twin (``triton_src/<problem>.py``,
+launched the tutorial way), ``triton:<problem>_<algorithm>`` the tuned variants.
+
+Every implementation also has ``compile_only(case)``: it builds the very launch ``prepare`` would
+bind, on meta tensors with the case's shapes, strides and alignment, specialises it as Triton's
+launcher would and compiles it for sm_90 with no GPU (``triton.compile(ASTSource(...),
+target=GPUTarget("cuda", 90, 32))``), reporting registers, spills and shared memory from
+``ptxas -v``; and ``grid(case)``, the launch grid and what the first and last programs cover.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from pathlib import Path
 import torch
 
 from harness import Source, register
+from harness import grid as hgrid
 from harness.errors import Unsupported
 
 try:
@@ -29,10 +35,16 @@ except Exception as e:  # pragma: no cover - depends on the machine
     _IMPORT_ERROR = f"triton not importable: {type(e).__name__}: {e}"
 
 if triton is not None:
-    from triton_src import device_facts, interpreting
-    from triton_src import gemm_epilogue as G
-    from triton_src import softmax as S
-    from triton_src import vector_add as V
+    from triton_src import H200, dispatch, interpreting
+    from triton_src import gemm_epilogue as gemm_simple
+    from triton_src import gemm_epilogue_splitk as gemm_splitk
+    from triton_src import gemm_epilogue_tiled as gemm_tiled
+    from triton_src import gemm_epilogue_tma as gemm_tma
+    from triton_src import softmax as softmax_simple
+    from triton_src import softmax_block, softmax_online, softmax_rows, softmax_split
+    from triton_src import vector_add as vector_add_simple
+    from triton_src import vector_add_unmasked
+    from triton_src.runtime import Spec
 
 # The interpreter runs each program in numpy: about 10 ms per program on a slow core. In the CPU
 # mode, cases with more output elements than this are compiled for sm_90 but not executed.
@@ -40,7 +52,6 @@ INTERPRETER_MAX_ELEMENTS = 1 << 18
 INTERPRETER_MAX_FLOPS = 1 << 27  # GEMM: the interpreter's tl.dot loop costs about M*N*K
 
 LAYER = "triton"
-_TRITON_SIG = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 # -- availability ------------------------------------------------------------------------------
@@ -55,9 +66,9 @@ def available() -> str | None:
 def _check_device(inputs) -> None:
     dev = next(t for t in inputs if isinstance(t, torch.Tensor)).device
     if dev.type == "cpu" and not interpreting():
-        raise Unsupported("CPU tensors run only under TRITON_INTERPRET=1")
+        raise Unsupported("CPU tensors run only under Triton's interpreter (TRITON_INTERPRET=1)")
     if dev.type == "cuda" and interpreting():
-        raise Unsupported("TRITON_INTERPRET=1 is set: Triton runs on the CPU in this process")
+        raise Unsupported("Triton's interpreter is on: Triton runs on the CPU in this process")
 
 
 # -- compile facts -----------------------------------------------------------------------------
@@ -123,20 +134,6 @@ def ptx_facts(ptx: str) -> dict:
     return parse_ptxas_log(r.stderr + r.stdout)
 
 
-def _ast_source(jf, signature: dict, constexprs: dict, aligned: set):
-    """ASTSource across Triton versions: 3.3+ (3.6 on the GPU machine, 3.9 here) take constexprs
-    keyed by argument-index paths and attributes as [["tt.divisibility", 16]] lists; some
-    releases accept only names as keys, so fall back to those."""
-    from triton.compiler import ASTSource
-    names = list(jf.arg_names)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-    try:
-        return ASTSource(fn=jf, signature=signature,
-                         constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
-    except (TypeError, AssertionError):
-        return ASTSource(fn=jf, signature=signature, constexprs=dict(constexprs), attrs=attrs)
-
-
 class _compiler_mode:
     """Under TRITON_INTERPRET=1 the standard library's @triton.jit helpers (tl.cdiv, tl.max,
     tl.sum, ...) are interpreter objects, which the code generator cannot compile. For the
@@ -167,7 +164,7 @@ class _compiler_mode:
         self._undo_leaked_patches(lang + [triton.language.core.tensor])
         from triton.runtime.jit import JITFunction
         for name, mod in list(_sys.modules.items()):
-            if not name.startswith("triton.language") or mod is None:
+            if not name.startswith(("triton.language", "triton_src")) or mod is None:
                 continue
             for attr, val in list(vars(mod).items()):
                 if isinstance(val, InterpretedFunction):
@@ -189,530 +186,576 @@ class _compiler_mode:
         return False
 
 
-def compile_sm90(kernel, args: dict, constexprs: dict, num_warps: int, num_stages: int = 3,
-                 aligned: tuple = ()) -> dict:
-    """Compile ``kernel`` for sm_90 without a GPU; ``args`` maps runtime arguments to Triton type
-    strings ('*fp32', 'i32', ...). Returns compile seconds, registers, spills, shared memory."""
-    from triton.backends.compiler import GPUTarget
-    jf = _jit_function(kernel)
-    sig = {}
-    for name in jf.arg_names:
-        if name in constexprs:
-            sig[name] = "constexpr"
-        elif name in args:
-            sig[name] = args[name]
-        else:
-            raise ValueError(f"compile_only: no type or value for argument {name!r} of {jf.__name__}")
-    src = _ast_source(jf, sig, constexprs, set(aligned))
+
+def compile_spec(spec: "Spec", ptxas: bool = True) -> dict:
+    """Compile one launch spec for sm_90 without a GPU. Every argument is specialised as Triton's
+    launcher specialises it (``native_specialize_impl``: pointer dtype and 16-byte alignment,
+    integers as i32 / i64, multiples of 16, the value 1 as a constant), so the PTX is the one the
+    launch would run. Returns compile seconds, registers, spills, shared memory, the config."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend, GPUTarget
+    from triton.compiler import ASTSource
+    jf = _jit_function(spec.kernel)
+    signature, constexprs, attrs = {}, {}, {}
+    for i, p in enumerate(jf.params):
+        if p.name not in spec.args:
+            raise ValueError(f"compile_only: no value for argument {p.name!r} of {jf.__name__}")
+        v = spec.args[p.name]
+        if p.is_constexpr:
+            signature[p.name], constexprs[(i,)] = "constexpr", v
+            continue
+        ty, attr = native_specialize_impl(BaseBackend, v, False, True, True)
+        if ty == "constexpr":
+            signature[p.name], constexprs[(i,)] = "constexpr", attr
+            continue
+        signature[p.name] = ty
+        if isinstance(attr, str) and attr:
+            attrs[(i,)] = BaseBackend.parse_attr(attr)
+    src = ASTSource(fn=jf, signature=signature, constexprs=constexprs, attrs=attrs)
     t0 = time.perf_counter()
     with _compiler_mode():
-        ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": num_warps, "num_stages": num_stages})
+        ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(spec.options))
     secs = time.perf_counter() - t0
-    per_kernel = ptx_facts(ck.asm["ptx"])
-    d = next(iter(per_kernel.values()), {})
+    d = next(iter(ptx_facts(ck.asm["ptx"]).values()), {}) if ptxas else {}
     smem = getattr(ck.metadata, "shared", None)
+    config = {**spec.options, **{k: v for k, v in spec.args.items()
+                                 if jf.params[jf.arg_names.index(k)].is_constexpr}}
     return {"compile_s": round(secs, 3), "registers": d.get("registers"), "spills": d.get("spills", 0),
-            "smem": smem if smem is not None else d.get("smem", 0),
-            "kernels": {jf.__name__: {**d, "smem": smem}}, "target": "sm_90a" if "sm_90a" in
-            ck.asm["ptx"] else "sm_90", "triton": triton.__version__,
-            "config": {"num_warps": num_warps, "num_stages": num_stages,
-                       **{k: v for k, v in constexprs.items()}}}
+            "smem": smem if smem is not None else d.get("smem", 0), "kernel": jf.__name__,
+            "target": "sm_90a" if "sm_90a" in ck.asm["ptx"] else "sm_90", "triton": triton.__version__,
+            "grid": list(spec.grid), "config": config, "ptx": ck.asm["ptx"]}
+
+
+def compile_specs(specs, **extra) -> dict:
+    """compile_spec for each launch of an implementation: the first kernel's facts, every
+    kernel's under ``kernels`` (the PTX text left out of the result)."""
+    facts = [compile_spec(s) for s in specs]
+    out = {k: v for k, v in facts[0].items() if k != "ptx"}
+    out["kernels"] = {f["kernel"]: {k: f[k] for k in ("registers", "spills", "smem", "grid")} for f in facts}
+    out["compile_s"] = round(sum(f["compile_s"] for f in facts), 3)
+    return out | extra
 
 
 def _compile_only(fn):
-    """compile_only for the registry: in this process (also under TRITON_INTERPRET=1); should the
-    interpreter have left Triton's language module in a state the compiler cannot use, compile in
-    a fresh process without the interpreter instead (same facts, a few seconds slower)."""
+    """compile_only for the registry: ``fn`` in this process, also under the interpreter
+    (``_compiler_mode`` swaps the interpreter's function objects for compilable ones meanwhile)."""
     def compile_only(case):
-        try:
-            return fn(case)
-        except Unsupported:
-            raise
-        except Exception as first:
-            if not interpreting():
-                raise
-            import json
-            import sys
-            env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-            root = str(Path(__file__).resolve().parent.parent)
-            code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from harness.case import Case; "
-                    "from backends import triton_layer as T; "
-                    f"print('@@' + json.dumps(T.{fn.__name__}(Case.from_json(json.loads(sys.argv[2])))))")
-            r = subprocess.run([sys.executable, "-c", code, root, json.dumps(case.to_json())], env=env,
-                               capture_output=True, text=True, timeout=600)
-            line = next((ln for ln in r.stdout.splitlines() if ln.startswith("@@")), None)
-            if r.returncode != 0 or line is None:
-                raise RuntimeError(f"compile_only failed in process ({first}) and in a subprocess: "
-                                   f"{r.stderr.strip()[-800:]}") from None
-            return json.loads(line[2:]) | {"note": "compiled in a subprocess"}
+        return fn(case)
+    compile_only.__name__ = fn.__name__
     return compile_only
 
 
-def _ptr(case) -> str:
-    return "*" + _TRITON_SIG[case.torch_dtype]
+# -- meta tensors: the case's shapes, strides and alignment, no memory -------------------------
+def _meta_vector_add(case):
+    off = int(case.params.get("misalign", 0))
+    dt = case.torch_dtype
+    x = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
+    y = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
+    return x, y, torch.empty(case.N, dtype=dt, device="meta")
 
 
-def _runtime_facts(kernel, *args, grid=(1,), **kw) -> dict:
-    """Registers / spills / shared memory of the kernel the launch used (GPU only)."""
-    if interpreting():
-        return {}
-    try:
-        k = kernel.warmup(*args, grid=grid, **kw)
-        k._init_handles()
-        return {"registers": k.n_regs, "spills": k.n_spills, "smem": k.metadata.shared}
-    except Exception:
-        return {}
+def _meta_softmax(case):
+    from harness.problems.softmax import row_pad, start_offset
+    layout = case.params.get("layout", "contiguous")
+    pad, off = row_pad(layout, case.N), start_offset(layout)
+    flat = torch.empty(off + case.M * (case.N + pad), dtype=case.torch_dtype, device="meta")
+    x = flat[off:].view(case.M, case.N + pad)[:, :case.N]
+    return x, torch.empty(case.M, case.N, dtype=case.torch_dtype, device="meta")
 
 
-def _timed_first_call(fn) -> float:
+def _meta_gemm(case):
+    dt = case.torch_dtype
+    a = torch.empty(case.M, case.K, dtype=dt, device="meta")
+    b = torch.empty(case.K, case.N, dtype=dt, device="meta")
+    bias = torch.empty(case.N, dtype=dt, device="meta") if int(case.params.get("bias", 1)) else None
+    return a, b, bias, case.params.get("act", "relu"), torch.empty(case.M, case.N, dtype=dt, device="meta")
+
+
+def _elem(case) -> int:
+    return torch.empty((), dtype=case.torch_dtype).element_size()
+
+
+def _first_call(launch) -> float:
     t0 = time.perf_counter()
-    fn()
+    launch()
     if not interpreting() and torch.cuda.is_available():
         torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 
-def _programs(grid_size, describe, first=3, last=2):
-    ids = list(range(min(first, grid_size))) + list(range(max(first, grid_size - last), grid_size))
-    return [describe(i) for i in ids]
+def _compiled_facts(launch) -> dict:
+    ck = getattr(launch, "compiled", None)
+    if ck is None:
+        return {}
+    try:
+        return {"registers": ck.n_regs, "spills": ck.n_spills, "smem": ck.metadata.shared}
+    except Exception:
+        return {}
+
+
+def _info(secs, plan_or_cfg, launch, **more) -> dict:
+    return {"compile_s": round(secs, 3), **more, **_compiled_facts(launch)}
+
+
+def _persistent(count: int, units: int, unit: str, describe, block: dict, note: str) -> dict:
+    """A persistent grid of ``count`` programs over ``units`` units, program p taking
+    p, p + count, ...: the first and last programs, each with what ``describe(units)`` says."""
+    progs = []
+    for p in hgrid._ends(count, hgrid.SHOW):
+        mine = list(range(p, units, count))
+        kept, dropped = describe(mine)
+        first = ", ".join(f"{unit} {u}" for u in mine[:2]) + ("..." if len(mine) > 2 else "")
+        progs.append({"pid": [p, 0, 0], "covers": f"{len(mine)} {unit}s: {first}", "kept": kept,
+                      "dropped": dropped})
+    return {"grid": [count, 1, 1], "block": block, "programs": progs, "note": note}
+
+
+def specs_for(problem: str, variant: str, case, cfg=None) -> list:
+    """The launch specs of ``variant`` ("default", "simple" or an algorithm word) of ``problem``
+    for ``case`` on meta tensors, with ``cfg`` instead of dispatch's configuration if given:
+    what compile_only compiles (and what a script can compile ahead, in parallel)."""
+    if problem == "vector_add":
+        return [_va_simple_spec(case) if variant == "simple" else _va_default_spec(case, cfg)]
+    if problem == "softmax":
+        v = _sm_choice(case)[0] if variant == "default" else variant
+        return [_sm_spec(v, case, cfg)]
+    v, c = _gemm_variant(variant, case)
+    return _gemm_specs(v, case, cfg or c)
 
 
 # -- vector_add --------------------------------------------------------------------------------
-def _va_compile(case):
-    cfg = V.vector_add_config(case.N)
-    p = _ptr(case)
-    return compile_sm90(V.vector_add_kernel, {"x_ptr": p, "y_ptr": p, "out_ptr": p, "n": "i32"},
-                        {"BLOCK": cfg["BLOCK"], "INT64": cfg["INT64"]}, cfg["num_warps"],
-                        aligned=("x_ptr", "y_ptr", "out_ptr"))
+def _va_default_spec(case, cfg=None):
+    x, y, out = _meta_vector_add(case)
+    return vector_add_unmasked.launch_spec(x, y, out, cfg or dispatch.vector_add_choice(case.N, _elem(case))[1])
 
 
-def _va_grid(case):
-    n = case.N
-    cfg = V.vector_add_config(n)
-    b = cfg["BLOCK"]
-    g = V.vector_add_grid(n, b)[0]
-
-    def describe(i):
-        lo, hi = i * b, min(n, (i + 1) * b)
-        return {"pid": [i, 0, 0], "covers": f"elements {lo}..{hi - 1}", "kept": hi - lo,
-                "dropped": b - (hi - lo)}
-    return {"grid": [g, 1, 1], "block": {"BLOCK": b, "num_warps": cfg["num_warps"]},
-            "programs": _programs(g, describe)}
+def _va_simple_spec(case):
+    x, y, out = _meta_vector_add(case)
+    B = vector_add_simple.BLOCK
+    return Spec(vector_add_simple.vector_add_kernel, (triton.cdiv(case.N, B),),
+                {"x_ptr": x, "y_ptr": y, "out_ptr": out, "n": case.N, "BLOCK": B}, {})
 
 
-@register(problem="vector_add", layer=LAYER, name="add",
-          description="one program per BLOCK elements, masked tail; BLOCK/num_warps tuned on H200",
-          sources=[Source("triton_src/vector_add.py", kernels=("vector_add_kernel",),
-                          host=("vector_add",))],
-          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available, compile_only=_compile_only(_va_compile), grid=_va_grid)
+def va_compile_default(case):
+    return compile_specs([_va_default_spec(case)])
+
+
+def va_compile_simple(case):
+    return compile_specs([_va_simple_spec(case)])
+
+
+def _va_grid(spec_fn):
+    def grid(case):
+        s = spec_fn(case)
+        return hgrid.blocks_1d(case.N, s.args["BLOCK"], **s.options)
+    return grid
+
+
+@register(problem="vector_add", layer=LAYER, name="vector_add",
+          description="unmasked full blocks (16-byte vectors whatever N), one masked tail program; "
+                      "specialised once, launched through the compiled kernel's launcher",
+          sources=[Source("triton_src/vector_add_unmasked.py", kernels=("vector_add_unmasked_kernel",),
+                          host=("launch_spec", "bind_launch", "config")),
+                   Source("triton_src/dispatch.py", kernels=(), host=("plan_vector_add",)),
+                   Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))],
+          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available,
+          compile_only=_compile_only(va_compile_default) if triton else None,
+          grid=_va_grid(_va_default_spec) if triton else None)
 def prepare_vector_add(case, inputs, out):
+    from triton_src.checks import vector_add_args
     _check_device(inputs)
     x, y = inputs
-    scratch = torch.empty_like(out)
-    secs = _timed_first_call(lambda: V.vector_add(x, y, scratch))
-    cfg = V.vector_add_config(x.numel())
+    vector_add_args(x, y, out)
+    t0 = time.perf_counter()
+    plan = dispatch.plan_vector_add(x, y, out)
+    secs = time.perf_counter() - t0 + _first_call(plan.launch)
+    plan.launch.info = _info(secs, plan, plan.launch, variant=plan.variant, config=plan.config)
+    return plan.launch
+
+
+@register(problem="vector_add", layer=LAYER, name="vector_add_simple",
+          description="teaching twin: the tutorial kernel (one masked block per program)",
+          sources=[Source("triton_src/vector_add.py", kernels=("vector_add_kernel",), host=("vector_add",))],
+          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available,
+          compile_only=_compile_only(va_compile_simple) if triton else None,
+          grid=_va_grid(_va_simple_spec) if triton else None)
+def prepare_vector_add_simple(case, inputs, out):
+    _check_device(inputs)
+    x, y = inputs
 
     def launch():
-        V.vector_add(x, y, out)
-    launch.info = {"compile_s": round(secs, 3), "config": cfg,
-                   **_runtime_facts(V.vector_add_kernel, x, y, out, x.numel(), BLOCK=cfg["BLOCK"],
-                                    INT64=cfg["INT64"], num_warps=cfg["num_warps"])}
+        vector_add_simple.vector_add(x, y, out)
+    launch.info = {"compile_s": round(_first_call(launch), 3)}
     return launch
 
 
 # -- softmax -----------------------------------------------------------------------------------
-def _sm_args(case):
-    p = _ptr(case)
-    return {"x_ptr": p, "out_ptr": p, "M": "i32", "N": "i32", "stride_x": "i32", "stride_o": "i32"}
+def _sm_cfg(variant, case):
+    M, N, es = case.M, case.N, _elem(case)
+    if variant == "block":
+        return dispatch.softmax_block_config(N, es)
+    if variant == "rows":
+        return dispatch.softmax_rows_config(N, es)
+    if variant == "online":
+        return dispatch.softmax_online_config(M, N, es, H200)
+    return dispatch.softmax_split_config(M, N, es, H200)
 
 
-def _row_stride(case) -> int:
-    from harness.problems.softmax import row_pad
-    return case.N + row_pad(case.params.get("layout", "contiguous"), case.N)
+def _split_programs(cfg, M) -> tuple[int, int]:
+    """(grid, per_sm) of the split kernel on an H200 as the launch computes it, with the
+    registers it is expected to take (SOFTMAX's values a thread: about 120 a thread)."""
+    per_sm = max(1, 65536 // (128 * 32 * cfg["num_warps"]))
+    cap = H200["sms"] * per_sm
+    return min(M * cfg["C"], cap // cfg["C"] * cfg["C"]), per_sm
 
 
-def _sm_aligned(case):
-    s = torch.empty((), dtype=case.torch_dtype).element_size()
-    ok_stride = (_row_stride(case) * s) % 16 == 0
-    return ("x_ptr", "out_ptr") + (("stride_x",) if ok_stride and _row_stride(case) % 16 == 0 else ())
-
-
-def _fused_compile(case):
-    if (why := S.fused_row_supports(case.N)):
-        raise Unsupported(why)
-    cfg = S.fused_row_config(case.N)
-    return compile_sm90(S.softmax_fused_row_kernel, _sm_args(case), {"BLOCK_N": cfg["BLOCK_N"]},
-                        cfg["num_warps"], aligned=_sm_aligned(case))
-
-
-def _persistent_compile(case):
-    if (why := S.persistent_supports(case.N)):
-        raise Unsupported(why)
-    cfg = S.persistent_config(case.N, elem_size=torch.empty((), dtype=case.torch_dtype).element_size())
-    return compile_sm90(S.softmax_persistent_kernel, _sm_args(case),
-                        {k: cfg[k] for k in ("ROWS", "BLOCK_N", "NUM_STAGES")}, cfg["num_warps"],
-                        aligned=_sm_aligned(case))
-
-
-def _online_compile(case):
-    cfg = S.online_config(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
-    return compile_sm90(S.softmax_online_kernel, _sm_args(case),
-                        {k: cfg[k] for k in ("BLOCK_N", "NUM_STAGES")}, cfg["num_warps"],
-                        aligned=_sm_aligned(case))
-
-
-def _split_args(case):
-    return {"x_ptr": _ptr(case), "out_ptr": _ptr(case), "slot_ptr": "*i64", "N": "i32",
-            "stride_x": "i32", "stride_o": "i32", "C": "i32", "n_units": "i32", "max_spin": "i32"}
-
-
-def _split_cfg(case):
-    return S.split_config(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
-
-
-def _split_compile(case):
-    if (why := S.split_supports(case.N)):
-        raise Unsupported(why)
-    cfg = _split_cfg(case)
-    # integer arguments the launch specialises as multiples of 16 (out is contiguous, stride N);
-    # N's and the strides' decide the vector width of the loads and stores, so without them the
-    # facts would describe a scalar-store kernel with a layout conversion the launch never runs
-    ints = {"N": case.N, "stride_o": case.N, "C": cfg["C"], "n_units": case.M * cfg["C"],
-            "max_spin": S.SPLIT_MAX_SPIN}
-    aligned = _sm_aligned(case) + ("slot_ptr",) + tuple(k for k, v in ints.items() if v % 16 == 0)
-    return compile_sm90(S.softmax_split_kernel, _split_args(case),
-                        {k: cfg[k] for k in ("CHUNK", "C_PAD", "PREFETCH")}, cfg["num_warps"],
-                        aligned=aligned)
-
-
-def _split_grid(case):
-    if (why := S.split_supports(case.N)):
-        return {"unsupported": why}
-    cfg = _split_cfg(case)
-    M, N, B, C = case.M, case.N, cfg["CHUNK"], cfg["C"]
-    if interpreting() or not torch.cuda.is_available():
-        # the H200 run's compiled defaults: fp32 two programs an SM, 16-bit four
-        per_sm = 2 if cfg["num_warps"] >= 8 else 4
-        sms, where = 132, f"an H200's 132 SMs x {per_sm} programs/SM (the GPU launch computes it)"
-    else:
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        per_sm = max(1, 64 // cfg["num_warps"])
-        where = f"{sms} SMs x {per_sm} programs/SM (upper bound; the launch refines it from n_regs)"
-    g = min(M * C, sms * per_sm // C * C)
-    units = M * C
-
-    def describe(i):
-        mine = list(range(i, units, g))
-        kept = sum(min(B, N - (u % C) * B) for u in mine)
-        first = ", ".join(f"row {u // C} chunk {u % C}" for u in mine[:2])
-        return {"pid": [i, 0, 0], "covers": f"{len(mine)} units: {first}{'...' if len(mine) > 2 else ''}",
-                "kept": kept, "dropped": len(mine) * B - kept}
-    return {"grid": [g, 1, 1], "block": cfg,
-            "note": f"{C} chunks of {B} columns a row, one unit per chunk; grid = multiple of C <= "
-                    f"{where}; units u = pid + k*grid, all chunks of a row in one round",
-            "programs": _programs(g, describe)}
-
-
-def _dispatch_name(case) -> str:
-    return S.choose_variant(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
-
-
-def _rows_grid(case, block_n, extra):
+def _sm_spec(variant, case, cfg=None):
+    """The launch spec of ``variant`` ("simple", "block", "rows", "online", "split") for ``case``
+    on meta tensors (persistent grids as an H200 would get them); ``cfg`` instead of dispatch's."""
+    x, out = _meta_softmax(case)
     M, N = case.M, case.N
-
-    def describe(i):
-        return {"pid": [i, 0, 0], "covers": f"row {i}, columns 0..{N - 1}", "kept": N,
-                "dropped": block_n - N}
-    return {"grid": [M, 1, 1], "block": extra, "programs": _programs(M, describe)}
-
-
-def _fused_grid(case):
-    if (why := S.fused_row_supports(case.N)):
-        return {"unsupported": why}
-    cfg = S.fused_row_config(case.N)
-    return _rows_grid(case, cfg["BLOCK_N"], cfg)
-
-
-def _persistent_grid(case):
-    if (why := S.persistent_supports(case.N)):
-        return {"unsupported": why}
-    cfg = S.persistent_config(case.N, elem_size=torch.empty((), dtype=case.torch_dtype).element_size())
-    M, N, R = case.M, case.N, cfg["ROWS"]
-    blocks = -(-M // R)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count \
-        if torch.cuda.is_available() and not interpreting() else 132
-    per_sm = max(1, 64 // cfg["num_warps"])  # upper bound; the launch refines it from n_regs
-    g = min(blocks, sms * per_sm)
-
-    def describe(i):
-        mine = list(range(i, blocks, g))
-        first_rows = [b * R for b in mine[:2]]
-        kept = sum(min(R, M - b * R) for b in mine) * N
-        total = len(mine) * R * cfg["BLOCK_N"]
-        return {"pid": [i, 0, 0], "covers": f"{len(mine)} blocks of {R} rows, starting at rows "
-                f"{first_rows}{'...' if len(mine) > 2 else ''}", "kept": kept, "dropped": total - kept}
-    return {"grid": [g, 1, 1], "block": cfg, "note": f"grid <= {sms} SMs x {per_sm} programs/SM "
-            f"(refined at launch from the compiled kernel's registers and shared memory)",
-            "programs": _programs(g, describe)}
+    if variant == "simple":
+        B = min(triton.next_power_of_2(N), 4096)
+        return Spec(softmax_simple.softmax_kernel, (M,), {"x_ptr": x, "out_ptr": out, "N": N,
+                    "stride_x": x.stride(0), "stride_out": out.stride(0), "BLOCK": B}, {})
+    cfg = cfg or _sm_cfg(variant, case)
+    if variant == "block":
+        return softmax_block.launch_spec(x, out, cfg)
+    if variant == "rows":
+        return softmax_rows.launch_spec(x, out, cfg, H200["sms"] * max(1, 64 // cfg["num_warps"]))
+    if variant == "online":
+        return softmax_online.launch_spec(x, out, cfg)
+    slots = torch.empty(M * cfg["C"], dtype=torch.int64, device="meta")
+    return softmax_split.launch_spec(x, out, slots, cfg, _split_programs(cfg, M)[0],
+                                     softmax_split.MAX_SPIN)
 
 
-def _online_grid(case):
-    cfg = S.online_config(case.N, torch.empty((), dtype=case.torch_dtype).element_size())
-    M, N, B = case.M, case.N, cfg["BLOCK_N"]
-    tiles = -(-N // B)
-
-    def describe(i):
-        return {"pid": [i, 0, 0], "covers": f"row {i}: {tiles} tiles of {B} columns, read twice",
-                "kept": N, "dropped": tiles * B - N}
-    return {"grid": [M, 1, 1], "block": cfg, "programs": _programs(M, describe)}
-
-
-def _softmax_prepare(variant):
-    def prepare(case, inputs, out):
-        _check_device(inputs)
-        (x,) = inputs
-        name = _dispatch_name(case) if variant == "softmax" else variant
-        fn = S.VARIANTS[name]
-        scratch = torch.empty_like(out)
-        try:
-            secs = _timed_first_call(lambda: fn(x, scratch))
-        except ValueError as e:
-            raise Unsupported(str(e)) from None
-
-        def launch():
-            fn(x, out)
-        launch.info = {"compile_s": round(secs, 3), "variant": name}
-        return launch
-    return prepare
-
-
-def _softmax_supports(variant):
+def _sm_supports(variant):
     def supports(case):
-        if variant in ("fused_row", "persistent"):
-            return S.fused_row_supports(case.N)
+        if variant in ("block", "rows"):
+            return {"block": softmax_block, "rows": softmax_rows}[variant].supports(case.N)
         if variant == "split":
-            return S.split_supports(case.N)
+            return softmax_split.supports(case.N)
         return None
     return supports
 
 
-_SM_SRC = "triton_src/softmax.py"
-for _name, _kernel, _host, _desc, _comp, _grid in (
-    ("fused_row", "softmax_fused_row_kernel", "softmax_fused_row",
-     "one row per program, whole row in registers, -inf padding",
-     _compile_only(_fused_compile) if triton else None,
-     _fused_grid),
-    ("persistent", "softmax_persistent_kernel", "softmax_persistent",
-     "grid = SMs x occupancy; programs loop over blocks of rows, software-pipelined",
-     _compile_only(_persistent_compile) if triton else None, _persistent_grid),
-    ("online", "softmax_online_kernel", "softmax_online",
-     "column tiles, online max/sum rescaling, second pass newest-tile-first; any N",
-     _compile_only(_online_compile) if triton else None, _online_grid),
-    ("split", "softmax_split_kernel", "softmax_split",
-     "long rows, one read: each row's chunks in registers of co-resident programs that swap "
-     "(max, sum) through 64-bit slots in global memory; N > 16384. CPU mode runs the same "
-     "kernel with its programs as concurrent threads (protocol and math checked, GPU memory "
-     "ordering and residency only on the GPU)",
-     _compile_only(_split_compile) if triton else None, _split_grid),
-):
-    register(problem="softmax", layer=LAYER, name=_name, description=_desc,
-             sources=[Source(_SM_SRC, kernels=(_kernel,), host=(_host,))], devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
-             available=available, supports=_softmax_supports(_name), compile_only=_comp,
-             grid=_grid)(_softmax_prepare(_name))
+def _sm_grid_of(variant, case) -> dict:
+    M, N = case.M, case.N
+    s = _sm_spec(variant, case)
+    a = s.args
+    if variant == "simple":
+        return hgrid.rows(M, N, a["BLOCK"], **s.options)
+    if variant == "block":
+        return hgrid.rows(M, N, a["BLOCK_N"], **s.options)
+    if variant == "rows":
+        R, B = a["ROWS"], a["BLOCK_N"]
+        blocks = triton.cdiv(M, R)
+
+        def blk(mine):
+            kept = sum(min(R, M - b * R) for b in mine) * N
+            return kept, len(mine) * R * B - kept
+        return _persistent(s.grid[0], blocks, "block", blk, {**a, **s.options} | {"x_ptr": None, "out_ptr": None},
+                           f"grid <= {H200['sms']} SMs x {64 // s.options['num_warps']} programs/SM (warp "
+                           f"limit; the launch refines it from the compiled kernel); blocks of {R} rows")
+    if variant == "online":
+        B = a["BLOCK_N"]
+        tiles = triton.cdiv(N, B)
+
+        def rows_of(mine):
+            return len(mine) * N, len(mine) * (tiles * B - N)
+        return _persistent(s.grid[0], M, "row", rows_of, {"BLOCK_N": B, **s.options},
+                           f"each row: {tiles} tiles of {B} columns, read twice (the second time "
+                           f"newest first, from L2 when it still holds the row)")
+    C, B = a["C"], a["CHUNK"]
+
+    def units(mine):
+        kept = sum(min(B, N - (u % C) * B) for u in mine)
+        return kept, len(mine) * B - kept
+    g, per_sm = _split_programs(_sm_cfg("split", case), M)
+    return _persistent(g, M * C, "unit", units, {"CHUNK": B, "C": C, **s.options},
+                       f"{C} chunks of {B} columns a row, unit u = chunk u % C of row u // C; grid = "
+                       f"a multiple of C <= {H200['sms']} SMs x {per_sm} programs/SM (expected; the "
+                       f"launch computes it from the compiled kernel), all chunks of a row in one round")
 
 
-def _dispatch_compile(case):
-    return {"fused_row": _fused_compile, "persistent": _persistent_compile, "online": _online_compile,
-            "split": _split_compile}[_dispatch_name(case)](case) | {"variant": _dispatch_name(case)}
+def _strip(d: dict) -> dict:
+    return {k: v for k, v in d.items() if not isinstance(v, torch.Tensor) and v is not None}
 
 
-def _dispatch_grid(case):
-    return {"fused_row": _fused_grid, "persistent": _persistent_grid, "online": _online_grid,
-            "split": _split_grid}[_dispatch_name(case)](case) | {"variant": _dispatch_name(case)}
+def _sm_grid(variant):
+    def grid(case):
+        if variant not in ("default", "simple") and (why := _sm_supports(variant)(case)):
+            return {"unsupported": why}
+        v = _sm_choice(case)[0] if variant == "default" else variant
+        d = _sm_grid_of(v, case)
+        d["block"] = _strip(d["block"])
+        return d | ({"variant": v} if variant == "default" else {})
+    return grid
 
 
-register(problem="softmax", layer=LAYER, name="softmax",
-         description="dispatcher: persistent for short rows, fused_row up to 32K columns, else split "
-                     "(online where split cannot)",
-         sources=[Source(_SM_SRC, kernels=("softmax_fused_row_kernel", "softmax_persistent_kernel",
-                                           "softmax_split_kernel", "softmax_online_kernel"),
-                         host=("softmax", "choose_variant"))],
-         devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available, compile_only=_compile_only(_dispatch_compile),
-         grid=_dispatch_grid)(_softmax_prepare("softmax"))
+def _sm_choice(case):
+    return dispatch.softmax_choice(case.M, case.N, _elem(case), H200)
+
+
+def _sm_compile(variant):
+    def compile_only(case):
+        if variant not in ("default", "simple") and (why := _sm_supports(variant)(case)):
+            raise Unsupported(why)
+        v = _sm_choice(case)[0] if variant == "default" else variant
+        return compile_specs([_sm_spec(v, case)], variant=v)
+    compile_only.__name__ = f"softmax_compile_{variant}"
+    globals()[compile_only.__name__] = compile_only
+    return compile_only
+
+
+def _sm_prepare(variant):
+    def prepare(case, inputs, out):
+        from triton_src.checks import softmax_args
+        _check_device(inputs)
+        (x,) = inputs
+        softmax_args(x, out)
+        if variant == "simple":
+            def launch():
+                softmax_simple.softmax(x, out)
+            launch.info = {"compile_s": round(_first_call(launch), 3)}
+            return launch
+        t0 = time.perf_counter()
+        try:
+            if variant == "default":
+                plan = dispatch.plan_softmax(x, out)
+                name, cfg, launch = plan.variant, plan.config, plan.launch
+            else:
+                M, N = x.shape
+                name = variant
+                cfg = getattr(dispatch, f"softmax_{variant}_config")(
+                    *((N, x.element_size()) if variant in ("block", "rows")
+                      else (M, N, x.element_size(), dispatch.device_facts(x.device))))
+                module = {"block": softmax_block, "rows": softmax_rows, "online": softmax_online,
+                          "split": softmax_split}[variant]
+                launch = module.bind_launch(x, out, cfg)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+        secs = time.perf_counter() - t0 + _first_call(launch)
+        launch.info = _info(secs, cfg, launch, variant=name, config=_strip(dict(cfg)),
+                            **({"grid": getattr(launch, "grid")} if hasattr(launch, "grid") else {}))
+        return launch
+    return prepare
+
+
+_SOFTMAX = {
+    "default": ("softmax", "dispatcher: rows (rows <= 4 KB, several a program), block (a row in "
+                "registers), online (16-bit long rows while L2 holds the rows in flight), split "
+                "(long rows over co-resident programs); planned once, launched through the compiled "
+                "kernel's launcher",
+                [Source("triton_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
+                 Source("triton_src/softmax_block.py", kernels=("softmax_block_kernel",), host=("bind_launch",)),
+                 Source("triton_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",)),
+                 Source("triton_src/softmax_split.py", kernels=("softmax_split_kernel",), host=("bind_launch",)),
+                 Source("triton_src/dispatch.py", kernels=(), host=("plan_softmax",)),
+                 Source("triton_src/runtime.py", kernels=(), host=("bind_spec", "programs_per_sm"))]),
+    "simple": ("softmax_simple", "teaching twin: a program per row, online max/sum over column tiles, "
+               "second pass writes; any N",
+               [Source("triton_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
+    "block": ("softmax_block", "one row per program, the whole row in registers (rows <= 32768 columns)",
+              [Source("triton_src/softmax_block.py", kernels=("softmax_block_kernel",), host=("bind_launch",))]),
+    "rows": ("softmax_rows", "persistent grid, blocks of several short rows, software-pipelined loop",
+             [Source("triton_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",))]),
+    "online": ("softmax_online", "persistent grid, column tiles with online max/sum, second pass "
+               "newest tile first (L2); any N",
+               [Source("triton_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",))]),
+    "split": ("softmax_split", "long rows, one read: each row's chunks in registers of co-resident "
+              "programs that swap (max, sum) through 64-bit slots in global memory; N > 16384. CPU mode "
+              "runs the same kernel with its programs as concurrent threads",
+              [Source("triton_src/softmax_split.py", kernels=("softmax_split_kernel",), host=("bind_launch",))]),
+}
+
+for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
+    register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_sources,
+             devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available,
+             supports=None if _variant in ("default", "simple") else _sm_supports(_variant),
+             compile_only=_compile_only(_sm_compile(_variant)) if triton else None,
+             grid=_sm_grid(_variant) if triton else None)(_sm_prepare(_variant))
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
-def _gemm_config_for(case):
-    """The config compile_only reports: the first surviving config (CONFIGS lists the H200's
-    usual autotune pick first)."""
-    return G.prune_configs(G.CONFIGS, {"M": case.M, "N": case.N})[0]
+def _gemm_aligned(a, b, bias, out) -> bool:
+    vec = gemm_tiled.vec_facts(a, b, bias, out)
+    return dispatch.gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"])
 
 
-def _gemm_flags(case) -> dict:
-    return {"ACT": G.ACTS[case.params.get("act", "relu")], "HAS_BIAS": bool(int(case.params.get("bias", 1))),
-            "UPCAST": False}
+def _gemm_choice(case):
+    a, b, bias, act, out = _meta_gemm(case)
+    return dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200,
+                                _gemm_aligned(a, b, bias, out))
 
 
-def _gemm_tile(pid, tiles_m, tiles_n, group_m):
-    """(row, column) of C tile ``pid`` in the kernels' grouped order (``_grouped_tile``)."""
-    per_group = group_m * tiles_n
-    first = (pid // per_group) * group_m
-    rows = min(tiles_m - first, group_m)
+def _gemm_cfg(variant, case):
+    M, N, K = case.M, case.N, case.K
+    aligned = _gemm_aligned(*(t for i, t in enumerate(_meta_gemm(case)) if i != 3))
+    if variant == "tma":
+        return dispatch.gemm_tma_config(M, N, K, H200)
+    if variant == "splitk":
+        return dispatch.gemm_splitk_config(M, N, K, H200, aligned)
+    return dispatch.gemm_tiled_config(M, N, K, H200, aligned)
+
+
+def _gemm_specs(variant, case, cfg=None):
+    a, b, bias, act, out = _meta_gemm(case)
+    if variant == "simple":
+        return [Spec(gemm_simple.gemm_epilogue_kernel, (triton.cdiv(case.M, 128), triton.cdiv(case.N, 128)),
+                     {"a_ptr": a, "b_ptr": b, "bias_ptr": bias if bias is not None else a, "c_ptr": out,
+                      "M": case.M, "N": case.N, "K": case.K, "stride_am": a.stride(0),
+                      "stride_ak": a.stride(1), "stride_bk": b.stride(0), "stride_bn": b.stride(1),
+                      "stride_cm": out.stride(0), "stride_cn": out.stride(1), "ACT": gemm_simple.ACTS[act],
+                      "HAS_BIAS": bias is not None, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, {})]
+    cfg = cfg or _gemm_cfg(variant, case)
+    if variant == "tma":
+        return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, H200["sms"])]
+    if variant == "splitk":
+        ws = torch.empty((gemm_splitk.slices(case.K, cfg["BLOCK_K"], cfg["SPLIT"])[1], case.M,
+                          triton.cdiv(case.N, 4) * 4), dtype=torch.float32, device="meta")
+        return list(gemm_splitk.launch_specs(a, b, bias, act, out, ws, cfg))
+    return [gemm_tiled.launch_spec(a, b, bias, act, out, cfg)]
+
+
+def _gemm_supports(variant):
+    def supports(case):
+        if variant == "tma":
+            return gemm_tma.supports(case.M, case.N, case.K, dtype=case.torch_dtype)
+        return None
+    return supports
+
+
+def _gemm_variant(variant, case):
+    if variant == "default":
+        return _gemm_choice(case)
+    return variant, None
+
+
+def _gemm_compile(variant):
+    def compile_only(case):
+        if (why := _gemm_supports(variant)(case)):
+            raise Unsupported(why)
+        v, cfg = _gemm_variant(variant, case)
+        return compile_specs(_gemm_specs(v, case, cfg), variant=v)
+    compile_only.__name__ = f"gemm_compile_{variant}"
+    globals()[compile_only.__name__] = compile_only
+    return compile_only
+
+
+def _tile_of(pid, tm, tn, group):
+    per_group = group * tn
+    first = (pid // per_group) * group
+    rows = min(tm - first, group)
     return first + (pid % per_group) % rows, (pid % per_group) // rows
 
 
-def _gemm_compile(case):
-    cfg = _gemm_config_for(case)
-    p = _ptr(case)
-    args = {"a_ptr": p, "b_ptr": p, "bias_ptr": p, "c_ptr": p, "M": "i32", "N": "i32", "K": "i32",
-            "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32",
-            "stride_cm": "i32", "stride_cn": "i32"}
-    aligned = ["a_ptr", "b_ptr", "bias_ptr", "c_ptr"]
-    # row strides K, N, N: 16-divisible ones specialise (unit strides are passed as values)
-    for name, v in (("stride_am", case.K), ("stride_bk", case.N), ("stride_cm", case.N)):
-        if v % 16 == 0:
-            aligned.append(name)
-    for name in ("M", "N", "K"):
-        if getattr(case, name) % 16 == 0:
-            aligned.append(name)
-    const = {**_gemm_flags(case), **cfg.kwargs, "EVEN_K": case.K % cfg.kwargs["BLOCK_K"] == 0}
-    return compile_sm90(G.gemm_epilogue_kernel, args, const, cfg.num_warps, cfg.num_stages,
-                        aligned=tuple(aligned))
+def _gemm_grid(variant):
+    def grid(case):
+        if (why := _gemm_supports(variant)(case)):
+            return {"unsupported": why}
+        v, cfg = _gemm_variant(variant, case)
+        specs = _gemm_specs(v, case, cfg)
+        s = specs[0]
+        M, N = case.M, case.N
+        if v == "simple":
+            d = hgrid.tiles_2d(M, N, 128, 128, BLOCK_K=32)
+        else:
+            a = s.args
+            BM, BN, GM = a["BLOCK_M"], a["BLOCK_N"], a["GROUP_M"]
+            tm, tn = triton.cdiv(M, BM), triton.cdiv(N, BN)
+            block = {k: a[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")} | s.options
+
+            def tiles(mine):
+                kept = sum(min(BM, M - pm * BM) * min(BN, N - pn * BN)
+                           for pm, pn in (_tile_of(t, tm, tn, GM) for t in mine))
+                return kept, len(mine) * BM * BN - kept
+            if v == "tma":
+                d = _persistent(s.grid[0], tm * tn, "tile", tiles, block,
+                                f"persistent: min({H200['sms']} SMs, {tm * tn} tiles) programs, grouped order")
+            else:
+                d = _persistent(tm * tn, tm * tn, "tile", tiles, block, "one C tile a program, grouped order")
+                if v == "splitk":
+                    d["grid"][1] = s.grid[1]
+                    d["note"] = (f"grid [tiles, SPLIT]: program (t, s) takes K slice s of tile t "
+                                 f"(K_SLICE = {a['K_SLICE']}); then a reduce + epilogue grid of "
+                                 f"{specs[1].grid[0]} x {specs[1].grid[1]} programs")
+        return d | ({"variant": v} if variant == "default" else {})
+    return grid
 
 
-def _gemm_grid(case):
-    cfg = _gemm_config_for(case) if not interpreting() else G.INTERPRETER_CONFIG
-    kw = cfg.kwargs
-    M, N, BM, BN, GM = case.M, case.N, kw["BLOCK_M"], kw["BLOCK_N"], kw["GROUP_M"]
-    tm, tn = -(-M // BM), -(-N // BN)
-    g = tm * tn
-
-    def describe(i):
-        pm, pn = _gemm_tile(i, tm, tn, GM)
-        rm, rn = min(BM, M - pm * BM), min(BN, N - pn * BN)
-        return {"pid": [i, 0, 0], "covers": f"C tile ({pm}, {pn}): rows {pm * BM}..{pm * BM + rm - 1}, "
-                f"cols {pn * BN}..{pn * BN + rn - 1}", "kept": rm * rn, "dropped": BM * BN - rm * rn}
-    return {"grid": [g, 1, 1], "block": {**kw, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
-                                         "EVEN_K": case.K % kw["BLOCK_K"] == 0},
-            "note": "autotuned on the GPU; the grid shown is for the listed config",
-            "programs": _programs(g, describe)}
-
-
-@register(problem="gemm_epilogue", layer=LAYER, name="gemm",
-          description="tiled tl.dot, grouped order, fp32 acc, bias+act on the accumulator; autotuned",
-          sources=[Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
-                          host=("gemm_epilogue", "prune_configs", "gemm_grid"))],
-          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, cpu_max_flops=INTERPRETER_MAX_FLOPS, available=available, compile_only=_compile_only(_gemm_compile) if triton else None,
-          grid=_gemm_grid)
-def prepare_gemm(case, inputs, out):
-    _check_device(inputs)
-    a, b, bias = inputs
-    act = case.params.get("act", "relu")
-    scratch = torch.empty_like(out)
-    secs = _timed_first_call(lambda: G.gemm_epilogue(a, b, bias, act, scratch))
-    cfg = None if interpreting() else G.tuned_config(a, b, act, bias is not None)
-
-    def launch():
-        G.gemm_epilogue(a, b, bias, act, out)
-    info = {"compile_s": round(secs, 3), "note": "compile_s includes autotuning" if cfg else ""}
-    if cfg is not None:
-        info["config"] = {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
-        info |= _runtime_facts(G.gemm_epilogue_kernel, a, b, bias if bias is not None else a, out,
-                               a.shape[0], b.shape[1], a.shape[1], a.stride(0), a.stride(1),
-                               b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-                               ACT=G.ACTS[act], HAS_BIAS=bias is not None, UPCAST=False,
-                               **cfg.kwargs, EVEN_K=a.shape[1] % cfg.kwargs["BLOCK_K"] == 0,
-                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    launch.info = info
-    return launch
+def _gemm_prepare(variant):
+    def prepare(case, inputs, out):
+        from triton_src.checks import gemm_args
+        _check_device(inputs)
+        a, b, bias = inputs
+        act = case.params.get("act", "relu")
+        gemm_args(a, b, bias, act, out)
+        if variant == "simple":
+            def launch():
+                gemm_simple.gemm_epilogue(a, b, bias, act, out)
+            launch.info = {"compile_s": round(_first_call(launch), 3)}
+            return launch
+        t0 = time.perf_counter()
+        M, K = a.shape
+        N = b.shape[1]
+        facts = dispatch.device_facts(a.device)
+        aligned = _gemm_aligned(a, b, bias, out)
+        try:
+            if variant == "default":
+                plan = dispatch.plan_gemm(a, b, bias, act, out)
+                name, cfg, launch = plan.variant, plan.config, plan.launch
+            elif variant == "tma":
+                if (why := gemm_tma.check(a, b, out)):
+                    raise Unsupported(why)
+                name, cfg = variant, dispatch.gemm_tma_config(M, N, K, facts)
+                sms = dispatch.INTERPRETER_SMS if interpreting() else facts["sms"]
+                launch = gemm_tma.bind_launch(a, b, bias, act, out, cfg, sms)
+            elif variant == "splitk":
+                name, cfg = variant, dispatch.gemm_splitk_config(M, N, K, facts, aligned)
+                launch = gemm_splitk.bind_launch(a, b, bias, act, out, cfg)
+            else:
+                name, cfg = variant, dispatch.gemm_tiled_config(M, N, K, facts, aligned)
+                launch = gemm_tiled.bind_launch(a, b, bias, act, out, cfg)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+        secs = time.perf_counter() - t0 + _first_call(launch)
+        launch.info = _info(secs, cfg, launch, variant=name, config=_strip(dict(cfg)))
+        return launch
+    return prepare
 
 
-# -- gemm_epilogue, persistent TMA-descriptor variant ----------------------------------------
-def _gemm_tma_supports(case):
-    return G.gemm_tma_supports(case.M, case.N, case.K, dtype=case.torch_dtype)
+_GEMM_SRC = "triton_src/gemm_epilogue_{}.py"
+_GEMM = {
+    "default": ("gemm_epilogue", "dispatcher: persistent TMA when the operands allow it, the pointer "
+                "kernel otherwise (N or K not a multiple of 8), split-K for few rows; tile config by "
+                "waves on the SMs; planned once, launched through the compiled kernel's launcher",
+                [Source(_GEMM_SRC.format("tma"), kernels=("gemm_epilogue_tma_kernel",), host=("bind_launch",)),
+                 Source(_GEMM_SRC.format("tiled"), kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)),
+                 Source(_GEMM_SRC.format("splitk"), kernels=("gemm_splitk_partial_kernel",
+                                                             "gemm_splitk_reduce_kernel"), host=("bind_launch",)),
+                 Source("triton_src/dispatch.py", kernels=(), host=("plan_gemm",)),
+                 Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))]),
+    "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of C tiles, masked tl.dot loop, fp32 "
+               "accumulator, bias + activation before the one store; any shape",
+               [Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",), host=("gemm_epilogue",))]),
+    "tiled": ("gemm_epilogue_tiled", "pointer tiles, grouped order, vector loads on ragged shapes "
+              "(alignment facts passed to the kernel), unmasked K loop + masked tail; any shape",
+              [Source(_GEMM_SRC.format("tiled"), kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",))]),
+    "tma": ("gemm_epilogue_tma", "persistent (one program per SM), TMA descriptors for A/B/C, grouped "
+            "order, epilogue stored in two halves; K, N multiples of 8",
+            [Source(_GEMM_SRC.format("tma"), kernels=("gemm_epilogue_tma_kernel",), host=("bind_launch",))]),
+    "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace, then one reduce + "
+               "bias + activation kernel (deterministic); for few rows",
+               [Source(_GEMM_SRC.format("splitk"), kernels=("gemm_splitk_partial_kernel",
+                                                            "gemm_splitk_reduce_kernel"), host=("bind_launch",))]),
+}
 
-
-def _gemm_tma_config_for(case):
-    """As for triton:gemm: the first surviving config of TMA_CONFIGS (the expected H200 pick)."""
-    return G.prune_configs(G.TMA_CONFIGS, {"M": case.M, "N": case.N})[0]
-
-
-def _gpu_sms() -> int:
-    """SMs the persistent grid is sized for: this process's GPU, else an H200's 132."""
-    if torch.cuda.is_available() and not interpreting():
-        return torch.cuda.get_device_properties(0).multi_processor_count
-    return 132
-
-
-def _gemm_tma_compile(case, config=None):
-    """compile_only for ``config`` (default: the expected pick). The descriptors enter the
-    signature as 'tensordesc<bf16[BM, BK]>' types: the box shape is part of the kernel's type."""
-    if (why := _gemm_tma_supports(case)):
-        raise Unsupported(why)
-    cfg = config or _gemm_tma_config_for(case)
-    kw = cfg.kwargs
-    t = _TRITON_SIG[case.torch_dtype]
-    c_cols = kw["BLOCK_N"] // 2 if kw["EPILOGUE_SUBTILE"] else kw["BLOCK_N"]
-    args = {"a_desc": f"tensordesc<{t}[{kw['BLOCK_M']}, {kw['BLOCK_K']}]>",
-            "b_desc": f"tensordesc<{t}[{kw['BLOCK_K']}, {kw['BLOCK_N']}]>",
-            "c_desc": f"tensordesc<{t}[{kw['BLOCK_M']}, {c_cols}]>",
-            "bias_ptr": _ptr(case), "M": "i32", "N": "i32", "K": "i32"}
-    aligned = ["bias_ptr"] + [n for n in ("M", "N", "K") if getattr(case, n) % 16 == 0]
-    return compile_sm90(G.gemm_epilogue_tma_kernel, args, {**_gemm_flags(case), **kw, "NUM_SMS": _gpu_sms()},
-                        cfg.num_warps, cfg.num_stages, aligned=tuple(aligned))
-
-
-def _gemm_tma_grid(case):
-    if (why := _gemm_tma_supports(case)):
-        return {"unsupported": why}
-    if interpreting():
-        cfg, sms = G.TMA_INTERPRETER_CONFIG, device_facts(torch.device("cpu"))["sms"]
-    else:
-        cfg, sms = _gemm_tma_config_for(case), _gpu_sms()
-    kw = cfg.kwargs
-    M, N, BM, BN = case.M, case.N, kw["BLOCK_M"], kw["BLOCK_N"]
-    tm, tn = -(-M // BM), -(-N // BN)
-    g = G.tma_grid(M, N, BM, BN, sms)[0]
-
-    def describe(i):
-        mine = [_gemm_tile(t, tm, tn, kw["GROUP_M"]) for t in range(i, tm * tn, g)]
-        kept = sum(min(BM, M - pm * BM) * min(BN, N - pn * BN) for pm, pn in mine)
-        return {"pid": [i, 0, 0], "covers": f"{len(mine)} C tiles of {BM}x{BN}, first "
-                f"{', '.join(map(str, mine[:2]))}{'...' if len(mine) > 2 else ''}",
-                "kept": kept, "dropped": len(mine) * BM * BN - kept}
-    return {"grid": [g, 1, 1], "block": {**kw, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-            "note": f"persistent: min({sms} SMs, {tm * tn} tiles) programs, tile stride {g}; autotuned "
-            "on the GPU, the grid shown is for the listed config", "programs": _programs(g, describe)}
-
-
-@register(problem="gemm_epilogue", layer=LAYER, name="gemm_tma",
-          description="persistent (one program per SM), TMA descriptors for A/B/C, grouped order, "
-                      "fp32 acc, bias+act on the accumulator; autotuned; K, N multiples of 8",
-          sources=[Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_tma_kernel",),
-                          host=("gemm_epilogue_tma", "gemm_tma_supports", "tma_descriptors"))],
-          devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
-          cpu_max_flops=INTERPRETER_MAX_FLOPS, available=available, supports=_gemm_tma_supports,
-          compile_only=_compile_only(_gemm_tma_compile) if triton else None, grid=_gemm_tma_grid)
-def prepare_gemm_tma(case, inputs, out):
-    _check_device(inputs)
-    a, b, bias = inputs
-    act = case.params.get("act", "relu")
-    scratch = torch.empty_like(out)
-    for o in (out, scratch):
-        if (why := G.gemm_tma_check(a, b, o)):
-            raise Unsupported(why)
-    secs = _timed_first_call(lambda: G.gemm_epilogue_tma(a, b, bias, act, scratch))
-    cfg = None if interpreting() else G.tuned_config(a, b, act, bias is not None, G.gemm_epilogue_tma_tuned)
-
-    def launch():
-        G.gemm_epilogue_tma(a, b, bias, act, out)
-    info = {"compile_s": round(secs, 3), "note": "compile_s includes autotuning" if cfg else ""}
-    if cfg is not None:
-        info["config"] = {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
-        info |= _runtime_facts(G.gemm_epilogue_tma_kernel, *G.tma_descriptors(a, b, out, cfg.kwargs),
-                               bias if bias is not None else a, a.shape[0], b.shape[1], a.shape[1],
-                               **_gemm_flags(case), **cfg.kwargs, NUM_SMS=_gpu_sms(),
-                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    launch.info = info
-    return launch
+for _variant, (_name, _desc, _sources) in _GEMM.items():
+    register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_sources,
+             devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
+             cpu_max_flops=INTERPRETER_MAX_FLOPS, available=available,
+             supports=_gemm_supports(_variant) if _variant == "tma" else None,
+             compile_only=_compile_only(_gemm_compile(_variant)) if triton else None,
+             grid=_gemm_grid(_variant) if triton else None)(_gemm_prepare(_variant))

@@ -1,0 +1,285 @@
+"""The Triton layer's tuning tables and its one planner.
+
+The default implementations (``triton:vector_add``, ``triton:softmax``, ``triton:gemm_epilogue``)
+plan once per problem, in ``prepare``: choose the kernel and its configuration by rules on the
+shape, the dtype, the alignment and the device (SMs, registers, L2), then bind the grid and the
+constexprs (``runtime.bind``), so that a launch is one call of the compiled kernel's launcher.
+The rules read bytes per row, waves (tiles / SMs) and alignment, never a list of known shapes;
+the numbers they read are the tables below (plain data: a test or a tuning script may replace
+an entry; nothing reads an environment variable). ``scripts/gpu_triton.py`` times the
+alternatives each rule chooses between; docs/perf-notes.md has the measurements.
+
+Planning functions come in two layers: ``*_choice(shape facts) -> (variant, config)`` needs no
+tensor (``compile_only`` and the grid descriptions use it without a GPU), ``plan_*(tensors) ->
+Plan`` adds the tensors' own facts (alignment) and binds the launch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import triton
+
+from . import device_facts, interpreting, next_pow2
+
+# -- tables ------------------------------------------------------------------------------------
+#: vector add: each thread moves ``bytes_per_thread`` bytes of each operand (two 16-byte vectors),
+#: ``num_warps`` warps a program; BLOCK follows (1024 fp32, 2048 fp16 / bf16)
+VECTOR_ADD = {"bytes_per_thread": 32, "num_warps": 4}
+
+SOFTMAX = {
+    # rows kernel (several short rows a program, persistent): rows of at most this many bytes
+    "rows_max_row_bytes": 4096,
+    "rows_tile": 2048,              # elements per block of rows
+    "rows_values_per_thread": 16,
+    "rows_stages": 2,               # the next block's loads in flight while this one is reduced
+    # block kernel (one row a program, in registers): up to this many (padded) columns, by dtype
+    # size; fp32 rows of 32768 columns hold 128 KB in flight per SM, 16-bit ones only 64 KB (the
+    # registers hold fp32 either way), which ``online`` beats by streaming through L2
+    "block_max_cols": {4: 32768, 2: 16384},
+    # warps by padded row length: (up to this many columns, warps)
+    "block_warps": ((1024, 4), (8192, 8), (32768, 16)),
+    # rows longer than the block kernel takes: ``online`` while L2 holds the rows in flight (one
+    # program an SM, ``online_l2_fraction`` of L2), else ``split``; fewer rows than SMs: ``split``
+    # (its chunks spread one row over many SMs)
+    "long_rows": {4: "split", 2: "online"},
+    "online_l2_fraction": 0.5,
+    "online_block": 8192,
+    "online_warps": 16,
+    "online_stages": 2,
+    "online_max_programs_per_sm": 4,
+    # split: fp32 values a thread holds (so chunk / warps is fixed), the chunk range by dtype
+    # size, and the smallest fraction of a row's padded lanes that must hold data
+    "split_values_per_thread": 64,
+    "split_max_chunk": {4: 16384, 2: 8192},
+    "split_min_chunk": 2048,
+    "split_min_fill": 0.9,
+}
+
+
+def _tma(bm, bn, bk, stages, warps, subtile=False, flatten=True, eff=1.0, group=8):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "num_stages": stages,
+            "num_warps": warps, "EPILOGUE_SUBTILE": subtile, "FLATTEN": flatten,
+            "WARP_SPECIALIZE": False, "eff": eff}
+
+
+def _tiled(bm, bn, bk, stages, warps, eff=1.0, group=8):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "num_stages": stages,
+            "num_warps": warps, "eff": eff}
+
+
+GEMM = {
+    # A tile config's ``eff`` is its throughput per SM relative to the best (the planner's cost of
+    # a tile is its FLOPs / eff); the first entry of each list is the large-problem choice.
+    # Shared memory a stage: (BM + BN) x BK x 2 bytes; the TMA epilogue's staging buffer BM x BN x 2
+    # (halved by EPILOGUE_SUBTILE). No warp-specialised config: with triton 3.6 and 3.9,
+    # ``warp_specialize=True`` on sm_90 either leaves the loop unspecialised or fails to compile.
+    "tma": [_tma(128, 256, 64, 3, 8, subtile=True), _tma(128, 128, 64, 4, 8, eff=0.88),
+            _tma(64, 256, 64, 4, 4, subtile=True, eff=0.8), _tma(64, 128, 64, 4, 4, eff=0.7)],
+    "tiled": [_tiled(128, 256, 64, 3, 8), _tiled(128, 128, 64, 4, 4, eff=0.85),
+              _tiled(64, 128, 64, 4, 4, eff=0.7)],
+    # operands whose rows are not 4-byte aligned (an odd N or K in 16-bit) cannot be copied to
+    # shared memory asynchronously (cp.async moves 4, 8 or 16 bytes): their tiles pass through
+    # registers, so the K step is shorter (the 64-deep tiles above spill there)
+    "tiled_unaligned": [_tiled(128, 256, 32, 3, 8), _tiled(128, 128, 32, 2, 8, eff=0.85),
+                        _tiled(64, 128, 32, 3, 4, eff=0.7)],
+    # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
+    # tiles streaming B, K split so that there are ``narrow_units_per_sm`` programs an SM
+    "narrow_max_m": 64,
+    "narrow": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_stages": 4, "num_warps": 4},
+    "narrow_unaligned": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_stages": 3, "num_warps": 4},
+    "narrow_units_per_sm": 4,
+    # split-K: every slice at least this many K tiles, at most this many slices
+    "splitk_min_k_steps": 4,
+    "splitk_max": 32,
+    # the roofline the planner compares tile configs and split factors with (H200, bf16)
+    "peak_flops": 700e12,
+    "hbm_bytes_per_s": 4.0e12,
+}
+
+#: programs of the persistent TMA grid under the interpreter (so that its tile loop runs)
+INTERPRETER_SMS = 4
+
+
+@dataclass
+class Plan:
+    """What a default implementation runs: the variant, its configuration, the bound launch."""
+    variant: str
+    config: dict
+    launch: Callable[[], None]
+    facts: dict = field(default_factory=dict)
+
+
+# -- vector add --------------------------------------------------------------------------------
+def vector_add_choice(n: int, elem_size: int) -> tuple[str, dict]:
+    from . import vector_add_unmasked as V
+    return "unmasked", V.config(n, elem_size, VECTOR_ADD["bytes_per_thread"], VECTOR_ADD["num_warps"])
+
+
+def plan_vector_add(x, y, out) -> Plan:
+    from . import vector_add_unmasked as V
+    variant, cfg = vector_add_choice(x.numel(), x.element_size())
+    return Plan(variant, cfg, V.bind_launch(x, y, out, cfg))
+
+
+# -- softmax -----------------------------------------------------------------------------------
+def softmax_block_config(N: int, elem_size: int) -> dict:
+    from . import softmax_block as B
+    cols = max(16, next_pow2(N))
+    table = SOFTMAX["block_warps"]
+    return B.config(N, next((w for c, w in table if cols <= c), table[-1][1]))
+
+
+def softmax_rows_config(N: int, elem_size: int) -> dict:
+    from . import softmax_rows as R
+    return R.config(N, SOFTMAX["rows_tile"], SOFTMAX["rows_values_per_thread"], SOFTMAX["rows_stages"])
+
+
+def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
+    """Programs: one an SM, more while L2 still holds every row in flight (``online_l2_fraction``)."""
+    from . import softmax_online as O
+    row_bytes = N * elem_size
+    per_sm = int(SOFTMAX["online_l2_fraction"] * facts["l2_bytes"] // (facts["sms"] * row_bytes))
+    per_sm = max(1, min(SOFTMAX["online_max_programs_per_sm"], per_sm))
+    return O.config(N, SOFTMAX["online_block"], SOFTMAX["online_warps"], SOFTMAX["online_stages"],
+                    facts["sms"] * per_sm)
+
+
+def split_warps(chunk: int) -> int:
+    return max(1, min(32, chunk // (32 * SOFTMAX["split_values_per_thread"])))
+
+
+def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
+    """CHUNK: the largest power of two (dtype's range) whose padded lanes are at least
+    ``split_min_fill`` data (else the fullest), halved while M rows x C chunks leave SMs idle."""
+    from . import softmax_split as S
+    lo, hi = SOFTMAX["split_min_chunk"], SOFTMAX["split_max_chunk"][elem_size]
+    sizes = [hi >> i for i in range(hi.bit_length()) if hi >> i >= lo]
+    fill = {c: N / (triton.cdiv(N, c) * c) for c in sizes}
+    chunk = next((c for c in sizes if fill[c] >= SOFTMAX["split_min_fill"]), max(sizes, key=fill.get))
+    while chunk > lo and M * triton.cdiv(N, chunk) < facts["sms"]:
+        chunk //= 2
+    return S.config(N, chunk, split_warps(chunk))
+
+
+def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:
+    """The variant (rows, block, online or split) and its configuration for M rows of N columns."""
+    facts = facts or device_facts()
+    row_bytes = N * elem_size
+    cols = max(16, next_pow2(N))
+    if row_bytes <= SOFTMAX["rows_max_row_bytes"]:
+        return "rows", softmax_rows_config(N, elem_size)
+    if cols <= SOFTMAX["block_max_cols"][elem_size]:
+        return "block", softmax_block_config(N, elem_size)
+    long_rows = SOFTMAX["long_rows"][elem_size]
+    in_l2 = facts["sms"] * row_bytes <= SOFTMAX["online_l2_fraction"] * facts["l2_bytes"]
+    if M >= facts["sms"] and long_rows == "online" and in_l2:
+        return "online", softmax_online_config(M, N, elem_size, facts)
+    return "split", softmax_split_config(M, N, elem_size, facts)
+
+
+def plan_softmax(x, out) -> Plan:
+    from . import softmax_block, softmax_online, softmax_rows, softmax_split
+    M, N = x.shape
+    variant, cfg = softmax_choice(M, N, x.element_size(), device_facts(x.device))
+    binder = {"rows": softmax_rows, "block": softmax_block, "online": softmax_online,
+              "split": softmax_split}[variant].bind_launch
+    return Plan(variant, cfg, binder(x, out, cfg))
+
+
+# -- GEMM + epilogue ---------------------------------------------------------------------------
+def _waves(units: int, sms: int) -> int:
+    return -(-units // sms)
+
+
+def _gemm_time(M, N, K, cfg: dict, split: int, sms: int) -> float:
+    """Seconds the roofline model gives ``cfg`` with K cut in ``split``: whole waves of tiles at
+    the tile's share of peak (the last wave costs as much as a full one), or the HBM floor of A, B
+    and C, whichever is longer; plus the fp32 workspace written and read when split > 1."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    units = triton.cdiv(M, bm) * triton.cdiv(N, bn) * split
+    per_sm = GEMM["peak_flops"] / sms * cfg["eff"]
+    t_tiles = _waves(units, sms) * 2.0 * bm * bn * triton.cdiv(K, split) / per_sm
+    t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
+    t_ws = (2 * 4.0 * split * M * N / GEMM["hbm_bytes_per_s"]) if split > 1 else 0.0
+    return max(t_tiles, t_mem) + t_ws
+
+
+def _split_choices(K: int, block_k: int) -> list[int]:
+    steps = triton.cdiv(K, block_k)
+    top = max(1, min(GEMM["splitk_max"], steps // GEMM["splitk_min_k_steps"]))
+    return list(range(1, top + 1))
+
+
+def gemm_narrow_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
+    """Few rows: BLOCK_M = M rounded up (>= 16), narrow tiles over N, K split until there are
+    ``narrow_units_per_sm`` programs an SM (SPLIT 1: the tiled kernel writes C directly)."""
+    cfg = {**GEMM["narrow" if aligned else "narrow_unaligned"], "BLOCK_M": max(16, next_pow2(M)), "eff": 1.0}
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    want = GEMM["narrow_units_per_sm"] * facts["sms"]
+    splits = _split_choices(K, cfg["BLOCK_K"])
+    cfg["SPLIT"] = next((s for s in splits if tiles * s >= want), splits[-1])
+    return cfg
+
+
+def gemm_tma_config(M: int, N: int, K: int, facts: dict) -> dict:
+    return min(GEMM["tma"], key=lambda c: _gemm_time(M, N, K, c, 1, facts["sms"]))
+
+
+def gemm_tiled_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
+    table = GEMM["tiled" if aligned else "tiled_unaligned"]
+    return min(table, key=lambda c: _gemm_time(M, N, K, c, 1, facts["sms"]))
+
+
+def gemm_aligned(elem_size: int, k_vec: int, n_vec: int) -> bool:
+    """Whether the A and B rows allow asynchronous copies (4-byte aligned at least)."""
+    return min(k_vec, n_vec) * elem_size >= 4
+
+
+def gemm_splitk_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
+    """The split-K config the model prefers (narrow tiles for few rows)."""
+    if M <= GEMM["narrow_max_m"]:
+        cfg = gemm_narrow_config(M, N, K, facts, aligned)
+        return cfg if cfg["SPLIT"] > 1 else {**cfg, "SPLIT": min(2, _split_choices(K, cfg["BLOCK_K"])[-1])}
+    table = GEMM["tiled" if aligned else "tiled_unaligned"]
+    best = min(((c, s) for c in table for s in _split_choices(K, c["BLOCK_K"])[1:] or [1]),
+               key=lambda cs: _gemm_time(M, N, K, cs[0], cs[1], facts["sms"]))
+    return {**best[0], "SPLIT": best[1]}
+
+
+def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
+                aligned: bool = True) -> tuple[str, dict]:
+    """tiled, tma or splitk, and the config. Few rows: narrow tiles, split-K when the tiles alone
+    leave SMs idle. Otherwise the roofline model picks among the tile configs (TMA ones when the
+    operands allow TMA, else the pointer kernel's: shorter K steps when rows are not 4-byte
+    aligned, see GEMM) and split factors."""
+    facts = facts or device_facts()
+    sms = facts["sms"]
+    if M <= GEMM["narrow_max_m"]:
+        cfg = gemm_narrow_config(M, N, K, facts, aligned)
+        return ("splitk" if cfg["SPLIT"] > 1 else "tiled"), cfg
+    kind = "tma" if tma_ok else "tiled"
+    table = GEMM[kind if tma_ok or aligned else "tiled_unaligned"]
+    options = [(kind, c, 1) for c in table]
+    pointer = GEMM["tiled" if aligned else "tiled_unaligned"]
+    options += [("splitk", c, s) for c in pointer for s in _split_choices(K, c["BLOCK_K"])[1:]]
+    variant, cfg, split = min(options, key=lambda o: _gemm_time(M, N, K, o[1], o[2], sms))
+    return variant, ({**cfg, "SPLIT": split} if variant == "splitk" else dict(cfg))
+
+
+def plan_gemm(a, b, bias, act: str, out) -> Plan:
+    from . import gemm_epilogue_splitk, gemm_epilogue_tiled, gemm_epilogue_tma
+    M, K = a.shape
+    N = b.shape[1]
+    facts = device_facts(a.device)
+    tma_ok = gemm_epilogue_tma.check(a, b, out) is None
+    vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
+    variant, cfg = gemm_choice(M, N, K, tma_ok, facts, gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"]))
+    if variant == "tma":
+        sms = INTERPRETER_SMS if interpreting() else facts["sms"]
+        launch = gemm_epilogue_tma.bind_launch(a, b, bias, act, out, cfg, sms)
+    elif variant == "splitk":
+        launch = gemm_epilogue_splitk.bind_launch(a, b, bias, act, out, cfg)
+    else:
+        launch = gemm_epilogue_tiled.bind_launch(a, b, bias, act, out, cfg)
+    return Plan(variant, cfg, launch)

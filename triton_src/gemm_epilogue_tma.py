@@ -1,0 +1,137 @@
+"""GEMM + epilogue, ``tma``: persistent, A / B / C through TMA descriptors.
+
+One program per SM loops over C tiles (grouped order, stride = the grid), so the launch costs one
+wave and, with ``tl.range(..., flatten=True)``, the next tile's loads are issued while this tile's
+epilogue runs. A, B and C are addressed through host-built TMA descriptors: the copy engine
+fetches whole boxes into swizzled shared memory (no address arithmetic, no masks: out-of-bounds
+box elements read as zero, which also covers the K tail) and the store clips ragged M / N edges
+by itself. The price: TMA needs 16-byte aligned base addresses and row strides and a unit inner
+stride, so for 16-bit types K and N must be multiples of 8 (``supports``); ``dispatch`` sends the
+other shapes to the tiled kernel. EPILOGUE_SUBTILE stores C in two halves (half the staging
+buffer in shared memory; the first half's store overlaps the second half's epilogue).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .checks import ACTS, gemm_args
+from .gemm_epilogue_tiled import epilogue, grouped_tile
+from .runtime import Spec, bind_spec
+
+
+@triton.jit
+def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
+                             ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
+                             EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                             FLATTEN: tl.constexpr):
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    # FLATTEN fuses the tile loop and the K loop into one software pipeline, so the loads of the
+    # next tile start while this one finishes; WARP_SPECIALIZE would give loads and MMAs their own
+    # warps (see dispatch.GEMM for why no config sets it)
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, NUM_SMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_steps):
+            a = a_desc.load([off_m, k * BLOCK_K])
+            b = b_desc.load([k * BLOCK_K, off_n])
+            acc = tl.dot(a, b, acc)
+        if EPILOGUE_SUBTILE:
+            # two [BM, BN/2] halves, each finished and stored on its own: half the staging buffer
+            # in shared memory, and the first half's store overlaps the second half's epilogue
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            left, right = tl.split(halves)
+            cn = off_n + tl.arange(0, BLOCK_N // 2)
+            left = epilogue(left, bias_ptr, cn, N, ACT, HAS_BIAS)
+            c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+            right = epilogue(right, bias_ptr, cn + BLOCK_N // 2, N, ACT, HAS_BIAS)
+            c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+        else:
+            acc = epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, ACT, HAS_BIAS)
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+def supports(M: int, N: int, K: int, strides: dict | None = None,
+             dtype: torch.dtype = torch.bfloat16, data_ptrs: dict | None = None) -> str | None:
+    """None if TMA descriptors can address the operands, else why not (naming the argument).
+
+    ``strides`` maps a / b / out to their (row, column) strides in elements (default: contiguous
+    [M, K], [K, N], [M, N]); ``data_ptrs`` optionally maps them to base addresses. TMA needs
+    16-byte aligned bases and row strides and a unit column stride: for 16-bit types K and N must
+    be multiples of 8."""
+    es = torch.empty((), dtype=dtype).element_size()
+    strides = strides or {"a": (K, 1), "b": (N, 1), "out": (N, 1)}
+    dims = {"a": "K", "b": "N", "out": "N"}
+    for name, (row, col) in strides.items():
+        if col != 1:
+            return f"{name}: column stride {col}; TMA descriptors need a unit inner stride"
+        if (row * es) % 16:
+            return (f"{name}: row stride {row} elements = {row * es} bytes is not a multiple of 16; "
+                    f"TMA descriptors need 16-byte aligned rows ({dims[name]} a multiple of "
+                    f"{16 // es} for contiguous {str(dtype).replace('torch.', '')}); "
+                    f"gemm_epilogue_tiled takes it")
+    for name, ptr in (data_ptrs or {}).items():
+        if ptr % 16:
+            return f"{name}: base address {ptr:#x} is not 16-byte aligned, as TMA descriptors need"
+    return None
+
+
+def descriptors(a, b, out, cfg: dict):
+    """Host TMA descriptors of A, B and C with the box shapes of ``cfg``'s tiles (C's box is half
+    as wide when the epilogue stores in two halves)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    return (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
+            TensorDescriptor.from_tensor(out, [bm, bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn]))
+
+
+def launch_spec(a, b, bias, act: str, out, cfg: dict, sms: int) -> Spec:
+    M, K = a.shape
+    N = b.shape[1]
+    a_desc, b_desc, c_desc = descriptors(a, b, out, cfg)
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    args = {"a_desc": a_desc, "b_desc": b_desc, "c_desc": c_desc,
+            "bias_ptr": bias if bias is not None else a, "M": M, "N": N, "K": K,
+            "ACT": ACTS[act], "HAS_BIAS": bias is not None, "NUM_SMS": sms,
+            **{k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE",
+                                   "WARP_SPECIALIZE", "FLATTEN")}}
+    return Spec(gemm_epilogue_tma_kernel, (min(sms, tiles),), args,
+                {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+
+
+def bind_launch(a, b, bias, act: str, out, cfg: dict, sms: int):
+    """Zero-argument launch on min(sms, tiles) programs with ``cfg`` (BLOCK_M/N/K, GROUP_M,
+    EPILOGUE_SUBTILE, FLATTEN, WARP_SPECIALIZE, num_warps, num_stages). Raises ValueError naming
+    the operand TMA cannot address."""
+    if (why := check(a, b, out)):
+        raise ValueError(why)
+    return bind_spec(launch_spec(a, b, bias, act, out, cfg, sms), a.device)
+
+
+def check(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> str | None:
+    """``supports`` on actual tensors: their strides and base addresses."""
+    return supports(a.shape[0], b.shape[1], a.shape[1],
+                    {"a": a.stride(), "b": b.stride(), "out": out.stride()}, a.dtype,
+                    {"a": a.data_ptr(), "b": b.data_ptr(), "out": out.data_ptr()})
+
+
+def gemm_epilogue_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                      act: str = "relu", out: torch.Tensor | None = None, *,
+                      config: dict | None = None) -> torch.Tensor:
+    """C = act(a @ b + bias) with this kernel; ``config`` from ``dispatch`` unless given.
+    ValueError naming the operand when TMA cannot address it."""
+    from . import device_facts, dispatch, interpreting
+    M, N, K, out = gemm_args(a, b, bias, act, out)
+    facts = device_facts(a.device)
+    cfg = config or dispatch.gemm_tma_config(M, N, K, facts)
+    sms = dispatch.INTERPRETER_SMS if interpreting() else facts["sms"]
+    bind_launch(a, b, bias, act, out, cfg, sms)()
+    return out

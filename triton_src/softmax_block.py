@@ -1,0 +1,66 @@
+"""Row softmax, ``block``: one program per row, the whole row in registers.
+
+One read and one write of each row: load (padding lanes -inf), max, exp, sum, scale, store.
+BLOCK_N is the row length rounded up to a power of two; the row must fit the registers of one
+program (MAX_COLS fp32 values: at 16 warps that is 64 values a thread, twice that spills), and
+how many programs an SM holds follows from the same registers: ``dispatch`` picks num_warps.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import next_pow2
+from .checks import softmax_args
+from .runtime import Spec, bind_spec
+
+MAX_COLS = 32768
+
+
+@triton.jit
+def softmax_block_kernel(x_ptr, out_ptr, N, stride_x, stride_out, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    y = e * (1.0 / tl.sum(e, axis=0))
+    tl.store(out_ptr + row * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def supports(N: int) -> str | None:
+    if next_pow2(N) > MAX_COLS:
+        return (f"a row of {N} columns does not fit one program's registers (at most {MAX_COLS} "
+                f"columns); softmax_split / softmax_online take it")
+    return None
+
+
+def config(N: int, num_warps: int) -> dict:
+    return {"BLOCK_N": max(16, next_pow2(N)), "num_warps": num_warps}
+
+
+def launch_spec(x, out, cfg: dict) -> Spec:
+    M, N = x.shape
+    return Spec(softmax_block_kernel, (M,),
+                {"x_ptr": x, "out_ptr": out, "N": N, "stride_x": x.stride(0),
+                 "stride_out": out.stride(0), "BLOCK_N": cfg["BLOCK_N"]},
+                {"num_warps": cfg["num_warps"]})
+
+
+def bind_launch(x, out, cfg: dict):
+    return bind_spec(launch_spec(x, out, cfg), x.device)
+
+
+def softmax_block(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                  num_warps: int | None = None) -> torch.Tensor:
+    """Row softmax with this kernel (config from ``dispatch`` unless given)."""
+    from . import dispatch
+    M, N, out = softmax_args(x, out)
+    if (why := supports(N)):
+        raise ValueError(f"x: {why}")
+    cfg = dispatch.softmax_block_config(N, x.element_size())
+    if num_warps is not None:
+        cfg["num_warps"] = num_warps
+    bind_launch(x, out, cfg)()
+    return out

@@ -1,0 +1,92 @@
+"""Row softmax, ``rows``: short rows, several to a program, on a persistent grid.
+
+A row of a few hundred columns is too little work for one program: its loads would wait a full
+memory latency for a few hundred bytes. Here a block is ROWS rows x BLOCK_N columns (about
+``dispatch.SOFTMAX["rows_tile"]`` elements), reduced along its rows at once; the grid is what the
+SMs hold at once (from the compiled kernel's registers and shared memory), and each program loops
+over blocks ``pid, pid + grid, ...``. ``tl.range(..., num_stages=2)`` software-pipelines that loop:
+the next block's loads are issued before this block is reduced and stored.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import device_facts, interpreting, next_pow2
+from .checks import softmax_args
+from .runtime import Spec, bind_spec, programs_per_sm
+
+MAX_COLS = 32768
+
+
+@triton.jit
+def softmax_rows_kernel(x_ptr, out_ptr, M, N, stride_x, stride_out, ROWS: tl.constexpr,
+                        BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
+    rows = tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols[None, :] < N
+    for blk in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0), num_stages=NUM_STAGES):
+        r = (blk * ROWS + rows).to(tl.int64)
+        mask = (r[:, None] < M) & col_mask
+        x = tl.load(x_ptr + r[:, None] * stride_x + cols[None, :], mask=mask,
+                    other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=1)[:, None])
+        y = e * (1.0 / tl.sum(e, axis=1))[:, None]
+        tl.store(out_ptr + r[:, None] * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty),
+                 mask=mask)
+
+
+def supports(N: int) -> str | None:
+    if next_pow2(N) > MAX_COLS:
+        return f"a row of {N} columns does not fit one program's registers; softmax_split takes it"
+    return None
+
+
+def config(N: int, tile: int, values_per_thread: int, num_stages: int) -> dict:
+    """ROWS rows of BLOCK_N = next_pow2(N) columns, about ``tile`` elements a block, over the
+    warps that give each thread ``values_per_thread`` values."""
+    block = max(16, next_pow2(N))
+    rows = max(1, tile // block)
+    warps = min(16, max(1, next_pow2(rows * block // (32 * values_per_thread))))
+    return {"ROWS": rows, "BLOCK_N": block, "NUM_STAGES": num_stages, "num_warps": warps}
+
+
+def launch_spec(x, out, cfg: dict, programs: int) -> Spec:
+    M, N = x.shape
+    blocks = triton.cdiv(M, cfg["ROWS"])
+    return Spec(softmax_rows_kernel, (max(1, min(blocks, programs)),),
+                {"x_ptr": x, "out_ptr": out, "M": M, "N": N, "stride_x": x.stride(0),
+                 "stride_out": out.stride(0), "ROWS": cfg["ROWS"], "BLOCK_N": cfg["BLOCK_N"],
+                 "NUM_STAGES": cfg["NUM_STAGES"]}, {"num_warps": cfg["num_warps"]})
+
+
+def bind_launch(x, out, cfg: dict, programs: int | None = None):
+    """Launch on ``programs`` programs (default: what the device holds at once, at most one per
+    block; under the interpreter 3, so that the block loop runs several times)."""
+    if programs is None:
+        if interpreting():
+            programs = 3
+        else:  # compile once to learn the occupancy, then bind the real grid
+            probe = bind_spec(launch_spec(x, out, cfg, 1), x.device)
+            facts = device_facts(x.device)
+            programs = facts["sms"] * max(1, programs_per_sm(probe.compiled, cfg["num_warps"], facts))
+    return bind_spec(launch_spec(x, out, cfg, programs), x.device)
+
+
+def softmax_rows(x: torch.Tensor, out: torch.Tensor | None = None, *, rows: int | None = None,
+                 num_warps: int | None = None, programs: int | None = None) -> torch.Tensor:
+    """Row softmax with this kernel (config from ``dispatch`` unless given)."""
+    from . import dispatch
+    M, N, out = softmax_args(x, out)
+    if (why := supports(N)):
+        raise ValueError(f"x: {why}")
+    cfg = dispatch.softmax_rows_config(N, x.element_size())
+    if rows is not None:
+        if rows < 1 or rows & (rows - 1):
+            raise ValueError(f"rows: must be a power of two, got {rows}")
+        cfg["ROWS"] = rows
+    if num_warps is not None:
+        cfg["num_warps"] = num_warps
+    bind_launch(x, out, cfg, programs)()
+    return out
