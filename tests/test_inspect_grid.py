@@ -130,8 +130,8 @@ def test_inspect_errors(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("impl,files", [
-    ("triton:add", ("vector_add_kernel.ttir", "vector_add_kernel.ttgir", "vector_add_kernel.llir",
-                    "vector_add_kernel.ptx")),
+    ("triton:vector_add", ("vector_add_unmasked_kernel.ttir", "vector_add_unmasked_kernel.ttgir",
+                           "vector_add_unmasked_kernel.llir", "vector_add_unmasked_kernel.ptx")),
     ("cute:vector_add", ("cute_vector_add.ptx",)),
 ])
 def test_inspect_real_implementations(impl, files, tmp_path):

@@ -28,7 +28,7 @@ def _row(impl, t, problem="vector_add", dims=None, dtype="float32", traffic=12_0
 
 
 def test_metrics_against_ceilings_baseline_and_model():
-    rows = [_row("torch:vector_add", 4e-6), _row("triton:add", 3e-6)]
+    rows = [_row("torch:vector_add", 4e-6), _row("triton:vector_add", 3e-6)]
     ceil = {"copy_bytes_per_s": 4.0e12, "gemm_flops_per_s": {"bfloat16": 7e14}}
     report.add_metrics(rows, ceil, {}, "NVIDIA H200")
     tri = rows[1]
@@ -42,7 +42,7 @@ def test_metrics_against_ceilings_baseline_and_model():
 
 def test_gemm_metrics_use_vendor_same_shape():
     case_id = "gemm_epilogue[M=4096,N=4096,K=4096,bfloat16,act=relu,bias=1]"
-    r = _row("triton:gemm", 2e-4, problem="gemm_epilogue", dims={"M": 4096, "N": 4096, "K": 4096},
+    r = _row("triton:gemm_epilogue", 2e-4, problem="gemm_epilogue", dims={"M": 4096, "N": 4096, "K": 4096},
              dtype="bfloat16", traffic=1, flops=2 * 4096 ** 3)
     r["case"] = Case("gemm_epilogue", {"M": 4096, "N": 4096, "K": 4096}, "bfloat16",
                      {"act": "relu", "bias": 1}).to_json()

@@ -54,8 +54,9 @@ def pow2_divisor(*values: int, limit: int = 16) -> int:
 def _on_import() -> None:
     try:
         if interpreting():
-            from .runtime import patch_interpreter_bf16_dot
+            from .runtime import patch_interpreter_bf16_dot, patch_interpreter_bf16_rounding
             patch_interpreter_bf16_dot()
+            patch_interpreter_bf16_rounding()
     except ImportError:  # no triton: the adapter reports it
         pass
 

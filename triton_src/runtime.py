@@ -182,3 +182,30 @@ def patch_interpreter_bf16_dot() -> None:
 
     create_dot._bf16_fixed = True
     builder.create_dot = create_dot
+
+
+def patch_interpreter_bf16_rounding() -> None:
+    """Triton's interpreter converts fp32 to bf16 by dropping the low 16 bits (round toward
+    zero) where the GPU's ``cvt.rn.bf16.f32`` rounds to nearest even: every bf16 output the
+    interpreter writes would be up to a whole ulp off. Round to nearest even instead (NaN stays
+    NaN), only for that conversion and only under the interpreter."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+    if getattr(interp._convert_float, "_rne_fixed", False):
+        return
+    original = interp._convert_float
+    rtz = getattr(getattr(interp, "_ir", None), "ROUNDING_MODE", None)
+    rtz = getattr(rtz, "RTZ", object())
+
+    def convert(input, input_dtype, output_dtype, rounding_mode):
+        if input_dtype == tl.float32 and output_dtype == tl.bfloat16 and rounding_mode != rtz:
+            bits = np.frombuffer(np.ascontiguousarray(input).tobytes(), dtype=np.uint32).astype(np.uint64)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+            nan = (bits & 0x7FFFFFFF) > 0x7F800000
+            rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)
+            return rounded.reshape(np.shape(input))
+        return original(input, input_dtype, output_dtype, rounding_mode)
+
+    convert._rne_fixed = True
+    interp._convert_float = convert
