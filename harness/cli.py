@@ -147,7 +147,8 @@ def _prepare_env(device: str) -> None:
 def _verify_row_json(r: dict) -> dict:
     return {"impl": r["impl"], "layer": r["layer"], "problem": r["problem"], "case": r["case"]["id"],
             "status": r["status"], "reason": r.get("reason") or "", "max_abs_err": r.get("max_abs_err"),
-            "rel_err": r.get("rel_err"), "kind": r.get("kind")}
+            "rel_err": r.get("rel_err"), "kind": r.get("kind"), "worst_ratio": r.get("worst_ratio"),
+            "bias": r.get("bias")}
 
 
 # -- commands ----------------------------------------------------------------------------------

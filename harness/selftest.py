@@ -148,6 +148,77 @@ def timed_check(impl, problem, case, device="cpu"):
     return verify.Check(bool(stats.get(impl.id)), "" if stats.get(impl.id) else "no timing samples")
 
 
+# GPU-only blind spots: (what, problem, planted, twin, case, timing mode)
+GPU_CHECKS = [
+    ("launch on a side stream: a CUDA-graph replay does nothing", "vector_add",
+     ("gpu_bugs", "prepare_add_side_stream", "torch"), ("gpu_bugs", "prepare_add", "torch"),
+     ("float32", dict(N=1 << 24)), "graph"),
+    ("launch on a side stream: CUDA events bracket nothing", "vector_add",
+     ("gpu_bugs", "prepare_add_side_stream", "torch"), ("gpu_bugs", "prepare_add", "torch"),
+     ("float32", dict(N=1 << 24)), "cold"),
+    ("timing no-op on the GPU", "vector_add",
+     ("torch_bugs", "prepare_add_noop_after_verify", "torch"), ("gpu_bugs", "prepare_add", "torch"),
+     ("bfloat16", dict(N=1 << 24)), "cold"),
+    ("ReLU for GELU at 4096^3", "gemm_epilogue",
+     ("torch_bugs", "prepare_gemm_relu_for_gelu", "torch"), ("torch_bugs", "prepare_gemm", "torch"),
+     ("bfloat16", dict(M=4096, N=4096, K=4096, act="gelu")), None),
+    ("16-bit accumulator across K tiles at 4096^3", "gemm_epilogue",
+     ("torch_bugs", "prepare_gemm_bf16_acc", "torch"), ("torch_bugs", "prepare_gemm", "torch"),
+     ("bfloat16", dict(M=4096, N=4096, K=4096, act="none")), None),
+    ("exact-erf GELU at 4096^3", "gemm_epilogue",
+     ("torch_bugs", "prepare_gemm_erf_gelu", "torch"), ("torch_bugs", "prepare_gemm", "torch"),
+     ("bfloat16", dict(M=4096, N=4096, K=4096, act="gelu")), None),
+]
+
+
+def run_gpu_checks(progress=None) -> list[Outcome]:
+    """The GPU-only planted bugs: each through the verifier and, where given, the timer in that
+    mode (graph replays or cold launches), with the correct twin beside it."""
+    from . import problems, timing, verify
+
+    outcomes = []
+    for bug, pname, planted_spec, twin_spec, (dt, kw), mode in GPU_CHECKS:
+        prob = problems.get(pname)
+        case = prob.case(dtype=dt, **kw)
+        for role, spec, expect in (("planted", planted_spec, "FAIL"), ("twin", twin_spec, "PASS")):
+            impl = _impl(pname, spec)
+            impl.devices = ("cuda",)
+            if progress:
+                progress(f"{role:8s} {impl.id:38s} {case.label} {mode or 'verify'}")
+            t0 = time.perf_counter()
+            try:
+                c = verify.verify_case(impl, prob, case, "cuda", seeds=(0,))
+                if c.ok and mode:
+                    inputs = prob.make_inputs(case, "cuda", 0)
+                    L = verify.Launcher(impl, prob, case, inputs, "cuda")
+
+                    def check(k, out, L=L, inputs=inputs, impl=impl):
+                        g = L.guard()
+                        return verify.Check(False, g) if g else verify.judge(impl, prob, case, 0, inputs, out, "cuda")
+                    errors: dict = {}
+                    cfg = timing.TimingConfig(mode=mode, min_samples=5, max_samples=20, time_cap_s=0.3)
+                    st = timing.time_launches({impl.id: L}, cfg, "cuda", check=check, errors=errors)
+                    if impl.id in errors:
+                        c = verify.Check(False, errors[impl.id])
+                    elif impl.id in st:
+                        # the plausibility check of the report, on this one row
+                        from . import report
+                        from .machine import machine_info, measure_ceilings
+                        row = {"problem": pname, "impl": impl.id, "layer": "torch", "case": case.to_json(),
+                               "status": "PASS", "time": st[impl.id].to_json(False), "timing_mode": mode,
+                               "traffic_bytes": prob.traffic(case), "flops": prob.flops(case)}
+                        m = machine_info()
+                        report.mark_implausible([row], measure_ceilings(), m.get("gpu"), m.get("l2_bytes") or 0)
+                        if row["status"] == "FAIL":
+                            c = verify.Check(False, row["reason"])
+                got, reason = ("PASS" if c.ok else "FAIL"), c.reason
+            except Exception as e:
+                got, reason = "ERROR", f"{type(e).__name__}: {str(e).strip()[:200]}"
+            outcomes.append(Outcome(bug, impl.id, role, case.label + (f" ({mode} timing)" if mode else ""),
+                                    expect, got, reason, time.perf_counter() - t0))
+    return outcomes
+
+
 def _verify(impl, problem, case, stage: str = "verify") -> tuple[str, str]:
     from .verify import verify_case
 
@@ -225,9 +296,9 @@ def render(outcomes: list[Outcome]) -> str:
     return buf.getvalue()
 
 
-def _run_here(fmt: str, quiet: bool = False) -> int:
+def _run_here(fmt: str, quiet: bool = False, gpu: bool = False) -> int:
     prog = None if quiet or fmt == "json" or not sys.stderr.isatty() else (lambda s: print(f"  {s}", file=sys.stderr, flush=True))
-    outcomes = run_checks(prog)
+    outcomes = run_gpu_checks(prog) if gpu else run_checks(prog)
     if fmt == "json":
         print(json.dumps([o.to_json() for o in outcomes], indent=2))
     else:
@@ -243,6 +314,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "twin PASSes.")
     p.add_argument("--format", default="table", choices=("table", "json"))
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--gpu", action="store_true", help="the GPU-only planted bugs (graph capture, CUDA "
+                   "events, large GEMMs) instead; needs a GPU")
     p.set_defaults(func=main)
     return p
 
@@ -250,6 +323,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args) -> int:
     fmt = getattr(args, "format", "table")
     quiet = getattr(args, "quiet", False)
+    if getattr(args, "gpu", False):
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError("selftest --gpu: needs a CUDA GPU")
+        return _run_here(fmt, quiet, gpu=True)
     if os.environ.get("TRITON_INTERPRET") == "1":
         return _run_here(fmt, quiet)
     # Triton reads TRITON_INTERPRET when a kernel is defined (older versions: when triton is

@@ -236,6 +236,7 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
     rms = math.sqrt(sum_r2 / n_fin)
     atol = max(tol.atol_floor, tol.atol_rms * rms)
     over_n, first, first_allowed = 0, None, None
+    worst_ratio = 0.0   # the largest |error| / allowed error: how close the output came to its bound
     for i in range(0, n, CHUNK):
         o = o_all[i:i + CHUNK].to(torch.float64)
         r = r_all[i:i + CHUNK]
@@ -244,7 +245,11 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
             allowed = b_all[i:i + CHUNK] + _half_ulp(torch.maximum(r.abs(), o.abs()), case.dtype)
         else:
             allowed = atol + tol.rtol * r.abs()
-        over = fin & ((o - r).abs() > allowed)
+        err = (o - r).abs()
+        over = fin & (err > allowed)
+        ratio = torch.where(fin, err / allowed.clamp_min(1e-300), torch.zeros_like(err))
+        if ratio.numel():
+            worst_ratio = max(worst_ratio, float(ratio.max()))
         if bool(over.any()):
             over_n += int(over.sum())
             if first is None:
@@ -262,6 +267,7 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
         return Check(False, f"relative error norm {rel:.3g} > {tol.rel_norm:.3g}", max_abs, rel)
     worst = bias.worst() if bias is not None else None
     details = {"bias": worst} if worst else {}
+    details["worst_ratio"] = worst_ratio
     if worst and worst["fails"]:
         return Check(False, f"systematic error: in the {worst['n']} elements with reference in "
                             f"{worst['bin']} the mean error is {worst['mean_err']:.3g} "
@@ -400,6 +406,8 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True) -
             c.reason = f"seed {seed}: {c.reason}"
             c.details.update(worst.details)
             return c
+        worst.details["worst_ratio"] = max(worst.details.get("worst_ratio", 0.0),
+                                           c.details.get("worst_ratio") or 0.0)
         if (c.details.get("bias") or {}).get("t") is not None:
             prev = worst.details.get("bias")
             if prev is None or abs(c.details["bias"]["t"]) > abs(prev["t"]):

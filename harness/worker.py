@@ -165,6 +165,8 @@ def process_task(task: dict, opts: dict, emit) -> None:
         row.update(max_abs_err=check.max_abs_err, rel_err=check.rel_err, reason=check.reason)
         if check.details.get("bias"):
             row["bias"] = check.details["bias"]
+        if check.details.get("worst_ratio") is not None:
+            row["worst_ratio"] = check.details["worst_ratio"]
         if check.ok:
             row.update(status="PASS", kind="verified")
             passed.append(impl)

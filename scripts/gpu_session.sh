@@ -1,89 +1,91 @@
 #!/usr/bin/env bash
-# On the GPU machine: one stage of a measurement session per call (each call <= 10 minutes; the
-# machine stays warm ~30 s between calls, so the stages are issued back to back). Results land in
-# $OUT (at most a few files per call: one archive per stage plus its log).
-#   bash scripts/gpu_session.sh mem     verify the softmax/vector-add rows changed since the last
-#                                       run (verify suite), then compare vector_add + softmax
-#   bash scripts/gpu_session.sh gemm    verify the new GEMM rows (verify suite), then compare GEMM
-#   bash scripts/gpu_session.sh checks  pytest -m gpu, compute-sanitizer (memcheck, racecheck,
-#                                       synccheck; memcheck of the split path alone) and the CuTe
-#                                       GEMM verify suite, side by side
-#                                       (correctness only: nothing is timed in this stage)
-#   bash scripts/gpu_session.sh tune    scripts/tune_triton_softmax_split.py + tune_triton_gemm.py
-# Environment: KL_MEM_VERIFY / KL_GEMM_VERIFY override the --impl lists verified first.
+# On the GPU machine (offline): the stages of a measurement session. Each stage writes one archive
+# $OUT/<stage>.tgz (the device tool brings back at most 8 files) and prints a short summary last.
+#   bash scripts/gpu_session.sh build                  offline build + install (once per machine)
+#   bash scripts/gpu_session.sh cuda|triton|cute [..]  the layer's scripts/gpu_<layer>.py (verify every id on the
+#                                                      verify + models suites, time the dispatch candidates)
+#   bash scripts/gpu_session.sh harness                selftest --gpu (planted GPU-only bugs), the GEMM bound
+#                                                      calibrated on every GEMM implementation (verify + models
+#                                                      suites, worst error/bound ratio and bias statistics),
+#                                                      crosscheck (harness timer vs CUPTI) on a few rows
+#   bash scripts/gpu_session.sh compare                the default `python -m harness compare`, cold (empty
+#                                                      compile caches) and warm, wall time of each
+#   bash scripts/gpu_session.sh tests                  pytest -m gpu, compute-sanitizer on the CUDA kernels
+# Extra arguments go to the stage's command. On a machine with two GPUs, run two stages at once with
+# CUDA_VISIBLE_DEVICES=0 / =1.
 set -uo pipefail
-stage=${1:?stage: mem | gemm | checks | tune}
+stage=${1:?stage: build | cuda | triton | cute | harness | compare | tests}
 shift
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/res
-[ -f .device/bin/env.sh ] && source .device/bin/env.sh
+R=/tmp/res/$stage
+mkdir -p "$OUT" "$R"
+[ -f .device/bin/env.sh ] && source .device/bin/env.sh > /dev/null
 source scripts/gpu_build.sh
-
-impl_args() { for i in $1; do printf -- '--impl %s ' "$i"; done; }
-
-verify_first() {  # $1: name, $2: ids
-  local t0=$(date +%s)
-  # shellcheck disable=SC2046
-  python3 -m harness verify $(impl_args "$2") --suite verify --format json > "/tmp/res/verify_$1.json" 2> "/tmp/res/verify_$1.log"
-  echo "[gpu_session] verify $1: exit $? in $(( $(date +%s) - t0 )) s"
-  python3 - "/tmp/res/verify_$1.json" <<'EOF'
-import collections, json, sys
-try:
-    rows = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("  (no JSON:", e, ")"); sys.exit()
-n = collections.Counter((r["impl"], r["status"]) for r in rows)
-for (impl, st), k in sorted(n.items()):
-    print(f"  {impl:28s} {st:5s} {k}")
-for r in rows:
-    if r["status"] == "FAIL":
-        print("  FAIL", r["impl"], r["case"], (r.get("reason") or "")[:300])
-EOF
-}
+t0=$(date +%s)
+log() { echo "[gpu_session $stage $(( $(date +%s) - t0 ))s] $*"; }
 
 case $stage in
-  mem)
-    verify_first mem "${KL_MEM_VERIFY:-cuda:softmax cupy:softmax cuda:softmax_split cupy:softmax_split cute:softmax cute:softmax_split}"
-    bash scripts/gpu_run.sh mem --problem vector_add,softmax --suite bench --no-verify-suite \
-      --time-cap ${KL_TIME_CAP:-0.4} --min-samples 10 --plot "$@" > /tmp/res/mem_console.txt 2>&1
-    tail -60 /tmp/res/mem_console.txt
-    cp /tmp/res/verify_mem.json "$OUT/" 2>/dev/null
-    ;;
-  gemm)
-    verify_first gemm "${KL_GEMM_VERIFY:-triton:gemm_tma cute:gemm}"
-    bash scripts/gpu_run.sh gemm --problem gemm_epilogue --suite bench --no-verify-suite \
-      --time-cap ${KL_TIME_CAP:-0.7} --min-samples 10 --plot "$@" > /tmp/res/gemm_console.txt 2>&1
-    tail -45 /tmp/res/gemm_console.txt
-    cp /tmp/res/verify_gemm.json "$OUT/" 2>/dev/null
-    ;;
-  checks)
-    t0=$(date +%s)
-    ( python3 -m pytest -q -m gpu -p no:cacheprovider > /tmp/res/pytest_gpu.txt 2>&1; echo "exit $?" >> /tmp/res/pytest_gpu.txt ) &
-    ( for tool in memcheck racecheck synccheck; do
-        timeout "${KL_SANITIZER_TIMEOUT:-170}" compute-sanitizer --tool $tool --error-exitcode 1 \
-          python3 scripts/tune_cuda.py --sanitize > /tmp/res/sanitizer_$tool.txt 2>&1
-        echo "exit $?" >> /tmp/res/sanitizer_$tool.txt
-      done
-      # the split path on its own (its blocks wait for each other: a 2^30-poll spin budget)
-      timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
-        python3 scripts/tune_cuda.py --sanitize-split > /tmp/res/sanitizer_memcheck_split.txt 2>&1
-      echo "exit $?" >> /tmp/res/sanitizer_memcheck_split.txt ) &
-    ids=${KL_CUTE_VERIFY-cute:gemm_ws cute:gemm_pp}
-    if [ -n "$ids" ]; then verify_first cute_gemm "$ids"; else echo "[]" > /tmp/res/verify_cute_gemm.json; : > /tmp/res/verify_cute_gemm.log; fi
-    wait
-    echo "[gpu_session] checks: $(( $(date +%s) - t0 )) s"
-    tail -15 /tmp/res/pytest_gpu.txt
-    for tool in memcheck racecheck synccheck memcheck_split; do
-      echo "== $tool"; grep -E "SUMMARY|sanitize:|sanitize-split:|^exit" /tmp/res/sanitizer_$tool.txt | tail -4
+  build) ;;
+  cuda|triton|cute)
+    OUT=$R python3 "scripts/gpu_$stage.py" "$@" > "$R/console.txt" 2>&1
+    log "exit $?"; tail -40 "$R/console.txt" ;;
+  harness)
+    python3 -m harness selftest --gpu --format json > "$R/selftest_gpu.json" 2> "$R/selftest_gpu.log"
+    log "selftest --gpu exit $?"
+    python3 - "$R/selftest_gpu.json" <<'EOF'
+import json, sys
+for o in json.load(open(sys.argv[1])):
+    print(f"  {'ok ' if o['ok'] else 'BAD'} {o['role']:7s} {o['got']:5s} {o['bug'][:50]:50s} {o['reason'][:90]}")
+EOF
+    for suite in verify models; do
+      python3 -m harness verify --problem gemm_epilogue --all --suite $suite --format json "$@" \
+        > "$R/gemm_bound_$suite.json" 2> "$R/gemm_bound_$suite.log"
+      log "GEMM bound calibration ($suite suite) exit $?"
     done
-    tar czf "$OUT/checks.tgz" -C /tmp/res pytest_gpu.txt sanitizer_memcheck.txt sanitizer_racecheck.txt \
-      sanitizer_synccheck.txt sanitizer_memcheck_split.txt verify_cute_gemm.json verify_cute_gemm.log
-    ;;
-  tune)
-    # the Triton variants' own sweeps (configs the compare run does not pin), one after the other
-    timeout 260 python3 scripts/tune_triton_softmax_split.py --out "$OUT" --budget 150 2>&1 | tail -25
-    timeout 280 python3 scripts/tune_triton_gemm.py --out "$OUT/tune_triton_gemm.json" 2>&1 | tail -25
-    ;;
-  *) echo "stage: mem | gemm | checks | tune, got '$stage'"; exit 2 ;;
+    python3 - "$R"/gemm_bound_*.json <<'EOF'
+import collections, json, sys
+worst = collections.defaultdict(lambda: [0.0, 0, 0, 0.0])
+for f in sys.argv[1:]:
+    try:
+        rows = json.load(open(f))
+    except Exception as e:
+        print("  (no JSON in", f, e, ")"); continue
+    for r in rows:
+        w = worst[r["impl"]]
+        w[0] = max(w[0], r.get("worst_ratio") or 0.0)
+        w[1] += r["status"] == "PASS"; w[2] += r["status"] == "FAIL"
+        b = r.get("bias") or {}
+        if b.get("floor"):
+            w[3] = max(w[3], abs(b["mean_err"]) / b["floor"])
+        if r["status"] == "FAIL":
+            print(f"  FAIL {r['impl']} {r['case']}: {r['reason'][:160]}")
+for impl, (ratio, p, f, bias) in sorted(worst.items()):
+    print(f"  {impl:34s} pass {p:3d} fail {f:3d}  worst |err|/bound {ratio:.3f}  worst |bias|/floor {bias:.3f}")
+EOF
+    python3 -m harness crosscheck --problem vector_add --set N=67108864 --reps 20 --out "$R/cross_add.json" > "$R/cross.txt" 2>&1
+    python3 -m harness crosscheck --problem softmax --set M=4096 --set N=4096 --reps 20 --out "$R/cross_softmax.json" >> "$R/cross.txt" 2>&1
+    python3 -m harness crosscheck --problem gemm_epilogue --set M=4096 --set N=4096 --set K=4096 --reps 10 --out "$R/cross_gemm.json" >> "$R/cross.txt" 2>&1
+    python3 -m harness crosscheck --problem softmax --set M=64 --set N=1024 --reps 30 --out "$R/cross_small.json" >> "$R/cross.txt" 2>&1
+    log "crosscheck done"; grep -v Warning "$R/cross.txt" | tail -30 ;;
+  compare)
+    rm -rf ~/.triton/cache /tmp/torchinductor_* ~/.cache/kernel-layers 2>/dev/null
+    s=$(date +%s)
+    python3 -m harness compare --out "$R/cold" "$@" > "$R/cold.txt" 2>&1
+    log "cold: exit $? in $(( $(date +%s) - s )) s"
+    s=$(date +%s)
+    python3 -m harness compare --out "$R/warm" "$@" > "$R/warm.txt" 2>&1
+    log "warm: exit $? in $(( $(date +%s) - s )) s"
+    tail -45 "$R/warm.txt" ;;
+  tests)
+    python3 -m pytest -q -m gpu -x -p no:cacheprovider "$@" > "$R/pytest_gpu.txt" 2>&1
+    log "pytest -m gpu exit $?"; tail -15 "$R/pytest_gpu.txt"
+    for tool in memcheck racecheck synccheck; do
+      compute-sanitizer --tool $tool --error-exitcode 1 python3 scripts/tune_cuda.py --sanitize \
+        > "$R/sanitize_$tool.txt" 2>&1
+      log "compute-sanitizer $tool exit $?"; tail -3 "$R/sanitize_$tool.txt"
+    done ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
 esac
+tar czf "$OUT/$stage.tgz" -C /tmp/res "$stage"
+log "archive $OUT/$stage.tgz"
