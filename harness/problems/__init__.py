@@ -118,6 +118,9 @@ class Problem:
 
     #: whether the check tests for a systematic bias of the errors (see harness.verify)
     bias_check: bool = True
+    #: whether reference_and_bound derives a per-element bound (then a check made without it,
+    #: from a tool comparing two outputs, skips the bias test: its allowances come with the bound)
+    derives_bound: bool = False
 
     # -- counts ------------------------------------------------------------------------------
     def traffic(self, case: Case) -> int:

@@ -72,6 +72,7 @@ class GemmEpilogue(Problem):
     dtypes = ("float16", "bfloat16")
     input_names = ("a", "b", "bias")
     metric = "TFLOP/s"
+    derives_bound = True
     param_choices = {"act": ACTS, "bias": (1, 0)}
     param_defaults = {"act": "relu", "bias": 1}
 
