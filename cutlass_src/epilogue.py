@@ -31,13 +31,13 @@ def bias_act(acc: cute.Tensor, coords: cute.Tensor, mBias: cute.Tensor, n: cutla
     """In place on a thread's accumulators: + bias[col] where the accumulator's column (from the
     identity tensor partitioned exactly like the accumulators) is inside N, then the activation."""
     if has_bias != 0:
-        for i in cutlass.range_constexpr(cute.size(acc)):
+        for i in cutlass.range(cute.size(acc), unroll_full=True):
             col = coords[i][1]
             if col < n:
                 acc[i] = acc[i] + mBias[col].to(cutlass.Float32)
     if act == 1:
-        for i in cutlass.range_constexpr(cute.size(acc)):
+        for i in cutlass.range(cute.size(acc), unroll_full=True):
             acc[i] = cute.arch.fmax(acc[i], cutlass.Float32(0.0))
     elif act == 2:
-        for i in cutlass.range_constexpr(cute.size(acc)):
+        for i in cutlass.range(cute.size(acc), unroll_full=True):
             acc[i] = gelu_tanh(acc[i])

@@ -212,8 +212,7 @@ class SoftmaxSplit:
                     if rd == 0:
                         budget = cutlass.Int32(0)       # timed out: NaN now, no waiting later
                     if cute.arch.lane_idx() == 0:
-                        if rd != 0:
-                            self.retire(mSlots, row, c, units)
+                        self.retire(mSlots, row, c, units)
                         state[0] = gm
                         state[1] = gs
                         state[2] = cutlass.Float32(rd)
