@@ -107,14 +107,14 @@ def row_stats(rX: cute.Tensor, red_max: cute.Tensor, red_sum: cute.Tensor, num_w
     from the raw registers, so the fp32 copies never all live at once (a 64 KB bf16 chunk would
     need 128 more registers a thread). A row (or chunk) of only -inf has max -inf and sum 0."""
     m = -cutlass.Float32.inf
-    for i in cutlass.range_constexpr(cute.size(rX)):
+    for i in cutlass.range(cute.size(rX), unroll_full=True):
         m = cute.arch.fmax(m, rX[i].to(cutlass.Float32))
     m = block_reduce(m, fmax, red_max, num_warps)
     shift = m
     if m == -cutlass.Float32.inf:
         shift = cutlass.Float32(0.0)
     s = cutlass.Float32(0.0)
-    for i in cutlass.range_constexpr(cute.size(rX)):
+    for i in cutlass.range(cute.size(rX), unroll_full=True):
         s = s + cute.math.exp2((rX[i].to(cutlass.Float32) - shift) * LOG2E, fastmath=True)
     s = block_reduce(s, add, red_sum, num_warps)
     return m, s
@@ -123,7 +123,7 @@ def row_stats(rX: cute.Tensor, red_max: cute.Tensor, red_sum: cute.Tensor, num_w
 @cute.jit
 def normalise(rX: cute.Tensor, m, inv, rO: cute.Tensor):
     """rO = exp(x - m) * inv, element by element from the raw values (converted to rO's type)."""
-    for i in cutlass.range_constexpr(cute.size(rX)):
+    for i in cutlass.range(cute.size(rX), unroll_full=True):
         rO[i] = (cute.math.exp2((rX[i].to(cutlass.Float32) - m) * LOG2E, fastmath=True) * inv).to(rO.element_type)
 
 
