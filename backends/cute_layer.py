@@ -98,7 +98,8 @@ def _va_simple_compile_only(case):
 @register(problem="vector_add", layer="cute", name="vector_add_simple",
           description="teaching twin: zipped_divide tiles, thread-value layout, predicated by an "
                       "identity tensor, one element per access",
-          sources=[_kernel_sources("vector_add.py", "VectorAddSimple", "prepare_vector_add_simple", "_compile")],
+          sources=[_kernel_sources("vector_add.py", "VectorAddSimple", "prepare_vector_add_simple", "_compile"),
+                   Source(src(C, "vector_add_tiled.py"), kernels=(), host=("validate",))],
           devices=("cuda",), available=_available, compile_only=_va_simple_compile_only)
 def vector_add_simple_prepare(case, inputs, out):
     _need()
@@ -190,22 +191,27 @@ def _softmax_impl(kernel: str | None):
 _ROWS_SRC = _kernel_sources("softmax_rows.py", "SoftmaxRows", "prepare_softmax_rows", "compile_rows")
 _BLOCK_SRC = _kernel_sources("softmax_block.py", "SoftmaxBlock", "prepare_softmax_block", "compile_block")
 _SPLIT_SRC = _kernel_sources("softmax_split.py", "SoftmaxSplit", "prepare_softmax_split", "compile_split", "_slots")
-_PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax",))
+# the helpers the three kernels share (imported from softmax_base.py)
+_SM_BASE = Source(src(C, "softmax_base.py"),
+                  kernels=("row_vectors", "load_row", "store_row", "row_stats", "normalise", "block_reduce",
+                           "vec_copy_atom", "fmax", "add"),
+                  host=("validate", "fake_rows", "row_args"))
+_PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row_vectors"))
 
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by bytes per row: softmax_rows (<= 4 KB rows), softmax_block (a row "
                           "per CTA while rows fill the GPU), softmax_split (longer rows); 16-byte "
-                          "accesses at any row alignment", [_ROWS_SRC, _BLOCK_SRC, _SPLIT_SRC, _PLAN_SRC]),
+                          "accesses at any row alignment", [_ROWS_SRC, _BLOCK_SRC, _SPLIT_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_rows", "rows", "short rows: a warp (or a few) per row, several rows per CTA, grid-stride "
-                                 "row loop with the next row's loads in flight", [_ROWS_SRC, _PLAN_SRC]),
+                                 "row loop with the next row's loads in flight", [_ROWS_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_block", "block", "a row per CTA held in registers, warp + block reductions",
-         [_BLOCK_SRC, _PLAN_SRC]),
+         [_BLOCK_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_split", "split", "long rows: chunks in the registers of a persistent grid (2 CTAs per SM), "
                                    "next chunk prefetched into shared memory by bulk copies, (max, sum) "
                                    "exchanged as one 64-bit word per chunk in global memory",
-         [_SPLIT_SRC, _PLAN_SRC]),
+         [_SPLIT_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_cluster", "cluster", "long rows: a thread-block cluster per row, (max, sum) exchanged "
-                                       "through distributed shared memory", [_BLOCK_SRC, _PLAN_SRC])):
+                                       "through distributed shared memory", [_BLOCK_SRC, _SM_BASE, _PLAN_SRC])):
     _sup, _co, _prep = _softmax_impl(_kernel)
     register(problem="softmax", layer="cute", name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)
@@ -221,7 +227,9 @@ def _sm_simple_compile_only(case):
 @register(problem="softmax", layer="cute", name="softmax_simple",
           description="teaching twin: a CTA per row, online (max, sum) pass, butterfly + shared-memory "
                       "merge, write pass; one element per access",
-          sources=[_kernel_sources("softmax.py", "SoftmaxSimple", "prepare_softmax_simple", "_compile")],
+          sources=[Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",),
+                          host=("SoftmaxSimple.__call__", "prepare_softmax_simple", "_compile")),
+                   Source(src(C, "softmax_base.py"), kernels=(), host=("validate", "fake_rows", "row_args"))],
           devices=("cuda",), available=_available, compile_only=_sm_simple_compile_only)
 def softmax_simple_prepare(case, inputs, out):
     _need()
@@ -293,12 +301,21 @@ def _gemm_impl(variant: str | None):
     return supports, compile_only, prepare
 
 
-_GEMM_SRC = [Source(src(C, "gemm_epilogue_ws.py"), kernels=("GemmWS.kernel",)),
-             Source(src(C, "gemm_epilogue_pingpong.py"), kernels=("GemmPingpong.kernel",)),
-             Source(src(C, "gemm_base.py"), kernels=(), host=("GemmSm90.__call__",)),
-             Source(src(C, "gemm_launch.py"), kernels=(), host=("prepare_gemm", "compile_gemm",
-                                                                 "workspace", "validate", "operand_widths")),
-             Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))]
+# the family's device code lives in the base class (gemm_base.py) and the schedule files; its
+# methods are named here because the schedules reach them through ``self`` (inheritance)
+_GEMM_BASE = Source(src(C, "gemm_base.py"),
+                    kernels=("GemmSm90.make_ring", "GemmSm90.gmem_copy", "GemmSm90.copy_predicated",
+                             "GemmSm90.produce", "GemmSm90.mainloop", "GemmSm90.release",
+                             "GemmSm90.epilogue_parts", "GemmSm90.c_copy", "GemmSm90.splitk_fixup",
+                             "GemmSm90.epilogue", "raster", "split_range"),
+                    host=("GemmSm90.__call__", "GemmSm90._setup", "GemmSm90.__init__"))
+_GEMM_EPI = Source(src(C, "epilogue.py"), kernels=("bias_act", "gelu_tanh"), host=("act_code",))
+_GEMM_HOST = [Source(src(C, "gemm_launch.py"), kernels=(), host=("prepare_gemm", "compile_gemm", "workspace",
+                                                                 "validate", "operand_widths")),
+              Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))]
+_WS = Source(src(C, "gemm_epilogue_ws.py"), kernels=("GemmWS.kernel",))
+_PP = Source(src(C, "gemm_epilogue_pingpong.py"), kernels=("GemmPingpong.kernel", "GemmPingpong.step_over"))
+_GEMM_SRC = [_WS, _PP, _GEMM_BASE, _GEMM_EPI, *_GEMM_HOST]
 
 for _name, _variant, _desc, _srcs in (
         ("gemm_epilogue", None, "planned by waves and K: persistent warp-specialised sm_90a GEMM "
@@ -307,10 +324,10 @@ for _name, _variant, _desc, _srcs in (
          _GEMM_SRC),
         ("gemm_epilogue_ws", "ws", "persistent cooperative warp-specialised: TMA producer warpgroup, two "
                                    "wgmma warpgroups on 128-row tiles, 2x1 clusters multicasting B",
-         [_GEMM_SRC[0], *_GEMM_SRC[2:]]),
+         [_WS, _GEMM_BASE, _GEMM_EPI, *_GEMM_HOST]),
         ("gemm_epilogue_pingpong", "pingpong", "persistent ping-pong: two consumer warpgroups on alternate "
                                                "tiles, one's epilogue under the other's wgmmas",
-         _GEMM_SRC[1:]),
+         [_PP, _GEMM_BASE, _GEMM_EPI, *_GEMM_HOST]),
         ("gemm_epilogue_splitk", "splitk", "split-K over the family's schedules: fp32 partials in a "
                                            "workspace, the last split of a tile sums them in split order",
          _GEMM_SRC),
@@ -331,7 +348,9 @@ def _gemm_simple_compile_only(case):
 @register(problem="gemm_epilogue", layer="cute", name="gemm_epilogue_simple",
           description="teaching twin: 64x64 tiles, element-wise predicated copies to shared memory, "
                       "mma.sync tensor cores, fused bias + act, predicated store",
-          sources=[_kernel_sources("gemm_epilogue.py", "GemmSimple", "prepare_gemm_simple", "_compile")],
+          sources=[Source(src(C, "gemm_epilogue.py"), kernels=("GemmSimple.kernel", "load_tile"),
+                          host=("GemmSimple.__call__", "prepare_gemm_simple", "_compile")),
+                   Source(src(C, "epilogue.py"), kernels=("bias_act", "gelu_tanh"), host=("act_code",))],
           devices=("cuda",), available=_available, compile_only=_gemm_simple_compile_only)
 def gemm_simple_prepare(case, inputs, out):
     _need()
