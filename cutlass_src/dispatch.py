@@ -23,6 +23,10 @@ GEMM_MAX_SPLITS = 16
 GEMM_MIN_KTILES_PER_SPLIT = 4   # a split shorter than this spends more on its fix-up than it saves
 GEMM_SPLIT_PENALTY = 0.03       # per extra split: partials written and read back through L2
 GEMM_CLUSTER_MIN_WAVES = 1.0    # 2x1 clusters (B multicast) once the grid is full
+# A or B rows TMA cannot take (K or N not a multiple of 8, or a misaligned view): "realign" (16-byte
+# loads from the boundary before each row segment, shifted into place in registers) or "vector"
+# (a predicated copy of the widest aligned vectors: down to 2-byte accesses, 8 x the instructions)
+GEMM_RAGGED_LOAD = "realign"
 K_TILE = 64
 
 
@@ -64,13 +68,21 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
               min_splits: int = 1, tma: bool = True) -> dict:
     """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
 
-    ``widths``: the widest access (elements) A's, B's and C's rows allow; 8 (16 bytes) means TMA
+    ``widths``: the widest access (elements) A's, B's and C's rows allow; 8 (16 bytes) means TMA,
+    else A and B load by GEMM_RAGGED_LOAD and C stores by a predicated copy of that width
     (``tma=False``: predicated copies everywhere). Among GEMM_TILES (64-row tiles when M <= 64,
     else 128-row ones; ``schedule`` restricts them) and split counts 1..GEMM_MAX_SPLITS (each split
     >= GEMM_MIN_KTILES_PER_SPLIT k-tiles; at least ``min_splits``), take the highest
     wave_efficiency(tiles * splits) * tile efficiency - GEMM_SPLIT_PENALTY * (splits - 1)."""
     sms = sms or num_sms()
-    loads = tuple(0 if (w >= 8 and tma) else min(int(w), 8) for w in widths)
+    def kind(w, operand):
+        if w >= 8 and tma:
+            return "tma"
+        if operand != "c" and tma and GEMM_RAGGED_LOAD == "realign":
+            return "realign"
+        return f"v{min(int(w), 8)}"
+
+    loads = tuple(kind(w, op) for w, op in zip(widths, "abc"))
     k_tiles = -(-K // K_TILE)
     top = max(1, min(GEMM_MAX_SPLITS, k_tiles // GEMM_MIN_KTILES_PER_SPLIT))
     if min_splits > top:
@@ -92,7 +104,7 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
                          f"M > 64; ping-pong takes every M)")
     _, sched, tm, tn, splits, tiles = best
     cluster_m = 1
-    if (sched == "ws" and not any(loads) and -(-M // tm) >= 2
+    if (sched == "ws" and loads[:2] == ("tma", "tma") and -(-M // tm) >= 2
             and tiles >= GEMM_CLUSTER_MIN_WAVES * sms):
         cluster_m = 2
     return {"schedule": sched, "tile": [tm, tn], "cluster_m": cluster_m, "splits": splits,

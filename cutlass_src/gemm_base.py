@@ -8,12 +8,14 @@ is the family's vocabulary; the schedules are subclasses that decide who runs it
 owns whole tiles; one's epilogue runs under the other's mainloop). Both are persistent and
 warp-specialised: warpgroup 0 produces, warpgroups 1-2 consume.
 
-- **Operands.** Each of A and B arrives either by TMA (rows 16-byte aligned: K, N multiples of 8)
-  or by a *predicated tiled copy*: the 128 producer threads move V-element vectors (V = the widest
-  access the rows' alignment allows, down to one element) through registers into the same
-  swizzled stage, zero-filling what lies outside the matrix, fence the writes for the async proxy
-  (wgmma reads shared memory through it) and arrive on the stage's barrier. So N = 50257 or K = 33
-  take the same mainloop; only the producer changes.
+- **Operands.** Each of A and B arrives by TMA ("tma": rows 16-byte aligned, K or N a multiple
+  of 8) or, when TMA cannot take its rows, through the 128 producer threads' registers into the
+  same swizzled stage: "realign" (16-byte loads from the 16-byte boundary at or before each row
+  segment, shifted into place in registers) or "vN" (a predicated tiled copy of N-element vectors,
+  N = the widest access the rows allow, down to one element). Either way they zero-fill what lies
+  outside the matrix, fence the writes for the async proxy (wgmma reads shared memory through it)
+  and arrive on the stage's barrier. So N = 50257 or K = 33 take the same mainloop; only the
+  producer changes.
 - **Ring.** Per stage a "full" mbarrier (TMA bytes and/or one arrival per copying thread) and an
   "empty" one (one arrival per consumer warp, per CTA of the cluster).
 - **Mainloop.** wgmma over a unit's k-tiles, one batch in flight, a slot released as soon as the
@@ -27,6 +29,7 @@ warp-specialised: warpgroup 0 produces, warpgroups 1-2 consume.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import cutlass
@@ -79,17 +82,23 @@ class Ring:
 
 
 class GemmSm90:
-    """Base of the family. ``loads`` = (a, b, c): 0 means TMA for that operand, V > 0 a predicated
-    copy of V-element vectors. ``splitk`` compiles the split-K fix-up (the split count is a
-    run-time argument). Subclasses set ``pingpong`` and write ``kernel``."""
+    """Base of the family. ``loads`` = (a, b, c) kinds: "tma", "realign" (A, B) or "vN" (a
+    predicated copy of N-element vectors; for C the predicated store). ``splitk`` compiles the
+    split-K fix-up (the split count is a run-time argument). Subclasses set ``pingpong`` and write
+    ``kernel``."""
 
     pingpong = False
 
-    def __init__(self, tile_mn=(128, 256), loads=(0, 0, 0), cluster_m: int = 1, splitk: bool = False):
+    def __init__(self, tile_mn=(128, 256), loads=("tma", "tma", "tma"), cluster_m: int = 1, splitk: bool = False):
         self.tile_m, self.tile_n = tile_mn
-        self.va, self.vb, self.vc = loads
+        self.ka, self.kb, self.kc = loads
+        for name, kind, ok in (("a", self.ka, ("tma", "realign")), ("b", self.kb, ("tma", "realign")),
+                               ("c", self.kc, ("tma",))):
+            if kind not in ok and not re.fullmatch(r"v[1248]", kind):
+                raise ValueError(f"loads: {name} kind {kind!r} is not one of {', '.join(ok)}, v1, v2, v4, v8")
+        self.va, self.vb, self.vc = (0 if k in ("tma", "realign") else int(k[1:]) for k in loads)
         self.cluster_m, self.splitk = cluster_m, splitk
-        if cluster_m not in (1, 2) or (cluster_m > 1 and (self.va or self.vb)):
+        if cluster_m not in (1, 2) or (cluster_m > 1 and (self.ka != "tma" or self.kb != "tma")):
             raise ValueError("cluster_m: 2 needs A and B both by TMA (B is multicast)")
         if self.tile_m not in (64, 128) or self.tile_n not in (64, 128, 256):
             raise ValueError(f"tile: {tile_mn} is not in (64|128) x (64|128|256)")
@@ -99,8 +108,8 @@ class GemmSm90:
         self.threads = PRODUCER_THREADS + self.mma_threads
         self.epi_threads = 128 if self.pingpong else 256      # threads sharing one tile's epilogue
         self.acc_dtype = cutlass.Float32
-        self.pred_loads = bool(self.va or self.vb)
-        self.tma_loads = not (self.va and self.vb)
+        self.pred_loads = self.ka != "tma" or self.kb != "tma"        # the producer warpgroup copies
+        self.tma_loads = self.ka == "tma" or self.kb == "tma"
         # a predicated producer keeps COPY_BATCH_REGS of data: give it registers, take them from
         # the consumers (128 x 88 + 256 x 208 <= 64K)
         self.producer_regs, self.consumer_regs = (88, 208) if self.pred_loads else (40, 232)
@@ -134,14 +143,14 @@ class GemmSm90:
         tma_a = tma_b = tma_c = None
         tA, tB, tC = mA, mB, mC
         g2s = cpasync.CopyBulkTensorTileG2SOp()
-        if cutlass.const_expr(not self.va):
+        if cutlass.const_expr(self.ka == "tma"):
             tma_a, tA = cpasync.make_tiled_tma_atom(g2s, mA, cute.slice_(self.a_smem, (None, None, 0)),
                                                     (self.tile_m, K_TILE))
-        if cutlass.const_expr(not self.vb):
+        if cutlass.const_expr(self.kb == "tma"):
             b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if self.cluster_m > 1 else g2s
             tma_b, tB = cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(self.b_smem, (None, None, 0)),
                                                     (self.tile_n, K_TILE), num_multicast=self.cluster_m)
-        if cutlass.const_expr(not self.vc):
+        if cutlass.const_expr(self.kc == "tma"):
             tma_c, tC = cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), mC,
                                                     cute.slice_(self.c_smem, (None, None, 0)), self.epi_tile)
 
@@ -225,6 +234,87 @@ class GemmSm90:
                 cute.copy(atom, regs[None, i], tD[None, b0 + i])
 
     @cute.jit
+    def copy_realign(self, t, mX: cute.Tensor, row0, col0, dst: cute.Tensor, rows_mode: cutlass.Constexpr,
+                     width: cutlass.Constexpr, rows: cutlass.Constexpr, zero_tail: cutlass.Constexpr):
+        """An operand tile whose rows TMA cannot take (their starts are not 16-byte aligned), with
+        16-byte loads: ``rows`` rows of ``width`` contiguous elements starting at (row0, col0) of
+        mX, whose non-contiguous mode is ``rows_mode``, into the swizzled stage ``dst``.
+
+        Thread t copies runs of RUN 16-byte chunks of one row: it loads the RUN + 1 aligned
+        16-byte vectors from the boundary at or before the run's first element (only those that
+        touch the row's valid columns; they lie in 16-byte granules holding matrix bytes), shifts
+        them by the run's phase s (elements past that boundary: a two-stage word shift, then a
+        byte permute for odd s), and stores RUN 16-byte chunks into the stage. Two runs' loads
+        are in flight together (160 bytes a thread, 20 KB a CTA) before their shifts and stores. Rows outside the
+        matrix are zero; with ``zero_tail`` so are columns past its end (A's K tail must add
+        nothing; B's N tail only feeds output columns that are never stored)."""
+        RUN = 4
+        chunks_per_row = width // 8
+        runs_per_row = chunks_per_row // RUN
+        per_thread = rows * runs_per_row // PRODUCER_THREADS
+        valid_rows = cute.size(mX, mode=[rows_mode]) - row0
+        valid_cols = cute.size(mX, mode=[1 - rows_mode]) - col0
+        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type, num_bits_per_copy=128)
+        # dst as 16-byte chunks, indexed (row, chunk)
+        chunks = None
+        if cutlass.const_expr(rows_mode == 0):
+            chunks = cute.zipped_divide(dst, (1, 8))                    # ((1, 8), (rows, width / 8))
+        else:
+            chunks = cute.zipped_divide(dst, (8, 1))                    # ((8, 1), (width / 8, rows))
+        batch = 2 if per_thread % 2 == 0 else 1                         # runs whose loads fly together
+        raw = cute.make_rmem_tensor(cute.make_layout((8, (RUN + 1) * batch)), mX.element_type)
+        shift = cute.make_rmem_tensor(cute.make_layout(batch), cutlass.Int32)
+        out = cute.make_rmem_tensor(cute.make_layout((4, RUN)), cutlass.Uint32)
+        for j0 in cutlass.range_constexpr(0, per_thread, batch):
+            raw.fill(0)
+            for b in cutlass.range_constexpr(batch):                    # 1. the batch's loads
+                run = (j0 + b) * PRODUCER_THREADS + t
+                r = run // runs_per_row
+                c0 = (run - r * runs_per_row) * (RUN * 8)               # the run's first column
+                shift[b] = cutlass.Int32(0)
+                if r < valid_rows:
+                    line = None
+                    if cutlass.const_expr(rows_mode == 0):
+                        line = mX[row0 + r, None]
+                    else:
+                        line = mX[None, row0 + r]
+                    p = line.iterator + (col0 + c0)
+                    base = (p - 7).align(16)                            # 16-byte boundary at or before p
+                    s = cutlass.Int32((p.toint() - base.toint()) // 2)
+                    shift[b] = s
+                    vecs = cute.make_tensor(base, cute.make_layout((8, RUN + 1)))
+                    for q in cutlass.range_constexpr(RUN + 1):
+                        first = c0 + 8 * q - s                          # column of the vector's element 0
+                        if first < valid_cols and first + 8 > 0:
+                            cute.copy(atom, vecs[None, q], raw[None, b * (RUN + 1) + q])
+            w = cute.recast_tensor(raw, cutlass.Uint32)                 # (4, (RUN + 1) * batch) words
+            for b in cutlass.range_constexpr(batch):                    # 2. shift and store
+                run = (j0 + b) * PRODUCER_THREADS + t
+                r = run // runs_per_row
+                c0 = (run - r * runs_per_row) * (RUN * 8)
+                s = shift[b]
+                words = [w[i % 4, b * (RUN + 1) + i // 4] for i in range(4 * (RUN + 1))] + [cutlass.Uint32(0)] * 2
+                by2 = (s & 4) != 0                                      # shift by 2 words,
+                by1 = (s & 2) != 0                                      # then by 1 word,
+                odd = (s & 1) != 0                                      # then by one element
+                y = [cutlass.Uint32(cutlass.select_(by2, words[i + 2], words[i])) for i in range(4 * RUN + 2)]
+                z = [cutlass.Uint32(cutlass.select_(by1, y[i + 1], y[i])) for i in range(4 * RUN + 1)]
+                for i in cutlass.range_constexpr(4 * RUN):
+                    half = cutlass.Uint32(cute.arch.prmt(z[i], z[i + 1], 0x5432))   # z[i] high, z[i+1] low
+                    out[i % 4, i // 4] = cutlass.Uint32(cutlass.select_(odd, half, z[i]))
+                vals = cute.recast_tensor(out, mX.element_type)                 # (8, RUN) elements
+                if cutlass.const_expr(zero_tail):
+                    if c0 + RUN * 8 > valid_cols:
+                        for e in cutlass.range_constexpr(8 * RUN):
+                            if c0 + e >= valid_cols:
+                                vals[e % 8, e // 8] = mX.element_type(0)
+                for i in cutlass.range_constexpr(RUN):
+                    if cutlass.const_expr(rows_mode == 0):
+                        cute.copy(atom, vals[None, i], chunks[(None, (r, c0 // 8 + i))])
+                    else:
+                        cute.copy(atom, vals[None, i], chunks[(None, (c0 // 8 + i, r))])
+
+    @cute.jit
     def produce(self, ring: Ring, tma_a, mA: cute.Tensor, tma_b, mB: cute.Tensor, sA: cute.Tensor,
                 sB: cute.Tensor, cm_tiles, n_tiles, k_tiles, splits, units, first, stride, rank):
         """The producer warpgroup's loop (warp 0 alone when both operands come by TMA)."""
@@ -234,23 +324,23 @@ class GemmSm90:
         gA = cute.local_tile(mA, self.tile, (None, None, None), proj=(1, None, 1))
         gB = cute.local_tile(mB, self.tile, (None, None, None), proj=(None, 1, 1))
         tAsA = tAgA = tBsB = tBgB = cA = cB = copy_a = copy_b = None
-        if cutlass.const_expr(not self.va):
+        if cutlass.const_expr(self.ka == "tma"):
             tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
                                                cute.group_modes(gA, 0, 2))
-        else:
+        elif cutlass.const_expr(self.va > 0):
             cA = cute.local_tile(cute.make_identity_tensor(mA.shape), self.tile, (None, None, None),
                                  proj=(1, None, 1))
             copy_a = self.gmem_copy(mA.element_type, self.va, self.tile_m, 1)
-        if cutlass.const_expr(not self.vb):
+        if cutlass.const_expr(self.kb == "tma"):
             # this CTA's share of the B tile, multicast to every CTA of the cluster
             tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(self.cluster_m),
                                                cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-        else:
+        elif cutlass.const_expr(self.vb > 0):
             cB = cute.local_tile(cute.make_identity_tensor(mB.shape), self.tile, (None, None, None),
                                  proj=(None, 1, 1))
             copy_b = self.gmem_copy(mB.element_type, self.vb, self.tile_n, 0)
         # bytes the TMA loads of one stage bring (the whole B tile even when a peer multicasts half)
-        tma_bytes = ((0 if self.va else self.tile_m) + (0 if self.vb else self.tile_n)) * K_TILE \
+        tma_bytes = ((self.tile_m if self.ka == "tma" else 0) + (self.tile_n if self.kb == "tma" else 0)) * K_TILE \
             * self.a_dtype.width // 8
         mask = None
         if cutlass.const_expr(self.cluster_m > 1):
@@ -269,16 +359,22 @@ class GemmSm90:
                     if warp == 0:
                         with cute.arch.elect_one():
                             cute.arch.mbarrier_arrive_and_expect_tx(full, tma_bytes)
-                        if cutlass.const_expr(not self.va):
+                        if cutlass.const_expr(self.ka == "tma"):
                             cute.copy(tma_a, tAgA[(None, pm, kt)], tAsA[(None, slot)], tma_bar_ptr=full)
-                        if cutlass.const_expr(not self.vb):
+                        if cutlass.const_expr(self.kb == "tma"):
                             cute.copy(tma_b, tBgB[(None, pn, kt)], tBsB[(None, slot)], tma_bar_ptr=full,
                                       mcast_mask=mask)
                 if cutlass.const_expr(self.pred_loads):
-                    if cutlass.const_expr(self.va > 0):
+                    if cutlass.const_expr(self.ka == "realign"):
+                        self.copy_realign(tidx, mA, pm * self.tile_m, kt * K_TILE, sA[(None, None, slot)],
+                                          0, K_TILE, self.tile_m, True)
+                    elif cutlass.const_expr(self.va > 0):
                         self.copy_predicated(copy_a, tidx, gA[(None, None, pm, kt)], cA[(None, None, pm, kt)],
                                              mA.shape, sA[(None, None, slot)], self.va)
-                    if cutlass.const_expr(self.vb > 0):
+                    if cutlass.const_expr(self.kb == "realign"):
+                        self.copy_realign(tidx, mB, kt * K_TILE, pn * self.tile_n, sB[(None, None, slot)],
+                                          1, self.tile_n, K_TILE, False)
+                    elif cutlass.const_expr(self.vb > 0):
                         self.copy_predicated(copy_b, tidx, gB[(None, None, pn, kt)], cB[(None, None, pn, kt)],
                                              mB.shape, sB[(None, None, slot)], self.vb)
                     # generic-proxy writes made visible to wgmma (async proxy), then announced
@@ -407,7 +503,7 @@ class GemmSm90:
         epi_shape = gC_epi.shape[1]
         epi_order = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
         bsC = bgC = copy_c = atom_c = None
-        if cutlass.const_expr(not self.vc):
+        if cutlass.const_expr(self.kc == "tma"):
             bsC, bgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_epi)
         else:
             copy_c, atom_c = self.c_copy(self.c_dtype)
@@ -421,7 +517,7 @@ class GemmSm90:
             cute.arch.fence_proxy("async.shared", space="cta")
             epi_bar.arrive_and_wait()
             sub = epi_order.get_hier_coord(e)
-            if cutlass.const_expr(not self.vc):
+            if cutlass.const_expr(self.kc == "tma"):
                 if is_store_warp:
                     cute.copy(tma_c, bsC[(None, buf)], bgC[(None, sub)])
                     store_ring.producer_commit()

@@ -1,7 +1,8 @@
 """Host side of the CuTe GEMM family: validate, see what TMA can take, compile a plan, launch.
 
 A plan (from ``dispatch.plan_gemm``) names the schedule ("ws" or "pingpong"), the tile, the cluster,
-the split count and, per operand, TMA (0) or a predicated copy of V-element vectors. One compile
+the split count and, per operand, how it moves: "tma", "realign" (16-byte loads shifted into place
+in registers) or "vN" (predicated N-element vectors). One compile
 serves every shape with the same compile-time part (schedule, tile, cluster, load kinds, split-K
 on/off, dtype); M, N, K, strides, the split count, the grid size, the bias flag and the activation
 are run-time arguments.
@@ -72,6 +73,11 @@ def validate(a, b, bias, out, act):
         raise ValueError(f"a, b: a dimension of {max(M, N, K)} is over the 2^31-1 this kernel indexes")
 
 
+def _elems(kind: str) -> int:
+    """Element alignment a load kind assumes of its operand's rows (sizes, strides, base)."""
+    return {"tma": 8, "realign": 1}.get(kind) or int(kind[1:])
+
+
 def compile_key(dtype, plan: dict) -> tuple:
     return ("gemm", plan["schedule"], str(dtype), tuple(plan["tile"]), plan["cluster_m"],
             tuple(plan["loads"]), plan["splits"] > 1)
@@ -90,8 +96,7 @@ def compile_gemm(dtype, plan: dict):
     from .gemm_epilogue_pingpong import GemmPingpong
     from .gemm_epilogue_ws import GemmWS
 
-    va, vb, vc = plan["loads"]
-    wa, wb, wc = (v or 8 for v in plan["loads"])            # TMA: 16-byte rows
+    wa, wb, wc = (_elems(k) for k in plan["loads"])         # what each operand's rows must allow
     cdt = cutlass_dtype(dtype)
     m = cute.sym_int32()
     n = cute.sym_int32(divisibility=max(wb, wc))
@@ -103,7 +108,7 @@ def compile_gemm(dtype, plan: dict):
     work = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int32(),), assumed_align=16)
     count = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int32(),), assumed_align=4)
     cls = {"ws": GemmWS, "pingpong": GemmPingpong}[plan["schedule"]]
-    gemm = cls(tuple(plan["tile"]), (va, vb, vc), plan["cluster_m"], plan["splits"] > 1)
+    gemm = cls(tuple(plan["tile"]), tuple(plan["loads"]), plan["cluster_m"], plan["splits"] > 1)
     i32 = cutlass.Int32
     return compile_kernel(key, gemm, a, b, c, bias, work, count, i32(1), i32(1), i32(1), i32(0),
                           fake_stream())
@@ -136,9 +141,9 @@ def prepare_gemm(a, b, bias, out, act="relu", plan: dict | None = None):
     comp = compile_gemm(a.dtype, plan)
     work, count = workspace(a.device, plan, M, N)
     bias_t = bias if bias is not None else torch.zeros(8, dtype=a.dtype, device=a.device)
-    va, vb, vc = plan["loads"]
-    args = (to_cute(a, 2 * (va or 8)), to_cute(b.t(), 2 * (vb or 8), leading_dim=0),
-            to_cute(out, 2 * (vc or 8)), to_cute(bias_t, 2), to_cute(work, 16), to_cute(count, 4),
+    wa, wb, wc = (_elems(k) for k in plan["loads"])
+    args = (to_cute(a, 2 * wa), to_cute(b.t(), 2 * wb, leading_dim=0),
+            to_cute(out, 2 * wc), to_cute(bias_t, 2), to_cute(work, 16), to_cute(count, 4),
             plan["splits"], plan["max_clusters"], int(bias is not None), act_code(act))
     fn = comp.fn
 

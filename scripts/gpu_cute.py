@@ -172,7 +172,7 @@ def gemm_candidates(M, N, K, widths):
     from cutlass_src import dispatch
 
     out = {"default": dispatch.plan_gemm(M, N, K, widths)}
-    if M >= 1024 and not any(out["default"]["loads"]):
+    if M >= 1024 and all(k == "tma" for k in out["default"]["loads"]):
         return out                                    # large aligned shapes: the default only
     tries = [("ws_s1", dict(schedule="ws")), ("pingpong", dict(schedule="pingpong")),
              ("splitk", dict(min_splits=2))]
@@ -188,6 +188,13 @@ def gemm_candidates(M, N, K, widths):
         if p not in out.values():
             out[label] = p
     d = out["default"]
+    if any(k != "tma" for k in d["loads"][:2]):       # ragged rows: realign vs element-wise copies
+        saved = dispatch.GEMM_RAGGED_LOAD
+        try:
+            dispatch.GEMM_RAGGED_LOAD = "vector"
+            out["ragged_vector"] = dispatch.plan_gemm(M, N, K, widths)
+        finally:
+            dispatch.GEMM_RAGGED_LOAD = saved
     if d["splits"] > 1:                               # the same tile without split-K, and 2x splits
         out.setdefault("no_split", {**d, "splits": 1})
         top = max(1, -(-K // 64) // dispatch.GEMM_MIN_KTILES_PER_SPLIT)

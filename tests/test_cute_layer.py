@@ -102,13 +102,13 @@ def test_plan_gemm_waves_and_k():
 
 
 def test_plan_gemm_alignment_picks_loads():
-    assert _plan_gemm(4096, 50257, 768)["loads"] == [0, 1, 1]       # B and C rows odd: predicated
     p = _plan_gemm(4096, 50257, 768)
+    assert p["loads"] == ["tma", "realign", "v1"]                     # B and C rows odd
     assert p["cluster_m"] == 1                                        # multicast needs TMA B
-    assert _plan_gemm(127, 65, 129)["loads"] == [1, 1, 1]
-    assert _plan_gemm(1025, 770, 516)["loads"] == [4, 2, 2]
-    assert _plan_gemm(512, 384, 1024)["loads"] == [0, 0, 0]
-    assert _plan_gemm(512, 384, 1024, tma=False)["loads"] == [8, 8, 8]
+    assert _plan_gemm(127, 65, 129)["loads"] == ["realign", "realign", "v1"]
+    assert _plan_gemm(1025, 770, 516)["loads"] == ["realign", "realign", "v2"]
+    assert _plan_gemm(512, 384, 1024)["loads"] == ["tma", "tma", "tma"]
+    assert _plan_gemm(512, 384, 1024, tma=False)["loads"] == ["v8", "v8", "v8"]
 
 
 def test_plan_gemm_options_and_table(monkeypatch):
@@ -122,6 +122,8 @@ def test_plan_gemm_options_and_table(monkeypatch):
         _plan_gemm(64, 64, 200, min_splits=2)
     monkeypatch.setattr(dispatch, "GEMM_TILES", (("pingpong", 128, 128, 1.0), ("pingpong", 64, 128, 1.0)))
     assert _plan_gemm(4096, 4096, 4096)["tile"] == [128, 128]         # a fixture may swap the table
+    monkeypatch.setattr(dispatch, "GEMM_RAGGED_LOAD", "vector")
+    assert _plan_gemm(1025, 770, 516)["loads"] == ["v4", "v2", "v2"]
 
 
 def test_plan_gemm_every_suite_case():
@@ -131,10 +133,7 @@ def test_plan_gemm_every_suite_case():
         p = _plan_gemm(c.M, c.N, c.K)
         assert p["splits"] <= -(-c.K // 64), (c.id, p)
         assert (p["tile"][0] == 64) == (c.M <= 64), (c.id, p)
-        if c.N % 8 or c.K % 8:
-            assert any(p["loads"]), (c.id, p)
-        else:
-            assert not any(p["loads"]), (c.id, p)
+        assert (p["loads"] == ["tma"] * 3) == (c.N % 8 == 0 and c.K % 8 == 0), (c.id, p)
         assert dispatch.wave_efficiency(p["tiles"] * p["splits"], SMS) > 0 and p["max_clusters"] >= 1
 
 
@@ -293,7 +292,10 @@ def test_gemm_ptx_paths():
     text = ptx(ragged)
     assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", text)   # A still by TMA
     assert "fence.proxy.async.shared::cta" in text and "setmaxnreg.dec.sync.aligned.u32 \t88" in text
+    assert "ld.global.v4" in text and "prmt.b32" in text and "st.shared.v4" in text  # B realigned
     assert "st.global.b16" in text and "cp.async.bulk.tensor.2d.global.shared" not in text  # C predicated
+    element = {**ragged, "loads": ["tma", "v1", "v1"]}
+    assert "ld.global.b16" in ptx(element)
     split = dispatch.plan_gemm(16, 6144, 4096, sms=SMS)
     assert split["splits"] > 1
     text = ptx(split)
@@ -355,7 +357,9 @@ def test_validation_names_the_argument():
         act_code("tanh")
     from cutlass_src.gemm_epilogue_ws import GemmWS
     with pytest.raises(ValueError, match="cluster_m"):
-        GemmWS((128, 256), (0, 1, 1), cluster_m=2)
+        GemmWS((128, 256), ("tma", "realign", "v1"), cluster_m=2)
+    with pytest.raises(ValueError, match="loads"):
+        GemmWS((128, 256), ("tma", "tma", "realign"))
 
 
 def test_access_widths():
