@@ -134,8 +134,10 @@ def _sm_plan(case, kernel=None) -> dict:
 
 
 def _sm_compile(dtype, plan: dict):
-    from cutlass_src import softmax_block, softmax_rows, softmax_split
+    from cutlass_src import softmax, softmax_block, softmax_rows, softmax_split
 
+    if plan["kernel"] == "simple":
+        return softmax._compile(dtype)
     if plan["kernel"] == "rows":
         return softmax_rows.compile_rows(dtype, plan)
     if plan["kernel"] == "split":
@@ -144,8 +146,10 @@ def _sm_compile(dtype, plan: dict):
 
 
 def _sm_prepare(x, out, plan: dict):
-    from cutlass_src import softmax_block, softmax_rows, softmax_split
+    from cutlass_src import softmax, softmax_block, softmax_rows, softmax_split
 
+    if plan["kernel"] == "simple":
+        return (*softmax.prepare_softmax_simple(x, out), plan)
     if plan["kernel"] == "rows":
         return softmax_rows.prepare_softmax_rows(x, out, plan)
     if plan["kernel"] == "split":
@@ -201,7 +205,9 @@ _PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by bytes per row: softmax_rows (<= 4 KB rows), softmax_block (a row "
                           "per CTA while rows fill the GPU), softmax_split (longer rows); 16-byte "
-                          "accesses at any row alignment", [_ROWS_SRC, _BLOCK_SRC, _SPLIT_SRC, _SM_BASE, _PLAN_SRC]),
+                          "accesses at any row alignment",
+         [_ROWS_SRC, _BLOCK_SRC, _SPLIT_SRC, _SM_BASE, _PLAN_SRC,
+          Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",), host=("SoftmaxSimple.__call__",))]),
         ("softmax_rows", "rows", "short rows: a warp (or a few) per row, several rows per CTA, grid-stride "
                                  "row loop with the next row's loads in flight", [_ROWS_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_block", "block", "a row per CTA held in registers, warp + block reductions",

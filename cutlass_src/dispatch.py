@@ -146,7 +146,8 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
                  kernel: str | None = None) -> dict:
     """The kernel and its configuration for an M x N softmax of ``esize``-byte elements; ``aligned``:
     every row of input and output starts on a 16-byte boundary. ``kernel`` forces one of rows /
-    block / split / cluster (ValueError when it cannot take the shape)."""
+    block / split / cluster (ValueError when it cannot take the shape). Unforced, a row longer than
+    the split grid holds goes to the two-pass kernel (the teaching twin), which takes any N."""
     sms = sms or num_sms()
     v = 16 // esize
     nvec = row_vectors(N, esize, aligned)
@@ -158,6 +159,9 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             kernel = "block"
         else:
             kernel = "split"
+            t, kmax = SOFTMAX_SPLIT_THREADS, SOFTMAX_SPLIT_VECTORS[esize]
+            if -(-nvec // (t * kmax)) > sms * SOFTMAX_SPLIT_BLOCKS_PER_SM:
+                return {"kernel": "simple", "threads": 256}
     if kernel == "rows":
         kmax = max(1, SOFTMAX_ROWS_VALUES // v)
         for g in (32, 64, 128, 256, 512):

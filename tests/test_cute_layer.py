@@ -187,7 +187,8 @@ def test_plan_softmax_by_bytes_per_row(monkeypatch):
     p = dispatch.plan_softmax(1, 262147, 4, aligned=False, sms=SMS)
     assert p["parts"] > 16 and p["grid"] == p["parts"]       # one row: one vector a thread, wide
     with pytest.raises(ValueError, match="co-resident"):
-        dispatch.plan_softmax(2, 300 * 4096 * 4, 4, sms=SMS)
+        dispatch.plan_softmax(2, 300 * 4096 * 4, 4, sms=SMS, kernel="split")
+    assert kernel(2, 300 * 4096 * 4, 4) == "simple"          # the default declines nothing
     with pytest.raises(ValueError, match="short-row"):
         dispatch.plan_softmax(8, 65536, 4, kernel="rows", sms=SMS)
     monkeypatch.setattr(dispatch, "SOFTMAX_ROWS_MAX_BYTES", 1024)
@@ -218,6 +219,7 @@ def test_plan_softmax_every_suite_case():
         for aligned in (True, False):
             p = dispatch.plan_softmax(c.M, c.N, es, aligned, sms=SMS)
             nvec = dispatch.row_vectors(c.N, es, aligned)
+            assert p["kernel"] != "simple", c.id
             if p["kernel"] == "rows":
                 assert p["group"] * p["k"] >= nvec
             elif p["kernel"] == "block":
@@ -464,3 +466,25 @@ def test_softmax_split_gpu():
     assert torch.isnan(y[2]).all() and not torch.isnan(y[[0, 1, 3, 4, 5]]).any()
     y, _ = run(torch.randn(8, 100_000, device="cuda"), max_spin=0)
     assert torch.isnan(y).all()
+
+
+def test_realign_shift_arithmetic():
+    """The realign loader's shift, in plain Python: words of RUN + 1 aligned 16-byte vectors,
+    shifted by 2 words if s & 4, by 1 word if s & 2, then prmt(z[i], z[i+1], 0x5432) if s is odd,
+    give the 8 * RUN 16-bit elements that start s elements past the first vector."""
+    import random
+
+    def prmt(a, b, sel):                     # PTX prmt.b32: bytes {b, a}, result byte i = nibble i
+        src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+        return sum(src[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
+
+    RUN = 4
+    rng = random.Random(0)
+    for s in range(8):
+        elems = [rng.randrange(1 << 16) for _ in range(8 * (RUN + 1))]
+        words = [elems[2 * i] | (elems[2 * i + 1] << 16) for i in range(4 * (RUN + 1))] + [0, 0]
+        y = [words[i + 2] if s & 4 else words[i] for i in range(4 * RUN + 2)]
+        z = [y[i + 1] if s & 2 else y[i] for i in range(4 * RUN + 1)]
+        out = [prmt(z[i], z[i + 1], 0x5432) if s & 1 else z[i] for i in range(4 * RUN)]
+        got = [e for w in out for e in (w & 0xFFFF, w >> 16)]
+        assert got == elems[s:s + 8 * RUN], s
