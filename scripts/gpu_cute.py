@@ -17,9 +17,10 @@ Run from the repository root on the GPU machine after the offline build:
     python3 scripts/gpu_cute.py
 
 Sections run in subprocesses with wall-clock budgets, so a kernel that hangs (an unbounded
-mbarrier wait) costs its own section only: the two verify sections run side by side while the
-timing section compiles its candidates; timing starts, alone on the GPU, once both verify sections
-have ended. Rows past a section's deadline are recorded as skipped.
+mbarrier wait) costs its own section only: three verify sections (vector add + softmax, GEMM
+default + twin, GEMM variants) run side by side while the timing section compiles its candidates;
+timing starts, alone on the GPU, once every verify section has ended. Rows past a section's
+deadline are recorded as skipped (defaults first, so those are the last to be cut).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ OUT = Path(os.environ.get("OUT") or ROOT / "gpu_out")
 BUDGET_S = 235.0                # whole run
 VERIFY_S = 118.0                # both verify sections (in parallel)
 GO = "timing.go"                # written when the verify sections have ended
+VERIFY_SECTIONS = ("verify_small", "verify_gemm", "verify_gemmvar")
 
 # -- what is timed -------------------------------------------------------------------------------
 # softmax: (M, N, dtype); models shapes first, then off-suite shapes of the same classes
@@ -83,6 +85,22 @@ def err_text(e: BaseException) -> str:
 
 
 # -- section: verify ----------------------------------------------------------------------------------
+class ContextLost(Exception):
+    """A kernel left the CUDA context unusable (illegal address...): the section stops here and the
+    driver starts it again past this row."""
+
+
+def _context_ok() -> bool:
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").item()
+        return True
+    except Exception:
+        return False
+
+
 def section_verify(which: str, deadline: float) -> None:
     import torch
 
@@ -90,21 +108,29 @@ def section_verify(which: str, deadline: float) -> None:
     from harness.verify import verify_case
 
     registry.load_backends()
-    if which == "small":
-        plist = ("vector_add", "softmax")
-    else:
-        plist = ("gemm_epilogue",)
-    rows, res = [], {"section": f"verify_{which}", "rows": rows, "backend_errors": registry.BACKEND_ERRORS}
+    plist = ("vector_add", "softmax") if which == "small" else ("gemm_epilogue",)
+    roles = ("variant",) if which == "gemmvar" else (("default", "simple") if which == "gemm" else
+                                                      ("default", "simple", "variant"))
+    f = OUT / f"gpu_cute_verify_{which}.json"
+    res = json.loads(f.read_text()) if f.exists() else {"section": f"verify_{which}", "rows": []}
+    rows, done = res["rows"], len(res["rows"])          # resumed after a lost context: skip those
+    res["backend_errors"] = registry.BACKEND_ERRORS
+    index = 0
     # defaults first on both suites, then the twins and variants on the verify suite, then the
     # rest of the models suite: what the deadline cuts off is the least important
     impls = [i for i in registry.select(layer="cute") if i.problem in plist]
     passes = [(role, suite) for role, suite in (("default", "verify"), ("default", "models"), ("simple", "verify"),
                                                 ("variant", "verify"), ("simple", "models"), ("variant", "models"))]
     for role, suite in passes:
+        if role not in roles:
+            continue
         seeds = (0, 1) if suite == "verify" else (0,)
         for im in sorted((i for i in impls if i.role == role), key=lambda i: i.key):
             prob = problems.get(im.problem)
             for case in prob.cases(suite):
+                index += 1
+                if index <= done:
+                    continue
                 row = {"id": im.id, "role": im.role, "suite": suite, "case": case.id}
                 if left(deadline) < 3:
                     row["status"] = "skipped (time budget)"
@@ -123,13 +149,14 @@ def section_verify(which: str, deadline: float) -> None:
                                    first_call_s=round(c.details.get("first_call_s", 0.0), 3))
                     except Exception as e:
                         row.update(status="FAIL", reason=f"crashed: {err_text(e)}")
-                        torch.cuda.synchronize()
                     row["s"] = round(time.time() - t0, 2)
                 if row["status"] == "FAIL":
                     log(f"FAIL {im.id} {suite} {case.id}: {row.get('reason', '')[:300]}")
                 rows.append(row)
                 save(f"verify_{which}", res)
-    save(f"verify_{which}", res)
+                if row["status"] == "FAIL" and not _context_ok():
+                    raise ContextLost(f"{im.id} {case.id}")
+    res["complete"] = True
     save(f"verify_{which}", res)
 
 
@@ -219,19 +246,23 @@ def section_timing(deadline: float, go: Path) -> None:
 
     registry.load_backends()
     cfg = TimingConfig(min_samples=5, max_samples=60, rel_spread=0.02, time_cap_s=0.3, warmup_ms=5)
-    res = {"section": "timing", "softmax": [], "gemm": [], "compile": []}
+    f = OUT / "gpu_cute_timing.json"
+    res = json.loads(f.read_text()) if f.exists() else {"section": "timing", "softmax": [], "gemm": [], "compile": []}
+    done = {tuple(r["shape"]) for r in res["softmax"] + res["gemm"] if "shape" in r and "label" not in r}
     sm_prob, gm_prob = problems.get("softmax"), problems.get("gemm_epilogue")
 
     # 1. compile every candidate (the verify sections run meanwhile)
     plans_sm, plans_gm = {}, {}
+    from cutlass_src.gemm_launch import access_elems
+
     for M, N, dt in SOFTMAX_SHAPES:
         es = 4 if dt == "float32" else 2
-        plans_sm[(M, N, dt)] = softmax_candidates(M, N, es, (N * es) % 16 == 0)
+        if (M, N, dt) not in done:
+            plans_sm[(M, N, dt)] = softmax_candidates(M, N, es, (N * es) % 16 == 0)
     for M, N, K, dt, act in GEMM_SHAPES:
-        from cutlass_src.gemm_launch import access_elems
-
-        plans_gm[(M, N, K, dt, act)] = gemm_candidates(M, N, K, (access_elems(2 * K), access_elems(2 * N),
-                                                                 access_elems(2 * N)))
+        if (M, N, K, dt, act) not in done:
+            plans_gm[(M, N, K, dt, act)] = gemm_candidates(M, N, K, (access_elems(2 * K), access_elems(2 * N),
+                                                                     access_elems(2 * N)))
     from backends.cute_layer import _sm_compile
 
     for key, cands in list(plans_sm.items()) + list(plans_gm.items()):
@@ -251,14 +282,15 @@ def section_timing(deadline: float, go: Path) -> None:
     # 2. wait until the verify sections are done: timing alone on the GPU
     while not go.exists() and left(deadline) > 30:
         time.sleep(0.2)
-    res["waited_until"] = time.time()
-    n = 2 ** 28
-    x = torch.randn(n, device="cuda")
-    y = torch.empty_like(x)
-    st = time_cold({"copy": lambda: y.copy_(x)}, cfg, "cuda")["copy"]
-    res["copy_ceiling_bytes_per_s"] = 2 * n * 4 / st.quartiles()[1]
-    del x, y
-    save("timing", res)
+    res.setdefault("waited_until", time.time())
+    if "copy_ceiling_bytes_per_s" not in res:
+        n = 2 ** 28
+        x = torch.randn(n, device="cuda")
+        y = torch.empty_like(x)
+        st = time_cold({"copy": lambda: y.copy_(x)}, cfg, "cuda")["copy"]
+        res["copy_ceiling_bytes_per_s"] = 2 * n * 4 / st.quartiles()[1]
+        del x, y
+        save("timing", res)
 
     def sample(M):
         """Rows the timed outputs are checked on (every row up to 64, else 64 spread ones)."""
@@ -270,7 +302,6 @@ def section_timing(deadline: float, go: Path) -> None:
             stats = time_cold(launches, cfg, "cuda")
         except Exception as e:
             row["error"] = err_text(e)
-            torch.cuda.synchronize()
             return row
         for label, s in stats.items():
             j = s.to_json(keep_raw=False)
@@ -312,8 +343,10 @@ def section_timing(deadline: float, go: Path) -> None:
             del x, ref, outs, launches, yc
         except Exception as e:
             res["softmax"].append({"shape": (M, N, dt), "error": err_text(e), "trace": traceback.format_exc()[-800:]})
-        torch.cuda.empty_cache()
         save("timing", res)
+        if not _context_ok():
+            raise ContextLost(str((M, N, dt)))
+        torch.cuda.empty_cache()
 
     for (M, N, K, dt, act), cands in plans_gm.items():
         if left(deadline) < 8:
@@ -338,8 +371,11 @@ def section_timing(deadline: float, go: Path) -> None:
             del a, b, bias, ref, outs, launches
         except Exception as e:
             res["gemm"].append({"shape": (M, N, K, dt, act), "error": err_text(e), "trace": traceback.format_exc()[-800:]})
-        torch.cuda.empty_cache()
         save("timing", res)
+        if not _context_ok():
+            raise ContextLost(str((M, N, K, dt, act)))
+        torch.cuda.empty_cache()
+    res["complete"] = True
     save("timing", res)
 
 
@@ -369,7 +405,7 @@ def machine() -> dict:
 def table(merged: dict) -> None:
     log("\n== verify (PASS / FAIL / SKIP / skipped) ==")
     counts: dict = {}
-    for sec in ("verify_small", "verify_gemm"):
+    for sec in VERIFY_SECTIONS:
         for r in (merged.get(sec) or {}).get("rows", []):
             k = (r["id"], r["suite"])
             c = counts.setdefault(k, {"PASS": 0, "FAIL": 0, "SKIP": 0, "skipped": 0})
@@ -411,7 +447,7 @@ def table(merged: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--section", choices=("verify_small", "verify_gemm", "timing"))
+    ap.add_argument("--section", choices=VERIFY_SECTIONS + ("timing",))
     ap.add_argument("--deadline", type=float)
     ap.add_argument("--go", default=None)
     args = ap.parse_args()
@@ -421,6 +457,9 @@ def main() -> int:
                 section_timing(args.deadline, Path(args.go))
             else:
                 section_verify(args.section.split("_")[1], args.deadline)
+        except ContextLost as e:
+            log(f"[gpu_cute] {args.section}: CUDA context lost after {e}")
+            return 3
         except Exception:
             traceback.print_exc()
             return 1
@@ -429,36 +468,61 @@ def main() -> int:
     t0 = time.time()
     OUT.mkdir(parents=True, exist_ok=True)
     go = OUT / GO
-    if go.exists():
-        go.unlink()
+    for old in [go] + [OUT / f"gpu_cute_{s}.json" for s in VERIFY_SECTIONS + ("timing",)]:
+        if old.exists():
+            old.unlink()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     me = [sys.executable, str(Path(__file__).resolve())]
     procs = {}
-    for sec, dl in (("verify_small", t0 + VERIFY_S), ("verify_gemm", t0 + VERIFY_S), ("timing", t0 + BUDGET_S - 5)):
+    for sec, dl in [(v, t0 + VERIFY_S) for v in VERIFY_SECTIONS] + [("timing", t0 + BUDGET_S - 5)]:
         cmd = me + ["--section", sec, "--deadline", str(dl), "--go", str(go)]
         procs[sec] = (subprocess.Popen(cmd, cwd=ROOT, env=env), dl)
-    status = {}
-    for sec in ("verify_small", "verify_gemm"):
-        p, dl = procs[sec]
+    status = {sec: [] for sec in VERIFY_SECTIONS}
+    pending = dict(procs)
+    pending.pop("timing")
+    while pending:
+        for sec, (p, dl) in list(pending.items()):
+            rc = p.poll()
+            if rc is None and time.time() < dl + 4:
+                continue
+            if rc is None:
+                p.kill()
+                p.wait()
+                status[sec].append("killed at its deadline (a hang?)")
+                log(f"[gpu_cute] {sec} killed at its deadline")
+                del pending[sec]
+                continue
+            status[sec].append(rc)
+            f = OUT / f"gpu_cute_{sec}.json"
+            done = json.loads(f.read_text()).get("complete") if f.exists() else False
+            if rc == 3 and not done and time.time() < dl - 10:     # lost its CUDA context: resume
+                cmd = me + ["--section", sec, "--deadline", str(dl), "--go", str(go)]
+                pending[sec] = (subprocess.Popen(cmd, cwd=ROOT, env=env), dl)
+                log(f"[gpu_cute] {sec} lost its CUDA context; resumed past the crashing row")
+            else:
+                del pending[sec]
+        time.sleep(0.2)
+    go.write_text("go")
+    p, dl = procs["timing"]
+    status["timing"] = []
+    while True:
         try:
-            status[sec] = p.wait(timeout=max(1.0, dl + 4 - time.time()))
+            rc = p.wait(timeout=max(1.0, dl + 3 - time.time()))
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-            status[sec] = "killed at its deadline (a hang?)"
-            log(f"[gpu_cute] {sec} killed at its deadline")
-    go.write_text("go")
-    p, dl = procs["timing"]
-    try:
-        status["timing"] = p.wait(timeout=max(1.0, dl + 3 - time.time()))
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        status["timing"] = "killed at its deadline (a hang?)"
-        log("[gpu_cute] timing killed at its deadline")
+            status["timing"].append("killed at its deadline (a hang?)")
+            log("[gpu_cute] timing killed at its deadline")
+            break
+        status["timing"].append(rc)
+        if rc != 3 or time.time() > dl - 20:
+            break
+        log("[gpu_cute] timing lost its CUDA context; resumed past the crashing shape")
+        cmd = me + ["--section", "timing", "--deadline", str(dl), "--go", str(go)]
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env)
     merged = {"command": "python3 scripts/gpu_cute.py", "machine": machine(), "status": status,
               "wall_s": None, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for sec in ("verify_small", "verify_gemm", "timing"):
+    for sec in VERIFY_SECTIONS + ("timing",):
         f = OUT / f"gpu_cute_{sec}.json"
         merged[sec] = json.loads(f.read_text()) if f.exists() else None
     merged["wall_s"] = round(time.time() - t0, 1)
