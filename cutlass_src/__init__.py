@@ -74,15 +74,6 @@ def _arch_from_device() -> str:
 os.environ.setdefault("CUTE_DSL_ARCH", _arch_from_device())
 
 
-def have_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
 @functools.lru_cache(maxsize=None)
 def use_tvm_ffi() -> bool:
     """Call through apache-tvm-ffi when it is installed: torch tensors go straight in and the
@@ -207,15 +198,6 @@ def compile_kernel(key, fn, *args) -> Compiled:
 
 def cached(key) -> Compiled | None:
     return _CACHE.get(key)
-
-
-def measure_call_overhead(fn, reps: int = 50) -> float:
-    """Host microseconds per call of ``fn`` (launch included, device work not waited for)."""
-    fn()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) / reps * 1e6
 
 
 def align_of(*ptrs_and_bytes: int) -> int:
