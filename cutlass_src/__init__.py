@@ -1,4 +1,8 @@
-"""CuTe DSL kernels (nvidia-cutlass-dsl 4.8): one module per problem, plus the shared plumbing.
+"""CuTe DSL kernels (nvidia-cutlass-dsl 4.8), and the plumbing they share.
+
+Per problem a teaching twin (``<problem>.py``), the tuned kernels (``<problem>_<algorithm>.py``;
+the GEMM family's base in ``gemm_base.py``, its host side in ``gemm_launch.py``) and one planner
+per problem in ``dispatch.py``.
 
 This file holds what every kernel module needs and nothing problem-specific:
 
@@ -7,7 +11,8 @@ This file holds what every kernel module needs and nothing problem-specific:
 - ``compile_kernel(key, fn, *args)``: ``cute.compile`` once per signature, cached, with the
   compile seconds, the PTX and (through ``ptxas -v``) the register/spill facts kept beside it;
 - ``use_tvm_ffi()``: whether the compiled functions are called through apache-tvm-ffi
-  (torch tensors passed straight in) or through ``from_dlpack`` tensors made in ``prepare``;
+  (torch tensors passed straight in; the cheaper call) or through ``from_dlpack`` tensors made in
+  ``prepare``;
 - ``stream_arg()`` / ``fake_stream()``: the stream argument for either calling convention.
 
 Kernels are compiled against *fake* tensors with symbolic sizes (``cute.sym_int``), so one
@@ -69,21 +74,10 @@ def _arch_from_device() -> str:
 os.environ.setdefault("CUTE_DSL_ARCH", _arch_from_device())
 
 
-def have_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
 @functools.lru_cache(maxsize=None)
 def use_tvm_ffi() -> bool:
-    """Call through apache-tvm-ffi when it is installed (lower per-call overhead);
-    ``KL_CUTE_TVM_FFI=0`` forces the from_dlpack path."""
-    if os.environ.get("KL_CUTE_TVM_FFI", "1") == "0":
-        return False
+    """Call through apache-tvm-ffi when it is installed: torch tensors go straight in and the
+    stream is torch's current one, the cheaper call; else ``from_dlpack`` tensors made in prepare."""
     return importlib.util.find_spec("tvm_ffi") is not None
 
 
@@ -204,15 +198,6 @@ def compile_kernel(key, fn, *args) -> Compiled:
 
 def cached(key) -> Compiled | None:
     return _CACHE.get(key)
-
-
-def measure_call_overhead(fn, reps: int = 50) -> float:
-    """Host microseconds per call of ``fn`` (launch included, device work not waited for)."""
-    fn()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) / reps * 1e6
 
 
 def align_of(*ptrs_and_bytes: int) -> int:

@@ -1,0 +1,204 @@
+"""The CuTe layer's dispatch: its tuning tables (plain data) and its one planner per problem.
+
+Rules, not shapes: the planners look at bytes per row, alignment and waves (work units / SMs),
+never at a list of benchmark shapes. A test fixture may monkeypatch a table; nothing reads the
+environment.
+"""
+from __future__ import annotations
+
+DEFAULT_SMS = 132            # H100 SXM / H200; the real count is read from the GPU when present
+
+# -- GEMM ---------------------------------------------------------------------------------------
+# Candidate (schedule, tile_m, tile_n) and a relative per-tile efficiency: a bigger tile reuses
+# each operand byte more (128x256: 85 FLOP per byte of shared memory; 128x128: 64; 64x256: 51),
+# so at equal wave utilisation the bigger tile wins. 64-row tiles only for M <= 64, where a
+# 128-row tile would spend half its wgmmas on padding rows.
+GEMM_TILES = (
+    ("ws", 128, 256, 1.00),
+    ("pingpong", 128, 128, 0.94),
+    ("pingpong", 64, 256, 1.00),
+    ("pingpong", 64, 128, 0.96),
+)
+GEMM_MAX_SPLITS = 16
+GEMM_MIN_KTILES_PER_SPLIT = 4   # a split shorter than this spends more on its fix-up than it saves
+GEMM_SPLIT_PENALTY = 0.03       # per extra split: partials written and read back through L2
+GEMM_CLUSTER_MIN_WAVES = 1.0    # 2x1 clusters (B multicast) once the grid is full
+# A or B rows TMA cannot take (K or N not a multiple of 8, or a misaligned view): "realign" (16-byte
+# loads from the boundary before each row segment, shifted into place in registers) or "vector"
+# (a predicated copy of the widest aligned vectors: down to 2-byte accesses, 8 x the instructions)
+GEMM_RAGGED_LOAD = "realign"
+K_TILE = 64
+
+
+def num_sms() -> int:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    except Exception:
+        pass
+    return DEFAULT_SMS
+
+
+def max_clusters(cluster_m: int) -> int:
+    """Clusters of ``cluster_m`` full-SM CTAs resident at once: the driver's occupancy answer on a
+    GPU (an SM count that is not a multiple of the cluster size per GPC leaves some SMs out, and
+    a persistent grid larger than what is resident would run a second wave), else SMs / size."""
+    if cluster_m == 1:
+        return num_sms()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            import cutlass.utils as utils
+
+            return int(utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(cluster_m))
+    except Exception:
+        pass
+    return DEFAULT_SMS // cluster_m
+
+
+def wave_efficiency(units: int, slots: int) -> float:
+    """Fraction of the SM-time a persistent grid of ``slots`` CTAs spends on ``units`` equal units."""
+    return units / (-(-units // slots) * slots)
+
+
+def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
+              min_splits: int = 1, tma: bool = True) -> dict:
+    """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
+
+    ``widths``: the widest access (elements) A's, B's and C's rows allow; 8 (16 bytes) means TMA,
+    else A and B load by GEMM_RAGGED_LOAD and C stores by a predicated copy of that width
+    (``tma=False``: predicated copies everywhere). Among GEMM_TILES (64-row tiles when M <= 64,
+    else 128-row ones; ``schedule`` restricts them) and split counts 1..GEMM_MAX_SPLITS (each split
+    >= GEMM_MIN_KTILES_PER_SPLIT k-tiles; at least ``min_splits``), take the highest
+    wave_efficiency(tiles * splits) * tile efficiency - GEMM_SPLIT_PENALTY * (splits - 1)."""
+    sms = sms or num_sms()
+    def kind(w, operand):
+        if w >= 8 and tma:
+            return "tma"
+        if operand != "c" and tma and GEMM_RAGGED_LOAD == "realign":
+            return "realign"
+        return f"v{min(int(w), 8)}"
+
+    loads = tuple(kind(w, op) for w, op in zip(widths, "abc"))
+    k_tiles = -(-K // K_TILE)
+    top = max(1, min(GEMM_MAX_SPLITS, k_tiles // GEMM_MIN_KTILES_PER_SPLIT))
+    if min_splits > top:
+        raise ValueError(f"K={K}: {k_tiles} k-tiles of {K_TILE} cannot make {min_splits} splits of at least "
+                         f"{GEMM_MIN_KTILES_PER_SPLIT}")
+    best = None
+    for sched, tm, tn, weight in GEMM_TILES:
+        if (tm == 64) != (M <= 64) or (schedule and sched != schedule):
+            continue
+        tiles = -(-M // tm) * -(-N // tn)
+        for splits in range(min_splits, top + 1):
+            if splits > max(1, min_splits) and tiles * splits > 2 * sms:
+                break
+            score = wave_efficiency(tiles * splits, sms) * weight - GEMM_SPLIT_PENALTY * (splits - 1)
+            if best is None or score > best[0] + 1e-9:
+                best = (score, sched, tm, tn, splits, tiles)
+    if best is None:
+        raise ValueError(f"schedule: {schedule!r} has no tile for M={M} (the cooperative schedule needs "
+                         f"M > 64; ping-pong takes every M)")
+    _, sched, tm, tn, splits, tiles = best
+    cluster_m = 1
+    if (sched == "ws" and loads[:2] == ("tma", "tma") and -(-M // tm) >= 2
+            and tiles >= GEMM_CLUSTER_MIN_WAVES * sms):
+        cluster_m = 2
+    return {"schedule": sched, "tile": [tm, tn], "cluster_m": cluster_m, "splits": splits,
+            "loads": list(loads), "max_clusters": max_clusters(cluster_m), "tiles": tiles,
+            "waves": round(tiles * splits / sms, 3)}
+
+
+# -- softmax ------------------------------------------------------------------------------------
+# Kernel by bytes per row: short rows share a CTA (rows), a row per CTA while the grid has at
+# least a CTA per SM to offer (block), longer rows - or rows too few to fill the GPU - cut into
+# chunks held by a persistent grid (split; one chunk per row = a persistent row pipeline).
+SOFTMAX_ROWS_MAX_BYTES = 4096
+SOFTMAX_BLOCK_MAX_BYTES = 32768
+SOFTMAX_ROWS_VALUES = 16            # values per thread per row buffer (two buffers live)
+SOFTMAX_ROWS_THREADS = 256
+SOFTMAX_ROWS_CTAS_PER_SM = 4        # 1024 threads an SM: <= 64 registers
+SOFTMAX_BLOCK_VALUES = 32           # values per thread (block, cluster)
+SOFTMAX_SPLIT_THREADS = 256
+SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by element size: 64 KB
+                                        # fp32 / 32 KB 16-bit chunks (16-bit values are not kept
+                                        # packed in registers, so 16 would spill)
+SOFTMAX_SPLIT_BLOCKS_PER_SM = 2
+SOFTMAX_CLUSTER_THREADS = 512
+SOFTMAX_CLUSTER_MAX = 16            # non-portable above 8 (the DSL allows it on its kernels)
+
+
+def _pow2(k: int) -> int:
+    return 1 << max(0, (k - 1).bit_length())
+
+
+def row_vectors(n: int, esize: int, aligned: bool) -> int:
+    """16-byte vectors a row of n elements may touch: n / V when every row starts on a 16-byte
+    boundary, one more when rows may start anywhere in one."""
+    v = 16 // esize
+    return -(-n // v) if aligned else -(-(n + v - 1) // v)
+
+
+def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | None = None,
+                 kernel: str | None = None) -> dict:
+    """The kernel and its configuration for an M x N softmax of ``esize``-byte elements; ``aligned``:
+    every row of input and output starts on a 16-byte boundary. ``kernel`` forces one of rows /
+    block / split / cluster (ValueError when it cannot take the shape). Unforced, a row longer than
+    the split grid holds goes to the two-pass kernel (the teaching twin), which takes any N."""
+    sms = sms or num_sms()
+    v = 16 // esize
+    nvec = row_vectors(N, esize, aligned)
+    row_bytes = N * esize
+    if kernel is None:
+        if row_bytes <= SOFTMAX_ROWS_MAX_BYTES:
+            kernel = "rows"
+        elif row_bytes <= SOFTMAX_BLOCK_MAX_BYTES and M >= sms:
+            kernel = "block"
+        else:
+            kernel = "split"
+            t, kmax = SOFTMAX_SPLIT_THREADS, SOFTMAX_SPLIT_VECTORS[esize]
+            if -(-nvec // (t * kmax)) > sms * SOFTMAX_SPLIT_BLOCKS_PER_SM:
+                return {"kernel": "simple", "threads": 256}
+    if kernel == "rows":
+        kmax = max(1, SOFTMAX_ROWS_VALUES // v)
+        for g in (32, 64, 128, 256, 512):
+            if -(-nvec // g) <= kmax:
+                threads = max(SOFTMAX_ROWS_THREADS, g)
+                return {"kernel": "rows", "vec": v, "group": g, "k": _pow2(-(-nvec // g)),
+                        "threads": threads, "rows_per_cta": threads // g,
+                        "grid_cap": sms * max(1, SOFTMAX_ROWS_CTAS_PER_SM * SOFTMAX_ROWS_THREADS // threads)}
+        raise ValueError(f"N={N}: rows of {row_bytes} bytes are longer than the short-row kernel takes "
+                         f"({512 * kmax * 16} bytes)")
+    if kernel == "block":
+        kmax = SOFTMAX_BLOCK_VALUES // v
+        for t in (32, 64, 128, 256, 512, 1024):
+            if -(-nvec // t) <= kmax:
+                return {"kernel": "block", "vec": v, "threads": t, "k": _pow2(-(-nvec // t)), "cluster": 1}
+        raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit one CTA's registers "
+                         f"({1024 * kmax * 16} bytes)")
+    if kernel == "cluster":
+        kmax = SOFTMAX_BLOCK_VALUES // v
+        t = SOFTMAX_CLUSTER_THREADS
+        for c in (2, 4, 8, 16):
+            if c <= SOFTMAX_CLUSTER_MAX and -(-nvec // (c * t)) <= kmax:
+                return {"kernel": "cluster", "vec": v, "threads": t, "k": _pow2(-(-nvec // (c * t))),
+                        "cluster": c}
+        raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit a cluster of "
+                         f"{SOFTMAX_CLUSTER_MAX} CTAs")
+    if kernel == "split":
+        t = SOFTMAX_SPLIT_THREADS
+        kmax = SOFTMAX_SPLIT_VECTORS[esize]
+        cap = sms * SOFTMAX_SPLIT_BLOCKS_PER_SM
+        parts = -(-nvec // (t * kmax))
+        if M * parts < cap:            # too few chunks to fill the GPU: spread each row wider
+            parts = max(parts, min(cap // max(M, 1), -(-nvec // t)))
+        if parts > cap:
+            raise ValueError(f"N={N}: a row needs {parts} co-resident CTAs of {t * kmax * 16} bytes; "
+                             f"the GPU holds {cap}")
+        k = -(-nvec // (parts * t))
+        return {"kernel": "split", "vec": v, "threads": t, "k": k, "parts": parts, "grid_cap": cap,
+                "grid": min(M * parts, cap // parts * parts)}
+    raise ValueError(f"kernel: {kernel!r} is not one of rows, block, split, cluster")
