@@ -49,6 +49,9 @@ if triton is not None:
 # The interpreter runs each program in numpy: about 10 ms per program on a slow core. In the CPU
 # mode, cases with more output elements than this are compiled for sm_90 but not executed.
 INTERPRETER_MAX_ELEMENTS = 1 << 18
+# long rows run as thousands of interpreted column tiles per program (a minute at 2 x 131072):
+# in the CPU mode the softmax rows above this many columns are compiled, not executed
+INTERPRETER_MAX_COLS = 1 << 15
 INTERPRETER_MAX_FLOPS = 1 << 27  # GEMM: the interpreter's tl.dot loop costs about M*N*K
 
 LAYER = "triton"
@@ -572,7 +575,8 @@ _SOFTMAX = {
 
 for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_sources,
-             devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available,
+             devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
+             cpu_max_cols=INTERPRETER_MAX_COLS, available=available,
              supports=None if _variant in ("default", "simple") else _sm_supports(_variant),
              compile_only=_compile_only(_sm_compile(_variant)) if triton else None,
              grid=_sm_grid(_variant) if triton else None)(_sm_prepare(_variant))

@@ -6,13 +6,12 @@ inputs and its output (CUDA tensors through CUDA IPC, CPU tensors through shared
 The checker regenerates the pristine inputs from the seed, compares them with the ones the
 implementation held (a mutated input fails, padding included), computes the reference and the
 per-element bound in float64 (cached per case and seed), and returns the verdict. The process is
-started by ``spawn`` - a fresh interpreter that imports only the harness's problems and checks -
-so nothing a plugin or a backend does to the worker (walking frames, patching harness functions)
+a fresh interpreter (``python -m harness.checker``) that imports only the harness's problems
+and checks - so nothing a plugin or a backend does to the worker (walking frames, patching harness functions)
 reaches the verdict.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
 import traceback
 
@@ -56,6 +55,9 @@ def serve(conn, device: str) -> None:
 
     if device == "cuda":
         torch.cuda.init()
+    threads = __import__("os").environ.get("KL_CHECKER_THREADS")
+    if threads:  # the worker's share of the cores (parallel workers each have a checker)
+        torch.set_num_threads(int(threads))
     cache: dict = {}
     while True:
         try:
@@ -93,19 +95,46 @@ def serve(conn, device: str) -> None:
 
 
 class Checker:
-    """The worker's handle on one checker process (started on first use)."""
+    """The worker's handle on one checker process (started on first use).
+
+    The checker is ``python -m harness.checker`` - a fresh interpreter, whatever the worker's own
+    main module is (a script, stdin, a notebook) - connected back over a local socket with a
+    one-time key."""
 
     def __init__(self, device: str):
+        import secrets
+        import subprocess
+        import sys
+        from multiprocessing.connection import Listener
+
         import torch.multiprocessing  # noqa: F401  (registers the tensor reductions)
 
         self.device = device
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child, device), daemon=True,
-                                name="kernel-layers-checker")
-        self.proc.start()
-        child.close()
+        key = secrets.token_bytes(32)
+        listener = Listener(family="AF_UNIX", authkey=key)
+        root = str(__import__("pathlib").Path(__file__).resolve().parent.parent)
+        env = dict(__import__("os").environ)
+        env["PYTHONPATH"] = root + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.checker", device],
+                                     stdin=subprocess.PIPE, env=env, cwd=root)
+        import multiprocessing
+        # CPU tensors travel as file descriptors, fetched from this process's resource sharer,
+        # which admits processes that hold its authentication key
+        share_key = multiprocessing.current_process().authkey
+        self.proc.stdin.write(f"{listener.address}\n{key.hex()}\n{share_key.hex()}\n".encode())
+        self.proc.stdin.close()
+        listener._listener._socket.settimeout(120)
+        try:
+            self.conn = listener.accept()
+        except Exception as e:
+            self.proc.kill()
+            raise CheckerError(f"the checker process did not start: {e}") from None
+        finally:
+            listener.close()
         self.lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def check(self, problem: str, case, seed: int, inputs, output, roundings: int = 0) -> dict:
         import torch
@@ -117,8 +146,8 @@ class Checker:
                 t.share_memory_()
             ins.append(t)
         with self.lock:
-            if not self.proc.is_alive():
-                raise CheckerError(f"the checker process is gone (exit code {self.proc.exitcode})")
+            if not self.alive():
+                raise CheckerError(f"the checker process is gone (exit code {self.proc.returncode})")
             self.conn.send({"problem": problem, "case": case.to_json(), "seed": int(seed),
                             "roundings": int(roundings), "inputs": ins, "output": output})
             if not self.conn.poll(CHECK_TIMEOUT_S):
@@ -126,8 +155,8 @@ class Checker:
                 raise CheckerError(f"the checker gave no verdict in {CHECK_TIMEOUT_S:g} s")
             try:
                 res = self.conn.recv()
-            except EOFError:
-                raise CheckerError(f"the checker process died (exit code {self.proc.exitcode})") from None
+            except (EOFError, ConnectionError):
+                raise CheckerError(f"the checker process died (exit code {self.proc.poll()})") from None
         if "error" in res:
             raise CheckerError(f"the checker failed: {res['error']}")
         return res
@@ -135,10 +164,10 @@ class Checker:
     def close(self) -> None:
         try:
             self.conn.send(None)
-            self.proc.join(10)
+            self.proc.wait(10)
         except Exception:
             pass
-        if self.proc.is_alive():
+        if self.alive():
             self.proc.kill()
 
 
@@ -149,6 +178,22 @@ def get(device: str) -> Checker:
     """This process's checker for ``device`` ('cuda' or 'cpu'), started on first use."""
     dev = "cuda" if str(device).startswith("cuda") else "cpu"
     c = _CHECKERS.get(dev)
-    if c is None or not c.proc.is_alive():
+    if c is None or not c.alive():
         c = _CHECKERS[dev] = Checker(dev)
     return c
+
+
+def _main() -> None:
+    import multiprocessing
+    import sys
+    from multiprocessing.connection import Client
+
+    address = sys.stdin.readline().strip()
+    key = bytes.fromhex(sys.stdin.readline().strip())
+    multiprocessing.current_process().authkey = bytes.fromhex(sys.stdin.readline().strip())
+    conn = Client(address, family="AF_UNIX", authkey=key)
+    serve(conn, sys.argv[1] if len(sys.argv) > 1 else "cpu")
+
+
+if __name__ == "__main__":
+    _main()

@@ -21,9 +21,9 @@ from .results import ResultsDir, row_key
 
 def default_jobs(device: str) -> int:
     """Parallel verify workers: a quarter of the cores on a GPU machine (compiles and the CPU
-    side of the checks overlap), at most 4; half the cores without one."""
+    side of the checks overlap), at most 4; one a core without one."""
     n = os.cpu_count() or 1
-    return max(1, min(4, n // 4 if device == "cuda" else n // 2))
+    return max(1, min(4, n // 4 if device == "cuda" else n))
 
 
 def _sigterm(*_):
@@ -111,15 +111,20 @@ def run(args, console, argv: list[str]) -> int:
                 if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
                     failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
         ok_impls = [i for i in impls if i.key not in failed_suite]
-        tasks = _todo(P.make_tasks(plan, ok_impls, time=True), done)
+        gpu = device == "cuda"
+        # timing needs the GPU to itself: one worker; without a GPU nothing is timed and the
+        # cases go to parallel workers like the verify suite
+        tasks = _todo(P.make_tasks(plan, ok_impls, time=True, split_by_layer=not gpu), done)
         with RunProgress(console, sum(len(t["impls"]) for t in tasks),
-                         "timed cases" if device == "cuda" else "cases", quiet=quiet) as prog:
+                         "timed cases" if gpu else "cases", quiet=quiet) as prog:
             prog.add_tasks(tasks)
-            want_ceilings = device == "cuda" and not args.no_ceilings and ceilings is None
-            res = run_tasks(tasks, ceilings=want_ceilings,
-                            timing={k: getattr(tcfg, k) for k in ("mode", "min_samples", "time_cap_s")},
-                            keep_raw=not args.no_raw, on_event=lambda ev: (keep(ev), prog.event(ev)),
-                            **common)
+            on_ev = lambda ev: (keep(ev), prog.event(ev))  # noqa: E731
+            if gpu:
+                res = run_tasks(tasks, ceilings=not args.no_ceilings and ceilings is None,
+                                timing={k: getattr(tcfg, k) for k in ("mode", "min_samples", "time_cap_s")},
+                                keep_raw=not args.no_raw, on_event=on_ev, **common)
+            else:
+                res = run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
             ceilings = ceilings or res.ceilings
         for r in _failed_rows_for_suite(plan, impls, failed_suite):
             if row_key(r) not in done:

@@ -1,12 +1,12 @@
 """``python -m harness crosscheck``: the harness's timer against an independent one.
 
 For each selected implementation and case, on the GPU: the harness's own cold-L2 median
-(``harness.timing.time_cold``: CUDA events around one launch, a spin kernel ahead of it) and the
-kernel durations CUPTI records for the same launches (``torch.profiler``, which reads CUPTI's
-activity records): the span from the first kernel of a launch to the end of its last, per launch,
-L2 flushed before each. Both medians and their difference are printed and written to JSON. The
-two should agree within a few per cent above ~50 us; below, the event timer carries a fixed
-overhead (event resolution, the gap after the spin kernel) that CUPTI does not.
+(``harness.timing.time_cold``: CUDA events around one launch, a spin kernel ahead of it) and, for
+the same protocol recorded by CUPTI (``torch.profiler`` reads CUPTI's activity records), the device
+time from the end of the spin kernel to the end of the launch's last kernel - what the events are
+meant to bracket - and, apart, the kernels' own span (first kernel start to last kernel end; the
+difference is the GPU's launch gap, a fixed few microseconds). Medians and differences are printed
+and written to JSON.
 """
 from __future__ import annotations
 
@@ -16,43 +16,49 @@ import sys
 from pathlib import Path
 
 
-def _cupti_spans(launcher, reps: int, flush) -> tuple[list[float], list[float]]:
-    """Per launch: (span from its first kernel's start to its last kernel's end, sum of its kernel
-    durations), in seconds, from the device-side records CUPTI gives the profiler.
+def _cupti(launcher, reps: int, flush, spin) -> tuple[list[float], list[float]]:
+    """The harness's own sample protocol (poison, flush, spin kernel, launch), recorded by CUPTI
+    through ``torch.profiler``. Per launch: (occupancy: from the end of the spin kernel to the end
+    of the launch's last kernel - the device time the CUDA events measure - and the kernel span:
+    from the launch's first kernel start to its last kernel end), in seconds.
 
-    Each iteration is: poison + flush (inside a ``kl_prep`` range), wait, the launch (inside a
-    ``kl_launch`` range), wait. The kernels of launch i are the device records that start after
-    ``kl_launch`` i began on the host and before ``kl_prep`` i+1 began (the waits keep them
-    apart); the profiler puts host and device records on one clock."""
+    Launch i's kernels are the device records that start after ``kl_launch`` i began on the host
+    and before ``kl_prep`` i+1 began (a wait separates them); the spin kernel is the last record
+    named like the spin kernel before them. Host and device records share one clock."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        for i in range(reps):
+        for _ in range(reps):
             with record_function("kl_prep"):
                 launcher.poison()
                 flush()
-            torch.cuda.synchronize()
+                spin()
             with record_function("kl_launch"):
                 launcher.call()
             torch.cuda.synchronize()
     evts = list(prof.events())
-    dev = [e for e in evts if e.device_type == torch.autograd.DeviceType.CUDA
-           and not e.name.startswith("kl_")]
+    dev = sorted([e for e in evts if e.device_type == torch.autograd.DeviceType.CUDA
+                  and not e.name.startswith("kl_")], key=lambda e: e.time_range.start)
     host = sorted([e for e in evts if e.name in ("kl_prep", "kl_launch")
                    and e.device_type != torch.autograd.DeviceType.CUDA], key=lambda e: e.time_range.start)
-    spans, sums = [], []
+    occ, spans = [], []
     for k, e in enumerate(host):
-        if e.name != "kl_launch":
+        if e.name != "kl_launch" or k == 0:
             continue
-        lo = e.time_range.start
+        lo = host[k - 1].time_range.start
         hi = next((h.time_range.start for h in host[k + 1:] if h.name == "kl_prep"), float("inf"))
-        ks = [d for d in dev if lo <= d.time_range.start < hi]
+        window = [d for d in dev if lo <= d.time_range.start < hi]
+        spins = [i for i, d in enumerate(window) if "spin" in d.name.lower() or "sleep" in d.name.lower()]
+        if not spins:
+            continue
+        ks = window[spins[-1] + 1:]
         if not ks:
             continue
-        spans.append((max(d.time_range.end for d in ks) - min(d.time_range.start for d in ks)) * 1e-6)
-        sums.append(sum(d.time_range.end - d.time_range.start for d in ks) * 1e-6)
-    return spans, sums
+        end = max(d.time_range.end for d in ks)
+        occ.append((end - window[spins[-1]].time_range.end) * 1e-6)
+        spans.append((end - min(d.time_range.start for d in ks)) * 1e-6)
+    return occ, spans
 
 
 def run(args) -> int:
@@ -61,12 +67,12 @@ def run(args) -> int:
     from . import plan as P, verify
     from .cli import setup
     from .jsonsafe import dumps
-    from .timing import Flusher, TimingConfig, time_cold
+    from .timing import Flusher, Spinner, TimingConfig, time_cold
 
     if not torch.cuda.is_available():
         raise ValueError("crosscheck: needs a CUDA GPU (CUPTI reads the device's own timestamps)")
     device, impls, plan = setup(args, default_roles=P.COMPARE_ROLES)
-    flush = Flusher("cuda")
+    flush, spin = Flusher("cuda"), Spinner()
     out = []
     for p, cases in plan:
         for case in cases:
@@ -76,30 +82,31 @@ def run(args) -> int:
                     L = verify.Launcher(impl, p, case, inputs, "cuda")
                     st = time_cold({impl.id: L}, TimingConfig(min_samples=args.reps, max_samples=args.reps,
                                                               time_cap_s=5.0), "cuda")[impl.id]
-                    spans, sums = _cupti_spans(L, args.reps, flush)
+                    occ, spans = _cupti(L, args.reps, flush, spin)
                 except Exception as e:  # one row's failure is reported, the rest goes on
                     out.append({"impl": impl.id, "case": case.id, "error": f"{type(e).__name__}: {e}"})
                     continue
                 h = st.quartiles()[1]
-                c = statistics.median(spans) if spans else None
+                c = statistics.median(occ) if occ else None
+                ks = statistics.median(spans) if spans else None
                 out.append({"impl": impl.id, "case": case.id, "harness_median_s": h,
-                            "cupti_span_median_s": c,
-                            "cupti_kernel_sum_median_s": statistics.median(sums) if sums else None,
-                            "diff_pct": 100 * (h - c) / c if c else None, "samples": st.n,
-                            "cupti_launches": len(spans)})
+                            "cupti_occupancy_median_s": c, "cupti_kernel_span_median_s": ks,
+                            "diff_pct": 100 * (h - c) / c if c else None,
+                            "launch_gap_s": (c - ks) if c and ks else None, "samples": st.n,
+                            "cupti_launches": len(occ)})
                 del L
             del inputs
-    print(f"{'implementation':30s} {'case':42s} {'harness':>10s} {'CUPTI span':>11s} {'diff':>7s}")
+    print(f"{'implementation':30s} {'case':40s} {'harness':>9s} {'CUPTI':>9s} {'diff':>7s} {'kernels':>9s}")
     for r in out:
         if "error" in r:
-            print(f"{r['impl']:30s} {r['case'][:42]:42s} error: {r['error'][:60]}")
+            print(f"{r['impl']:30s} {r['case'][:40]:40s} error: {r['error'][:60]}")
             continue
-        c = r["cupti_span_median_s"]
-        print(f"{r['impl']:30s} {r['case'][:42]:42s} {r['harness_median_s'] * 1e6:9.1f}u "
-              f"{(c or 0) * 1e6:10.1f}u {r['diff_pct'] if r['diff_pct'] is not None else float('nan'):6.1f}%")
+        c, ks = r["cupti_occupancy_median_s"] or 0, r["cupti_kernel_span_median_s"] or 0
+        print(f"{r['impl']:30s} {r['case'][:40]:40s} {r['harness_median_s'] * 1e6:8.1f}u {c * 1e6:8.1f}u "
+              f"{r['diff_pct'] if r['diff_pct'] is not None else float('nan'):6.1f}% {ks * 1e6:8.1f}u")
     if args.out:
         Path(args.out).write_text(dumps({"rows": out, "argv": sys.argv[1:]}, indent=1))
-    big = [r for r in out if r.get("cupti_span_median_s") and r["cupti_span_median_s"] > 50e-6]
+    big = [r for r in out if r.get("cupti_occupancy_median_s") and r["cupti_occupancy_median_s"] > 50e-6]
     off = [r for r in big if abs(r["diff_pct"]) > 3]
     if off:
         print(f"{len(off)} of {len(big)} row(s) above 50 us differ by more than 3 %", file=sys.stderr)

@@ -56,6 +56,7 @@ def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
     for t in tasks:
         groups.setdefault(t["impls"][0].split(":")[0], []).append(t)
     bins: list[list] = [[] for _ in range(min(jobs, len(groups)))]
+    kw.setdefault("threads", max(1, (os.cpu_count() or 1) // len(bins)))
     for g in sorted(groups.values(), key=len, reverse=True):
         min(bins, key=len).extend(g)
     results: list[RunResult | BaseException] = [None] * len(bins)  # type: ignore[list-item]
@@ -91,11 +92,14 @@ def _reader(stream, q, tag):
 
 def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None = None,
               ceilings: bool = False, timeout_s: float = 600.0, isolate: bool = True,
-              keep_raw: bool = True, on_event=None, verbose: bool = False) -> RunResult:
-    """Run ``tasks`` and return every row. ``on_event(event)`` sees progress events."""
+              keep_raw: bool = True, on_event=None, verbose: bool = False,
+              threads: int | None = None) -> RunResult:
+    """Run ``tasks`` and return every row. ``on_event(event)`` sees progress events.
+    ``threads``: torch's CPU threads in the worker (and its checker), so that parallel workers
+    do not oversubscribe the cores."""
     res = RunResult()
     job_base = {"device": device, "plugins": [str(p) for p in plugins], "timing": timing or {},
-                "keep_raw": keep_raw, "verbose": verbose}
+                "keep_raw": keep_raw, "verbose": verbose, "threads": threads}
     if not isolate:
         return _run_inline(tasks, job_base, ceilings, res, on_event)
 

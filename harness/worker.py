@@ -57,14 +57,57 @@ def base_row(impl, problem, case, phase: str = "timed") -> dict:
     return Row.of(problem, case, impl.id, impl, phase).to_dict()
 
 
+def _facts_cache(impl, case):
+    """Where the compile facts of (implementation, case) are kept between runs: keyed by the
+    content of every source file the implementation's line count reaches and by the compiler
+    versions, so an edit or an upgrade recompiles. None when the sources cannot be hashed."""
+    import hashlib
+    from importlib import metadata
+    from pathlib import Path
+
+    from . import loc
+    try:
+        files = loc.count_impl(impl).get("files") or []
+    except Exception:
+        return None
+    if not files:
+        return None
+    h = hashlib.sha256(f"{impl.key}|{case.id}".encode())
+    for f in sorted(files):
+        p = Path(f) if Path(f).is_absolute() else loc.REPO_ROOT / f
+        try:
+            h.update(p.read_bytes())
+        except OSError:
+            return None
+    for pkg in ("triton", "nvidia-cutlass-dsl", "torch"):
+        try:
+            h.update(metadata.version(pkg).encode())
+        except metadata.PackageNotFoundError:
+            pass
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-layers" / "compile-facts"
+    return root / f"{h.hexdigest()[:32]}.json"
+
+
 def _compile_only(impl, case, row) -> None:
     fn = impl.compile_only_fn
     if fn is None:
         return
     t0 = time.perf_counter()
+    cache = _facts_cache(impl, case)
     try:
-        facts = fn(case) or {}
-        facts.setdefault("compile_s", round(time.perf_counter() - t0, 3))
+        if cache is not None and cache.is_file():
+            facts = json.loads(cache.read_text())
+            facts["from_cache"] = True
+        else:
+            facts = fn(case) or {}
+            facts.setdefault("compile_s", round(time.perf_counter() - t0, 3))
+            if cache is not None:
+                try:
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    from .jsonsafe import dumps
+                    cache.write_text(dumps(facts))
+                except (OSError, TypeError, ValueError):
+                    pass
         row["compile"] = facts
         row["compiled_for"] = facts.get("arch", "sm_90a")
     except Unsupported as e:
@@ -73,10 +116,12 @@ def _compile_only(impl, case, row) -> None:
         row["compile_note"] = f"compile failed: {_first_line(e)}"
 
 
-def _skip_compiled(impl, case, row, kind: str, reason: str) -> bool:
+def _skip_compiled(impl, case, row, kind: str, reason: str, compile: bool = True) -> bool:
     """A SKIP row that still compiles the implementation (for sm_90a) where it can, and says so;
-    True when it compiled."""
-    _compile_only(impl, case, row)
+    True when it compiled. (Not in the verify suite's rows: its compile facts would repeat those
+    of the cases that are reported, at seconds a compile.)"""
+    if compile:
+        _compile_only(impl, case, row)
     if row.get("compiled_for"):
         reason += f"; compiled for {row['compiled_for']}"
     row.update(status="SKIP", kind=kind, reason=reason)
@@ -91,6 +136,10 @@ def _cpu_limit(impl, problem, case) -> str | None:
     flop_cap = impl.extra.get("cpu_max_flops")
     if cpu_cap is not None and numel > cpu_cap:
         return f"{numel} output elements exceed this layer's CPU-mode limit ({cpu_cap}; it runs in an interpreter)"
+    cols_cap = impl.extra.get("cpu_max_cols")
+    cols = problem.out_shape(case)[-1]
+    if cols_cap is not None and cols > cols_cap:
+        return f"rows of {cols} columns exceed this layer's CPU-mode limit ({cols_cap}; it runs in an interpreter)"
     if flop_cap is not None and problem.flops(case) > flop_cap:
         return (f"{problem.flops(case):.3g} FLOP exceed this layer's CPU-mode limit ({flop_cap:.3g}; "
                 f"it runs in an interpreter)")
@@ -128,7 +177,8 @@ def process_task(task: dict, opts: dict, emit) -> None:
             row.update(status="SKIP", kind="unsupported", reason=reason)
             continue
         if device not in impl.devices:
-            compiled = _skip_compiled(impl, case, row, "needs-gpu", "needs a GPU (this machine has none)")
+            compiled = _skip_compiled(impl, case, row, "needs-gpu", "needs a GPU (this machine has none)",
+                                      compile=phase != "verify-suite")
             if compiled:
                 row["kind"] = "compile-only"
             if row.get("compile_note"):
@@ -136,7 +186,8 @@ def process_task(task: dict, opts: dict, emit) -> None:
             continue
         over = _cpu_limit(impl, problem, case) if device == "cpu" else None
         if over:
-            _skip_compiled(impl, case, row, "too-large-for-cpu", f"not executed: {over}")
+            _skip_compiled(impl, case, row, "too-large-for-cpu", f"not executed: {over}",
+                           compile=phase != "verify-suite")
             continue
         runnable.append(impl)
 
@@ -172,8 +223,9 @@ def process_task(task: dict, opts: dict, emit) -> None:
             passed.append(impl)
         else:
             row.update(status="FAIL", kind="mismatch")
+        row["verify_s"] = round(time.perf_counter() - t0, 3)
         if opts.get("verbose"):
-            print(f"[worker] {impl.id} {case.id}: {row['status']} in {time.perf_counter() - t0:.2f}s",
+            print(f"[worker] {impl.id} {case.id}: {row['status']} in {row['verify_s']:.2f}s",
                   file=sys.stderr)
 
     if do_time and passed:
@@ -255,6 +307,10 @@ def main() -> int:
     job = json.loads(sys.stdin.read())
     if job.get("device") == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    if job.get("threads"):
+        import torch
+        torch.set_num_threads(int(job["threads"]))
+        os.environ["KL_CHECKER_THREADS"] = str(int(job["threads"]))
     from . import registry
 
     from . import tamper

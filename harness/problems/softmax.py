@@ -10,6 +10,8 @@ Parameters of a case:
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
@@ -113,6 +115,16 @@ class Softmax(Problem):
     def reference(self, inputs, case):
         (x,) = inputs
         return torch.softmax(x.double(), dim=-1)
+
+    def reference_and_bound(self, inputs, case, roundings: int = 0):
+        """The reference; no per-element bound (``tolerance`` decides), but the part of the error
+        that may legitimately be systematic: the row sum in fp32 carries a relative error of up to
+        about lam sqrt(N) u32 (probabilistic bound, lam = 6), which scales every element of the
+        row alike, plus a few ulps of the exp."""
+        ref = self.reference(inputs, case)
+        n = ref.shape[-1] if ref.dim() else 1
+        systematic = (6.0 * math.sqrt(max(n, 1)) + 8.0) * 2.0 ** -24 * ref.abs()
+        return ref, None, systematic
 
     def tolerance(self, dtype):
         return {
