@@ -28,7 +28,8 @@ log() { echo "[gpu_session $stage $(( $(date +%s) - t0 ))s] $*"; }
 case $stage in
   build) ;;
   cuda|triton|cute)
-    OUT=$R python3 "scripts/gpu_$stage.py" "$@" > "$R/console.txt" 2>&1
+    # its own CuTe DSL file cache: a run beside `compare` must not warm compare's
+    CUTE_DSL_CACHE_DIR=/tmp/cute_cache_$stage OUT=$R python3 "scripts/gpu_$stage.py" "$@" > "$R/console.txt" 2>&1
     log "exit $?"; tail -40 "$R/console.txt" ;;
   harness)
     python3 -m harness selftest --gpu --format json > "$R/selftest_gpu.json" 2> "$R/selftest_gpu.log"
@@ -69,19 +70,21 @@ EOF
     python3 -m harness crosscheck --problem softmax --set M=64 --set N=1024 --reps 30 --out "$R/cross_small.json" >> "$R/cross.txt" 2>&1
     log "crosscheck done"; grep -v Warning "$R/cross.txt" | tail -30 ;;
   compare)
-    rm -rf ~/.triton/cache /tmp/torchinductor_* ~/.cache/kernel-layers 2>/dev/null
+    # cold: no compile cache of any layer (Triton, torch.compile, the CuTe DSL's file cache, NVRTC
+    # cubins, compile facts); the CUDA module itself is built at install time
+    rm -rf ~/.triton/cache /tmp/torchinductor_* /tmp/cutlass_python_cache* ~/.cache/kernel-layers 2>/dev/null
     s=$(date +%s)
-    python3 -m harness compare --out "$R/cold" "$@" > "$R/cold.txt" 2>&1
+    timeout ${KL_COLD_LIMIT:-420} python3 -m harness compare --out "$R/cold" "$@" > "$R/cold.txt" 2>&1
     log "cold: exit $? in $(( $(date +%s) - s )) s"
     s=$(date +%s)
-    python3 -m harness compare --out "$R/warm" "$@" > "$R/warm.txt" 2>&1
+    timeout ${KL_WARM_LIMIT:-170} python3 -m harness compare --out "$R/warm" "$@" > "$R/warm.txt" 2>&1
     log "warm: exit $? in $(( $(date +%s) - s )) s"
-    tail -45 "$R/warm.txt" ;;
+    grep -v "^\[" "$R/cold.txt" | tail -60 ;;
   tests)
-    python3 -m pytest -q -m gpu -x -p no:cacheprovider "$@" > "$R/pytest_gpu.txt" 2>&1
+    timeout ${KL_TESTS_LIMIT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 120 "$@" > "$R/pytest_gpu.txt" 2>&1
     log "pytest -m gpu exit $?"; tail -15 "$R/pytest_gpu.txt"
     for tool in memcheck racecheck synccheck; do
-      compute-sanitizer --tool $tool --error-exitcode 1 python3 scripts/tune_cuda.py --sanitize \
+      timeout ${KL_SANITIZE_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 1 python3 scripts/tune_cuda.py --sanitize \
         > "$R/sanitize_$tool.txt" 2>&1
       log "compute-sanitizer $tool exit $?"; tail -3 "$R/sanitize_$tool.txt"
     done ;;
