@@ -46,15 +46,16 @@ def kill_all() -> None:
 
 
 def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
-    """``run_tasks`` over ``jobs`` workers at once, tasks grouped by the layer of their first
-    implementation (each worker keeps one layer's compile caches warm). For verification only:
-    timing needs the GPU to itself."""
+    """``run_tasks`` over ``jobs`` workers at once, tasks grouped by layer, problem and dtype
+    (a worker keeps the compile caches of its groups warm; a layer with slow compiles, such as
+    the CuTe DSL's GEMMs, spreads over several workers). Not for timing: it needs the GPU to
+    itself."""
     jobs = max(1, int(jobs))
     if jobs == 1 or len(tasks) < 2 or not kw.get("isolate", True):
         return run_tasks(tasks, **kw)
-    groups: dict[str, list] = {}
-    for t in tasks:
-        groups.setdefault(t["impls"][0].split(":")[0], []).append(t)
+    groups: dict[tuple, list] = {}
+    for t in tasks:  # one layer, problem and dtype a group: its compiles stay in one process
+        groups.setdefault((t["impls"][0].split(":")[0], t["problem"], t["case"]["dtype"]), []).append(t)
     bins: list[list] = [[] for _ in range(min(jobs, len(groups)))]
     kw.setdefault("threads", max(1, (os.cpu_count() or 1) // len(bins)))
     for g in sorted(groups.values(), key=len, reverse=True):

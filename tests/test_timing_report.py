@@ -73,7 +73,7 @@ def test_compare_times_on_gpu(tmp_path):
 
     for extra in ([], ["--graph"]):
         out = tmp_path / ("graph" if extra else "cold")
-        rc = main(["compare", "--layer", "torch", "--problem", "softmax", "--set", "M=512", "--set", "N=1024",
+        rc = main(["compare", "--layer", "torch", "--all", "--problem", "softmax", "--set", "M=512", "--set", "N=1024",
                    "--out", str(out), "--time-cap", "0.2", "--no-ceilings", *extra])
         assert rc == 0
         doc = json.loads((out / "results.json").read_text())
