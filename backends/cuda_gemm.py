@@ -143,8 +143,6 @@ def _src(f: str, *kernels: str) -> Source:
     return Source(f"cuda_src/{f}", kernels=kernels, host=())
 
 
-GEMM_HELPERS = Source("cuda_src/gemm_common.cuh", kernels=("to_f32", "from_f32", "pack2", "apply_act", "store_pair",
-                                                           "load_bias_pair", "tile_coords"), host=())
 SOURCES = {
     "simple": [_src("gemm_epilogue.cu", "gemm_simple_kernel")],
     "tiled": [_src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel")],
@@ -174,7 +172,6 @@ ROWS = (("auto", "gemm_epilogue"), ("simple", "gemm_epilogue_simple"), ("tiled",
         ("pingpong_c2", "gemm_epilogue_pingpong_c2"), ("splitk", "gemm_epilogue_splitk"))
 
 for _path, _name in ROWS:
-    helpers = [GEMM_HELPERS] + ([Source("cuda_src/ptx.cuh", kernels=None, host=())] if _path != "simple" else [])
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
-             sources=SOURCES[_path] + helpers + [HOST], devices=("cuda",), available=available,
+             sources=SOURCES[_path] + [HOST], devices=("cuda",), available=available,
              supports=_supports(_path), compile_only=_compile_only(_path))(_prepare(_path))

@@ -482,14 +482,8 @@ def vector_add_grid(plan: dispatch.Launches, n: int) -> dict:
 
 
 # -- registration ----------------------------------------------------------------------------------
-HELPERS = Source("cuda_src/common.cuh", kernels=(
-    "to_float", "from_float", "load_vec", "store_vec", "load_vec_masked", "store_vec_masked", "RawVec",
-    "unpack", "pack", "warp_max", "warp_sum", "exp_shifted", "online_merge", "warp_online_merge"), host=())
-SOFTMAX_HELPERS = Source("cuda_src/softmax_common.cuh", kernels=(
-    "load_row", "store_row", "thread_max", "thread_exp_sum", "thread_scale"), host=())
-PTX_HELPERS = Source("cuda_src/ptx.cuh", kernels=(
-    "smem_u32", "mbar_init", "mbar_fence_init", "mbar_arrive_expect_tx", "mbar_try_wait", "bulk_g2s",
-    "cluster_arrive", "cluster_wait"), host=())
+# (the helpers a kernel uses from common.cuh, softmax_common.cuh and ptx.cuh are reached through
+# the .cu file's #include lines by the LOC counter: only those it calls are counted)
 HOST = Source("backends/cuda_layer.py", kernels=(), host=("make_launcher", "build_launch"))
 PLANNER = "cuda_src/dispatch.py"  # the dispatch/tuning table and planner: counted apart
 
@@ -521,11 +515,6 @@ SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "sof
 def softmax_sources(path: str, host: Source = HOST) -> list[Source]:
     paths = DEFAULT_SOFTMAX_PATHS if path == "auto" else (path,)
     srcs = [Source(f"cuda_src/{SOFTMAX_KERNEL[p][0]}", kernels=(SOFTMAX_KERNEL[p][1],), host=()) for p in paths]
-    srcs.append(HELPERS)
-    if path not in ("simple",):
-        srcs.append(SOFTMAX_HELPERS)
-    if path in ("auto", "cluster"):
-        srcs.append(PTX_HELPERS)
     return srcs + [host]
 
 
@@ -587,7 +576,7 @@ VA_SOURCES = {"auto": Source("cuda_src/vector_add_vec.cu", kernels=("vector_add_
 
 def _register_vector_add(path: str, name: str, description: str):
     @register(problem="vector_add", layer="cuda", name=name, description=description,
-              sources=[VA_SOURCES[path], HELPERS, HOST], devices=("cuda",), available=available,
+              sources=[VA_SOURCES[path], HOST], devices=("cuda",), available=available,
               compile_only=lambda case: plan_facts(case_vector_add(path, case)),
               grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))
     def prepare(case, inputs, out):

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from backends import cuda_gemm
-from backends.cuda_layer import (DTYPE_CODE, HELPERS, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config, case_softmax,
+from backends.cuda_layer import (DTYPE_CODE, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config, case_softmax,
                                  case_vector_add, check_softmax, check_vector_add, dev_index, softmax_grid,
                                  softmax_launches, softmax_sources, softmax_supports, vector_add_grid,
                                  vector_add_launches, VA_SOURCES)
@@ -396,7 +396,7 @@ for _path, _name in SOFTMAX_ROWS:
 
 def _register_vector_add(path: str, name: str, description: str):
     @register(problem="vector_add", layer="cupy", name=name, description="NVRTC of cuda_src: " + description,
-              sources=[VA_SOURCES[path], HELPERS, HOST], devices=("cuda",), available=available,
+              sources=[VA_SOURCES[path], HOST], devices=("cuda",), available=available,
               compile_only=lambda case: compile_only_nvrtc(case_vector_add(path, case).kernel,
                                                            _config(case_vector_add(path, case))),
               grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))
@@ -430,7 +430,7 @@ def _register_gemm(path: str, name: str):
         return compile_only_nvrtc(plan.kernel, _config(plan))
 
     @register(problem="gemm_epilogue", layer="cupy", name=name, description="NVRTC of cuda_src: " +
-              cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.SOURCES[path] + [cuda_gemm.GEMM_HELPERS, HOST],
+              cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.SOURCES[path] + [HOST],
               devices=("cuda",), available=available, supports=supports, compile_only=compile_only)
     def prepare(case, inputs, out):
         _require()

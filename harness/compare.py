@@ -63,6 +63,8 @@ def run(args, console, argv: list[str]) -> int:
         argv = prev_argv
     from .cli import setup
     device, impls, plan = setup(args)
+    import time as _time
+    t_start = _time.monotonic()
     now = _dt.datetime.now(_dt.timezone.utc)
     command = "python -m harness " + " ".join(shlex.quote(a) for a in argv)
     if not resume:
@@ -150,6 +152,7 @@ def run(args, console, argv: list[str]) -> int:
                              suite=args.suite if not args.set else "custom",
                              created=now.isoformat(timespec="seconds"))
     doc["backend_errors"] = dict(registry.BACKEND_ERRORS)
+    doc["wall_s"] = round(_time.monotonic() - t_start, 1)  # this invocation (a resumed run: its part)
     if interrupted:
         doc["interrupted"] = interrupted
         rd.mark_interrupted(interrupted, len(rows), f"python -m harness compare --resume {rd.path}")

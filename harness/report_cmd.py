@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"<!-- report (?P<args>[^>]*?) -->\n(?P<body>.*?)<!-- /report -->", re.S)
 FIGURE = re.compile(r"\d+(?:\.\d+)?\s*(?:%|GB/s|TB/s|TFLOP/s|µs|us\b)")
-SECTIONS = ("summary", "cases", "verify", "machine")
+SECTIONS = ("summary", "cases", "verify", "machine", "loc")
 
 
 def load(path: str | Path) -> dict:
@@ -52,8 +52,9 @@ def render(doc: dict, section: str = "summary", problems=None, impls=None,
     from . import summary as S
     from .report import _case_label, _fmt_time, _sig
 
-    rows = [r for r in doc["rows"] if (not problems or r["problem"] in problems)
+    rows = [dict(r) for r in doc["rows"] if (not problems or r["problem"] in problems)
             and (not impls or r["impl"] in impls)]
+    _count_now(rows)
     role_set = None if roles == "all" else tuple(x.strip() for x in roles.split(","))
     if role_set is not None and not impls:
         rows = [r for r in rows if r.get("role", "variant") in role_set]
@@ -68,6 +69,22 @@ def render(doc: dict, section: str = "summary", problems=None, impls=None,
             out.append(f"- measured copy ceiling: {c['copy_bytes_per_s'] / 1e12:.2f} TB/s")
         for dt, v in (c.get("gemm_flops_per_s") or {}).items():
             out.append(f"- measured {dt} torch.mm {c.get('gemm_size')}^3: {v / 1e12:.0f} TFLOP/s")
+        return "\n".join(out) + "\n"
+    if section == "loc":
+        # lines of code of every registered implementation (of the run's problems), counted now
+        # from the sources by the tool's one rule: a property of the code, not of the run
+        from . import loc, registry
+        from .summary import ROLE_ORDER
+        probs = problems or list(dict.fromkeys(r["problem"] for r in doc["rows"]))
+        out = ["| problem | implementation | role | kernel | host |", "|---|---|---|---|---|"]
+        for i in sorted(registry.all_impls(), key=lambda i: (probs.index(i.problem) if i.problem in probs else 99,
+                                                            registry.layer_info(i.layer).order,
+                                                            ROLE_ORDER.get(i.role, 9), i.name)):
+            if i.problem not in probs or (impls and i.id not in impls) or (role_set and i.role not in role_set):
+                continue
+            c = loc.count_impl(i)
+            if c.get("kernel") is not None:
+                out.append(f"| {i.problem} | {i.id} | {i.role} | {c['kernel']} | {c['host']} |")
         return "\n".join(out) + "\n"
     if section == "summary":
         return "\n".join(S.render_md(S.summarize(rows, roles=role_set or tuple(S.ROLE_ORDER)))).rstrip() + "\n"
@@ -94,6 +111,24 @@ def render(doc: dict, section: str = "summary", problems=None, impls=None,
                    + (f"{r['speedup_vs_baseline']:.2f}x" if r.get("speedup_vs_baseline") else "-")
                    + f" | {r['status']}{(' ' + r['kind']) if r['status'] != 'PASS' and r.get('kind') else ''} |")
     return "\n".join(out) + "\n"
+
+
+def _count_now(rows) -> None:
+    """Lines of code are a property of the code, not of the run: where the implementation exists
+    today, its count comes from the current sources (the tool's one rule); others keep the count
+    their run recorded."""
+    from . import loc, registry
+    cache: dict = {}
+    for r in rows:
+        k = (r["problem"], r["impl"])
+        if k not in cache:
+            try:
+                c = loc.count_impl(registry.get(*k))
+                cache[k] = {"kernel": c.get("kernel"), "host": c.get("host")}
+            except Exception:
+                cache[k] = None
+        if cache[k] is not None:
+            r["loc"] = cache[k]
 
 
 def render_block(args_text: str) -> str:

@@ -361,3 +361,28 @@ def test_python_helpers_from_an_imported_module():
     assert r["host"] == 5
     assert r["files"] == [f"{FIX}/cross_kernel.py", f"{FIX}/cross_helpers.py"]
     assert "tests/fixtures/loc/cross_helpers.py:row_sum" in r["kernel_units"]
+
+
+# -- one kernel of each layer, counted by hand (the same rule everywhere) -----------------------
+def test_triton_teaching_twin_counted_by_hand():
+    r = count_source(Source("triton_src/vector_add.py", kernels=("vector_add_kernel",), host=()))
+    # vector_add_kernel 19-25: 19 @triton.jit, 20 def, 21 offs, 22 mask, 23 x, 24 y, 25 store -> 7
+    assert r["kernel"] == 7 and r["kernel_units"] == ["vector_add_kernel"]
+
+
+def test_cuda_teaching_twin_counted_by_hand():
+    r = count_source(Source("cuda_src/vector_add.cu", kernels=("vector_add_simple_kernel",), host=()))
+    # vector_add.cu 11-17: template, __global__ ..., `i64 n) {`, stride, for, store, `}`  = 7
+    # common.cuh (reached through #include "common.cuh"): to_float, its three overloads 31-33 = 3;
+    #   from_float's three specialisations 36, 37, 38-40 (the declaration on 35 is no definition) = 5
+    #   (none of the other helpers of common.cuh: the kernel does not call them)          -> 15
+    assert r["kernel"] == 15
+    assert sorted(r["kernel_units"]) == ["from_float", "to_float", "vector_add_simple_kernel"]
+    assert r["files"] == ["cuda_src/vector_add.cu", "cuda_src/common.cuh"]
+
+
+def test_cute_teaching_twin_counted_by_hand():
+    r = count_source(Source("cutlass_src/vector_add.py", kernels=("VectorAddSimple.kernel",), host=()))
+    # VectorAddSimple.kernel 23-33: 23 @cute.kernel, 24 def, 25 t, 26 b, 27 tv, 28 tiles, 29 gX..,
+    #   30 index, 31 for, 32 if, 33 store                                                  -> 11
+    assert r["kernel"] == 11 and r["kernel_units"] == ["VectorAddSimple.kernel"]
