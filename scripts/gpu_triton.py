@@ -182,7 +182,7 @@ def verify_case_all(problem, case, ids, suite, deadline) -> None:
     import torch
 
     from harness import registry
-    from harness.verify import check_output, run_once
+    from harness.verify import Launcher, check_output
     prob = RESULT["_problems"][problem]
     inputs = prob.make_inputs(case, "cuda", 0)
     sample = None
@@ -204,7 +204,8 @@ def verify_case_all(problem, case, ids, suite, deadline) -> None:
         else:
             try:
                 t = time.perf_counter()
-                got, launch, _ = run_once(impl, prob, case, inputs, "cuda")
+                L = Launcher(impl, prob, case, inputs, "cuda")
+                got, launch = L.run(), L.launch
                 c = check_output(prob, case, got[sample] if sample is not None else got, ref)
                 row.update(status="PASS" if c.ok else "FAIL", reason=c.reason, rel_err=c.rel_err,
                            seconds=round(time.perf_counter() - t, 2),
