@@ -258,7 +258,7 @@ def cmd_compare(args, console) -> int:
 def main(argv=None) -> int:
     console = Console(stderr=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(stderr=False, width=200)  # logs and pipes: keep the wide tables readable
+        console = Console(stderr=False, width=160)  # logs and pipes: tables fit 160 columns
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

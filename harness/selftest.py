@@ -276,7 +276,7 @@ def render(outcomes: list[Outcome]) -> str:
     from rich.table import Table
 
     buf = StringIO()
-    con = Console(file=buf, width=200, highlight=False, color_system=None)
+    con = Console(file=buf, width=160, highlight=False, color_system=None)
     t = Table(title="verifier self-test: planted bugs must FAIL, correct twins and controls PASS")
     for col in ("planted bug", "role", "implementation", "case", "expect", "got", "", "why"):
         t.add_column(col, overflow="fold")
