@@ -101,13 +101,6 @@ def count_impl(impl, root: Path | str = REPO_ROOT) -> dict:
 
 
 # -- helpers shared by both languages ----------------------------------------------------------
-@dataclass
-class _Analysis:
-    kernel_lines: frozenset[int]
-    host_lines: frozenset[int]
-    kernel_units: tuple[str, ...]
-    host_units: tuple[str, ...]
-
 
 def _names(value, arg: str) -> tuple[str, ...]:
     if isinstance(value, str):
@@ -180,13 +173,6 @@ def _reach(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -
         else:
             _REACH[(key, stamp)] = _CppProgram(mod).analyze(kernels, host)
     return _REACH[(key, stamp)]
-
-
-def _analyze(path: Path, kernels, host) -> _Analysis:
-    """The lines of ``path`` alone (kept for callers that look at one file)."""
-    r = _reach(path, kernels, host)
-    return _Analysis(frozenset(r.kernel_lines.get(path, ())), frozenset(r.host_lines.get(path, ())),
-                     r.kernel_units, r.host_units)
 
 
 def _closure(start: Iterable[str], refs, allowed) -> list[str]:
@@ -401,36 +387,6 @@ class _PyModule:
             u = self.units[n]
             out.update(range(u.first, u.last + 1))
         return out & self.code_lines
-
-    # the whole job
-    def analyze(self, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Analysis:
-        for arg, names in (("kernels", kernels or ()), ("host", host)):
-            for n in names:
-                if n not in self.units:
-                    raise _unknown(self.path, arg, n, self.units)
-        if kernels is None:   # auto-detect; a decorated function named as host stays host
-            kernels = tuple(n for n, u in self.units.items()
-                            if u.decorated_kernel and n not in host)
-        no_skip: set[int] = set()
-        kunits = _closure(kernels, lambda n: self._refs(n, no_skip),
-                          lambda r: not self.units[r].is_class)
-        kset = set(kunits)
-        knodes: set[int] = set()
-        for n, u in self.units.items():
-            if n in kset or (u.decorated_kernel and n not in host):
-                knodes.add(id(u.node))
-                if isinstance(u.node, ast.Module):      # a redefined name: both definitions
-                    knodes.update(id(b) for b in u.node.body)
-        hunits = _closure(host, lambda n: self._refs(n, knodes),
-                          lambda r: r not in kset and not self.units[r].decorated_kernel)
-        hunits = [n for n in hunits if n not in kset]
-        klines = self._lines_of(kunits)
-        # device code is never host code: a kernel method inside a host class is left out,
-        # unless it is named as host itself
-        hlines = self._lines_of(hunits) - klines - self._lines_of(
-            n for n, u in self.units.items() if u.decorated_kernel and n not in host)
-        return _Analysis(frozenset(klines), frozenset(hlines), tuple(kunits), tuple(hunits))
-
 
 def _module_file(importer: Path, dotted: str, level: int) -> Path | None:
     """The project file a (possibly relative) module name refers to, or None (a package from
@@ -910,47 +866,6 @@ class _CppFile:
             name = f"{toks[j - 2]}::{name}"
             j -= 2
         return name
-
-    # the whole job
-    def analyze(self, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Analysis:
-        for arg, names in (("kernels", kernels or ()), ("host", host)):
-            for nm in names:
-                if nm not in self.by_name:
-                    raise _unknown(self.path, arg, nm, self.by_name)
-        if kernels is None:
-            kernels = tuple(dict.fromkeys(u.name for u in self.units if u.kind == "global"))
-
-        def refs(name):
-            out: list[str] = []
-            for u in self.by_name.get(name, []):
-                for r in sorted(u.refs):
-                    if r != name and r in self.by_name and r not in out:
-                        out.append(r)
-            return out
-
-        def device_ok(r):
-            return any(u.kind in ("device", "global", "struct") or u.constexpr
-                       for u in self.by_name[r])
-
-        kunits = _closure(kernels, refs, device_ok)
-        kset = set(kunits)
-
-        def host_ok(r):
-            return r not in kset and any(u.kind in ("host", "struct") for u in self.by_name[r])
-
-        hunits = [n for n in _closure(host, refs, host_ok) if n not in kset]
-        named = set(kernels) | set(host)
-        kcount = self._units_of(kunits, named, lambda u: u.kind != "host" or u.constexpr)
-        hcount = self._units_of(hunits, named, lambda u: u.kind in ("host", "struct"))
-        klines = self._lines_of(kcount)
-        hlines = self._lines_of(hcount) - klines
-        return _Analysis(frozenset(klines), frozenset(hlines),
-                         tuple(dict.fromkeys(u.name for u in kcount)),
-                         tuple(dict.fromkeys(u.name for u in hcount if u not in kcount)))
-
-    def _units_of(self, names, named, ok) -> list[_CppUnit]:
-        """The units called ``names``; of overloads reached (not named), only the ``ok`` ones."""
-        return [u for n in names for u in self.by_name[n] if n in named or ok(u)]
 
     def _lines_of(self, units) -> set[int]:
         out: set[int] = set()
