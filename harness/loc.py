@@ -12,7 +12,11 @@ string literal starts no comment, and every non-blank line of a multi-line (non-
 or a C++ raw string counts.
 
 Which lines: the *units* (functions, methods, classes, structs) reached from a ``Source``'s named
-entry points.
+entry points - in its own file and in every project file it reaches (Python imports of the
+project's modules, ``from .x import helper`` or ``import pkg.mod as m; m.helper``; C++ quoted
+``#include "x.cuh"``), each line counted once. One rule for every layer: a kernel's own lines plus
+every helper it reaches, in any file; nothing it does not reach. The harness's own files are never
+reached.
 
 * Python (``.py``; parsed with ``ast``, lines classified with ``tokenize``; never imported).
   Kernel units are the named ``kernels`` -- or, when ``kernels`` is None, every function or method
