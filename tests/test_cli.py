@@ -159,7 +159,7 @@ def test_plain_progress_one_line_per_row_and_summary(tmp_path):
                        "--no-verify-suite", "--device", "cpu", "--out", str(tmp_path / "r"))
     assert rc == 0, err
     lines = [l for l in err.splitlines() if l.startswith("[")]
-    assert len(lines) == 3 and lines[-1].startswith("[3/3]") and "torch:vector_add" in lines[0]
+    assert len(lines) == 3 and lines[-1].startswith("[3/3 ") and "torch:vector_add" in lines[0]
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
     line = doc["summary"]["vector_add"]["lines"][0]
     assert line["impl"] == "torch:vector_add" and line["role"] == "baseline" and line["pass"] == 3
