@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from backends.cuda_layer import (DTYPE_CODE, DTYPE_NAME, HOST, _config, available, dev_index, device,
-                                 kernel_facts, make_launcher, module, plan_facts)
+from backends.cuda_layer import (DTYPE_CODE, DTYPE_NAME, HOST, available, dev_index, device,
+                                 launch_info, make_launcher, module, plan_facts)
 from cuda_src import dispatch
 from harness import Source, register
 from harness.errors import Unsupported
@@ -114,13 +114,7 @@ def _prepare(path: str):
         ptrs = {"a": a.data_ptr(), "b": b.data_ptr(), "bias": bias.data_ptr() if bias is not None else 0,
                 "c": out.data_ptr()}
         launch = make_launcher(mod, plan, ptrs, di, DTYPE_CODE[a.dtype])
-        info = {"path": plan.info.get("path"), "compile_s": 0.0, "config": _config(plan)}
-        if plan.plans:
-            try:
-                info.update({k: v for k, v in kernel_facts(plan.kernel).items() if k != "config"})
-            except Unsupported as e:
-                info["facts_note"] = str(e)
-        launch.info = info
+        launch.info = launch_info(plan, path=plan.info.get("path"))
         return launch
     return prepare
 

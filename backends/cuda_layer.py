@@ -277,6 +277,18 @@ def plan_facts(launches: dispatch.Launches) -> dict:
     return facts
 
 
+def launch_info(launches: dispatch.Launches, **extra) -> dict:
+    """What a prepared launch carries as ``launch.info``: its plan and the ptxas facts of its
+    (first) kernel; shared by the vector add, softmax and GEMM adapters."""
+    info = {**extra, "compile_s": 0.0, "config": _config(launches)}
+    if launches.plans:
+        try:
+            info.update({k: v for k, v in kernel_facts(launches.kernel).items() if k != "config"})
+        except Unsupported as e:
+            info["facts_note"] = str(e)
+    return info
+
+
 def _config(launches: dispatch.Launches) -> dict:
     out = {k: v for k, v in launches.info.items() if isinstance(v, (int, float, str, bool, tuple, list))}
     out["launches"] = [{"kernel": p.kernel, "grid": list(p.grid), "block": p.block, "smem": p.smem,
@@ -555,12 +567,7 @@ def _register_softmax(path: str, name: str):
         except dispatch.Decline as e:
             raise Unsupported(f"{path} path: {e}") from None
         launch = make_launcher(mod, plan, {"x": x.data_ptr(), "out": out_.data_ptr()}, di, DTYPE_CODE[x.dtype])
-        info = {"compile_s": 0.0, "config": _config(plan)}
-        try:
-            info.update({k: v for k, v in kernel_facts(plan.kernel).items() if k != "config"})
-        except Unsupported as e:
-            info["facts_note"] = str(e)
-        launch.info = info
+        launch.info = launch_info(plan)
         return launch
 
     return prepare
@@ -587,13 +594,7 @@ def _register_vector_add(path: str, name: str, description: str):
         plan = vector_add_launches(x, y, out, path, device(di))
         launch = make_launcher(mod, plan, {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}, di,
                                DTYPE_CODE[x.dtype])
-        info = {"compile_s": 0.0, "config": _config(plan)}
-        if plan.plans:
-            try:
-                info.update({k: v for k, v in kernel_facts(plan.kernel).items() if k != "config"})
-            except Unsupported as e:
-                info["facts_note"] = str(e)
-        launch.info = info
+        launch.info = launch_info(plan)
         return launch
 
     return prepare

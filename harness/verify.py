@@ -447,5 +447,23 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True) -
     return worst
 
 
-__all__ = ["Check", "check_output", "verify_case", "Launcher", "judge", "Unsupported",
+def graph_replay(impl, problem, case, device="cuda", seed: int = 0) -> Check:
+    """Capture one launch into a CUDA graph, poison the output, replay and verify: a kernel that
+    escapes the capture (another stream, work done at capture time) leaves the output unwritten."""
+    inputs = share_inputs(problem.make_inputs(case, device, seed), device)
+    L = Launcher(impl, problem, case, inputs, device)
+    L.run()  # compiles and allocates outside the capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        res = L.call()
+    L.poison()
+    g.replay()
+    sync(device)
+    bad = L.guard()
+    if bad:
+        return Check(False, bad)
+    return judge(impl, problem, case, seed, inputs, L.result(res), device)
+
+
+__all__ = ["Check", "check_output", "verify_case", "Launcher", "judge", "graph_replay", "Unsupported",
            "LateDecline", "SEEDS", "same_bits"]

@@ -89,25 +89,12 @@ def _verify(impl_id, case, seeds, repeat=True):
 
 
 def _graph_check(impl_id, case):
-    import torch
-
-    from harness.verify import check_output
+    from harness.verify import graph_replay
 
     impl, prob = _impl(impl_id)
     if impl.available() or impl.supports(case):
         return {"status": "SKIP", "reason": impl.available() or impl.supports(case)}
-    inputs = prob.make_inputs(case, "cuda", 0)
-    out = prob.alloc_out(case, "cuda")
-    launch = impl.prepare(case, inputs, out)
-    launch()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        launch()
-    out.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    c = check_output(prob, case, out, prob.reference(inputs, case))
+    c = graph_replay(impl, prob, case)
     return {"status": "PASS" if c.ok else "FAIL", "reason": c.reason or "graph replay wrote the output"}
 
 

@@ -148,25 +148,14 @@ def test_verify_suite(impl_id):
 @pytest.mark.parametrize("impl_id", IDS)
 def test_graph_capture_records_the_launch(impl_id):
     """One launch captured in a torch CUDA graph, replayed into a poisoned output, verifies."""
-    from harness.verify import check_output
+    from harness.verify import graph_replay
     impl = _impl(impl_id)
     if impl.available():
         pytest.skip(impl.available())
     for case in (P.case(M=16, N=6144, K=4096, act="gelu"), P.case(M=256, N=1000, K=512)):
         if impl.supports(case):
             continue
-        inputs = P.make_inputs(case, "cuda", 0)
-        out = P.alloc_out(case, "cuda")
-        launch = impl.prepare(case, inputs, out)
-        launch()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            launch()
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        chk = check_output(P, case, out, P.reference(inputs, case))
+        chk = graph_replay(impl, P, case)
         assert chk.ok, f"{impl_id} {case.label}: {chk.reason}"
 
 

@@ -443,24 +443,14 @@ def test_verify_suite_on_gpu(impl_id):
 @pytest.mark.parametrize("impl_id", ["cuda:softmax", "cuda:softmax_split", "cupy:softmax", "cuda:vector_add"])
 def test_graph_capture_records_the_launch(impl_id):
     """A launch captured in a torch CUDA graph and replayed into a poisoned output writes it."""
-    from harness.verify import check_output
+    from harness.verify import graph_replay
 
     impl, prob = _impl(impl_id)
     if impl.available():
         pytest.skip(impl.available())
     case = prob.case(M=64, N=100_000) if "softmax" in impl_id else prob.case(N=98432)
-    inputs = prob.make_inputs(case, "cuda", 0)
-    out = prob.alloc_out(case, "cuda")
-    launch = impl.prepare(case, inputs, out)
-    launch()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        launch()
-    out.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    assert check_output(prob, case, out, prob.reference(inputs, case)).ok
+    c = graph_replay(impl, prob, case)
+    assert c.ok, c.reason
 
 
 @pytest.mark.gpu
