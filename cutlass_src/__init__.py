@@ -8,7 +8,8 @@ This file holds what every kernel module needs and nothing problem-specific:
 
 - ``unavailable()``: why the DSL cannot be used here (``None`` when it can);
 - ``cutlass_dtype(torch_dtype)``: the element type a kernel is compiled for;
-- ``compile_kernel(key, fn, *args)``: ``cute.compile`` once per signature, cached, with the
+- ``compile_kernel(key, fn, *args)``: ``cute.compile`` once per signature, cached in-process and
+  on disk (``~/.cache/kernel-layers/cute``, exported objects reloaded by later runs), with the
   compile seconds, the PTX and (through ``ptxas -v``) the register/spill facts kept beside it;
 - ``use_tvm_ffi()``: whether the compiled functions are called through apache-tvm-ffi
   (torch tensors passed straight in; the cheaper call) or through ``from_dlpack`` tensors made in
@@ -129,6 +130,7 @@ class Compiled:
         self.compile_s = compile_s
         self.ptx = ptx
         self.key = key
+        self.from_disk = False
         self._facts = None
 
     def facts(self) -> dict:
@@ -136,6 +138,8 @@ class Compiled:
         if self._facts is None:
             facts = {"compile_s": round(self.compile_s, 3), "arch": os.environ.get("CUTE_DSL_ARCH", ARCH),
                      "call": "tvm-ffi" if use_tvm_ffi() else "from_dlpack"}
+            if self.from_disk:
+                facts["from_disk"] = True
             if self.ptx:
                 try:
                     facts.update(ptx_facts(self.ptx, facts["arch"]))
@@ -172,12 +176,107 @@ def _dump_dir() -> str:
     return _DUMP[0]
 
 
+def _source_digest() -> str:
+    """What a compiled kernel depends on besides its key: every source of this package, the DSL's
+    version, the target arch and the calling convention."""
+    import hashlib
+    from importlib import metadata
+
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    try:
+        h.update(metadata.version("nvidia-cutlass-dsl").encode())
+    except metadata.PackageNotFoundError:
+        pass
+    h.update(os.environ.get("CUTE_DSL_ARCH", ARCH).encode())
+    h.update(b"tvm-ffi" if use_tvm_ffi() else b"dlpack")
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _disk_dir() -> str | None:
+    """The folder of compiled kernels kept across processes (``~/.cache/kernel-layers/cute/<digest>``),
+    or None where it cannot be used. Only the tvm-ffi calling convention is kept: a loaded object
+    is then called exactly like the compiled function (torch tensors in)."""
+    if not use_tvm_ffi():
+        return None
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(root, "kernel-layers", "cute", _source_digest()[:24])
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    return path
+
+
+def _disk_name(key) -> str:
+    import hashlib
+
+    return "k" + hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+
+
+def _load_from_disk(key):
+    """(function, ptx) of a kernel compiled by an earlier process, or None."""
+    folder = _disk_dir()
+    if folder is None:
+        return None
+    name = _disk_name(key)
+    obj = os.path.join(folder, name + ".o")
+    if not os.path.isfile(obj):
+        return None
+    try:
+        import cutlass.runtime as rt
+
+        fn = rt.load_module(obj, enable_tvm_ffi=True)[name]
+    except Exception:
+        return None                       # unreadable or stale: compile again (and overwrite)
+    ptx = None
+    try:
+        with open(os.path.join(folder, name + ".ptx")) as f:
+            ptx = f.read()
+    except OSError:
+        pass
+    return fn, ptx
+
+
+def _save_to_disk(key, fn_c, ptx) -> None:
+    """Export the compiled function's host code and cubin as one object file (atomic rename: a
+    parallel worker compiling the same key writes the same bytes)."""
+    folder = _disk_dir()
+    if folder is None:
+        return
+    name = _disk_name(key)
+    try:
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}")
+        fn_c.export_to_c(tmp + ".o", name)
+        os.replace(tmp + ".o", os.path.join(folder, name + ".o"))
+        if ptx:
+            with open(tmp + ".ptx", "w") as f:
+                f.write(ptx)
+            os.replace(tmp + ".ptx", os.path.join(folder, name + ".ptx"))
+    except Exception:
+        pass                              # the cache is an optimisation: never fail a compile on it
+
+
 def compile_kernel(key, fn, *args) -> Compiled:
-    """``cute.compile(fn, *args)`` once per ``key`` (a hashable signature), cached in-process."""
+    """``cute.compile(fn, *args)`` once per ``key`` (a hashable signature): cached in-process, and
+    on disk across processes (the DSL's own file cache does not cover ``cute.compile``). A kernel
+    loaded from disk reports ``compile_s`` as the load time and ``from_disk``."""
     unavailable()
     with _LOCK:
         if key in _CACHE:
             return _CACHE[key]
+        t0 = time.perf_counter()
+        hit = _load_from_disk(key)
+        if hit is not None:
+            c = Compiled(hit[0], time.perf_counter() - t0, hit[1], key)
+            c.from_disk = True
+            _CACHE[key] = c
+            return c
         import cutlass.cute as cute
 
         opts = f"--keep-ptx --dump-dir {_dump_dir()}"
@@ -191,6 +290,7 @@ def compile_kernel(key, fn, *args) -> Compiled:
             ptx = fn_c.__ptx__
         except Exception:
             ptx = None
+        _save_to_disk(key, fn_c, ptx)
         c = Compiled(fn_c, dt, ptx, key)
         _CACHE[key] = c
         return c

@@ -14,16 +14,38 @@ import os
 import shlex
 import signal
 import sys
+import threading
 
 from . import plan as P
 from .results import ResultsDir, row_key
 
 
 def default_jobs(device: str) -> int:
-    """Parallel verify workers: a quarter of the cores on a GPU machine (compiles and the CPU
-    side of the checks overlap), at most 4; one a core without one."""
+    """Parallel verify workers: a third of the cores on a GPU machine (each worker has a checker
+    process beside it, and compiles and the CPU side of the checks overlap), at most 6; one a
+    core without one."""
     n = os.cpu_count() or 1
-    return max(1, min(4, n // 4 if device == "cuda" else n))
+    return max(1, min(6, n // 3 if device == "cuda" else n))
+
+
+def _warm_compiles(plan, impls, stop) -> None:
+    """Compile, ahead of the timed phase and beside the verify suite, what the timed cases will
+    need from implementations whose ``compile_only`` fills the cache their ``prepare`` reads
+    (registered with ``compile_fills_cache``). CPU work only; errors are left to the timed phase,
+    which meets them again and reports them on its rows."""
+    for p, cases in plan:
+        for impl in impls:
+            if (impl.problem != p.name or impl.compile_only_fn is None
+                    or not impl.extra.get("compile_fills_cache") or impl.available()):
+                continue
+            for c in cases:
+                if stop.is_set():
+                    return
+                try:
+                    if not impl.supports(c):
+                        impl.compile_only_fn(c)
+                except Exception:
+                    pass
 
 
 def _sigterm(*_):
@@ -99,7 +121,11 @@ def run(args, console, argv: list[str]) -> int:
 
     try:
         failed_suite: dict[str, str] = {}
+        warm_stop = threading.Event()
+        warm = threading.Thread(target=_warm_compiles, args=(plan, impls, warm_stop), daemon=True)
         if not args.no_verify_suite and not args.set:
+            if device == "cuda":
+                warm.start()
             vplan = P.plan_cases(P_names(args), "verify", args.dtype, [])
             vtasks = [t for t in P.make_tasks(vplan, impls, phase="verify-suite", prefix="v",
                                               split_by_layer=True)]
@@ -112,6 +138,9 @@ def run(args, console, argv: list[str]) -> int:
             for r in rows:
                 if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
                     failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
+        warm_stop.set()             # the timed phase needs the machine quiet: stop warming
+        if warm.is_alive():
+            warm.join()
         ok_impls = [i for i in impls if i.key not in failed_suite]
         gpu = device == "cuda"
         # timing needs the GPU to itself: one worker; without a GPU nothing is timed and the

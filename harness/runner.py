@@ -45,21 +45,32 @@ def kill_all() -> None:
             pass
 
 
+def partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
+    """Tasks in at most ``jobs`` bins: grouped by layer, problem and dtype (one process keeps a
+    group's compiles warm); a group larger than an even share of the tasks is cut (its compiles
+    then happen in more than one process: cheap where a layer caches compiles on disk, and the
+    longest group no longer sets the pace); the largest pieces first, each to the emptiest bin."""
+    groups: dict[tuple, list] = {}
+    for t in tasks:
+        groups.setdefault((t["impls"][0].split(":")[0], t["problem"], t["case"]["dtype"]), []).append(t)
+    share = -(-len(tasks) // max(1, min(jobs, len(tasks))))
+    chunks = [g[i:i + share] for g in groups.values() for i in range(0, len(g), share)]
+    bins: list[list] = [[] for _ in range(min(jobs, len(chunks)))]
+    for g in sorted(chunks, key=len, reverse=True):
+        min(bins, key=len).extend(g)
+    return bins
+
+
 def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
     """``run_tasks`` over ``jobs`` workers at once, tasks grouped by layer, problem and dtype
-    (a worker keeps the compile caches of its groups warm; a layer with slow compiles, such as
-    the CuTe DSL's GEMMs, spreads over several workers). Not for timing: it needs the GPU to
-    itself."""
+    (a worker keeps the compile caches of its groups warm; a group larger than an even share of
+    the tasks is cut, so a layer with slow compiles, such as the CuTe DSL's GEMMs, spreads over
+    several workers). Not for timing: it needs the GPU to itself."""
     jobs = max(1, int(jobs))
     if jobs == 1 or len(tasks) < 2 or not kw.get("isolate", True):
         return run_tasks(tasks, **kw)
-    groups: dict[tuple, list] = {}
-    for t in tasks:  # one layer, problem and dtype a group: its compiles stay in one process
-        groups.setdefault((t["impls"][0].split(":")[0], t["problem"], t["case"]["dtype"]), []).append(t)
-    bins: list[list] = [[] for _ in range(min(jobs, len(groups)))]
+    bins = partition(tasks, jobs)
     kw.setdefault("threads", max(1, (os.cpu_count() or 1) // len(bins)))
-    for g in sorted(groups.values(), key=len, reverse=True):
-        min(bins, key=len).extend(g)
     results: list[RunResult | BaseException] = [None] * len(bins)  # type: ignore[list-item]
 
     def work(i):

@@ -1,0 +1,29 @@
+"""How the parallel verify phase spreads its tasks over workers (harness.runner.partition)."""
+from harness.runner import partition
+
+
+def _tasks(layer, problem, dtype, n):
+    return [{"impls": [f"{layer}:{problem}"], "problem": problem, "case": {"dtype": dtype}} for _ in range(n)]
+
+
+def test_groups_stay_together_when_they_fit():
+    tasks = _tasks("triton", "softmax", "float32", 3) + _tasks("cuda", "softmax", "float32", 3)
+    bins = partition(tasks, 2)
+    assert len(bins) == 2
+    assert sorted({t["impls"][0] for t in b}.pop() for b in bins) == ["cuda:softmax", "triton:softmax"]
+
+
+def test_a_dominant_group_is_cut_and_bins_balance():
+    # one slow-compiling group with most of the tasks (the CuTe GEMMs of the verify suite)
+    tasks = _tasks("cute", "gemm_epilogue", "float16", 30) + _tasks("torch", "softmax", "float32", 6)
+    bins = partition(tasks, 4)
+    assert len(bins) == 4
+    assert sum(len(b) for b in bins) == 36
+    assert max(len(b) for b in bins) == 9                 # an even share, not 30 in one worker
+    assert sum(any(t["impls"][0] == "cute:gemm_epilogue" for t in b) for b in bins) >= 3
+
+
+def test_fewer_tasks_than_jobs():
+    tasks = _tasks("cuda", "vector_add", "float32", 2)
+    bins = partition(tasks, 6)
+    assert [len(b) for b in bins] == [1, 1]
