@@ -111,7 +111,13 @@ GEMM = {
     "splitk_gain": 1.10,            # split-K must beat the one-pass kernel by this factor
     "group_m": 8,                   # grouped tile order of the persistent kernels
     "repack_min_m": 128,            # below this many rows, copying B to an aligned buffer costs more than it saves
-    "tiled_bms": (32, 64, 128),     # tiled kernel's tile rows: the smallest that holds M (few rows: less padding)
+    "tiled_bms": (32, 64, 128),
+    # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
+    # HBM; every split-K factor of 16 x 8192 x 28672 ran at the same ~22 GB/s of B per busy SM
+    # (470 MB / 168 us / 128 SMs), below the 31 GB/s an SM's share of HBM would allow. The split is
+    # then chosen to minimise the k-tiles of B the busiest SM streams (waves x k-tiles per unit).
+    "stream_max_m": 64,
+    "sm_stream_bytes_per_s": 22e9,     # tiled kernel's tile rows: the smallest that holds M (few rows: less padding)
 }
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
@@ -656,6 +662,26 @@ def _choose_splits(g: GemmCase, dev: Device, bn: int) -> int:
     return best
 
 
+def _stream_splits(g: GemmCase, dev: Device, bn: int = 128) -> int:
+    """Split-K factor for a B stream (M <= GEMM['stream_max_m']): the one minimising the modelled
+    time of the busiest SM, ceil(units / SMs) x k-tiles per unit x one k-tile of B at the per-SM
+    stream rate, plus the fp32 partials and the reduction launch (s > 1)."""
+    G = GEMM
+    kt, tiles = _cdiv(g.K, WS_BK), _cdiv(g.M, WS_BM) * _cdiv(g.N, bn)
+    kt_s = WS_BK * bn * 2 / G["sm_stream_bytes_per_s"]
+    best, best_t = 1, None
+    for s in range(1, G["max_splits"] + 1):
+        kps = _cdiv(kt, s)
+        if s > 1 and (kps < G["min_kt_per_split"] or _cdiv(kt, kps) != s):
+            continue
+        t = _cdiv(tiles * s, dev.sms) * kps * kt_s
+        if s > 1:
+            t += (2.0 * s * g.M * g.N * 4 + g.M * g.N * 2) / G["hbm_bytes_per_s"] + G["launch_s"]
+        if best_t is None or t < best_t:
+            best, best_t = s, t
+    return best
+
+
 def _gemm_common_args(g: GemmCase):
     return (("i32", g.M), ("i32", g.N), ("i32", g.K))
 
@@ -799,11 +825,13 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
     if repack and g.M < GEMM["repack_min_m"]:
         return _why(_plan_tiled(g), f"B is not TMA-readable and M = {g.M} < {GEMM['repack_min_m']}: "
                                     "copying B would cost more than the tensor-core path saves")
-    s = _choose_splits(g, dev, 128)
+    stream = g.M <= GEMM["stream_max_m"]
+    s = _stream_splits(g, dev, 128) if stream else _choose_splits(g, dev, 128)
     if s > 1:
         plan = _plan_ws(g, dev, 128, s, b_buf="bpad" if repack else "b",
                         ldb=_cdiv(g.N, 8) * 8 if repack else None)
-        why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs"
+        why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs" + \
+            (f" (M = {g.M} <= {GEMM['stream_max_m']}: a B stream, fewest k-tiles on the busiest SM)" if stream else "")
     elif not repack and g.tma_c():
         return _why(_plan_pingpong(g, dev), "pingpong: A, B and C are TMA-legal")
     else:
@@ -811,8 +839,7 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
         why = "ws: the output is not TMA-storable" if not repack else "ws on a repacked B"
     if repack:
         ldp = _cdiv(g.N, 8) * 8
-        total = g.K * g.N
-        cp = Plan("gemm_pad_rows_kernel", (max(1, min(_cdiv(total, 256), dev.sms * 8)), 1, 1), 256,
+        cp = Plan("gemm_pad_rows_kernel", (max(1, min(g.K, dev.sms * 8)), 1, 1), 256,
                   (("ptr", "b"), ("i64", g.ldb), ("ptr", "bpad"), ("i64", ldp), ("i32", g.K), ("i32", g.N)))
         plan.plans.insert(0, cp)
         plan.workspace["bpad"] = g.K * ldp * 2
