@@ -64,13 +64,21 @@ SOFTMAX = {
     # resident_target bytes of rows in flight per SM wins (long rows: see below).
     "order": ("warp", "rows", "block"),
     "resident_target": 96 * 1024,   # bytes an SM holds in flight to stream near the HBM rate
+    # The warp path needs fewer: its warps are independent (no block barrier, no prefetch), so ~40
+    # warps an SM sit in different phases (load / shuffle / store). Measured (layer run 2026-11-30):
+    # 40 KB a SM 95 % vs rows 92 % (32768 x 512 bf16); 10 KB 66 % vs rows 88 % (65536 x 128 bf16).
+    "warp_resident_target": 32 * 1024,
     "warp_max_n": 1024,             # 32 lanes x 32 values
     "rows_max_n": 8192,             # 256 threads x 32 values
     "block_max_n": 32768,           # 1024 threads x 32 values
     "block_ept": 32,                # elements per thread of the block path
     "warp_threads": 128,
     "rows_threads": 256,
-    "slice_target": 64 * 1024,      # cluster path: shared-memory slice per CTA (3 CTAs an SM)
+    # cluster path: a row that fits ONE CTA's shared memory takes C = 1 (no cluster barrier, no
+    # co-scheduling of C CTAs; measured +6..12 points over C = 2/4 at 64-201 KB rows); a longer row
+    # takes the smallest C whose slices fit cluster_ctas_per_sm CTAs an SM (2: 64-76 KB slices were
+    # best at 256-304 KB bf16 rows, 38 KB slices (C = 8) lost 10 points).
+    "cluster_ctas_per_sm": 2,
     "slice_min": 2 * 1024,          # cluster path: smallest slice worth a CTA (few rows: more CTAs a row)
     "cluster_max": 16,              # CTAs per row (16 is a non-portable cluster size, sm_90)
     "smem_reserve": 1024,           # static shared memory of the cluster kernel, rounded up
@@ -103,7 +111,13 @@ GEMM = {
     "splitk_gain": 1.10,            # split-K must beat the one-pass kernel by this factor
     "group_m": 8,                   # grouped tile order of the persistent kernels
     "repack_min_m": 128,            # below this many rows, copying B to an aligned buffer costs more than it saves
-    "tiled_bms": (32, 64, 128),     # tiled kernel's tile rows: the smallest that holds M (few rows: less padding)
+    "tiled_bms": (32, 64, 128),
+    # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
+    # HBM; every split-K factor of 16 x 8192 x 28672 ran at the same ~22 GB/s of B per busy SM
+    # (470 MB / 168 us / 128 SMs), below the 31 GB/s an SM's share of HBM would allow. The split is
+    # then chosen to minimise the k-tiles of B the busiest SM streams (waves x k-tiles per unit).
+    "stream_max_m": 64,
+    "sm_stream_bytes_per_s": 22e9,     # tiled kernel's tile rows: the smallest that holds M (few rows: less padding)
 }
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
@@ -423,7 +437,9 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
             k = cluster
         else:
             cands = [k for k in (1, 2, 4, 8, 16) if k <= cmax]
-            k = next((k for k in cands if slice_bytes(k) <= S["slice_target"]), 0) or \
+            target = dev.smem_per_sm // S["cluster_ctas_per_sm"] - 2 * S["smem_reserve"]
+            k = 1 if slice_bytes(1) <= limit else \
+                next((k for k in cands if slice_bytes(k) <= target), 0) or \
                 (cmax if slice_bytes(cmax) <= limit else 0)
             if not k:
                 raise Decline(f"N: a row of {N * es} bytes does not fit {cmax} CTAs' shared memory ({limit} bytes each)")
@@ -438,7 +454,8 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
         if nt > 512 or nt % 32:
             raise ValueError("threads: the cluster path takes a multiple of 32 up to 512 threads per block")
         kern = f"softmax_cluster_kernel<{T}, {k}>"
-        per_sm = max(1, min(dev.smem_per_sm // (smem + S["smem_reserve"]), THREADS_PER_SM // nt, 32))
+        per_sm = max(1, min(dev.smem_per_sm // (smem + S["smem_reserve"]),
+                            _blocks_per_sm(nt, REGS["softmax_cluster_kernel"])))
         p = Plan(kern, (M * k, 1, 1), nt, _rowargs("softmax_cluster_kernel", c, sx, sy, (("i32", seg),)), smem=smem,
                  cluster=k, max_dynamic_smem=smem, carveout=100, nonportable_cluster=k > 8)
         info.update(vec=V, cluster=k, seg=seg, smem=smem, threads=nt, resident=per_sm * (smem - V * es))
@@ -540,26 +557,30 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
         except Decline as e:
             tried.append(str(e))
             continue
-        if plan.info["resident"] >= S["resident_target"]:
-            return _why(plan, f"{path}: {plan.info['resident']} bytes of rows in flight per SM >= "
-                              f"{S['resident_target']}")
+        target = S["warp_resident_target"] if path == "warp" else S["resident_target"]
+        if plan.info["resident"] >= target:
+            return _why(plan, f"{path}: {plan.info['resident']} bytes of rows in flight per SM >= {target}")
         if best is None or plan.info["resident"] > best.info["resident"]:
             best = plan
+    cl = None
+    try:
+        cl = _softmax_path("cluster", c, sx, sy, dev, **opts)
+    except Decline as e:
+        tried.append(str(e))
     long_row = c.row_bytes > S["split_min_row_bytes"] and S["split_chunk"] * c.es >= S["split_min_chunk_bytes"]
     if long_row and c.rows16:
         try:
             plan = _softmax_path("split", c, sx, sy, dev, **opts)
-            if c.M * plan.info["parts"] >= dev.sms:  # enough units to cover the SMs
+            # enough units to cover the SMs, or at least as many CTAs as the cluster path would run
+            # (few rows: 1 x 262147 fp32 split 17 units 71 % vs cluster 16 CTAs 55 %)
+            units = c.M * plan.info["parts"]
+            if units >= min(dev.sms, cl.plans[0].grid[0] if cl else dev.sms):
                 return _why(plan, f"split: rows of {c.row_bytes} bytes, 16-byte aligned, {c.M} x "
                                   f"{plan.info['parts']} units")
         except Decline as e:
             tried.append(str(e))
-    try:
-        plan = _softmax_path("cluster", c, sx, sy, dev, **opts)
-        if best is None or plan.info["resident"] > best.info["resident"]:
-            return _why(plan, f"cluster: {plan.info['resident']} bytes of slices in flight per SM")
-    except Decline as e:
-        tried.append(str(e))
+    if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):
+        return _why(cl, f"cluster: C = {cl.info['cluster']}, {cl.info['resident']} bytes of slices in flight per SM")
     if best is not None:
         return _why(best, f"{best.info['path']}: the most bytes in flight ({best.info['resident']}) of the paths")
     return _why(_softmax_path("online", c, sx, sy, dev, **opts), "online: " + "; ".join(tried))
@@ -637,6 +658,26 @@ def _choose_splits(g: GemmCase, dev: Device, bn: int) -> int:
             continue
         t = _ws_time(g, dev, bn, s)
         if t * G["splitk_gain"] < best_t:
+            best, best_t = s, t
+    return best
+
+
+def _stream_splits(g: GemmCase, dev: Device, bn: int = 128) -> int:
+    """Split-K factor for a B stream (M <= GEMM['stream_max_m']): the one minimising the modelled
+    time of the busiest SM, ceil(units / SMs) x k-tiles per unit x one k-tile of B at the per-SM
+    stream rate, plus the fp32 partials and the reduction launch (s > 1)."""
+    G = GEMM
+    kt, tiles = _cdiv(g.K, WS_BK), _cdiv(g.M, WS_BM) * _cdiv(g.N, bn)
+    kt_s = WS_BK * bn * 2 / G["sm_stream_bytes_per_s"]
+    best, best_t = 1, None
+    for s in range(1, G["max_splits"] + 1):
+        kps = _cdiv(kt, s)
+        if s > 1 and (kps < G["min_kt_per_split"] or _cdiv(kt, kps) != s):
+            continue
+        t = _cdiv(tiles * s, dev.sms) * kps * kt_s
+        if s > 1:
+            t += (2.0 * s * g.M * g.N * 4 + g.M * g.N * 2) / G["hbm_bytes_per_s"] + G["launch_s"]
+        if best_t is None or t < best_t:
             best, best_t = s, t
     return best
 
@@ -784,11 +825,13 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
     if repack and g.M < GEMM["repack_min_m"]:
         return _why(_plan_tiled(g), f"B is not TMA-readable and M = {g.M} < {GEMM['repack_min_m']}: "
                                     "copying B would cost more than the tensor-core path saves")
-    s = _choose_splits(g, dev, 128)
+    stream = g.M <= GEMM["stream_max_m"]
+    s = _stream_splits(g, dev, 128) if stream else _choose_splits(g, dev, 128)
     if s > 1:
         plan = _plan_ws(g, dev, 128, s, b_buf="bpad" if repack else "b",
                         ldb=_cdiv(g.N, 8) * 8 if repack else None)
-        why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs"
+        why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs" + \
+            (f" (M = {g.M} <= {GEMM['stream_max_m']}: a B stream, fewest k-tiles on the busiest SM)" if stream else "")
     elif not repack and g.tma_c():
         return _why(_plan_pingpong(g, dev), "pingpong: A, B and C are TMA-legal")
     else:
@@ -796,8 +839,7 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
         why = "ws: the output is not TMA-storable" if not repack else "ws on a repacked B"
     if repack:
         ldp = _cdiv(g.N, 8) * 8
-        total = g.K * g.N
-        cp = Plan("gemm_pad_rows_kernel", (max(1, min(_cdiv(total, 256), dev.sms * 8)), 1, 1), 256,
+        cp = Plan("gemm_pad_rows_kernel", (max(1, min(g.K, dev.sms * 8)), 1, 1), 256,
                   (("ptr", "b"), ("i64", g.ldb), ("ptr", "bpad"), ("i64", ldp), ("i32", g.K), ("i32", g.N)))
         plan.plans.insert(0, cp)
         plan.workspace["bpad"] = g.K * ldp * 2

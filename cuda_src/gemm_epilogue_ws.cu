@@ -209,15 +209,26 @@ __global__ void __launch_bounds__(256) gemm_splitk_reduce_kernel(const float* __
 
 // dst[r, c] = src[r, c] for r < rows, c < cols (16-bit elements): copies B into a workspace whose
 // row stride is a multiple of 8 elements, so that TMA (16-byte strides) can read a B whose own
-// stride cannot (e.g. N = 50257).
+// stride cannot (e.g. N = 50257). One block per row at a time (grid-stride over rows): no 64-bit
+// division per element (the flat-index version spent more time dividing than copying), and each
+// thread keeps kPadUnroll independent loads in flight before it stores them.
+constexpr int kPadUnroll = 8;
 __global__ void __launch_bounds__(256) gemm_pad_rows_kernel(const u16* __restrict__ src, long long lds,
                                                              u16* __restrict__ dst, long long ldd, int rows,
                                                              int cols) {
-  const long long total = (long long)rows * cols;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-       i += (long long)gridDim.x * blockDim.x) {
-    const int r = (int)(i / cols), c = (int)(i - (long long)r * cols);
-    dst[(long long)r * ldd + c] = src[(long long)r * lds + c];
+  const int nt = blockDim.x;
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const u16* s = src + r * lds;
+    u16* d = dst + r * ldd;
+    for (int c0 = threadIdx.x; c0 < cols; c0 += nt * kPadUnroll) {
+      u16 v[kPadUnroll];
+#pragma unroll
+      for (int u = 0; u < kPadUnroll; ++u)
+        if (c0 + u * nt < cols) v[u] = s[c0 + u * nt];
+#pragma unroll
+      for (int u = 0; u < kPadUnroll; ++u)
+        if (c0 + u * nt < cols) d[c0 + u * nt] = v[u];
+    }
   }
 }
 

@@ -119,9 +119,13 @@ def test_default_rules_by_bytes_rows_and_alignment():
     # the same element count in fp32 (128 KB rows): one block per row is enough
     assert path(8192, 32000, "float32")[0] == "block"
     # unaligned rows (N odd): the cluster kernel takes any alignment with 16-byte vectors
+    # a row that fits one CTA's shared memory: C = 1 (no cluster barrier)
     p, info = path(4096, 50257, "bfloat16")
-    assert p == "cluster" and info["cluster"] == 2 and info["vec"] == 8
+    assert p == "cluster" and info["cluster"] == 1 and info["vec"] == 8
     p, info = path(4096, 50257, "float32")
+    assert p == "cluster" and info["cluster"] == 1
+    # longer rows: the smallest C whose slices fit two CTAs an SM
+    p, info = path(4096, 151936, "bfloat16")
     assert p == "cluster" and info["cluster"] == 4
     # long aligned fp32 rows: split; 16-bit long rows (32 KB split chunks): cluster
     assert path(4096, 128256, "float32")[0] == "split"
@@ -129,10 +133,13 @@ def test_default_rules_by_bytes_rows_and_alignment():
     assert path(4096, 128256, "bfloat16")[0] == "cluster"
     # short rows: warp while it holds enough, else the persistent rows kernel
     assert path(4096, 1024, "float32")[0] == "warp"
-    assert path(32768, 512, "bfloat16")[0] == "rows"
+    assert path(32768, 512, "bfloat16")[0] == "warp"
+    assert path(65536, 128, "bfloat16")[0] == "rows"
     assert path(32768, 4096, "bfloat16")[0] == "rows"
+    # one aligned long row: split (17 units) runs at least as many CTAs as the cluster (16)
+    assert path(1, 262147, "float32")[0] == "split"
     # few rows: more CTAs per row so that M x C covers the SMs
-    p, info = path(1, 262147, "float32")
+    p, info = path(4, 262147, "float32")
     assert p == "cluster" and info["cluster"] == 16
     p, info = path(2, 98432, "float32")
     assert p == "cluster" and info["cluster"] == 16
