@@ -21,7 +21,22 @@ GEMM_TILES = (
 )
 GEMM_MAX_SPLITS = 16
 GEMM_MIN_KTILES_PER_SPLIT = 4   # a split shorter than this spends more on its fix-up than it saves
-GEMM_SPLIT_PENALTY = 0.03       # per extra split: partials written and read back through L2
+# The planner's cost model: predicted microseconds of one candidate (schedule, tile, splits), fitted
+# on the H200 timings of 2026-11-30 (docs/results/h200-2026-11-30/layers/gpu_cute_timing.json:
+# every alternative of the 11 M <= 300 shapes ranked as measured). A persistent CTA runs
+# ceil(units / SMs) units; a unit costs its k-tiles, each the longer of its wgmmas (GEMM_SM_TFLOPS
+# x tile efficiency) and its operand bytes (GEMM_SM_GBPS: what one SM's TMA ring pulls), plus
+# GEMM_UNIT_US (pipeline fill, epilogue). Split-K adds the fix-up: GEMM_FIXUP_US plus the last
+# split reading all S fp32 partials (GEMM_FIXUP_GBPS: measured slow, a 128x256 tile at S = 5 costs
+# ~15 us: 256x6144x4096 ws s5 65 us vs s1 50 us). The whole grid's bytes bound it below at
+# GEMM_HBM_GBPS; the two bounds meet in a soft maximum (sum of 4th powers).
+GEMM_SM_TFLOPS = 6.6            # per SM: 870 TFLOP/s over 132 SMs
+GEMM_SM_GBPS = 90.0             # per SM, operand bytes of a unit's k-tiles
+GEMM_UNIT_US = 3.5              # per unit a CTA runs
+GEMM_FIXUP_US = 0.5             # per split-K unit: partial written, arrival counted
+GEMM_FIXUP_GBPS = 20.0          # the last split's read of S partials (S x tile x 4 bytes)
+GEMM_HBM_GBPS = 3300.0          # A + B + C once, whole GPU
+GEMM_TIE = 0.03                 # candidates within 3 % of the fastest: best wave balance, then fewest splits
 GEMM_CLUSTER_MIN_WAVES = 1.0    # 2x1 clusters (B multicast) once the grid is full
 # A or B rows TMA cannot take (K or N not a multiple of 8, or a misaligned view): "realign" (16-byte
 # loads from the boundary before each row segment, shifted into place in registers) or "vector"
@@ -64,6 +79,23 @@ def wave_efficiency(units: int, slots: int) -> float:
     return units / (-(-units // slots) * slots)
 
 
+def gemm_time_us(M: int, N: int, K: int, tm: int, tn: int, weight: float, splits: int, sms: int) -> float:
+    """The cost model's predicted time (microseconds, launch excluded) of an M x N x K 16-bit GEMM
+    on ``tm`` x ``tn`` tiles of efficiency ``weight`` split ``splits`` ways over ``sms`` SMs."""
+    tiles = -(-M // tm) * -(-N // tn)
+    units = tiles * splits
+    per_cta = -(-units // sms)
+    k_tiles = -(-K // K_TILE)
+    k_unit = -(-k_tiles // splits)
+    flop_us = 2 * tm * tn * K_TILE / (GEMM_SM_TFLOPS * 1e6 * weight)
+    byte_us = (min(tm, M) + tn) * K_TILE * 2 / (GEMM_SM_GBPS * 1e3)
+    t = per_cta * (k_unit * max(flop_us, byte_us) + GEMM_UNIT_US)
+    if splits > 1:
+        t += GEMM_FIXUP_US + splits * tm * tn * 4 / (GEMM_FIXUP_GBPS * 1e3)
+    hbm = (M * K + K * N + M * N) * 2 / (GEMM_HBM_GBPS * 1e3)
+    return (t ** 4 + hbm ** 4) ** 0.25
+
+
 def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
               min_splits: int = 1, tma: bool = True) -> dict:
     """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
@@ -72,8 +104,9 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
     else A and B load by GEMM_RAGGED_LOAD and C stores by a predicated copy of that width
     (``tma=False``: predicated copies everywhere). Among GEMM_TILES (64-row tiles when M <= 64,
     else 128-row ones; ``schedule`` restricts them) and split counts 1..GEMM_MAX_SPLITS (each split
-    >= GEMM_MIN_KTILES_PER_SPLIT k-tiles; at least ``min_splits``), take the highest
-    wave_efficiency(tiles * splits) * tile efficiency - GEMM_SPLIT_PENALTY * (splits - 1)."""
+    >= GEMM_MIN_KTILES_PER_SPLIT k-tiles; at least ``min_splits``), the lowest gemm_time_us;
+    among those within GEMM_TIE of it, the best wave_efficiency(tiles * splits), then the fewest
+    splits, then the table's order."""
     sms = sms or num_sms()
     def kind(w, operand):
         if w >= 8 and tma:
@@ -88,21 +121,22 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
     if min_splits > top:
         raise ValueError(f"K={K}: {k_tiles} k-tiles of {K_TILE} cannot make {min_splits} splits of at least "
                          f"{GEMM_MIN_KTILES_PER_SPLIT}")
-    best = None
-    for sched, tm, tn, weight in GEMM_TILES:
+    found = []
+    for order, (sched, tm, tn, weight) in enumerate(GEMM_TILES):
         if (tm == 64) != (M <= 64) or (schedule and sched != schedule):
             continue
         tiles = -(-M // tm) * -(-N // tn)
         for splits in range(min_splits, top + 1):
             if splits > max(1, min_splits) and tiles * splits > 2 * sms:
                 break
-            score = wave_efficiency(tiles * splits, sms) * weight - GEMM_SPLIT_PENALTY * (splits - 1)
-            if best is None or score > best[0] + 1e-9:
-                best = (score, sched, tm, tn, splits, tiles)
-    if best is None:
+            t = gemm_time_us(max(M, 1), max(N, 1), max(K, 1), tm, tn, weight, splits, sms)
+            found.append((t, -wave_efficiency(tiles * splits, sms), splits, order, sched, tm, tn, tiles))
+    if not found:
         raise ValueError(f"schedule: {schedule!r} has no tile for M={M} (the cooperative schedule needs "
                          f"M > 64; ping-pong takes every M)")
-    _, sched, tm, tn, splits, tiles = best
+    fastest = min(f[0] for f in found)
+    t, _, splits, _, sched, tm, tn, tiles = min((f for f in found if f[0] <= fastest * (1 + GEMM_TIE)),
+                                               key=lambda f: f[1:4])
     cluster_m = 1
     if (sched == "ws" and loads[:2] == ("tma", "tma") and -(-M // tm) >= 2
             and tiles >= GEMM_CLUSTER_MIN_WAVES * sms):

@@ -214,6 +214,17 @@ def gemm_candidates(M, N, K, widths):
             p["splits"] = 1
         if p not in out.values():
             out[label] = p
+    saved_tiles = dispatch.GEMM_TILES                 # each other tile, its best split count by the model
+    try:
+        for entry in saved_tiles:
+            if (entry[1] == 64) != (M <= 64):
+                continue
+            dispatch.GEMM_TILES = (entry,)
+            p = dispatch.plan_gemm(M, N, K, widths)
+            if p not in out.values():
+                out[f"{entry[0]}_{entry[1]}x{entry[2]}"] = p
+    finally:
+        dispatch.GEMM_TILES = saved_tiles
     d = out["default"]
     if any(k != "tma" for k in d["loads"][:2]):       # ragged rows: realign vs element-wise copies
         saved = dispatch.GEMM_RAGGED_LOAD
