@@ -189,8 +189,12 @@ def test_plan_softmax_by_bytes_per_row(monkeypatch):
     assert kernel(32768, 512, 2) == "rows" and kernel(8192, 1024, 4) == "rows"
     assert kernel(32768, 4096, 2) == "block"                 # 8 KB rows, rows enough to fill SMs
     assert kernel(8, 4096, 2) == "split"                     # 8 rows: spread them over the GPU
-    assert kernel(4096, 32000, 2) == "split" and kernel(4096, 151936, 4) == "split"
+    # long rows: a portable cluster while it holds the row and M x C CTAs fill two waves, else split
+    assert kernel(4096, 32000, 2) == "cluster" and kernel(4096, 151936, 4) == "split"
     p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS)
+    assert (p["kernel"], p["cluster"]) == ("cluster", 4) and p["threads"] * p["k"] * 4 >= 6283, p
+    assert kernel(4096, 128256, 4) == "cluster" and kernel(64, 128256, 2) == "split"
+    p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="split")
     assert (p["parts"], p["grid"] % p["parts"]) == (4, 0)
     assert p["threads"] * p["k"] * p["parts"] >= dispatch.row_vectors(50257, 2, False)
     assert dispatch.row_vectors(50257, 2, False) == 6283 and dispatch.row_vectors(32000, 2, True) == 4000
@@ -232,8 +236,9 @@ def test_plan_softmax_every_suite_case():
             assert p["kernel"] != "simple", c.id
             if p["kernel"] == "rows":
                 assert p["group"] * p["k"] >= nvec
-            elif p["kernel"] == "block":
-                assert p["threads"] * p["k"] >= nvec
+            elif p["kernel"] in ("block", "cluster"):
+                assert p["threads"] * p["k"] * p["cluster"] >= nvec
+                assert p["cluster"] <= dispatch.SOFTMAX_CLUSTER_MAX
             else:
                 assert p["threads"] * p["k"] * p["parts"] >= nvec and p["grid"] % p["parts"] == 0, (c.id, p)
 
