@@ -156,9 +156,17 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 # us; 2000 x 50000 fp16: 191 vs 229 us) and lost where it took 16 CTAs (151936: 2000 vs 1187 us).
 SOFTMAX_ROWS_MAX_BYTES = 4096
 SOFTMAX_BLOCK_MAX_BYTES = 32768
-SOFTMAX_ROWS_VALUES = 16            # values per thread per row buffer (two buffers live)
+# Short rows: the SM's loads in flight are CTAs x threads x (16-byte vectors a thread holds per row
+# buffer). Measured 2026-11-30 with <= 16 values a thread (2 vectors bf16) and whole-warp groups:
+# 65536 x 128 bf16 28 % of copy (a 16-vector row on a 32-thread group: half the lanes idle, 8 KB
+# in flight an SM), 32768 x 512 bf16 67 %, 8192 x 2048 fp16 66 % (32 KB an SM). Now 4 vectors a
+# thread for every dtype (64 registers by ptxas, so 4 CTAs of 256 an SM: 64 KB in flight) and
+# groups down to a lane or two, so a row fills its group.
+SOFTMAX_ROWS_VECTORS = 4            # 16-byte vectors per thread per row buffer (two buffers live)
 SOFTMAX_ROWS_THREADS = 256
-SOFTMAX_ROWS_CTAS_PER_SM = 4        # 1024 threads an SM: <= 64 registers
+SOFTMAX_ROWS_CTAS_PER_SM = 4        # 1024 threads an SM: <= 64 registers (a launch bound)
+SOFTMAX_ROWS_CTAS_PER_SM_LANES16 = 3    # 16-bit rows on groups of < 32 lanes: 67-72 registers
+                                        # (ptxas; 64 would spill): 48 KB in flight an SM
 SOFTMAX_BLOCK_VALUES = 32           # values per thread (block, cluster)
 SOFTMAX_SPLIT_THREADS = 256
 SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by element size: 64 KB
@@ -216,13 +224,15 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             if -(-nvec // (t * kmax)) > sms * SOFTMAX_SPLIT_BLOCKS_PER_SM:
                 return {"kernel": "simple", "threads": 256}
     if kernel == "rows":
-        kmax = max(1, SOFTMAX_ROWS_VALUES // v)
-        for g in (32, 64, 128, 256, 512):
+        kmax = SOFTMAX_ROWS_VECTORS
+        for g in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
             if -(-nvec // g) <= kmax:
                 threads = max(SOFTMAX_ROWS_THREADS, g)
+                per_sm = SOFTMAX_ROWS_CTAS_PER_SM_LANES16 if esize == 2 and g < 32 else SOFTMAX_ROWS_CTAS_PER_SM
+                per_sm = max(1, per_sm * SOFTMAX_ROWS_THREADS // threads)
                 return {"kernel": "rows", "vec": v, "group": g, "k": _pow2(-(-nvec // g)),
                         "threads": threads, "rows_per_cta": threads // g,
-                        "grid_cap": sms * max(1, SOFTMAX_ROWS_CTAS_PER_SM * SOFTMAX_ROWS_THREADS // threads)}
+                        "grid_cap": sms * per_sm, "ctas_per_sm": per_sm}
         raise ValueError(f"N={N}: rows of {row_bytes} bytes are longer than the short-row kernel takes "
                          f"({512 * kmax * 16} bytes)")
     if kernel == "block":

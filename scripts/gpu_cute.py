@@ -182,6 +182,15 @@ def softmax_candidates(M, N, es, aligned):
             continue
         if p not in out.values():
             out[kernel] = p
+    if row <= dispatch.SOFTMAX_ROWS_MAX_BYTES:          # rows: half the vectors a thread holds
+        saved_v = dispatch.SOFTMAX_ROWS_VECTORS
+        try:
+            dispatch.SOFTMAX_ROWS_VECTORS = max(1, saved_v // 2)
+            p = dispatch.plan_softmax(M, N, es, aligned, kernel="rows")
+        finally:
+            dispatch.SOFTMAX_ROWS_VECTORS = saved_v
+        if p not in out.values():
+            out["rows_half_vectors"] = p
     if row > dispatch.SOFTMAX_BLOCK_MAX_BYTES:         # split chunk size: half the table's
         saved = dict(dispatch.SOFTMAX_SPLIT_VECTORS)
         try:

@@ -324,7 +324,7 @@ def test_gemm_ptx_paths():
 def test_softmax_ptx_paths():
     from cutlass_src import dispatch, softmax_block, softmax_rows, softmax_split
 
-    p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS)
+    p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="split")
     text = softmax_split.compile_split(torch.bfloat16, p).ptx
     assert ".minnctapersm 2" in text and ".reqntid 256, 1, 1" in text
     assert text.count("st.relaxed.gpu.global.b64") >= 1 and "ld.relaxed.gpu.global.b64" in text
@@ -341,6 +341,9 @@ def test_softmax_ptx_paths():
     body = body[body.find(".entry"):]
     # the first row's loads (prologue) and the next row's (in the loop) precede the first shuffle
     assert body[:body.find("shfl.sync.bfly")].count("ld.global.v4") >= 2 * rows["k"], rows
+    assert f".minnctapersm {rows['ctas_per_sm']}" in body, rows        # the capped grid is resident
+    cl = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS)
+    assert cl["kernel"] == "cluster" and "mapa.shared::cluster" in softmax_block.compile_block(torch.bfloat16, cl).ptx
 
 
 @needs_cute
