@@ -317,7 +317,7 @@ def test_gemm_ptx_paths():
     assert split["splits"] > 1
     text = ptx(split)
     assert "atom.global.add" in text or "red.global.add" in text
-    assert "fence.acq_rel.gpu" in text and "wgmma.mma_async.sync.aligned.m64n256k16" in text
+    assert "fence.acq_rel.gpu" in text and f"wgmma.mma_async.sync.aligned.m64n{split['tile'][1]}k16" in text
 
 
 @needs_cute
