@@ -204,8 +204,9 @@ _PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row
 
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by bytes per row: softmax_rows (<= 4 KB rows), softmax_block (a row "
-                          "per CTA while rows fill the GPU), softmax_split (longer rows); 16-byte "
-                          "accesses at any row alignment",
+                          "per CTA while rows fill the GPU), softmax_cluster (longer rows a cluster of "
+                          "<= 8 CTAs holds, rows enough for two waves), softmax_split (the rest); "
+                          "16-byte accesses at any row alignment",
          [_ROWS_SRC, _BLOCK_SRC, _SPLIT_SRC, _SM_BASE, _PLAN_SRC,
           Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",), host=("SoftmaxSimple.__call__",))]),
         ("softmax_rows", "rows", "short rows: a warp (or a few) per row, several rows per CTA, grid-stride "

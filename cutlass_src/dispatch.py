@@ -21,7 +21,22 @@ GEMM_TILES = (
 )
 GEMM_MAX_SPLITS = 16
 GEMM_MIN_KTILES_PER_SPLIT = 4   # a split shorter than this spends more on its fix-up than it saves
-GEMM_SPLIT_PENALTY = 0.03       # per extra split: partials written and read back through L2
+# The planner's cost model: predicted microseconds of one candidate (schedule, tile, splits), fitted
+# on the H200 timings of 2026-11-30 (docs/results/h200-2026-11-30/layers/gpu_cute_timing.json:
+# every alternative of the 11 M <= 300 shapes ranked as measured). A persistent CTA runs
+# ceil(units / SMs) units; a unit costs its k-tiles, each the longer of its wgmmas (GEMM_SM_TFLOPS
+# x tile efficiency) and its operand bytes (GEMM_SM_GBPS: what one SM's TMA ring pulls), plus
+# GEMM_UNIT_US (pipeline fill, epilogue). Split-K adds the fix-up: GEMM_FIXUP_US plus the last
+# split reading all S fp32 partials (GEMM_FIXUP_GBPS: measured slow, a 128x256 tile at S = 5 costs
+# ~15 us: 256x6144x4096 ws s5 65 us vs s1 50 us). The whole grid's bytes bound it below at
+# GEMM_HBM_GBPS; the two bounds meet in a soft maximum (sum of 4th powers).
+GEMM_SM_TFLOPS = 6.6            # per SM: 870 TFLOP/s over 132 SMs
+GEMM_SM_GBPS = 90.0             # per SM, operand bytes of a unit's k-tiles
+GEMM_UNIT_US = 3.5              # per unit a CTA runs
+GEMM_FIXUP_US = 0.5             # per split-K unit: partial written, arrival counted
+GEMM_FIXUP_GBPS = 20.0          # the last split's read of S partials (S x tile x 4 bytes)
+GEMM_HBM_GBPS = 3300.0          # A + B + C once, whole GPU
+GEMM_TIE = 0.03                 # candidates within 3 % of the fastest: best wave balance, then fewest splits
 GEMM_CLUSTER_MIN_WAVES = 1.0    # 2x1 clusters (B multicast) once the grid is full
 # A or B rows TMA cannot take (K or N not a multiple of 8, or a misaligned view): "realign" (16-byte
 # loads from the boundary before each row segment, shifted into place in registers) or "vector"
@@ -64,6 +79,23 @@ def wave_efficiency(units: int, slots: int) -> float:
     return units / (-(-units // slots) * slots)
 
 
+def gemm_time_us(M: int, N: int, K: int, tm: int, tn: int, weight: float, splits: int, sms: int) -> float:
+    """The cost model's predicted time (microseconds, launch excluded) of an M x N x K 16-bit GEMM
+    on ``tm`` x ``tn`` tiles of efficiency ``weight`` split ``splits`` ways over ``sms`` SMs."""
+    tiles = -(-M // tm) * -(-N // tn)
+    units = tiles * splits
+    per_cta = -(-units // sms)
+    k_tiles = -(-K // K_TILE)
+    k_unit = -(-k_tiles // splits)
+    flop_us = 2 * tm * tn * K_TILE / (GEMM_SM_TFLOPS * 1e6 * weight)
+    byte_us = (min(tm, M) + tn) * K_TILE * 2 / (GEMM_SM_GBPS * 1e3)
+    t = per_cta * (k_unit * max(flop_us, byte_us) + GEMM_UNIT_US)
+    if splits > 1:
+        t += GEMM_FIXUP_US + splits * tm * tn * 4 / (GEMM_FIXUP_GBPS * 1e3)
+    hbm = (M * K + K * N + M * N) * 2 / (GEMM_HBM_GBPS * 1e3)
+    return (t ** 4 + hbm ** 4) ** 0.25
+
+
 def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
               min_splits: int = 1, tma: bool = True) -> dict:
     """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
@@ -72,8 +104,9 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
     else A and B load by GEMM_RAGGED_LOAD and C stores by a predicated copy of that width
     (``tma=False``: predicated copies everywhere). Among GEMM_TILES (64-row tiles when M <= 64,
     else 128-row ones; ``schedule`` restricts them) and split counts 1..GEMM_MAX_SPLITS (each split
-    >= GEMM_MIN_KTILES_PER_SPLIT k-tiles; at least ``min_splits``), take the highest
-    wave_efficiency(tiles * splits) * tile efficiency - GEMM_SPLIT_PENALTY * (splits - 1)."""
+    >= GEMM_MIN_KTILES_PER_SPLIT k-tiles; at least ``min_splits``), the lowest gemm_time_us;
+    among those within GEMM_TIE of it, the best wave_efficiency(tiles * splits), then the fewest
+    splits, then the table's order."""
     sms = sms or num_sms()
     def kind(w, operand):
         if w >= 8 and tma:
@@ -88,21 +121,22 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
     if min_splits > top:
         raise ValueError(f"K={K}: {k_tiles} k-tiles of {K_TILE} cannot make {min_splits} splits of at least "
                          f"{GEMM_MIN_KTILES_PER_SPLIT}")
-    best = None
-    for sched, tm, tn, weight in GEMM_TILES:
+    found = []
+    for order, (sched, tm, tn, weight) in enumerate(GEMM_TILES):
         if (tm == 64) != (M <= 64) or (schedule and sched != schedule):
             continue
         tiles = -(-M // tm) * -(-N // tn)
         for splits in range(min_splits, top + 1):
             if splits > max(1, min_splits) and tiles * splits > 2 * sms:
                 break
-            score = wave_efficiency(tiles * splits, sms) * weight - GEMM_SPLIT_PENALTY * (splits - 1)
-            if best is None or score > best[0] + 1e-9:
-                best = (score, sched, tm, tn, splits, tiles)
-    if best is None:
+            t = gemm_time_us(max(M, 1), max(N, 1), max(K, 1), tm, tn, weight, splits, sms)
+            found.append((t, -wave_efficiency(tiles * splits, sms), splits, order, sched, tm, tn, tiles))
+    if not found:
         raise ValueError(f"schedule: {schedule!r} has no tile for M={M} (the cooperative schedule needs "
                          f"M > 64; ping-pong takes every M)")
-    _, sched, tm, tn, splits, tiles = best
+    fastest = min(f[0] for f in found)
+    t, _, splits, _, sched, tm, tn, tiles = min((f for f in found if f[0] <= fastest * (1 + GEMM_TIE)),
+                                               key=lambda f: f[1:4])
     cluster_m = 1
     if (sched == "ws" and loads[:2] == ("tma", "tma") and -(-M // tm) >= 2
             and tiles >= GEMM_CLUSTER_MIN_WAVES * sms):
@@ -114,13 +148,25 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 
 # -- softmax ------------------------------------------------------------------------------------
 # Kernel by bytes per row: short rows share a CTA (rows), a row per CTA while the grid has at
-# least a CTA per SM to offer (block), longer rows - or rows too few to fill the GPU - cut into
-# chunks held by a persistent grid (split; one chunk per row = a persistent row pipeline).
+# least a CTA per SM to offer (block), longer rows over a cluster of CTAs (cluster) while a
+# portable cluster holds the row and the M x C CTAs make SOFTMAX_CLUSTER_MIN_WAVES waves; else -
+# rows too long or too few to fill the GPU - chunks held by a persistent grid (split; one chunk per
+# row = a persistent row pipeline). Measured on the H200 (2026-11-30), cluster beat split on every
+# vocabulary row a cluster of <= 8 holds (fp32 x 32000: 286 vs 370 us; bf16 x 50257: 394 vs 487
+# us; 2000 x 50000 fp16: 191 vs 229 us) and lost where it took 16 CTAs (151936: 2000 vs 1187 us).
 SOFTMAX_ROWS_MAX_BYTES = 4096
 SOFTMAX_BLOCK_MAX_BYTES = 32768
-SOFTMAX_ROWS_VALUES = 16            # values per thread per row buffer (two buffers live)
+# Short rows: the SM's loads in flight are CTAs x threads x (16-byte vectors a thread holds per row
+# buffer). Measured 2026-11-30 with <= 16 values a thread (2 vectors bf16) and whole-warp groups:
+# 65536 x 128 bf16 28 % of copy (a 16-vector row on a 32-thread group: half the lanes idle, 8 KB
+# in flight an SM), 32768 x 512 bf16 67 %, 8192 x 2048 fp16 66 % (32 KB an SM). Now 4 vectors a
+# thread for every dtype (64 registers by ptxas, so 4 CTAs of 256 an SM: 64 KB in flight) and
+# groups down to a lane or two, so a row fills its group.
+SOFTMAX_ROWS_VECTORS = 4            # 16-byte vectors per thread per row buffer (two buffers live)
 SOFTMAX_ROWS_THREADS = 256
-SOFTMAX_ROWS_CTAS_PER_SM = 4        # 1024 threads an SM: <= 64 registers
+SOFTMAX_ROWS_CTAS_PER_SM = 4        # 1024 threads an SM: <= 64 registers (a launch bound)
+SOFTMAX_ROWS_CTAS_PER_SM_LANES16 = 3    # 16-bit rows on groups of < 32 lanes: 67-72 registers
+                                        # (ptxas; 64 would spill): 48 KB in flight an SM
 SOFTMAX_BLOCK_VALUES = 32           # values per thread (block, cluster)
 SOFTMAX_SPLIT_THREADS = 256
 SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by element size: 64 KB
@@ -128,7 +174,9 @@ SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by ele
                                         # packed in registers, so 16 would spill)
 SOFTMAX_SPLIT_BLOCKS_PER_SM = 2
 SOFTMAX_CLUSTER_THREADS = 512
-SOFTMAX_CLUSTER_MAX = 16            # non-portable above 8 (the DSL allows it on its kernels)
+SOFTMAX_CLUSTER_MAX = 8             # portable; 16 (non-portable) measured slower than split
+SOFTMAX_CLUSTER_CTAS_PER_SM = 2     # 512 threads x 64 registers (ptxas, both dtypes)
+SOFTMAX_CLUSTER_MIN_WAVES = 2       # M x C >= this x CTAS_PER_SM x SMs: tails amortised
 
 
 def _pow2(k: int) -> int:
@@ -140,6 +188,16 @@ def row_vectors(n: int, esize: int, aligned: bool) -> int:
     boundary, one more when rows may start anywhere in one."""
     v = 16 // esize
     return -(-n // v) if aligned else -(-(n + v - 1) // v)
+
+
+def _cluster_size(nvec: int, v: int) -> int:
+    """CTAs of SOFTMAX_CLUSTER_THREADS threads a cluster needs to hold a row of ``nvec`` vectors at
+    SOFTMAX_BLOCK_VALUES values a thread (at least 2); 0 when more than SOFTMAX_CLUSTER_MAX."""
+    kmax = SOFTMAX_BLOCK_VALUES // v
+    for c in (2, 4, 8, 16):
+        if c <= SOFTMAX_CLUSTER_MAX and -(-nvec // (c * SOFTMAX_CLUSTER_THREADS)) <= kmax:
+            return c
+    return 0
 
 
 def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | None = None,
@@ -157,19 +215,24 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             kernel = "rows"
         elif row_bytes <= SOFTMAX_BLOCK_MAX_BYTES and M >= sms:
             kernel = "block"
+        elif row_bytes > SOFTMAX_BLOCK_MAX_BYTES and _cluster_size(nvec, v) * M >= \
+                SOFTMAX_CLUSTER_MIN_WAVES * SOFTMAX_CLUSTER_CTAS_PER_SM * sms:
+            kernel = "cluster"
         else:
             kernel = "split"
             t, kmax = SOFTMAX_SPLIT_THREADS, SOFTMAX_SPLIT_VECTORS[esize]
             if -(-nvec // (t * kmax)) > sms * SOFTMAX_SPLIT_BLOCKS_PER_SM:
                 return {"kernel": "simple", "threads": 256}
     if kernel == "rows":
-        kmax = max(1, SOFTMAX_ROWS_VALUES // v)
-        for g in (32, 64, 128, 256, 512):
+        kmax = SOFTMAX_ROWS_VECTORS
+        for g in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
             if -(-nvec // g) <= kmax:
                 threads = max(SOFTMAX_ROWS_THREADS, g)
+                per_sm = SOFTMAX_ROWS_CTAS_PER_SM_LANES16 if esize == 2 and g < 32 else SOFTMAX_ROWS_CTAS_PER_SM
+                per_sm = max(1, per_sm * SOFTMAX_ROWS_THREADS // threads)
                 return {"kernel": "rows", "vec": v, "group": g, "k": _pow2(-(-nvec // g)),
                         "threads": threads, "rows_per_cta": threads // g,
-                        "grid_cap": sms * max(1, SOFTMAX_ROWS_CTAS_PER_SM * SOFTMAX_ROWS_THREADS // threads)}
+                        "grid_cap": sms * per_sm, "ctas_per_sm": per_sm}
         raise ValueError(f"N={N}: rows of {row_bytes} bytes are longer than the short-row kernel takes "
                          f"({512 * kmax * 16} bytes)")
     if kernel == "block":
@@ -180,12 +243,10 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
         raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit one CTA's registers "
                          f"({1024 * kmax * 16} bytes)")
     if kernel == "cluster":
-        kmax = SOFTMAX_BLOCK_VALUES // v
-        t = SOFTMAX_CLUSTER_THREADS
-        for c in (2, 4, 8, 16):
-            if c <= SOFTMAX_CLUSTER_MAX and -(-nvec // (c * t)) <= kmax:
-                return {"kernel": "cluster", "vec": v, "threads": t, "k": _pow2(-(-nvec // (c * t))),
-                        "cluster": c}
+        c = _cluster_size(nvec, v)
+        if c:
+            t = SOFTMAX_CLUSTER_THREADS
+            return {"kernel": "cluster", "vec": v, "threads": t, "k": _pow2(-(-nvec // (c * t))), "cluster": c}
         raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit a cluster of "
                          f"{SOFTMAX_CLUSTER_MAX} CTAs")
     if kernel == "split":

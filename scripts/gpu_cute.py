@@ -182,6 +182,15 @@ def softmax_candidates(M, N, es, aligned):
             continue
         if p not in out.values():
             out[kernel] = p
+    if row <= dispatch.SOFTMAX_ROWS_MAX_BYTES:          # rows: half the vectors a thread holds
+        saved_v = dispatch.SOFTMAX_ROWS_VECTORS
+        try:
+            dispatch.SOFTMAX_ROWS_VECTORS = max(1, saved_v // 2)
+            p = dispatch.plan_softmax(M, N, es, aligned, kernel="rows")
+        finally:
+            dispatch.SOFTMAX_ROWS_VECTORS = saved_v
+        if p not in out.values():
+            out["rows_half_vectors"] = p
     if row > dispatch.SOFTMAX_BLOCK_MAX_BYTES:         # split chunk size: half the table's
         saved = dict(dispatch.SOFTMAX_SPLIT_VECTORS)
         try:
@@ -214,6 +223,17 @@ def gemm_candidates(M, N, K, widths):
             p["splits"] = 1
         if p not in out.values():
             out[label] = p
+    saved_tiles = dispatch.GEMM_TILES                 # each other tile, its best split count by the model
+    try:
+        for entry in saved_tiles:
+            if (entry[1] == 64) != (M <= 64):
+                continue
+            dispatch.GEMM_TILES = (entry,)
+            p = dispatch.plan_gemm(M, N, K, widths)
+            if p not in out.values():
+                out[f"{entry[0]}_{entry[1]}x{entry[2]}"] = p
+    finally:
+        dispatch.GEMM_TILES = saved_tiles
     d = out["default"]
     if any(k != "tma" for k in d["loads"][:2]):       # ragged rows: realign vs element-wise copies
         saved = dispatch.GEMM_RAGGED_LOAD
