@@ -548,8 +548,8 @@ def _sm_prepare(variant):
 
 _SOFTMAX = {
     "default": ("softmax", "dispatcher: rows (rows <= 4 KB, several a program), block (a row in "
-                "registers), online (16-bit long rows while L2 holds the rows in flight), split "
-                "(long rows over co-resident programs); planned once, launched through the compiled "
+                "registers), split (long rows over co-resident programs), online (rows too long for "
+                "the co-resident grid to hold all their chunks); planned once, launched through the compiled "
                 "kernel's launcher",
                 [Source("triton_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
                  Source("triton_src/softmax_block.py", kernels=("softmax_block_kernel",), host=("bind_launch",)),

@@ -111,8 +111,11 @@ def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
             for chunk in sorted({base["CHUNK"], 2048, 4096, 8192, 16384}):
                 if chunk <= 32768 and chunk * 2 <= max(32768, 2 * N):
                     out.append((f"split {chunk}" + (" (rule)" if chunk == base["CHUNK"] else ""), "split",
-                                S.config(N, chunk, dispatch.split_warps(chunk))))
-            out.append((f"split {base['CHUNK']} w x2", "split", S.config(N, base["CHUNK"], min(16, 2 * base["num_warps"]))))
+                                S.config(N, chunk, dispatch.split_warps(chunk, es))))
+            w = base["num_warps"]
+            out.append((f"split {base['CHUNK']} w x2", "split", S.config(N, base["CHUNK"], min(16, 2 * w))))
+            if w > 1:
+                out.append((f"split {base['CHUNK']} w /2", "split", S.config(N, base["CHUNK"], w // 2)))
         return out
     # GEMM
     M, N, K = case.M, case.N, case.K

@@ -185,9 +185,20 @@ def test_softmax_rules_by_bytes_per_row():
     c = lambda M, N, s: dispatch.softmax_choice(M, N, s, H200)[0]  # noqa: E731
     assert c(32_768, 512, 2) == c(8192, 1024, 4) == "rows"              # <= 4 KB rows
     assert c(4096, 4096, 2) == c(4096, 32_000, 4) == "block"             # one row in registers
-    assert c(4096, 32_000, 2) == c(4096, 50_257, 2) == "online"          # 16-bit, L2 holds them
-    assert c(4096, 128_256, 2) == c(4096, 50_257, 4) == "split"          # L2 does not / fp32
+    assert c(4096, 32_000, 2) == c(4096, 50_257, 2) == "split"           # longer rows: split,
+    assert c(4096, 128_256, 2) == c(4096, 50_257, 4) == "split"          # any dtype
     assert c(3, 40_000, 2) == "split"                                    # fewer rows than SMs
+    # a row with more chunks than the co-resident grid holds comfortably: online
+    longest = dispatch.SOFTMAX["split_max_chunks_per_sm"] * H200["sms"] * dispatch.SOFTMAX["split_max_chunk"][2]
+    assert c(64, longest, 2) == "split" and c(64, longest + 1, 2) == "online"
+
+
+def test_softmax_split_values_per_thread_by_element_size():
+    for es in (2, 4):
+        for M, N in ((4096, 32_000), (4096, 151_936), (2000, 50_000), (1, 262_147)):
+            cfg = dispatch.softmax_split_config(M, N, es, H200)
+            per_thread = cfg["CHUNK"] // (32 * cfg["num_warps"])
+            assert per_thread == dispatch.SOFTMAX["split_values_per_thread"][es], (es, M, N, cfg)
 
 
 def test_softmax_split_chunk_fills_lanes_and_machine():
@@ -199,8 +210,8 @@ def test_softmax_split_chunk_fills_lanes_and_machine():
 
 
 def test_softmax_table_is_what_the_rules_read(monkeypatch):
-    monkeypatch.setitem(dispatch.SOFTMAX, "long_rows", {4: "split", 2: "split"})
-    assert dispatch.softmax_choice(4096, 32_000, 2, H200)[0] == "split"
+    monkeypatch.setitem(dispatch.SOFTMAX, "split_max_chunks_per_sm", 0)
+    assert dispatch.softmax_choice(4096, 32_000, 2, H200)[0] == "online"
     monkeypatch.setitem(dispatch.SOFTMAX, "rows_max_row_bytes", 0)
     assert dispatch.softmax_choice(32_768, 512, 2, H200)[0] == "block"
 
@@ -383,3 +394,17 @@ def test_gpu_script_dry_run():
     sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_triton
     assert gpu_triton.main(["--dry-run"]) == 0
+
+
+def test_programs_per_sm_allocates_registers_per_sub_partition():
+    """As the CUDA occupancy calculator: 104 registers a thread = 3328 a warp; a quarter of the
+    65536-register file holds 4 such warps, so 16 warps an SM (not 65536 // 3328 = 19): 8 programs
+    of 2 warps, not 9 (9 x 132 blocks of a cooperative launch were refused on the H200)."""
+    from types import SimpleNamespace
+
+    from triton_src.runtime import programs_per_sm
+    compiled = SimpleNamespace(n_regs=104, metadata=SimpleNamespace(shared=8), function=None)
+    assert programs_per_sm(compiled, 2, H200) == 8
+    compiled.n_regs = 64                      # 2048 a warp: 8 a sub-partition, 32 an SM
+    assert programs_per_sm(compiled, 8, H200) == 4
+    assert programs_per_sm(compiled, 1, H200) == 32   # the 32-blocks-an-SM limit

@@ -35,22 +35,27 @@ SOFTMAX = {
     "rows_stages": 2,               # the next block's loads in flight while this one is reduced
     # block kernel (one row a program, in registers): up to this many (padded) columns, by dtype
     # size; fp32 rows of 32768 columns hold 128 KB in flight per SM, 16-bit ones only 64 KB (the
-    # registers hold fp32 either way), which ``online`` beats by streaming through L2
+    # registers hold fp32 either way), which ``split`` beats by spreading a row over programs
     "block_max_cols": {4: 32768, 2: 16384},
     # warps by padded row length: (up to this many columns, warps)
     "block_warps": ((1024, 4), (8192, 8), (32768, 16)),
-    # rows longer than the block kernel takes: ``online`` while L2 holds the rows in flight (one
-    # program an SM, ``online_l2_fraction`` of L2), else ``split``; fewer rows than SMs: ``split``
-    # (its chunks spread one row over many SMs)
-    "long_rows": {4: "split", 2: "online"},
+    # rows longer than the block kernel takes: ``split`` (one read, one write) whenever a row's
+    # chunks fit the co-resident grid with room to spare (at most ``split_max_chunks_per_sm`` x
+    # SMs chunks a row), else ``online`` (any length; one to two reads). Measured on the H200
+    # (docs/perf-notes.md, round 5): split 70-79 % of copy on 16-bit rows of 32000-151936 columns
+    # where online reached 36-42 %, and 87-89 % against 56-61 % on fp32 rows
+    "split_max_chunks_per_sm": 2,
     "online_l2_fraction": 0.5,
     "online_block": 8192,
     "online_warps": 16,
     "online_stages": 2,
     "online_max_programs_per_sm": 4,
-    # split: fp32 values a thread holds (so chunk / warps is fixed), the chunk range by dtype
-    # size, and the smallest fraction of a row's padded lanes that must hold data
-    "split_values_per_thread": 64,
+    # split: fp32 values a thread holds, by element size (so chunk / warps is fixed); 16-bit
+    # chunks take twice the warps of fp32 ones (32 values a thread: the "w x2" configs won on the
+    # H200 at 32000, 65536, 50000 and 128256 columns by 4-9 points of copy, lost at 151936 by 5);
+    # the chunk range by dtype size, and the smallest fraction of a row's padded lanes that must
+    # hold data
+    "split_values_per_thread": {4: 64, 2: 32},
     "split_max_chunk": {4: 16384, 2: 8192},
     "split_min_chunk": 2048,
     "split_min_fill": 0.9,
@@ -145,8 +150,8 @@ def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
                     facts["sms"] * per_sm)
 
 
-def split_warps(chunk: int) -> int:
-    return max(1, min(32, chunk // (32 * SOFTMAX["split_values_per_thread"])))
+def split_warps(chunk: int, elem_size: int = 4) -> int:
+    return max(1, min(32, chunk // (32 * SOFTMAX["split_values_per_thread"][elem_size])))
 
 
 def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
@@ -159,11 +164,14 @@ def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
     chunk = next((c for c in sizes if fill[c] >= SOFTMAX["split_min_fill"]), max(sizes, key=fill.get))
     while chunk > lo and M * triton.cdiv(N, chunk) < facts["sms"]:
         chunk //= 2
-    return S.config(N, chunk, split_warps(chunk))
+    return S.config(N, chunk, split_warps(chunk, elem_size))
 
 
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:
-    """The variant (rows, block, online or split) and its configuration for M rows of N columns."""
+    """The variant (rows, block, split or online) and its configuration for M rows of N columns:
+    rows of at most ``rows_max_row_bytes`` several a program, a row that fits the registers of one
+    program ``block``, longer rows ``split`` over co-resident programs, and rows too long for the
+    co-resident grid to hold all their chunks ``online``."""
     facts = facts or device_facts()
     row_bytes = N * elem_size
     cols = max(16, next_pow2(N))
@@ -171,11 +179,10 @@ def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) ->
         return "rows", softmax_rows_config(N, elem_size)
     if cols <= SOFTMAX["block_max_cols"][elem_size]:
         return "block", softmax_block_config(N, elem_size)
-    long_rows = SOFTMAX["long_rows"][elem_size]
-    in_l2 = facts["sms"] * row_bytes <= SOFTMAX["online_l2_fraction"] * facts["l2_bytes"]
-    if M >= facts["sms"] and long_rows == "online" and in_l2:
+    split = softmax_split_config(M, N, elem_size, facts)
+    if split["C"] > SOFTMAX["split_max_chunks_per_sm"] * facts["sms"]:
         return "online", softmax_online_config(M, N, elem_size, facts)
-    return "split", softmax_split_config(M, N, elem_size, facts)
+    return "split", split
 
 
 def plan_softmax(x, out) -> Plan:

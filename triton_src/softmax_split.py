@@ -246,6 +246,6 @@ def softmax_split(x: torch.Tensor, out: torch.Tensor | None = None, *, chunk: in
         cfg = dispatch.softmax_split_config(M, N, x.element_size(), device_facts(x.device))
         cfg = config(N, cfg["CHUNK"], num_warps or cfg["num_warps"], prefetch)
     else:
-        cfg = config(N, chunk, num_warps or dispatch.split_warps(chunk), prefetch)
+        cfg = config(N, chunk, num_warps or dispatch.split_warps(chunk, x.element_size()), prefetch)
     bind_launch(x, out, cfg, programs)()
     return out
