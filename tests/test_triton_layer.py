@@ -408,3 +408,36 @@ def test_programs_per_sm_allocates_registers_per_sub_partition():
     compiled.n_regs = 64                      # 2048 a warp: 8 a sub-partition, 32 an SM
     assert programs_per_sm(compiled, 8, H200) == 4
     assert programs_per_sm(compiled, 1, H200) == 32   # the 32-blocks-an-SM limit
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_split_chunks_aligned_on_addresses(dtype):
+    """Odd N (rows start at every shift), a start off a 16-byte boundary in x and out alike (the
+    chunk grid aligned for loads and stores), x misaligned and out not (loads only), N under one
+    16-byte vector, one row."""
+    from triton_src.softmax_split import layout, softmax_split
+    lay = layout(*(2 * [torch.empty(5, 1001, dtype=dtype, device=DEV)]))
+    assert lay["ALIGNED"] and lay["OUT_ALIGNED"] and lay["max_shift"] > 0
+    _split_check(torch.randn(5, 1001, device=DEV).to(dtype), chunk=128)
+    xs = torch.randn(4 * 999 + 3, device=DEV).to(dtype)
+    x = xs[3:].view(4, 999)
+    o = torch.empty(4 * 999 + 3, dtype=dtype, device=DEV)[3:].view(4, 999)
+    lay = layout(x, o)
+    assert lay["ALIGNED"] and lay["OUT_ALIGNED"] and lay["x_start"] == 3
+    y = softmax_split(x, o, chunk=64)
+    torch.testing.assert_close(y.double(), torch.softmax(x.double(), -1), rtol=1.6e-2, atol=1e-5)
+    x = torch.randn(7 * 1003 + 1, device=DEV).to(dtype)[1:].view(7, 1003)[:, :1000]
+    lay = layout(x, torch.empty(7, 1000, dtype=dtype, device=DEV))
+    assert lay["ALIGNED"] and not lay["OUT_ALIGNED"]
+    _split_check(x, chunk=64)
+    _split_check(torch.randn(3, 3, device=DEV).to(dtype), chunk=16)
+    _split_check(torch.randn(1, 301, device=DEV).to(dtype)[:, 1:], chunk=16)
+
+
+def test_split_interior_chunks_are_128_bit_accesses():
+    """sm_90 PTX of the split kernel for an odd N (rows 2 bytes off 16-byte boundaries): 128-bit
+    loads and stores for the unmasked interior chunks."""
+    from backends import triton_layer as T
+    case = problems.get("softmax").case(M=4096, N=50_257, dtype="bfloat16")
+    ptx = T.compile_spec(T._sm_spec("split", case))["ptx"]
+    assert re.search(r"ld\.global[\w.:]*\.v4\.b32", ptx) and re.search(r"st\.global[\w.:]*\.v4\.b32", ptx)

@@ -189,6 +189,8 @@ def plan_softmax(x, out) -> Plan:
     from . import softmax_block, softmax_online, softmax_rows, softmax_split
     M, N = x.shape
     variant, cfg = softmax_choice(M, N, x.element_size(), device_facts(x.device))
+    if variant == "split":
+        cfg = softmax_split.fit(x, out, cfg)   # C counts how far rows start past 16-byte boundaries
     binder = {"rows": softmax_rows, "block": softmax_block, "online": softmax_online,
               "split": softmax_split}[variant].bind_launch
     return Plan(variant, cfg, binder(x, out, cfg))
