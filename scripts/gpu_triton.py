@@ -130,7 +130,8 @@ def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
         bm = max(16, next_pow2(min(M, 64)))
         shapes = ((64, 128, 4), (128, 64, 3)) if aligned else ((64, 64, 3), (128, 32, 3))
         for bn, bk, st in shapes:
-            for split in (1, 2, 4, 8):
+            rule = dispatch.gemm_narrow_config(M, N, K, H200, aligned)["SPLIT"] if M <= 64 else 1
+            for split in sorted({1, 2, 3, 4, 8, rule}):
                 cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 1, "num_stages": st,
                        "num_warps": 4, "eff": 1.0, "SPLIT": split}
                 out.append((f"splitk {bm}x{bn}x{bk} s{st} S{split}", "splitk", cfg))

@@ -216,6 +216,19 @@ def test_softmax_table_is_what_the_rules_read(monkeypatch):
     assert dispatch.softmax_choice(32_768, 512, 2, H200)[0] == "block"
 
 
+def test_gemm_narrow_split_gives_every_sm_a_program():
+    sms = H200["sms"]
+    for M, N, K in ((16, 6144, 4096), (16, 4096, 14_336), (1, 4096, 4096), (16, 8192, 28_672),
+                    (16, 28_672, 4096), (16, 50_257, 768), (32, 5000, 3000), (16, 520, 8192)):
+        cfg = dispatch.gemm_narrow_config(M, N, K, H200)
+        tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
+        S = cfg["SPLIT"]
+        if S == 1:   # unsplit only when the tiles alone load every SM evenly
+            assert tiles >= sms and tiles / sms >= dispatch.GEMM["narrow_balance"] * -(-tiles // sms)
+        else:        # else the smallest split (> 1) that gives every SM a program
+            assert tiles * S >= sms and (S == 2 or tiles * (S - 1) < sms), (M, N, K, S)
+
+
 def test_gemm_rules():
     g = lambda M, N, K, tma=True, al=True: dispatch.gemm_choice(M, N, K, tma, H200, al)  # noqa: E731
     v, cfg = g(16, 6144, 4096)
