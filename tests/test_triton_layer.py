@@ -236,7 +236,8 @@ def test_gemm_rules():
     assert g(1, 1024, 512)[0] == "tiled"                                 # too short to split
     assert g(4096, 6144, 4096)[0] == "tma"
     v, cfg = g(4096, 50_257, 768, tma=False, al=False)
-    assert v == "tiled" and cfg["BLOCK_K"] == 32                         # rows not 4-byte aligned
+    assert v == "tiled" and cfg["BLOCK_K"] == 32                         # rows not 4-byte aligned:
+    assert cfg["num_warps"] == 4 and cfg["BLOCK_M"] == 128               # two programs an SM
     assert g(256, 4096, 14_336)[0] in ("tma", "splitk")
 
 

@@ -85,9 +85,15 @@ GEMM = {
               _tiled(64, 128, 64, 4, 4, eff=0.7)],
     # operands whose rows are not 4-byte aligned (an odd N or K in 16-bit) cannot be copied to
     # shared memory asynchronously (cp.async moves 4, 8 or 16 bytes): their tiles pass through
-    # registers, so the K step is shorter (the 64-deep tiles above spill there)
-    "tiled_unaligned": [_tiled(128, 256, 32, 3, 8), _tiled(128, 128, 32, 2, 8, eff=0.85),
-                        _tiled(64, 128, 32, 3, 4, eff=0.7)],
+    # registers in 2-byte loads that the same program waits for before its MMA (load, store to
+    # shared memory, barrier, wgmma; the 64-deep K steps spill there). Only another program on
+    # the SM overlaps that wait, so the first choice holds two programs an SM (128 x 128 tiles,
+    # one warpgroup, ~230 registers): on the H200 it is the teaching twin's configuration, 1.20x /
+    # 1.39x / 1.46x torch at 256 / 2048 / 4096 x 50257 x 768-1024, where one 8-warp program an SM
+    # (128 x 256) measured 0.56-0.58x; 64-row tiles (three an SM) issue twice the 2-byte B loads
+    # per FLOP and measured 0.49-0.51x
+    "tiled_unaligned": [_tiled(128, 128, 32, 3, 4), _tiled(128, 256, 32, 3, 8, eff=0.45),
+                        _tiled(64, 128, 32, 3, 4, eff=0.4)],
     # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
     # tiles streaming B, K split by the smallest factor that gives every SM a program; unsplit
     # only when the tiles alone load the SMs evenly (the busiest SM at most 1 / ``narrow_balance``
