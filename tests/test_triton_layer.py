@@ -455,3 +455,18 @@ def test_split_interior_chunks_are_128_bit_accesses():
     case = problems.get("softmax").case(M=4096, N=50_257, dtype="bfloat16")
     ptx = T.compile_spec(T._sm_spec("split", case))["ptx"]
     assert re.search(r"ld\.global[\w.:]*\.v4\.b32", ptx) and re.search(r"st\.global[\w.:]*\.v4\.b32", ptx)
+
+
+def test_default_softmax_runs_online_when_split_cannot_hold_a_row(monkeypatch):
+    """A row with more chunks than the device holds at once: the default falls back to online
+    (the split launch refuses it: its programs would wait forever)."""
+    from triton_src import softmax_split
+    monkeypatch.setattr(softmax_split, "INTERPRETER_TEAMS", 0)   # capacity 0 under the interpreter
+    x = torch.randn(3, 20_000, device=DEV).to(torch.bfloat16)
+    out = torch.empty_like(x)
+    if HAS_GPU:
+        pytest.skip("capacity is the device's own on a GPU")
+    plan = dispatch.plan_softmax(x, out)
+    assert plan.variant == "online"
+    plan.launch()
+    torch.testing.assert_close(out.double(), torch.softmax(x.double(), -1), rtol=1.6e-2, atol=1e-5)

@@ -198,9 +198,14 @@ def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) ->
 def plan_softmax(x, out) -> Plan:
     from . import softmax_block, softmax_online, softmax_rows, softmax_split
     M, N = x.shape
-    variant, cfg = softmax_choice(M, N, x.element_size(), device_facts(x.device))
+    facts = device_facts(x.device)
+    variant, cfg = softmax_choice(M, N, x.element_size(), facts)
     if variant == "split":
         cfg = softmax_split.fit(x, out, cfg)   # C counts how far rows start past 16-byte boundaries
+        try:
+            return Plan(variant, cfg, softmax_split.bind_launch(x, out, cfg))
+        except softmax_split.TooFewPrograms:   # the device holds fewer programs than a row has chunks
+            variant, cfg = "online", softmax_online_config(M, N, x.element_size(), facts)
     binder = {"rows": softmax_rows, "block": softmax_block, "online": softmax_online,
               "split": softmax_split}[variant].bind_launch
     return Plan(variant, cfg, binder(x, out, cfg))

@@ -182,6 +182,10 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, x_start, stride_x, o_start
             tl.store(out_ptr + o_off + cols, y, mask=(c >= 0) & (c < N))
 
 
+class TooFewPrograms(ValueError):
+    """The device cannot hold all C programs of a row at once (the default then runs online)."""
+
+
 def supports(N: int) -> str | None:
     if N < MIN_N:
         return (f"a row of {N} columns fits one program's registers (softmax_block), which needs "
@@ -285,7 +289,7 @@ def bind_launch(x, out, cfg: dict, programs: int | None = None):
     slots = torch.zeros(M * C, dtype=torch.int64, device=x.device)
     cap = capacity(x, out, slots, cfg)
     if cap < C:
-        raise ValueError(f"x: a row of {N} columns needs {C} programs of {cfg['CHUNK']} columns at "
+        raise TooFewPrograms(f"x: a row of {N} columns needs {C} programs of {cfg['CHUNK']} columns at "
                          f"once, but this device holds {cap}; use a larger chunk or online")
     if programs is None:
         grid = min(M * C, cap // C * C)
