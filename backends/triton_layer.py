@@ -428,6 +428,7 @@ def _sm_spec(variant, case, cfg=None):
         return softmax_rows.launch_spec(x, out, cfg, H200["sms"] * max(1, 64 // cfg["num_warps"]))
     if variant == "online":
         return softmax_online.launch_spec(x, out, cfg)
+    cfg = softmax_split.fit(x, out, cfg)
     slots = torch.empty(M * cfg["C"], dtype=torch.int64, device="meta")
     return softmax_split.launch_spec(x, out, slots, cfg, _split_programs(cfg, M)[0],
                                      softmax_split.MAX_SPIN)
@@ -548,8 +549,8 @@ def _sm_prepare(variant):
 
 _SOFTMAX = {
     "default": ("softmax", "dispatcher: rows (rows <= 4 KB, several a program), block (a row in "
-                "registers), online (16-bit long rows while L2 holds the rows in flight), split "
-                "(long rows over co-resident programs); planned once, launched through the compiled "
+                "registers), split (long rows over co-resident programs), online (rows too long for "
+                "the co-resident grid to hold all their chunks); planned once, launched through the compiled "
                 "kernel's launcher",
                 [Source("triton_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
                  Source("triton_src/softmax_block.py", kernels=("softmax_block_kernel",), host=("bind_launch",)),

@@ -111,8 +111,11 @@ def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
             for chunk in sorted({base["CHUNK"], 2048, 4096, 8192, 16384}):
                 if chunk <= 32768 and chunk * 2 <= max(32768, 2 * N):
                     out.append((f"split {chunk}" + (" (rule)" if chunk == base["CHUNK"] else ""), "split",
-                                S.config(N, chunk, dispatch.split_warps(chunk))))
-            out.append((f"split {base['CHUNK']} w x2", "split", S.config(N, base["CHUNK"], min(16, 2 * base["num_warps"]))))
+                                S.config(N, chunk, dispatch.split_warps(chunk, es))))
+            w = base["num_warps"]
+            out.append((f"split {base['CHUNK']} w x2", "split", S.config(N, base["CHUNK"], min(16, 2 * w))))
+            if w > 1:
+                out.append((f"split {base['CHUNK']} w /2", "split", S.config(N, base["CHUNK"], w // 2)))
         return out
     # GEMM
     M, N, K = case.M, case.N, case.K
@@ -127,7 +130,8 @@ def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
         bm = max(16, next_pow2(min(M, 64)))
         shapes = ((64, 128, 4), (128, 64, 3)) if aligned else ((64, 64, 3), (128, 32, 3))
         for bn, bk, st in shapes:
-            for split in (1, 2, 4, 8):
+            rule = dispatch.gemm_narrow_config(M, N, K, H200, aligned)["SPLIT"] if M <= 64 else 1
+            for split in sorted({1, 2, 3, 4, 8, rule}):
                 cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 1, "num_stages": st,
                        "num_warps": 4, "eff": 1.0, "SPLIT": split}
                 out.append((f"splitk {bm}x{bn}x{bk} s{st} S{split}", "splitk", cfg))

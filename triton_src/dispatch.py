@@ -35,22 +35,27 @@ SOFTMAX = {
     "rows_stages": 2,               # the next block's loads in flight while this one is reduced
     # block kernel (one row a program, in registers): up to this many (padded) columns, by dtype
     # size; fp32 rows of 32768 columns hold 128 KB in flight per SM, 16-bit ones only 64 KB (the
-    # registers hold fp32 either way), which ``online`` beats by streaming through L2
+    # registers hold fp32 either way), which ``split`` beats by spreading a row over programs
     "block_max_cols": {4: 32768, 2: 16384},
     # warps by padded row length: (up to this many columns, warps)
     "block_warps": ((1024, 4), (8192, 8), (32768, 16)),
-    # rows longer than the block kernel takes: ``online`` while L2 holds the rows in flight (one
-    # program an SM, ``online_l2_fraction`` of L2), else ``split``; fewer rows than SMs: ``split``
-    # (its chunks spread one row over many SMs)
-    "long_rows": {4: "split", 2: "online"},
+    # rows longer than the block kernel takes: ``split`` (one read, one write) whenever a row's
+    # chunks fit the co-resident grid with room to spare (at most ``split_max_chunks_per_sm`` x
+    # SMs chunks a row), else ``online`` (any length; one to two reads). Measured on the H200
+    # (docs/perf-notes.md, round 5): split 70-79 % of copy on 16-bit rows of 32000-151936 columns
+    # where online reached 36-42 %, and 87-89 % against 56-61 % on fp32 rows
+    "split_max_chunks_per_sm": 2,
     "online_l2_fraction": 0.5,
     "online_block": 8192,
     "online_warps": 16,
     "online_stages": 2,
     "online_max_programs_per_sm": 4,
-    # split: fp32 values a thread holds (so chunk / warps is fixed), the chunk range by dtype
-    # size, and the smallest fraction of a row's padded lanes that must hold data
-    "split_values_per_thread": 64,
+    # split: fp32 values a thread holds, by element size (so chunk / warps is fixed); 16-bit
+    # chunks take twice the warps of fp32 ones (32 values a thread: the "w x2" configs won on the
+    # H200 at 32000, 65536, 50000 and 128256 columns by 4-9 points of copy, lost at 151936 by 5);
+    # the chunk range by dtype size, and the smallest fraction of a row's padded lanes that must
+    # hold data
+    "split_values_per_thread": {4: 64, 2: 32},
     "split_max_chunk": {4: 16384, 2: 8192},
     "split_min_chunk": 2048,
     "split_min_fill": 0.9,
@@ -80,15 +85,25 @@ GEMM = {
               _tiled(64, 128, 64, 4, 4, eff=0.7)],
     # operands whose rows are not 4-byte aligned (an odd N or K in 16-bit) cannot be copied to
     # shared memory asynchronously (cp.async moves 4, 8 or 16 bytes): their tiles pass through
-    # registers, so the K step is shorter (the 64-deep tiles above spill there)
-    "tiled_unaligned": [_tiled(128, 256, 32, 3, 8), _tiled(128, 128, 32, 2, 8, eff=0.85),
-                        _tiled(64, 128, 32, 3, 4, eff=0.7)],
+    # registers in 2-byte loads that the same program waits for before its MMA (load, store to
+    # shared memory, barrier, wgmma; the 64-deep K steps spill there). Only another program on
+    # the SM overlaps that wait, so the first choice holds two programs an SM (128 x 128 tiles,
+    # one warpgroup, ~230 registers): on the H200 it is the teaching twin's configuration, 1.20x /
+    # 1.39x / 1.46x torch at 256 / 2048 / 4096 x 50257 x 768-1024, where one 8-warp program an SM
+    # (128 x 256) measured 0.56-0.58x; 64-row tiles (three an SM) issue twice the 2-byte B loads
+    # per FLOP and measured 0.49-0.51x
+    "tiled_unaligned": [_tiled(128, 128, 32, 3, 4), _tiled(128, 256, 32, 3, 8, eff=0.45),
+                        _tiled(64, 128, 32, 3, 4, eff=0.4)],
     # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
-    # tiles streaming B, K split so that there are ``narrow_units_per_sm`` programs an SM
+    # tiles streaming B, K split by the smallest factor that gives every SM a program; unsplit
+    # only when the tiles alone load the SMs evenly (the busiest SM at most 1 / ``narrow_balance``
+    # of the mean). Measured on the H200 (16 rows): about one program an SM was best (6144 x 4096
+    # S=2 0.945x torch, 4096 x 14336 S=2 1.022x, 8192 x 28672 S=2 0.962x), 4 an SM 8-11 % slower;
+    # 448 tiles unsplit (3.4 an SM: 4 on some, 3 on others) 0.898x against 0.965x split in two
     "narrow_max_m": 64,
     "narrow": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_stages": 4, "num_warps": 4},
     "narrow_unaligned": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_stages": 3, "num_warps": 4},
-    "narrow_units_per_sm": 4,
+    "narrow_balance": 0.9,
     # split-K: every slice at least this many K tiles, at most this many slices
     "splitk_min_k_steps": 4,
     "splitk_max": 32,
@@ -145,8 +160,8 @@ def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
                     facts["sms"] * per_sm)
 
 
-def split_warps(chunk: int) -> int:
-    return max(1, min(32, chunk // (32 * SOFTMAX["split_values_per_thread"])))
+def split_warps(chunk: int, elem_size: int = 4) -> int:
+    return max(1, min(32, chunk // (32 * SOFTMAX["split_values_per_thread"][elem_size])))
 
 
 def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
@@ -159,11 +174,14 @@ def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
     chunk = next((c for c in sizes if fill[c] >= SOFTMAX["split_min_fill"]), max(sizes, key=fill.get))
     while chunk > lo and M * triton.cdiv(N, chunk) < facts["sms"]:
         chunk //= 2
-    return S.config(N, chunk, split_warps(chunk))
+    return S.config(N, chunk, split_warps(chunk, elem_size))
 
 
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:
-    """The variant (rows, block, online or split) and its configuration for M rows of N columns."""
+    """The variant (rows, block, split or online) and its configuration for M rows of N columns:
+    rows of at most ``rows_max_row_bytes`` several a program, a row that fits the registers of one
+    program ``block``, longer rows ``split`` over co-resident programs, and rows too long for the
+    co-resident grid to hold all their chunks ``online``."""
     facts = facts or device_facts()
     row_bytes = N * elem_size
     cols = max(16, next_pow2(N))
@@ -171,17 +189,23 @@ def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) ->
         return "rows", softmax_rows_config(N, elem_size)
     if cols <= SOFTMAX["block_max_cols"][elem_size]:
         return "block", softmax_block_config(N, elem_size)
-    long_rows = SOFTMAX["long_rows"][elem_size]
-    in_l2 = facts["sms"] * row_bytes <= SOFTMAX["online_l2_fraction"] * facts["l2_bytes"]
-    if M >= facts["sms"] and long_rows == "online" and in_l2:
+    split = softmax_split_config(M, N, elem_size, facts)
+    if split["C"] > SOFTMAX["split_max_chunks_per_sm"] * facts["sms"]:
         return "online", softmax_online_config(M, N, elem_size, facts)
-    return "split", softmax_split_config(M, N, elem_size, facts)
+    return "split", split
 
 
 def plan_softmax(x, out) -> Plan:
     from . import softmax_block, softmax_online, softmax_rows, softmax_split
     M, N = x.shape
-    variant, cfg = softmax_choice(M, N, x.element_size(), device_facts(x.device))
+    facts = device_facts(x.device)
+    variant, cfg = softmax_choice(M, N, x.element_size(), facts)
+    if variant == "split":
+        cfg = softmax_split.fit(x, out, cfg)   # C counts how far rows start past 16-byte boundaries
+        try:
+            return Plan(variant, cfg, softmax_split.bind_launch(x, out, cfg))
+        except softmax_split.TooFewPrograms:   # the device holds fewer programs than a row has chunks
+            variant, cfg = "online", softmax_online_config(M, N, x.element_size(), facts)
     binder = {"rows": softmax_rows, "block": softmax_block, "online": softmax_online,
               "split": softmax_split}[variant].bind_launch
     return Plan(variant, cfg, binder(x, out, cfg))
@@ -212,13 +236,15 @@ def _split_choices(K: int, block_k: int) -> list[int]:
 
 
 def gemm_narrow_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
-    """Few rows: BLOCK_M = M rounded up (>= 16), narrow tiles over N, K split until there are
-    ``narrow_units_per_sm`` programs an SM (SPLIT 1: the tiled kernel writes C directly)."""
+    """Few rows: BLOCK_M = M rounded up (>= 16), narrow tiles over N, K split by the smallest
+    factor S with tiles x S >= SMs, where S = 1 (the tiled kernel writes C directly) also needs the
+    tiles to load the SMs evenly (tiles / SMs at least ``narrow_balance`` of its rounding up)."""
     cfg = {**GEMM["narrow" if aligned else "narrow_unaligned"], "BLOCK_M": max(16, next_pow2(M)), "eff": 1.0}
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
-    want = GEMM["narrow_units_per_sm"] * facts["sms"]
+    sms = facts["sms"]
+    even = tiles >= sms and tiles / sms >= GEMM["narrow_balance"] * _waves(tiles, sms)
     splits = _split_choices(K, cfg["BLOCK_K"])
-    cfg["SPLIT"] = next((s for s in splits if tiles * s >= want), splits[-1])
+    cfg["SPLIT"] = 1 if even else next((s for s in splits if s > 1 and tiles * s >= sms), splits[-1])
     return cfg
 
 

@@ -67,17 +67,49 @@ def bind(kernel, grid, args: dict, *, device: torch.device, **options) -> Callab
 
 
 def programs_per_sm(compiled, num_warps: int, facts: dict) -> int:
-    """Programs of a compiled kernel that one SM holds at once: the warp limit, the registers
-    (allocated per warp in units of 256) and the shared memory (plus the 1 KB the driver reserves
-    per block)."""
+    """Programs of a compiled kernel that one SM holds at once: the warp limit, the registers and
+    the shared memory (plus the 1 KB the driver reserves per block), computed the way the CUDA
+    occupancy calculator does (cuda_occupancy.h): registers are allocated per warp in units of 256
+    inside each of the SM's 4 sub-partitions, so the warps that fit are 4 x (a quarter of the
+    register file // a warp's registers), which is less than (the whole file // a warp's
+    registers) whenever the division leaves a remainder. On the GPU the answer is also capped by
+    the driver's own occupancy query (the figure a cooperative launch is checked against)."""
     per_sm = max(1, min(facts["max_warps_per_sm"] // num_warps, 32))
     regs_per_warp = -(-compiled.n_regs * 32 // 256) * 256
     if regs_per_warp:
-        per_sm = min(per_sm, facts["regs_per_sm"] // (regs_per_warp * num_warps))
+        warps = (facts["regs_per_sm"] // SUB_PARTITIONS // regs_per_warp) * SUB_PARTITIONS
+        per_sm = min(per_sm, warps // num_warps)
     smem = compiled.metadata.shared
     if smem:
         per_sm = min(per_sm, facts["smem_per_sm"] // (smem + 1024))
+    driver = driver_occupancy(compiled, num_warps)
+    if driver is not None:
+        per_sm = min(per_sm, driver)
     return max(0, per_sm)
+
+
+#: register file sub-partitions of an SM (every architecture since Maxwell but sm_60)
+SUB_PARTITIONS = 4
+
+
+def driver_occupancy(compiled, num_warps: int) -> int | None:
+    """cuOccupancyMaxActiveBlocksPerMultiprocessor for the compiled kernel (its dynamic shared
+    memory as the launcher passes it), or None where the driver cannot be asked."""
+    import ctypes
+    function = getattr(compiled, "function", None)
+    if not function:
+        return None
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        query = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor
+    except (OSError, AttributeError):
+        return None
+    query.restype = ctypes.c_int
+    query.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    blocks = ctypes.c_int(0)
+    rc = query(ctypes.byref(blocks), ctypes.c_void_p(int(function)), 32 * num_warps,
+               int(compiled.metadata.shared or 0))
+    return int(blocks.value) if rc == 0 else None
 
 
 def interpret_concurrently(kernel, n_programs: int, *args, **kwargs) -> None:
