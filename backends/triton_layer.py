@@ -428,7 +428,6 @@ def _sm_spec(variant, case, cfg=None):
         return softmax_rows.launch_spec(x, out, cfg, H200["sms"] * max(1, 64 // cfg["num_warps"]))
     if variant == "online":
         return softmax_online.launch_spec(x, out, cfg)
-    cfg = softmax_split.fit(x, out, cfg)
     slots = torch.empty(M * cfg["C"], dtype=torch.int64, device="meta")
     return softmax_split.launch_spec(x, out, slots, cfg, _split_programs(cfg, M)[0],
                                      softmax_split.MAX_SPIN)
@@ -607,13 +606,8 @@ def _gemm_cfg(variant, case):
 
 def _gemm_specs(variant, case, cfg=None):
     a, b, bias, act, out = _meta_gemm(case)
-    if variant == "simple":
-        return [Spec(gemm_simple.gemm_epilogue_kernel, (triton.cdiv(case.M, 128), triton.cdiv(case.N, 128)),
-                     {"a_ptr": a, "b_ptr": b, "bias_ptr": bias if bias is not None else a, "c_ptr": out,
-                      "M": case.M, "N": case.N, "K": case.K, "stride_am": a.stride(0),
-                      "stride_ak": a.stride(1), "stride_bk": b.stride(0), "stride_bn": b.stride(1),
-                      "stride_cm": out.stride(0), "stride_cn": out.stride(1), "ACT": gemm_simple.ACTS[act],
-                      "HAS_BIAS": bias is not None, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, {})]
+    if variant in ("simple", "plain"):   # the twin's kernel (the default's "plain" path too)
+        return [dispatch.plain_spec(a, b, bias, act, out)]
     cfg = cfg or _gemm_cfg(variant, case)
     if variant == "tma":
         return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, H200["sms"])]
@@ -664,7 +658,7 @@ def _gemm_grid(variant):
         specs = _gemm_specs(v, case, cfg)
         s = specs[0]
         M, N = case.M, case.N
-        if v == "simple":
+        if v in ("simple", "plain"):
             d = hgrid.tiles_2d(M, N, 128, 128, BLOCK_K=32)
         else:
             a = s.args

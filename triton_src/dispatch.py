@@ -33,16 +33,17 @@ SOFTMAX = {
     "rows_tile": 2048,              # elements per block of rows
     "rows_values_per_thread": 16,
     "rows_stages": 2,               # the next block's loads in flight while this one is reduced
-    # block kernel (one row a program, in registers): up to this many (padded) columns, by dtype
-    # size; fp32 rows of 32768 columns hold 128 KB in flight per SM, 16-bit ones only 64 KB (the
-    # registers hold fp32 either way), which ``split`` beats by spreading a row over programs
-    "block_max_cols": {4: 32768, 2: 16384},
+    # block kernel (one row a program, in registers): up to this many (padded) columns, in every
+    # dtype (the registers hold fp32 either way: 128 KB of a row in flight per program). Measured
+    # on the H200: 16-bit rows of 32000 columns 71-77 % of copy in block (w16) where ``online``
+    # reached 36-40 % (2026-11-30, both layer runs)
+    "block_max_cols": {4: 32768, 2: 32768},
     # warps by padded row length: (up to this many columns, warps)
     "block_warps": ((1024, 4), (8192, 8), (32768, 16)),
     # rows longer than the block kernel takes: ``split`` (one read, one write) whenever a row's
     # chunks fit the co-resident grid with room to spare (at most ``split_max_chunks_per_sm`` x
     # SMs chunks a row), else ``online`` (any length; one to two reads). Measured on the H200
-    # (docs/perf-notes.md, round 5): split 70-79 % of copy on 16-bit rows of 32000-151936 columns
+    # (docs/perf-notes.md, round 5): split 51-78 % of copy on 16-bit rows of 50257-151936 columns
     # where online reached 36-42 %, and 87-89 % against 56-61 % on fp32 rows
     "split_max_chunks_per_sm": 2,
     "online_l2_fraction": 0.5,
@@ -50,12 +51,11 @@ SOFTMAX = {
     "online_warps": 16,
     "online_stages": 2,
     "online_max_programs_per_sm": 4,
-    # split: fp32 values a thread holds, by element size (so chunk / warps is fixed); 16-bit
-    # chunks take twice the warps of fp32 ones (32 values a thread: the "w x2" configs won on the
-    # H200 at 32000, 65536, 50000 and 128256 columns by 4-9 points of copy, lost at 151936 by 5);
-    # the chunk range by dtype size, and the smallest fraction of a row's padded lanes that must
-    # hold data
-    "split_values_per_thread": {4: 64, 2: 32},
+    # split: fp32 values a thread holds (so chunk / warps is fixed), the chunk range by dtype
+    # size, and the smallest fraction of a row's padded lanes that must hold data. (Round 6 tried
+    # 32 values a thread in 16-bit with chunks aligned on 16-byte addresses: 32-40 % of copy on
+    # the H200 where this configuration measured 51-78 %; reverted, docs/perf-notes.md)
+    "split_values_per_thread": 64,
     "split_max_chunk": {4: 16384, 2: 8192},
     "split_min_chunk": 2048,
     "split_min_fill": 0.9,
@@ -94,6 +94,13 @@ GEMM = {
     # per FLOP and measured 0.49-0.51x
     "tiled_unaligned": [_tiled(128, 128, 32, 3, 4), _tiled(128, 256, 32, 3, 8, eff=0.45),
                         _tiled(64, 128, 32, 3, 4, eff=0.4)],
+    # more than ``narrow_max_m`` rows and such operands: the plain kernel of gemm_epilogue.py
+    # (masked pointer loads, 2-d grid, ~128 registers) instead. On the H200 (2026-11-30, second
+    # layer run) it measured 1.18x / 1.39x / 1.47x torch at 256 / 2048 / 4096 x 50257 x 768-1024
+    # where the tiled kernel above, same tile, measured 0.73-0.79x (255 registers: its unmasked
+    # pointer tiles stay live across the pipeline, one program an SM)
+    "plain_unaligned": True,
+    "plain": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3},
     # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
     # tiles streaming B, K split by the smallest factor that gives every SM a program; unsplit
     # only when the tiles alone load the SMs evenly (the busiest SM at most 1 / ``narrow_balance``
@@ -161,7 +168,7 @@ def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
 
 
 def split_warps(chunk: int, elem_size: int = 4) -> int:
-    return max(1, min(32, chunk // (32 * SOFTMAX["split_values_per_thread"][elem_size])))
+    return max(1, min(32, chunk // (32 * SOFTMAX["split_values_per_thread"])))
 
 
 def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
@@ -201,7 +208,6 @@ def plan_softmax(x, out) -> Plan:
     facts = device_facts(x.device)
     variant, cfg = softmax_choice(M, N, x.element_size(), facts)
     if variant == "split":
-        cfg = softmax_split.fit(x, out, cfg)   # C counts how far rows start past 16-byte boundaries
         try:
             return Plan(variant, cfg, softmax_split.bind_launch(x, out, cfg))
         except softmax_split.TooFewPrograms:   # the device holds fewer programs than a row has chunks
@@ -275,7 +281,7 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict, aligned: bool = True
 
 def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
                 aligned: bool = True) -> tuple[str, dict]:
-    """tiled, tma or splitk, and the config. Few rows: narrow tiles, split-K when the tiles alone
+    """tiled, tma, splitk or plain, and the config. Few rows: narrow tiles, split-K when the tiles alone
     leave SMs idle. Otherwise the roofline model picks among the tile configs (TMA ones when the
     operands allow TMA, else the pointer kernel's: shorter K steps when rows are not 4-byte
     aligned, see GEMM) and split factors."""
@@ -284,6 +290,10 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     if M <= GEMM["narrow_max_m"]:
         cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return ("splitk" if cfg["SPLIT"] > 1 else "tiled"), cfg
+    if not tma_ok and not aligned and GEMM["plain_unaligned"]:
+        # rows no async copy can take: the plain kernel (masked pointer loads every K step, a 2-d
+        # grid whose consecutive programs share a B column panel), the fastest measured there
+        return "plain", dict(GEMM["plain"])
     kind = "tma" if tma_ok else "tiled"
     table = GEMM[kind if tma_ok or aligned else "tiled_unaligned"]
     options = [(kind, c, 1) for c in table]
@@ -291,6 +301,24 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     options += [("splitk", c, s) for c in pointer for s in _split_choices(K, c["BLOCK_K"])[1:]]
     variant, cfg, split = min(options, key=lambda o: _gemm_time(M, N, K, o[1], o[2], sms))
     return variant, ({**cfg, "SPLIT": split} if variant == "splitk" else dict(cfg))
+
+
+def plain_spec(a, b, bias, act: str, out, cfg: dict | None = None):
+    """The launch of the plain kernel (the teaching twin's, gemm_epilogue.py) with ``cfg``."""
+    from .checks import ACTS
+    from .gemm_epilogue import gemm_epilogue_kernel
+    from .runtime import Spec
+    cfg = cfg or GEMM["plain"]
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
+    args = {"a_ptr": a, "b_ptr": b, "bias_ptr": bias if bias is not None else a, "c_ptr": out,
+            "M": M, "N": N, "K": K, "stride_am": a.stride(0), "stride_ak": a.stride(1),
+            "stride_bk": b.stride(0), "stride_bn": b.stride(1), "stride_cm": out.stride(0),
+            "stride_cn": out.stride(1), "ACT": ACTS[act], "HAS_BIAS": bias is not None,
+            **{k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}}
+    return Spec(gemm_epilogue_kernel, grid, args,
+                {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
 
 
 def plan_gemm(a, b, bias, act: str, out) -> Plan:
@@ -301,6 +329,9 @@ def plan_gemm(a, b, bias, act: str, out) -> Plan:
     tma_ok = gemm_epilogue_tma.check(a, b, out) is None
     vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
     variant, cfg = gemm_choice(M, N, K, tma_ok, facts, gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"]))
+    if variant == "plain":
+        from .runtime import bind_spec
+        return Plan(variant, cfg, bind_spec(plain_spec(a, b, bias, act, out, cfg), a.device))
     if variant == "tma":
         sms = INTERPRETER_SMS if interpreting() else facts["sms"]
         launch = gemm_epilogue_tma.bind_launch(a, b, bias, act, out, cfg, sms)

@@ -37,54 +37,13 @@ INTERPRETER_TEAMS = 2
 
 
 @triton.jit
-def _unit(u, C, N, x_start, stride_x, o_start, stride_o, CHUNK: tl.constexpr, VEC: tl.constexpr,
-          ALIGNED: tl.constexpr, OUT_ALIGNED: tl.constexpr):
-    """Unit u: its row, the column of its chunk's first lane (negative in a row's first chunk
-    when the row starts off a 16-byte boundary), and the element offsets of that lane in x and
-    out. The chunk grid of a row starts at the 16-byte boundary at or before the row's first
-    element (x_start + row * stride_x elements from x_ptr, which is 16-byte aligned when
-    ALIGNED), so every chunk covers whole aligned vectors: x's offsets are multiples of VEC,
-    and out's too when OUT_ALIGNED (its rows start as far off a boundary as x's)."""
-    row = u // C
-    xs = x_start + row.to(tl.int64) * stride_x
-    shift = (xs % VEC).to(tl.int32) if ALIGNED else 0
-    k = (u - row * C) * CHUNK
-    x_off = xs - shift + k
-    o_off = o_start + row.to(tl.int64) * stride_o - shift + k
-    if ALIGNED:
-        x_off = tl.multiple_of(x_off, VEC)
-    if OUT_ALIGNED:
-        o_off = tl.multiple_of(o_off, VEC)
-    return row, k - shift, x_off, o_off
-
-
-@triton.jit
-def _load_chunk(x_ptr, x_off, first, bound, CHUNK: tl.constexpr):
-    """The chunk's values, -inf where there is no column [0, bound): whole 16-byte vectors
-    without a mask inside the row, masked lanes only in a row's first and last chunk."""
-    cols = tl.arange(0, CHUNK)
-    if (first >= 0) & (first + CHUNK <= bound):
-        x = tl.load(x_ptr + x_off + cols, eviction_policy="evict_first")
-    else:
-        c = first + cols
-        x = tl.load(x_ptr + x_off + cols, mask=(c >= 0) & (c < bound), other=-float("inf"),
-                    eviction_policy="evict_first")
-    return x
-
-
-@triton.jit
-def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, x_start, stride_x, o_start, stride_o, C,
-                         n_units, max_spin, CHUNK: tl.constexpr, C_PAD: tl.constexpr,
-                         PREFETCH: tl.constexpr, VEC: tl.constexpr, ALIGNED: tl.constexpr,
-                         OUT_ALIGNED: tl.constexpr):
+def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_units, max_spin,
+                         CHUNK: tl.constexpr, C_PAD: tl.constexpr, PREFETCH: tl.constexpr):
     """One read and one write of rows too long for one program, on a co-resident grid.
 
     Work unit u = pid + k * G (round k = 0, 1, ...; G = programs in the grid) is chunk u % C of
-    row u // C: CHUNK columns starting at chunk * CHUNK - shift, where shift (0 <= shift < VEC,
-    VEC elements = 16 bytes) is how far the row's first element lies past a 16-byte boundary
-    (``_unit``), so that a chunk is whole aligned vectors; C = cdiv(N + the largest shift, CHUNK).
-    A unit loads its chunk into registers (-inf in masked lanes; interior chunks are unmasked
-    128-bit loads, only a row's first and last chunk are masked), reduces it to m = max and
+    row u // C: columns [chunk * CHUNK, chunk * CHUNK + CHUNK) of the row, C = cdiv(N, CHUNK).
+    A unit loads its chunk into registers (-inf in masked lanes), reduces it to m = max and
     s = sum exp(x - m), publishes (m, s) as one 64-bit word in its slot (slot[u], zeroed before
     the launch), polls the C slots of its row until none is zero, combines the C partials into
     the row's max and sum and writes its chunk from the registers it still holds. HBM traffic:
@@ -120,11 +79,10 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, x_start, stride_x, o_start
     become e, before the partials are published and the partners awaited, so that HBM has work
     during the wait. Costs the registers of a second chunk.
 
-    Combining, -inf rules: a chunk of only -inf (or only padding: a row's last chunk can be
-    empty when its shift is small) has m = -inf and contributes s = 0 (its exponentials are
-    taken against 0 instead of -inf, so no -inf - -inf = NaN); the row's max is the max of the
-    finite m; a row of only -inf has sum 0 and gives 0/0 = NaN, as torch does. The output is
-    exp(x - m) * exp(m - row_max) / row_sum: one exp per element.
+    Combining, -inf rules: a chunk of only -inf (or only padding) has m = -inf and contributes
+    s = 0 (its exponentials are taken against 0 instead of -inf, so no -inf - -inf = NaN); the
+    row's max is the max of the finite m; a row of only -inf has sum 0 and gives 0/0 = NaN, as
+    torch does. The output is exp(x - m) * exp(m - row_max) / row_sum: one exp per element.
     """
     NEG_INF: tl.constexpr = -float("inf")
     LOW: tl.constexpr = 0xFFFFFFFF
@@ -134,25 +92,32 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, x_start, stride_x, o_start
     pc = tl.arange(0, C_PAD)
     budget = max_spin
     if PREFETCH:
+        r0 = pid // C
+        c0 = (pid - r0 * C) * CHUNK + cols
         # past the last unit: a bound of 0 columns masks the whole chunk
-        _r, first0, x_off0, _o = _unit(pid, C, N, x_start, stride_x, o_start, stride_o, CHUNK, VEC,
-                                       ALIGNED, OUT_ALIGNED)
-        x_next = _load_chunk(x_ptr, x_off0, first0, tl.where(pid < n_units, N, 0), CHUNK)
+        x_next = tl.load(x_ptr + r0.to(tl.int64) * stride_x + c0,
+                         mask=c0 < tl.where(pid < n_units, N, 0), other=NEG_INF,
+                         eviction_policy="evict_first")
     for u in tl.range(pid, n_units, nprog):
-        row, first, x_off, o_off = _unit(u, C, N, x_start, stride_x, o_start, stride_o, CHUNK,
-                                         VEC, ALIGNED, OUT_ALIGNED)
+        row = u // C
+        c = (u - row * C) * CHUNK + cols
+        mask = c < N
+        row64 = row.to(tl.int64)
         if PREFETCH:
             x = x_next.to(tl.float32)
         else:
-            x = _load_chunk(x_ptr, x_off, first, N, CHUNK).to(tl.float32)
+            x = tl.load(x_ptr + row64 * stride_x + c, mask=mask, other=NEG_INF,
+                        eviction_policy="evict_first").to(tl.float32)
         m = tl.max(x, axis=0)
         m_ref = tl.where(m == NEG_INF, 0.0, m)
         e = tl.exp(x - m_ref)
         if PREFETCH:
             un = u + nprog
-            _rn, first_n, x_off_n, _on = _unit(un, C, N, x_start, stride_x, o_start, stride_o,
-                                               CHUNK, VEC, ALIGNED, OUT_ALIGNED)
-            x_next = _load_chunk(x_ptr, x_off_n, first_n, tl.where(un < n_units, N, 0), CHUNK)
+            rn = un // C
+            cn = (un - rn * C) * CHUNK + cols
+            x_next = tl.load(x_ptr + rn.to(tl.int64) * stride_x + cn,
+                             mask=cn < tl.where(un < n_units, N, 0), other=NEG_INF,
+                             eviction_policy="evict_first")
         s = tl.sum(e, axis=0)
         word = ((s.to(tl.uint32, bitcast=True).to(tl.int64) << 32)
                 | m.to(tl.uint32, bitcast=True).to(tl.int64))
@@ -174,12 +139,7 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, x_start, stride_x, o_start
         row_sum = tl.sum(tl.where(mc == NEG_INF, 0.0, sc * tl.exp(mc - row_max)), axis=0)
         f = tl.where(m == NEG_INF, 0.0, tl.exp(m - row_max)) / row_sum
         f = tl.where(done, f, float("nan"))
-        y = (e * f).to(out_ptr.dtype.element_ty)
-        if (first >= 0) & (first + CHUNK <= N):
-            tl.store(out_ptr + o_off + cols, y)
-        else:
-            c = first + cols
-            tl.store(out_ptr + o_off + cols, y, mask=(c >= 0) & (c < N))
+        tl.store(out_ptr + row64 * stride_o + c, (e * f).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 class TooFewPrograms(ValueError):
@@ -193,78 +153,30 @@ def supports(N: int) -> str | None:
     return None
 
 
-def config(N: int, chunk: int, num_warps: int, prefetch: bool = False, max_shift: int = 0) -> dict:
-    """Chunks of CHUNK columns, C = cdiv(N + max_shift, CHUNK) per row (max_shift: the most
-    elements a row starts past a 16-byte boundary, ``layout``; C_PAD: C rounded up to a power of
-    two, the width of the tensor that polls a row's slots)."""
+def config(N: int, chunk: int, num_warps: int, prefetch: bool = False) -> dict:
+    """Chunks of CHUNK columns, C = cdiv(N, CHUNK) per row (C_PAD: C rounded up to a power of two,
+    the width of the tensor that polls a row's slots)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps: must be a power of two from 1 to 32, got {num_warps!r}")
     if chunk < 16 or chunk & (chunk - 1):
         raise ValueError(f"chunk: must be a power of two >= 16, got {chunk}")
     if chunk > 32768:
         raise ValueError(f"chunk: {chunk} columns per program would spill (limit 32768)")
-    n_chunks = triton.cdiv(N + max_shift, chunk)
+    n_chunks = triton.cdiv(N, chunk)
     return {"CHUNK": chunk, "C": n_chunks, "C_PAD": max(2, next_pow2(n_chunks)),
             "PREFETCH": bool(prefetch), "num_warps": num_warps}
 
 
-def _aligned_view(t):
-    """(a view of t's storage starting at the 16-byte boundary at or before t[0, 0], how many
-    elements before t[0, 0] it starts), or (t, 0) when the storage does not reach back that far."""
-    es = t.element_size()
-    addr = t.storage_offset() * es if t.device.type == "meta" else t.data_ptr()
-    back = (addr % 16) // es
-    if back > t.storage_offset():
-        return t, 0
-    return t.as_strided((1,), (1,), t.storage_offset() - back), back
-
-
-def layout(x, out) -> dict:
-    """Where the chunk grid of each row starts. VEC elements are 16 bytes; a row's shift is how
-    many elements it starts past a 16-byte boundary. ALIGNED: x's base pointer (moved back to a
-    boundary) is 16-byte aligned, so the kernel aligns each row's chunks on x's addresses;
-    OUT_ALIGNED: out's rows start exactly as far past a boundary as x's (same base misalignment,
-    row strides equal modulo VEC), so the same chunks are aligned stores. ``max_shift``: the
-    largest shift of any row (C counts it)."""
-    M, N = x.shape
-    es = x.element_size()
-    vec = max(1, 16 // es)
-    xb, xs = _aligned_view(x)
-    ob, os_ = _aligned_view(out)
-    aligned = x.device.type == "meta" or xb.data_ptr() % 16 == 0
-    if not aligned:
-        xb, xs, ob, os_ = x, 0, out, 0
-    sx, so = x.stride(0), out.stride(0)
-    rows = range(min(M, vec))
-    shifts = {(xs + r * sx) % vec for r in rows} if aligned else {0}
-    out_aligned = aligned and all((xs + r * sx) % vec == (os_ + r * so) % vec for r in rows) \
-        and (out.device.type == "meta" or ob.data_ptr() % 16 == 0)
-    if not out_aligned:
-        ob, os_ = out, 0
-    return {"x": xb, "x_start": xs, "out": ob, "o_start": os_, "VEC": vec, "ALIGNED": aligned,
-            "OUT_ALIGNED": out_aligned, "max_shift": max(shifts)}
-
-
 def launch_spec(x, out, slots, cfg: dict, grid: int, max_spin: int | None = None) -> Spec:
-    """The launch; ``cfg``'s C must count the rows' shifts (``bind_launch`` sees to it)."""
     M, N = x.shape
     if max_spin is None:
         max_spin = MAX_SPIN_INTERPRETER if interpreting() else MAX_SPIN
-    lay = layout(x, out)
     return Spec(softmax_split_kernel, (grid,),
-                {"x_ptr": lay["x"], "out_ptr": lay["out"], "slot_ptr": slots, "N": N,
-                 "x_start": lay["x_start"], "stride_x": x.stride(0), "o_start": lay["o_start"],
+                {"x_ptr": x, "out_ptr": out, "slot_ptr": slots, "N": N, "stride_x": x.stride(0),
                  "stride_o": out.stride(0), "C": cfg["C"], "n_units": M * cfg["C"],
                  "max_spin": max_spin, "CHUNK": cfg["CHUNK"], "C_PAD": cfg["C_PAD"],
-                 "PREFETCH": cfg["PREFETCH"], "VEC": lay["VEC"], "ALIGNED": lay["ALIGNED"],
-                 "OUT_ALIGNED": lay["OUT_ALIGNED"]},
+                 "PREFETCH": cfg["PREFETCH"]},
                 {"num_warps": cfg["num_warps"], "launch_cooperative_grid": COOPERATIVE})
-
-
-def fit(x, out, cfg: dict) -> dict:
-    """``cfg`` with C (and C_PAD) counting how far x's rows start past a 16-byte boundary."""
-    return config(x.shape[1], cfg["CHUNK"], cfg["num_warps"], cfg["PREFETCH"],
-                  layout(x, out)["max_shift"])
 
 
 def capacity(x, out, slots, cfg: dict) -> int:
@@ -282,7 +194,6 @@ def bind_launch(x, out, cfg: dict, programs: int | None = None):
     then the kernel on a grid that is a multiple of C and at most what the device holds at once
     (``programs`` to choose a smaller one)."""
     M, N = x.shape
-    cfg = fit(x, out, cfg)
     C = cfg["C"]
     if 2 * M * C >= 2 ** 31:
         raise ValueError(f"x: {M} rows x {C} chunks exceed the kernel's 32-bit unit index")
@@ -313,14 +224,14 @@ def bind_launch(x, out, cfg: dict, programs: int | None = None):
     def launch():
         slots.zero_()
         kernel()
-    launch.grid, launch.compiled, launch.config = grid, kernel.compiled, cfg
+    launch.grid, launch.compiled = grid, kernel.compiled
     return launch
 
 
 def launch_raw(x, out, slots, cfg: dict, grid: int, max_spin: int) -> None:
     """One launch on a grid of your choice with your slots, no checks: for tests of the protocol
     (a grid that is not a multiple of C must end in NaNs, not hang)."""
-    spec = launch_spec(x, out, slots, fit(x, out, cfg), grid, max_spin)
+    spec = launch_spec(x, out, slots, cfg, grid, max_spin)
     if interpreting():
         interpret_concurrently(softmax_split_kernel, grid, **spec.args)
     else:
@@ -339,6 +250,6 @@ def softmax_split(x: torch.Tensor, out: torch.Tensor | None = None, *, chunk: in
         cfg = dispatch.softmax_split_config(M, N, x.element_size(), device_facts(x.device))
         cfg = config(N, cfg["CHUNK"], num_warps or cfg["num_warps"], prefetch)
     else:
-        cfg = config(N, chunk, num_warps or dispatch.split_warps(chunk, x.element_size()), prefetch)
+        cfg = config(N, chunk, num_warps or dispatch.split_warps(chunk), prefetch)
     bind_launch(x, out, cfg, programs)()
     return out
