@@ -79,6 +79,10 @@ SOFTMAX = {
     # takes the smallest C whose slices fit cluster_ctas_per_sm CTAs an SM (2: 64-76 KB slices were
     # best at 256-304 KB bf16 rows, 38 KB slices (C = 8) lost 10 points).
     "cluster_ctas_per_sm": 2,
+    # A row that fits one CTA (C = 1) with more rows than resident CTAs goes to the persist kernel:
+    # the same shared-memory row, but a persistent CTA copies the next row in, chunk by chunk, as it
+    # writes the current one (no per-row launch / barrier init / first-byte latency; at 1 CTA an SM
+    # the cluster kernel's SM reads nothing while it writes). Not yet run on a GPU (Round 6b).
     "slice_min": 2 * 1024,          # cluster path: smallest slice worth a CTA (few rows: more CTAs a row)
     "cluster_max": 16,              # CTAs per row (16 is a non-portable cluster size, sm_90)
     "smem_reserve": 1024,           # static shared memory of the cluster kernel, rounded up
@@ -100,6 +104,7 @@ SOFTMAX = {
 REGS = {
     "softmax_warp_kernel": 48, "softmax_block_kernel": 64, "softmax_rows_kernel": 128,
     "softmax_cluster_kernel": 40, "softmax_split_kernel": 128, "softmax_online_kernel": 64,
+    "softmax_persist_kernel": 40,
 }
 
 GEMM = {
@@ -149,6 +154,7 @@ SIGNATURES = {  # parameter types in order: ptr / i32 / i64 / tma (a 128-byte CU
     "softmax_rows_kernel": ("ptr", "ptr", "i64", "i32", "i64", "i64"),
     "softmax_online_kernel": ("ptr", "ptr", "i32", "i64", "i64", "i32"),
     "softmax_cluster_kernel": ("ptr", "ptr", "i32", "i64", "i64", "i32"),
+    "softmax_persist_kernel": ("ptr", "ptr", "i64", "i32", "i64", "i64"),
     "softmax_split_kernel": ("ptr", "ptr", "ptr", "i32", "i64", "i64", "i32", "i64", "i32"),
     "gemm_simple_kernel": ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i64", "i64", "i64", "i32"),
     "gemm_tiled_kernel": ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i64", "i64", "i64", "i32", "i32"),
@@ -184,6 +190,7 @@ def instances() -> dict[str, list[str]]:
     out["softmax_online.cu"] = [f"softmax_online_kernel<{t}, {v}, {c}>" for t, es in _types() for v in (1, 16 // es)
                                 for c in (1, 2, 4, 8)]
     out["softmax_cluster.cu"] = [f"softmax_cluster_kernel<{t}, {c}>" for t, _ in _types() for c in (1, 2, 4, 8, 16)]
+    out["softmax_persist.cu"] = [f"softmax_persist_kernel<{t}>" for t, _ in _types()]
     out["softmax_split.cu"] = [f"softmax_split_kernel<{t}, {v}, {nt}>" for t, es in _types() for v in (1, 16 // es)
                                for nt in (256, 512)]
     bools = ("true", "false")
@@ -321,7 +328,7 @@ def plan_vector_add(path: str, n: int, dtype: str, x_mod16: int = 0, y_mod16: in
 # ---------------------------------------------------------------------------------------------------
 # softmax
 
-SOFTMAX_PATHS = ("auto", "simple", "warp", "block", "rows", "cluster", "split", "online")
+SOFTMAX_PATHS = ("auto", "simple", "warp", "block", "rows", "cluster", "persist", "split", "online")
 
 
 @dataclass(frozen=True)
@@ -350,7 +357,7 @@ def _blocks_per_sm(threads: int, regs: int, cap: int = 32) -> int:
 
 
 def _rowargs(kernel_family: str, c: RowCase, sx: int, sy: int, extra=()):
-    if kernel_family in ("softmax_warp_kernel", "softmax_rows_kernel"):
+    if kernel_family in ("softmax_warp_kernel", "softmax_rows_kernel", "softmax_persist_kernel"):
         return (("ptr", "x"), ("ptr", "out"), ("i64", c.M), ("i32", c.N), ("i64", sx), ("i64", sy))
     return (("ptr", "x"), ("ptr", "out"), ("i32", c.N), ("i64", sx), ("i64", sy)) + tuple(extra)
 
@@ -459,6 +466,28 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
         p = Plan(kern, (M * k, 1, 1), nt, _rowargs("softmax_cluster_kernel", c, sx, sy, (("i32", seg),)), smem=smem,
                  cluster=k, max_dynamic_smem=smem, carveout=100, nonportable_cluster=k > 8)
         info.update(vec=V, cluster=k, seg=seg, smem=smem, threads=nt, resident=per_sm * (smem - V * es))
+    elif path == "persist":
+        if dev.cc[0] < 9:
+            raise Decline("the persist path needs sm_90 bulk copies and mbarriers")
+        if cluster > 1:
+            raise ValueError(f"cluster: the persist path holds a whole row in one CTA, got {cluster}")
+        V = 16 // es  # any alignment: head and tail (< V elements each) in registers, the body in 16-byte vectors
+        smem = max(16, N // V * 16)
+        limit = dev.smem_optin - S["smem_reserve"]
+        if smem > limit:
+            raise Decline(f"N: the persist path holds a row of {N * es} bytes in one CTA's shared memory "
+                          f"({limit} bytes)")
+        nt = threads or min(512, max(128, _pow2_at_least(_cdiv(N, V * 8))))
+        if nt > 512 or nt % 32:
+            raise ValueError("threads: the persist path takes a multiple of 32 up to 512 threads per block")
+        per_sm = max(1, min(dev.smem_per_sm // (smem + S["smem_reserve"]),
+                            _blocks_per_sm(nt, REGS["softmax_persist_kernel"])))
+        grid = min(M, dev.sms * per_sm)
+        kern = f"softmax_persist_kernel<{T}>"
+        p = Plan(kern, (grid, 1, 1), nt, _rowargs("softmax_persist_kernel", c, sx, sy), smem=smem,
+                 max_dynamic_smem=smem, carveout=100)
+        info.update(vec=V, cluster=1, seg=N, smem=smem, threads=nt, blocks_per_sm=per_sm,
+                    rows_per_cta=_cdiv(M, grid), resident=per_sm * smem)
     elif path == "split":
         chunk = S["split_chunk"]
         if N <= 2 * chunk:
@@ -580,6 +609,16 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
         except Decline as e:
             tried.append(str(e))
     if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):
+        if cl.info["cluster"] == 1 and dev.cc[0] >= 9:
+            # a whole row in one CTA and more rows than resident CTAs: the persistent kernel streams
+            # the next row in while it writes the current one (per-row launch and load latency hidden)
+            try:
+                ps = _softmax_path("persist", c, sx, sy, dev, **opts)
+                if c.M > ps.plans[0].grid[0]:
+                    return _why(ps, f"persist: a row of {c.row_bytes} bytes in one CTA, {ps.info['blocks_per_sm']} "
+                                    f"CTAs an SM, {ps.info['rows_per_cta']} rows per CTA")
+            except Decline as e:
+                tried.append(str(e))
         return _why(cl, f"cluster: C = {cl.info['cluster']}, {cl.info['resident']} bytes of slices in flight per SM")
     if best is not None:
         return _why(best, f"{best.info['path']}: the most bytes in flight ({best.info['resident']}) of the paths")

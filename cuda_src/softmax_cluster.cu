@@ -26,6 +26,16 @@ namespace kl {
 constexpr int kClusterUnroll = 4;   // register path: loads in flight per thread
 constexpr int kClusterChunks = 8;   // bulk copies per slice, each on its own mbarrier
 
+// Vector v (16 bytes) of the 16-byte aligned shared-memory array p, read with ONE 16-byte access
+// into registers (LDS.128). Binding unpack's reference straight to shared memory instead made the
+// compiler read element by element (8 x LDS.U16 for bf16, lanes 16 bytes apart: 4-way bank
+// conflicts, 32 shared-memory wavefronts per warp per vector instead of 4; see perf-notes Round 6b).
+template <typename R, typename T>
+__device__ __forceinline__ R lds_vec(const T* p, int v) {
+  const R r = reinterpret_cast<const R*>(p)[v];
+  return r;
+}
+
 // Online (max, sum) update with VEC new values: rescale the sum only when the max grows.
 template <int VEC>
 __device__ __forceinline__ void online_add(float& m, float& s, const float (&f)[VEC]) {
@@ -100,7 +110,7 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
 #pragma unroll 4
     for (int v = v0 + t; v < v1; v += nt) {
       float f[VEC];
-      unpack<T, VEC>(reinterpret_cast<const R*>(sl + head)[v], f);
+      unpack<T, VEC>(lds_vec<R>(sl + head, v), f);
       online_add<VEC>(m, s, f);
     }
   }
@@ -171,7 +181,7 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
 #pragma unroll 4
     for (int v = t; v < nvec; v += nt) {
       float f[VEC];
-      unpack<T, VEC>(reinterpret_cast<const R*>(sl + head)[v], f);
+      unpack<T, VEC>(lds_vec<R>(sl + head, v), f);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) f[e] = exp_shifted(f[e], shift) * inv;
       reinterpret_cast<R*>(ys + head)[v] = pack<T, VEC>(f);
