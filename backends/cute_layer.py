@@ -134,8 +134,10 @@ def _sm_plan(case, kernel=None) -> dict:
 
 
 def _sm_compile(dtype, plan: dict):
-    from cutlass_src import softmax, softmax_block, softmax_rows, softmax_split
+    from cutlass_src import softmax, softmax_block, softmax_rows, softmax_smem, softmax_split
 
+    if plan["kernel"] == "smem":
+        return softmax_smem.compile_smem(dtype, plan)
     if plan["kernel"] == "simple":
         return softmax._compile(dtype)
     if plan["kernel"] == "rows":
@@ -146,8 +148,10 @@ def _sm_compile(dtype, plan: dict):
 
 
 def _sm_prepare(x, out, plan: dict):
-    from cutlass_src import softmax, softmax_block, softmax_rows, softmax_split
+    from cutlass_src import softmax, softmax_block, softmax_rows, softmax_smem, softmax_split
 
+    if plan["kernel"] == "smem":
+        return softmax_smem.prepare_softmax_smem(x, out, plan)
     if plan["kernel"] == "simple":
         return (*softmax.prepare_softmax_simple(x, out), plan)
     if plan["kernel"] == "rows":
@@ -195,19 +199,24 @@ def _softmax_impl(kernel: str | None):
 _ROWS_SRC = _kernel_sources("softmax_rows.py", "SoftmaxRows", "prepare_softmax_rows", "compile_rows")
 _BLOCK_SRC = _kernel_sources("softmax_block.py", "SoftmaxBlock", "prepare_softmax_block", "compile_block")
 _SPLIT_SRC = _kernel_sources("softmax_split.py", "SoftmaxSplit", "prepare_softmax_split", "compile_split", "_slots")
+_SMEM_SRC = Source(src(C, "softmax_smem.py"), kernels=("SoftmaxSmem.kernel", "SoftmaxSmem.vector"),
+                   host=("SoftmaxSmem.__call__", "prepare_softmax_smem", "compile_smem", "smem_bytes"))
 # the helpers the three kernels share (imported from softmax_base.py)
 _SM_BASE = Source(src(C, "softmax_base.py"),
                   kernels=("row_vectors", "load_row", "store_row", "row_stats", "normalise", "block_reduce",
                            "vec_copy_atom", "fmax", "add"),
                   host=("validate", "fake_rows", "row_args"))
 _PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row_vectors"))
+_SMEM_PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row_vectors", "plan_smem",
+                                                                 "_smem_bytes"))
 
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by bytes per row: softmax_rows (<= 4 KB rows), softmax_block (a row "
-                          "per CTA while rows fill the GPU), softmax_cluster (longer rows a cluster of "
-                          "<= 8 CTAs holds, rows enough for two waves), softmax_split (the rest); "
-                          "16-byte accesses at any row alignment",
-         [_ROWS_SRC, _BLOCK_SRC, _SPLIT_SRC, _SM_BASE, _PLAN_SRC,
+                          "per CTA while rows fill the GPU), softmax_smem (longer rows staged in the shared "
+                          "memory of a CTA or a cluster of <= 8, while the CTAs cover the SMs), "
+                          "softmax_cluster (when they do not but a cluster's registers hold the row in two "
+                          "waves), softmax_split (the rest); 16-byte accesses at any row alignment",
+         [_ROWS_SRC, _BLOCK_SRC, _SMEM_SRC, _SPLIT_SRC, _SM_BASE, _SMEM_PLAN_SRC,
           Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",), host=("SoftmaxSimple.__call__",))]),
         ("softmax_rows", "rows", "short rows: a warp (or a few) per row, several rows per CTA, grid-stride "
                                  "row loop with the next row's loads in flight", [_ROWS_SRC, _SM_BASE, _PLAN_SRC]),
@@ -218,7 +227,15 @@ for _name, _kernel, _desc, _srcs in (
                                    "exchanged as one 64-bit word per chunk in global memory",
          [_SPLIT_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_cluster", "cluster", "long rows: a thread-block cluster per row, (max, sum) exchanged "
-                                       "through distributed shared memory", [_BLOCK_SRC, _SM_BASE, _PLAN_SRC])):
+                                       "through distributed shared memory", [_BLOCK_SRC, _SM_BASE, _PLAN_SRC]),
+        ("softmax_smem", "smem", "long rows staged in shared memory: a CTA per row (or a cluster of C, (max, "
+                                 "sum) exchanged through distributed shared memory), the slice copied in by "
+                                 "bulk copies on 8 mbarriers, running (max, sum) as they land, one pass over "
+                                 "shared memory to write",
+         [_SMEM_SRC, _SM_BASE, _SMEM_PLAN_SRC,
+          # the helpers it shares with the split and cluster kernels
+          Source(src(C, "softmax_split.py"), kernels=("bulk_g2s", "merge"), host=()),
+          Source(src(C, "softmax_block.py"), kernels=("load_peer_f32",), host=())])):
     _sup, _co, _prep = _softmax_impl(_kernel)
     register(problem="softmax", layer="cute", name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)

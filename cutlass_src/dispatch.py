@@ -148,8 +148,9 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 
 # -- softmax ------------------------------------------------------------------------------------
 # Kernel by bytes per row: short rows share a CTA (rows), a row per CTA while the grid has at
-# least a CTA per SM to offer (block), longer rows over a cluster of CTAs (cluster) while a
-# portable cluster holds the row and the M x C CTAs make SOFTMAX_CLUSTER_MIN_WAVES waves; else -
+# least a CTA per SM to offer (block), longer rows staged in shared memory (smem, below) while its
+# M x C CTAs cover the SMs, else over a cluster of CTAs holding the row in registers (cluster)
+# while a portable cluster holds it and the M x C CTAs make SOFTMAX_CLUSTER_MIN_WAVES waves; else -
 # rows too long or too few to fill the GPU - chunks held by a persistent grid (split; one chunk per
 # row = a persistent row pipeline). Measured on the H200 (2026-11-30), cluster beat split on every
 # vocabulary row a cluster of <= 8 holds (fp32 x 32000: 286 vs 370 us; bf16 x 50257: 394 vs 487
@@ -177,6 +178,22 @@ SOFTMAX_CLUSTER_THREADS = 512
 SOFTMAX_CLUSTER_MAX = 8             # portable; 16 (non-portable) measured slower than split
 SOFTMAX_CLUSTER_CTAS_PER_SM = 2     # 512 threads x 64 registers (ptxas, both dtypes)
 SOFTMAX_CLUSTER_MIN_WAVES = 2       # M x C >= this x CTAS_PER_SM x SMs: tails amortised
+# Rows longer than SOFTMAX_BLOCK_MAX_BYTES: the row staged in shared memory (softmax_smem.py) by
+# bulk copies, a CTA a row while one CTA's shared memory holds it, else the smallest cluster of C
+# CTAs whose slices let SOFTMAX_SMEM_CTAS_PER_SM CTAs share an SM. Why: the register kernels hold
+# 64 KB of bf16 an SM (2 CTAs x 512 threads x 32 values at ~2 registers a value) and measured
+# 40-60 % of copy on 16-bit vocabulary rows (bf16 x 50257: cluster 49.6 %, split 40.2 %), where
+# the CUDA kernel staging each slice in shared memory ran 71-84 % (gpu_cuda.json, 2026-11-30; C = 1
+# beat C = 2/4 on every 64-201 KB row there, and 2 CTAs an SM were best for longer rows). Few
+# rows: C doubles while M x C < SMs and slices stay >= SOFTMAX_SMEM_MIN_SLICE; the default takes
+# the kernel only when its M x C CTAs cover the SMs (else split spreads a row wider).
+SOFTMAX_SMEM_PER_SM = 228 * 1024        # shared memory of an SM (H100 / H200)
+SOFTMAX_SMEM_PER_CTA = 227 * 1024       # the most one CTA may opt in to
+SOFTMAX_SMEM_CTA_RESERVE = 1024         # the driver's reservation per CTA
+SOFTMAX_SMEM_CTAS_PER_SM = 2            # slices of a row longer than one CTA holds
+SOFTMAX_SMEM_CLUSTER_MAX = 8            # portable clusters
+SOFTMAX_SMEM_MIN_SLICE = 16 * 1024      # few rows: a slice is worth a CTA down to this
+SOFTMAX_SMEM_VECTORS_PER_THREAD = 16    # threads = this many vectors each, 128..512 a CTA
 
 
 def _pow2(k: int) -> int:
@@ -200,11 +217,44 @@ def _cluster_size(nvec: int, v: int) -> int:
     return 0
 
 
+def _smem_bytes(cap: int) -> int:
+    """Dynamic shared memory of a softmax_smem CTA whose slice holds ``cap`` vectors (the kernel's
+    ``smem_bytes``: 128 bytes of alignment slack, a 512-byte header, the slice)."""
+    return 128 + 512 + 16 * cap
+
+
+def plan_smem(M: int, N: int, esize: int, sms: int, cluster: int | None = None) -> dict | None:
+    """softmax_smem's plan: cluster C, slice capacity (vectors), threads; None when a row does not
+    fit SOFTMAX_SMEM_CLUSTER_MAX CTAs' shared memory (or the forced ``cluster``'s). The capacity
+    counts the vectors a row touches at any alignment (the kernel finds each row's phase at run
+    time)."""
+    v = 16 // esize
+    nvec = row_vectors(N, esize, False)
+    cap = lambda c: -(-nvec // c)
+    per_sm = SOFTMAX_SMEM_PER_SM // SOFTMAX_SMEM_CTAS_PER_SM - SOFTMAX_SMEM_CTA_RESERVE
+    sizes = [c for c in (1, 2, 4, 8, 16) if c <= SOFTMAX_SMEM_CLUSTER_MAX]
+    if _smem_bytes(cap(1)) <= SOFTMAX_SMEM_PER_CTA:
+        c = 1
+    else:
+        c = next((c for c in sizes if _smem_bytes(cap(c)) <= per_sm), 0) or \
+            next((c for c in sizes if _smem_bytes(cap(c)) <= SOFTMAX_SMEM_PER_CTA), 0)   # 1 CTA an SM
+    if cluster:
+        c = cluster if cluster in (1, 2, 4, 8, 16) and _smem_bytes(cap(cluster)) <= SOFTMAX_SMEM_PER_CTA else 0
+    if not c:
+        return None
+    while not cluster and 2 * c in sizes and M * c < sms and cap(2 * c) * 16 >= SOFTMAX_SMEM_MIN_SLICE:
+        c *= 2
+    threads = min(512, max(128, _pow2(-(-cap(c) // SOFTMAX_SMEM_VECTORS_PER_THREAD))))
+    smem = _smem_bytes(cap(c))
+    return {"kernel": "smem", "vec": v, "threads": threads, "cluster": c, "cap": cap(c), "smem": smem,
+            "ctas_per_sm": min(SOFTMAX_SMEM_PER_SM // (smem + SOFTMAX_SMEM_CTA_RESERVE), 2048 // threads)}
+
+
 def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | None = None,
                  kernel: str | None = None) -> dict:
     """The kernel and its configuration for an M x N softmax of ``esize``-byte elements; ``aligned``:
     every row of input and output starts on a 16-byte boundary. ``kernel`` forces one of rows /
-    block / split / cluster (ValueError when it cannot take the shape). Unforced, a row longer than
+    block / split / cluster / smem (ValueError when it cannot take the shape). Unforced, a row longer than
     the split grid holds goes to the two-pass kernel (the teaching twin), which takes any N."""
     sms = sms or num_sms()
     v = 16 // esize
@@ -215,6 +265,9 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             kernel = "rows"
         elif row_bytes <= SOFTMAX_BLOCK_MAX_BYTES and M >= sms:
             kernel = "block"
+        elif row_bytes > SOFTMAX_BLOCK_MAX_BYTES and (sp := plan_smem(M, N, esize, sms)) and \
+                M * sp["cluster"] >= sms:
+            return sp
         elif row_bytes > SOFTMAX_BLOCK_MAX_BYTES and _cluster_size(nvec, v) * M >= \
                 SOFTMAX_CLUSTER_MIN_WAVES * SOFTMAX_CLUSTER_CTAS_PER_SM * sms:
             kernel = "cluster"
@@ -262,4 +315,10 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
         k = -(-nvec // (parts * t))
         return {"kernel": "split", "vec": v, "threads": t, "k": k, "parts": parts, "grid_cap": cap,
                 "grid": min(M * parts, cap // parts * parts)}
-    raise ValueError(f"kernel: {kernel!r} is not one of rows, block, split, cluster")
+    if kernel == "smem":
+        sp = plan_smem(M, N, esize, sms)
+        if sp:
+            return sp
+        raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit the shared memory of a cluster of "
+                         f"{SOFTMAX_SMEM_CLUSTER_MAX} CTAs")
+    raise ValueError(f"kernel: {kernel!r} is not one of rows, block, split, cluster, smem")

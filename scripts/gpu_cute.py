@@ -163,8 +163,8 @@ def section_verify(which: str, deadline: float) -> None:
 # -- section: timing ------------------------------------------------------------------------------------
 def softmax_candidates(M, N, es, aligned):
     """label -> plan: the planner's choice and the alternatives its byte thresholds choose
-    between for this class of row (short: rows / block; medium: block / rows / split; long: split,
-    split with half the chunk, block, cluster)."""
+    between for this class of row (short: rows / block; medium: block / rows / split / smem; long:
+    split, split with half the chunk, block, cluster, smem, smem with half / twice the cluster)."""
     from cutlass_src import dispatch
 
     out = {"default": dispatch.plan_softmax(M, N, es, aligned)}
@@ -172,9 +172,9 @@ def softmax_candidates(M, N, es, aligned):
     if row <= dispatch.SOFTMAX_ROWS_MAX_BYTES:
         kernels = ("rows", "block")
     elif row <= dispatch.SOFTMAX_BLOCK_MAX_BYTES:
-        kernels = ("block", "rows", "split")
+        kernels = ("block", "rows", "split", "smem")
     else:
-        kernels = ("split", "block", "cluster")
+        kernels = ("split", "block", "cluster", "smem")
     for kernel in kernels:
         try:
             p = dispatch.plan_softmax(M, N, es, aligned, kernel=kernel)
@@ -200,6 +200,12 @@ def softmax_candidates(M, N, es, aligned):
             dispatch.SOFTMAX_SPLIT_VECTORS.update(saved)
         if p not in out.values():
             out["split_half_chunk"] = p
+    if row > dispatch.SOFTMAX_BLOCK_MAX_BYTES // 2:    # smem: the slice count either side of the rule's
+        sp = dispatch.plan_smem(M, N, es, dispatch.num_sms())
+        for label, c in (("smem_half_c", sp and sp["cluster"] // 2), ("smem_double_c", sp and sp["cluster"] * 2)):
+            p = dispatch.plan_smem(M, N, es, dispatch.num_sms(), cluster=c) if c else None
+            if p and p["cluster"] <= 8 and p not in out.values():
+                out[label] = p
     return out
 
 

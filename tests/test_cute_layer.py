@@ -24,7 +24,7 @@ PROBLEMS = ("vector_add", "softmax", "gemm_epilogue")
 IDS = {
     "vector_add": ["cute:vector_add", "cute:vector_add_simple"],
     "softmax": ["cute:softmax", "cute:softmax_simple", "cute:softmax_rows", "cute:softmax_block",
-                "cute:softmax_split", "cute:softmax_cluster"],
+                "cute:softmax_split", "cute:softmax_cluster", "cute:softmax_smem"],
     "gemm_epilogue": ["cute:gemm_epilogue", "cute:gemm_epilogue_simple", "cute:gemm_epilogue_ws",
                       "cute:gemm_epilogue_pingpong", "cute:gemm_epilogue_splitk", "cute:gemm_epilogue_tiled"],
 }
@@ -191,11 +191,14 @@ def test_plan_softmax_by_bytes_per_row(monkeypatch):
     assert kernel(32768, 512, 2) == "rows" and kernel(8192, 1024, 4) == "rows"
     assert kernel(32768, 4096, 2) == "block"                 # 8 KB rows, rows enough to fill SMs
     assert kernel(8, 4096, 2) == "split"                     # 8 rows: spread them over the GPU
-    # long rows: a portable cluster while it holds the row and M x C CTAs fill two waves, else split
-    assert kernel(4096, 32000, 2) == "cluster" and kernel(4096, 151936, 4) == "split"
-    p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS)
+    # long rows: staged in shared memory while the M x C CTAs cover the SMs
+    assert kernel(4096, 32000, 2) == "smem" and kernel(4096, 151936, 4) == "smem"
+    assert kernel(64, 128256, 2) == "smem" and kernel(8, 50000, 2) == "split"
+    p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="cluster")
     assert (p["kernel"], p["cluster"]) == ("cluster", 4) and p["threads"] * p["k"] * 4 >= 6283, p
+    monkeypatch.setattr(dispatch, "SOFTMAX_SMEM_CLUSTER_MAX", 2)   # rows no smem cluster holds: as before
     assert kernel(4096, 128256, 4) == "cluster" and kernel(64, 128256, 2) == "split"
+    monkeypatch.undo()
     p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="split")
     assert (p["parts"], p["grid"] % p["parts"]) == (4, 0)
     assert p["threads"] * p["k"] * p["parts"] >= dispatch.row_vectors(50257, 2, False)
@@ -227,6 +230,67 @@ def test_softmax_split_chunks_cover_the_row(M, N, es, phase):
     assert max(per) - min(per) <= T
 
 
+def test_plan_softmax_smem_rule():
+    """softmax_smem: a CTA a row while one CTA's shared memory holds it (any alignment), else the
+    smallest cluster whose slices let two CTAs share an SM; few rows widen the cluster; the plan's
+    shared memory is the kernel's."""
+    from cutlass_src import dispatch
+
+    def plan(M, N, es, **kw):
+        return dispatch.plan_softmax(M, N, es, False, sms=SMS, **kw)
+
+    want = {(4096, 32000, 2): (1, 256, 3), (4096, 50257, 2): (1, 512, 2), (4096, 128256, 2): (4, 256, 3),
+            (4096, 151936, 2): (4, 512, 3), (4096, 32000, 4): (1, 512, 1), (4096, 50257, 4): (1, 512, 1),
+            (4096, 128256, 4): (8, 256, 3), (4096, 151936, 4): (8, 512, 3), (2000, 50000, 2): (1, 512, 2)}
+    for (M, N, es), (c, t, per_sm) in want.items():
+        p = plan(M, N, es)
+        assert p["kernel"] == "smem" and (p["cluster"], p["threads"], p["ctas_per_sm"]) == (c, t, per_sm), (M, N, p)
+        assert p["cap"] * c >= dispatch.row_vectors(N, es, False) and p["smem"] <= dispatch.SOFTMAX_SMEM_PER_CTA
+        if c > 1:      # the next smaller cluster's slices would not let two CTAs share an SM
+            half = -(-dispatch.row_vectors(N, es, False) // (c // 2))
+            assert 2 * (dispatch._smem_bytes(half) + 1024) > dispatch.SOFTMAX_SMEM_PER_SM
+    assert plan(64, 50257, 2)["cluster"] == 4                       # 64 rows: 256 CTAs cover the SMs
+    assert plan(8192, 16384, 2)["kernel"] == "block"                # 32 KB rows stay in registers
+    assert plan(8192, 16384, 2, kernel="smem")["cluster"] == 1
+    assert plan(1, 1, 2, kernel="smem")["cap"] == 1                 # any row, forced
+    assert plan(4096, 262147, 4, kernel="smem")["cluster"] == 8        # 128 KB slices: one CTA an SM
+    with pytest.raises(ValueError, match="shared memory"):
+        plan(4096, 8 * 227 * 1024 // 4, 4, kernel="smem")
+    assert plan(4096, 50257, 2, kernel="smem") == dispatch.plan_smem(4096, 50257, 2, SMS)
+    assert dispatch.plan_smem(4096, 50257, 2, SMS, cluster=2)["cap"] == 3142
+    try:
+        from cutlass_src import softmax_smem
+    except ImportError:
+        return
+    assert softmax_smem.smem_bytes(1234) == dispatch._smem_bytes(1234)
+
+
+@pytest.mark.parametrize("N,V,C,phase", [(50257, 8, 1, 3), (50257, 8, 4, 7), (1, 8, 1, 5), (1, 4, 2, 3),
+                                         (131072, 4, 8, 0), (37, 8, 8, 1), (128256, 8, 4, 1)])
+def test_softmax_smem_slices_cover_the_row(N, V, C, phase):
+    """The kernel's index arithmetic (softmax_smem.py), in Python: the C slices' vectors cover every
+    vector touching the row once, each within the capacity; the 8 chunks of a slice tile it; every
+    column in [0, N) is read once and columns outside are masked."""
+    from cutlass_src import dispatch
+
+    count = -(-(N + phase) // V)
+    cap = -(-dispatch.row_vectors(N, 16 // V, False) // C)
+    seen = []
+    cols = []
+    for rank in range(C):
+        per_rank = -(-count // C)
+        v0 = rank * per_rank
+        nv = max(min(count - v0, per_rank), 0)
+        assert nv <= cap
+        col0 = v0 * V - phase
+        per = -(-nv // 8)
+        chunks = [(k * per, min(nv, k * per + per)) for k in range(8) if k * per < min(nv, k * per + per)]
+        assert [j for a, b in chunks for j in range(a, b)] == list(range(nv))
+        seen += [v0 + j for j in range(nv)]
+        cols += [col0 + j * V + e for j in range(nv) for e in range(V) if 0 <= col0 + j * V + e < N]
+    assert seen == list(range(count)) and cols == list(range(N))
+
+
 def test_plan_softmax_every_suite_case():
     from cutlass_src import dispatch
 
@@ -238,6 +302,9 @@ def test_plan_softmax_every_suite_case():
             assert p["kernel"] != "simple", c.id
             if p["kernel"] == "rows":
                 assert p["group"] * p["k"] >= nvec
+            elif p["kernel"] == "smem":
+                assert p["cap"] * p["cluster"] >= dispatch.row_vectors(c.N, es, False)
+                assert p["cluster"] <= dispatch.SOFTMAX_SMEM_CLUSTER_MAX and p["smem"] <= dispatch.SOFTMAX_SMEM_PER_CTA
             elif p["kernel"] in ("block", "cluster"):
                 assert p["threads"] * p["k"] * p["cluster"] >= nvec
                 assert p["cluster"] <= dispatch.SOFTMAX_CLUSTER_MAX
@@ -273,7 +340,8 @@ def test_compile_default_every_suite_case(problem):
 VARIANT_CASES = {
     "vector_add": [dict(N=98_432), dict(N=4099, dtype="float16", misalign=3)],
     "softmax": [dict(M=1823, N=781), dict(M=300, N=777, layout="strided_odd"), dict(M=2048, N=2050, dtype="float16"),
-                dict(M=3, N=262_147), dict(M=4096, N=50257, dtype="bfloat16")],
+                dict(M=3, N=262_147), dict(M=4096, N=50257, dtype="bfloat16"),
+                dict(M=4096, N=128_256, dtype="float32")],
     "gemm_epilogue": [dict(M=127, N=65, K=129, act="gelu"), dict(M=16, N=520, K=8192, act="none"),
                       dict(M=4096, N=50257, K=768, act="none"), dict(M=512, N=384, K=1024, bias=0)],
 }
@@ -344,8 +412,31 @@ def test_softmax_ptx_paths():
     # the first row's loads (prologue) and the next row's (in the loop) precede the first shuffle
     assert body[:body.find("shfl.sync.bfly")].count("ld.global.v4") >= 2 * rows["k"], rows
     assert f".minnctapersm {rows['ctas_per_sm']}" in body, rows        # the capped grid is resident
-    cl = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS)
+    cl = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="cluster")
     assert cl["kernel"] == "cluster" and "mapa.shared::cluster" in softmax_block.compile_block(torch.bfloat16, cl).ptx
+
+
+@needs_cute
+@pytest.mark.parametrize("M,N,dtype", [(4096, 50257, torch.bfloat16), (4096, 128256, torch.bfloat16),
+                                       (4096, 50257, torch.float32), (4096, 151936, torch.float32),
+                                       (2000, 50000, torch.float16)])
+def test_softmax_smem_ptx(M, N, dtype):
+    """The slice arrives by 8 bulk copies on 8 mbarriers into dynamic shared memory (no static
+    shared memory: its size is the launch's), 128-bit shared loads and global stores, DSMEM for
+    C > 1, few registers and no spills."""
+    from cutlass_src import dispatch, softmax_smem
+
+    p = dispatch.plan_softmax(M, N, torch.empty((), dtype=dtype).element_size(), aligned=False, sms=SMS)
+    assert p["kernel"] == "smem", p
+    comp = softmax_smem.compile_smem(dtype, p)
+    text = comp.ptx
+    assert text.count("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") == softmax_smem.CHUNKS
+    assert text.count("mbarrier.init.shared.b64") == softmax_smem.CHUNKS and "mbarrier.try_wait.parity" in text
+    assert ".extern .shared .align 128 .b8" in text
+    assert "ld.shared.v4" in text and "st.global.v4" in text and "ld.global" not in text
+    assert ("mapa.shared::cluster" in text) == (p["cluster"] > 1)
+    facts = comp.facts()
+    assert facts["spills"] == 0 and facts["registers"] <= 64 and not facts.get("smem"), facts
 
 
 @needs_cute
