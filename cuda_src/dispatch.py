@@ -82,7 +82,9 @@ SOFTMAX = {
     # A row that fits one CTA (C = 1) with more rows than resident CTAs goes to the persist kernel:
     # the same shared-memory row, but a persistent CTA copies the next row in, chunk by chunk, as it
     # writes the current one (no per-row launch / barrier init / first-byte latency; at 1 CTA an SM
-    # the cluster kernel's SM reads nothing while it writes). Not yet run on a GPU (Round 6b).
+    # the cluster kernel's SM reads nothing while it writes). ``persist``: whether the default takes
+    # it (the table entry a measurement turns off; see docs/perf-notes.md, Round 6b).
+    "persist": True,
     "slice_min": 2 * 1024,          # cluster path: smallest slice worth a CTA (few rows: more CTAs a row)
     "cluster_max": 16,              # CTAs per row (16 is a non-portable cluster size, sm_90)
     "smem_reserve": 1024,           # static shared memory of the cluster kernel, rounded up
@@ -609,7 +611,7 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
         except Decline as e:
             tried.append(str(e))
     if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):
-        if cl.info["cluster"] == 1 and dev.cc[0] >= 9:
+        if cl.info["cluster"] == 1 and dev.cc[0] >= 9 and SOFTMAX["persist"]:
             # a whole row in one CTA and more rows than resident CTAs: the persistent kernel streams
             # the next row in while it writes the current one (per-row launch and load latency hidden)
             try:
@@ -865,6 +867,12 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
         return _why(_plan_tiled(g), f"B is not TMA-readable and M = {g.M} < {GEMM['repack_min_m']}: "
                                     "copying B would cost more than the tensor-core path saves")
     stream = g.M <= GEMM["stream_max_m"]
+    if stream and not repack and _cdiv(g.N, TILED_BN) >= dev.sms:
+        # a B stream whose 32-row tiles alone give every SM a tile: the tiled kernel, no padding
+        # rows and no split (H200, 16 x 28672 x 4096 GELU: tiled 0.96x torch, split-K 0.69-0.70x
+        # at every factor; 16 x 50257 x 768: tiled 1.62x)
+        return _why(_plan_tiled(g), f"M = {g.M} <= {GEMM['stream_max_m']} and {_cdiv(g.N, TILED_BN)} "
+                                    f"column tiles >= {dev.sms} SMs: the tiled kernel streams B without padding rows")
     s = _stream_splits(g, dev, 128) if stream else _choose_splits(g, dev, 128)
     if s > 1:
         plan = _plan_ws(g, dev, 128, s, b_buf="bpad" if repack else "b",

@@ -193,6 +193,8 @@ SOFTMAX_SMEM_CTA_RESERVE = 1024         # the driver's reservation per CTA
 SOFTMAX_SMEM_CTAS_PER_SM = 2            # slices of a row longer than one CTA holds
 SOFTMAX_SMEM_CLUSTER_MAX = 8            # portable clusters
 SOFTMAX_SMEM_MIN_SLICE = 16 * 1024      # few rows: a slice is worth a CTA down to this
+SOFTMAX_SMEM_DEFAULT = True             # whether the default takes smem for long rows (the table
+                                        # entry a measurement turns off; docs/perf-notes.md)
 SOFTMAX_SMEM_VECTORS_PER_THREAD = 16    # threads = this many vectors each, 128..512 a CTA
 
 
@@ -265,8 +267,8 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             kernel = "rows"
         elif row_bytes <= SOFTMAX_BLOCK_MAX_BYTES and M >= sms:
             kernel = "block"
-        elif row_bytes > SOFTMAX_BLOCK_MAX_BYTES and (sp := plan_smem(M, N, esize, sms)) and \
-                M * sp["cluster"] >= sms:
+        elif SOFTMAX_SMEM_DEFAULT and row_bytes > SOFTMAX_BLOCK_MAX_BYTES and \
+                (sp := plan_smem(M, N, esize, sms)) and M * sp["cluster"] >= sms:
             return sp
         elif row_bytes > SOFTMAX_BLOCK_MAX_BYTES and _cluster_size(nvec, v) * M >= \
                 SOFTMAX_CLUSTER_MIN_WAVES * SOFTMAX_CLUSTER_CTAS_PER_SM * sms:
