@@ -83,8 +83,10 @@ SOFTMAX = {
     # the same shared-memory row, but a persistent CTA copies the next row in, chunk by chunk, as it
     # writes the current one (no per-row launch / barrier init / first-byte latency; at 1 CTA an SM
     # the cluster kernel's SM reads nothing while it writes). ``persist``: whether the default takes
-    # it (the table entry a measurement turns off; see docs/perf-notes.md, Round 6b).
-    "persist": True,
+    # it. Off: on the H200 (2026-11-30, scripts/gpu_gate.py, models suite) it was 8 % slower than
+    # the C = 1 cluster kernel (with its 16-byte shared-memory reads) on the rows it would take,
+    # e.g. 4096 x 32000 bf16 157 us against 131 us (docs/perf-notes.md, Round 6b measured).
+    "persist": False,
     "slice_min": 2 * 1024,          # cluster path: smallest slice worth a CTA (few rows: more CTAs a row)
     "cluster_max": 16,              # CTAs per row (16 is a non-portable cluster size, sm_90)
     "smem_reserve": 1024,           # static shared memory of the cluster kernel, rounded up
