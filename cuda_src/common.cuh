@@ -141,6 +141,22 @@ __device__ __forceinline__ void online_merge(float& m, float& s, float m2, float
   m = mn;
 }
 
+// Online (max, sum) update with VEC new values: rescale the sum only when the max grows.
+template <int VEC>
+__device__ __forceinline__ void online_add(float& m, float& s, const float (&f)[VEC]) {
+  float tm = f[0];
+#pragma unroll
+  for (int e = 1; e < VEC; ++e) tm = fmaxf(tm, f[e]);
+  if (tm > m) {  // from m = -inf: s = 0 * exp2(-inf) = 0
+    s *= exp_shifted(m, tm);
+    m = tm;
+  }
+  if (m != KL_NEG_INF) {  // else every value so far is -inf and adds nothing
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s += exp_shifted(f[e], m);
+  }
+}
+
 __device__ __forceinline__ void warp_online_merge(float& m, float& s) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {

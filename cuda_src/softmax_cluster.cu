@@ -36,22 +36,6 @@ __device__ __forceinline__ R lds_vec(const T* p, int v) {
   return r;
 }
 
-// Online (max, sum) update with VEC new values: rescale the sum only when the max grows.
-template <int VEC>
-__device__ __forceinline__ void online_add(float& m, float& s, const float (&f)[VEC]) {
-  float tm = f[0];
-#pragma unroll
-  for (int e = 1; e < VEC; ++e) tm = fmaxf(tm, f[e]);
-  if (tm > m) {  // from m = -inf: s = 0 * exp2(-inf) = 0
-    s *= exp_shifted(m, tm);
-    m = tm;
-  }
-  if (m != KL_NEG_INF) {  // else every value so far is -inf and adds nothing
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) s += exp_shifted(f[e], m);
-  }
-}
-
 template <typename T, int C>
 __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
     softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ y, int N, i64 sx, i64 sy, int seg) {

@@ -30,22 +30,6 @@ namespace kl {
 
 constexpr int kPersistChunks = 8;  // bulk copies per row, each on its own full/empty mbarrier pair
 
-// Online (max, sum) update with VEC new values: rescale the sum only when the max grows.
-template <int VEC>
-__device__ __forceinline__ void persist_online_add(float& m, float& s, const float (&f)[VEC]) {
-  float tm = f[0];
-#pragma unroll
-  for (int e = 1; e < VEC; ++e) tm = fmaxf(tm, f[e]);
-  if (tm > m) {  // from m = -inf: s = 0 * exp2(-inf) = 0
-    s *= exp_shifted(m, tm);
-    m = tm;
-  }
-  if (m != KL_NEG_INF) {  // else every value so far is -inf and adds nothing
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) s += exp_shifted(f[e], m);
-  }
-}
-
 // Issue chunk k of a row whose body (16-byte aligned) starts at `body` and has `nvec` vectors.
 __device__ __forceinline__ void persist_issue(int k, int per, int nvec, const void* body, u32 buf, u32 full) {
   const int v0 = k * per, v1 = min(nvec, v0 + per);
@@ -108,12 +92,12 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(1)
     if (has_h) {
       hv = to_float(xr[t]);
       float f[1] = {hv};
-      persist_online_add<1>(m, s, f);
+      online_add<1>(m, s, f);
     }
     if (has_t) {
       tv = to_float(xr[tail + t]);
       float f[1] = {tv};
-      persist_online_add<1>(m, s, f);
+      online_add<1>(m, s, f);
     }
     // Pass 1: chunk by chunk as the copies land.
     for (int k = 0; k < kPersistChunks; ++k) {
@@ -124,7 +108,7 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(1)
         const R r = body[v];  // one 16-byte shared-memory access (LDS.128)
         float f[VEC];
         unpack<T, VEC>(r, f);
-        persist_online_add<VEC>(m, s, f);
+        online_add<VEC>(m, s, f);
       }
     }
     // Merge: shuffles within each warp, then the warps' states through shared memory. The slots are
