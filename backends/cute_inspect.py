@@ -60,6 +60,8 @@ def cute_artifacts(impl, case, art: Artifacts) -> None:
     os.environ.setdefault("CUTE_DSL_KEEP", "ir,ptx,cubin")
     os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(dump))
     art.source = "compile_only(case), every cute.compile call recorded (--keep-ptx --keep-cubin)"
+    import cutlass_src
+    cutlass_src.DISK_CACHE = False      # compile for real: a kernel loaded from disk has no IR to show
     with _watch_cute(dump) as seen:
         facts = impl.compile_only_fn(case)
     if not seen:

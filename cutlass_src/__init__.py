@@ -35,6 +35,9 @@ _LOCK = threading.Lock()
 _CACHE: dict = {}
 _DUMP: list = []
 ARCH = "sm_90a"
+#: whether compile_kernel reads and writes kernels kept on disk (``inspect`` turns it off: it wants
+#: the compiler's own artifacts)
+DISK_CACHE = True
 
 
 def unavailable() -> str | None:
@@ -221,7 +224,7 @@ def _disk_name(key) -> str:
 
 def _load_from_disk(key):
     """(function, ptx) of a kernel compiled by an earlier process, or None."""
-    folder = _disk_dir()
+    folder = _disk_dir() if DISK_CACHE else None
     if folder is None:
         return None
     name = _disk_name(key)
@@ -246,7 +249,7 @@ def _load_from_disk(key):
 def _save_to_disk(key, fn_c, ptx) -> None:
     """Export the compiled function's host code and cubin as one object file (atomic rename: a
     parallel worker compiling the same key writes the same bytes)."""
-    folder = _disk_dir()
+    folder = _disk_dir() if DISK_CACHE else None
     if folder is None:
         return
     name = _disk_name(key)
