@@ -305,18 +305,12 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
 
 def plain_spec(a, b, bias, act: str, out, cfg: dict | None = None):
     """The launch of the plain kernel (the teaching twin's, gemm_epilogue.py) with ``cfg``."""
-    from .checks import ACTS
     from .gemm_epilogue import gemm_epilogue_kernel
+    from .gemm_epilogue_tiled import pointer_args
     from .runtime import Spec
     cfg = cfg or GEMM["plain"]
-    M, K = a.shape
-    N = b.shape[1]
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
-    args = {"a_ptr": a, "b_ptr": b, "bias_ptr": bias if bias is not None else a, "c_ptr": out,
-            "M": M, "N": N, "K": K, "stride_am": a.stride(0), "stride_ak": a.stride(1),
-            "stride_bk": b.stride(0), "stride_bn": b.stride(1), "stride_cm": out.stride(0),
-            "stride_cn": out.stride(1), "ACT": ACTS[act], "HAS_BIAS": bias is not None,
-            **{k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}}
+    grid = (triton.cdiv(a.shape[0], cfg["BLOCK_M"]), triton.cdiv(b.shape[1], cfg["BLOCK_N"]))
+    args = pointer_args(a, b, bias, act, out, cfg)
     return Spec(gemm_epilogue_kernel, grid, args,
                 {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
 

@@ -114,15 +114,22 @@ def vec_facts(a, b, bias, out) -> dict:
     return {"K_VEC": k_vec, "N_VEC": n_vec}
 
 
-def launch_spec(a, b, bias, act: str, out, cfg: dict) -> Spec:
+def pointer_args(a, b, bias, act: str, out, cfg: dict) -> dict:
+    """The arguments every pointer GEMM kernel here takes (this one's and the twin's): operands,
+    sizes, strides, epilogue and the BLOCK_M / N / K tile of ``cfg``."""
     M, K = a.shape
     N = b.shape[1]
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    args = {"a_ptr": a, "b_ptr": b, "bias_ptr": bias if bias is not None else a, "c_ptr": out,
+    return {"a_ptr": a, "b_ptr": b, "bias_ptr": bias if bias is not None else a, "c_ptr": out,
             "M": M, "N": N, "K": K, "stride_am": a.stride(0), "stride_ak": a.stride(1),
             "stride_bk": b.stride(0), "stride_bn": b.stride(1), "stride_cm": out.stride(0),
             "stride_cn": out.stride(1), "ACT": ACTS[act], "HAS_BIAS": bias is not None,
-            **{k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
+            **{k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}}
+
+
+def launch_spec(a, b, bias, act: str, out, cfg: dict) -> Spec:
+    M, N = a.shape[0], b.shape[1]
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    args = {**pointer_args(a, b, bias, act, out, cfg), "GROUP_M": cfg["GROUP_M"],
             **vec_facts(a, b, bias, out)}
     return Spec(gemm_epilogue_tiled_kernel, grid, args,
                 {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
