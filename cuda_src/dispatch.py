@@ -65,8 +65,8 @@ SOFTMAX = {
     "order": ("warp", "rows", "block"),
     "resident_target": 96 * 1024,   # bytes an SM holds in flight to stream near the HBM rate
     # The warp path needs fewer: its warps are independent (no block barrier, no prefetch), so ~40
-    # warps an SM sit in different phases (load / shuffle / store). Measured (layer run 2026-11-30):
-    # 40 KB a SM 95 % vs rows 92 % (32768 x 512 bf16); 10 KB 66 % vs rows 88 % (65536 x 128 bf16).
+    # warps an SM sit in different phases (load / shuffle / store); below this the rows kernel's
+    # prefetch wins (measurements: docs/perf-notes.md, Round 6 CUDA C++).
     "warp_resident_target": 32 * 1024,
     "warp_max_n": 1024,             # 32 lanes x 32 values
     "rows_max_n": 8192,             # 256 threads x 32 values
@@ -83,9 +83,8 @@ SOFTMAX = {
     # the same shared-memory row, but a persistent CTA copies the next row in, chunk by chunk, as it
     # writes the current one (no per-row launch / barrier init / first-byte latency; at 1 CTA an SM
     # the cluster kernel's SM reads nothing while it writes). ``persist``: whether the default takes
-    # it. Off: on the H200 (2026-11-30, scripts/gpu_gate.py, models suite) it was 8 % slower than
-    # the C = 1 cluster kernel (with its 16-byte shared-memory reads) on the rows it would take,
-    # e.g. 4096 x 32000 bf16 157 us against 131 us (docs/perf-notes.md, Round 6b measured).
+    # it. Off: scripts/gpu_gate.py measured it slower than the C = 1 cluster kernel (with its
+    # 16-byte shared-memory reads) on the rows it would take (docs/perf-notes.md, Round 6 measured).
     "persist": False,
     "slice_min": 2 * 1024,          # cluster path: smallest slice worth a CTA (few rows: more CTAs a row)
     "cluster_max": 16,              # CTAs per row (16 is a non-portable cluster size, sm_90)
@@ -122,9 +121,9 @@ GEMM = {
     "repack_min_m": 128,            # below this many rows, copying B to an aligned buffer costs more than it saves
     "tiled_bms": (32, 64, 128),
     # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
-    # HBM; every split-K factor of 16 x 8192 x 28672 ran at the same ~22 GB/s of B per busy SM
-    # (470 MB / 168 us / 128 SMs), below the 31 GB/s an SM's share of HBM would allow. The split is
-    # then chosen to minimise the k-tiles of B the busiest SM streams (waves x k-tiles per unit).
+    # HBM; every split-K factor streams B at about the same rate per busy SM (sm_stream_bytes_per_s,
+    # below an SM's share of HBM; docs/perf-notes.md, Round 6 CUDA C++). The split is then chosen
+    # to minimise the k-tiles of B the busiest SM streams (waves x k-tiles per unit).
     "stream_max_m": 64,
     "sm_stream_bytes_per_s": 22e9,     # tiled kernel's tile rows: the smallest that holds M (few rows: less padding)
 }
@@ -605,7 +604,7 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
         try:
             plan = _softmax_path("split", c, sx, sy, dev, **opts)
             # enough units to cover the SMs, or at least as many CTAs as the cluster path would run
-            # (few rows: 1 x 262147 fp32 split 17 units 71 % vs cluster 16 CTAs 55 %)
+            # (few rows: split's units spread a row over more SMs than a cluster's CTAs)
             units = c.M * plan.info["parts"]
             if units >= min(dev.sms, cl.plans[0].grid[0] if cl else dev.sms):
                 return _why(plan, f"split: rows of {c.row_bytes} bytes, 16-byte aligned, {c.M} x "
@@ -871,8 +870,7 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
     stream = g.M <= GEMM["stream_max_m"]
     if stream and not repack and _cdiv(g.N, TILED_BN) >= dev.sms:
         # a B stream whose 32-row tiles alone give every SM a tile: the tiled kernel, no padding
-        # rows and no split (H200, 16 x 28672 x 4096 GELU: tiled 0.96x torch, split-K 0.69-0.70x
-        # at every factor; 16 x 50257 x 768: tiled 1.62x)
+        # rows and no split (it beat split-K at every factor there: docs/perf-notes.md, Round 6)
         return _why(_plan_tiled(g), f"M = {g.M} <= {GEMM['stream_max_m']} and {_cdiv(g.N, TILED_BN)} "
                                     f"column tiles >= {dev.sms} SMs: the tiled kernel streams B without padding rows")
     s = _stream_splits(g, dev, 128) if stream else _choose_splits(g, dev, 128)

@@ -22,13 +22,12 @@ GEMM_TILES = (
 GEMM_MAX_SPLITS = 16
 GEMM_MIN_KTILES_PER_SPLIT = 4   # a split shorter than this spends more on its fix-up than it saves
 # The planner's cost model: predicted microseconds of one candidate (schedule, tile, splits), fitted
-# on the H200 timings of 2026-11-30 (docs/results/h200-2026-11-30/layers/gpu_cute_timing.json:
-# every alternative of the 11 M <= 300 shapes ranked as measured). A persistent CTA runs
+# on measured timings of every alternative at M <= 300 (docs/perf-notes.md, Round 6 CuTe DSL). A persistent CTA runs
 # ceil(units / SMs) units; a unit costs its k-tiles, each the longer of its wgmmas (GEMM_SM_TFLOPS
 # x tile efficiency) and its operand bytes (GEMM_SM_GBPS: what one SM's TMA ring pulls), plus
 # GEMM_UNIT_US (pipeline fill, epilogue). Split-K adds the fix-up: GEMM_FIXUP_US plus the last
-# split reading all S fp32 partials (GEMM_FIXUP_GBPS: measured slow, a 128x256 tile at S = 5 costs
-# ~15 us: 256x6144x4096 ws s5 65 us vs s1 50 us). The whole grid's bytes bound it below at
+# split reading all S fp32 partials (GEMM_FIXUP_GBPS: measured slow, a large part of a short
+# GEMM's time). The whole grid's bytes bound it below at
 # GEMM_HBM_GBPS; the two bounds meet in a soft maximum (sum of 4th powers).
 GEMM_SM_TFLOPS = 6.6            # per SM: 870 TFLOP/s over 132 SMs
 GEMM_SM_GBPS = 90.0             # per SM, operand bytes of a unit's k-tiles
@@ -152,15 +151,13 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 # M x C CTAs cover the SMs, else over a cluster of CTAs holding the row in registers (cluster)
 # while a portable cluster holds it and the M x C CTAs make SOFTMAX_CLUSTER_MIN_WAVES waves; else -
 # rows too long or too few to fill the GPU - chunks held by a persistent grid (split; one chunk per
-# row = a persistent row pipeline). Measured on the H200 (2026-11-30), cluster beat split on every
-# vocabulary row a cluster of <= 8 holds (fp32 x 32000: 286 vs 370 us; bf16 x 50257: 394 vs 487
-# us; 2000 x 50000 fp16: 191 vs 229 us) and lost where it took 16 CTAs (151936: 2000 vs 1187 us).
+# row = a persistent row pipeline). Cluster beat split on every vocabulary row a cluster of <= 8
+# holds and lost where it took 16 CTAs (docs/perf-notes.md, Round 6 CuTe DSL).
 SOFTMAX_ROWS_MAX_BYTES = 4096
 SOFTMAX_BLOCK_MAX_BYTES = 32768
 # Short rows: the SM's loads in flight are CTAs x threads x (16-byte vectors a thread holds per row
-# buffer). Measured 2026-11-30 with <= 16 values a thread (2 vectors bf16) and whole-warp groups:
-# 65536 x 128 bf16 28 % of copy (a 16-vector row on a 32-thread group: half the lanes idle, 8 KB
-# in flight an SM), 32768 x 512 bf16 67 %, 8192 x 2048 fp16 66 % (32 KB an SM). Now 4 vectors a
+# buffer). With <= 16 values a thread (2 vectors bf16) and whole-warp groups a 16-vector row left
+# half a group's lanes idle and 8-32 KB in flight an SM (docs/perf-notes.md, Round 6). Now 4 vectors a
 # thread for every dtype (64 registers by ptxas, so 4 CTAs of 256 an SM: 64 KB in flight) and
 # groups down to a lane or two, so a row fills its group.
 SOFTMAX_ROWS_VECTORS = 4            # 16-byte vectors per thread per row buffer (two buffers live)
@@ -181,10 +178,10 @@ SOFTMAX_CLUSTER_MIN_WAVES = 2       # M x C >= this x CTAS_PER_SM x SMs: tails a
 # Rows longer than SOFTMAX_BLOCK_MAX_BYTES: the row staged in shared memory (softmax_smem.py) by
 # bulk copies, a CTA a row while one CTA's shared memory holds it, else the smallest cluster of C
 # CTAs whose slices let SOFTMAX_SMEM_CTAS_PER_SM CTAs share an SM. Why: the register kernels hold
-# 64 KB of bf16 an SM (2 CTAs x 512 threads x 32 values at ~2 registers a value) and measured
-# 40-60 % of copy on 16-bit vocabulary rows (bf16 x 50257: cluster 49.6 %, split 40.2 %), where
-# the CUDA kernel staging each slice in shared memory ran 71-84 % (gpu_cuda.json, 2026-11-30; C = 1
-# beat C = 2/4 on every 64-201 KB row there, and 2 CTAs an SM were best for longer rows). Few
+# 64 KB of bf16 an SM (2 CTAs x 512 threads x 32 values at ~2 registers a value), and on 16-bit
+# vocabulary rows they measured far below the CUDA kernel that stages each slice in shared memory
+# (where C = 1 beat C = 2/4 on rows one CTA holds, and 2 CTAs an SM were best for longer rows;
+# docs/perf-notes.md, Rounds 6 and 6b). Few
 # rows: C doubles while M x C < SMs and slices stay >= SOFTMAX_SMEM_MIN_SLICE; the default takes
 # the kernel only when its M x C CTAs cover the SMs (else split spreads a row wider).
 SOFTMAX_SMEM_PER_SM = 228 * 1024        # shared memory of an SM (H100 / H200)

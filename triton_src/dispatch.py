@@ -34,17 +34,15 @@ SOFTMAX = {
     "rows_values_per_thread": 16,
     "rows_stages": 2,               # the next block's loads in flight while this one is reduced
     # block kernel (one row a program, in registers): up to this many (padded) columns, in every
-    # dtype (the registers hold fp32 either way: 128 KB of a row in flight per program). Measured
-    # on the H200: 16-bit rows of 32000 columns 71-77 % of copy in block (w16) where ``online``
-    # reached 36-40 % (2026-11-30, both layer runs)
+    # dtype (the registers hold fp32 either way: 128 KB of a row in flight per program); on 16-bit
+    # rows of this length it beat ``online`` by about a factor of two (docs/perf-notes.md, Round 6)
     "block_max_cols": {4: 32768, 2: 32768},
     # warps by padded row length: (up to this many columns, warps)
     "block_warps": ((1024, 4), (8192, 8), (32768, 16)),
     # rows longer than the block kernel takes: ``split`` (one read, one write) whenever a row's
     # chunks fit the co-resident grid with room to spare (at most ``split_max_chunks_per_sm`` x
-    # SMs chunks a row), else ``online`` (any length; one to two reads). Measured on the H200
-    # (docs/perf-notes.md, round 5): split 51-78 % of copy on 16-bit rows of 50257-151936 columns
-    # where online reached 36-42 %, and 87-89 % against 56-61 % on fp32 rows
+    # SMs chunks a row), else ``online`` (any length; one to two reads), which measured well below
+    # split on long rows of every dtype (docs/perf-notes.md, Rounds 5 and 6)
     "split_max_chunks_per_sm": 2,
     "online_l2_fraction": 0.5,
     "online_block": 8192,
@@ -53,8 +51,8 @@ SOFTMAX = {
     "online_max_programs_per_sm": 4,
     # split: fp32 values a thread holds (so chunk / warps is fixed), the chunk range by dtype
     # size, and the smallest fraction of a row's padded lanes that must hold data. (Round 6 tried
-    # 32 values a thread in 16-bit with chunks aligned on 16-byte addresses: 32-40 % of copy on
-    # the H200 where this configuration measured 51-78 %; reverted, docs/perf-notes.md)
+    # 32 values a thread in 16-bit with chunks aligned on 16-byte addresses; it measured slower and
+    # was reverted: docs/perf-notes.md, Round 6 measured)
     "split_values_per_thread": 64,
     "split_max_chunk": {4: 16384, 2: 8192},
     "split_min_chunk": 2048,
@@ -87,26 +85,20 @@ GEMM = {
     # shared memory asynchronously (cp.async moves 4, 8 or 16 bytes): their tiles pass through
     # registers in 2-byte loads that the same program waits for before its MMA (load, store to
     # shared memory, barrier, wgmma; the 64-deep K steps spill there). Only another program on
-    # the SM overlaps that wait, so the first choice holds two programs an SM (128 x 128 tiles,
-    # one warpgroup, ~230 registers): on the H200 it is the teaching twin's configuration, 1.20x /
-    # 1.39x / 1.46x torch at 256 / 2048 / 4096 x 50257 x 768-1024, where one 8-warp program an SM
-    # (128 x 256) measured 0.56-0.58x; 64-row tiles (three an SM) issue twice the 2-byte B loads
-    # per FLOP and measured 0.49-0.51x
+    # the SM overlaps that wait, so the first choice is a one-warpgroup 128 x 128 tile
     "tiled_unaligned": [_tiled(128, 128, 32, 3, 4), _tiled(128, 256, 32, 3, 8, eff=0.45),
                         _tiled(64, 128, 32, 3, 4, eff=0.4)],
     # more than ``narrow_max_m`` rows and such operands: the plain kernel of gemm_epilogue.py
-    # (masked pointer loads, 2-d grid, ~128 registers) instead. On the H200 (2026-11-30, second
-    # layer run) it measured 1.18x / 1.39x / 1.47x torch at 256 / 2048 / 4096 x 50257 x 768-1024
-    # where the tiled kernel above, same tile, measured 0.73-0.79x (255 registers: its unmasked
-    # pointer tiles stay live across the pipeline, one program an SM)
+    # (masked pointer loads, 2-d grid, about half the registers) instead: the tiled kernel above,
+    # same tile, keeps its unmasked pointer tiles live across the pipeline (255 registers, one
+    # program an SM) and measured well below it (docs/perf-notes.md, Round 6 measured)
     "plain_unaligned": True,
     "plain": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3},
     # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
     # tiles streaming B, K split by the smallest factor that gives every SM a program; unsplit
     # only when the tiles alone load the SMs evenly (the busiest SM at most 1 / ``narrow_balance``
-    # of the mean). Measured on the H200 (16 rows): about one program an SM was best (6144 x 4096
-    # S=2 0.945x torch, 4096 x 14336 S=2 1.022x, 8192 x 28672 S=2 0.962x), 4 an SM 8-11 % slower;
-    # 448 tiles unsplit (3.4 an SM: 4 on some, 3 on others) 0.898x against 0.965x split in two
+    # of the mean). About one program an SM measured best; more splits pay for their partials and
+    # an uneven last wave costs more than a split in two (docs/perf-notes.md, Round 6 Triton)
     "narrow_max_m": 64,
     "narrow": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_stages": 4, "num_warps": 4},
     "narrow_unaligned": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_stages": 3, "num_warps": 4},
