@@ -1,8 +1,9 @@
 """The main job: ``python -m harness compare``.
 
-verify suite (parallel workers, one layer each) -> timed cases (one worker: each case verified
-with three seeds, then every implementation timed interleaved, the first and last timed launch
-verified) -> metrics (a row faster than the hardware is a FAIL) -> summary -> files.
+verify suite and the timed cases' verification (parallel workers, one layer each: every timed
+case verified with three seeds, like a suite case) -> timed cases (one worker, the GPU to itself:
+every implementation that passed timed interleaved, its first and last timed launch verified
+again) -> metrics (a row faster than the hardware is a FAIL) -> summary -> files.
 
 Every finished row is appended to ``<out>/rows.jsonl`` at once; Ctrl-C, SIGTERM or a crash leave
 those rows and an ``INTERRUPTED`` marker, and ``--resume <out>`` finishes the run.
@@ -14,7 +15,6 @@ import os
 import shlex
 import signal
 import sys
-import threading
 
 from . import plan as P
 from .results import ResultsDir, row_key
@@ -28,24 +28,28 @@ def default_jobs(device: str) -> int:
     return max(1, min(6, n // 3 if device == "cuda" else n))
 
 
-def _warm_compiles(plan, impls, stop) -> None:
-    """Compile, ahead of the timed phase and beside the verify suite, what the timed cases will
-    need from implementations whose ``compile_only`` fills the cache their ``prepare`` reads
-    (registered with ``compile_fills_cache``). CPU work only; errors are left to the timed phase,
-    which meets them again and reports them on its rows."""
-    for p, cases in plan:
-        for impl in impls:
-            if (impl.problem != p.name or impl.compile_only_fn is None
-                    or not impl.extra.get("compile_fills_cache") or impl.available()):
-                continue
-            for c in cases:
-                if stop.is_set():
-                    return
-                try:
-                    if not impl.supports(c):
-                        impl.compile_only_fn(c)
-                except Exception:
-                    pass
+def _preverify_tasks(tasks: list[dict]) -> list[dict]:
+    """The verification of the timed tasks as tasks of their own, one per case and layer, for the
+    parallel phase: a worker verifies them (three seeds) and reports each PASS as pending timing;
+    the timed phase then only times (and checks its first and last timed launches)."""
+    out = []
+    for t in tasks:
+        layers: dict[str, list[str]] = {}
+        for i in t["impls"]:
+            layers.setdefault(i.split(":")[0], []).append(i)
+        for g in layers.values():
+            out.append(dict(t, id=f"p{len(out)}", impls=g, time=False, preverify=True))
+    return out
+
+
+def _with_preverified(tasks: list[dict], pre: dict) -> list[dict]:
+    """Timed tasks whose implementations passed the parallel verification carry that verdict
+    (``verified``); implementations without one are verified in the timed worker as before."""
+    out = []
+    for t in tasks:
+        ver = {i: pre[(i, t["case"]["id"])] for i in t["impls"] if (i, t["case"]["id"]) in pre}
+        out.append(dict(t, verified=ver) if ver else t)
+    return out
 
 
 def _sigterm(*_):
@@ -108,9 +112,14 @@ def run(args, console, argv: list[str]) -> int:
     interrupted = None
     old = signal.signal(signal.SIGTERM, _sigterm)
 
+    pre: dict = {}   # (impl, case id) -> a timed case's verification row, pending its timing
+
     def keep(ev):
         if ev.get("event") == "row":
             r = ev["row"]
+            if r.get("pending_timing"):
+                pre[(r["impl"], r["case"]["id"])] = r
+                return
             rows.append(r)
             rd.append(r)
         elif ev.get("event") == "vendor":
@@ -118,34 +127,35 @@ def run(args, console, argv: list[str]) -> int:
             rd.append_event("vendor", case=ev["case"], data=vendor[ev["case"]])
         elif ev.get("event") == "ceilings":
             rd.append_event("ceilings", ceilings=ev["ceilings"])
+        elif ev.get("event") == "ready":   # where the wall time goes: each worker's start-up
+            rd.append_event("worker_ready", startup_s=ev.get("startup_s"))
 
     try:
         failed_suite: dict[str, str] = {}
-        warm_stop = threading.Event()
-        warm = threading.Thread(target=_warm_compiles, args=(plan, impls, warm_stop), daemon=True)
+        gpu = device == "cuda"
+        vtasks = []
         if not args.no_verify_suite and not args.set:
-            if device == "cuda":
-                warm.start()
             vplan = P.plan_cases(P_names(args), "verify", args.dtype, [])
-            vtasks = [t for t in P.make_tasks(vplan, impls, phase="verify-suite", prefix="v",
-                                              split_by_layer=True)]
-            vtasks = _todo(vtasks, done)
-            with RunProgress(console, sum(len(t["impls"]) for t in vtasks), "verify suite",
+            vtasks = _todo(P.make_tasks(vplan, impls, phase="verify-suite", prefix="v", split_by_layer=True), done)
+        # On the GPU the timed cases are verified here too, in parallel (their compiles and
+        # three-seed checks are most of the work); the timed phase then only times them.
+        ptasks = _preverify_tasks(_todo(P.make_tasks(plan, impls, time=True), done)) if gpu else []
+        if vtasks or ptasks:
+            title = "verify suite" + (" + timed cases' verification" if ptasks else "")
+            with RunProgress(console, sum(len(t["impls"]) for t in vtasks + ptasks), title,
                              quiet=quiet) as prog:
-                prog.add_tasks(vtasks)
-                run_parallel(vtasks, args.jobs or default_jobs(device),
+                prog.add_tasks(vtasks + ptasks)
+                run_parallel(vtasks + ptasks, args.jobs or default_jobs(device),
                              on_event=lambda ev: (keep(ev), prog.event(ev)), **common)
             for r in rows:
                 if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
                     failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
-        warm_stop.set()             # the timed phase needs the machine quiet: stop warming
-        if warm.is_alive():
-            warm.join()
         ok_impls = [i for i in impls if i.key not in failed_suite]
-        gpu = device == "cuda"
         # timing needs the GPU to itself: one worker; without a GPU nothing is timed and the
         # cases go to parallel workers like the verify suite
+        done = {row_key(r) for r in rows}   # a timed case that failed its verification is finished
         tasks = _todo(P.make_tasks(plan, ok_impls, time=True, split_by_layer=not gpu), done)
+        tasks = _with_preverified(tasks, pre)
         with RunProgress(console, sum(len(t["impls"]) for t in tasks),
                          "timed cases" if gpu else "cases", quiet=quiet) as prog:
             prog.add_tasks(tasks)

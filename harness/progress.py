@@ -71,6 +71,6 @@ class RunProgress:
                         rate = (time.monotonic() - self.t0) / self.done
                         eta = f"  ETA {rate * (self.total - self.done):.0f} s"
                     print(f"[{self.done}/{self.total} {time.monotonic() - self.t0:5.0f}s] "
-                          f"{r.get('phase', 'timed'):12s} {r['impl']:28s} "
+                          f"{'timed-verify' if r.get('pending_timing') else r.get('phase', 'timed'):12s} {r['impl']:28s} "
                           f"{r['problem']} {_case_text(r['case'])}  {r.get('status')}{took}{why}{eta}",
                           file=sys.stderr, flush=True)

@@ -45,6 +45,7 @@ BIAS_T = 10.0
 BIAS_FLOOR = 0.02       # of half an ulp of the output dtype at the bin
 BIAS_FLOOR_FP32 = 8.0   # half-ulps of fp32: the floor never goes below this
 BIAS_BINADES = 40       # bins per sign: binades from the largest |ref| down
+BIAS_MAX_CHUNKS = 4     # chunks of CHUNK elements the bias test reads at most (evenly spaced)
 
 
 class LateDecline(Exception):
@@ -160,14 +161,29 @@ class _BiasStats:
         return best[1] if best else None
 
 
+def _first_index(n: int, bad_of_chunk) -> int:
+    """The flat index of the first element ``bad_of_chunk(i, j)`` (a boolean chunk [i, j)) marks;
+    only called once a count said there is one."""
+    for i in range(0, n, CHUNK):
+        d = bad_of_chunk(i, min(n, i + CHUNK))
+        if bool(d.any()):
+            return i + int(torch.nonzero(d)[0])
+    return 0
+
+
 def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | None = None,
                  systematic: torch.Tensor | None = None) -> Check:
     """Compare ``out`` with the float64 ``ref``.
 
     ``bound`` (float64, like ``ref``): the problem's per-element error bound before the output
     rounding; half an ulp of the output dtype at max(|ref|, |out|) is added at each element.
-    ``systematic``: the part of ``bound`` that may be a bias (the bias test allows it). Without it the problem's ``tolerance`` applies (atol + rtol*|ref|). Streams over chunks so the
-    float64 temporaries stay small for outputs of billions of elements."""
+    ``systematic``: the part of ``bound`` that may be a bias (the bias test allows it). Without it
+    the problem's ``tolerance`` applies (atol + rtol*|ref|). Streams over chunks so the float64
+    temporaries stay small for outputs of billions of elements; the sums, counts and extremes stay
+    on the device until the end of a pass (a host round trip a chunk costs more than the chunk),
+    and the first offending element is searched for only when a count says there is one. The bias
+    test reads at most ``BIAS_MAX_CHUNKS`` chunks, evenly spaced over the output (2^26 elements
+    test a bias far below its floor; sorting billions of values for it would cost seconds)."""
     if not isinstance(out, torch.Tensor):
         return Check(False, f"output is {type(out).__name__}, not a tensor")
     if tuple(out.shape) != tuple(ref.shape):
@@ -181,57 +197,57 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
     b_all = bound.reshape(-1) if bound is not None else None
     s_all = systematic.reshape(-1) if systematic is not None else None
     n = r_all.numel()
+    f64 = dict(dtype=torch.float64, device=ref.device)
 
-    nan_bad = inf_bad = 0
-    nan_first = inf_first = None
-    nan_what = ""
-    n_fin = 0
-    sum_r2 = sum_e2 = 0.0
-    max_abs = 0.0
-    r0 = o0 = None
-    ref_varies = out_varies = False
+    def nan_mismatch(i, j):
+        return torch.isnan(o_all[i:j]) != torch.isnan(r_all[i:j])
+
+    def inf_mismatch(i, j):
+        o, r = o_all[i:j], r_all[i:j]
+        oi, ri = torch.isinf(o), torch.isinf(r)
+        return (oi != ri) | (oi & ri & (torch.sign(o) != torch.sign(r)))
+
+    # pass 1: NaN/inf positions, norms, extremes (for the constant-output guard), bias sample
+    counts = torch.zeros(3, dtype=torch.int64, device=ref.device)  # NaN mismatches, inf mismatches, finite
+    sums = torch.zeros(3, **f64)                                   # sum r^2, sum e^2, max |e|
+    ext = torch.tensor([math.inf, -math.inf, math.inf, -math.inf], **f64)  # min/max of r, of o (finite r)
     bias = _BiasStats(case.dtype) if getattr(problem, "bias_check", True) and (
         bound is not None or not getattr(problem, "derives_bound", False)) else None
-    for i in range(0, n, CHUNK):
-        o = o_all[i:i + CHUNK].to(torch.float64)
-        r = r_all[i:i + CHUNK]
-        on, rn = torch.isnan(o), torch.isnan(r)
-        d = on != rn
-        if bool(d.any()):
-            nan_bad += int(d.sum())
-            if nan_first is None:
-                j = int(torch.nonzero(d)[0])
-                nan_first = i + j
-                nan_what = ("NaN where the reference is finite (unwritten or poisoned output?)"
-                            if bool(on[j]) else "finite where the reference is NaN")
-        oi, ri = torch.isinf(o), torch.isinf(r)
-        d = (oi != ri) | (oi & ri & (torch.sign(o) != torch.sign(r)))
-        if bool(d.any()):
-            inf_bad += int(d.sum())
-            if inf_first is None:
-                inf_first = i + int(torch.nonzero(d)[0])
+    n_chunks = -(-n // CHUNK)
+    bias_step = max(1, -(-n_chunks // BIAS_MAX_CHUNKS))
+    for k, i in enumerate(range(0, n, CHUNK)):
+        j = min(n, i + CHUNK)
+        o = o_all[i:j].to(torch.float64)
+        r = r_all[i:j]
+        counts[0] += nan_mismatch(i, j).sum()
+        counts[1] += inf_mismatch(i, j).sum()
         fin = torch.isfinite(r)
-        rf, of = r[fin], o[fin]
-        if rf.numel() == 0:
-            continue
-        e = of - rf
-        n_fin += rf.numel()
-        sum_r2 += float((rf * rf).sum())
-        sum_e2 += float((e * e).sum())
-        max_abs = max(max_abs, float(e.abs().max()))
-        if bias is not None and bool(torch.isfinite(e).all()):
-            bias.add(rf, e, s_all[i:i + CHUNK][fin] if s_all is not None else None)
-        if r0 is None:
-            r0, o0 = float(rf[0]), float(of[0])
-        ref_varies = ref_varies or bool((rf != r0).any())
-        out_varies = out_varies or bool((of != o0).any())
+        counts[2] += fin.sum()
+        e = torch.where(fin, o - r, 0.0)
+        rz = torch.where(fin, r, 0.0)
+        sums[0] += (rz * rz).sum()
+        sums[1] += (e * e).sum()
+        sums[2] = torch.maximum(sums[2], e.abs().max())
+        ext[0] = torch.minimum(ext[0], torch.where(fin, r, math.inf).min())
+        ext[1] = torch.maximum(ext[1], torch.where(fin, r, -math.inf).max())
+        ext[2] = torch.minimum(ext[2], torch.where(fin, o, math.inf).min())
+        ext[3] = torch.maximum(ext[3], torch.where(fin, o, -math.inf).max())
+        if bias is not None and k % bias_step == 0:
+            rf, ef = r[fin], (o - r)[fin]
+            if rf.numel() and bool(torch.isfinite(ef).all()):
+                bias.add(rf, ef, s_all[i:j][fin] if s_all is not None else None)
 
+    nan_bad, inf_bad, n_fin = (int(v) for v in counts.tolist())
+    sum_r2, sum_e2, max_abs = sums.tolist()
     if nan_bad:
-        where = _index(nan_first, shape)
-        return Check(False, f"{nan_bad} element(s) {nan_what}; first at {where}", first_bad=where,
+        first = _first_index(n, nan_mismatch)
+        what = ("NaN where the reference is finite (unwritten or poisoned output?)"
+                if bool(torch.isnan(o_all[first])) else "finite where the reference is NaN")
+        where = _index(first, shape)
+        return Check(False, f"{nan_bad} element(s) {what}; first at {where}", first_bad=where,
                      max_abs_err=float("nan"))
     if inf_bad:
-        where = _index(inf_first, shape)
+        where = _index(_first_index(n, inf_mismatch), shape)
         return Check(False, f"{inf_bad} element(s) with inf where the reference differs; "
                             f"first at {where}", first_bad=where, max_abs_err=float("inf"))
     if n_fin == 0:
@@ -240,39 +256,45 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
     rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
 
     # Guard: an all-zero or constant output where the reference is neither.
-    if n_fin > 1 and ref_varies and not out_varies:
-        kind = "all zero" if o0 == 0.0 else f"constant ({o0:g})"
+    rmin, rmax, omin, omax = ext.tolist()
+    if n_fin > 1 and rmin != rmax and omin == omax:
+        kind = "all zero" if omin == 0.0 else f"constant ({omin:g})"
         return Check(False, f"output is {kind} where the reference is not", max_abs, rel)
 
     rms = math.sqrt(sum_r2 / n_fin)
     atol = max(tol.atol_floor, tol.atol_rms * rms)
-    over_n, first, first_allowed = 0, None, None
-    worst_ratio = 0.0   # the largest |error| / allowed error: how close the output came to its bound
-    for i in range(0, n, CHUNK):
-        o = o_all[i:i + CHUNK].to(torch.float64)
-        r = r_all[i:i + CHUNK]
-        fin = torch.isfinite(r)
+
+    def allowed_of(i, j, o, r):
         if b_all is not None:
-            allowed = b_all[i:i + CHUNK] + _half_ulp(torch.maximum(r.abs(), o.abs()), case.dtype)
-        else:
-            allowed = atol + tol.rtol * r.abs()
+            return b_all[i:j] + _half_ulp(torch.maximum(r.abs(), o.abs()), case.dtype)
+        return atol + tol.rtol * r.abs()
+
+    def over_of(i, j):
+        o, r = o_all[i:j].to(torch.float64), r_all[i:j]
+        return torch.isfinite(r) & ((o - r).abs() > allowed_of(i, j, o, r))
+
+    # pass 2: every element against its bound; the largest error / bound ratio
+    over = torch.zeros((), dtype=torch.int64, device=ref.device)
+    ratio_max = torch.zeros((), **f64)
+    for i in range(0, n, CHUNK):
+        j = min(n, i + CHUNK)
+        o, r = o_all[i:j].to(torch.float64), r_all[i:j]
+        fin = torch.isfinite(r)
+        allowed = allowed_of(i, j, o, r)
         err = (o - r).abs()
-        over = fin & (err > allowed)
-        ratio = torch.where(fin, err / allowed.clamp_min(1e-300), torch.zeros_like(err))
-        if ratio.numel():
-            worst_ratio = max(worst_ratio, float(ratio.max()))
-        if bool(over.any()):
-            over_n += int(over.sum())
-            if first is None:
-                j = int(torch.nonzero(over)[0])
-                first, first_allowed = i + j, float(allowed[j])
+        over += (fin & (err > allowed)).sum()
+        ratio_max = torch.maximum(ratio_max, torch.where(fin, err / allowed.clamp_min(1e-300), 0.0).max())
+    over_n, worst_ratio = int(over), float(ratio_max)
     if over_n:
+        first = _first_index(n, over_of)
         where = _index(first, shape)
         got, want = float(o_all[first]), float(r_all[first])
+        allowed = float(allowed_of(first, first + 1, o_all[first:first + 1].to(torch.float64),
+                                   r_all[first:first + 1])[0])
         what = (f"their bound (fp32 accumulation + half an ulp of {case.dtype})" if b_all is not None
                 else f"atol={atol:.3g} + rtol={tol.rtol:.3g}*|ref|")
         return Check(False, f"{over_n} element(s) outside {what}; first at {where}: got {got:.9g}, "
-                            f"expected {want:.9g} (allowed error {first_allowed:.3g})",
+                            f"expected {want:.9g} (allowed error {allowed:.3g})",
                      max_abs, rel, where)
     if rel > tol.rel_norm:
         return Check(False, f"relative error norm {rel:.3g} > {tol.rel_norm:.3g}", max_abs, rel)

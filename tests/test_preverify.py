@@ -1,0 +1,59 @@
+"""On a GPU, compare verifies the timed cases in its parallel phase (three seeds, one task per case
+and layer) and the timed worker only times what passed, keeping that verdict."""
+from harness import problems
+from harness.compare import _preverify_tasks, _with_preverified
+from harness.plan import make_tasks, select, Selection
+from harness.worker import process_task
+
+
+def _plan():
+    p = problems.get("softmax")
+    return [(p, [p.case(M=3, N=40, dtype="float32"), p.case(M=5, N=17, dtype="float32")])]
+
+
+def test_preverify_tasks_one_per_case_and_layer():
+    impls = select(Selection(problems=["softmax"], impls=["torch:softmax", "torch:softmax_naive",
+                                                          "triton:softmax"]))
+    timed = make_tasks(_plan(), impls, time=True)
+    assert len(timed) == 2 and all(len(t["impls"]) == 3 for t in timed)
+    pre = _preverify_tasks(timed)
+    assert len(pre) == 4                                   # 2 cases x 2 layers
+    assert len({t["id"] for t in pre}) == 4
+    assert all(t["preverify"] and not t["time"] and t["phase"] == "timed" for t in pre)
+    assert sorted(tuple(t["impls"]) for t in pre if t["case"] == timed[0]["case"]) == \
+        [("torch:softmax", "torch:softmax_naive"), ("triton:softmax",)]
+
+
+def test_with_preverified_attaches_only_matching_verdicts():
+    impls = select(Selection(problems=["softmax"], impls=["torch:softmax", "torch:softmax_naive"]))
+    timed = make_tasks(_plan(), impls, time=True)
+    cid = timed[0]["case"]["id"]
+    out = _with_preverified(timed, {("torch:softmax", cid): {"status": "PASS"}})
+    assert out[0]["verified"] == {"torch:softmax": {"status": "PASS"}}
+    assert "verified" not in out[1]
+
+
+def _run(task):
+    rows = []
+    process_task(task, {"device": "cpu"}, lambda **ev: rows.append(ev["row"]) if ev.get("event") == "row" else None)
+    return {r["impl"]: r for r in rows}
+
+
+def test_preverify_task_marks_passes_pending_timing():
+    impls = select(Selection(problems=["softmax"], impls=["torch:softmax"]))
+    task = _preverify_tasks(make_tasks(_plan(), impls, time=True))[0]
+    row = _run(task)["torch:softmax"]
+    assert row["status"] == "PASS" and row["pending_timing"] is True and row["phase"] == "timed"
+    assert row["max_abs_err"] is not None and row["verify_s"] > 0
+
+
+def test_timed_task_keeps_the_parallel_verdict_and_does_not_verify_again():
+    impls = select(Selection(problems=["softmax"], impls=["torch:softmax", "torch:softmax_naive"]))
+    task = make_tasks(_plan(), impls, time=True)[0]
+    verdict = {"status": "PASS", "kind": "verified", "reason": "", "max_abs_err": 1.25e-9, "rel_err": 3e-10,
+               "verify_s": 0.5, "compile": {"first_call_s": 0.01}, "pending_timing": True}
+    rows = _run(dict(task, verified={"torch:softmax": verdict}))
+    kept = rows["torch:softmax"]
+    assert kept["max_abs_err"] == 1.25e-9 and kept["verify_s"] == 0.5 and "pending_timing" not in kept
+    other = rows["torch:softmax_naive"]       # no verdict: verified here, as before
+    assert other["status"] == "PASS" and other["max_abs_err"] != 1.25e-9 and "pending_timing" not in other
