@@ -2,11 +2,13 @@
 ``cuda_src/dispatch.py``, launcher in ``backends/cuda_layer.py``).
 
 Rows:
-- ``cuda:gemm_epilogue`` (default): the planner's rules. Where TMA can read A and B (16-byte strides
-  and bases): the ping-pong kernel, or the warp-specialised kernel with split-K when the output
-  tiles would leave SMs idle (small M); where only B's stride is the obstacle (N = 50257) and M is
-  large enough: B copied once per call to a 16-byte-strided workspace, then the warp-specialised
-  kernel; else the tiled mma.sync kernel (any shape, stride, alignment).
+- ``cuda:gemm_epilogue`` (default): the planner's rules. Small M (a stream of B): the tiled mma.sync
+  kernel, with K split (fp32 partials, then the reduction kernel) until its CTAs fill the SMs'
+  resident capacity. Where TMA can read A and B (16-byte strides and bases): the ping-pong
+  kernel, or the warp-specialised kernel with split-K when the output tiles would leave SMs idle;
+  where only B's stride is the obstacle (N = 50257) and M is large enough: B copied once per call
+  to a 16-byte-strided workspace, then the warp-specialised kernel; else the tiled mma.sync kernel
+  (any shape, stride, alignment).
 - ``cuda:gemm_epilogue_simple``: the teaching twin (shared-memory tiles, FMA, any shape).
 - ``cuda:gemm_epilogue_tiled``: mma.sync + ldmatrix + cp.async ring (sm_80+), any shape.
 - ``cuda:gemm_epilogue_ws``: Hopper, TMA ring + warp-specialised wgmma 128 x 256 (sm_90a).
@@ -149,8 +151,9 @@ SOURCES = {
              _src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel")],
 }
 DESCRIPTIONS = {
-    "auto": "planner's rules: ping-pong where TMA can read and store, ws + split-K when tiles leave SMs idle, "
-            "B repacked for TMA when only its stride forbids it, tiled mma.sync otherwise",
+    "auto": "planner's rules: small M tiled mma.sync + split-K filling the SMs' resident CTAs, ping-pong where "
+            "TMA can read and store, ws + split-K when tiles leave SMs idle, B repacked for TMA when only its "
+            "stride forbids it, tiled mma.sync otherwise",
     "simple": "teaching twin: 16 x 16 shared-memory tiles, one output per thread, FMA, any shape",
     "tiled": "mma.sync m16n8k16 + ldmatrix + 4-stage cp.async, 128x128x32, any shape and alignment",
     "ws": "Hopper: TMA 4-stage ring + warp-specialised wgmma 128x256x64, persistent, fused bias+act",

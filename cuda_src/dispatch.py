@@ -12,7 +12,8 @@ the kernels the module contains are one list.
 Rules, not shapes: softmax picks its path by the bytes an SM holds in flight (rows x bytes per row
 of the path's resident CTAs) against ``SOFTMAX["resident_target"]``, by row length in bytes, and by
 M against the SM count; GEMM picks by TMA legality (16-byte strides and bases), by the wave
-efficiency of the output tiles on the SMs, and by a small cost model for split-K.
+efficiency of the output tiles on the SMs, and by a small cost model for split-K; at small M (a
+stream of B) by the resident CTAs of the tiled kernel that the split-K factor fills.
 """
 from __future__ import annotations
 
@@ -125,16 +126,46 @@ GEMM = {
     # below an SM's share of HBM; docs/perf-notes.md, Round 6 CUDA C++). The split is then chosen
     # to minimise the k-tiles of B the busiest SM streams (waves x k-tiles per unit).
     "stream_max_m": 64,
-    "sm_stream_bytes_per_s": 22e9,     # tiled kernel's tile rows: the smallest that holds M (few rows: less padding)
+    "sm_stream_bytes_per_s": 22e9,
+    # Small-M B stream on the tiled kernel (on/off: scripts/gpu_gate.py measures it against the ws
+    # split-K kernel and turns it off if it loses). The tiled kernel's tile rows are the smallest
+    # of tiled_bms that hold M, so few rows waste little; its CTAs are small (256 threads, 40-64 KB
+    # of shared memory), so several share an SM. A stream of B runs at the bytes an SM keeps in
+    # flight (resident CTAs x the 3 stages ahead x 8 KB of B a stage): one CTA an SM is short of
+    # an SM's share of HBM, a full SM of CTAs is not. Where the N tiles leave SMs short of CTAs,
+    # split K until the CTAs fill one wave of the SMs' resident capacity (all co-resident: no
+    # second wave of lone CTAs), within max_splits and with at least tiled_min_kt_per_split
+    # k-tiles (of 32) per split; fewer splits while the fp32 partials and the reduction launch
+    # cost more than tiled_splitk_max_charge of the unsplit kernel's time (one CTA streaming its
+    # column strip of B at tiled_cta_bytes_per_s).
+    "tiled_splitk": True,
+    "tiled_max_ctas_per_sm": 4,
+    "tiled_min_kt_per_split": 8,
+    "tiled_splitk_max_charge": 0.25,
+    "tiled_cta_bytes_per_s": 22e9,
+    # registers per thread of the tiled kernel by tile rows (upper bounds of the ptxas figures for
+    # sm_90a and sm_80; tests/test_cuda_layer.py checks every instance against the build log)
+    "tiled_regs": {32: 64, 64: 80, 128: 128},
 }
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
 PP_BM, PP_BN, PP_BK, PP_STAGES, PP_THREADS = 128, 128, 64, 5, 384
-TILED_BN, TILED_THREADS = 128, 256
+TILED_BN, TILED_BK, TILED_STAGES, TILED_THREADS = 128, 32, 4, 256
+SMEM_PER_CTA_RESERVED = 1024   # shared memory the system keeps per resident CTA (sm_80 and later)
 
 
 def tiled_smem(bm: int) -> int:
-    return 4 * (bm * 32 + 32 * TILED_BN) * 2
+    return TILED_STAGES * (bm * TILED_BK + TILED_BK * TILED_BN) * 2
+
+
+def tiled_ctas_per_sm(bm: int, dev: Device) -> int:
+    """Resident CTAs an SM of the tiled kernel at ``bm`` tile rows: shared memory, threads and
+    registers, capped at GEMM['tiled_max_ctas_per_sm']."""
+    by_smem = dev.smem_per_sm // (tiled_smem(bm) + SMEM_PER_CTA_RESERVED)
+    by_regs = _blocks_per_sm(TILED_THREADS, GEMM["tiled_regs"][bm], GEMM["tiled_max_ctas_per_sm"])
+    return max(1, min(by_smem, by_regs))
+
+
 SIMPLE_TILE = 16
 
 
@@ -160,7 +191,8 @@ SIGNATURES = {  # parameter types in order: ptr / i32 / i64 / tma (a 128-byte CU
     "softmax_persist_kernel": ("ptr", "ptr", "i64", "i32", "i64", "i64"),
     "softmax_split_kernel": ("ptr", "ptr", "ptr", "i32", "i64", "i64", "i32", "i64", "i32"),
     "gemm_simple_kernel": ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i64", "i64", "i64", "i32"),
-    "gemm_tiled_kernel": ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i64", "i64", "i64", "i32", "i32"),
+    "gemm_tiled_kernel": ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i32",
+                          "ptr", "i64"),
     "gemm_ws_kernel": ("tma", "tma", "ptr", "ptr", "i32", "i32", "i32", "i64", "i32", "i32", "i32", "i32", "i32",
                        "i32", "i32", "ptr", "i64"),
     "gemm_splitk_reduce_kernel": ("ptr", "i32", "i32", "i32", "i64", "ptr", "ptr", "i64", "i32"),
@@ -728,21 +760,60 @@ def _gemm_common_args(g: GemmCase):
     return (("i32", g.M), ("i32", g.N), ("i32", g.K))
 
 
-def _plan_tiled(g: GemmCase) -> Launches:
+def _splitk_ldw(g: GemmCase) -> int:
+    """Row stride (fp32 elements) of the split-K workspace: a multiple of 4, so that column pairs are
+    8-byte aligned float2 stores (and rows 16-byte aligned)."""
+    return _cdiv(g.N, 4) * 4
+
+
+def _add_splitk_reduce(out: Launches, g: GemmCase, dev: Device, splits: int) -> Launches:
+    """Append the split-K fixup to a plan whose main kernel wrote fp32 partials ws[split][M][ldw]:
+    the "ws" workspace and gemm_splitk_reduce_kernel, which sums the splits in split order (a
+    deterministic result) and applies bias + activation once."""
+    ldw = _splitk_ldw(g)
+    out.workspace["ws"] = splits * g.M * ldw * 4
+    total = g.M * g.N
+    out.plans.append(Plan(f"gemm_splitk_reduce_kernel<{g.bf16}>", (max(1, min(_cdiv(total, 256), dev.sms * 8)), 1, 1),
+                          256, (("ptr", "ws"), ("i32", splits), ("i32", g.M), ("i32", g.N), ("i64", ldw),
+                                ("ptr", "bias"), ("ptr", "c"), ("i64", g.ldc), ("i32", ACT_CODE[g.act]))))
+    return out
+
+
+def _tiled_bm(g: GemmCase) -> int:
+    return next((b for b in sorted(GEMM["tiled_bms"]) if b >= g.M), max(GEMM["tiled_bms"]))
+
+
+def _norm_splits(kt: int, splits: int) -> tuple[int, int]:
+    """(splits, k-tiles per split) with no empty split: kps = ceil(kt / s), then s = ceil(kt / kps)."""
+    splits = max(1, min(splits, kt))
+    kps = max(1, _cdiv(kt, splits))
+    return (_cdiv(kt, kps) if kt else 1), kps
+
+
+def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200) -> Launches:
     va = "true" if g.tma_a() or (g.K % 8 == 0 and g.lda % 8 == 0 and g.a_mod16 == 0) else "false"
     vb = "true" if (g.N % 8 == 0 and g.ldb % 8 == 0 and g.b_mod16 == 0) else "false"
-    bm = next((b for b in sorted(GEMM["tiled_bms"]) if b >= g.M), max(GEMM["tiled_bms"]))
+    bm = _tiled_bm(g)
     gy = _cdiv(g.M, bm)
     if gy > 65535:
         raise Decline(f"M: too large for the tiled kernel's grid (M <= {65535 * bm})")
+    kt = _cdiv(g.K, TILED_BK)
+    splits, kps = _norm_splits(kt, splits)
     kern = f"gemm_tiled_kernel<{g.bf16}, {bm}, {va}, {vb}>"
     smem = tiled_smem(bm)
-    p = Plan(kern, (_cdiv(g.N, TILED_BN), gy, 1), TILED_THREADS,
+    gx = _cdiv(g.N, TILED_BN)
+    p = Plan(kern, (gx, gy, splits), TILED_THREADS,
              (("ptr", "a"), ("ptr", "b"), ("ptr", "bias"), ("ptr", "c")) + _gemm_common_args(g)
-             + (("i64", g.lda), ("i64", g.ldb), ("i64", g.ldc), ("i32", ACT_CODE[g.act]), ("i32", g.pair_ok())),
+             + (("i64", g.lda), ("i64", g.ldb), ("i64", g.ldc), ("i32", ACT_CODE[g.act]), ("i32", g.pair_ok()),
+                ("i32", kps), ("ptr", "ws" if splits > 1 else 0), ("i64", _splitk_ldw(g) if splits > 1 else 0)),
              smem=smem, max_dynamic_smem=smem)
-    return Launches([p], info={"path": "tiled", "kernel": kern, "tile": (bm, TILED_BN, 32),
-                               "vec_a": va == "true", "vec_b": vb == "true"})
+    out = Launches([p], info={"path": "tiled", "kernel": kern, "tile": (bm, TILED_BN, TILED_BK),
+                              "vec_a": va == "true", "vec_b": vb == "true", "splits": splits, "kt_per_split": kps,
+                              "units": gx * gy * splits})
+    if splits > 1:
+        _add_splitk_reduce(out, g, dev, splits)
+        out.info["path"] = "tiled_splitk"
+    return out
 
 
 def _plan_ws(g: GemmCase, dev: Device, bn: int = 256, splits: int = 1, b_buf: str = "b", ldb: int | None = None,
@@ -755,7 +826,7 @@ def _plan_ws(g: GemmCase, dev: Device, bn: int = 256, splits: int = 1, b_buf: st
     tiles_m, tiles_n = _cdiv(g.M, WS_BM), _cdiv(g.N, bn)
     units = tiles_m * tiles_n * splits
     grid = min(units, dev.sms)
-    ldw = _cdiv(g.N, 4) * 4
+    ldw = _splitk_ldw(g)
     smem = ws_smem(bn)
     code = ACT_CODE[g.act]
     main = Plan(f"gemm_ws_kernel<{g.bf16}, {bn}>", (grid, 1, 1), WS_THREADS,
@@ -765,18 +836,46 @@ def _plan_ws(g: GemmCase, dev: Device, bn: int = 256, splits: int = 1, b_buf: st
                    ("i32", group_m or GEMM["group_m"]), ("i32", g.pair_ok()), ("i32", splits), ("i32", kps),
                    ("ptr", "ws" if splits > 1 else 0), ("i64", ldw)),
                 smem=smem, max_dynamic_smem=smem)
-    plans, work = [main], {}
     info = {"path": "ws", "kernel": main.kernel, "tile": (WS_BM, bn, WS_BK), "splits": splits, "units": units,
             "grid": grid, "smem": smem}
+    out = Launches([main], info=info)
     if splits > 1:
-        work["ws"] = splits * g.M * ldw * 4
-        total = g.M * g.N
-        red = Plan(f"gemm_splitk_reduce_kernel<{g.bf16}>", (max(1, min(_cdiv(total, 256), dev.sms * 8)), 1, 1), 256,
-                   (("ptr", "ws"), ("i32", splits), ("i32", g.M), ("i32", g.N), ("i64", ldw), ("ptr", "bias"),
-                    ("ptr", "c"), ("i64", g.ldc), ("i32", code)))
-        plans.append(red)
+        _add_splitk_reduce(out, g, dev, splits)
         info["path"] = "splitk"
-    return Launches(plans, workspace=work, info=info)
+    return out
+
+
+def _tiled_stream_splits(g: GemmCase, dev: Device) -> tuple[int, str]:
+    """Split-K factor of the tiled kernel for a B stream (M <= GEMM['stream_max_m']) and why (the
+    rule: GEMM's comment at "tiled_splitk")."""
+    G = GEMM
+    bm = _tiled_bm(g)
+    tiles = _cdiv(g.M, bm) * _cdiv(g.N, TILED_BN)
+    kt = _cdiv(g.K, TILED_BK)
+    cps = tiled_ctas_per_sm(bm, dev)
+    cap = dev.sms * cps
+    if tiles >= dev.sms:
+        # the N tiles alone give every SM a CTA (the unsplit tiled kernel matched torch there:
+        # docs/perf-notes.md, Round 6); a split would add partials and a launch for the rest
+        return 1, f"{tiles} tiles of {bm} x {TILED_BN} >= {dev.sms} SMs: no split"
+    s = min(cap // tiles, G["max_splits"], kt // G["tiled_min_kt_per_split"])
+    s = top = _norm_splits(kt, s)[0]
+    if s > 1:
+        # the unsplit kernel: each SM streams one tile's column strip of B (tiles < SMs) alone
+        t1 = kt * TILED_BK * TILED_BN * 2 / G["tiled_cta_bytes_per_s"]
+
+        def charge(n):
+            return 2.0 * n * g.M * g.N * 4 / G["hbm_bytes_per_s"] + G["launch_s"]
+
+        while s > 1 and charge(s) > G["tiled_splitk_max_charge"] * t1:
+            s = _norm_splits(kt, s - 1)[0]
+    why = f"{tiles} tiles x {s} splits for {dev.sms} SMs x {cps} resident CTAs"
+    if 1 < s < top:
+        why += f" (fewer than {top}: partials + reduction launch > {G['tiled_splitk_max_charge']} of the " \
+               "unsplit stream)"
+    if s <= 1:
+        why = f"{tiles} tile(s), K = {g.K}: no split (too few k-tiles, or the partials would cost more)"
+    return max(1, s), why
 
 
 def _plan_pingpong(g: GemmCase, dev: Device, cm: int = 1, group_m: int = 0) -> Launches:
@@ -835,7 +934,7 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
                  + (("i64", lda), ("i64", ldb), ("i64", ldc), ("i32", ACT_CODE[act])))
         return Launches([p], info={"path": "simple", "kernel": kern, "tile": (16, 16, 16)})
     if path == "tiled":
-        return _plan_tiled(g)
+        return _plan_tiled(g, splits or 1, dev)
     if path in ("ws", "pingpong", "pingpong_c2", "splitk"):
         why = _hopper_why(g, dev)
         if why:
@@ -858,19 +957,27 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
 
 
 def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
-    """The default: the Hopper kernels where TMA can read A and B, split-K when the output tiles
-    leave SMs idle, a repacked B where only B's stride is the obstacle, else the tiled kernel."""
+    """The default: at small M (a stream of B) the tiled kernel, split-K when its tiles leave SMs
+    short of resident CTAs; else the Hopper kernels where TMA can read A and B, split-K when the
+    output tiles leave SMs idle, a repacked B where only B's stride is the obstacle, else the tiled
+    kernel. With GEMM["tiled_splitk"] off, small M takes the ws split-K kernel as before."""
     why = _hopper_why(g, dev)
+    stream = g.M <= GEMM["stream_max_m"]
+    if stream and GEMM["tiled_splitk"]:
+        # a B stream (few rows): the tiled kernel at the smallest tile rows that hold M, with K split
+        # until its small CTAs fill the SMs' resident capacity (any alignment of A and B, any device)
+        s, swhy = _tiled_stream_splits(g, dev)
+        return _why(_plan_tiled(g, s, dev), f"M = {g.M} <= {GEMM['stream_max_m']}, a stream of B: tiled; " + swhy)
     if why or not g.tma_a():
         return _why(_plan_tiled(g), why or "A is not TMA-readable (K, lda multiples of 8 and a 16-byte base)")
     repack = not g.tma_b()
     if repack and g.M < GEMM["repack_min_m"]:
         return _why(_plan_tiled(g), f"B is not TMA-readable and M = {g.M} < {GEMM['repack_min_m']}: "
                                     "copying B would cost more than the tensor-core path saves")
-    stream = g.M <= GEMM["stream_max_m"]
     if stream and not repack and _cdiv(g.N, TILED_BN) >= dev.sms:
-        # a B stream whose 32-row tiles alone give every SM a tile: the tiled kernel, no padding
-        # rows and no split (it beat split-K at every factor there: docs/perf-notes.md, Round 6)
+        # (GEMM["tiled_splitk"] off) a B stream whose 32-row tiles alone give every SM a tile: the
+        # tiled kernel, no padding rows and no split (it beat split-K at every factor there:
+        # docs/perf-notes.md, Round 6)
         return _why(_plan_tiled(g), f"M = {g.M} <= {GEMM['stream_max_m']} and {_cdiv(g.N, TILED_BN)} "
                                     f"column tiles >= {dev.sms} SMs: the tiled kernel streams B without padding rows")
     s = _stream_splits(g, dev, 128) if stream else _choose_splits(g, dev, 128)

@@ -7,8 +7,14 @@ namespace kl {
 // gemm_tiled_kernel: BM x 128 x 32 tiles (BM = 128, 64 or 32: few rows waste fewer tensor-core
 // cycles on padding), 8 warps (2 x 4, each BM/2 x 32), mma.sync m16n8k16 fed by ldmatrix (.trans for
 // B) from XOR-swizzled shared memory, a 4-stage cp.async ring with zero fill for ragged tiles. Grid:
-// (N tiles, M tiles); the epilogue applies bias + activation to the fp32 accumulators and stores
-// column pairs (4-byte stores when pair_ok: ldc even and C 4-byte aligned).
+// (N tiles, M tiles, K splits); the epilogue applies bias + activation to the fp32 accumulators and
+// stores column pairs (4-byte stores when pair_ok: ldc even and C 4-byte aligned).
+//
+// Split-K (ws != nullptr): CTA z runs k-tiles [z * kt_per_split, min(k_tiles, (z + 1) * kt_per_split))
+// and stores its raw fp32 accumulators (no bias, no activation) to ws[z][M][ldw];
+// gemm_splitk_reduce_kernel (gemm_epilogue_ws.cu) then sums the splits in split order and applies
+// bias + activation once. Few output tiles (small M, few N tiles) thus still give every SM several
+// CTAs streaming B.
 constexpr int MM_BN = 128, MM_BK = 32, MM_STAGES = 4, MM_THREADS = 256;
 constexpr int MM_B_ELEMS = MM_BK * MM_BN;  // per stage
 template <int BM>
@@ -73,7 +79,7 @@ template <bool BF16, int BM, bool VA, bool VB>
 __global__ void __launch_bounds__(MM_THREADS)
 gemm_tiled_kernel(const u16* __restrict__ A, const u16* __restrict__ B, const u16* __restrict__ bias,
                 u16* __restrict__ C, int M, int N, int K, long long lda, long long ldb, long long ldc, int act,
-                int pair_ok) {
+                int pair_ok, int kt_per_split, float* __restrict__ ws, long long ldw) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   u16* sA = reinterpret_cast<u16*>(smem_raw);
   using Cfg = TiledCfg<BM>;
@@ -84,6 +90,11 @@ gemm_tiled_kernel(const u16* __restrict__ A, const u16* __restrict__ B, const u1
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wm = warp / 4, wn = warp % 4;  // warp tile: rows wm*WM .. +WM-1, cols wn*32 .. +31
   const int k_tiles = (K + MM_BK - 1) / MM_BK;
+  // This CTA's k-tiles [k_begin, k_end) (kt_per_split <= 0: all of them). Empty when a split lies
+  // past K (the planner avoids it): the CTA then stores zero partials, which the reduction adds.
+  const int kps = kt_per_split > 0 ? kt_per_split : k_tiles;
+  const int k_begin = min(k_tiles, (int)blockIdx.z * kps);
+  const int k_end = min(k_tiles, k_begin + kps);
 
   float acc[MI][4][4];
 #pragma unroll
@@ -94,30 +105,32 @@ gemm_tiled_kernel(const u16* __restrict__ A, const u16* __restrict__ B, const u1
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   // Prologue: STAGES-1 tiles in flight. One commit group per tile, empty groups included, so
-  // that wait_group<STAGES-2> below always means "tile kt has landed".
+  // that wait_group<STAGES-2> below always means "tile kt has landed". Stages are numbered from
+  // k_begin: k-tile kt lives in stage (kt - k_begin) % STAGES.
 #pragma unroll
   for (int s = 0; s < MM_STAGES - 1; ++s) {
-    if (s < k_tiles)
+    if (k_begin + s < k_end)
       mm_load_tile<BM, VA, VB>(sA + s * Cfg::A_ELEMS, sB + s * MM_B_ELEMS, A, B, M, N, K, lda, ldb, m0, n0,
-                               s * MM_BK);
+                               (k_begin + s) * MM_BK);
     cp_async_commit();
   }
 
-  for (int kt = 0; kt < k_tiles; ++kt) {
+  for (int kt = k_begin; kt < k_end; ++kt) {
+    const int i = kt - k_begin;  // groups committed so far: STAGES-1 + i; group i holds tile kt
     cp_async_wait<MM_STAGES - 2>();
     // Barrier: (1) every thread's copies of tile kt are visible; (2) every warp has finished
-    // reading stage (kt-1) % STAGES, which the load below overwrites.
+    // reading stage (i-1) % STAGES, which the load below overwrites.
     __syncthreads();
     const int nt = kt + MM_STAGES - 1;
-    if (nt < k_tiles) {
-      const int s = nt % MM_STAGES;
+    if (nt < k_end) {
+      const int s = (i + MM_STAGES - 1) % MM_STAGES;
       mm_load_tile<BM, VA, VB>(sA + s * Cfg::A_ELEMS, sB + s * MM_B_ELEMS, A, B, M, N, K, lda, ldb, m0, n0,
                                nt * MM_BK);
     }
     cp_async_commit();
 
-    const u16* tA = sA + (kt % MM_STAGES) * Cfg::A_ELEMS;
-    const u16* tB = sB + (kt % MM_STAGES) * MM_B_ELEMS;
+    const u16* tA = sA + (i % MM_STAGES) * Cfg::A_ELEMS;
+    const u16* tB = sB + (i % MM_STAGES) * MM_B_ELEMS;
 #pragma unroll
     for (int ks = 0; ks < MM_BK / 16; ++ks) {
       u32 a[MI][4], b[4][2];
@@ -142,6 +155,28 @@ gemm_tiled_kernel(const u16* __restrict__ A, const u16* __restrict__ B, const u1
   cp_async_wait<0>();
 
   // Epilogue from the mma.sync accumulator fragment: c0,c1 at (row, col..col+1), c2,c3 at row+8.
+  if (ws != nullptr) {
+    // Split-K partial: raw fp32 sums into plane z. ldw % 4 == 0 and col is even, so (col, col+1)
+    // is one 8-byte aligned float2 when both are inside N.
+    float* wz = ws + (long long)blockIdx.z * M * ldw;
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      const int col = n0 + wn * 32 + ni * 8 + 2 * (lane & 3);
+      if (col >= N) continue;
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        const int r = m0 + wm * WM + mi * 16 + (lane >> 2);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (r + 8 * h >= M) continue;
+          float* w = wz + (long long)(r + 8 * h) * ldw + col;
+          if (col + 1 < N) *reinterpret_cast<float2*>(w) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+          else *w = acc[mi][ni][2 * h];
+        }
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
     const int col = n0 + wn * 32 + ni * 8 + 2 * (lane & 3);

@@ -75,18 +75,36 @@ def test_supports_reasons(hopper):
                 assert _impl(i).supports(c) is None, (i, c)
 
 
-def test_models_suite_plans():
-    """The default's choices on the models suite: split-K for small M with few tiles, the repacked B
-    or the tiled kernel for N = 50257, ping-pong for the large shapes."""
-    paths = {}
-    for case in P.cases("models"):
-        plan = cuda_layer_case(case)
-        paths[(case.M, case.N, case.K)] = plan.info["path"], [p.kernel for p in plan.plans]
-    assert paths[(16, 6144, 4096)][0] == "splitk"
+def test_models_suite_plans(monkeypatch):
+    """The default's choices on the models suite: at M = 16 the tiled kernel, split-K (tiled
+    partials + the reduction) where its N tiles leave SMs short of CTAs; the repacked B for
+    N = 50257 at large M; ping-pong for the large shapes; ws split-K at M = 256. With
+    GEMM["tiled_splitk"] off (what the gate's edit does), M = 16 returns to the ws split-K kernel."""
+    def plans():
+        out = {}
+        for case in P.cases("models"):
+            plan = cuda_layer_case(case)
+            out[(case.M, case.N, case.K)] = plan.info["path"], [p.kernel for p in plan.plans]
+        return out
+
+    paths = plans()
+    tiled = "gemm_tiled_kernel<true, 32, true, true>"
+    for shape in ((16, 6144, 4096), (16, 4096, 14336), (16, 8192, 28672)):
+        assert paths[shape] == ("tiled_splitk", [tiled, "gemm_splitk_reduce_kernel<true>"]), shape
+    assert paths[(16, 28672, 4096)] == ("tiled", [tiled])  # 224 N tiles >= 132 SMs: no split
     assert paths[(16, 50257, 768)][1] == ["gemm_tiled_kernel<true, 32, true, false>"]
     assert paths[(4096, 50257, 768)][1][0] == "gemm_pad_rows_kernel"
     assert paths[(4096, 28672, 4096)][0] == "pingpong"
     assert paths[(256, 4096, 14336)][0] == "splitk"
+
+    monkeypatch.setitem(dispatch.GEMM, "tiled_splitk", False)
+    off = plans()
+    assert off[(16, 6144, 4096)][0] == "splitk" and off[(16, 6144, 4096)][1][0] == "gemm_ws_kernel<true, 128>"
+    assert off[(16, 28672, 4096)] == ("tiled", [tiled])
+    assert off[(16, 50257, 768)][1] == ["gemm_tiled_kernel<true, 32, true, false>"]
+    for shape, v in paths.items():  # M > stream_max_m: the same plans with the entry on or off
+        if shape[0] > dispatch.GEMM["stream_max_m"]:
+            assert off[shape] == v, shape
 
 
 def cuda_layer_case(case):

@@ -199,10 +199,10 @@ def test_gemm_rules():
 
     i, ks = info(4096, 4096, 4096)
     assert i["path"] == "pingpong" and ks == ["gemm_pingpong_kernel<true, 1>"]
-    i, ks = info(16, 6144, 4096)  # 48 output tiles for 132 SMs: split-K
-    assert i["path"] == "splitk" and i["splits"] > 1 and ks[1] == "gemm_splitk_reduce_kernel<true>"
+    i, ks = info(16, 6144, 4096)  # 48 tiles of 32 x 128 for 132 SMs: the tiled kernel with split-K
+    assert i["path"] == "tiled_splitk" and i["splits"] > 1 and ks[1] == "gemm_splitk_reduce_kernel<true>"
     assert i["units"] >= 132
-    i, ks = info(16, 50257, 768)  # B not TMA-readable and few rows: tiled with predicated B gathers
+    i, ks = info(16, 50257, 768)  # B not TMA-readable, few rows, 393 N tiles: tiled, predicated B gathers
     assert ks == ["gemm_tiled_kernel<true, 32, true, false>"]
     i, ks = info(4096, 50257, 768)  # B copied to a 16-byte-strided workspace, then the ws kernel
     assert ks[0] == "gemm_pad_rows_kernel" and ks[1].startswith("gemm_ws_kernel") and i["repack"]["ld"] == 50264
@@ -221,6 +221,103 @@ def test_gemm_rules():
     p = dispatch.plan_gemm("splitk", 16, 1000, 4096, ldc=1001, splits=4)
     assert p.workspace["ws"] == 4 * 16 * 1000 * 4 and p.info["splits"] == 4
     assert p.plans[0].args[12] == ("i32", 0)  # pair_ok off: ldc odd, the epilogue stores element by element
+
+
+def _tiled_split_facts(p: dispatch.Launches):
+    """(tiles, splits, k-tiles per split, ws arg, ldw arg) of a tiled plan, read from its arguments."""
+    t = p.plans[0]
+    assert dispatch.family(t.kernel) == "gemm_tiled_kernel"
+    args = dict(zip(("a", "b", "bias", "c", "M", "N", "K", "lda", "ldb", "ldc", "act", "pair_ok", "kps", "ws", "ldw"),
+                    (v for _, v in t.args)))
+    return t.grid[0] * t.grid[1], t.grid[2], args["kps"], args["ws"], args["ldw"]
+
+
+@pytest.mark.parametrize("dev", [dispatch.H200, SM80], ids=["h200", "sm80"])
+def test_gemm_small_m_tiled_splitk_rule(dev):
+    """M <= stream_max_m: the tiled kernel, K split until its CTAs fill one wave of the SMs' resident
+    capacity (never a second wave), every split non-empty and at least tiled_min_kt_per_split
+    k-tiles, the splits covering K; the reduction follows with the same workspace, ldw and splits."""
+    G = dispatch.GEMM
+    assert G["tiled_splitk"] is True
+    cases = [(16, 6144, 4096, {}), (16, 4096, 14336, {}), (16, 8192, 28672, {}), (1, 4096, 4096, {}),
+             (64, 4096, 4096, {}), (7, 1000, 3000, {}), (16, 520, 8192, {}),
+             (16, 10001, 4096, {}),             # B not TMA-readable (N odd): predicated B loads
+             (16, 6144, 4100, {"lda": 4100}),  # K % 8 == 4: A not TMA-readable
+             (33, 3000, 5000, {"ldb": 3001, "ldc": 3003})]
+    for M, N, K, kw in cases:
+        p = dispatch.plan_gemm("auto", M, N, K, dev=dev, **kw)
+        tiles, s, kps, ws, ldw = _tiled_split_facts(p)
+        bm = p.info["tile"][0]
+        assert bm == min(b for b in G["tiled_bms"] if b >= M), (M, bm)
+        cap = dev.sms * dispatch.tiled_ctas_per_sm(bm, dev)
+        kt = -(-K // 32)
+        assert tiles < dev.sms and s > 1, (M, N, K, s)
+        assert p.info["path"] == "tiled_splitk" and p.info["splits"] == s and "tiled" in p.info["why"]
+        assert tiles * s <= cap, (M, N, K, tiles, s, cap)                  # one resident wave
+        assert s <= G["max_splits"] and kps >= G["tiled_min_kt_per_split"], (M, N, K, s, kps)
+        assert kps * s >= kt and (s - 1) * kps < kt, (M, N, K, s, kps)    # covers K, no empty split
+        # the kernel's k ranges [z * kps, min(kt, (z + 1) * kps)): disjoint, non-empty, all of K
+        ranges = [(z * kps, min(kt, (z + 1) * kps)) for z in range(s)]
+        assert all(b > a for a, b in ranges) and [a for a, _ in ranges[1:]] == [b for _, b in ranges[:-1]]
+        assert ranges[0][0] == 0 and ranges[-1][1] == kt
+        capped = s == G["max_splits"] or kt // (s + 1) < G["tiled_min_kt_per_split"] or "fewer" in p.info["why"]
+        if not capped:  # the rule's split: every SM has CTAs, one more split would overflow the wave
+            assert tiles * s >= dev.sms and tiles * (s + 1) > cap, (M, N, K, tiles, s, cap)
+        assert ws == "ws" and ldw % 4 == 0 and ldw >= N
+        assert len(p.plans) == 2 and p.plans[1].kernel.startswith("gemm_splitk_reduce_kernel<")
+        red = dict(zip(("ws", "splits", "M", "N", "ldw", "bias", "c", "ldc", "act"), (v for _, v in p.plans[1].args)))
+        assert (red["ws"], red["splits"], red["M"], red["N"], red["ldw"]) == ("ws", s, M, N, ldw)
+        assert red["ldc"] == kw.get("ldc", N)
+        assert p.workspace == {"ws": s * M * ldw * 4}
+        _check_launches(p, dev)
+    if dev is dispatch.H200:
+        # the charge: 64 x 4096 x 2048 fills 32 tiles x 8 splits, but 8 planes of 64 x 4096 fp32
+        # partials + the reduction launch cost more than a quarter of the unsplit stream: fewer
+        p = dispatch.plan_gemm("auto", 64, 4096, 2048)
+        s = p.info["splits"]
+        charge = 2 * s * 64 * 4096 * 4 / G["hbm_bytes_per_s"] + G["launch_s"]
+        t1 = 64 * 32 * 128 * 2 / G["tiled_cta_bytes_per_s"]
+        assert 1 < s < 8 and "fewer than 8" in p.info["why"] and charge <= G["tiled_splitk_max_charge"] * t1
+    assert dispatch.plan_gemm("auto", 16, 10001, 4096, dev=dev).info["vec_b"] is False
+    assert dispatch.plan_gemm("auto", 16, 6144, 4100, lda=4100, dev=dev).info["vec_a"] is False
+
+
+def test_gemm_small_m_no_split_cases(monkeypatch):
+    """Small M with N tiles that already fill the SMs, or too few k-tiles: one unsplit tiled launch
+    (no workspace, ws = nullptr); unaligned B at N = 50257 plans too; the ws split-K path returns
+    with the table entry off; M > stream_max_m is unaffected."""
+    for M, N, K, kw in ((16, 28672, 4096, {}), (16, 50257, 768, {}), (1, 1024, 512, {}), (1, 17, 33, {}),
+                        (64, 50257, 4096, {"ldb": 50260})):
+        p = dispatch.plan_gemm("auto", M, N, K, **kw)
+        tiles, s, kps, ws, ldw = _tiled_split_facts(p)
+        assert s == 1 and ws == 0 and len(p.plans) == 1 and not p.workspace, (M, N, K)
+        assert kps * 1 >= -(-K // 32) and p.info["path"] == "tiled"
+        _check_launches(p, dispatch.H200)
+    assert dispatch.plan_gemm("auto", 16, 50257, 768).plans[0].kernel == "gemm_tiled_kernel<true, 32, true, false>"
+    # the explicit tiled row keeps one launch whatever the shape; a pinned split works there too
+    assert len(dispatch.plan_gemm("tiled", 16, 6144, 4096).plans) == 1
+    pinned = dispatch.plan_gemm("tiled", 16, 6144, 4096, splits=4)
+    assert _tiled_split_facts(pinned)[1:4] == (4, 32, "ws") and len(pinned.plans) == 2
+    big = {shape: dispatch.plan_gemm("auto", *shape) for shape in ((65, 6144, 4096), (256, 6144, 4096))}
+    monkeypatch.setitem(dispatch.GEMM, "tiled_splitk", False)
+    p = dispatch.plan_gemm("auto", 16, 6144, 4096)
+    assert p.info["path"] == "splitk" and [q.kernel for q in p.plans] == ["gemm_ws_kernel<true, 128>",
+                                                                          "gemm_splitk_reduce_kernel<true>"]
+    assert dispatch.plan_gemm("auto", 16, 28672, 4096).plans[0].grid == (224, 1, 1)
+    for shape, q in big.items():
+        r = dispatch.plan_gemm("auto", *shape)
+        assert [x.kernel for x in r.plans] == [x.kernel for x in q.plans] and r.info == q.info, shape
+
+
+def test_tiled_ctas_per_sm():
+    """Resident CTAs of the tiled kernel: shared memory, threads and the registers of the table."""
+    h = dispatch.H200
+    assert [dispatch.tiled_ctas_per_sm(bm, h) for bm in (32, 64, 128)] == [4, 3, 2]
+    for bm in (32, 64, 128):
+        n = dispatch.tiled_ctas_per_sm(bm, h)
+        assert n * (dispatch.tiled_smem(bm) + 1024) <= h.smem_per_sm
+        assert n * 256 * dispatch.GEMM["tiled_regs"][bm] <= dispatch.REGS_PER_SM
+        assert n <= dispatch.GEMM["tiled_max_ctas_per_sm"]
 
 
 def test_pack_alignment_and_types():
@@ -316,6 +413,9 @@ def test_ptxas_every_instance_sm90a():
                 assert f["registers"] <= dispatch.REGS[fam], (k, f)  # the planner's occupancy assumption
             if fam.startswith("softmax") or fam.startswith("vector_add"):
                 assert f["spills"] == 0, (k, f)
+            if fam == "gemm_tiled_kernel":  # the planner's resident CTAs per SM assume these bounds
+                bm = int(k.split(",")[1])
+                assert f["registers"] <= dispatch.GEMM["tiled_regs"][bm] and f["spills"] == 0, (k, f)
     assert facts["softmax_cluster_kernel<float, 16>"]["registers"] <= 40  # 3 CTAs x 512 threads per SM
 
 
