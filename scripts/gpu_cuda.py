@@ -218,7 +218,8 @@ def stage_time_softmax(skip):
                                     prob.case(M=65536, N=128, dtype="bfloat16"),
                                     prob.case(M=8192, N=32000, dtype="float16"),
                                     prob.case(M=8192, N=50257, dtype="bfloat16"), prob.case(M=4096, N=50257),
-                                    prob.case(M=8192, N=4096, dtype="bfloat16")]
+                                    prob.case(M=8192, N=4096, dtype="bfloat16"),
+                                    prob.case(M=16384, N=2048, dtype="bfloat16"), prob.case(M=6000, N=3000, dtype="float16")]
     for case in cases:
         def run(case=case):
             from backends import cuda_layer as cl
@@ -230,6 +231,12 @@ def stage_time_softmax(skip):
                 cands[f"cuda:softmax_{p}"] = _impl_prep(f"cuda:softmax_{p}", case)
             for c in (1, 2, 4, 8, 16):
                 cands[f"cluster C={c}"] = _plan_prep("softmax", "cluster", case, cluster=c)
+            if case.N <= 8192:   # short rows: the rows kernel's persistent grid, the block kernel's width
+                for b in (2, 3, 4, 6, 8):
+                    cands[f"rows bps={b}"] = _plan_prep("softmax", "rows", case, blocks_per_sm=b)
+            if case.N <= 32768:
+                for e in (8, 16, 32):
+                    cands[f"block ept={e}"] = _plan_prep("softmax", "block", case, ept=e)
             res = _time_case(prob, case, cands)
             plan = cl.case_softmax("auto", case, cl.device(torch.cuda.current_device()))
             return {"status": "TIMED", "case": case.id, "bytes": prob.traffic(case), "default_plan": plan.info,
