@@ -69,6 +69,14 @@ SOFTMAX = {
     # warps an SM sit in different phases (load / shuffle / store); below this the rows kernel's
     # prefetch wins (measurements: docs/perf-notes.md, Round 6 CUDA C++).
     "warp_resident_target": 32 * 1024,
+    # So does the block path on rows of block_min_n .. block_short_max_n columns (the range timed;
+    # longer rows keep resident_target): a CTA a row, its loads all issued at once, and a finished
+    # CTA's place taken by the next row's CTA at once; it beat the rows kernel's persistent grid
+    # by 1-5 % on every 2048-4096-column row timed (docs/perf-notes.md, Round 7). Shorter rows
+    # stay with the rows kernel (several a CTA).
+    "block_resident_target": 32 * 1024,
+    "block_min_n": 1025,
+    "block_short_max_n": 4096,
     "warp_max_n": 1024,             # 32 lanes x 32 values
     "rows_max_n": 8192,             # 256 threads x 32 values
     "block_max_n": 32768,           # 1024 threads x 32 values
@@ -615,13 +623,21 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
     S = SOFTMAX
     tried = []
     best = None
-    for path in S["order"]:
+    order = list(S["order"])
+    if S["block_min_n"] <= c.N <= S["block_short_max_n"]:   # block before rows, on its own target
+        order.remove("block")
+        order.insert(order.index("rows"), "block")
+    for path in order:
         try:
             plan = _softmax_path(path, c, sx, sy, dev, **opts)
         except Decline as e:
             tried.append(str(e))
             continue
-        target = S["warp_resident_target"] if path == "warp" else S["resident_target"]
+        target = S["resident_target"]
+        if path == "warp":
+            target = S["warp_resident_target"]
+        elif path == "block" and S["block_min_n"] <= c.N <= S["block_short_max_n"]:
+            target = S["block_resident_target"]
         if plan.info["resident"] >= target:
             return _why(plan, f"{path}: {plan.info['resident']} bytes of rows in flight per SM >= {target}")
         if best is None or plan.info["resident"] > best.info["resident"]:

@@ -41,6 +41,7 @@ BUDGET = {"verify_defaults": 70, "time_softmax": 45, "time_gemm": 50, "time_vect
 # stage side (runs in a subprocess: python3 scripts/gpu_cuda.py --stage NAME --skip KEY ...)
 
 def _log(stage: str, rec: dict) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
     with open(OUT / f"{stage}.jsonl", "a") as f:
         f.write(json.dumps(rec, default=str) + "\n")
 
@@ -220,6 +221,9 @@ def stage_time_softmax(skip):
                                     prob.case(M=8192, N=50257, dtype="bfloat16"), prob.case(M=4096, N=50257),
                                     prob.case(M=8192, N=4096, dtype="bfloat16"),
                                     prob.case(M=16384, N=2048, dtype="bfloat16"), prob.case(M=6000, N=3000, dtype="float16")]
+    # a focused run (--max-n N): rows of at most N columns
+    most = int(sys.argv[sys.argv.index("--max-n") + 1]) if "--max-n" in sys.argv else 0
+    cases = [c for c in cases if not most or c.N <= most]
     for case in cases:
         def run(case=case):
             from backends import cuda_layer as cl

@@ -152,6 +152,12 @@ def test_default_rules_by_bytes_rows_and_alignment(monkeypatch):
     assert path(4096, 1024, "float32")[0] == "warp"
     assert path(32768, 512, "bfloat16")[0] == "warp"
     assert path(65536, 128, "bfloat16")[0] == "rows"
+    # 1025..4096 columns: a CTA a row (block) on its own, lower target; beyond, the rows kernel again
+    p, info = path(32768, 4096, "bfloat16")
+    assert p == "block" and info["resident"] >= dispatch.SOFTMAX["block_resident_target"]
+    assert path(8192, 2048, "float16")[0] == path(7, 1500, "float16")[0] == "block"
+    assert path(4096, 8192, "bfloat16")[0] == path(4096, 8192, "float32")[0] == "rows"
+    monkeypatch.setitem(dispatch.SOFTMAX, "block_short_max_n", 0)
     assert path(32768, 4096, "bfloat16")[0] == "rows"
     # one aligned long row: split (17 units) runs at least as many CTAs as the cluster (16)
     assert path(1, 262147, "float32")[0] == "split"

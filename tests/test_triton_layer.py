@@ -183,9 +183,13 @@ def test_compile_only_leaves_the_interpreter_working():
 # -- dispatch rules ------------------------------------------------------------------------------
 def test_softmax_rules_by_bytes_per_row():
     c = lambda M, N, s: dispatch.softmax_choice(M, N, s, H200)[0]  # noqa: E731
-    assert c(32_768, 512, 2) == c(8192, 1024, 4) == "rows"              # <= 4 KB rows
+    assert c(32_768, 512, 2) == c(8192, 1024, 4) == "rows"              # <= 1024 columns
+    assert c(8192, 2048, 2) == "block"                                   # one row a program from 2048
     assert c(4096, 4096, 2) == c(4096, 32_000, 4) == "block"             # one row in registers,
-    assert c(4096, 32_000, 2) == "block"                                 # any dtype
+    assert c(4096, 16_384, 2) == c(4096, 16_384, 4) == "block"           # any dtype up to 16384
+    assert c(4096, 32_000, 2) == "split"                                 # 16-bit: half the bytes in flight
+    assert c(4096, 20_000, 4) == "split"                                 # 61 % of a 32768 block: split
+    assert c(4096, 16_000, 4) == "block"                                 # split takes >= 16385 only
     assert c(4096, 50_257, 2) == c(4096, 65_536, 2) == "split"           # longer rows: split,
     assert c(4096, 128_256, 2) == c(4096, 50_257, 4) == "split"          # any dtype
     assert c(3, 40_000, 2) == "split"                                    # fewer rows than SMs
@@ -203,9 +207,14 @@ def test_softmax_split_values_per_thread():
 
 
 def test_softmax_split_chunk_fills_lanes_and_machine():
-    cfg = dispatch.softmax_split_config(4096, 50_257, 4, H200)
-    assert cfg["CHUNK"] == 4096 and cfg["C"] == 13 and 50_257 / (13 * 4096) > 0.9
-    assert dispatch.softmax_split_config(4096, 131_072, 4, H200)["CHUNK"] == 16_384
+    small = dispatch.SOFTMAX["split_min_chunk"]
+    for es in (2, 4):   # up to split_small_max_chunks chunks: the smallest chunk, one warp
+        for N in (32_000, 50_257, 65_536, 128_256):
+            cfg = dispatch.softmax_split_config(4096, N, es, H200)
+            assert cfg["CHUNK"] == small and cfg["num_warps"] == 1 and cfg["C"] <= 64, (es, N, cfg)
+    cfg = dispatch.softmax_split_config(4096, 151_936, 2, H200)   # 75 small chunks: the fill rule
+    assert cfg["CHUNK"] == 8192 and cfg["C"] == 19 and 151_936 / (19 * 8192) > 0.9
+    assert dispatch.softmax_split_config(4096, 262_144, 4, H200)["CHUNK"] == 16_384
     one_row = dispatch.softmax_split_config(1, 262_147, 4, H200)
     assert one_row["C"] >= 100  # a single row spread over most SMs
 
@@ -213,7 +222,7 @@ def test_softmax_split_chunk_fills_lanes_and_machine():
 def test_softmax_table_is_what_the_rules_read(monkeypatch):
     monkeypatch.setitem(dispatch.SOFTMAX, "split_max_chunks_per_sm", 0)
     assert dispatch.softmax_choice(4096, 50_257, 2, H200)[0] == "online"
-    monkeypatch.setitem(dispatch.SOFTMAX, "rows_max_row_bytes", 0)
+    monkeypatch.setitem(dispatch.SOFTMAX, "rows_max_cols", 0)
     assert dispatch.softmax_choice(32_768, 512, 2, H200)[0] == "block"
 
 

@@ -28,17 +28,23 @@ from . import device_facts, interpreting, next_pow2
 VECTOR_ADD = {"bytes_per_thread": 32, "num_warps": 4}
 
 SOFTMAX = {
-    # rows kernel (several short rows a program, persistent): rows of at most this many bytes
-    "rows_max_row_bytes": 4096,
+    # rows kernel (several short rows a program, persistent): rows of at most this many columns
+    # (32 lanes x 32 values); at 2048 16-bit columns one program a row in registers (block, 4
+    # warps) measured 78.5 % of copy against the rows kernel's 71-74 % (docs/perf-notes.md, Round 7)
+    "rows_max_cols": 1024,
     "rows_tile": 2048,              # elements per block of rows
     "rows_values_per_thread": 16,
     "rows_stages": 2,               # the next block's loads in flight while this one is reduced
-    # block kernel (one row a program, in registers): up to this many (padded) columns, in every
-    # dtype (the registers hold fp32 either way: 128 KB of a row in flight per program); on 16-bit
-    # rows of this length it beat ``online`` by about a factor of two (docs/perf-notes.md, Round 6)
-    "block_max_cols": {4: 32768, 2: 32768},
+    # block kernel (one row a program, in registers): up to this many (padded) columns by element
+    # size. The registers hold fp32 either way, so a 16-bit row brings half the bytes in flight
+    # for the same registers: 16-bit rows above 16384 columns go to split (1-warp chunks measured
+    # 83-86 % of copy at 32000 columns against the block kernel's 71-75 %). A row longer than
+    # split's minimum whose padding would leave less than ``block_min_fill`` of the lanes holding
+    # data goes to split too (fp32 20000: 85 % split, 80 % block).
+    "block_max_cols": {4: 32768, 2: 16384},
+    "block_min_fill": 0.9,
     # warps by padded row length: (up to this many columns, warps)
-    "block_warps": ((1024, 4), (8192, 8), (32768, 16)),
+    "block_warps": ((2048, 4), (8192, 8), (32768, 16)),
     # rows longer than the block kernel takes: ``split`` (one read, one write) whenever a row's
     # chunks fit the co-resident grid with room to spare (at most ``split_max_chunks_per_sm`` x
     # SMs chunks a row), else ``online`` (any length; one to two reads), which measured well below
@@ -57,6 +63,12 @@ SOFTMAX = {
     "split_max_chunk": {4: 16384, 2: 8192},
     "split_min_chunk": 2048,
     "split_min_fill": 0.9,
+    # A row of at most this many chunks of split_min_chunk takes that smallest chunk (one warp a
+    # program, the most programs - rows in flight - an SM): it measured best or within 3 points
+    # on every long row up to 128256 columns, by 4-12 points in 16-bit (docs/perf-notes.md, Round
+    # 7). Beyond it each program polls more slots than its warp's lanes cover twice, and the
+    # fill rule below chooses (151936 16-bit: 8192-column chunks 77 %, 2048 74 %).
+    "split_small_max_chunks": 64,
 }
 
 
@@ -164,10 +176,13 @@ def split_warps(chunk: int, elem_size: int = 4) -> int:
 
 
 def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
-    """CHUNK: the largest power of two (dtype's range) whose padded lanes are at least
-    ``split_min_fill`` data (else the fullest), halved while M rows x C chunks leave SMs idle."""
+    """CHUNK: ``split_min_chunk`` for rows of at most ``split_small_max_chunks`` such chunks; else
+    the largest power of two (dtype's range) whose padded lanes are at least ``split_min_fill``
+    data (else the fullest), halved while M rows x C chunks leave SMs idle."""
     from . import softmax_split as S
     lo, hi = SOFTMAX["split_min_chunk"], SOFTMAX["split_max_chunk"][elem_size]
+    if triton.cdiv(N, lo) <= SOFTMAX["split_small_max_chunks"]:
+        return S.config(N, lo, split_warps(lo, elem_size))
     sizes = [hi >> i for i in range(hi.bit_length()) if hi >> i >= lo]
     fill = {c: N / (triton.cdiv(N, c) * c) for c in sizes}
     chunk = next((c for c in sizes if fill[c] >= SOFTMAX["split_min_fill"]), max(sizes, key=fill.get))
@@ -178,15 +193,16 @@ def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
 
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:
     """The variant (rows, block, split or online) and its configuration for M rows of N columns:
-    rows of at most ``rows_max_row_bytes`` several a program, a row that fits the registers of one
-    program ``block``, longer rows ``split`` over co-resident programs, and rows too long for the
-    co-resident grid to hold all their chunks ``online``."""
+    rows of at most ``rows_max_cols`` several a program, a row that fits the registers of one
+    program ``block`` (unless its padding wastes lanes and split can take it), longer rows
+    ``split`` over co-resident programs, and rows too long for the co-resident grid to hold all
+    their chunks ``online``."""
+    from .softmax_split import MIN_N
     facts = facts or device_facts()
-    row_bytes = N * elem_size
     cols = max(16, next_pow2(N))
-    if row_bytes <= SOFTMAX["rows_max_row_bytes"]:
+    if N <= SOFTMAX["rows_max_cols"]:
         return "rows", softmax_rows_config(N, elem_size)
-    if cols <= SOFTMAX["block_max_cols"][elem_size]:
+    if cols <= SOFTMAX["block_max_cols"][elem_size] and (N < MIN_N or N / cols >= SOFTMAX["block_min_fill"]):
         return "block", softmax_block_config(N, elem_size)
     split = softmax_split_config(M, N, elem_size, facts)
     if split["C"] > SOFTMAX["split_max_chunks_per_sm"] * facts["sms"]:
