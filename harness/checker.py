@@ -70,11 +70,13 @@ def serve(conn, device: str) -> None:
             problem = problems.get(msg["problem"])
             case = Case.from_json(msg["case"])
             key = (case.id, int(msg["seed"]), int(msg.get("roundings", 0)))
-            if not any(k[0] == case.id for k in cache):
+            if key not in cache:
+                # one reference at a time: the checks of one seed come one after the other (its
+                # launches, then the next seed's), and a float64 reference of the largest cases
+                # takes ~10 GB beside the worker's own buffers (parallel workers share the GPU)
                 cache.clear()
                 if device == "cuda":
                     torch.cuda.empty_cache()
-            if key not in cache:
                 pristine = problem.make_inputs(case, device, int(msg["seed"]))
                 cache[key] = (pristine, *problem.reference_and_bound(pristine, case, key[2]))
             pristine, ref, bound, systematic = cache[key]

@@ -28,17 +28,27 @@ def default_jobs(device: str) -> int:
     return max(1, min(6, n // 3 if device == "cuda" else n))
 
 
+HEAVY_BYTES = 256 * 2 ** 20
+
+
 def _preverify_tasks(tasks: list[dict]) -> list[dict]:
     """The verification of the timed tasks as tasks of their own, one per case and layer, for the
     parallel phase: a worker verifies them (three seeds) and reports each PASS as pending timing;
-    the timed phase then only times (and checks its first and last timed launches)."""
+    the timed phase then only times (and checks its first and last timed launches). Cases above
+    ``HEAVY_BYTES`` of traffic are marked ``heavy``: the parallel phase runs them in at most two
+    workers (``harness.runner.partition``), so that no more than two of them hold the GPU's memory
+    at once (a float64 reference, its bound, the inputs, the guarded outputs: ~20 GB for the
+    largest models case; six at once ran out of the H200's 140 GB)."""
+    from . import problems
+    from .case import Case
     out = []
     for t in tasks:
+        heavy = problems.get(t["problem"]).traffic(Case.from_json(t["case"])) > HEAVY_BYTES
         layers: dict[str, list[str]] = {}
         for i in t["impls"]:
             layers.setdefault(i.split(":")[0], []).append(i)
         for g in layers.values():
-            out.append(dict(t, id=f"p{len(out)}", impls=g, time=False, preverify=True))
+            out.append(dict(t, id=f"p{len(out)}", impls=g, time=False, preverify=True, heavy=heavy))
     return out
 
 

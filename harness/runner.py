@@ -45,11 +45,25 @@ def kill_all() -> None:
             pass
 
 
+HEAVY_LANES = 2   # bins that may run ``heavy`` tasks (GPU memory: see compare._preverify_tasks)
+
+
 def partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
     """Tasks in at most ``jobs`` bins: grouped by layer, problem and dtype (one process keeps a
     group's compiles warm); a group larger than an even share of the tasks is cut (its compiles
     then happen in more than one process: cheap where a layer caches compiles on disk, and the
-    longest group no longer sets the pace); the largest pieces first, each to the emptiest bin."""
+    longest group no longer sets the pace); the largest pieces first, each to the emptiest bin.
+    Tasks marked ``heavy`` go to at most ``HEAVY_LANES`` bins of their own (first in the list)."""
+    heavy = [t for t in tasks if t.get("heavy")]
+    if heavy and jobs > 1:
+        light = [t for t in tasks if not t.get("heavy")]
+        lanes = min(HEAVY_LANES, jobs - 1) if light else min(HEAVY_LANES, jobs)
+        hb = _partition(heavy, lanes)
+        return hb + (_partition(light, jobs - len(hb)) if light else [])
+    return _partition(tasks, jobs)
+
+
+def _partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
     groups: dict[tuple, list] = {}
     for t in tasks:
         groups.setdefault((t["impls"][0].split(":")[0], t["problem"], t["case"]["dtype"]), []).append(t)

@@ -459,7 +459,7 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True) -
                 c2.reason = f"seed {seed}, second launch: {c2.reason}"
                 c2.details.update(worst.details)
                 return c2
-            if not same_bits(first, again.clone()):
+            if not same_bits(first, again):
                 worst.details["nondeterministic"] = True
         worst.max_abs_err = max(worst.max_abs_err or 0.0, c.max_abs_err or 0.0)
         worst.rel_err = max(worst.rel_err or 0.0, c.rel_err or 0.0)

@@ -57,3 +57,11 @@ def test_timed_task_keeps_the_parallel_verdict_and_does_not_verify_again():
     assert kept["max_abs_err"] == 1.25e-9 and kept["verify_s"] == 0.5 and "pending_timing" not in kept
     other = rows["torch:softmax_naive"]       # no verdict: verified here, as before
     assert other["status"] == "PASS" and other["max_abs_err"] != 1.25e-9 and "pending_timing" not in other
+
+
+def test_large_cases_are_marked_heavy():
+    p = problems.get("softmax")
+    plan = [(p, [p.case(M=4096, N=151_936, dtype="float32"), p.case(M=3, N=40, dtype="float32")])]
+    impls = select(Selection(problems=["softmax"], impls=["torch:softmax"]))
+    pre = _preverify_tasks(make_tasks(plan, impls, time=True))
+    assert [t["heavy"] for t in pre] == [True, False]

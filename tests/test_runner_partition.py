@@ -27,3 +27,15 @@ def test_fewer_tasks_than_jobs():
     tasks = _tasks("cuda", "vector_add", "float32", 2)
     bins = partition(tasks, 6)
     assert [len(b) for b in bins] == [1, 1]
+
+
+def test_heavy_tasks_share_at_most_two_bins():
+    heavy = [dict(t, heavy=True) for t in _tasks("cuda", "softmax", "float32", 8) + _tasks("cute", "softmax",
+                                                                                           "bfloat16", 8)]
+    light = _tasks("triton", "gemm_epilogue", "float16", 20) + _tasks("torch", "vector_add", "float32", 10)
+    bins = partition(light + heavy, 6)
+    assert len(bins) == 6 and sum(len(b) for b in bins) == 46
+    with_heavy = [b for b in bins if any(t.get("heavy") for t in b)]
+    assert len(with_heavy) == 2 and all(all(t.get("heavy") for t in b) for b in with_heavy)
+    assert len(partition(heavy, 6)) == 2          # only heavy tasks: still two at once
+    assert len(partition(light + heavy, 1)) == 1  # one job: everything in one bin
