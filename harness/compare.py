@@ -21,11 +21,11 @@ from .results import ResultsDir, row_key
 
 
 def default_jobs(device: str) -> int:
-    """Parallel verify workers: a third of the cores on a GPU machine (each worker has a checker
-    process beside it, and compiles and the CPU side of the checks overlap), at most 6; one a
-    core without one."""
+    """Parallel verify workers: half the cores on a GPU machine (each worker has a checker process
+    beside it; the checks wait on the GPU as much as they use a core), at most 8, of which at most
+    two take the heavy cases (``harness.runner.HEAVY_LANES``); one a core without a GPU."""
     n = os.cpu_count() or 1
-    return max(1, min(6, n // 3 if device == "cuda" else n))
+    return max(1, min(8, n // 2 if device == "cuda" else n))
 
 
 HEAVY_BYTES = 256 * 2 ** 20
