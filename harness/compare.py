@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 
 from . import plan as P
 from .results import ResultsDir, row_key
@@ -85,7 +86,7 @@ def run(args, console, argv: list[str]) -> int:
     from . import registry, report
     from .machine import machine_info
     from .progress import RunProgress
-    from .runner import kill_all, run_parallel, run_tasks
+    from .runner import _STOPPING, kill_all, run_parallel, run_tasks
     from .timing import TimingConfig
 
     # -- everything that can be wrong with the request is found before anything runs --------
@@ -120,11 +121,22 @@ def run(args, console, argv: list[str]) -> int:
     tcfg = TimingConfig(mode="graph" if args.graph else "cold", time_cap_s=args.time_cap,
                         min_samples=args.min_samples)
     interrupted = None
+    _STOPPING.clear()   # a run in this process after an interrupted one (--resume from Python)
     old = signal.signal(signal.SIGTERM, _sigterm)
 
     pre: dict = {}   # (impl, case id) -> a timed case's verification row, pending its timing
 
+    keep_lock = threading.Lock()
+
     def keep(ev):
+        # one event at a time (parallel workers' threads), none after an interrupt: the rows in
+        # rows.jsonl and in the files written at the end are then the same
+        with keep_lock:
+            if _STOPPING.is_set():
+                return
+            _keep(ev)
+
+    def _keep(ev):
         if ev.get("event") == "row":
             r = ev["row"]
             if r.get("pending_timing"):
@@ -190,7 +202,8 @@ def run(args, console, argv: list[str]) -> int:
     finally:
         signal.signal(signal.SIGTERM, old)
 
-    rows = _dedupe(rows)
+    with keep_lock:   # a row being kept as the interrupt came is in both, or in neither
+        rows = _dedupe(rows)
     machine = machine_info()
     report.attach_loc(rows)
     report.add_metrics(rows, ceilings, vendor, machine.get("gpu"), machine.get("l2_bytes") or 0,

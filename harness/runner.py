@@ -34,8 +34,13 @@ _LIVE: set = set()  # worker processes running now (killed on an interrupt)
 _LIVE_LOCK = threading.Lock()
 
 
+_STOPPING = threading.Event()  # set by kill_all: a killed worker is not blamed, nothing restarts
+
+
 def kill_all() -> None:
-    """Kill every worker this process started (Ctrl-C, SIGTERM)."""
+    """Kill every worker this process started (Ctrl-C, SIGTERM). The threads that ran them stop
+    without reporting rows: the run is over, and the rows already kept are its record."""
+    _STOPPING.set()
     with _LIVE_LOCK:
         procs = list(_LIVE)
     for p in procs:
@@ -132,7 +137,7 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
     remaining = list(tasks)
     want_ceilings = ceilings
     restarts = 0
-    while remaining or want_ceilings:
+    while (remaining or want_ceilings) and not _STOPPING.is_set():
         job = dict(job_base, tasks=remaining, ceilings=want_ceilings)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -203,7 +208,7 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
                 current_task, current_impl, task_rows = None, None, []
             elif kind == "fatal":
                 fatal = ev
-            if on_event:
+            if on_event and not _STOPPING.is_set():
                 on_event(ev)
         try:
             proc.wait(timeout=30)
@@ -214,7 +219,7 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
             _LIVE.discard(proc)
         want_ceilings = False  # measured once per run; a failed measurement is not retried
         remaining = [t for t in remaining if t["id"] not in done_tasks]
-        if not remaining:
+        if not remaining or _STOPPING.is_set():   # done, or killed by an interrupt: nobody to blame
             break
         # The worker stopped early: blame the implementation it was running.
         task = next((t for t in remaining if t["id"] == current_task), None)

@@ -39,3 +39,15 @@ def test_heavy_tasks_share_at_most_two_bins():
     assert len(with_heavy) == 2 and all(all(t.get("heavy") for t in b) for b in with_heavy)
     assert len(partition(heavy, 6)) == 2          # only heavy tasks: still two at once
     assert len(partition(light + heavy, 1)) == 1  # one job: everything in one bin
+
+
+def test_after_an_interrupt_no_worker_starts_and_no_row_is_reported():
+    from harness import runner
+    seen = []
+    runner.kill_all()               # what an interrupt does: nothing running, the flag set
+    try:
+        res = runner.run_tasks(_tasks("torch", "vector_add", "float32", 2), device="cpu",
+                               on_event=seen.append)
+    finally:
+        runner._STOPPING.clear()
+    assert res.rows == [] and seen == []
