@@ -72,8 +72,8 @@ SOFTMAX = {
     # So does the block path on rows of block_min_n .. block_short_max_n columns (the range timed;
     # longer rows keep resident_target): a CTA a row, its loads all issued at once, and a finished
     # CTA's place taken by the next row's CTA at once; it beat the rows kernel's persistent grid
-    # by 1-5 % on every 2048-4096-column row timed (docs/perf-notes.md, Round 7). Shorter rows
-    # stay with the rows kernel (several a CTA).
+    # on every row of that range timed (docs/perf-notes.md, Round 7). Shorter rows stay with the
+    # rows kernel (several a CTA).
     "block_resident_target": 32 * 1024,
     "block_min_n": 1025,
     "block_short_max_n": 4096,

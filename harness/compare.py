@@ -32,8 +32,8 @@ def default_jobs(device: str) -> int:
 HEAVY_BYTES = 256 * 2 ** 20
 
 
-def _preverify_tasks(tasks: list[dict]) -> list[dict]:
-    """The verification of the timed tasks as tasks of their own, one per case and layer, for the
+def _preverify_tasks(plan, impls, done: set) -> list[dict]:
+    """The verification of the timed cases as tasks of their own, one per case and layer, for the
     parallel phase: a worker verifies them (three seeds) and reports each PASS as pending timing;
     the timed phase then only times (and checks its first and last timed launches). Cases above
     ``HEAVY_BYTES`` of traffic are marked ``heavy``: the parallel phase runs them in at most two
@@ -42,15 +42,11 @@ def _preverify_tasks(tasks: list[dict]) -> list[dict]:
     largest models case; six at once ran out of the H200's 140 GB)."""
     from . import problems
     from .case import Case
-    out = []
+    tasks = _todo(P.make_tasks(plan, impls, phase="timed", prefix="p", split_by_layer=True), done)
     for t in tasks:
-        heavy = problems.get(t["problem"]).traffic(Case.from_json(t["case"])) > HEAVY_BYTES
-        layers: dict[str, list[str]] = {}
-        for i in t["impls"]:
-            layers.setdefault(i.split(":")[0], []).append(i)
-        for g in layers.values():
-            out.append(dict(t, id=f"p{len(out)}", impls=g, time=False, preverify=True, heavy=heavy))
-    return out
+        t.update(preverify=True,
+                 heavy=problems.get(t["problem"]).traffic(Case.from_json(t["case"])) > HEAVY_BYTES)
+    return tasks
 
 
 def _with_preverified(tasks: list[dict], pre: dict) -> list[dict]:
@@ -161,7 +157,7 @@ def run(args, console, argv: list[str]) -> int:
             vtasks = _todo(P.make_tasks(vplan, impls, phase="verify-suite", prefix="v", split_by_layer=True), done)
         # On the GPU the timed cases are verified here too, in parallel (their compiles and
         # three-seed checks are most of the work); the timed phase then only times them.
-        ptasks = _preverify_tasks(_todo(P.make_tasks(plan, impls, time=True), done)) if gpu else []
+        ptasks = _preverify_tasks(plan, impls, done) if gpu else []
         if vtasks or ptasks:
             title = "verify suite" + (" + timed cases' verification" if ptasks else "")
             with RunProgress(console, sum(len(t["impls"]) for t in vtasks + ptasks), title,

@@ -16,10 +16,12 @@ def test_preverify_tasks_one_per_case_and_layer():
                                                           "triton:softmax"]))
     timed = make_tasks(_plan(), impls, time=True)
     assert len(timed) == 2 and all(len(t["impls"]) == 3 for t in timed)
-    pre = _preverify_tasks(timed)
+    pre = _preverify_tasks(_plan(), impls, set())
     assert len(pre) == 4                                   # 2 cases x 2 layers
     assert len({t["id"] for t in pre}) == 4
     assert all(t["preverify"] and not t["time"] and t["phase"] == "timed" for t in pre)
+    done = {("timed", "softmax", "triton:softmax", timed[0]["case"]["id"])}   # --resume: a row kept
+    assert len(_preverify_tasks(_plan(), impls, done)) == 3
     assert sorted(tuple(t["impls"]) for t in pre if t["case"] == timed[0]["case"]) == \
         [("torch:softmax", "torch:softmax_naive"), ("triton:softmax",)]
 
@@ -41,7 +43,7 @@ def _run(task):
 
 def test_preverify_task_marks_passes_pending_timing():
     impls = select(Selection(problems=["softmax"], impls=["torch:softmax"]))
-    task = _preverify_tasks(make_tasks(_plan(), impls, time=True))[0]
+    task = _preverify_tasks(_plan(), impls, set())[0]
     row = _run(task)["torch:softmax"]
     assert row["status"] == "PASS" and row["pending_timing"] is True and row["phase"] == "timed"
     assert row["max_abs_err"] is not None and row["verify_s"] > 0
@@ -63,5 +65,5 @@ def test_large_cases_are_marked_heavy():
     p = problems.get("softmax")
     plan = [(p, [p.case(M=4096, N=151_936, dtype="float32"), p.case(M=3, N=40, dtype="float32")])]
     impls = select(Selection(problems=["softmax"], impls=["torch:softmax"]))
-    pre = _preverify_tasks(make_tasks(plan, impls, time=True))
+    pre = _preverify_tasks(plan, impls, set())
     assert [t["heavy"] for t in pre] == [True, False]

@@ -29,18 +29,19 @@ VECTOR_ADD = {"bytes_per_thread": 32, "num_warps": 4}
 
 SOFTMAX = {
     # rows kernel (several short rows a program, persistent): rows of at most this many columns
-    # (32 lanes x 32 values); at 2048 16-bit columns one program a row in registers (block, 4
-    # warps) measured 78.5 % of copy against the rows kernel's 71-74 % (docs/perf-notes.md, Round 7)
+    # (32 lanes x 32 values); from 2048 16-bit columns one program a row in registers (block, 4
+    # warps) streams faster than several rows a program (docs/perf-notes.md, Round 7)
     "rows_max_cols": 1024,
     "rows_tile": 2048,              # elements per block of rows
     "rows_values_per_thread": 16,
     "rows_stages": 2,               # the next block's loads in flight while this one is reduced
     # block kernel (one row a program, in registers): up to this many (padded) columns by element
     # size. The registers hold fp32 either way, so a 16-bit row brings half the bytes in flight
-    # for the same registers: 16-bit rows above 16384 columns go to split (1-warp chunks measured
-    # 83-86 % of copy at 32000 columns against the block kernel's 71-75 %). A row longer than
-    # split's minimum whose padding would leave less than ``block_min_fill`` of the lanes holding
-    # data goes to split too (fp32 20000: 85 % split, 80 % block).
+    # for the same registers: 16-bit rows above 16384 columns go to split, whose 1-warp chunks
+    # keep more rows in flight. A row longer than split's minimum whose padding would leave less
+    # than ``block_min_fill`` of the lanes holding data goes to split too: the block kernel's
+    # padded lanes cost registers and issue slots, split's chunks waste little (docs/perf-notes.md,
+    # Round 7).
     "block_max_cols": {4: 32768, 2: 16384},
     "block_min_fill": 0.9,
     # warps by padded row length: (up to this many columns, warps)
@@ -64,10 +65,9 @@ SOFTMAX = {
     "split_min_chunk": 2048,
     "split_min_fill": 0.9,
     # A row of at most this many chunks of split_min_chunk takes that smallest chunk (one warp a
-    # program, the most programs - rows in flight - an SM): it measured best or within 3 points
-    # on every long row up to 128256 columns, by 4-12 points in 16-bit (docs/perf-notes.md, Round
-    # 7). Beyond it each program polls more slots than its warp's lanes cover twice, and the
-    # fill rule below chooses (151936 16-bit: 8192-column chunks 77 %, 2048 74 %).
+    # program, the most programs - rows in flight - an SM), the best or near it on the long rows
+    # timed, most of all in 16-bit (docs/perf-notes.md, Round 7). Beyond it each program polls
+    # more slots than its warp's lanes cover twice, and the fill rule below chooses.
     "split_small_max_chunks": 64,
 }
 
