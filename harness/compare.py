@@ -29,23 +29,21 @@ def default_jobs(device: str) -> int:
     return max(1, min(8, n // 2 if device == "cuda" else n))
 
 
-HEAVY_BYTES = 256 * 2 ** 20
-
-
 def _preverify_tasks(plan, impls, done: set) -> list[dict]:
     """The verification of the timed cases as tasks of their own, one per case and layer, for the
     parallel phase: a worker verifies them (three seeds) and reports each PASS as pending timing;
     the timed phase then only times (and checks its first and last timed launches). Cases above
-    ``HEAVY_BYTES`` of traffic are marked ``heavy``: the parallel phase runs them in at most two
+    ``worker.BIG_CASE_BYTES`` of traffic are marked ``heavy``: the parallel phase runs them in at most two
     workers (``harness.runner.partition``), so that no more than two of them hold the GPU's memory
     at once (a float64 reference, its bound, the inputs, the guarded outputs: ~20 GB for the
     largest models case; six at once ran out of the H200's 140 GB)."""
     from . import problems
     from .case import Case
+    from .worker import BIG_CASE_BYTES
     tasks = _todo(P.make_tasks(plan, impls, phase="timed", prefix="p", split_by_layer=True), done)
     for t in tasks:
         t.update(preverify=True,
-                 heavy=problems.get(t["problem"]).traffic(Case.from_json(t["case"])) > HEAVY_BYTES)
+                 heavy=problems.get(t["problem"]).traffic(Case.from_json(t["case"])) > BIG_CASE_BYTES)
     return tasks
 
 

@@ -20,7 +20,7 @@ from .errors import Unsupported
 
 CPU_TRAFFIC_LIMIT = 64 * 10 ** 6   # bytes: larger cases are not executed in the CPU mode
 CPU_FLOP_LIMIT = 4 * 10 ** 9
-BIG_CASE_BYTES = 256 * 2 ** 20   # cases above this much traffic give their memory back at once
+BIG_CASE_BYTES = 256 * 2 ** 20   # a large case: gives its memory back at once; a heavy lane's in compare
 
 
 class _Emitter:

@@ -117,3 +117,27 @@ def test_chunked_check_matches_whole(monkeypatch):
     out = torch.softmax(x, -1)
     out[4, 8] += 0.01
     assert "first at [4, 8]" in v.check_output(p, case, out, ref).reason
+
+
+def test_sampled_bias_test_still_catches_a_consistent_bias(monkeypatch):
+    """an output of many chunks reads at most BIAS_MAX_CHUNKS of them for the bias test: a bias
+    that every element carries (inside its own bound) still fails; the unbiased output passes; the
+    bound check still covers every chunk (a bad element in an unsampled chunk is found)"""
+    import harness.verify as v
+
+    p = problems.get("softmax")
+    case = p.case(M=512, N=64)
+    (x,) = p.make_inputs(case, "cpu", 1)
+    ref = p.reference((x,), case)
+    monkeypatch.setattr(v, "CHUNK", 1024)          # 32 chunks, 4 sampled
+    assert -(-ref.numel() // v.CHUNK) > 4 * v.BIAS_MAX_CHUNKS
+    good = torch.softmax(x, -1)
+    assert v.check_output(p, case, good, ref).ok
+    biased = (ref * (1 + 7e-6)).float()             # inside rtol and the error norm; above the
+    #                                                 fp32 row sum's allowed systematic part
+    c = v.check_output(p, case, biased, ref)
+    assert not c.ok and "systematic error" in c.reason
+    bad = good.clone()
+    bad[511, 40] += 0.01                            # the last chunk, one the bias test does not read
+    c = v.check_output(p, case, bad, ref)
+    assert not c.ok and "first at [511, 40]" in c.reason
