@@ -835,10 +835,7 @@ def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200) -> Launches:
 def _plan_ws(g: GemmCase, dev: Device, bn: int = 256, splits: int = 1, b_buf: str = "b", ldb: int | None = None,
              group_m: int = 0) -> Launches:
     ldb = g.ldb if ldb is None else ldb
-    kt = _cdiv(g.K, WS_BK)
-    splits = max(1, min(splits, kt))
-    kps = _cdiv(kt, splits)
-    splits = _cdiv(kt, kps)
+    splits, kps = _norm_splits(_cdiv(g.K, WS_BK), splits)
     tiles_m, tiles_n = _cdiv(g.M, WS_BM), _cdiv(g.N, bn)
     units = tiles_m * tiles_n * splits
     grid = min(units, dev.sms)
