@@ -428,6 +428,7 @@ def _sm_spec(variant, case, cfg=None):
         return softmax_rows.launch_spec(x, out, cfg, H200["sms"] * max(1, 64 // cfg["num_warps"]))
     if variant == "online":
         return softmax_online.launch_spec(x, out, cfg)
+    cfg = softmax_split.with_frame(cfg, x, out)
     slots = torch.empty(M * cfg["C"], dtype=torch.int64, device="meta")
     return softmax_split.launch_spec(x, out, slots, cfg, _split_programs(cfg, M)[0],
                                      softmax_split.MAX_SPIN)

@@ -24,7 +24,7 @@ from .results import ResultsDir, row_key
 def default_jobs(device: str) -> int:
     """Parallel verify workers: half the cores on a GPU machine (each worker has a checker process
     beside it; the checks wait on the GPU as much as they use a core), at most 8, of which at most
-    two take the heavy cases (``harness.runner.HEAVY_LANES``); one a core without a GPU."""
+    three take the heavy cases (``harness.runner.HEAVY_LANES``); one a core without a GPU."""
     n = os.cpu_count() or 1
     return max(1, min(8, n // 2 if device == "cuda" else n))
 
@@ -33,10 +33,10 @@ def _preverify_tasks(plan, impls, done: set) -> list[dict]:
     """The verification of the timed cases as tasks of their own, one per case and layer, for the
     parallel phase: a worker verifies them (three seeds) and reports each PASS as pending timing;
     the timed phase then only times (and checks its first and last timed launches). Cases above
-    ``worker.BIG_CASE_BYTES`` of traffic are marked ``heavy``: the parallel phase runs them in at most two
-    workers (``harness.runner.partition``), so that no more than two of them hold the GPU's memory
-    at once (a float64 reference, its bound, the inputs, the guarded outputs: ~20 GB for the
-    largest models case; six at once ran out of the H200's 140 GB)."""
+    ``worker.BIG_CASE_BYTES`` of traffic are marked ``heavy``: the parallel phase runs them in at most
+    ``runner.HEAVY_LANES`` (3) workers (``harness.runner.partition``), so that no more than three of
+    them hold the GPU's memory at once (a float64 reference, its bound, the inputs, the guarded
+    outputs: ~20 GB for the largest models case; six at once ran out of the H200's 140 GB)."""
     from . import problems
     from .case import Case
     from .worker import BIG_CASE_BYTES
@@ -80,7 +80,7 @@ def run(args, console, argv: list[str]) -> int:
     from . import registry, report
     from .machine import machine_info
     from .progress import RunProgress
-    from .runner import _STOPPING, kill_all, run_parallel, run_tasks
+    from .runner import _STOPPING, Worker, job_header, kill_all, run_parallel, run_tasks
     from .timing import TimingConfig
 
     # -- everything that can be wrong with the request is found before anything runs --------
@@ -119,6 +119,7 @@ def run(args, console, argv: list[str]) -> int:
     old = signal.signal(signal.SIGTERM, _sigterm)
 
     pre: dict = {}   # (impl, case id) -> a timed case's verification row, pending its timing
+    timer = None     # the timing worker, started while the parallel phase runs (GPU)
 
     keep_lock = threading.Lock()
 
@@ -156,6 +157,10 @@ def run(args, console, argv: list[str]) -> int:
         # On the GPU the timed cases are verified here too, in parallel (their compiles and
         # three-seed checks are most of the work); the timed phase then only times them.
         ptasks = _preverify_tasks(plan, impls, done) if gpu else []
+        if gpu and common["isolate"] and (vtasks or ptasks):
+            # its start-up (imports, CUDA context, checker: ~10 s) overlaps the parallel phase;
+            # it touches the GPU only once it has its tasks, when the parallel workers are done
+            timer = Worker(job_header(device, args.plugin, None, args.verbose))
         if vtasks or ptasks:
             title = "verify suite" + (" + timed cases' verification" if ptasks else "")
             with RunProgress(console, sum(len(t["impls"]) for t in vtasks + ptasks), title,
@@ -179,7 +184,8 @@ def run(args, console, argv: list[str]) -> int:
             if gpu:
                 res = run_tasks(tasks, ceilings=not args.no_ceilings and ceilings is None,
                                 timing={k: getattr(tcfg, k) for k in ("mode", "min_samples", "time_cap_s")},
-                                keep_raw=not args.no_raw, on_event=on_ev, **common)
+                                keep_raw=not args.no_raw, on_event=on_ev, prestarted=timer, **common)
+                timer = None   # run_tasks took it, or discarded it with nothing to run
             else:
                 res = run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
             ceilings = ceilings or res.ceilings
@@ -195,6 +201,8 @@ def run(args, console, argv: list[str]) -> int:
         interrupted = f"stopped by an error: {type(e).__name__}: {e}"
     finally:
         signal.signal(signal.SIGTERM, old)
+        if timer is not None:   # never given its tasks: the run stopped before the timed phase
+            timer.discard()
 
     with keep_lock:   # a row being kept as the interrupt came is in both, or in neither
         rows = _dedupe(rows)

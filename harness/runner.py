@@ -50,7 +50,7 @@ def kill_all() -> None:
             pass
 
 
-HEAVY_LANES = 2   # bins that may run ``heavy`` tasks (GPU memory: see compare._preverify_tasks)
+HEAVY_LANES = 3   # bins that may run ``heavy`` tasks (GPU memory: see compare._preverify_tasks)
 
 
 def partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
@@ -115,6 +115,64 @@ def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
     return res
 
 
+def job_header(device: str, plugins=(), threads: int | None = None, verbose: bool = False) -> dict:
+    """What a worker needs to start (imports, plugins, its checker) before it is given tasks."""
+    return {"device": device, "plugins": [str(p) for p in plugins], "threads": threads,
+            "verbose": verbose}
+
+
+class Worker:
+    """A worker process, started at once with the job's header: it imports, loads the plugins and
+    starts its checker, then waits for its tasks (``give``). Starting one ahead of time hides its
+    start-up (seconds of imports and CUDA context) behind other work, as compare does for the
+    timing worker during the parallel phase."""
+
+    def __init__(self, header: dict):
+        self.header = {k: header.get(k) for k in ("device", "plugins", "threads", "verbose")}
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.header["device"] == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env, cwd=str(ROOT))
+        with _LIVE_LOCK:
+            _LIVE.add(self.proc)
+        self.q: queue.Queue = queue.Queue()
+        threading.Thread(target=_reader, args=(self.proc.stdout, self.q, "out"), daemon=True).start()
+        threading.Thread(target=_reader, args=(self.proc.stderr, self.q, "err"), daemon=True).start()
+        self._send(json.dumps(dict(self.header, header_only=True)) + "\n")
+
+    def matches(self, header: dict) -> bool:
+        return all(self.header[k] == header.get(k) for k in self.header)
+
+    def _send(self, text: str) -> None:
+        try:
+            self.proc.stdin.write(text)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass   # the worker died in start-up: its output and exit code tell the reader why
+
+    def give(self, job: dict) -> None:
+        """The rest of the job (tasks, ceilings, timing); the worker runs it and exits."""
+        self._send(json.dumps({k: v for k, v in job.items() if k not in self.header}))
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def discard(self) -> None:
+        """Not needed after all (nothing to time, or the run stopped): end it, quietly."""
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        except Exception:
+            pass
+        with _LIVE_LOCK:
+            _LIVE.discard(self.proc)
+
+
 def _reader(stream, q, tag):
     for line in iter(stream.readline, ""):
         q.put((tag, line))
@@ -124,13 +182,15 @@ def _reader(stream, q, tag):
 def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None = None,
               ceilings: bool = False, timeout_s: float = 600.0, isolate: bool = True,
               keep_raw: bool = True, on_event=None, verbose: bool = False,
-              threads: int | None = None) -> RunResult:
+              threads: int | None = None, prestarted: "Worker | None" = None) -> RunResult:
     """Run ``tasks`` and return every row. ``on_event(event)`` sees progress events.
     ``threads``: torch's CPU threads in the worker (and its checker), so that parallel workers
-    do not oversubscribe the cores."""
+    do not oversubscribe the cores. ``prestarted``: a ``Worker`` started earlier with the same
+    device, plugins, threads and verbosity (its start-up overlapped other work); it takes the
+    tasks, and a restart after a crash starts a fresh one."""
     res = RunResult()
-    job_base = {"device": device, "plugins": [str(p) for p in plugins], "timing": timing or {},
-                "keep_raw": keep_raw, "verbose": verbose, "threads": threads}
+    job_base = job_header(device, plugins, threads, verbose)
+    job_base.update(timing=timing or {}, keep_raw=keep_raw)
     if not isolate:
         return _run_inline(tasks, job_base, ceilings, res, on_event)
 
@@ -139,21 +199,12 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
     restarts = 0
     while (remaining or want_ceilings) and not _STOPPING.is_set():
         job = dict(job_base, tasks=remaining, ceilings=want_ceilings)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        if device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
-        proc = subprocess.Popen([sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, cwd=str(ROOT))
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
-        q: queue.Queue = queue.Queue()
-        threading.Thread(target=_reader, args=(proc.stdout, q, "out"), daemon=True).start()
-        threading.Thread(target=_reader, args=(proc.stderr, q, "err"), daemon=True).start()
-        proc.stdin.write(json.dumps(job))
-        proc.stdin.close()
+        if prestarted is not None and prestarted.matches(job_base):
+            w, prestarted = prestarted, None   # only the first worker: a restart starts afresh
+        else:
+            w = Worker(job_base)
+        w.give(job)
+        proc, q = w.proc, w.q
         stderr_tail: deque = deque(maxlen=40)
         current_task, current_impl, task_rows = None, None, []
         done_tasks: set = set()
@@ -256,6 +307,8 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
             others = [t for t in others if t["impls"]]
         remaining = ([dict(task, impls=rest)] if rest else []) + others
         restarts += 1
+    if prestarted is not None:   # nothing was left to run (or a different header): not needed
+        prestarted.discard()
     return res
 
 

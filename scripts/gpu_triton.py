@@ -67,11 +67,29 @@ EXTRA = {
     "softmax": [dict(M=2000, N=50_000, dtype="float16"), dict(M=1, N=262_147), dict(M=65_536, N=128, dtype="bfloat16"),
                 dict(M=8192, N=50_257, dtype="bfloat16"), dict(M=8192, N=32_000, dtype="float16"),
                 dict(M=16_384, N=4096, dtype="bfloat16"), dict(M=4096, N=65_536, dtype="bfloat16"),
-                dict(M=4096, N=20_000)],
+                dict(M=4096, N=20_000),
+                # rows Triton cannot prove 16-byte aligned (N not a multiple of 16): the frame
+                dict(M=4096, N=1000, dtype="bfloat16"), dict(M=8192, N=3000, dtype="float16"),
+                dict(M=2048, N=5000, dtype="bfloat16"), dict(M=16_384, N=781, dtype="bfloat16"),
+                dict(M=4096, N=30_001, dtype="bfloat16"), dict(M=65_536, N=100, dtype="bfloat16"),
+                dict(M=4096, N=50_257, dtype="float32"), dict(M=1823, N=781)],
     "gemm_epilogue": [dict(M=32, N=5000, K=3000, act="gelu"), dict(M=300, N=2000, K=1000),
                       dict(M=2048, N=50_257, K=1024, act="none"), dict(M=1000, N=4000, K=3000, act="gelu"),
                       dict(M=128, N=8192, K=8192, dtype="float16"), dict(M=1, N=4096, K=4096, act="none")],
 }
+
+
+def specs(problem, variant, case, cfg):
+    """``triton_layer.specs_for``; the ``_noframe`` candidates with ``triton_src.FRAME`` off."""
+    import triton_src
+    from backends import triton_layer as T
+    if cfg and cfg.get("_noframe"):
+        triton_src.FRAME = False
+        try:
+            return T.specs_for(problem, variant, case, None)
+        finally:
+            triton_src.FRAME = True
+    return T.specs_for(problem, variant, case, cfg)
 
 
 def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
@@ -92,6 +110,8 @@ def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
         from triton_src import softmax_split as S
         M, N, es = case.M, case.N, case.torch_dtype.itemsize
         cols = max(16, next_pow2(N))
+        if N % 16:
+            out.append(("default, no frame", "default", {"_noframe": True}))
         if N * es <= 8192:
             for tile in (1024, 2048, 4096, 8192):
                 out.append((f"rows tile {tile}", "rows", R.config(N, tile, 16, 2)))
@@ -147,7 +167,7 @@ def _precompile(job):
         from harness.case import Case
         case = Case.from_json(case_json)
         t = time.perf_counter()
-        for spec in T.specs_for(problem, variant, case, cfg):
+        for spec in specs(problem, variant, case, cfg):
             T.compile_spec(spec, ptxas=False)
         return None, time.perf_counter() - t
     except Exception as e:
@@ -232,6 +252,13 @@ def bound_launch(problem, variant, cfg, case, inputs, out):
     cfg is None, else the variant module's bind_launch with that config."""
     from harness import registry
     from triton_src import dispatch
+    if cfg is not None and cfg.get("_noframe"):   # the same, with triton_src.aligned_frame off
+        import triton_src
+        triton_src.FRAME = False
+        try:
+            return bound_launch(problem, variant, None, case, inputs, out)
+        finally:
+            triton_src.FRAME = True
     if cfg is None:
         name = problem if variant == "default" else f"{problem}_{variant}"
         return registry.get(problem, f"triton:{name}").prepare(case, inputs, out)
@@ -422,7 +449,7 @@ def dry_run(names) -> int:
             for label, v, cfg in candidates(name, case):
                 n += 1
                 try:
-                    T.specs_for(name, v, case, cfg)
+                    specs(name, v, case, cfg)
                 except Exception as e:
                     bad += 1
                     print(f"{name} {case.label} {label}: {short(e)}")

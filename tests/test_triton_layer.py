@@ -448,3 +448,70 @@ def test_default_softmax_runs_online_when_split_cannot_hold_a_row(monkeypatch):
     assert plan.variant == "online"
     plan.launch()
     torch.testing.assert_close(out.double(), torch.softmax(x.double(), -1), rtol=1.6e-2, atol=1e-5)
+
+
+# -- the aligned frame: rows Triton cannot prove 16-byte aligned -----------------------------------
+def test_aligned_frame_decision():
+    from triton_src import aligned_frame
+    x = torch.empty(4, 50_257, dtype=torch.bfloat16, device=DEV)
+    assert aligned_frame(x, torch.empty_like(x)) == 8          # odd N: the frame
+    assert aligned_frame(x.float(), torch.empty_like(x.float())) == 4
+    y = torch.empty(4, 4096, dtype=torch.bfloat16, device=DEV)
+    assert aligned_frame(y, torch.empty_like(y)) == 0          # Triton proves it on its own
+    flat = torch.empty(4 * 1001 + 1, dtype=torch.bfloat16, device=DEV)
+    mis = flat[1:].view(4, 1001)
+    assert aligned_frame(mis, torch.empty(4, 1001, dtype=torch.bfloat16, device=DEV)) == 0  # not 16-byte aligned
+    z = torch.empty(4, 1003, dtype=torch.bfloat16, device=DEV)[:, :1000]   # rows 1003 apart
+    assert aligned_frame(z, torch.empty(4, 1000, dtype=torch.bfloat16, device=DEV)) == 0  # rows start differently
+    assert aligned_frame(z, torch.empty(4, 1011, dtype=torch.bfloat16, device=DEV)[:, :1000]) == 8  # 1011 = 1003 + 8
+
+
+@pytest.mark.parametrize("variant,M,N", [("block", 5, 3001), ("rows", 9, 781), ("rows", 6, 100),
+                                         ("split", 3, 1064)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_aligned_frame_writes_the_row_and_nothing_else(variant, M, N, dtype):
+    """Odd N, rows of a strided view whose out is a strided view too (rows as far past a 16-byte
+    boundary as x's): every element right, and not one element outside out's rows written."""
+    from triton_src import softmax_block, softmax_rows, softmax_split
+    from triton_src.softmax_split import with_frame
+    vec = 16 // torch.tensor([], dtype=dtype).element_size()
+    x = torch.randn(M + 1, N + 2 * vec + 1, dtype=dtype, device=DEV)[:M, :N]
+    x[0, :5] = float("-inf")
+    x[1, N - 1] = 30.0
+    big = torch.full((M + 1, N + vec + 1 + 2 * vec), 7.0, dtype=dtype, device=DEV)
+    out = big[:M, :N]
+    before = big.clone()
+    if variant == "split":
+        cfg = with_frame(softmax_split.config(N, 256, 4), x, out)
+        assert cfg["VEC"] == vec
+        softmax_split.bind_launch(x, out, cfg)()
+    else:
+        mod = {"block": softmax_block, "rows": softmax_rows}[variant]
+        cfg = getattr(dispatch, f"softmax_{variant}_config")(N, x.element_size())
+        assert softmax_block.frame(x, out, cfg["BLOCK_N"]) == vec
+        mod.bind_launch(x, out, cfg)()
+    ref = torch.softmax(x.double(), dim=-1)
+    rtol, atol = {torch.float32: (1e-5, 1e-7), torch.bfloat16: (1.6e-2, 1e-5)}[dtype]
+    torch.testing.assert_close(out.double(), ref, rtol=rtol, atol=atol)
+    outside = torch.ones_like(big, dtype=torch.bool)
+    outside[:M, :N] = False
+    assert torch.equal(big[outside], before[outside])
+
+
+@pytest.mark.parametrize("variant,kw", [("block", dict(M=64, N=3001, dtype="bfloat16")),
+                                        ("rows", dict(M=64, N=1000, dtype="bfloat16")),
+                                        ("split", dict(M=64, N=50_257, dtype="bfloat16"))])
+def test_compile_only_aligned_frame_loads_16_bytes(variant, kw):
+    """N not a multiple of 16: with the frame the loads are 128-bit; without it, 2 bytes each."""
+    import triton_src
+    from backends import triton_layer as T
+    case = problems.get("softmax").case(**kw)
+    framed = T.compile_spec(T._sm_spec(variant, case))["ptx"]
+    triton_src.FRAME = False
+    try:
+        plain = T.compile_spec(T._sm_spec(variant, case))["ptx"]
+    finally:
+        triton_src.FRAME = True
+    v4 = r"(ld\.global(\.[\w:]+)*\.v4\.b32|cp\.async\.cg\.shared\.global)"
+    assert re.search(v4, framed) and re.search(r"st\.global(\.\w+)*\.v4\.b32", framed)
+    assert not re.search(v4, plain)

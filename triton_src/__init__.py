@@ -51,6 +51,31 @@ def pow2_divisor(*values: int, limit: int = 16) -> int:
     return d
 
 
+#: the softmax kernels' aligned frame (``aligned_frame``) on; False times them without it
+FRAME = True
+
+
+def aligned_frame(x: torch.Tensor, out: torch.Tensor) -> int:
+    """Elements per 16 bytes when a softmax kernel should address each row from the 16-byte
+    boundary at or before its start (so that its loads and stores are 128-bit), else 0.
+
+    Triton vectorises a row's accesses only when it can prove them 16-byte aligned: the pointer
+    (specialised when divisible by 16), the row stride and the column bound (specialised when
+    divisible by 16 elements). A row of 50257 bf16 columns proves none of it, and the kernel then
+    moves 2 bytes an instruction. The frame puts every row's accesses on 16-byte groups instead;
+    it needs both tensors 16-byte aligned with rows that start equally far past a boundary."""
+    if not FRAME:
+        return 0
+    vec = 16 // x.element_size()
+    N = x.shape[1]
+    sx, so = x.stride(0), out.stride(0)
+    if N % 16 == 0 and sx % 16 == 0 and so % 16 == 0:
+        return 0   # Triton's own specialisation already proves the 16-byte accesses
+    if x.data_ptr() % 16 or out.data_ptr() % 16 or (sx - so) % vec or N < 2 * vec:
+        return 0
+    return vec
+
+
 def _on_import() -> None:
     try:
         if interpreting():

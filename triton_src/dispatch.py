@@ -217,7 +217,8 @@ def plan_softmax(x, out) -> Plan:
     variant, cfg = softmax_choice(M, N, x.element_size(), facts)
     if variant == "split":
         try:
-            return Plan(variant, cfg, softmax_split.bind_launch(x, out, cfg))
+            launch = softmax_split.bind_launch(x, out, cfg)
+            return Plan(variant, launch.config, launch)
         except softmax_split.TooFewPrograms:   # the device holds fewer programs than a row has chunks
             variant, cfg = "online", softmax_online_config(M, N, x.element_size(), facts)
     binder = {"rows": softmax_rows, "block": softmax_block, "online": softmax_online,

@@ -1,7 +1,8 @@
 """Row softmax, ``block``: one program per row, the whole row in registers.
 
 One read and one write of each row: load (padding lanes -inf), max, exp, sum, scale, store.
-BLOCK_N is the row length rounded up to a power of two; the row must fit the registers of one
+BLOCK_N is the row length rounded up to a power of two (rows that Triton cannot prove 16-byte
+aligned are addressed from their 16-byte boundary: ``VEC``, ``triton_src.aligned_frame``); the row must fit the registers of one
 program (MAX_COLS fp32 values: at 16 warps that is 64 values a thread, twice that spills), and
 how many programs an SM holds follows from the same registers: ``dispatch`` picks num_warps.
 """
@@ -11,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import next_pow2
+from . import aligned_frame, next_pow2
 from .checks import softmax_args
 from .runtime import Spec, bind_spec
 
@@ -19,14 +20,31 @@ MAX_COLS = 32768
 
 
 @triton.jit
-def softmax_block_kernel(x_ptr, out_ptr, N, stride_x, stride_out, BLOCK_N: tl.constexpr):
+def softmax_block_kernel(x_ptr, out_ptr, N, stride_x, stride_out, BLOCK_N: tl.constexpr,
+                         VEC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    e = tl.exp(x - tl.max(x, axis=0))
-    y = e * (1.0 / tl.sum(e, axis=0))
-    tl.store(out_ptr + row * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if VEC == 0:
+        mask = cols < N
+        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=0))
+        y = e * (1.0 / tl.sum(e, axis=0))
+        tl.store(out_ptr + row * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        # lanes from the 16-byte boundary at or before the row (triton_src.aligned_frame): loads
+        # of whole 16-byte groups, stores of the groups inside the row, then the row's edges
+        start = row * stride_x
+        base = (start // VEC) * VEC
+        lead = (start - base).to(tl.int32)
+        g = (cols // VEC) * VEC
+        x = tl.load(x_ptr + base + cols, mask=(g + VEC > lead) & (g < lead + N), other=-float("inf"))
+        valid = (cols >= lead) & (cols < lead + N)
+        x = tl.where(valid, x.to(tl.float32), -float("inf"))
+        e = tl.exp(x - tl.max(x, axis=0))
+        y = (e * (1.0 / tl.sum(e, axis=0))).to(out_ptr.dtype.element_ty)
+        o = out_ptr + (row * stride_out // VEC) * VEC + cols
+        tl.store(o, y, mask=(g >= lead) & (g + VEC <= lead + N))
+        tl.store(o, y, mask=valid & ((g < lead) | (g + VEC > lead + N)))
 
 
 def supports(N: int) -> str | None:
@@ -40,11 +58,18 @@ def config(N: int, num_warps: int) -> dict:
     return {"BLOCK_N": max(16, next_pow2(N)), "num_warps": num_warps}
 
 
+def frame(x, out, block_n: int) -> int:
+    """``aligned_frame`` where the row, moved up to VEC - 1 lanes, still fits BLOCK_N lanes."""
+    vec = aligned_frame(x, out)
+    return vec if vec and x.shape[1] + vec - 1 <= block_n else 0
+
+
 def launch_spec(x, out, cfg: dict) -> Spec:
     M, N = x.shape
     return Spec(softmax_block_kernel, (M,),
                 {"x_ptr": x, "out_ptr": out, "N": N, "stride_x": x.stride(0),
-                 "stride_out": out.stride(0), "BLOCK_N": cfg["BLOCK_N"]},
+                 "stride_out": out.stride(0), "BLOCK_N": cfg["BLOCK_N"],
+                 "VEC": frame(x, out, cfg["BLOCK_N"])},
                 {"num_warps": cfg["num_warps"]})
 
 

@@ -5,7 +5,9 @@ memory latency for a few hundred bytes. Here a block is ROWS rows x BLOCK_N colu
 ``dispatch.SOFTMAX["rows_tile"]`` elements), reduced along its rows at once; the grid is what the
 SMs hold at once (from the compiled kernel's registers and shared memory), and each program loops
 over blocks ``pid, pid + grid, ...``. ``tl.range(..., num_stages=2)`` software-pipelines that loop:
-the next block's loads are issued before this block is reduced and stored.
+the next block's loads are issued before this block is reduced and stored. Rows that Triton
+cannot prove 16-byte aligned are each addressed from their 16-byte boundary (``VEC``, as in
+``softmax_block``).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import triton
 import triton.language as tl
 
 from . import device_facts, interpreting, next_pow2
+from .softmax_block import frame
 from .checks import softmax_args
 from .runtime import Spec, bind_spec, programs_per_sm
 
@@ -22,19 +25,36 @@ MAX_COLS = 32768
 
 @triton.jit
 def softmax_rows_kernel(x_ptr, out_ptr, M, N, stride_x, stride_out, ROWS: tl.constexpr,
-                        BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
+                        BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr):
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols[None, :] < N
+    g = (cols[None, :] // VEC) * VEC if VEC > 0 else cols[None, :]
     for blk in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0), num_stages=NUM_STAGES):
         r = (blk * ROWS + rows).to(tl.int64)
-        mask = (r[:, None] < M) & col_mask
-        x = tl.load(x_ptr + r[:, None] * stride_x + cols[None, :], mask=mask,
-                    other=-float("inf")).to(tl.float32)
+        if VEC == 0:
+            mask = (r[:, None] < M) & col_mask
+            x = tl.load(x_ptr + r[:, None] * stride_x + cols[None, :], mask=mask,
+                        other=-float("inf")).to(tl.float32)
+        else:
+            # each row from the 16-byte boundary at or before it (triton_src.aligned_frame)
+            start = r * stride_x
+            base = (start // VEC) * VEC
+            lead1 = (start - base).to(tl.int32)
+            lead = lead1[:, None]
+            end = tl.where(r < M, lead1 + N, 0)[:, None]
+            x = tl.load(x_ptr + base[:, None] + cols[None, :], mask=(g + VEC > lead) & (g < end),
+                        other=-float("inf"))
+            mask = (cols[None, :] >= lead) & (cols[None, :] < end)
+            x = tl.where(mask, x.to(tl.float32), -float("inf"))
         e = tl.exp(x - tl.max(x, axis=1)[:, None])
-        y = e * (1.0 / tl.sum(e, axis=1))[:, None]
-        tl.store(out_ptr + r[:, None] * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty),
-                 mask=mask)
+        y = (e * (1.0 / tl.sum(e, axis=1))[:, None]).to(out_ptr.dtype.element_ty)
+        if VEC == 0:
+            tl.store(out_ptr + r[:, None] * stride_out + cols[None, :], y, mask=mask)
+        else:
+            o = out_ptr + ((r * stride_out // VEC) * VEC)[:, None] + cols[None, :]
+            tl.store(o, y, mask=(g >= lead) & (g + VEC <= end))
+            tl.store(o, y, mask=mask & ((g < lead) | (g + VEC > end)))
 
 
 def supports(N: int) -> str | None:
@@ -58,7 +78,8 @@ def launch_spec(x, out, cfg: dict, programs: int) -> Spec:
     return Spec(softmax_rows_kernel, (max(1, min(blocks, programs)),),
                 {"x_ptr": x, "out_ptr": out, "M": M, "N": N, "stride_x": x.stride(0),
                  "stride_out": out.stride(0), "ROWS": cfg["ROWS"], "BLOCK_N": cfg["BLOCK_N"],
-                 "NUM_STAGES": cfg["NUM_STAGES"]}, {"num_warps": cfg["num_warps"]})
+                 "NUM_STAGES": cfg["NUM_STAGES"], "VEC": frame(x, out, cfg["BLOCK_N"])},
+                {"num_warps": cfg["num_warps"]})
 
 
 def bind_launch(x, out, cfg: dict, programs: int | None = None):

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import device_facts, interpreting, next_pow2
+from . import aligned_frame, device_facts, interpreting, next_pow2
 from .checks import softmax_args
 from .runtime import Spec, bind_spec, interpret_concurrently, programs_per_sm
 
@@ -37,12 +37,40 @@ INTERPRETER_TEAMS = 2
 
 
 @triton.jit
+def _unit_offsets(u, C, N, stride, n_units, cols, CHUNK: tl.constexpr, VEC: tl.constexpr):
+    """Unit u's chunk: (row, element offsets of its lanes from the row's base, load mask, lanes
+    that hold the row). VEC = 0: the row's columns from its first. VEC > 0 (``aligned_frame``):
+    positions from the 16-byte boundary at or before the row's start, ``lead`` elements before
+    it; the load mask covers whole groups of VEC (16 bytes, so the loads stay 128-bit: a group
+    that holds some of the row is inside the allocation), the valid lanes only the row."""
+    row = u // C
+    row64 = row.to(tl.int64)
+    p = (u - row * C) * CHUNK + cols
+    if VEC == 0:
+        valid = p < tl.where(u < n_units, N, 0)
+        offs = row64 * stride + p
+        load_mask = valid
+    else:   # (a unit past the last: end = 0 masks it whole)
+        start = row64 * stride
+        base = (start // VEC) * VEC
+        lead = (start - base).to(tl.int32)
+        end = tl.where(u < n_units, lead + N, 0)
+        g = (p // VEC) * VEC
+        load_mask = (g + VEC > lead) & (g < end)
+        valid = (p >= lead) & (p < end)
+        offs = base + p
+    return row64, offs, load_mask, valid
+
+
+@triton.jit
 def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_units, max_spin,
-                         CHUNK: tl.constexpr, C_PAD: tl.constexpr, PREFETCH: tl.constexpr):
+                         CHUNK: tl.constexpr, C_PAD: tl.constexpr, PREFETCH: tl.constexpr,
+                         VEC: tl.constexpr):
     """One read and one write of rows too long for one program, on a co-resident grid.
 
     Work unit u = pid + k * G (round k = 0, 1, ...; G = programs in the grid) is chunk u % C of
-    row u // C: columns [chunk * CHUNK, chunk * CHUNK + CHUNK) of the row, C = cdiv(N, CHUNK).
+    row u // C: columns [chunk * CHUNK, chunk * CHUNK + CHUNK) of the row, C = cdiv(N, CHUNK)
+    (with VEC > 0, positions from the row's 16-byte boundary: ``_unit_offsets``).
     A unit loads its chunk into registers (-inf in masked lanes), reduces it to m = max and
     s = sum exp(x - m), publishes (m, s) as one 64-bit word in its slot (slot[u], zeroed before
     the launch), polls the C slots of its row until none is zero, combines the C partials into
@@ -79,6 +107,9 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
     become e, before the partials are published and the partners awaited, so that HBM has work
     during the wait. Costs the registers of a second chunk.
 
+    Stores with VEC > 0: the groups wholly inside the row in one 128-bit masked store; the few
+    lanes of the row's first and last groups (edge chunks only) in a second, per-element one.
+
     Combining, -inf rules: a chunk of only -inf (or only padding) has m = -inf and contributes
     s = 0 (its exponentials are taken against 0 instead of -inf, so no -inf - -inf = NaN); the
     row's max is the max of the finite m; a row of only -inf has sum 0 and gives 0/0 = NaN, as
@@ -92,32 +123,29 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
     pc = tl.arange(0, C_PAD)
     budget = max_spin
     if PREFETCH:
-        r0 = pid // C
-        c0 = (pid - r0 * C) * CHUNK + cols
-        # past the last unit: a bound of 0 columns masks the whole chunk
-        x_next = tl.load(x_ptr + r0.to(tl.int64) * stride_x + c0,
-                         mask=c0 < tl.where(pid < n_units, N, 0), other=NEG_INF,
-                         eviction_policy="evict_first")
+        _r, offs0, lmask0, valid0 = _unit_offsets(pid, C, N, stride_x, n_units, cols, CHUNK, VEC)
+        x_next = tl.load(x_ptr + offs0, mask=lmask0, other=NEG_INF, eviction_policy="evict_first")
+        if VEC > 0:
+            x_next = tl.where(valid0, x_next, NEG_INF)
     for u in tl.range(pid, n_units, nprog):
-        row = u // C
-        c = (u - row * C) * CHUNK + cols
-        mask = c < N
-        row64 = row.to(tl.int64)
+        row64, offs, lmask, valid = _unit_offsets(u, C, N, stride_x, n_units, cols, CHUNK, VEC)
+        row = row64.to(tl.int32)
         if PREFETCH:
             x = x_next.to(tl.float32)
         else:
-            x = tl.load(x_ptr + row64 * stride_x + c, mask=mask, other=NEG_INF,
+            x = tl.load(x_ptr + offs, mask=lmask, other=NEG_INF,
                         eviction_policy="evict_first").to(tl.float32)
+            if VEC > 0:
+                x = tl.where(valid, x, NEG_INF)
         m = tl.max(x, axis=0)
         m_ref = tl.where(m == NEG_INF, 0.0, m)
         e = tl.exp(x - m_ref)
         if PREFETCH:
-            un = u + nprog
-            rn = un // C
-            cn = (un - rn * C) * CHUNK + cols
-            x_next = tl.load(x_ptr + rn.to(tl.int64) * stride_x + cn,
-                             mask=cn < tl.where(un < n_units, N, 0), other=NEG_INF,
-                             eviction_policy="evict_first")
+            _rn, offs_n, lmask_n, valid_n = _unit_offsets(u + nprog, C, N, stride_x, n_units, cols,
+                                                          CHUNK, VEC)
+            x_next = tl.load(x_ptr + offs_n, mask=lmask_n, other=NEG_INF, eviction_policy="evict_first")
+            if VEC > 0:
+                x_next = tl.where(valid_n, x_next, NEG_INF)
         s = tl.sum(e, axis=0)
         word = ((s.to(tl.uint32, bitcast=True).to(tl.int64) << 32)
                 | m.to(tl.uint32, bitcast=True).to(tl.int64))
@@ -139,7 +167,19 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
         row_sum = tl.sum(tl.where(mc == NEG_INF, 0.0, sc * tl.exp(mc - row_max)), axis=0)
         f = tl.where(m == NEG_INF, 0.0, tl.exp(m - row_max)) / row_sum
         f = tl.where(done, f, float("nan"))
-        tl.store(out_ptr + row64 * stride_o + c, (e * f).to(out_ptr.dtype.element_ty), mask=mask)
+        y = (e * f).to(out_ptr.dtype.element_ty)
+        k = u - row * C
+        if VEC == 0:
+            tl.store(out_ptr + row64 * stride_o + k * CHUNK + cols, y, mask=valid)
+        else:
+            # the output row starts as far past a boundary as the input row (aligned_frame)
+            o_start = row64 * stride_o
+            o = out_ptr + (o_start // VEC) * VEC + k * CHUNK + cols
+            lead = (o_start - (o_start // VEC) * VEC).to(tl.int32)
+            g = (cols // VEC) * VEC + k * CHUNK
+            tl.store(o, y, mask=(g >= lead) & (g + VEC <= lead + N))
+            if (k == 0) | ((k + 1) * CHUNK + VEC > lead + N):
+                tl.store(o, y, mask=valid & ((g < lead) | (g + VEC > lead + N)))
 
 
 class TooFewPrograms(ValueError):
@@ -153,18 +193,28 @@ def supports(N: int) -> str | None:
     return None
 
 
-def config(N: int, chunk: int, num_warps: int, prefetch: bool = False) -> dict:
+def config(N: int, chunk: int, num_warps: int, prefetch: bool = False, vec: int = 0) -> dict:
     """Chunks of CHUNK columns, C = cdiv(N, CHUNK) per row (C_PAD: C rounded up to a power of two,
-    the width of the tensor that polls a row's slots)."""
+    the width of the tensor that polls a row's slots). ``vec`` > 0: rows addressed from their
+    16-byte boundary (``triton_src.aligned_frame``), up to vec - 1 positions more a row."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps: must be a power of two from 1 to 32, got {num_warps!r}")
     if chunk < 16 or chunk & (chunk - 1):
         raise ValueError(f"chunk: must be a power of two >= 16, got {chunk}")
     if chunk > 32768:
         raise ValueError(f"chunk: {chunk} columns per program would spill (limit 32768)")
-    n_chunks = triton.cdiv(N, chunk)
+    n_chunks = triton.cdiv(N + max(0, vec - 1), chunk)
     return {"CHUNK": chunk, "C": n_chunks, "C_PAD": max(2, next_pow2(n_chunks)),
-            "PREFETCH": bool(prefetch), "num_warps": num_warps}
+            "PREFETCH": bool(prefetch), "VEC": int(vec), "num_warps": num_warps}
+
+
+def with_frame(cfg: dict, x, out) -> dict:
+    """``cfg`` with the aligned frame these tensors allow (``triton_src.aligned_frame``): the frame
+    follows the tensors' alignment, and it can add a chunk to a row."""
+    vec = aligned_frame(x, out)
+    if cfg.get("VEC", 0) == vec:
+        return cfg
+    return dict(cfg, **config(x.shape[1], cfg["CHUNK"], cfg["num_warps"], cfg["PREFETCH"], vec))
 
 
 def launch_spec(x, out, slots, cfg: dict, grid: int, max_spin: int | None = None) -> Spec:
@@ -175,7 +225,7 @@ def launch_spec(x, out, slots, cfg: dict, grid: int, max_spin: int | None = None
                 {"x_ptr": x, "out_ptr": out, "slot_ptr": slots, "N": N, "stride_x": x.stride(0),
                  "stride_o": out.stride(0), "C": cfg["C"], "n_units": M * cfg["C"],
                  "max_spin": max_spin, "CHUNK": cfg["CHUNK"], "C_PAD": cfg["C_PAD"],
-                 "PREFETCH": cfg["PREFETCH"]},
+                 "PREFETCH": cfg["PREFETCH"], "VEC": cfg.get("VEC", 0)},
                 {"num_warps": cfg["num_warps"], "launch_cooperative_grid": COOPERATIVE})
 
 
@@ -194,6 +244,7 @@ def bind_launch(x, out, cfg: dict, programs: int | None = None):
     then the kernel on a grid that is a multiple of C and at most what the device holds at once
     (``programs`` to choose a smaller one)."""
     M, N = x.shape
+    cfg = with_frame(cfg, x, out)
     C = cfg["C"]
     if 2 * M * C >= 2 ** 31:
         raise ValueError(f"x: {M} rows x {C} chunks exceed the kernel's 32-bit unit index")
@@ -224,7 +275,7 @@ def bind_launch(x, out, cfg: dict, programs: int | None = None):
     def launch():
         slots.zero_()
         kernel()
-    launch.grid, launch.compiled = grid, kernel.compiled
+    launch.grid, launch.compiled, launch.config = grid, kernel.compiled, cfg
     return launch
 
 
