@@ -40,11 +40,20 @@ def softmax_block_kernel(x_ptr, out_ptr, N, stride_x, stride_out, BLOCK_N: tl.co
         x = tl.load(x_ptr + base + cols, mask=(g + VEC > lead) & (g < lead + N), other=-float("inf"))
         valid = (cols >= lead) & (cols < lead + N)
         x = tl.where(valid, x.to(tl.float32), -float("inf"))
-        e = tl.exp(x - tl.max(x, axis=0))
-        y = (e * (1.0 / tl.sum(e, axis=0))).to(out_ptr.dtype.element_ty)
-        o = out_ptr + (row * stride_out // VEC) * VEC + cols
-        tl.store(o, y, mask=(g >= lead) & (g + VEC <= lead + N))
-        tl.store(o, y, mask=valid & ((g < lead) | (g + VEC > lead + N)))
+        m = tl.max(x, axis=0)
+        e = tl.exp(x - m)
+        inv = 1.0 / tl.sum(e, axis=0)
+        y = (e * inv).to(out_ptr.dtype.element_ty)
+        o_base = (row * stride_out // VEC) * VEC
+        tl.store(out_ptr + o_base + cols, y, mask=(g >= lead) & (g + VEC <= lead + N))
+        # the row's first and last partial groups: recomputed from x, VEC lanes each
+        j = tl.arange(0, VEC)
+        tail = ((lead + N) // VEC) * VEC
+        for q in tl.static_range(2):
+            pos = j + tail if q == 1 else j
+            em = (pos >= lead) & (pos < lead + N)
+            xe = tl.load(x_ptr + base + pos, mask=em, other=-float("inf")).to(tl.float32)
+            tl.store(out_ptr + o_base + pos, (tl.exp(xe - m) * inv).to(out_ptr.dtype.element_ty), mask=em)
 
 
 def supports(N: int) -> str | None:

@@ -47,14 +47,24 @@ def softmax_rows_kernel(x_ptr, out_ptr, M, N, stride_x, stride_out, ROWS: tl.con
                         other=-float("inf"))
             mask = (cols[None, :] >= lead) & (cols[None, :] < end)
             x = tl.where(mask, x.to(tl.float32), -float("inf"))
-        e = tl.exp(x - tl.max(x, axis=1)[:, None])
-        y = (e * (1.0 / tl.sum(e, axis=1))[:, None]).to(out_ptr.dtype.element_ty)
+        m = tl.max(x, axis=1)
+        e = tl.exp(x - m[:, None])
+        inv = 1.0 / tl.sum(e, axis=1)
+        y = (e * inv[:, None]).to(out_ptr.dtype.element_ty)
         if VEC == 0:
             tl.store(out_ptr + r[:, None] * stride_out + cols[None, :], y, mask=mask)
         else:
-            o = out_ptr + ((r * stride_out // VEC) * VEC)[:, None] + cols[None, :]
-            tl.store(o, y, mask=(g >= lead) & (g + VEC <= end))
-            tl.store(o, y, mask=mask & ((g < lead) | (g + VEC > end)))
+            o_base = ((r * stride_out // VEC) * VEC)[:, None]
+            tl.store(out_ptr + o_base + cols[None, :], y, mask=(g >= lead) & (g + VEC <= end))
+            # each row's first and last partial groups: recomputed from x, VEC lanes each
+            j = tl.arange(0, VEC)[None, :]
+            tail = (end // VEC) * VEC
+            for q in tl.static_range(2):
+                pos = j + tail if q == 1 else j + 0 * tail
+                em = (pos >= lead) & (pos < end)
+                xe = tl.load(x_ptr + base[:, None] + pos, mask=em, other=-float("inf")).to(tl.float32)
+                ye = tl.exp(xe - m[:, None]) * inv[:, None]
+                tl.store(out_ptr + o_base + pos, ye.to(out_ptr.dtype.element_ty), mask=em)
 
 
 def supports(N: int) -> str | None:

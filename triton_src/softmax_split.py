@@ -108,7 +108,7 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
     during the wait. Costs the registers of a second chunk.
 
     Stores with VEC > 0: the groups wholly inside the row in one 128-bit masked store; the few
-    lanes of the row's first and last groups (edge chunks only) in a second, per-element one.
+    lanes of the row's first and last groups recomputed from x and stored in VEC-wide tensors.
 
     Combining, -inf rules: a chunk of only -inf (or only padding) has m = -inf and contributes
     s = 0 (its exponentials are taken against 0 instead of -inf, so no -inf - -inf = NaN); the
@@ -136,7 +136,7 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
             x = tl.load(x_ptr + offs, mask=lmask, other=NEG_INF,
                         eviction_policy="evict_first").to(tl.float32)
             if VEC > 0:
-                x = tl.where(valid, x, NEG_INF)
+                x = tl.where(valid, x, NEG_INF)   # the edge groups' lanes of the rows beside
         m = tl.max(x, axis=0)
         m_ref = tl.where(m == NEG_INF, 0.0, m)
         e = tl.exp(x - m_ref)
@@ -172,14 +172,30 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
         if VEC == 0:
             tl.store(out_ptr + row64 * stride_o + k * CHUNK + cols, y, mask=valid)
         else:
-            # the output row starts as far past a boundary as the input row (aligned_frame)
+            # the output row starts as far past a boundary as the input row (aligned_frame):
+            # the 16-byte groups wholly inside the row from the registers, then the row's two
+            # partial groups (its first and last < VEC lanes), recomputed from x in VEC-wide
+            # tensors: a full-width per-element store would cost every edge chunk 16x its stores,
+            # and a row's chunks all wait for the slowest of them
+            x_start = row64 * stride_x
+            x_base = (x_start // VEC) * VEC
             o_start = row64 * stride_o
-            o = out_ptr + (o_start // VEC) * VEC + k * CHUNK + cols
-            lead = (o_start - (o_start // VEC) * VEC).to(tl.int32)
+            o_base = (o_start // VEC) * VEC
+            lead = (x_start - x_base).to(tl.int32)
             g = (cols // VEC) * VEC + k * CHUNK
-            tl.store(o, y, mask=(g >= lead) & (g + VEC <= lead + N))
-            if (k == 0) | ((k + 1) * CHUNK + VEC > lead + N):
-                tl.store(o, y, mask=valid & ((g < lead) | (g + VEC > lead + N)))
+            tl.store(out_ptr + o_base + k * CHUNK + cols, y, mask=(g >= lead) & (g + VEC <= lead + N))
+            j = tl.arange(0, VEC)
+            tail = ((lead + N) // VEC) * VEC
+            if (k == 0) & (lead > 0):
+                em = j >= lead
+                xe = tl.load(x_ptr + x_base + j, mask=em, other=NEG_INF).to(tl.float32)
+                tl.store(out_ptr + o_base + j, (tl.exp(xe - m_ref) * f).to(out_ptr.dtype.element_ty),
+                         mask=em)
+            if (k == tail // CHUNK) & (tail < lead + N):
+                em = tail + j < lead + N
+                xe = tl.load(x_ptr + x_base + tail + j, mask=em, other=NEG_INF).to(tl.float32)
+                tl.store(out_ptr + o_base + tail + j, (tl.exp(xe - m_ref) * f).to(out_ptr.dtype.element_ty),
+                         mask=em)
 
 
 class TooFewPrograms(ValueError):
