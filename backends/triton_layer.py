@@ -35,7 +35,7 @@ except Exception as e:  # pragma: no cover - depends on the machine
     _IMPORT_ERROR = f"triton not importable: {type(e).__name__}: {e}"
 
 if triton is not None:
-    from triton_src import H200, dispatch, interpreting
+    from triton_src import H200, aligned_frame, dispatch, interpreting
     from triton_src import gemm_epilogue as gemm_simple
     from triton_src import gemm_epilogue_splitk as gemm_splitk
     from triton_src import gemm_epilogue_tiled as gemm_tiled
@@ -395,6 +395,9 @@ def prepare_vector_add_simple(case, inputs, out):
 # -- softmax -----------------------------------------------------------------------------------
 def _sm_cfg(variant, case):
     M, N, es = case.M, case.N, _elem(case)
+    if variant == "split":
+        x, out = _meta_softmax(case)
+        return dispatch.softmax_split_config(M, N, es, H200, bool(aligned_frame(x, out)))
     if variant == "block":
         return dispatch.softmax_block_config(N, es)
     if variant == "rows":
@@ -534,7 +537,8 @@ def _sm_prepare(variant):
                 name = variant
                 cfg = getattr(dispatch, f"softmax_{variant}_config")(
                     *((N, x.element_size()) if variant in ("block", "rows")
-                      else (M, N, x.element_size(), dispatch.device_facts(x.device))))
+                      else (M, N, x.element_size(), dispatch.device_facts(x.device))),
+                    **({"framed": bool(aligned_frame(x, out))} if variant == "split" else {}))
                 module = {"block": softmax_block, "rows": softmax_rows, "online": softmax_online,
                           "split": softmax_split}[variant]
                 launch = module.bind_launch(x, out, cfg)

@@ -499,7 +499,7 @@ def test_aligned_frame_writes_the_row_and_nothing_else(variant, M, N, dtype):
 
 
 @pytest.mark.parametrize("variant,kw", [("block", dict(M=64, N=3001, dtype="bfloat16")),
-                                        ("rows", dict(M=64, N=1000, dtype="bfloat16")),
+                                        ("rows", dict(M=64, N=100, dtype="bfloat16")),
                                         ("split", dict(M=64, N=50_257, dtype="bfloat16"))])
 def test_compile_only_aligned_frame_loads_16_bytes(variant, kw):
     """N not a multiple of 16: with the frame the loads are 128-bit; without it, 2 bytes each."""
@@ -515,3 +515,13 @@ def test_compile_only_aligned_frame_loads_16_bytes(variant, kw):
     v4 = r"(ld\.global(\.[\w:]+)*\.v4\.b32|cp\.async\.cg\.shared\.global)"
     assert re.search(v4, framed) and re.search(r"st\.global(\.\w+)*\.v4\.b32", framed)
     assert not re.search(v4, plain)
+
+
+def test_frame_rules_of_the_planner():
+    """The rows kernel takes the frame on short rows only (rows_frame_max_cols); split with the
+    frame holds half the values a thread (split_values_per_thread_framed)."""
+    assert dispatch.softmax_rows_config(100, 2)["FRAME"] is True
+    assert dispatch.softmax_rows_config(1000, 2)["FRAME"] is False
+    plain = dispatch.softmax_split_config(4096, 50_257, 4, H200)
+    framed = dispatch.softmax_split_config(4096, 50_257, 4, H200, framed=True)
+    assert framed["CHUNK"] == plain["CHUNK"] and framed["num_warps"] == 2 * plain["num_warps"]

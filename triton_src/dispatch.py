@@ -20,7 +20,7 @@ from typing import Callable
 
 import triton
 
-from . import device_facts, interpreting, next_pow2
+from . import aligned_frame, device_facts, interpreting, next_pow2
 
 # -- tables ------------------------------------------------------------------------------------
 #: vector add: each thread moves ``bytes_per_thread`` bytes of each operand (two 16-byte vectors),
@@ -35,6 +35,11 @@ SOFTMAX = {
     "rows_tile": 2048,              # elements per block of rows
     "rows_values_per_thread": 16,
     "rows_stages": 2,               # the next block's loads in flight while this one is reduced
+    # rows Triton cannot prove 16-byte aligned (N not a multiple of 16) are addressed from their
+    # 16-byte boundary (``triton_src.aligned_frame``) by the rows kernel only up to this many
+    # padded columns: it gained where a block holds many short rows and lost where it holds a
+    # few long ones, which then stay on 2-byte accesses (docs/perf-notes.md, Round 8)
+    "rows_frame_max_cols": 256,
     # block kernel (one row a program, in registers): up to this many (padded) columns by element
     # size. The registers hold fp32 either way, so a 16-bit row brings half the bytes in flight
     # for the same registers: 16-bit rows above 16384 columns go to split, whose 1-warp chunks
@@ -45,7 +50,7 @@ SOFTMAX = {
     "block_max_cols": {4: 32768, 2: 16384},
     "block_min_fill": 0.9,
     # warps by padded row length: (up to this many columns, warps)
-    "block_warps": ((2048, 4), (8192, 8), (32768, 16)),
+    "block_warps": ((4096, 4), (8192, 8), (32768, 16)),
     # rows longer than the block kernel takes: ``split`` (one read, one write) whenever a row's
     # chunks fit the co-resident grid with room to spare (at most ``split_max_chunks_per_sm`` x
     # SMs chunks a row), else ``online`` (any length; one to two reads), which measured well below
@@ -61,6 +66,10 @@ SOFTMAX = {
     # 32 values a thread in 16-bit with chunks aligned on 16-byte addresses; it measured slower and
     # was reverted: docs/perf-notes.md, Round 6 measured)
     "split_values_per_thread": 64,
+    # ... and with the aligned frame: its 128-bit loads and lane-validity masks take more
+    # registers a value (fp32 chunk of 2048 at 64 values a thread: 168 registers against 96,
+    # so fewer programs - rows in flight - an SM): half as many values a thread
+    "split_values_per_thread_framed": 32,
     "split_max_chunk": {4: 16384, 2: 8192},
     "split_min_chunk": 2048,
     "split_min_fill": 0.9,
@@ -158,7 +167,9 @@ def softmax_block_config(N: int, elem_size: int) -> dict:
 
 def softmax_rows_config(N: int, elem_size: int) -> dict:
     from . import softmax_rows as R
-    return R.config(N, SOFTMAX["rows_tile"], SOFTMAX["rows_values_per_thread"], SOFTMAX["rows_stages"])
+    cfg = R.config(N, SOFTMAX["rows_tile"], SOFTMAX["rows_values_per_thread"], SOFTMAX["rows_stages"])
+    cfg["FRAME"] = cfg["BLOCK_N"] <= SOFTMAX["rows_frame_max_cols"]
+    return cfg
 
 
 def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
@@ -171,24 +182,26 @@ def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
                     facts["sms"] * per_sm)
 
 
-def split_warps(chunk: int, elem_size: int = 4) -> int:
-    return max(1, min(32, chunk // (32 * SOFTMAX["split_values_per_thread"])))
+def split_warps(chunk: int, elem_size: int = 4, framed: bool = False) -> int:
+    per_thread = SOFTMAX["split_values_per_thread_framed" if framed else "split_values_per_thread"]
+    return max(1, min(32, chunk // (32 * per_thread)))
 
 
-def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
+def softmax_split_config(M: int, N: int, elem_size: int, facts: dict, framed: bool = False) -> dict:
     """CHUNK: ``split_min_chunk`` for rows of at most ``split_small_max_chunks`` such chunks; else
     the largest power of two (dtype's range) whose padded lanes are at least ``split_min_fill``
-    data (else the fullest), halved while M rows x C chunks leave SMs idle."""
+    data (else the fullest), halved while M rows x C chunks leave SMs idle. ``framed``: the rows
+    will be addressed from their 16-byte boundary (``aligned_frame``), which sets the warps."""
     from . import softmax_split as S
     lo, hi = SOFTMAX["split_min_chunk"], SOFTMAX["split_max_chunk"][elem_size]
     if triton.cdiv(N, lo) <= SOFTMAX["split_small_max_chunks"]:
-        return S.config(N, lo, split_warps(lo, elem_size))
+        return S.config(N, lo, split_warps(lo, elem_size, framed))
     sizes = [hi >> i for i in range(hi.bit_length()) if hi >> i >= lo]
     fill = {c: N / (triton.cdiv(N, c) * c) for c in sizes}
     chunk = next((c for c in sizes if fill[c] >= SOFTMAX["split_min_fill"]), max(sizes, key=fill.get))
     while chunk > lo and M * triton.cdiv(N, chunk) < facts["sms"]:
         chunk //= 2
-    return S.config(N, chunk, split_warps(chunk, elem_size))
+    return S.config(N, chunk, split_warps(chunk, elem_size, framed))
 
 
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:
@@ -216,6 +229,8 @@ def plan_softmax(x, out) -> Plan:
     facts = device_facts(x.device)
     variant, cfg = softmax_choice(M, N, x.element_size(), facts)
     if variant == "split":
+        if aligned_frame(x, out):
+            cfg = softmax_split_config(M, N, x.element_size(), facts, framed=True)
         try:
             launch = softmax_split.bind_launch(x, out, cfg)
             return Plan(variant, launch.config, launch)

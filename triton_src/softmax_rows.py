@@ -88,7 +88,8 @@ def launch_spec(x, out, cfg: dict, programs: int) -> Spec:
     return Spec(softmax_rows_kernel, (max(1, min(blocks, programs)),),
                 {"x_ptr": x, "out_ptr": out, "M": M, "N": N, "stride_x": x.stride(0),
                  "stride_out": out.stride(0), "ROWS": cfg["ROWS"], "BLOCK_N": cfg["BLOCK_N"],
-                 "NUM_STAGES": cfg["NUM_STAGES"], "VEC": frame(x, out, cfg["BLOCK_N"])},
+                 "NUM_STAGES": cfg["NUM_STAGES"],
+                 "VEC": frame(x, out, cfg["BLOCK_N"]) if cfg.get("FRAME", True) else 0},
                 {"num_warps": cfg["num_warps"]})
 
 
