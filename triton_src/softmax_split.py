@@ -37,17 +37,22 @@ INTERPRETER_TEAMS = 2
 
 
 @triton.jit
-def _unit_offsets(u, C, N, stride, n_units, cols, CHUNK: tl.constexpr, VEC: tl.constexpr):
-    """Unit u's chunk: (row, element offsets of its lanes from the row's base, load mask, lanes
-    that hold the row). VEC = 0: the row's columns from its first. VEC > 0 (``aligned_frame``):
-    positions from the 16-byte boundary at or before the row's start, ``lead`` elements before
-    it; the load mask covers whole groups of VEC (16 bytes, so the loads stay 128-bit: a group
-    that holds some of the row is inside the allocation), the valid lanes only the row."""
+def _unit_offsets(u, C, N, stride, n_units, cols, CHUNK: tl.constexpr, VEC: tl.constexpr,
+                  PAST_END: tl.constexpr):
+    """Unit u's chunk: (row, its lanes' positions, element offsets of its lanes from x, load mask,
+    lanes that hold the row). VEC = 0: positions are the row's columns. VEC > 0
+    (``aligned_frame``): positions from the 16-byte boundary at or before the row's start,
+    ``lead`` elements before it; the load mask covers whole groups of VEC (16 bytes, so the loads
+    stay 128-bit: a group that holds some of the row is inside the allocation), the valid lanes
+    only the row. PAST_END: u may be past the last unit (a prefetch), whose lanes are all masked."""
     row = u // C
     row64 = row.to(tl.int64)
     p = (u - row * C) * CHUNK + cols
     if VEC == 0:
-        valid = p < tl.where(u < n_units, N, 0)
+        if PAST_END:
+            valid = p < tl.where(u < n_units, N, 0)
+        else:
+            valid = p < N
         offs = row64 * stride + p
         load_mask = valid
     else:   # (a unit past the last: end = 0 masks it whole)
@@ -59,7 +64,7 @@ def _unit_offsets(u, C, N, stride, n_units, cols, CHUNK: tl.constexpr, VEC: tl.c
         load_mask = (g + VEC > lead) & (g < end)
         valid = (p >= lead) & (p < end)
         offs = base + p
-    return row64, offs, load_mask, valid
+    return row, p, offs, load_mask, valid
 
 
 @triton.jit
@@ -123,13 +128,14 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
     pc = tl.arange(0, C_PAD)
     budget = max_spin
     if PREFETCH:
-        _r, offs0, lmask0, valid0 = _unit_offsets(pid, C, N, stride_x, n_units, cols, CHUNK, VEC)
+        _r, _p, offs0, lmask0, valid0 = _unit_offsets(pid, C, N, stride_x, n_units, cols, CHUNK, VEC,
+                                                      True)
         x_next = tl.load(x_ptr + offs0, mask=lmask0, other=NEG_INF, eviction_policy="evict_first")
         if VEC > 0:
             x_next = tl.where(valid0, x_next, NEG_INF)
     for u in tl.range(pid, n_units, nprog):
-        row64, offs, lmask, valid = _unit_offsets(u, C, N, stride_x, n_units, cols, CHUNK, VEC)
-        row = row64.to(tl.int32)
+        row, c, offs, lmask, valid = _unit_offsets(u, C, N, stride_x, n_units, cols, CHUNK, VEC, False)
+        row64 = row.to(tl.int64)
         if PREFETCH:
             x = x_next.to(tl.float32)
         else:
@@ -141,8 +147,8 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
         m_ref = tl.where(m == NEG_INF, 0.0, m)
         e = tl.exp(x - m_ref)
         if PREFETCH:
-            _rn, offs_n, lmask_n, valid_n = _unit_offsets(u + nprog, C, N, stride_x, n_units, cols,
-                                                          CHUNK, VEC)
+            _rn, _pn, offs_n, lmask_n, valid_n = _unit_offsets(u + nprog, C, N, stride_x, n_units,
+                                                               cols, CHUNK, VEC, True)
             x_next = tl.load(x_ptr + offs_n, mask=lmask_n, other=NEG_INF, eviction_policy="evict_first")
             if VEC > 0:
                 x_next = tl.where(valid_n, x_next, NEG_INF)
@@ -168,10 +174,10 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
         f = tl.where(m == NEG_INF, 0.0, tl.exp(m - row_max)) / row_sum
         f = tl.where(done, f, float("nan"))
         y = (e * f).to(out_ptr.dtype.element_ty)
-        k = u - row * C
         if VEC == 0:
-            tl.store(out_ptr + row64 * stride_o + k * CHUNK + cols, y, mask=valid)
+            tl.store(out_ptr + row64 * stride_o + c, y, mask=valid)
         else:
+            k = u - row * C
             # the output row starts as far past a boundary as the input row (aligned_frame):
             # the 16-byte groups wholly inside the row from the registers, then the row's two
             # partial groups (its first and last < VEC lanes), recomputed from x in VEC-wide
