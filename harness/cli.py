@@ -72,8 +72,8 @@ def _selectors(p: argparse.ArgumentParser, suite_default: str | None, roles_help
     p.add_argument("--timeout", type=_positive(float, "--timeout"), default=None,
                    help="seconds without progress before an implementation is killed as hung")
     p.add_argument("--jobs", type=_positive(int, "--jobs"), default=None,
-                   help="parallel workers for verification (default: a quarter of the cores on a GPU "
-                        "machine, at most 4; half of them without a GPU)")
+                   help="parallel workers for verification (default: half the cores on a GPU machine, "
+                        "one a core without a GPU; at most 8)")
     p.add_argument("--no-isolate", action="store_true",
                    help="run in this process (no crash/hang protection; for debugging)")
     p.add_argument("-v", "--verbose", action="store_true")
