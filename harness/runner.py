@@ -115,10 +115,13 @@ def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
     return res
 
 
+HEADER_KEYS = ("device", "plugins", "threads", "verbose")
+
+
 def job_header(device: str, plugins=(), threads: int | None = None, verbose: bool = False) -> dict:
-    """What a worker needs to start (imports, plugins, its checker) before it is given tasks."""
-    return {"device": device, "plugins": [str(p) for p in plugins], "threads": threads,
-            "verbose": verbose}
+    """What a worker needs to start (imports, plugins, its checker) before it is given tasks
+    (``HEADER_KEYS``)."""
+    return dict(zip(HEADER_KEYS, (device, [str(p) for p in plugins], threads, verbose)))
 
 
 class Worker:
@@ -128,7 +131,7 @@ class Worker:
     timing worker during the parallel phase."""
 
     def __init__(self, header: dict):
-        self.header = {k: header.get(k) for k in ("device", "plugins", "threads", "verbose")}
+        self.header = {k: header.get(k) for k in HEADER_KEYS}
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -142,7 +145,7 @@ class Worker:
         self.q: queue.Queue = queue.Queue()
         threading.Thread(target=_reader, args=(self.proc.stdout, self.q, "out"), daemon=True).start()
         threading.Thread(target=_reader, args=(self.proc.stderr, self.q, "err"), daemon=True).start()
-        self._send(json.dumps(dict(self.header, header_only=True)) + "\n")
+        self._send(json.dumps(self.header) + "\n")
 
     def matches(self, header: dict) -> bool:
         return all(self.header[k] == header.get(k) for k in self.header)

@@ -324,8 +324,8 @@ def main() -> int:
     os.dup2(2, 1)  # implementation prints, C-level ones too, go to stderr
     sys.stdout = sys.stderr
     emit = _Emitter(events)
-    # the job's header (device, plugins, threads) comes first, alone on a line; with
-    # ``header_only`` the tasks follow once the parent has them (a worker started ahead of time)
+    # the job's header (runner.HEADER_KEYS) comes first, alone on a line: start-up needs no more;
+    # the tasks follow once the parent has them (it may start a worker ahead of time)
     job = json.loads(sys.stdin.readline())
     if job.get("device") == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -344,12 +344,11 @@ def main() -> int:
     registry.load_backends()
     # start-up (imports, plugins) is over: the parent's hang watchdog starts now
     emit(event="ready", startup_s=round(time.perf_counter() - t_start, 2))
-    if job.pop("header_only", False):
-        rest = sys.stdin.read()
-        if not rest.strip():   # the parent did not need this worker after all
-            emit(event="done")
-            return 0
-        job.update(json.loads(rest))
+    rest = sys.stdin.read()
+    if not rest.strip():   # the parent did not need this worker after all
+        emit(event="done")
+        return 0
+    job.update(json.loads(rest))
     if job.get("ceilings"):
         from .machine import measure_ceilings
         emit(event="ceilings", ceilings=measure_ceilings())
