@@ -24,6 +24,7 @@ One failing kernel costs its row only (try/except per row); the split kernel's s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -79,17 +80,26 @@ EXTRA = {
 }
 
 
-def specs(problem, variant, case, cfg):
-    """``triton_layer.specs_for``; the ``_noframe`` candidates with ``triton_src.FRAME`` off."""
+@contextlib.contextmanager
+def frame_as(cfg):
+    """A ``_noframe`` candidate: the dispatch's own plan (config None) with ``triton_src.FRAME``
+    off while it is specialised or bound; any other: unchanged."""
     import triton_src
+    if not (cfg and cfg.get("_noframe")):
+        yield cfg
+        return
+    triton_src.FRAME = False
+    try:
+        yield None
+    finally:
+        triton_src.FRAME = True
+
+
+def specs(problem, variant, case, cfg):
+    """``triton_layer.specs_for``, the ``_noframe`` candidates without the frame."""
     from backends import triton_layer as T
-    if cfg and cfg.get("_noframe"):
-        triton_src.FRAME = False
-        try:
-            return T.specs_for(problem, variant, case, None)
-        finally:
-            triton_src.FRAME = True
-    return T.specs_for(problem, variant, case, cfg)
+    with frame_as(cfg) as c:
+        return T.specs_for(problem, variant, case, c)
 
 
 def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
@@ -252,13 +262,9 @@ def bound_launch(problem, variant, cfg, case, inputs, out):
     cfg is None, else the variant module's bind_launch with that config."""
     from harness import registry
     from triton_src import dispatch
-    if cfg is not None and cfg.get("_noframe"):   # the same, with triton_src.aligned_frame off
-        import triton_src
-        triton_src.FRAME = False
-        try:
-            return bound_launch(problem, variant, None, case, inputs, out)
-        finally:
-            triton_src.FRAME = True
+    if cfg is not None and cfg.get("_noframe"):
+        with frame_as(cfg) as c:
+            return bound_launch(problem, variant, c, case, inputs, out)
     if cfg is None:
         name = problem if variant == "default" else f"{problem}_{variant}"
         return registry.get(problem, f"triton:{name}").prepare(case, inputs, out)
