@@ -35,7 +35,7 @@ except Exception as e:  # pragma: no cover - depends on the machine
     _IMPORT_ERROR = f"triton not importable: {type(e).__name__}: {e}"
 
 if triton is not None:
-    from triton_src import H200, aligned_frame, dispatch, interpreting
+    from triton_src import H200, dispatch, interpreting
     from triton_src import gemm_epilogue as gemm_simple
     from triton_src import gemm_epilogue_splitk as gemm_splitk
     from triton_src import gemm_epilogue_tiled as gemm_tiled
@@ -396,8 +396,7 @@ def prepare_vector_add_simple(case, inputs, out):
 def _sm_cfg(variant, case):
     M, N, es = case.M, case.N, _elem(case)
     if variant == "split":
-        x, out = _meta_softmax(case)
-        return dispatch.softmax_split_config(M, N, es, H200, bool(aligned_frame(x, out)))
+        return dispatch.softmax_split_config_for(*_meta_softmax(case), H200)
     if variant == "block":
         return dispatch.softmax_block_config(N, es)
     if variant == "rows":
@@ -535,10 +534,13 @@ def _sm_prepare(variant):
             else:
                 M, N = x.shape
                 name = variant
-                cfg = getattr(dispatch, f"softmax_{variant}_config")(
-                    *((N, x.element_size()) if variant in ("block", "rows")
-                      else (M, N, x.element_size(), dispatch.device_facts(x.device))),
-                    **({"framed": bool(aligned_frame(x, out))} if variant == "split" else {}))
+                facts = dispatch.device_facts(x.device)
+                if variant in ("block", "rows"):
+                    cfg = getattr(dispatch, f"softmax_{variant}_config")(N, x.element_size())
+                elif variant == "split":
+                    cfg = dispatch.softmax_split_config_for(x, out, facts)
+                else:
+                    cfg = dispatch.softmax_online_config(M, N, x.element_size(), facts)
                 module = {"block": softmax_block, "rows": softmax_rows, "online": softmax_online,
                           "split": softmax_split}[variant]
                 launch = module.bind_launch(x, out, cfg)

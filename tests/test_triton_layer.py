@@ -525,3 +525,14 @@ def test_frame_rules_of_the_planner():
     plain = dispatch.softmax_split_config(4096, 50_257, 4, H200)
     framed = dispatch.softmax_split_config(4096, 50_257, 4, H200, framed=True)
     assert framed["CHUNK"] == plain["CHUNK"] and framed["num_warps"] == 2 * plain["num_warps"]
+
+
+@pytest.mark.parametrize("name", ["softmax", "softmax_split"])
+def test_split_reports_the_config_it_binds(name):
+    """The default and the variant plan split through one function; the config in a row's info
+    is the one the launch bound, the frame (VEC) and its chunk count included."""
+    P = problems.get("softmax")
+    case = P.case(M=2, N=17_000, dtype="float32")
+    launch = _impl("softmax", name).prepare(case, P.make_inputs(case, DEV, 0), P.alloc_out(case, DEV))
+    assert launch.info["config"] == launch.config
+    assert launch.config["VEC"] == 4 and launch.config["num_warps"] == 2

@@ -204,6 +204,16 @@ def softmax_split_config(M: int, N: int, elem_size: int, facts: dict, framed: bo
     return S.config(N, chunk, split_warps(chunk, elem_size, framed))
 
 
+def softmax_split_config_for(x, out, facts: dict) -> dict:
+    """``softmax_split_config`` for these tensors, the frame included (``VEC``) when
+    ``aligned_frame`` addresses their rows: the default's plan, the variant and the compile-only
+    specs all take it from here, and the config they report is the one the launch binds."""
+    from . import softmax_split as S
+    M, N = x.shape
+    cfg = softmax_split_config(M, N, x.element_size(), facts, framed=bool(aligned_frame(x, out)))
+    return S.with_frame(cfg, x, out)
+
+
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:
     """The variant (rows, block, split or online) and its configuration for M rows of N columns:
     rows of at most ``rows_max_cols`` several a program, a row that fits the registers of one
@@ -229,8 +239,7 @@ def plan_softmax(x, out) -> Plan:
     facts = device_facts(x.device)
     variant, cfg = softmax_choice(M, N, x.element_size(), facts)
     if variant == "split":
-        if aligned_frame(x, out):
-            cfg = softmax_split_config(M, N, x.element_size(), facts, framed=True)
+        cfg = softmax_split_config_for(x, out, facts)
         try:
             launch = softmax_split.bind_launch(x, out, cfg)
             return Plan(variant, launch.config, launch)
