@@ -5,6 +5,7 @@ Run from the repository root on the GPU machine after the offline build
 (``python3 -m pip install -q --no-build-isolation --no-deps --no-index -e .``):
 
     python3 scripts/gpu_cuda.py            # JSON under $OUT (default ./gpu_out), a table at the end
+    python3 scripts/gpu_cuda.py --stages verify_defaults,time_gemm_small --total 200
 
 Stages, each in a subprocess with a time budget (a crash or a hang costs that stage's current row,
 not the run: the stage is restarted after the row that crashed, at most three times):
@@ -18,6 +19,8 @@ not the run: the stage is restarted after the row that crashed, at most three ti
                    ping-pong, ws, split-K factors, tiled, repacked-B ws
   time_vector_add  models shapes: torch.add, the default, the twin
   verify_variants  every other cuda:/cupy: row on the verify suite (1 seed), then the models suite
+  time_gemm_small  (only with --stages) M <= 64: the default with split-K partials summed in the launch
+                   and by the reduction kernel, pinned split factors of the tiled kernel both ways
 Every timed launch's output is checked against the float64 reference after its timing.
 """
 from __future__ import annotations
@@ -34,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 OUT = Path(os.environ.get("OUT") or "gpu_out")
 TOTAL_S = 230.0
-BUDGET = {"verify_defaults": 70, "time_softmax": 45, "time_gemm": 50, "time_vector_add": 12, "verify_variants": 50}
+BUDGET = {"verify_defaults": 70, "time_softmax": 45, "time_gemm": 50, "time_vector_add": 12, "verify_variants": 50,
+          "time_gemm_small": 60}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -280,6 +284,53 @@ def stage_time_gemm(skip):
         _row("time_gemm", f"time|{case.id}", skip, run)
 
 
+def _fixup_prep(in_launch: bool, prep):
+    """``prep`` with the tiled split-K partials summed in the launch or by the reduction kernel."""
+    def wrapped(inputs, out):
+        from cuda_src import dispatch
+
+        keep = dispatch.GEMM["tiled_splitk_in_launch"]
+        dispatch.GEMM["tiled_splitk_in_launch"] = in_launch
+        try:
+            return prep(inputs, out)
+        finally:
+            dispatch.GEMM["tiled_splitk_in_launch"] = keep
+    return wrapped
+
+
+def stage_time_gemm_small(skip):
+    """M <= 64 (a stream of B): the default with its split-K partials summed in the launch against
+    the reduction kernel after it, and pinned split factors of the tiled kernel both ways."""
+    import torch
+
+    from harness import problems, registry
+
+    registry.load_backends()
+    prob = problems.get("gemm_epilogue")
+    c = prob.case
+    cases = [x for x in prob.cases("models") if x.M <= 64] + [
+        c(M=1, N=4096, K=4096), c(M=7, N=4000, K=2048, act="relu", bias=0), c(M=33, N=1001, K=3000, act="gelu"),
+        c(M=32, N=5000, K=3000), c(M=64, N=8192, K=2048), c(M=16, N=10001, K=4096), c(M=8, N=3072, K=12288),
+        c(M=1, N=1024, K=512)]
+    for case in cases:
+        def run(case=case):
+            from backends import cuda_gemm, cuda_layer as cl
+
+            cands = {"torch": _impl_prep("torch:gemm_epilogue", case),
+                     "cuda:gemm_epilogue": _impl_prep("cuda:gemm_epilogue", case),
+                     "cupy:gemm_epilogue": _impl_prep("cupy:gemm_epilogue", case),
+                     "default, reduce kernel": _fixup_prep(False, _impl_prep("cuda:gemm_epilogue", case))}
+            for sp in (1, 2, 4, 8, 12, 16):
+                cands[f"tiled S={sp}"] = _fixup_prep(True, _plan_prep("gemm", "tiled", case, splits=sp))
+                if sp in (4, 8, 12):
+                    cands[f"tiled S={sp} reduce"] = _fixup_prep(False, _plan_prep("gemm", "tiled", case, splits=sp))
+            res = _time_case(prob, case, cands)
+            plan = cuda_gemm.case_gemm("auto", case, cl.device(torch.cuda.current_device()))
+            return {"status": "TIMED", "case": case.id, "flops": prob.flops(case), "default_plan": plan.info,
+                    "results": res}
+        _row("time_gemm_small", f"time|{case.id}", skip, run)
+
+
 def stage_time_vector_add(skip):
     from harness import problems, registry
 
@@ -299,7 +350,8 @@ def stage_time_vector_add(skip):
 
 STAGES = {"verify_defaults": stage_verify_defaults, "time_softmax": stage_time_softmax,
           "time_gemm": stage_time_gemm, "time_vector_add": stage_time_vector_add,
-          "verify_variants": stage_verify_variants}
+          "verify_variants": stage_verify_variants, "time_gemm_small": stage_time_gemm_small}
+DEFAULT_STAGES = ("verify_defaults", "time_softmax", "time_gemm", "time_vector_add", "verify_variants")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -322,9 +374,9 @@ def _read(stage):
     return rows, [k for k in started if k not in done]
 
 
-def run_stage(stage, deadline):
+def run_stage(stage, deadline, order=DEFAULT_STAGES):
     # this stage's share of the time left (what earlier stages did not use goes to the later ones)
-    later = list(STAGES)[list(STAGES).index(stage):]
+    later = list(order)[list(order).index(stage):]
     budget = (deadline - time.time()) * BUDGET[stage] / sum(BUDGET[s] for s in later)
     end = time.time() + max(budget, 0)
     crashes = []
@@ -381,13 +433,15 @@ def table(results):
             if best[0]:
                 cells.append(f"best {best[1]} {100 * copy / best[0]:.0f}%")
             lines.append(f"  {r['case']}: " + ", ".join(cells) + " of copy")
-    for r in results.get("time_gemm", []):
+    for r in results.get("time_gemm", []) + results.get("time_gemm_small", []):
         res = r.get("results") or {}
         t = (res.get("torch") or {}).get("median_s")
         if not t:
             continue
         cells = [f"{k} {t / v['median_s']:.2f}x" for k, v in res.items()
                  if v.get("median_s") and k != "torch" and (v.get("check") or "PASS").startswith("PASS")]
+        cells += [f"{k} {v.get('check') or v.get('error')}"[:120] for k, v in res.items()
+                  if not (v.get("check") or "PASS").startswith("PASS") or "error" in v]
         lines.append(f"  {r['case']} ({r.get('default_plan', {}).get('path')}): " + ", ".join(cells) + " of torch")
     return "\n".join(lines)
 
@@ -401,14 +455,20 @@ def main():
             skip = set(json.loads(p.read_text())) if p.is_file() else set()
         STAGES[stage](skip)
         return 0
+    # --stages a,b: those stages only, in that order; --total S: their whole time budget
+    order = (sys.argv[sys.argv.index("--stages") + 1].split(",") if "--stages" in sys.argv else list(DEFAULT_STAGES))
+    unknown = [x for x in order if x not in STAGES]
+    if unknown:
+        sys.exit(f"--stages: unknown stage(s) {unknown}; known: {sorted(STAGES)}")
+    total = float(sys.argv[sys.argv.index("--total") + 1]) if "--total" in sys.argv else TOTAL_S
     OUT.mkdir(parents=True, exist_ok=True)
-    for stage in STAGES:
+    for stage in order:
         (OUT / f"{stage}.jsonl").unlink(missing_ok=True)
     t0 = time.time()
-    deadline = t0 + TOTAL_S
+    deadline = t0 + total
     results = {}
-    for stage in STAGES:
-        results[stage] = run_stage(stage, deadline)
+    for stage in order:
+        results[stage] = run_stage(stage, deadline, order)
         (OUT / "gpu_cuda.json").write_text(json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                                        "seconds": round(time.time() - t0, 1), "stages": results},
                                                       indent=1, default=str))

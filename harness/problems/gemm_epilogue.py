@@ -100,7 +100,11 @@ class GemmEpilogue(Problem):
                         # with aligned strides, and a long K with few rows (split-K territory)
                         c(M=257, N=392, K=200, dtype=dt, act="gelu"),
                         c(M=1, N=1024, K=512, dtype=dt, act="gelu"),
-                        c(M=16, N=520, K=8192, dtype=dt, act="none")]
+                        c(M=16, N=520, K=8192, dtype=dt, act="none"),
+                        # split-K with ragged edges: a partial row tile, N odd, GELU + bias; few
+                        # rows, no bias, many N tiles
+                        c(M=33, N=1001, K=3000, dtype=dt, act="gelu"),
+                        c(M=7, N=4000, K=2048, dtype=dt, act="relu", bias=0)]
                 # N or K not a multiple of 8 on a larger problem, and many row tiles
                 out += [c(M=2050, N=1001, K=136, dtype=dt, act="gelu")]
             return out
