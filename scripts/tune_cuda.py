@@ -4,8 +4,9 @@
     python3 scripts/tune_cuda.py [--out DIR] [--budget SECONDS]
         runs memcheck, racecheck and synccheck, each over `--sanitize`, then memcheck over
         `--sanitize-split`; JSON in DIR/tune_cuda.json (default results/tune_cuda).
-    python3 scripts/tune_cuda.py --sanitize
-        (what the tool runs) small verify cases of every cuda:* row but the split path, one seed.
+    python3 scripts/tune_cuda.py --sanitize [--only ID,ID]
+        (what the tool runs) small verify cases of every cuda:* row but the split path (or of the
+        rows named), one seed.
     python3 scripts/tune_cuda.py --sanitize-split
         the split path alone, 2^30 polls of spin budget (its blocks wait for each other; a slowed
         tool must not turn that wait into a timeout), against torch.softmax in float64.
@@ -44,7 +45,8 @@ def sanitize_cases(prob):
         # persistent CTA, split-K (M = 16, long K), N odd (B repack / predicated gathers)
         return [c(M=129, N=264, K=72, act="relu"), c(M=640, N=136, K=4104, dtype="float16", act="gelu"),
                 c(M=256, N=256, K=256, act="none", bias=0), c(M=17, N=33, K=40, act="relu"),
-                c(M=16, N=520, K=8192, act="none"), c(M=300, N=1001, K=136, act="gelu")]
+                c(M=16, N=520, K=8192, act="none"), c(M=300, N=1001, K=136, act="gelu"),
+                c(M=33, N=1001, K=3000, act="gelu"), c(M=7, N=4000, K=2048, act="relu", bias=0)]
     if prob.name == "vector_add":
         return [c(N=98_432, misalign=1), c(N=4099, dtype="float16", misalign=3), c(N=127), c(N=1_000_003)]
     return [c(M=3, N=1000), c(M=37, N=1000, dtype="float16", layout="strided"), c(M=3, N=4097),
@@ -59,6 +61,9 @@ def sanitize_main() -> int:
     blocks wait for each other, and a tool that serialises blocks would turn that into a timeout)."""
     registry.load_backends()
     ids = [i.id for i in registry.select(layer="cuda") if i.name != "softmax_split"]
+    if "--only" in sys.argv:  # --only ID[,ID...]: those rows alone
+        only = sys.argv[sys.argv.index("--only") + 1].split(",")
+        ids = [i for i in ids if i in only]
     bad = n = 0
     for impl_id in ids:
         impl, prob = impl_of(impl_id)
