@@ -141,8 +141,8 @@ GEMM = {
     # of shared memory), so several share an SM. A stream of B runs at the bytes an SM keeps in
     # flight (resident CTAs x the 3 stages ahead x 8 KB of B a stage): one CTA an SM is short of
     # an SM's share of HBM, a full SM of CTAs is not. Where the N tiles leave SMs short of CTAs,
-    # split K until the CTAs fill one wave of the SMs' resident capacity (all co-resident: no
-    # second wave of lone CTAs), within max_splits and with at least tiled_min_kt_per_split
+    # split K until the CTAs fill tiled_wave_fill of one wave of the SMs' resident capacity (all
+    # co-resident: no second wave of lone CTAs), within max_splits and with at least tiled_min_kt_per_split
     # k-tiles (of 32) per split; fewer splits while the fp32 partials and the reduction launch
     # cost more than tiled_splitk_max_charge of the unsplit kernel's time (one CTA streaming its
     # column strip of B at tiled_cta_bytes_per_s).
@@ -153,6 +153,10 @@ GEMM = {
     "tiled_splitk_in_launch": True,
     "tiled_fixup_s": 1.5e-6,        # in launch: the arrival count and the last split's second pass
     "tiled_max_ctas_per_sm": 4,
+    # the split fills this fraction of the resident capacity, not all of it: every split's partial
+    # plane costs bytes, and the last slots add less stream than their planes cost (timed splits of
+    # M <= 64: the best was at 0.6-0.8 of the slots; docs/perf-notes.md, Round 9)
+    "tiled_wave_fill": 0.75,
     "tiled_min_kt_per_split": 8,
     "tiled_splitk_max_charge": 0.25,
     "tiled_cta_bytes_per_s": 22e9,
@@ -888,7 +892,7 @@ def _tiled_stream_splits(g: GemmCase, dev: Device) -> tuple[int, str]:
         # the N tiles alone give every SM a CTA (the unsplit tiled kernel matched torch there:
         # docs/perf-notes.md, Round 6); a split would add partials and a launch for the rest
         return 1, f"{tiles} tiles of {bm} x {TILED_BN} >= {dev.sms} SMs: no split"
-    s = min(cap // tiles, G["max_splits"], kt // G["tiled_min_kt_per_split"])
+    s = min(int(cap * G["tiled_wave_fill"]) // tiles, G["max_splits"], kt // G["tiled_min_kt_per_split"])
     s = top = _norm_splits(kt, s)[0]
     if s > 1:
         # the unsplit kernel: each SM streams one tile's column strip of B (tiles < SMs) alone
@@ -900,7 +904,7 @@ def _tiled_stream_splits(g: GemmCase, dev: Device) -> tuple[int, str]:
 
         while s > 1 and charge(s) > G["tiled_splitk_max_charge"] * t1:
             s = _norm_splits(kt, s - 1)[0]
-    why = f"{tiles} tiles x {s} splits for {dev.sms} SMs x {cps} resident CTAs"
+    why = f"{tiles} tiles x {s} splits for {G['tiled_wave_fill']} of {dev.sms} SMs x {cps} resident CTAs"
     if 1 < s < top:
         why += f" (fewer than {top}: partials + their sum > {G['tiled_splitk_max_charge']} of the " \
                "unsplit stream)"

@@ -100,26 +100,49 @@ __device__ __forceinline__ void splitk_fixup(const float* __restrict__ ws, long 
   __syncthreads();
   if (!is_last) return;
   __threadfence();
+  // Latency-bound if done naively (one L2 round trip per plane per element, in series), so each
+  // thread sums PAIRS_IN_FLIGHT column pairs at once: for every plane, their loads are issued
+  // together (independent), then added. Each element still adds planes 0..S-1 in order from 0.
   const long long plane = (long long)M * ldw;
-  const int rows = min(BM, M - m0);
-  // one column pair a thread per step: 64 pairs a tile row, consecutive threads on consecutive pairs
-  for (int p = threadIdx.x; p < rows * (MM_BN / 2); p += MM_THREADS) {
-    const int r = m0 + p / (MM_BN / 2), col = n0 + 2 * (p % (MM_BN / 2));
-    if (col >= N) continue;
-    const float* src = ws + (long long)r * ldw + col;
-    float v0 = 0.0f, v1 = 0.0f;
-    if (col + 1 < N) {
-      for (int z = 0; z < (int)gridDim.z; ++z) {
-        const float2 t = __ldcg(reinterpret_cast<const float2*>(src + z * plane));
-        v0 += t.x;
-        v1 += t.y;
-      }
-    } else {
-      for (int z = 0; z < (int)gridDim.z; ++z) v0 += __ldcg(src + z * plane);
+  constexpr int PAIRS = BM * (MM_BN / 2) / MM_THREADS;            // a thread's pairs in the tile
+  constexpr int PAIRS_IN_FLIGHT = PAIRS < 8 ? PAIRS : 8;
+#pragma unroll 1
+  for (int c0 = 0; c0 < PAIRS; c0 += PAIRS_IN_FLIGHT) {
+    float2 v[PAIRS_IN_FLIGHT];
+    const float* src[PAIRS_IN_FLIGHT];
+    int state[PAIRS_IN_FLIGHT];  // 0: outside the matrix, 1: one column (the last), 2: a pair
+#pragma unroll
+    for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
+      const int p = threadIdx.x + (c0 + j) * MM_THREADS;  // consecutive threads: consecutive pairs
+      const int r = m0 + p / (MM_BN / 2), col = n0 + 2 * (p % (MM_BN / 2));
+      state[j] = (r < M && col < N) ? (col + 1 < N ? 2 : 1) : 0;
+      src[j] = ws + (long long)r * ldw + col;
+      v[j] = make_float2(0.0f, 0.0f);
     }
-    float b0, b1;
-    load_bias_pair<BF16>(bias, col, N, b0, b1);
-    store_pair<BF16>(C + (long long)r * ldc, col, N, v0, v1, b0, b1, act, pair_ok);
+#pragma unroll 2
+    for (int z = 0; z < (int)gridDim.z; ++z) {
+      float2 t[PAIRS_IN_FLIGHT];
+#pragma unroll
+      for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
+        t[j] = make_float2(0.0f, 0.0f);
+        if (state[j] == 2) t[j] = __ldcg(reinterpret_cast<const float2*>(src[j] + z * plane));
+        else if (state[j] == 1) t[j].x = __ldcg(src[j] + z * plane);
+      }
+#pragma unroll
+      for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
+        v[j].x += t[j].x;
+        v[j].y += t[j].y;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
+      if (state[j] == 0) continue;
+      const int p = threadIdx.x + (c0 + j) * MM_THREADS;
+      const int r = m0 + p / (MM_BN / 2), col = n0 + 2 * (p % (MM_BN / 2));
+      float b0, b1;
+      load_bias_pair<BF16>(bias, col, N, b0, b1);
+      store_pair<BF16>(C + (long long)r * ldc, col, N, v[j].x, v[j].y, b0, b1, act, pair_ok);
+    }
   }
 }
 

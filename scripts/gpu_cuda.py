@@ -320,9 +320,9 @@ def stage_time_gemm_small(skip):
                      "cuda:gemm_epilogue": _impl_prep("cuda:gemm_epilogue", case),
                      "cupy:gemm_epilogue": _impl_prep("cupy:gemm_epilogue", case),
                      "default, reduce kernel": _fixup_prep(False, _impl_prep("cuda:gemm_epilogue", case))}
-            for sp in (1, 2, 4, 8, 12, 16):
+            for sp in (4, 6, 8, 12, 16):
                 cands[f"tiled S={sp}"] = _fixup_prep(True, _plan_prep("gemm", "tiled", case, splits=sp))
-                if sp in (4, 8, 12):
+                if sp < 16:
                     cands[f"tiled S={sp} reduce"] = _fixup_prep(False, _plan_prep("gemm", "tiled", case, splits=sp))
             res = _time_case(prob, case, cands)
             plan = cuda_gemm.case_gemm("auto", case, cl.device(torch.cuda.current_device()))

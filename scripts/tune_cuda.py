@@ -56,13 +56,15 @@ def sanitize_cases(prob):
             c(M=7, N=50_257, dtype="bfloat16"), c(M=9, N=32_000, dtype="float16")]
 
 
-def sanitize_main() -> int:
+def sanitize_main(only=None) -> int:
     """Under compute-sanitizer: small verify cases of every cuda:* row (the split path apart: its
     blocks wait for each other, and a tool that serialises blocks would turn that into a timeout)."""
     registry.load_backends()
     ids = [i.id for i in registry.select(layer="cuda") if i.name != "softmax_split"]
-    if "--only" in sys.argv:  # --only ID[,ID...]: those rows alone
-        only = sys.argv[sys.argv.index("--only") + 1].split(",")
+    if only:
+        unknown = sorted(set(only) - set(ids))
+        if unknown:
+            raise SystemExit(f"--only: not a cuda:* row of the sanitizer run: {unknown}")
         ids = [i for i in ids if i in only]
     bad = n = 0
     for impl_id in ids:
@@ -137,11 +139,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--sanitize-split", action="store_true")
+    ap.add_argument("--only", default="", help="with --sanitize: these cuda:* rows alone (comma-separated ids)")
     ap.add_argument("--out", default=str(ROOT / "results" / "tune_cuda"))
     ap.add_argument("--budget", type=float, default=600.0, help="seconds for all tool runs together")
     a = ap.parse_args()
     if a.sanitize:
-        return sanitize_main()
+        return sanitize_main(a.only.split(",") if a.only else None)
     if a.sanitize_split:
         return sanitize_split_main()
     res = run_tools(Path(a.out), a.budget)
