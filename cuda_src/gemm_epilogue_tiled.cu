@@ -103,30 +103,37 @@ __device__ __forceinline__ void splitk_fixup(const float* __restrict__ ws, long 
   // Latency-bound if done naively (one L2 round trip per plane per element, in series), so each
   // thread sums PAIRS_IN_FLIGHT column pairs at once: for every plane, their loads are issued
   // together (independent), then added. Each element still adds planes 0..S-1 in order from 0.
-  const long long plane = (long long)M * ldw;
-  constexpr int PAIRS = BM * (MM_BN / 2) / MM_THREADS;            // a thread's pairs in the tile
+  // A thread keeps one column pair (threads 64 apart share it) and walks the tile's rows 4 apart:
+  // its pointers differ by whole rows, so they cost no registers.
+  constexpr int ROW_STEP = MM_THREADS / (MM_BN / 2);              // 4 rows a pass of the CTA
+  constexpr int PAIRS = BM / ROW_STEP;                            // a thread's pairs in the tile
   constexpr int PAIRS_IN_FLIGHT = PAIRS < 8 ? PAIRS : 8;
+  const int col = n0 + 2 * (threadIdx.x % (MM_BN / 2));
+  if (col >= N) return;
+  const bool pair = col + 1 < N;
+  const int r0 = m0 + threadIdx.x / (MM_BN / 2);
+  const long long plane = (long long)M * ldw;
+  float b0, b1;
+  load_bias_pair<BF16>(bias, col, N, b0, b1);
 #pragma unroll 1
   for (int c0 = 0; c0 < PAIRS; c0 += PAIRS_IN_FLIGHT) {
+    const int rc = r0 + c0 * ROW_STEP;  // this chunk's first row; pair j is row rc + j * ROW_STEP
+    if (rc >= M) break;
+    const float* src = ws + (long long)rc * ldw + col;
     float2 v[PAIRS_IN_FLIGHT];
-    const float* src[PAIRS_IN_FLIGHT];
-    int state[PAIRS_IN_FLIGHT];  // 0: outside the matrix, 1: one column (the last), 2: a pair
 #pragma unroll
-    for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
-      const int p = threadIdx.x + (c0 + j) * MM_THREADS;  // consecutive threads: consecutive pairs
-      const int r = m0 + p / (MM_BN / 2), col = n0 + 2 * (p % (MM_BN / 2));
-      state[j] = (r < M && col < N) ? (col + 1 < N ? 2 : 1) : 0;
-      src[j] = ws + (long long)r * ldw + col;
-      v[j] = make_float2(0.0f, 0.0f);
-    }
-#pragma unroll 2
+    for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) v[j] = make_float2(0.0f, 0.0f);
+#pragma unroll 1
     for (int z = 0; z < (int)gridDim.z; ++z) {
       float2 t[PAIRS_IN_FLIGHT];
 #pragma unroll
       for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
+        const float* q = src + z * plane + (long long)j * ROW_STEP * ldw;
         t[j] = make_float2(0.0f, 0.0f);
-        if (state[j] == 2) t[j] = __ldcg(reinterpret_cast<const float2*>(src[j] + z * plane));
-        else if (state[j] == 1) t[j].x = __ldcg(src[j] + z * plane);
+        if (rc + j * ROW_STEP < M) {
+          if (pair) t[j] = __ldcg(reinterpret_cast<const float2*>(q));
+          else t[j].x = __ldcg(q);
+        }
       }
 #pragma unroll
       for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
@@ -136,12 +143,8 @@ __device__ __forceinline__ void splitk_fixup(const float* __restrict__ ws, long 
     }
 #pragma unroll
     for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
-      if (state[j] == 0) continue;
-      const int p = threadIdx.x + (c0 + j) * MM_THREADS;
-      const int r = m0 + p / (MM_BN / 2), col = n0 + 2 * (p % (MM_BN / 2));
-      float b0, b1;
-      load_bias_pair<BF16>(bias, col, N, b0, b1);
-      store_pair<BF16>(C + (long long)r * ldc, col, N, v[j].x, v[j].y, b0, b1, act, pair_ok);
+      const int r = rc + j * ROW_STEP;
+      if (r < M) store_pair<BF16>(C + (long long)r * ldc, col, N, v[j].x, v[j].y, b0, b1, act, pair_ok);
     }
   }
 }
