@@ -147,15 +147,10 @@ GEMM = {
     # cost more than tiled_splitk_max_charge of the unsplit kernel's time (one CTA streaming its
     # column strip of B at tiled_cta_bytes_per_s).
     "tiled_splitk": True,
-    # Where the tiled kernel's split-K partials are summed: True, in the same launch by each tile's
-    # last split to arrive (an arrival count per tile); False, by gemm_splitk_reduce_kernel launched
-    # after it (one more launch and the gap between the two).
-    "tiled_splitk_in_launch": True,
-    "tiled_fixup_s": 1.5e-6,        # in launch: the arrival count and the last split's second pass
     "tiled_max_ctas_per_sm": 4,
     # the split fills this fraction of the resident capacity, not all of it: every split's partial
     # plane costs bytes, and the last slots add less stream than their planes cost (timed splits of
-    # M <= 64: the best was at 0.6-0.8 of the slots; docs/perf-notes.md, Round 9)
+    # M <= 64: the best was at 0.5-0.8 of the slots; docs/perf-notes.md, Round 9)
     "tiled_wave_fill": 0.75,
     "tiled_min_kt_per_split": 8,
     "tiled_splitk_max_charge": 0.25,
@@ -209,7 +204,7 @@ SIGNATURES = {  # parameter types in order: ptr / i32 / i64 / tma (a 128-byte CU
     "softmax_split_kernel": ("ptr", "ptr", "ptr", "i32", "i64", "i64", "i32", "i64", "i32"),
     "gemm_simple_kernel": ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i64", "i64", "i64", "i32"),
     "gemm_tiled_kernel": ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i64", "i64", "i64", "i32", "i32", "i32",
-                          "ptr", "i64", "ptr"),
+                          "ptr", "i64"),
     "gemm_ws_kernel": ("tma", "tma", "ptr", "ptr", "i32", "i32", "i32", "i64", "i32", "i32", "i32", "i32", "i32",
                        "i32", "i32", "ptr", "i64"),
     "gemm_splitk_reduce_kernel": ("ptr", "i32", "i32", "i32", "i64", "ptr", "ptr", "i64", "i32"),
@@ -815,10 +810,7 @@ def _norm_splits(kt: int, splits: int) -> tuple[int, int]:
     return (_cdiv(kt, kps) if kt else 1), kps
 
 
-def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200, in_launch: bool | None = None) -> Launches:
-    """The tiled mma.sync kernel, K split ``splits`` ways; the partials summed in the same launch
-    (``in_launch``; None: GEMM["tiled_splitk_in_launch"]) or by the reduction kernel after it."""
-    in_launch = GEMM["tiled_splitk_in_launch"] if in_launch is None else in_launch
+def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200) -> Launches:
     va = "true" if g.tma_a() or (g.K % 8 == 0 and g.lda % 8 == 0 and g.a_mod16 == 0) else "false"
     vb = "true" if (g.N % 8 == 0 and g.ldb % 8 == 0 and g.b_mod16 == 0) else "false"
     bm = _tiled_bm(g)
@@ -833,23 +825,14 @@ def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200, in_launch: boo
     p = Plan(kern, (gx, gy, splits), TILED_THREADS,
              (("ptr", "a"), ("ptr", "b"), ("ptr", "bias"), ("ptr", "c")) + _gemm_common_args(g)
              + (("i64", g.lda), ("i64", g.ldb), ("i64", g.ldc), ("i32", ACT_CODE[g.act]), ("i32", g.pair_ok()),
-                ("i32", kps), ("ptr", "ws" if splits > 1 else 0), ("i64", _splitk_ldw(g) if splits > 1 else 0),
-                ("ptr", "arrivals" if splits > 1 and in_launch else 0)),
+                ("i32", kps), ("ptr", "ws" if splits > 1 else 0), ("i64", _splitk_ldw(g) if splits > 1 else 0)),
              smem=smem, max_dynamic_smem=smem)
     out = Launches([p], info={"path": "tiled", "kernel": kern, "tile": (bm, TILED_BN, TILED_BK),
                               "vec_a": va == "true", "vec_b": vb == "true", "splits": splits, "kt_per_split": kps,
                               "units": gx * gy * splits})
     if splits > 1:
+        _add_splitk_reduce(out, g, dev, splits)
         out.info["path"] = "tiled_splitk"
-        if in_launch:
-            # partials summed by each tile's last split; the counts start at 0 (the workspace is
-            # zeroed once when allocated) and the last split sets its tile's count back to 0
-            out.workspace["ws"] = splits * g.M * _splitk_ldw(g) * 4
-            out.workspace["arrivals"] = gx * gy * 4
-            out.info["fixup"] = "in launch (last split of a tile)"
-        else:
-            _add_splitk_reduce(out, g, dev, splits)
-            out.info["fixup"] = "gemm_splitk_reduce_kernel"
     return out
 
 
@@ -899,14 +882,13 @@ def _tiled_stream_splits(g: GemmCase, dev: Device) -> tuple[int, str]:
         t1 = kt * TILED_BK * TILED_BN * 2 / G["tiled_cta_bytes_per_s"]
 
         def charge(n):
-            fixup = G["tiled_fixup_s"] if G["tiled_splitk_in_launch"] else G["launch_s"]
-            return 2.0 * n * g.M * g.N * 4 / G["hbm_bytes_per_s"] + fixup
+            return 2.0 * n * g.M * g.N * 4 / G["hbm_bytes_per_s"] + G["launch_s"]
 
         while s > 1 and charge(s) > G["tiled_splitk_max_charge"] * t1:
             s = _norm_splits(kt, s - 1)[0]
     why = f"{tiles} tiles x {s} splits for {G['tiled_wave_fill']} of {dev.sms} SMs x {cps} resident CTAs"
     if 1 < s < top:
-        why += f" (fewer than {top}: partials + their sum > {G['tiled_splitk_max_charge']} of the " \
+        why += f" (fewer than {top}: partials + reduction launch > {G['tiled_splitk_max_charge']} of the " \
                "unsplit stream)"
     if s <= 1:
         why = f"{tiles} tile(s), K = {g.K}: no split (too few k-tiles, or the partials would cost more)"

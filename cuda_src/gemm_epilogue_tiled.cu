@@ -14,11 +14,7 @@ namespace kl {
 // and stores its raw fp32 accumulators (no bias, no activation) to ws[z][M][ldw];
 // gemm_splitk_reduce_kernel (gemm_epilogue_ws.cu) then sums the splits in split order and applies
 // bias + activation once. Few output tiles (small M, few N tiles) thus still give every SM several
-// CTAs streaming B. With `arrivals` (one int per output tile, zero before the launch) the sum is
-// done in this launch instead: each split counts its arrival once its partial is visible, and the
-// tile's last split to arrive sums the S planes in split order (the same order, hence the same
-// bits, as the reduction kernel), applies bias + activation, stores C and sets the count back to 0
-// for the next launch. No second kernel, no gap between launches; the planes are read from L2.
+// CTAs streaming B.
 constexpr int MM_BN = 128, MM_BK = 32, MM_STAGES = 4, MM_THREADS = 256;
 constexpr int MM_B_ELEMS = MM_BK * MM_BN;  // per stage
 template <int BM>
@@ -79,81 +75,11 @@ __device__ __forceinline__ void mm_load_tile(u16* sA, u16* sB, const u16* __rest
   }
 }
 
-// The in-launch split-K sum of one BM x 128 output tile (see the kernel's comment). Arrival: every
-// thread's partial stores are made visible device-wide (__threadfence) before thread 0 counts the
-// CTA in; the CTA that brings the count to gridDim.z is the last, and its fence after the count
-// orders its reads of the other planes after their writers' fences. Planes are read with ld.cg
-// (L2): this SM never held those lines, but L1 must not be trusted with another SM's writes.
-template <bool BF16, int BM>
-__device__ __forceinline__ void splitk_fixup(const float* __restrict__ ws, long long ldw, int* __restrict__ arrivals,
-                                             const u16* __restrict__ bias, u16* __restrict__ C, int M, int N,
-                                             long long ldc, int act, int pair_ok, int m0, int n0) {
-  __shared__ int is_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* count = arrivals + blockIdx.y * gridDim.x + blockIdx.x;
-    const int before = atomicAdd(count, 1);
-    is_last = before == (int)gridDim.z - 1;
-    if (is_last) *count = 0;  // every split has arrived: ready for the next launch
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  // Latency-bound if done naively (one L2 round trip per plane per element, in series), so each
-  // thread sums PAIRS_IN_FLIGHT column pairs at once: for every plane, their loads are issued
-  // together (independent), then added. Each element still adds planes 0..S-1 in order from 0.
-  // A thread keeps one column pair (threads 64 apart share it) and walks the tile's rows 4 apart:
-  // its pointers differ by whole rows, so they cost no registers.
-  constexpr int ROW_STEP = MM_THREADS / (MM_BN / 2);              // 4 rows a pass of the CTA
-  constexpr int PAIRS = BM / ROW_STEP;                            // a thread's pairs in the tile
-  constexpr int PAIRS_IN_FLIGHT = PAIRS < 8 ? PAIRS : 8;
-  const int col = n0 + 2 * (threadIdx.x % (MM_BN / 2));
-  if (col >= N) return;
-  const bool pair = col + 1 < N;
-  const int r0 = m0 + threadIdx.x / (MM_BN / 2);
-  const long long plane = (long long)M * ldw;
-  float b0, b1;
-  load_bias_pair<BF16>(bias, col, N, b0, b1);
-#pragma unroll 1
-  for (int c0 = 0; c0 < PAIRS; c0 += PAIRS_IN_FLIGHT) {
-    const int rc = r0 + c0 * ROW_STEP;  // this chunk's first row; pair j is row rc + j * ROW_STEP
-    if (rc >= M) break;
-    const float* src = ws + (long long)rc * ldw + col;
-    float2 v[PAIRS_IN_FLIGHT];
-#pragma unroll
-    for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) v[j] = make_float2(0.0f, 0.0f);
-#pragma unroll 1
-    for (int z = 0; z < (int)gridDim.z; ++z) {
-      float2 t[PAIRS_IN_FLIGHT];
-#pragma unroll
-      for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
-        const float* q = src + z * plane + (long long)j * ROW_STEP * ldw;
-        t[j] = make_float2(0.0f, 0.0f);
-        if (rc + j * ROW_STEP < M) {
-          if (pair) t[j] = __ldcg(reinterpret_cast<const float2*>(q));
-          else t[j].x = __ldcg(q);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
-        v[j].x += t[j].x;
-        v[j].y += t[j].y;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < PAIRS_IN_FLIGHT; ++j) {
-      const int r = rc + j * ROW_STEP;
-      if (r < M) store_pair<BF16>(C + (long long)r * ldc, col, N, v[j].x, v[j].y, b0, b1, act, pair_ok);
-    }
-  }
-}
-
 template <bool BF16, int BM, bool VA, bool VB>
 __global__ void __launch_bounds__(MM_THREADS)
 gemm_tiled_kernel(const u16* __restrict__ A, const u16* __restrict__ B, const u16* __restrict__ bias,
                 u16* __restrict__ C, int M, int N, int K, long long lda, long long ldb, long long ldc, int act,
-                int pair_ok, int kt_per_split, float* __restrict__ ws, long long ldw, int* __restrict__ arrivals) {
+                int pair_ok, int kt_per_split, float* __restrict__ ws, long long ldw) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   u16* sA = reinterpret_cast<u16*>(smem_raw);
   using Cfg = TiledCfg<BM>;
@@ -249,8 +175,6 @@ gemm_tiled_kernel(const u16* __restrict__ A, const u16* __restrict__ B, const u1
         }
       }
     }
-    if (arrivals == nullptr) return;  // the reduction kernel sums the planes
-    splitk_fixup<BF16, BM>(ws, ldw, arrivals, bias, C, M, N, ldc, act, pair_ok, m0, n0);
     return;
   }
 #pragma unroll

@@ -19,8 +19,7 @@ not the run: the stage is restarted after the row that crashed, at most three ti
                    ping-pong, ws, split-K factors, tiled, repacked-B ws
   time_vector_add  models shapes: torch.add, the default, the twin
   verify_variants  every other cuda:/cupy: row on the verify suite (1 seed), then the models suite
-  time_gemm_small  (only with --stages) M <= 64: the default with split-K partials summed in the launch
-                   and by the reduction kernel, pinned split factors of the tiled kernel both ways
+  time_gemm_small  (only with --stages) M <= 64: the default, pinned split factors of the tiled kernel
 Every timed launch's output is checked against the float64 reference after its timing.
 """
 from __future__ import annotations
@@ -284,23 +283,8 @@ def stage_time_gemm(skip):
         _row("time_gemm", f"time|{case.id}", skip, run)
 
 
-def _fixup_prep(in_launch: bool, prep):
-    """``prep`` with the tiled split-K partials summed in the launch or by the reduction kernel."""
-    def wrapped(inputs, out):
-        from cuda_src import dispatch
-
-        keep = dispatch.GEMM["tiled_splitk_in_launch"]
-        dispatch.GEMM["tiled_splitk_in_launch"] = in_launch
-        try:
-            return prep(inputs, out)
-        finally:
-            dispatch.GEMM["tiled_splitk_in_launch"] = keep
-    return wrapped
-
-
 def stage_time_gemm_small(skip):
-    """M <= 64 (a stream of B): the default with its split-K partials summed in the launch against
-    the reduction kernel after it, and pinned split factors of the tiled kernel both ways."""
+    """M <= 64 (a stream of B): the default against pinned split factors of the tiled kernel."""
     import torch
 
     from harness import problems, registry
@@ -318,12 +302,9 @@ def stage_time_gemm_small(skip):
 
             cands = {"torch": _impl_prep("torch:gemm_epilogue", case),
                      "cuda:gemm_epilogue": _impl_prep("cuda:gemm_epilogue", case),
-                     "cupy:gemm_epilogue": _impl_prep("cupy:gemm_epilogue", case),
-                     "default, reduce kernel": _fixup_prep(False, _impl_prep("cuda:gemm_epilogue", case))}
-            for sp in (4, 6, 8, 12, 16):
-                cands[f"tiled S={sp}"] = _fixup_prep(True, _plan_prep("gemm", "tiled", case, splits=sp))
-                if sp < 16:
-                    cands[f"tiled S={sp} reduce"] = _fixup_prep(False, _plan_prep("gemm", "tiled", case, splits=sp))
+                     "cupy:gemm_epilogue": _impl_prep("cupy:gemm_epilogue", case)}
+            for sp in (2, 4, 6, 8, 12, 16):
+                cands[f"tiled S={sp}"] = _plan_prep("gemm", "tiled", case, splits=sp)
             res = _time_case(prob, case, cands)
             plan = cuda_gemm.case_gemm("auto", case, cl.device(torch.cuda.current_device()))
             return {"status": "TIMED", "case": case.id, "flops": prob.flops(case), "default_plan": plan.info,

@@ -76,10 +76,8 @@ def test_supports_reasons(hopper):
 
 
 def test_models_suite_plans(monkeypatch):
-    """The default's choices on the models suite: at M = 16 the tiled kernel, split-K (partials
-    summed in the same launch by each tile's last split: one kernel, an arrival count per tile)
-    where its N tiles leave SMs short of CTAs, or the reduction kernel after it with
-    GEMM["tiled_splitk_in_launch"] off; the repacked B for
+    """The default's choices on the models suite: at M = 16 the tiled kernel, split-K (tiled
+    partials + the reduction) where its N tiles leave SMs short of CTAs; the repacked B for
     N = 50257 at large M; ping-pong for the large shapes; ws split-K at M = 256. With
     GEMM["tiled_splitk"] off (what the gate's edit does), M = 16 returns to the ws split-K kernel."""
     def plans():
@@ -92,17 +90,7 @@ def test_models_suite_plans(monkeypatch):
     paths = plans()
     tiled = "gemm_tiled_kernel<true, 32, true, true>"
     for shape in ((16, 6144, 4096), (16, 4096, 14336), (16, 8192, 28672)):
-        assert paths[shape] == ("tiled_splitk", [tiled]), shape
-        plan = cuda_layer_case(next(c for c in P.cases("models") if (c.M, c.N, c.K) == shape))
-        tiles = -(-shape[1] // 128)
-        assert plan.workspace["arrivals"] == tiles * 4 and plan.info["fixup"].startswith("in launch")
-        assert plan.workspace["ws"] == plan.info["splits"] * 16 * shape[1] * 4
-        assert plan.plans[0].args[-1] == ("ptr", "arrivals")  # the kernel's last parameter
-    with monkeypatch.context() as m:
-        m.setitem(dispatch.GEMM, "tiled_splitk_in_launch", False)
-        two = plans()
-        for shape in ((16, 6144, 4096), (16, 4096, 14336), (16, 8192, 28672)):
-            assert two[shape] == ("tiled_splitk", [tiled, "gemm_splitk_reduce_kernel<true>"]), shape
+        assert paths[shape] == ("tiled_splitk", [tiled, "gemm_splitk_reduce_kernel<true>"]), shape
     assert paths[(16, 28672, 4096)] == ("tiled", [tiled])  # 224 N tiles >= 132 SMs: no split
     assert paths[(16, 50257, 768)][1] == ["gemm_tiled_kernel<true, 32, true, false>"]
     assert paths[(4096, 50257, 768)][1][0] == "gemm_pad_rows_kernel"

@@ -206,7 +206,7 @@ def test_gemm_rules():
     i, ks = info(4096, 4096, 4096)
     assert i["path"] == "pingpong" and ks == ["gemm_pingpong_kernel<true, 1>"]
     i, ks = info(16, 6144, 4096)  # 48 tiles of 32 x 128 for 132 SMs: the tiled kernel with split-K
-    assert i["path"] == "tiled_splitk" and i["splits"] > 1 and len(ks) == 1 and i["fixup"].startswith("in launch")
+    assert i["path"] == "tiled_splitk" and i["splits"] > 1 and ks[1] == "gemm_splitk_reduce_kernel<true>"
     assert i["units"] >= 132
     i, ks = info(16, 50257, 768)  # B not TMA-readable, few rows, 393 N tiles: tiled, predicated B gathers
     assert ks == ["gemm_tiled_kernel<true, 32, true, false>"]
@@ -238,16 +238,12 @@ def _tiled_split_facts(p: dispatch.Launches):
     return t.grid[0] * t.grid[1], t.grid[2], args["kps"], args["ws"], args["ldw"]
 
 
-@pytest.mark.parametrize("in_launch", [True, False], ids=["in_launch", "reduce_kernel"])
 @pytest.mark.parametrize("dev", [dispatch.H200, SM80], ids=["h200", "sm80"])
-def test_gemm_small_m_tiled_splitk_rule(dev, in_launch, monkeypatch):
+def test_gemm_small_m_tiled_splitk_rule(dev):
     """M <= stream_max_m: the tiled kernel, K split until its CTAs fill tiled_wave_fill of one wave of
     the SMs' resident capacity (never a second wave), every split non-empty and at least tiled_min_kt_per_split
-    k-tiles, the splits covering K; the partials summed in the same launch (an arrival count per
-    tile in its own workspace) or by the reduction kernel after it, with the same workspace, ldw
-    and splits."""
+    k-tiles, the splits covering K; the reduction follows with the same workspace, ldw and splits."""
     G = dispatch.GEMM
-    monkeypatch.setitem(G, "tiled_splitk_in_launch", in_launch)
     assert G["tiled_splitk"] is True
     cases = [(16, 6144, 4096, {}), (16, 4096, 14336, {}), (16, 8192, 28672, {}), (1, 4096, 4096, {}),
              (64, 4096, 4096, {}), (7, 1000, 3000, {}), (16, 520, 8192, {}),
@@ -275,17 +271,11 @@ def test_gemm_small_m_tiled_splitk_rule(dev, in_launch, monkeypatch):
         if not capped:  # the rule's split: every SM has CTAs, one more split would overflow the wave
             assert tiles * s >= dev.sms and tiles * (s + 1) > fill, (M, N, K, tiles, s, cap)
         assert ws == "ws" and ldw % 4 == 0 and ldw >= N
-        if in_launch:  # one kernel; its last argument is the per-tile arrival count
-            assert len(p.plans) == 1 and p.plans[0].args[-1] == ("ptr", "arrivals")
-            assert p.workspace == {"ws": s * M * ldw * 4, "arrivals": tiles * 4}
-        else:
-            assert p.plans[0].args[-1] == ("ptr", 0)
-            assert len(p.plans) == 2 and p.plans[1].kernel.startswith("gemm_splitk_reduce_kernel<")
-            red = dict(zip(("ws", "splits", "M", "N", "ldw", "bias", "c", "ldc", "act"),
-                           (v for _, v in p.plans[1].args)))
-            assert (red["ws"], red["splits"], red["M"], red["N"], red["ldw"]) == ("ws", s, M, N, ldw)
-            assert red["ldc"] == kw.get("ldc", N)
-            assert p.workspace == {"ws": s * M * ldw * 4}
+        assert len(p.plans) == 2 and p.plans[1].kernel.startswith("gemm_splitk_reduce_kernel<")
+        red = dict(zip(("ws", "splits", "M", "N", "ldw", "bias", "c", "ldc", "act"), (v for _, v in p.plans[1].args)))
+        assert (red["ws"], red["splits"], red["M"], red["N"], red["ldw"]) == ("ws", s, M, N, ldw)
+        assert red["ldc"] == kw.get("ldc", N)
+        assert p.workspace == {"ws": s * M * ldw * 4}
         _check_launches(p, dev)
     if dev is dispatch.H200:
         # the charge: 64 x 4096 x 1536 would take 32 tiles x 6 splits (48 k-tiles, at least 8 a
@@ -293,8 +283,7 @@ def test_gemm_small_m_tiled_splitk_rule(dev, in_launch, monkeypatch):
         # the unsplit stream: fewer
         p = dispatch.plan_gemm("auto", 64, 4096, 1536)
         s = p.info["splits"]
-        fixup = G["tiled_fixup_s"] if in_launch else G["launch_s"]
-        charge = 2 * s * 64 * 4096 * 4 / G["hbm_bytes_per_s"] + fixup
+        charge = 2 * s * 64 * 4096 * 4 / G["hbm_bytes_per_s"] + G["launch_s"]
         t1 = 48 * 32 * 128 * 2 / G["tiled_cta_bytes_per_s"]
         assert 1 < s < 6 and "fewer than 6" in p.info["why"] and charge <= G["tiled_splitk_max_charge"] * t1
     assert dispatch.plan_gemm("auto", 16, 10001, 4096, dev=dev).info["vec_b"] is False
@@ -316,8 +305,7 @@ def test_gemm_small_m_no_split_cases(monkeypatch):
     # the explicit tiled row keeps one launch whatever the shape; a pinned split works there too
     assert len(dispatch.plan_gemm("tiled", 16, 6144, 4096).plans) == 1
     pinned = dispatch.plan_gemm("tiled", 16, 6144, 4096, splits=4)
-    assert _tiled_split_facts(pinned)[1:4] == (4, 32, "ws") and len(pinned.plans) == 1
-    assert pinned.workspace["arrivals"] == 48 * 4
+    assert _tiled_split_facts(pinned)[1:4] == (4, 32, "ws") and len(pinned.plans) == 2
     big = {shape: dispatch.plan_gemm("auto", *shape) for shape in ((65, 6144, 4096), (256, 6144, 4096))}
     monkeypatch.setitem(dispatch.GEMM, "tiled_splitk", False)
     p = dispatch.plan_gemm("auto", 16, 6144, 4096)
