@@ -248,6 +248,11 @@ def gemm_candidates(M, N, K, widths):
             out["ragged_vector"] = dispatch.plan_gemm(M, N, K, widths)
         finally:
             dispatch.GEMM_RAGGED_LOAD = saved
+    if M <= 64:                                       # a stream of B: every split count the model weighs
+        top = max(1, -(-K // 64) // dispatch.GEMM_MIN_KTILES_PER_SPLIT)
+        for sp in (1, 2, 3, 4, 6, 8, 12):
+            if sp <= top and sp != d["splits"]:
+                out.setdefault(f"s{sp}", {**d, "splits": sp})
     if d["splits"] > 1:                               # the same tile without split-K, and 2x splits
         out.setdefault("no_split", {**d, "splits": 1})
         top = max(1, -(-K // 64) // dispatch.GEMM_MIN_KTILES_PER_SPLIT)
@@ -281,11 +286,14 @@ def section_timing(deadline: float, go: Path) -> None:
     plans_sm, plans_gm = {}, {}
     from cutlass_src.gemm_launch import access_elems
 
-    for M, N, dt in SOFTMAX_SHAPES:
+    only_gemm_m = int(os.environ.get("KL_CUTE_GEMM_MAX_M", "0"))  # --timing-only --gemm-max-m M
+    for M, N, dt in ([] if only_gemm_m else SOFTMAX_SHAPES):
         es = 4 if dt == "float32" else 2
         if (M, N, dt) not in done:
             plans_sm[(M, N, dt)] = softmax_candidates(M, N, es, (N * es) % 16 == 0)
     for M, N, K, dt, act in GEMM_SHAPES:
+        if only_gemm_m and M > only_gemm_m:
+            continue
         if (M, N, K, dt, act) not in done:
             plans_gm[(M, N, K, dt, act)] = gemm_candidates(M, N, K, (access_elems(2 * K), access_elems(2 * N),
                                                                      access_elems(2 * N)))
@@ -476,7 +484,19 @@ def main() -> int:
     ap.add_argument("--section", choices=VERIFY_SECTIONS + ("timing",))
     ap.add_argument("--deadline", type=float)
     ap.add_argument("--go", default=None)
+    ap.add_argument("--timing-only", action="store_true", help="the timing section alone (no verify sections)")
+    ap.add_argument("--gemm-max-m", type=int, default=0, help="with --timing-only: GEMM shapes of M <= this only")
     args = ap.parse_args()
+    if args.timing_only:
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "gpu_cute_timing.json").unlink(missing_ok=True)
+        (OUT / GO).write_text("timing only\n")
+        if args.gemm_max_m:
+            os.environ["KL_CUTE_GEMM_MAX_M"] = str(args.gemm_max_m)
+        section_timing(time.time() + BUDGET_S - 5, OUT / GO)
+        f = OUT / "gpu_cute_timing.json"
+        table({"timing": json.loads(f.read_text()) if f.exists() else None})
+        return 0
     if args.section:
         try:
             if args.section == "timing":
