@@ -229,8 +229,10 @@ def cmd_verify(args, console) -> int:
     tasks = P.make_tasks(plan, impls, phase="verify", split_by_layer=True)
     if not tasks:
         raise UsageError("no case matches the selectors")
-    quiet = args.format == "json"
-    with RunProgress(console, sum(len(t["impls"]) for t in tasks), "verify", quiet=quiet) as prog:
+    # JSON goes to stdout at the end; a line per finished row goes to stderr as it finishes (plain
+    # lines, also in a terminal), so a long run killed by a limit still leaves what it verified
+    plain = True if args.format == "json" else None
+    with RunProgress(console, sum(len(t["impls"]) for t in tasks), "verify", plain=plain) as prog:
         prog.add_tasks(tasks)
         from .compare import default_jobs
         res = run_parallel(tasks, args.jobs or default_jobs(device), device=device, plugins=args.plugin,

@@ -38,6 +38,19 @@ def test_verify_json_good_plugin(capsys):
     assert set(rows[0]) >= {"impl", "layer", "problem", "case", "status", "reason", "max_abs_err", "rel_err"}
 
 
+def test_verify_json_reports_each_row_on_stderr(capsys):
+    """--format json: stdout is the JSON alone; each row is also reported on stderr as it finishes,
+    so a run cut short by a time limit still shows what it verified."""
+    rc = main(["verify", "--problem", "vector_add", "--impl", "torch:vector_add", "--suite", "smoke",
+               "--no-isolate", "--format", "json"])
+    cap = capsys.readouterr()
+    rows = json.loads(cap.out)
+    assert rc == 0 and rows
+    lines = [ln for ln in cap.err.splitlines() if "torch:vector_add" in ln]
+    assert len(lines) == len(rows) and all("PASS" in ln for ln in lines)
+    assert all(r["case"].split("[")[0] == "vector_add" for r in rows)
+
+
 def test_verify_exit_1_on_fail(capsys):
     rc = main(["verify", "--plugin", str(PL / "bad.py"), "--impl", "bad:last_unwritten",
                "--problem", "vector_add", "--suite", "smoke", "--no-isolate", "--format", "json"])
