@@ -251,9 +251,29 @@ def stage_time_softmax(skip):
         _row("time_softmax", f"time|{case.id}", skip, run)
 
 
-def stage_time_gemm(skip):
+def _time_gemm_cases(stage, cases, extra, skip):
+    """Each case timed: torch, the cuda / cupy defaults and ``extra(case)``'s candidates."""
     import torch
 
+    from harness import problems
+
+    prob = problems.get("gemm_epilogue")
+    for case in cases:
+        def run(case=case):
+            from backends import cuda_gemm, cuda_layer as cl
+
+            cands = {"torch": _impl_prep("torch:gemm_epilogue", case),
+                     "cuda:gemm_epilogue": _impl_prep("cuda:gemm_epilogue", case),
+                     "cupy:gemm_epilogue": _impl_prep("cupy:gemm_epilogue", case)}
+            cands.update(extra(case))
+            res = _time_case(prob, case, cands)
+            plan = cuda_gemm.case_gemm("auto", case, cl.device(torch.cuda.current_device()))
+            return {"status": "TIMED", "case": case.id, "flops": prob.flops(case), "default_plan": plan.info,
+                    "results": res}
+        _row(stage, f"time|{case.id}", skip, run)
+
+
+def stage_time_gemm(skip):
     from harness import problems, registry
 
     registry.load_backends()
@@ -262,31 +282,21 @@ def stage_time_gemm(skip):
     cases = prob.cases("models") + [c(M=32, N=5000, K=3000), c(M=300, N=2000, K=1000), c(M=2048, N=50257, K=1024),
                                     c(M=1000, N=4000, K=3000, act="gelu"), c(M=128, N=8192, K=8192, dtype="float16"),
                                     c(M=1000, N=3000, K=4000, act="gelu")]
-    for case in cases:
-        def run(case=case):
-            from backends import cuda_gemm, cuda_layer as cl
 
-            cands = {"torch": _impl_prep("torch:gemm_epilogue", case),
-                     "cuda:gemm_epilogue": _impl_prep("cuda:gemm_epilogue", case),
-                     "cupy:gemm_epilogue": _impl_prep("cupy:gemm_epilogue", case)}
-            for v in ("pingpong", "pingpong_c2", "ws", "tiled"):
-                cands[f"cuda:gemm_epilogue_{v}"] = _impl_prep(f"cuda:gemm_epilogue_{v}", case)
-            if case.M <= 512:
-                for s in (2, 3, 4, 6, 8, 12):
-                    cands[f"splitk S={s}"] = _plan_prep("gemm", "splitk", case, splits=s)
-            if case.N % 8:
-                cands["auto (repack+ws)"] = _plan_prep("gemm", "auto", case)
-            res = _time_case(prob, case, cands)
-            plan = cuda_gemm.case_gemm("auto", case, cl.device(torch.cuda.current_device()))
-            return {"status": "TIMED", "case": case.id, "flops": prob.flops(case), "default_plan": plan.info,
-                    "results": res}
-        _row("time_gemm", f"time|{case.id}", skip, run)
+    def extra(case):
+        cands = {f"cuda:gemm_epilogue_{v}": _impl_prep(f"cuda:gemm_epilogue_{v}", case)
+                 for v in ("pingpong", "pingpong_c2", "ws", "tiled")}
+        if case.M <= 512:
+            for s in (2, 3, 4, 6, 8, 12):
+                cands[f"splitk S={s}"] = _plan_prep("gemm", "splitk", case, splits=s)
+        if case.N % 8:
+            cands["auto (repack+ws)"] = _plan_prep("gemm", "auto", case)
+        return cands
+    _time_gemm_cases("time_gemm", cases, extra, skip)
 
 
 def stage_time_gemm_small(skip):
     """M <= 64 (a stream of B): the default against pinned split factors of the tiled kernel."""
-    import torch
-
     from harness import problems, registry
 
     registry.load_backends()
@@ -296,20 +306,9 @@ def stage_time_gemm_small(skip):
         c(M=1, N=4096, K=4096), c(M=7, N=4000, K=2048, act="relu", bias=0), c(M=33, N=1001, K=3000, act="gelu"),
         c(M=32, N=5000, K=3000), c(M=64, N=8192, K=2048), c(M=16, N=10001, K=4096), c(M=8, N=3072, K=12288),
         c(M=1, N=1024, K=512)]
-    for case in cases:
-        def run(case=case):
-            from backends import cuda_gemm, cuda_layer as cl
-
-            cands = {"torch": _impl_prep("torch:gemm_epilogue", case),
-                     "cuda:gemm_epilogue": _impl_prep("cuda:gemm_epilogue", case),
-                     "cupy:gemm_epilogue": _impl_prep("cupy:gemm_epilogue", case)}
-            for sp in (2, 4, 6, 8, 12, 16):
-                cands[f"tiled S={sp}"] = _plan_prep("gemm", "tiled", case, splits=sp)
-            res = _time_case(prob, case, cands)
-            plan = cuda_gemm.case_gemm("auto", case, cl.device(torch.cuda.current_device()))
-            return {"status": "TIMED", "case": case.id, "flops": prob.flops(case), "default_plan": plan.info,
-                    "results": res}
-        _row("time_gemm_small", f"time|{case.id}", skip, run)
+    _time_gemm_cases("time_gemm_small", cases,
+                     lambda case: {f"tiled S={sp}": _plan_prep("gemm", "tiled", case, splits=sp)
+                                   for sp in (2, 4, 6, 8, 12, 16)}, skip)
 
 
 def stage_time_vector_add(skip):
