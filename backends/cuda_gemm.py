@@ -3,9 +3,10 @@
 
 Rows:
 - ``cuda:gemm_epilogue`` (default): the planner's rules. Small M (a stream of B): the tiled mma.sync
-  kernel, with K split (fp32 partials, then the reduction kernel) until its CTAs fill the SMs'
-  resident capacity. Where TMA can read A and B (16-byte strides and bases): the ping-pong
-  kernel, or the warp-specialised kernel with split-K when the output tiles would leave SMs idle;
+  kernel, with K split (fp32 partials, then the reduction kernel) until its CTAs fill three
+  quarters of the SMs' resident capacity (GEMM["tiled_wave_fill"]). Where TMA can read A and B
+  (16-byte strides and bases): the ping-pong kernel, or the warp-specialised kernel with split-K
+  when the output tiles would leave SMs idle;
   where only B's stride is the obstacle (N = 50257) and M is large enough: B copied once per call
   to a 16-byte-strided workspace, then the warp-specialised kernel; else the tiled mma.sync kernel
   (any shape, stride, alignment).

@@ -142,10 +142,10 @@ GEMM = {
     # flight (resident CTAs x the 3 stages ahead x 8 KB of B a stage): one CTA an SM is short of
     # an SM's share of HBM, a full SM of CTAs is not. Where the N tiles leave SMs short of CTAs,
     # split K until the CTAs fill tiled_wave_fill of one wave of the SMs' resident capacity (all
-    # co-resident: no second wave of lone CTAs), within max_splits and with at least tiled_min_kt_per_split
-    # k-tiles (of 32) per split; fewer splits while the fp32 partials and the reduction launch
-    # cost more than tiled_splitk_max_charge of the unsplit kernel's time (one CTA streaming its
-    # column strip of B at tiled_cta_bytes_per_s).
+    # co-resident: no second wave of lone CTAs), within max_splits and with at least
+    # tiled_min_kt_per_split k-tiles (of 32) per split; fewer splits while the fp32 partials and
+    # the reduction launch cost more than tiled_splitk_max_charge of the unsplit kernel's time (one
+    # CTA streaming its column strip of B at tiled_cta_bytes_per_s).
     "tiled_splitk": True,
     "tiled_max_ctas_per_sm": 4,
     # the split fills this fraction of the resident capacity, not all of it: every split's partial
@@ -982,7 +982,8 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
     stream = g.M <= GEMM["stream_max_m"]
     if stream and GEMM["tiled_splitk"]:
         # a B stream (few rows): the tiled kernel at the smallest tile rows that hold M, with K split
-        # until its small CTAs fill the SMs' resident capacity (any alignment of A and B, any device)
+        # until its small CTAs fill tiled_wave_fill of the SMs' resident capacity (any alignment of
+        # A and B, any device)
         s, swhy = _tiled_stream_splits(g, dev)
         return _why(_plan_tiled(g, s, dev), f"M = {g.M} <= {GEMM['stream_max_m']}, a stream of B: tiled; " + swhy)
     if why or not g.tma_a():
