@@ -22,10 +22,12 @@ compile serves every size of a signature, and the same compile works on a machin
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.util
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -174,8 +176,12 @@ def ptx_facts(ptx: str, arch: str) -> dict:
 
 
 def _dump_dir() -> str:
+    """The folder the DSL writes kept PTX to (this process's compiles; the PTX is read into memory
+    right after each compile). Removed when the process exits, so runs leave nothing in /tmp."""
     if not _DUMP:
-        _DUMP.append(tempfile.mkdtemp(prefix="kl-cute-ptx-"))
+        path = tempfile.mkdtemp(prefix="kl-cute-ptx-")
+        _DUMP.append(path)
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
     return _DUMP[0]
 
 

@@ -69,6 +69,22 @@ def test_no_environment_variables():
 
 
 @needs_cute
+def test_ptx_dump_folder_removed_at_exit(tmp_path):
+    """The folder the DSL keeps PTX in while a process compiles is gone once the process exits."""
+    import subprocess
+    import sys
+
+    code = ("import os, cutlass_src\n"
+            "d = cutlass_src._dump_dir()\n"
+            "assert d == cutlass_src._dump_dir() and os.path.isdir(d)\n"
+            "open(os.path.join(d, 'k.sm_90a.ptx'), 'w').write('.version 8.0')\n"
+            "print(d)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = r.stdout.strip().splitlines()[-1]
+    assert os.path.basename(d).startswith("kl-cute-ptx-") and not os.path.exists(d)
+
+
 def test_available_here():
     for p in PROBLEMS:
         assert registry.get(p, f"cute:{p}").available() is None
