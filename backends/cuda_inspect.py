@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from harness.inspect_cmd import ARCH, ROOT, Artifacts
@@ -29,8 +30,13 @@ def cuda_artifacts(impl, case, art: Artifacts) -> None:
     flags = list(impl.extra.get("nvcc_flags", ()))
     art.source = (f"nvcc -ptx -arch={ARCH} of the kernel instances the planner can pick from the "
                   f"implementation's .cu source(s) (cuda_src/dispatch.py --emit-instances)")
-    import tempfile
-    gen = Path(tempfile.mkdtemp(prefix="kl-instances-"))
+    with tempfile.TemporaryDirectory(prefix="kl-instances-") as tmp:  # removed when done
+        _cuda_ptx(nvcc, impl, cus, flags, Path(tmp), art)
+
+
+def _cuda_ptx(nvcc, impl, cus, flags, gen: Path, art: Artifacts) -> None:
+    """nvcc -ptx of each .cu source (its planner-emitted instance file where there is one) into
+    the artifacts folder; ``gen`` holds the instance files for the duration."""
     r = subprocess.run([sys.executable, str(ROOT / "cuda_src" / "dispatch.py"), "--emit-instances", str(gen)],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
@@ -55,7 +61,6 @@ def cuda_artifacts(impl, case, art: Artifacts) -> None:
         if s.kernels:
             art.notes.append(f"{path.name}: the PTX holds every kernel of the file; "
                              f"{impl.id} uses {', '.join(s.kernels)}")
-
 
 
 describe_layer("cuda", order=1, colour="#2ca02c", artifacts=cuda_artifacts, ptxas_named_kernels=True)

@@ -133,20 +133,30 @@ def test_inspect_errors(tmp_path, capsys):
     ("triton:vector_add", ("vector_add_unmasked_kernel.ttir", "vector_add_unmasked_kernel.ttgir",
                            "vector_add_unmasked_kernel.llir", "vector_add_unmasked_kernel.ptx")),
     ("cute:vector_add", ("cute_vector_add.ptx",)),
+    ("cuda:vector_add", ("vector_add_vec.sm_90a.ptx",)),
 ])
 def test_inspect_real_implementations(impl, files, tmp_path):
-    """the real adapters, compiled for sm_90 without a GPU: IR files and the ptxas facts"""
+    """the real adapters, compiled for sm_90 without a GPU: IR files and the ptxas facts; the
+    temporary folders the tool makes on the way (kl-*) are gone when it exits"""
+    import os
+    import shutil
     import subprocess
     import sys
     from pathlib import Path
 
     if impl.startswith("cute"):
         pytest.importorskip("cutlass")
+    if impl.startswith("cuda") and not (shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc")):
+        pytest.skip("needs nvcc (the CUDA toolkit)")
     root = Path(__file__).resolve().parent.parent
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "harness", "inspect", impl, "--problem", "vector_add",
-                        "--set", "N=98432", "--out", str(tmp_path)], capture_output=True, text=True,
-                       cwd=root, timeout=600)
+                        "--set", "N=98432", "--out", str(out)], capture_output=True, text=True,
+                       cwd=root, timeout=600, env=dict(os.environ, TMPDIR=str(tmp)))
     assert r.returncode == 0, r.stderr[-2000:]
     for f in files:
-        assert (tmp_path / f).stat().st_size > 0, f
+        assert (out / f).stat().st_size > 0, f
     assert "Used" in r.stdout and "registers" in r.stdout
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("kl-")]
