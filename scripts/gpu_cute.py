@@ -248,16 +248,16 @@ def gemm_candidates(M, N, K, widths):
             out["ragged_vector"] = dispatch.plan_gemm(M, N, K, widths)
         finally:
             dispatch.GEMM_RAGGED_LOAD = saved
-    if M <= 64:                                       # a stream of B: every split count the model weighs
-        top = max(1, -(-K // 64) // dispatch.GEMM_MIN_KTILES_PER_SPLIT)
-        for sp in (1, 2, 3, 4, 6, 8, 12):
-            if sp <= top and sp != d["splits"]:
-                out.setdefault(f"s{sp}", {**d, "splits": sp})
+    top = max(1, -(-K // 64) // dispatch.GEMM_MIN_KTILES_PER_SPLIT)
     if d["splits"] > 1:                               # the same tile without split-K, and 2x splits
         out.setdefault("no_split", {**d, "splits": 1})
-        top = max(1, -(-K // 64) // dispatch.GEMM_MIN_KTILES_PER_SPLIT)
         if d["splits"] * 2 <= top:
             out["splits_x2"] = {**d, "splits": d["splits"] * 2}
+    if M <= 64:                                       # a stream of B: every split count the model weighs
+        for sp in (1, 2, 3, 4, 6, 8, 12):
+            p = {**d, "splits": sp}
+            if sp <= top and p not in out.values():
+                out[f"s{sp}"] = p
     return out
 
 
@@ -267,7 +267,9 @@ def _softmax_prepare(x, out, plan):
     return _sm_prepare(x, out, plan)[0]
 
 
-def section_timing(deadline: float, go: Path) -> None:
+def section_timing(deadline: float, go: Path, gemm_max_m: int = 0) -> None:
+    """Compile every candidate, wait for ``go``, then time them (``gemm_max_m``: GEMM shapes of at
+    most that many rows and no softmax shape, as ``--timing-only --gemm-max-m`` asks)."""
     import torch
 
     from cutlass_src import dispatch, gemm_launch
@@ -286,13 +288,12 @@ def section_timing(deadline: float, go: Path) -> None:
     plans_sm, plans_gm = {}, {}
     from cutlass_src.gemm_launch import access_elems
 
-    only_gemm_m = int(os.environ.get("KL_CUTE_GEMM_MAX_M", "0"))  # --timing-only --gemm-max-m M
-    for M, N, dt in ([] if only_gemm_m else SOFTMAX_SHAPES):
+    for M, N, dt in ([] if gemm_max_m else SOFTMAX_SHAPES):
         es = 4 if dt == "float32" else 2
         if (M, N, dt) not in done:
             plans_sm[(M, N, dt)] = softmax_candidates(M, N, es, (N * es) % 16 == 0)
     for M, N, K, dt, act in GEMM_SHAPES:
-        if only_gemm_m and M > only_gemm_m:
+        if gemm_max_m and M > gemm_max_m:
             continue
         if (M, N, K, dt, act) not in done:
             plans_gm[(M, N, K, dt, act)] = gemm_candidates(M, N, K, (access_elems(2 * K), access_elems(2 * N),
@@ -491,9 +492,7 @@ def main() -> int:
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "gpu_cute_timing.json").unlink(missing_ok=True)
         (OUT / GO).write_text("timing only\n")
-        if args.gemm_max_m:
-            os.environ["KL_CUTE_GEMM_MAX_M"] = str(args.gemm_max_m)
-        section_timing(time.time() + BUDGET_S - 5, OUT / GO)
+        section_timing(time.time() + BUDGET_S - 5, OUT / GO, args.gemm_max_m)
         f = OUT / "gpu_cute_timing.json"
         table({"timing": json.loads(f.read_text()) if f.exists() else None})
         return 0
