@@ -192,7 +192,8 @@ SOFTMAX_SMEM_CLUSTER_MAX = 8            # portable clusters
 SOFTMAX_SMEM_MIN_SLICE = 16 * 1024      # few rows: a slice is worth a CTA down to this
 SOFTMAX_SMEM_DEFAULT = True             # whether the default takes smem for long rows (the table
                                         # entry a measurement turns off; docs/perf-notes.md)
-SOFTMAX_SMEM_VECTORS_PER_THREAD = 16    # threads = this many vectors each, 128..512 a CTA
+SOFTMAX_SMEM_VECTORS_PER_THREAD = 16    # threads = this many vectors each, 128..SMEM_MAX_THREADS a CTA
+SOFTMAX_SMEM_MAX_THREADS = 512
 
 
 def _pow2(k: int) -> int:
@@ -243,7 +244,7 @@ def plan_smem(M: int, N: int, esize: int, sms: int, cluster: int | None = None) 
         return None
     while not cluster and 2 * c in sizes and M * c < sms and cap(2 * c) * 16 >= SOFTMAX_SMEM_MIN_SLICE:
         c *= 2
-    threads = min(512, max(128, _pow2(-(-cap(c) // SOFTMAX_SMEM_VECTORS_PER_THREAD))))
+    threads = min(SOFTMAX_SMEM_MAX_THREADS, max(128, _pow2(-(-cap(c) // SOFTMAX_SMEM_VECTORS_PER_THREAD))))
     smem = _smem_bytes(cap(c))
     return {"kernel": "smem", "vec": v, "threads": threads, "cluster": c, "cap": cap(c), "smem": smem,
             "ctas_per_sm": min(SOFTMAX_SMEM_PER_SM // (smem + SOFTMAX_SMEM_CTA_RESERVE), 2048 // threads)}

@@ -206,6 +206,16 @@ def softmax_candidates(M, N, es, aligned):
             p = dispatch.plan_smem(M, N, es, dispatch.num_sms(), cluster=c) if c else None
             if p and p["cluster"] <= 8 and p not in out.values():
                 out[label] = p
+        # smem: twice / half the rule's threads a CTA (up to 1024)
+        saved_t = (dispatch.SOFTMAX_SMEM_VECTORS_PER_THREAD, dispatch.SOFTMAX_SMEM_MAX_THREADS)
+        for label, vpt in (("smem_threads_x2", saved_t[0] // 2), ("smem_threads_half", saved_t[0] * 2)):
+            try:
+                dispatch.SOFTMAX_SMEM_VECTORS_PER_THREAD, dispatch.SOFTMAX_SMEM_MAX_THREADS = vpt, 1024
+                p = dispatch.plan_smem(M, N, es, dispatch.num_sms())
+            finally:
+                dispatch.SOFTMAX_SMEM_VECTORS_PER_THREAD, dispatch.SOFTMAX_SMEM_MAX_THREADS = saved_t
+            if p and p not in out.values():
+                out[label] = p
     return out
 
 
@@ -267,9 +277,13 @@ def _softmax_prepare(x, out, plan):
     return _sm_prepare(x, out, plan)[0]
 
 
-def section_timing(deadline: float, go: Path, gemm_max_m: int = 0) -> None:
+def section_timing(deadline: float, go: Path, gemm_max_m: int = 0, softmax_only: bool = False,
+                   labels: tuple[str, ...] = (), min_row_bytes: int = 0) -> None:
     """Compile every candidate, wait for ``go``, then time them (``gemm_max_m``: GEMM shapes of at
-    most that many rows and no softmax shape, as ``--timing-only --gemm-max-m`` asks)."""
+    most that many rows and no softmax shape, as ``--timing-only --gemm-max-m`` asks;
+    ``softmax_only``: no GEMM shape; ``labels``: only the softmax candidates whose label starts
+    with one of these, the default always; ``min_row_bytes``: softmax rows of at least this many
+    bytes)."""
     import torch
 
     from cutlass_src import dispatch, gemm_launch
@@ -290,9 +304,11 @@ def section_timing(deadline: float, go: Path, gemm_max_m: int = 0) -> None:
 
     for M, N, dt in ([] if gemm_max_m else SOFTMAX_SHAPES):
         es = 4 if dt == "float32" else 2
-        if (M, N, dt) not in done:
-            plans_sm[(M, N, dt)] = softmax_candidates(M, N, es, (N * es) % 16 == 0)
-    for M, N, K, dt, act in GEMM_SHAPES:
+        if (M, N, dt) not in done and N * es >= min_row_bytes:
+            cands = softmax_candidates(M, N, es, (N * es) % 16 == 0)
+            plans_sm[(M, N, dt)] = {k: v for k, v in cands.items()
+                                    if k == "default" or not labels or k.startswith(labels)}
+    for M, N, K, dt, act in ([] if softmax_only else GEMM_SHAPES):
         if gemm_max_m and M > gemm_max_m:
             continue
         if (M, N, K, dt, act) not in done:
@@ -487,12 +503,18 @@ def main() -> int:
     ap.add_argument("--go", default=None)
     ap.add_argument("--timing-only", action="store_true", help="the timing section alone (no verify sections)")
     ap.add_argument("--gemm-max-m", type=int, default=0, help="with --timing-only: GEMM shapes of M <= this only")
+    ap.add_argument("--softmax-only", action="store_true", help="with --timing-only: softmax shapes only")
+    ap.add_argument("--softmax-labels", default="", help="with --timing-only: comma-separated label prefixes "
+                    "of the softmax candidates to time (the default plan always)")
+    ap.add_argument("--softmax-min-row-bytes", type=int, default=0, help="with --timing-only: softmax rows "
+                    "of at least this many bytes")
     args = ap.parse_args()
     if args.timing_only:
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "gpu_cute_timing.json").unlink(missing_ok=True)
         (OUT / GO).write_text("timing only\n")
-        section_timing(time.time() + BUDGET_S - 5, OUT / GO, args.gemm_max_m)
+        section_timing(time.time() + BUDGET_S - 5, OUT / GO, args.gemm_max_m, args.softmax_only,
+                       tuple(x for x in args.softmax_labels.split(",") if x), args.softmax_min_row_bytes)
         f = OUT / "gpu_cute_timing.json"
         table({"timing": json.loads(f.read_text()) if f.exists() else None})
         return 0
