@@ -52,9 +52,10 @@ class SoftmaxSimple:
             m, s = merge(m, s, cute.arch.shuffle_sync_bfly(m, 16 >> off),
                          cute.arch.shuffle_sync_bfly(s, 16 >> off))
         pairs = SmemAllocator().allocate_tensor(cutlass.Float32, cute.make_layout((2, THREADS // 32)), 16)
+        warp = cute.arch.warp_idx()       # a shuffle of the whole warp: outside the lane-0 branch
         if cute.arch.lane_idx() == 0:
-            pairs[0, cute.arch.warp_idx()] = m
-            pairs[1, cute.arch.warp_idx()] = s
+            pairs[0, warp] = m
+            pairs[1, warp] = s
         cute.arch.sync_threads()
         m, s = pairs[0, 0], pairs[1, 0]                          # the CTA's pairs
         for w in cutlass.range_constexpr(1, THREADS // 32):

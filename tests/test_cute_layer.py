@@ -432,6 +432,62 @@ def test_softmax_ptx_paths():
     assert cl["kernel"] == "cluster" and "mapa.shared::cluster" in softmax_block.compile_block(torch.bfloat16, cl).ptx
 
 
+_WARP_SYNC = re.compile(r"\b(shfl\.sync|vote\.sync|bar\.warp\.sync|match\.sync|redux\.sync)\b")
+
+
+def lane_zero_warp_syncs(ptx: str) -> list[str]:
+    """Warp-synchronous instructions (``shfl.sync`` ...) inside a branch only lane 0 takes: the
+    code after ``setp.ne %p, <%laneid>, 0; @%p bra L`` up to ``L:``. Such an instruction waits for
+    31 lanes that never arrive - the kernel hangs (or is undefined) on the GPU."""
+    lane_regs, lane_preds, found = set(), set(), []
+    lines = ptx.splitlines()
+    for i, line in enumerate(lines):
+        t = line.strip()
+        if m := re.match(r"mov\.u32\s+(%r\d+),\s*%laneid;", t):
+            lane_regs.add(m.group(1))
+        elif m := re.match(r"setp\.ne\.[bsu]32\s+(%p\d+),\s*(%r\d+),\s*0;", t):
+            if m.group(2) in lane_regs:
+                lane_preds.add(m.group(1))
+        elif m := re.match(r"@(%p\d+)\s+bra(?:\.uni)?\s+(\$?\w+);", t):
+            if m.group(1) in lane_preds:
+                for body in lines[i + 1:]:
+                    if body.strip() == f"{m.group(2)}:":
+                        break
+                    if _WARP_SYNC.search(body):
+                        found.append(body.strip())
+    return found
+
+
+def test_lane_zero_check_finds_a_shuffle_in_the_branch():
+    bad = "mov.u32 %r84, %laneid;\nsetp.ne.b32 %p15, %r84, 0;\n@%p15 bra $L__BB0_5;\n" \
+          "shfl.sync.idx.b32 %r86, %r85, 0, 31, -1;\nst.shared.v2.b32 [%r88], {%r4, %r5};\n$L__BB0_5:\n"
+    good = "shfl.sync.idx.b32 %r86, %r85, 0, 31, -1;\nmov.u32 %r84, %laneid;\nsetp.ne.b32 %p15, %r84, 0;\n" \
+           "@%p15 bra $L__BB0_5;\nst.shared.v2.b32 [%r88], {%r4, %r5};\n$L__BB0_5:\nshfl.sync.bfly.b32 %r1, %r2, 1, 31, -1;\n"
+    assert lane_zero_warp_syncs(bad) == ["shfl.sync.idx.b32 %r86, %r85, 0, 31, -1;"]
+    assert lane_zero_warp_syncs(good) == []
+
+
+@needs_cute
+def test_softmax_kernels_no_warp_sync_in_lane_zero_branch():
+    """Every CuTe softmax kernel, the twin included: no warp shuffle where only lane 0 runs (the
+    twin once took its warp index - a ``shfl.sync`` of the whole warp - inside ``if lane == 0``
+    and hung on the H200)."""
+    from cutlass_src import dispatch, softmax, softmax_block, softmax_rows, softmax_smem, softmax_split
+
+    dt = torch.bfloat16
+    texts = {"simple": softmax._compile(dt).ptx,
+             "rows": softmax_rows.compile_rows(dt, dispatch.plan_softmax(4096, 1000, 2, False, sms=SMS)).ptx,
+             "block": softmax_block.compile_block(dt, dispatch.plan_softmax(32768, 4096, 2, sms=SMS)).ptx,
+             "cluster": softmax_block.compile_block(dt, dispatch.plan_softmax(4096, 50257, 2, False, sms=SMS,
+                                                                              kernel="cluster")).ptx,
+             "smem": softmax_smem.compile_smem(dt, dispatch.plan_softmax(4096, 50257, 2, False, sms=SMS)).ptx,
+             "split": softmax_split.compile_split(dt, dispatch.plan_softmax(4096, 50257, 2, False, sms=SMS,
+                                                                            kernel="split")).ptx}
+    for name, text in texts.items():
+        assert text and "shfl.sync" in text, name
+        assert lane_zero_warp_syncs(text) == [], name
+
+
 @needs_cute
 @pytest.mark.parametrize("M,N,dtype", [(4096, 50257, torch.bfloat16), (4096, 128256, torch.bfloat16),
                                        (4096, 50257, torch.float32), (4096, 151936, torch.float32),
