@@ -166,6 +166,11 @@ SOFTMAX_ROWS_CTAS_PER_SM = 4        # 1024 threads an SM: <= 64 registers (a lau
 SOFTMAX_ROWS_CTAS_PER_SM_LANES16 = 3    # 16-bit rows on groups of < 32 lanes: 67-72 registers
                                         # (ptxas; 64 would spill): 48 KB in flight an SM
 SOFTMAX_BLOCK_VALUES = 32           # values per thread (block, cluster)
+# The default's block kernel up to this many threads a CTA; a row that needs more (16-bit rows of
+# 16-32 KB: 512 threads x ~50 registers, so 2 CTAs an SM, where one CTA's reduction and stores
+# leave the SM's loads idle) goes to softmax_smem (6 CTAs an SM): bf16 8192 x 16384 measured 85 %
+# of copy on block, 94 % on smem (docs/perf-notes.md, Round 10). fp32 rows up to 32 KB need <= 256.
+SOFTMAX_BLOCK_DEFAULT_MAX_THREADS = 256
 SOFTMAX_SPLIT_THREADS = 256
 SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by element size: 64 KB
                                         # fp32 / 32 KB 16-bit chunks (16-bit values are not kept
@@ -192,7 +197,13 @@ SOFTMAX_SMEM_CLUSTER_MAX = 8            # portable clusters
 SOFTMAX_SMEM_MIN_SLICE = 16 * 1024      # few rows: a slice is worth a CTA down to this
 SOFTMAX_SMEM_DEFAULT = True             # whether the default takes smem for long rows (the table
                                         # entry a measurement turns off; docs/perf-notes.md)
-SOFTMAX_SMEM_VECTORS_PER_THREAD = 16    # threads = this many vectors each, 128..SMEM_MAX_THREADS a CTA
+# Threads a CTA: what the SM's CTAs (as many as their slices let share it) divide among them, a
+# power of two from 128 to SOFTMAX_SMEM_MAX_THREADS: 1536 threads an SM for a row per CTA, 768 for
+# a row over a cluster. Measured (docs/perf-notes.md, Round 10): 2048 threads an SM lost 15-30
+# points wherever tried; a row per CTA gained from 768 to 1536 (bf16 x 32000, 3 CTAs an SM: 87 ->
+# 93 %); cluster rows lost 2-4 points from 768 to 1536 (fp32 x 151936 83 -> 79 %).
+SOFTMAX_SMEM_THREADS_PER_SM = 1536
+SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM = 768
 SOFTMAX_SMEM_MAX_THREADS = 512
 
 
@@ -205,6 +216,13 @@ def row_vectors(n: int, esize: int, aligned: bool) -> int:
     boundary, one more when rows may start anywhere in one."""
     v = 16 // esize
     return -(-n // v) if aligned else -(-(n + v - 1) // v)
+
+
+def _block_threads(nvec: int, v: int) -> int:
+    """Threads of a softmax_block CTA holding a row of ``nvec`` vectors at SOFTMAX_BLOCK_VALUES
+    values a thread (the fewest, a power of two from 32); 0 when 1024 are too few."""
+    kmax = SOFTMAX_BLOCK_VALUES // v
+    return next((t for t in (32, 64, 128, 256, 512, 1024) if -(-nvec // t) <= kmax), 0)
 
 
 def _cluster_size(nvec: int, v: int) -> int:
@@ -244,10 +262,12 @@ def plan_smem(M: int, N: int, esize: int, sms: int, cluster: int | None = None) 
         return None
     while not cluster and 2 * c in sizes and M * c < sms and cap(2 * c) * 16 >= SOFTMAX_SMEM_MIN_SLICE:
         c *= 2
-    threads = min(SOFTMAX_SMEM_MAX_THREADS, max(128, _pow2(-(-cap(c) // SOFTMAX_SMEM_VECTORS_PER_THREAD))))
     smem = _smem_bytes(cap(c))
+    ctas = max(1, SOFTMAX_SMEM_PER_SM // (smem + SOFTMAX_SMEM_CTA_RESERVE))
+    budget = SOFTMAX_SMEM_THREADS_PER_SM if c == 1 else SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM
+    threads = min(SOFTMAX_SMEM_MAX_THREADS, max(128, 1 << (max(1, budget // ctas).bit_length() - 1)))
     return {"kernel": "smem", "vec": v, "threads": threads, "cluster": c, "cap": cap(c), "smem": smem,
-            "ctas_per_sm": min(SOFTMAX_SMEM_PER_SM // (smem + SOFTMAX_SMEM_CTA_RESERVE), 2048 // threads)}
+            "ctas_per_sm": min(ctas, 2048 // threads)}
 
 
 def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | None = None,
@@ -265,6 +285,9 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             kernel = "rows"
         elif row_bytes <= SOFTMAX_BLOCK_MAX_BYTES and M >= sms:
             kernel = "block"
+            if SOFTMAX_SMEM_DEFAULT and _block_threads(nvec, v) > SOFTMAX_BLOCK_DEFAULT_MAX_THREADS:
+                if sp := plan_smem(M, N, esize, sms):
+                    return sp
         elif SOFTMAX_SMEM_DEFAULT and row_bytes > SOFTMAX_BLOCK_MAX_BYTES and \
                 (sp := plan_smem(M, N, esize, sms)) and M * sp["cluster"] >= sms:
             return sp
@@ -289,10 +312,9 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
         raise ValueError(f"N={N}: rows of {row_bytes} bytes are longer than the short-row kernel takes "
                          f"({512 * kmax * 16} bytes)")
     if kernel == "block":
+        if t := _block_threads(nvec, v):
+            return {"kernel": "block", "vec": v, "threads": t, "k": _pow2(-(-nvec // t)), "cluster": 1}
         kmax = SOFTMAX_BLOCK_VALUES // v
-        for t in (32, 64, 128, 256, 512, 1024):
-            if -(-nvec // t) <= kmax:
-                return {"kernel": "block", "vec": v, "threads": t, "k": _pow2(-(-nvec // t)), "cluster": 1}
         raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit one CTA's registers "
                          f"({1024 * kmax * 16} bytes)")
     if kernel == "cluster":

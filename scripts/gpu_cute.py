@@ -49,7 +49,7 @@ SOFTMAX_SHAPES = [
     (4096, 32000, "bfloat16"), (4096, 50257, "bfloat16"), (4096, 128256, "bfloat16"), (4096, 151936, "bfloat16"),
     (4096, 32000, "float32"), (4096, 50257, "float32"), (4096, 128256, "float32"), (4096, 151936, "float32"),
     (65536, 128, "bfloat16"), (16384, 8192, "float32"), (8192, 16384, "bfloat16"), (2000, 50000, "float16"),
-    (1, 262147, "float32"),
+    (1, 262147, "float32"), (8192, 12000, "bfloat16"), (4096, 24000, "float32"), (4096, 40000, "bfloat16"),
 ]
 # GEMM: (M, N, K, dtype, act); M = 16 / 256 models shapes, the N = 50257 head at every M, the
 # large models shapes (default only), then off-suite shapes
@@ -206,14 +206,18 @@ def softmax_candidates(M, N, es, aligned):
             p = dispatch.plan_smem(M, N, es, dispatch.num_sms(), cluster=c) if c else None
             if p and p["cluster"] <= 8 and p not in out.values():
                 out[label] = p
-        # smem: twice / half the rule's threads a CTA (up to 1024)
-        saved_t = (dispatch.SOFTMAX_SMEM_VECTORS_PER_THREAD, dispatch.SOFTMAX_SMEM_MAX_THREADS)
-        for label, vpt in (("smem_threads_x2", saved_t[0] // 2), ("smem_threads_half", saved_t[0] * 2)):
+        # smem: twice / half the rule's threads an SM (up to 1024 a CTA)
+        names = ("SOFTMAX_SMEM_THREADS_PER_SM", "SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM", "SOFTMAX_SMEM_MAX_THREADS")
+        saved_t = {k: getattr(dispatch, k) for k in names}
+        for label, f in (("smem_threads_x2", 2.0), ("smem_threads_half", 0.5)):
             try:
-                dispatch.SOFTMAX_SMEM_VECTORS_PER_THREAD, dispatch.SOFTMAX_SMEM_MAX_THREADS = vpt, 1024
+                for k in names[:2]:
+                    setattr(dispatch, k, int(saved_t[k] * f))
+                dispatch.SOFTMAX_SMEM_MAX_THREADS = 1024
                 p = dispatch.plan_smem(M, N, es, dispatch.num_sms())
             finally:
-                dispatch.SOFTMAX_SMEM_VECTORS_PER_THREAD, dispatch.SOFTMAX_SMEM_MAX_THREADS = saved_t
+                for k, val in saved_t.items():
+                    setattr(dispatch, k, val)
             if p and p not in out.values():
                 out[label] = p
     return out

@@ -248,16 +248,18 @@ def test_softmax_split_chunks_cover_the_row(M, N, es, phase):
 
 def test_plan_softmax_smem_rule():
     """softmax_smem: a CTA a row while one CTA's shared memory holds it (any alignment), else the
-    smallest cluster whose slices let two CTAs share an SM; few rows widen the cluster; the plan's
-    shared memory is the kernel's."""
+    smallest cluster whose slices let two CTAs share an SM; few rows widen the cluster; threads: the
+    SM's budget (1536 for a CTA a row, 768 for a cluster) over the CTAs its shared memory holds, a
+    power of two in 128..512; the plan's shared memory is the kernel's."""
     from cutlass_src import dispatch
 
     def plan(M, N, es, **kw):
         return dispatch.plan_softmax(M, N, es, False, sms=SMS, **kw)
 
-    want = {(4096, 32000, 2): (1, 256, 3), (4096, 50257, 2): (1, 512, 2), (4096, 128256, 2): (4, 256, 3),
-            (4096, 151936, 2): (4, 512, 3), (4096, 32000, 4): (1, 512, 1), (4096, 50257, 4): (1, 512, 1),
-            (4096, 128256, 4): (8, 256, 3), (4096, 151936, 4): (8, 512, 3), (2000, 50000, 2): (1, 512, 2)}
+    want = {(4096, 32000, 2): (1, 512, 3), (4096, 50257, 2): (1, 512, 2), (4096, 128256, 2): (4, 256, 3),
+            (4096, 151936, 2): (4, 256, 3), (4096, 32000, 4): (1, 512, 1), (4096, 50257, 4): (1, 512, 1),
+            (4096, 128256, 4): (8, 256, 3), (4096, 151936, 4): (8, 256, 3), (2000, 50000, 2): (1, 512, 2),
+            (8192, 16384, 2): (1, 256, 6), (8192, 12000, 2): (1, 128, 9)}
     for (M, N, es), (c, t, per_sm) in want.items():
         p = plan(M, N, es)
         assert p["kernel"] == "smem" and (p["cluster"], p["threads"], p["ctas_per_sm"]) == (c, t, per_sm), (M, N, p)
@@ -266,7 +268,11 @@ def test_plan_softmax_smem_rule():
             half = -(-dispatch.row_vectors(N, es, False) // (c // 2))
             assert 2 * (dispatch._smem_bytes(half) + 1024) > dispatch.SOFTMAX_SMEM_PER_SM
     assert plan(64, 50257, 2)["cluster"] == 4                       # 64 rows: 256 CTAs cover the SMs
-    assert plan(8192, 16384, 2)["kernel"] == "block"                # 32 KB rows stay in registers
+    # a row per CTA in registers while 256 threads hold it: fp32 up to 32 KB, 16-bit up to 16 KB
+    aligned = lambda M, N, es: dispatch.plan_softmax(M, N, es, True, sms=SMS)["kernel"]
+    assert aligned(16384, 8192, 4) == "block" and aligned(8192, 8192, 2) == "block"
+    assert aligned(8192, 8200, 2) == "smem" and plan(8192, 8192, 2)["kernel"] == "smem"   # 1025 vectors
+    assert plan(64, 16384, 2)["kernel"] == "split"        # too few rows to cover the SMs (block's rule too)
     assert plan(8192, 16384, 2, kernel="smem")["cluster"] == 1
     assert plan(1, 1, 2, kernel="smem")["cap"] == 1                 # any row, forced
     assert plan(4096, 262147, 4, kernel="smem")["cluster"] == 8        # 128 KB slices: one CTA an SM
