@@ -510,9 +510,13 @@ def main() -> int:
     ap.add_argument("--softmax-only", action="store_true", help="with --timing-only: softmax shapes only")
     ap.add_argument("--softmax-labels", default="", help="with --timing-only: comma-separated label prefixes "
                     "of the softmax candidates to time (the default plan always)")
+    ap.add_argument("--softmax-shape", action="append", default=[], metavar="M,N,DTYPE",
+                    help="with --timing-only: these softmax shapes instead of the list (repeatable)")
     ap.add_argument("--softmax-min-row-bytes", type=int, default=0, help="with --timing-only: softmax rows "
                     "of at least this many bytes")
     args = ap.parse_args()
+    if args.softmax_shape:
+        SOFTMAX_SHAPES[:] = [(int(m), int(n), dt) for m, n, dt in (x.split(",") for x in args.softmax_shape)]
     if args.timing_only:
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "gpu_cute_timing.json").unlink(missing_ok=True)
