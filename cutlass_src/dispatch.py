@@ -193,6 +193,11 @@ SOFTMAX_SMEM_PER_SM = 228 * 1024        # shared memory of an SM (H100 / H200)
 SOFTMAX_SMEM_PER_CTA = 227 * 1024       # the most one CTA may opt in to
 SOFTMAX_SMEM_CTA_RESERVE = 1024         # the driver's reservation per CTA
 SOFTMAX_SMEM_CTAS_PER_SM = 2            # slices of a row longer than one CTA holds
+# A row one CTA holds but alone on its SM (slice > half the SM's shared memory: its loads idle
+# while it reduces and writes) goes to a pair of CTAs when the halves let this many share an SM.
+# Measured (docs/perf-notes.md, Round 10): 128 KB rows, 3 CTAs an SM: +7-9 points (fp32 x 32000
+# 87 -> 94 %, bf16 x 64000 74 -> 83 %); 156-201 KB rows, 2 CTAs an SM: -4 to -10 points.
+SOFTMAX_SMEM_PAIR_MIN_CTAS = 3
 SOFTMAX_SMEM_CLUSTER_MAX = 8            # portable clusters
 SOFTMAX_SMEM_MIN_SLICE = 16 * 1024      # few rows: a slice is worth a CTA down to this
 SOFTMAX_SMEM_DEFAULT = True             # whether the default takes smem for long rows (the table
@@ -251,8 +256,11 @@ def plan_smem(M: int, N: int, esize: int, sms: int, cluster: int | None = None) 
     cap = lambda c: -(-nvec // c)
     per_sm = SOFTMAX_SMEM_PER_SM // SOFTMAX_SMEM_CTAS_PER_SM - SOFTMAX_SMEM_CTA_RESERVE
     sizes = [c for c in (1, 2, 4, 8, 16) if c <= SOFTMAX_SMEM_CLUSTER_MAX]
+    ctas = lambda c: SOFTMAX_SMEM_PER_SM // (_smem_bytes(cap(c)) + SOFTMAX_SMEM_CTA_RESERVE)
     if _smem_bytes(cap(1)) <= SOFTMAX_SMEM_PER_CTA:
         c = 1
+        if ctas(1) == 1 and 2 in sizes and ctas(2) >= SOFTMAX_SMEM_PAIR_MIN_CTAS:
+            c = 2
     else:
         c = next((c for c in sizes if _smem_bytes(cap(c)) <= per_sm), 0) or \
             next((c for c in sizes if _smem_bytes(cap(c)) <= SOFTMAX_SMEM_PER_CTA), 0)   # 1 CTA an SM

@@ -247,7 +247,8 @@ def test_softmax_split_chunks_cover_the_row(M, N, es, phase):
 
 
 def test_plan_softmax_smem_rule():
-    """softmax_smem: a CTA a row while one CTA's shared memory holds it (any alignment), else the
+    """softmax_smem: a CTA a row while one CTA's shared memory holds it (any alignment; a pair of
+    CTAs where one would be alone on its SM and the halves let three share it), else the
     smallest cluster whose slices let two CTAs share an SM; few rows widen the cluster; threads: the
     SM's budget (1536 for a CTA a row, 768 for a cluster) over the CTAs its shared memory holds, a
     power of two in 128..512; the plan's shared memory is the kernel's."""
@@ -257,9 +258,11 @@ def test_plan_softmax_smem_rule():
         return dispatch.plan_softmax(M, N, es, False, sms=SMS, **kw)
 
     want = {(4096, 32000, 2): (1, 512, 3), (4096, 50257, 2): (1, 512, 2), (4096, 128256, 2): (4, 256, 3),
-            (4096, 151936, 2): (4, 256, 3), (4096, 32000, 4): (1, 512, 1), (4096, 50257, 4): (1, 512, 1),
+            (4096, 151936, 2): (4, 256, 3), (4096, 32000, 4): (2, 256, 3), (4096, 50257, 4): (1, 512, 1),
             (4096, 128256, 4): (8, 256, 3), (4096, 151936, 4): (8, 256, 3), (2000, 50000, 2): (1, 512, 2),
-            (8192, 16384, 2): (1, 256, 6), (8192, 12000, 2): (1, 128, 9)}
+            (8192, 16384, 2): (1, 256, 6), (8192, 12000, 2): (1, 128, 9),
+            # a row one CTA holds alone on its SM: a pair when the halves let 3 CTAs share an SM
+            (4096, 64000, 2): (2, 256, 3), (4096, 40000, 4): (1, 512, 1), (4096, 80000, 2): (1, 512, 1)}
     for (M, N, es), (c, t, per_sm) in want.items():
         p = plan(M, N, es)
         assert p["kernel"] == "smem" and (p["cluster"], p["threads"], p["ctas_per_sm"]) == (c, t, per_sm), (M, N, p)
