@@ -498,6 +498,23 @@ def test_softmax_kernels_no_warp_sync_in_lane_zero_branch():
 
 
 @needs_cute
+def test_gemm_and_vector_add_kernels_no_warp_sync_in_lane_zero_branch():
+    """The same check over the GEMM schedules (warp-specialised, ping-pong, split-K, the ragged
+    loads), the GEMM twin and both vector-add kernels."""
+    from cutlass_src import dispatch, gemm_epilogue, gemm_launch, vector_add, vector_add_tiled
+
+    dt = torch.bfloat16
+    plans = [dispatch.plan_gemm(4096, 6144, 4096, sms=SMS), dispatch.plan_gemm(4096, 50257, 768, (8, 1, 1), sms=SMS),
+             dispatch.plan_gemm(16, 6144, 4096, sms=SMS), dispatch.plan_gemm(256, 6144, 4096, sms=SMS, schedule="pingpong")]
+    assert {p["schedule"] for p in plans} == {"ws", "pingpong"} and any(p["splits"] > 1 for p in plans)
+    texts = [gemm_launch.compile_gemm(dt, p).ptx for p in plans]
+    texts += [gemm_epilogue._compile(dt).ptx, vector_add._compile(dt).ptx, vector_add_tiled._compile(dt, 16)[0].ptx]
+    for plan, text in zip(plans + ["gemm twin", "vector add twin", "vector add"], texts):
+        assert text and ".entry" in text, plan
+        assert lane_zero_warp_syncs(text) == [], plan
+
+
+@needs_cute
 @pytest.mark.parametrize("M,N,dtype", [(4096, 50257, torch.bfloat16), (4096, 128256, torch.bfloat16),
                                        (4096, 50257, torch.float32), (4096, 151936, torch.float32),
                                        (2000, 50000, torch.float16)])
