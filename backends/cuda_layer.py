@@ -375,9 +375,9 @@ def softmax_launches(x, out, path: str, dev: dispatch.Device, **opts) -> dispatc
                                  x.data_ptr() % 16, out.data_ptr() % 16, dev, **opts)
 
 
-def vector_add_launches(x, y, out, path: str, dev: dispatch.Device) -> dispatch.Launches:
+def vector_add_launches(x, y, out, path: str, dev: dispatch.Device, **opts) -> dispatch.Launches:
     return dispatch.plan_vector_add(path, x.numel(), DTYPE_NAME[x.dtype], x.data_ptr() % 16, y.data_ptr() % 16,
-                                    out.data_ptr() % 16, dev)
+                                    out.data_ptr() % 16, dev, **opts)
 
 
 def case_softmax(path: str, case, dev: dispatch.Device = dispatch.H200, **opts) -> dispatch.Launches:
@@ -398,11 +398,12 @@ def case_vector_add(path: str, case, dev: dispatch.Device = dispatch.H200) -> di
 
 
 # -- public wrappers (tests, tune scripts) --------------------------------------------------------
-def vector_add(x, y, out=None, path: str = "auto"):
-    """out = x + y with the CUDA C++ kernels (out allocated when None); returns out."""
+def vector_add(x, y, out=None, path: str = "auto", **opts):
+    """out = x + y with the CUDA C++ kernels (out allocated when None); returns out. ``opts``:
+    unroll (tuning runs)."""
     out = check_vector_add(x, y, out)
     mod, di = module(), dev_index(x)
-    plan = vector_add_launches(x, y, out, path, device(di))
+    plan = vector_add_launches(x, y, out, path, device(di), **opts)
     run, _ = build_launch(mod, plan, {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}, di,
                           DTYPE_CODE[x.dtype])
     run(torch.cuda.current_stream(x.device).cuda_stream)

@@ -305,11 +305,11 @@ def softmax(x, out=None, path: str = "auto", **opts):
     return out
 
 
-def vector_add(x, y, out=None, path: str = "auto"):
+def vector_add(x, y, out=None, path: str = "auto", **opts):
     _require()
     out = check_vector_add(x, y, out)
     di = dev_index(x)
-    plan = vector_add_launches(x, y, out, path, _device(di))
+    plan = vector_add_launches(x, y, out, path, _device(di), **opts)
     _Launcher(plan, {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}, di,
               DTYPE_CODE[x.dtype])(torch.cuda.current_stream(x.device).cuda_stream)
     return out

@@ -56,6 +56,7 @@ class Decline(ValueError):
 VECTOR_ADD = {
     "block": 256,             # threads per block
     "unroll": 4,              # independent 16-byte loads per input per thread (template argument)
+    "unrolls": (1, 2, 4),     # the instances compiled: a tuning run may pin another (plan's ``unroll``)
     "blocks_per_sm": 8,       # resident blocks of 256 threads (the grid is capped at 1024 such waves)
     "max_waves": 1024,
 }
@@ -225,8 +226,8 @@ def instances() -> dict[str, list[str]]:
     """{source file: [instance, ...]}: every kernel instance a plan can name, by source."""
     out: dict[str, list[str]] = {}
     out["vector_add.cu"] = [f"vector_add_simple_kernel<{t}>" for t, _ in _types()]
-    out["vector_add_vec.cu"] = [f"vector_add_vec_kernel<{t}, {v}, {VECTOR_ADD['unroll']}>"
-                                for t, es in _types() for v in (1, 16 // es)]
+    out["vector_add_vec.cu"] = [f"vector_add_vec_kernel<{t}, {v}, {u}>"
+                                for t, es in _types() for v in (1, 16 // es) for u in VECTOR_ADD["unrolls"]]
     out["softmax.cu"] = [f"softmax_simple_kernel<{t}>" for t, _ in _types()]
     out["softmax_warp.cu"] = [f"softmax_warp_kernel<{t}, {v}, {c}>" for t, es in _types() for v in (1, 16 // es)
                               for c in (1, 2, 4, 8, 16, 32) if c * v * 32 <= 1024]
@@ -345,10 +346,14 @@ VECTOR_ADD_PATHS = ("auto", "simple")
 
 
 def plan_vector_add(path: str, n: int, dtype: str, x_mod16: int = 0, y_mod16: int = 0, out_mod16: int = 0,
-                    dev: Device = H200) -> Launches:
-    """``*_mod16``: byte address modulo 16 of x, y, out (the 16-byte vector path needs them equal)."""
+                    dev: Device = H200, unroll: int | None = None) -> Launches:
+    """``*_mod16``: byte address modulo 16 of x, y, out (the 16-byte vector path needs them equal).
+    ``unroll``: pin the vector path's loads in flight per thread (one of VECTOR_ADD["unrolls"];
+    default VECTOR_ADD["unroll"]), for tuning runs."""
     if path not in VECTOR_ADD_PATHS:
         raise ValueError(f"path: {path!r} is not one of {', '.join(VECTOR_ADD_PATHS)}")
+    if unroll is not None and unroll not in VECTOR_ADD["unrolls"]:
+        raise ValueError(f"unroll: must be one of {VECTOR_ADD['unrolls']}, got {unroll!r}")
     if n < 0:
         raise ValueError(f"n: must be >= 0, got {n}")
     t, es = CTYPE[dtype], ESIZE[dtype]
@@ -361,7 +366,7 @@ def plan_vector_add(path: str, n: int, dtype: str, x_mod16: int = 0, y_mod16: in
     same = x_mod16 == out_mod16 and y_mod16 == out_mod16
     vec = 16 // es if same else 1
     head = min(((16 - out_mod16) % 16) // es, n) if same else 0
-    b, unroll = VECTOR_ADD["block"], VECTOR_ADD["unroll"]
+    b, unroll = VECTOR_ADD["block"], unroll or VECTOR_ADD["unroll"]
     nvec = (n - head) // vec
     full = max(1, _cdiv(nvec, b * unroll))
     grid = min(full, dev.sms * VECTOR_ADD["blocks_per_sm"] * VECTOR_ADD["max_waves"])

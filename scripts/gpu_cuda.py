@@ -17,7 +17,8 @@ not the run: the stage is restarted after the row that crashed, at most three ti
                    chooses between (cluster sizes too), interleaved, cold L2, 0.3 s cap
   time_gemm        models shapes and off-suite shapes: torch act(addmm), the default (cuda, cupy),
                    ping-pong, ws, split-K factors, tiled, repacked-B ws
-  time_vector_add  models shapes: torch.add, the default, the twin
+  time_vector_add  models shapes and two small ones: torch.add, the default, the twin, the default
+                   with each other unroll pinned (pybind11 and NVRTC)
   verify_variants  every other cuda:/cupy: row on the verify suite (1 seed), then the models suite
   time_gemm_small  (only with --stages) M <= 64: the default, pinned split factors of the tiled kernel
 Every timed launch's output is checked against the float64 reference after its timing.
@@ -311,18 +312,41 @@ def stage_time_gemm_small(skip):
                                    for sp in (2, 4, 6, 8, 12, 16)}, skip)
 
 
+def _va_unroll_prep(layer, unroll):
+    """The default's vector plan with ``unroll`` pinned, prepared once (a launch is one call, as the
+    registered rows'), through the pybind11 module or NVRTC."""
+    def prep(inputs, out):
+        from backends import cuda_layer as cl, cupy_layer as cp
+
+        x, y = inputs
+        di = cl.dev_index(x)
+        plan = cl.vector_add_launches(x, y, out, "auto", cl.device(di), unroll=unroll)
+        ptrs = {"x": x.data_ptr(), "y": y.data_ptr(), "out": out.data_ptr()}
+        if layer == "cuda":
+            return cl.make_launcher(cl.module(), plan, ptrs, di, cl.DTYPE_CODE[x.dtype])
+        return cp._make(plan, ptrs, di, cl.DTYPE_CODE[x.dtype])
+    return prep
+
+
 def stage_time_vector_add(skip):
+    from cuda_src import dispatch
     from harness import problems, registry
 
     registry.load_backends()
     prob = problems.get("vector_add")
-    for case in prob.cases("models"):
+    # off-suite small sizes too: there the grid (vectors / (256 x unroll)) covers few SMs
+    extra = [prob.case(N=262_144, dtype="bfloat16"), prob.case(N=1_000_003, dtype="float32")]
+    for case in prob.cases("models") + extra:
         def run(case=case):
             cands = {"torch": _impl_prep("torch:vector_add", case),
                      "copy": lambda inputs, out: (lambda: out.copy_(inputs[0])),
                      "cuda:vector_add": _impl_prep("cuda:vector_add", case),
                      "cuda:vector_add_simple": _impl_prep("cuda:vector_add_simple", case),
                      "cupy:vector_add": _impl_prep("cupy:vector_add", case)}
+            for u in dispatch.VECTOR_ADD["unrolls"]:
+                if u != dispatch.VECTOR_ADD["unroll"]:
+                    cands[f"cuda unroll {u}"] = _va_unroll_prep("cuda", u)
+                    cands[f"cupy unroll {u}"] = _va_unroll_prep("cupy", u)
             return {"status": "TIMED", "case": case.id, "bytes": prob.traffic(case),
                     "results": _time_case(prob, case, cands)}
         _row("time_vector_add", f"time|{case.id}", skip, run)

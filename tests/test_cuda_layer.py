@@ -108,6 +108,22 @@ def test_default_plans_every_verify_and_models_case(problem, dev):
                         assert splits >= 2 and launches.workspace["ws"] >= splits * case.M * case.N * 4
 
 
+def test_vector_add_unroll_pinned_for_tuning():
+    """A tuning run may pin the vector path's unroll to any compiled instance: the grid follows it,
+    the kernel named is compiled, the default keeps the table's; anything else names ``unroll``."""
+    default = dispatch.plan_vector_add("auto", 65536, "bfloat16")
+    assert default.info["unroll"] == dispatch.VECTOR_ADD["unroll"]
+    names = set(dispatch.instances()["vector_add_vec.cu"])
+    for u in dispatch.VECTOR_ADD["unrolls"]:
+        p = dispatch.plan_vector_add("auto", 65536, "bfloat16", unroll=u)
+        assert p.info["unroll"] == u and p.plans[0].kernel in names
+        assert p.plans[0].grid[0] == -(-8192 // (256 * u))      # 8192 16-byte vectors, 256 threads
+        _check_launches(p, dispatch.H200)
+    for bad in (3, 0, 8):
+        with pytest.raises(ValueError, match="unroll"):
+            dispatch.plan_vector_add("auto", 65536, "bfloat16", unroll=bad)
+
+
 def test_default_rules_by_bytes_rows_and_alignment(monkeypatch):
     """softmax: the path follows bytes in flight per SM, row bytes, alignment and M, never N alone."""
     def path(M, N, dt, **kw):
