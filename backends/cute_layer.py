@@ -208,12 +208,13 @@ _SM_BASE = Source(src(C, "softmax_base.py"),
                   host=("validate", "fake_rows", "row_args"))
 _PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row_vectors"))
 _SMEM_PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row_vectors", "plan_smem",
-                                                                 "_smem_bytes"))
+                                                                 "_smem_bytes", "_block_threads"))
 
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by bytes per row: softmax_rows (<= 4 KB rows), softmax_block (a row "
-                          "per CTA while rows fill the GPU), softmax_smem (longer rows staged in the shared "
-                          "memory of a CTA or a cluster of <= 8, while the CTAs cover the SMs), "
+                          "per CTA in registers while rows fill the GPU and 256 threads hold one), "
+                          "softmax_smem (longer rows staged in the shared memory of a CTA or a cluster of "
+                          "<= 8, while the CTAs cover the SMs), "
                           "softmax_cluster (when they do not but a cluster's registers hold the row in two "
                           "waves), softmax_split (the rest); 16-byte accesses at any row alignment",
          [_ROWS_SRC, _BLOCK_SRC, _SMEM_SRC, _SPLIT_SRC, _SM_BASE, _SMEM_PLAN_SRC,

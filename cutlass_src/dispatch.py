@@ -147,7 +147,8 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 
 # -- softmax ------------------------------------------------------------------------------------
 # Kernel by bytes per row: short rows share a CTA (rows), a row per CTA while the grid has at
-# least a CTA per SM to offer (block), longer rows staged in shared memory (smem, below) while its
+# least a CTA per SM to offer and 256 threads hold the row (block; SOFTMAX_BLOCK_DEFAULT_MAX_THREADS,
+# else smem), longer rows staged in shared memory (smem, below) while its
 # M x C CTAs cover the SMs, else over a cluster of CTAs holding the row in registers (cluster)
 # while a portable cluster holds it and the M x C CTAs make SOFTMAX_CLUSTER_MIN_WAVES waves; else -
 # rows too long or too few to fill the GPU - chunks held by a persistent grid (split; one chunk per
@@ -181,7 +182,8 @@ SOFTMAX_CLUSTER_MAX = 8             # portable; 16 (non-portable) measured slowe
 SOFTMAX_CLUSTER_CTAS_PER_SM = 2     # 512 threads x 64 registers (ptxas, both dtypes)
 SOFTMAX_CLUSTER_MIN_WAVES = 2       # M x C >= this x CTAS_PER_SM x SMs: tails amortised
 # Rows longer than SOFTMAX_BLOCK_MAX_BYTES: the row staged in shared memory (softmax_smem.py) by
-# bulk copies, a CTA a row while one CTA's shared memory holds it, else the smallest cluster of C
+# bulk copies, a CTA a row while one CTA's shared memory holds it (a pair instead where one would
+# be alone on its SM: SOFTMAX_SMEM_PAIR_MIN_CTAS), else the smallest cluster of C
 # CTAs whose slices let SOFTMAX_SMEM_CTAS_PER_SM CTAs share an SM. Why: the register kernels hold
 # 64 KB of bf16 an SM (2 CTAs x 512 threads x 32 values at ~2 registers a value), and on 16-bit
 # vocabulary rows they measured far below the CUDA kernel that stages each slice in shared memory
@@ -256,10 +258,10 @@ def plan_smem(M: int, N: int, esize: int, sms: int, cluster: int | None = None) 
     cap = lambda c: -(-nvec // c)
     per_sm = SOFTMAX_SMEM_PER_SM // SOFTMAX_SMEM_CTAS_PER_SM - SOFTMAX_SMEM_CTA_RESERVE
     sizes = [c for c in (1, 2, 4, 8, 16) if c <= SOFTMAX_SMEM_CLUSTER_MAX]
-    ctas = lambda c: SOFTMAX_SMEM_PER_SM // (_smem_bytes(cap(c)) + SOFTMAX_SMEM_CTA_RESERVE)
+    sharing = lambda c: SOFTMAX_SMEM_PER_SM // (_smem_bytes(cap(c)) + SOFTMAX_SMEM_CTA_RESERVE)  # CTAs an SM
     if _smem_bytes(cap(1)) <= SOFTMAX_SMEM_PER_CTA:
         c = 1
-        if ctas(1) == 1 and 2 in sizes and ctas(2) >= SOFTMAX_SMEM_PAIR_MIN_CTAS:
+        if sharing(1) == 1 and 2 in sizes and sharing(2) >= SOFTMAX_SMEM_PAIR_MIN_CTAS:
             c = 2
     else:
         c = next((c for c in sizes if _smem_bytes(cap(c)) <= per_sm), 0) or \
@@ -270,12 +272,11 @@ def plan_smem(M: int, N: int, esize: int, sms: int, cluster: int | None = None) 
         return None
     while not cluster and 2 * c in sizes and M * c < sms and cap(2 * c) * 16 >= SOFTMAX_SMEM_MIN_SLICE:
         c *= 2
-    smem = _smem_bytes(cap(c))
-    ctas = max(1, SOFTMAX_SMEM_PER_SM // (smem + SOFTMAX_SMEM_CTA_RESERVE))
+    per_sm_ctas = max(1, sharing(c))
     budget = SOFTMAX_SMEM_THREADS_PER_SM if c == 1 else SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM
-    threads = min(SOFTMAX_SMEM_MAX_THREADS, max(128, 1 << (max(1, budget // ctas).bit_length() - 1)))
-    return {"kernel": "smem", "vec": v, "threads": threads, "cluster": c, "cap": cap(c), "smem": smem,
-            "ctas_per_sm": min(ctas, 2048 // threads)}
+    threads = min(SOFTMAX_SMEM_MAX_THREADS, max(128, 1 << (max(1, budget // per_sm_ctas).bit_length() - 1)))
+    return {"kernel": "smem", "vec": v, "threads": threads, "cluster": c, "cap": cap(c), "smem": _smem_bytes(cap(c)),
+            "ctas_per_sm": min(per_sm_ctas, 2048 // threads)}
 
 
 def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | None = None,
