@@ -25,6 +25,7 @@ deadline are recorded as skipped (defaults first, so those are the last to be cu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -161,6 +162,22 @@ def section_verify(which: str, deadline: float) -> None:
 
 
 # -- section: timing ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _tables(**entries):
+    """``cutlass_src.dispatch`` with these table entries replaced for the duration (the planners read
+    them at call time), then restored."""
+    from cutlass_src import dispatch
+
+    saved = {k: getattr(dispatch, k) for k in entries}
+    try:
+        for k, v in entries.items():
+            setattr(dispatch, k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(dispatch, k, v)
+
+
 def softmax_candidates(M, N, es, aligned):
     """label -> plan: the planner's choice and the alternatives its byte thresholds choose
     between for this class of row (short: rows / block; medium: block / rows / split / smem; long:
@@ -168,6 +185,10 @@ def softmax_candidates(M, N, es, aligned):
     from cutlass_src import dispatch
 
     out = {"default": dispatch.plan_softmax(M, N, es, aligned)}
+
+    def add(label, plan):
+        if plan and plan not in out.values():
+            out[label] = plan
     row = N * es
     if row <= dispatch.SOFTMAX_ROWS_MAX_BYTES:
         kernels = ("rows", "block")
@@ -177,49 +198,27 @@ def softmax_candidates(M, N, es, aligned):
         kernels = ("split", "block", "cluster", "smem")
     for kernel in kernels:
         try:
-            p = dispatch.plan_softmax(M, N, es, aligned, kernel=kernel)
+            add(kernel, dispatch.plan_softmax(M, N, es, aligned, kernel=kernel))
         except ValueError:
             continue
-        if p not in out.values():
-            out[kernel] = p
     if row <= dispatch.SOFTMAX_ROWS_MAX_BYTES:          # rows: half the vectors a thread holds
-        saved_v = dispatch.SOFTMAX_ROWS_VECTORS
-        try:
-            dispatch.SOFTMAX_ROWS_VECTORS = max(1, saved_v // 2)
-            p = dispatch.plan_softmax(M, N, es, aligned, kernel="rows")
-        finally:
-            dispatch.SOFTMAX_ROWS_VECTORS = saved_v
-        if p not in out.values():
-            out["rows_half_vectors"] = p
+        with _tables(SOFTMAX_ROWS_VECTORS=max(1, dispatch.SOFTMAX_ROWS_VECTORS // 2)):
+            add("rows_half_vectors", dispatch.plan_softmax(M, N, es, aligned, kernel="rows"))
     if row > dispatch.SOFTMAX_BLOCK_MAX_BYTES:         # split chunk size: half the table's
-        saved = dict(dispatch.SOFTMAX_SPLIT_VECTORS)
-        try:
-            dispatch.SOFTMAX_SPLIT_VECTORS[es] = saved[es] // 2
-            p = dispatch.plan_softmax(M, N, es, aligned, kernel="split")
-        finally:
-            dispatch.SOFTMAX_SPLIT_VECTORS.update(saved)
-        if p not in out.values():
-            out["split_half_chunk"] = p
+        vectors = dispatch.SOFTMAX_SPLIT_VECTORS
+        with _tables(SOFTMAX_SPLIT_VECTORS={**vectors, es: vectors[es] // 2}):
+            add("split_half_chunk", dispatch.plan_softmax(M, N, es, aligned, kernel="split"))
     if row > dispatch.SOFTMAX_BLOCK_MAX_BYTES // 2:    # smem: the slice count either side of the rule's
         sp = dispatch.plan_smem(M, N, es, dispatch.num_sms())
         for label, c in (("smem_half_c", sp and sp["cluster"] // 2), ("smem_double_c", sp and sp["cluster"] * 2)):
             p = dispatch.plan_smem(M, N, es, dispatch.num_sms(), cluster=c) if c else None
-            if p and p["cluster"] <= 8 and p not in out.values():
-                out[label] = p
+            add(label, p if p and p["cluster"] <= 8 else None)
         # smem: twice / half the rule's threads an SM (up to 1024 a CTA)
-        names = ("SOFTMAX_SMEM_THREADS_PER_SM", "SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM", "SOFTMAX_SMEM_MAX_THREADS")
-        saved_t = {k: getattr(dispatch, k) for k in names}
         for label, f in (("smem_threads_x2", 2.0), ("smem_threads_half", 0.5)):
-            try:
-                for k in names[:2]:
-                    setattr(dispatch, k, int(saved_t[k] * f))
-                dispatch.SOFTMAX_SMEM_MAX_THREADS = 1024
-                p = dispatch.plan_smem(M, N, es, dispatch.num_sms())
-            finally:
-                for k, val in saved_t.items():
-                    setattr(dispatch, k, val)
-            if p and p not in out.values():
-                out[label] = p
+            with _tables(SOFTMAX_SMEM_THREADS_PER_SM=int(dispatch.SOFTMAX_SMEM_THREADS_PER_SM * f),
+                         SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM=int(dispatch.SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM * f),
+                         SOFTMAX_SMEM_MAX_THREADS=1024):
+                add(label, dispatch.plan_smem(M, N, es, dispatch.num_sms()))
     return out
 
 
@@ -243,25 +242,17 @@ def gemm_candidates(M, N, K, widths):
             p["splits"] = 1
         if p not in out.values():
             out[label] = p
-    saved_tiles = dispatch.GEMM_TILES                 # each other tile, its best split count by the model
-    try:
-        for entry in saved_tiles:
-            if (entry[1] == 64) != (M <= 64):
-                continue
-            dispatch.GEMM_TILES = (entry,)
+    for entry in dispatch.GEMM_TILES:                 # each other tile, its best split count by the model
+        if (entry[1] == 64) != (M <= 64):
+            continue
+        with _tables(GEMM_TILES=(entry,)):
             p = dispatch.plan_gemm(M, N, K, widths)
-            if p not in out.values():
-                out[f"{entry[0]}_{entry[1]}x{entry[2]}"] = p
-    finally:
-        dispatch.GEMM_TILES = saved_tiles
+        if p not in out.values():
+            out[f"{entry[0]}_{entry[1]}x{entry[2]}"] = p
     d = out["default"]
     if any(k != "tma" for k in d["loads"][:2]):       # ragged rows: realign vs element-wise copies
-        saved = dispatch.GEMM_RAGGED_LOAD
-        try:
-            dispatch.GEMM_RAGGED_LOAD = "vector"
+        with _tables(GEMM_RAGGED_LOAD="vector"):
             out["ragged_vector"] = dispatch.plan_gemm(M, N, K, widths)
-        finally:
-            dispatch.GEMM_RAGGED_LOAD = saved
     top = max(1, -(-K // 64) // dispatch.GEMM_MIN_KTILES_PER_SPLIT)
     if d["splits"] > 1:                               # the same tile without split-K, and 2x splits
         out.setdefault("no_split", {**d, "splits": 1})
