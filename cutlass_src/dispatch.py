@@ -169,8 +169,8 @@ SOFTMAX_ROWS_CTAS_PER_SM_LANES16 = 3    # 16-bit rows on groups of < 32 lanes: 6
 SOFTMAX_BLOCK_VALUES = 32           # values per thread (block, cluster)
 # The default's block kernel up to this many threads a CTA; a row that needs more (16-bit rows of
 # 16-32 KB: 512 threads x ~50 registers, so 2 CTAs an SM, where one CTA's reduction and stores
-# leave the SM's loads idle) goes to softmax_smem (6 CTAs an SM): bf16 8192 x 16384 measured 85 %
-# of copy on block, 94 % on smem (docs/perf-notes.md, Round 10). fp32 rows up to 32 KB need <= 256.
+# leave the SM's loads idle) goes to softmax_smem (6 CTAs an SM), which measured well ahead there
+# (docs/perf-notes.md, Round 10). fp32 rows up to 32 KB need <= 256.
 SOFTMAX_BLOCK_DEFAULT_MAX_THREADS = 256
 SOFTMAX_SPLIT_THREADS = 256
 SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by element size: 64 KB
@@ -196,9 +196,9 @@ SOFTMAX_SMEM_PER_CTA = 227 * 1024       # the most one CTA may opt in to
 SOFTMAX_SMEM_CTA_RESERVE = 1024         # the driver's reservation per CTA
 SOFTMAX_SMEM_CTAS_PER_SM = 2            # slices of a row longer than one CTA holds
 # A row one CTA holds but alone on its SM (slice > half the SM's shared memory: its loads idle
-# while it reduces and writes) goes to a pair of CTAs when the halves let this many share an SM.
-# Measured (docs/perf-notes.md, Round 10): 128 KB rows, 3 CTAs an SM: +7-9 points (fp32 x 32000
-# 87 -> 94 %, bf16 x 64000 74 -> 83 %); 156-201 KB rows, 2 CTAs an SM: -4 to -10 points.
+# while it reduces and writes) goes to a pair of CTAs when the halves let this many share an SM:
+# the pair gained where its halves let 3 share an SM and lost where only 2 (the cluster's
+# exchange and co-scheduling cost more than the second CTA buys; docs/perf-notes.md, Round 10).
 SOFTMAX_SMEM_PAIR_MIN_CTAS = 3
 SOFTMAX_SMEM_CLUSTER_MAX = 8            # portable clusters
 SOFTMAX_SMEM_MIN_SLICE = 16 * 1024      # few rows: a slice is worth a CTA down to this
@@ -206,9 +206,8 @@ SOFTMAX_SMEM_DEFAULT = True             # whether the default takes smem for lon
                                         # entry a measurement turns off; docs/perf-notes.md)
 # Threads a CTA: what the SM's CTAs (as many as their slices let share it) divide among them, a
 # power of two from 128 to SOFTMAX_SMEM_MAX_THREADS: 1536 threads an SM for a row per CTA, 768 for
-# a row over a cluster. Measured (docs/perf-notes.md, Round 10): 2048 threads an SM lost 15-30
-# points wherever tried; a row per CTA gained from 768 to 1536 (bf16 x 32000, 3 CTAs an SM: 87 ->
-# 93 %); cluster rows lost 2-4 points from 768 to 1536 (fp32 x 151936 83 -> 79 %).
+# a row over a cluster: 2048 threads an SM lost wherever tried, a row per CTA gained up to 1536,
+# cluster rows lost a little above 768 (docs/perf-notes.md, Round 10).
 SOFTMAX_SMEM_THREADS_PER_SM = 1536
 SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM = 768
 SOFTMAX_SMEM_MAX_THREADS = 512
