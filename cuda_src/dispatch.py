@@ -55,8 +55,11 @@ class Decline(ValueError):
 
 VECTOR_ADD = {
     "block": 256,             # threads per block
-    "unroll": 4,              # independent 16-byte loads per input per thread (template argument)
-    "unrolls": (1, 2, 4),     # the instances compiled: a tuning run may pin another (plan's ``unroll``)
+    "unroll": 4,              # most independent 16-byte loads per input per thread (template argument)
+    "unrolls": (1, 2, 4),     # the instances compiled: a tuning run may pin one (plan's ``unroll``)
+    # the unroll is the largest whose grid still gives every SM a block: on a short vector more
+    # blocks (more SMs issuing loads at once) shorten the one round trip the launch waits for,
+    # where more loads a thread only make fewer, longer blocks
     "blocks_per_sm": 8,       # resident blocks of 256 threads (the grid is capped at 1024 such waves)
     "max_waves": 1024,
 }
@@ -348,8 +351,9 @@ VECTOR_ADD_PATHS = ("auto", "simple")
 def plan_vector_add(path: str, n: int, dtype: str, x_mod16: int = 0, y_mod16: int = 0, out_mod16: int = 0,
                     dev: Device = H200, unroll: int | None = None) -> Launches:
     """``*_mod16``: byte address modulo 16 of x, y, out (the 16-byte vector path needs them equal).
-    ``unroll``: pin the vector path's loads in flight per thread (one of VECTOR_ADD["unrolls"];
-    default VECTOR_ADD["unroll"]), for tuning runs."""
+    ``unroll``: pin the vector path's loads in flight per thread (one of VECTOR_ADD["unrolls"]),
+    for tuning runs; by default the largest up to VECTOR_ADD["unroll"] whose grid has a block for
+    every SM (the smallest when none has)."""
     if path not in VECTOR_ADD_PATHS:
         raise ValueError(f"path: {path!r} is not one of {', '.join(VECTOR_ADD_PATHS)}")
     if unroll is not None and unroll not in VECTOR_ADD["unrolls"]:
@@ -366,8 +370,11 @@ def plan_vector_add(path: str, n: int, dtype: str, x_mod16: int = 0, y_mod16: in
     same = x_mod16 == out_mod16 and y_mod16 == out_mod16
     vec = 16 // es if same else 1
     head = min(((16 - out_mod16) % 16) // es, n) if same else 0
-    b, unroll = VECTOR_ADD["block"], unroll or VECTOR_ADD["unroll"]
+    b = VECTOR_ADD["block"]
     nvec = (n - head) // vec
+    if unroll is None:
+        fits = [u for u in VECTOR_ADD["unrolls"] if u <= VECTOR_ADD["unroll"] and _cdiv(nvec, b * u) >= dev.sms]
+        unroll = max(fits) if fits else min(VECTOR_ADD["unrolls"])
     full = max(1, _cdiv(nvec, b * unroll))
     grid = min(full, dev.sms * VECTOR_ADD["blocks_per_sm"] * VECTOR_ADD["max_waves"])
     grid = max(grid, _cdiv(vec, b))  # the head and the tail (< vec elements each) need vec threads

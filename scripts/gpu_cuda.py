@@ -335,7 +335,8 @@ def stage_time_vector_add(skip):
     registry.load_backends()
     prob = problems.get("vector_add")
     # off-suite small sizes too: there the grid (vectors / (256 x unroll)) covers few SMs
-    extra = [prob.case(N=262_144, dtype="bfloat16"), prob.case(N=1_000_003, dtype="float32")]
+    extra = [prob.case(N=262_144, dtype="bfloat16"), prob.case(N=1_000_003, dtype="float32"),
+             prob.case(N=4_000_000, dtype="bfloat16")]
     for case in prob.cases("models") + extra:
         def run(case=case):
             cands = {"torch": _impl_prep("torch:vector_add", case),
@@ -343,10 +344,9 @@ def stage_time_vector_add(skip):
                      "cuda:vector_add": _impl_prep("cuda:vector_add", case),
                      "cuda:vector_add_simple": _impl_prep("cuda:vector_add_simple", case),
                      "cupy:vector_add": _impl_prep("cupy:vector_add", case)}
-            for u in dispatch.VECTOR_ADD["unrolls"]:
-                if u != dispatch.VECTOR_ADD["unroll"]:
-                    cands[f"cuda unroll {u}"] = _va_unroll_prep("cuda", u)
-                    cands[f"cupy unroll {u}"] = _va_unroll_prep("cupy", u)
+            for u in dispatch.VECTOR_ADD["unrolls"]:        # each pinned, the default's rule beside them
+                cands[f"cuda unroll {u}"] = _va_unroll_prep("cuda", u)
+                cands[f"cupy unroll {u}"] = _va_unroll_prep("cupy", u)
             return {"status": "TIMED", "case": case.id, "bytes": prob.traffic(case),
                     "results": _time_case(prob, case, cands)}
         _row("time_vector_add", f"time|{case.id}", skip, run)

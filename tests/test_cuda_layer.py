@@ -108,11 +108,29 @@ def test_default_plans_every_verify_and_models_case(problem, dev):
                         assert splits >= 2 and launches.workspace["ws"] >= splits * case.M * case.N * 4
 
 
+def test_vector_add_unroll_fills_the_sms_first():
+    """The default unroll is the largest (up to the table's) whose grid gives every SM a block:
+    a long vector keeps the table's, a short one trades loads a thread for blocks."""
+    top, b, sms = dispatch.VECTOR_ADD["unroll"], dispatch.VECTOR_ADD["block"], dispatch.H200.sms
+    long_ = dispatch.plan_vector_add("auto", 1 << 26, "bfloat16")
+    assert long_.info["unroll"] == top
+    short = dispatch.plan_vector_add("auto", 65536, "bfloat16")      # 8192 vectors: 32 blocks at best
+    assert short.info["unroll"] == min(dispatch.VECTOR_ADD["unrolls"])
+    for n in (1, 4099, 65536, 262_144, 1_000_003, 3 << 20, 1 << 24):
+        for dt, es in (("bfloat16", 2), ("float32", 4)):
+            p = dispatch.plan_vector_add("auto", n, dt)
+            u, nvec = p.info["unroll"], n // (16 // es)
+            assert u in dispatch.VECTOR_ADD["unrolls"] and u <= top
+            bigger = [v for v in dispatch.VECTOR_ADD["unrolls"] if u < v <= top]
+            if u > min(dispatch.VECTOR_ADD["unrolls"]):
+                assert -(-nvec // (b * u)) >= sms, (n, dt, u)
+            assert all(-(-nvec // (b * v)) < sms for v in bigger), (n, dt, u)
+            _check_launches(p, dispatch.H200)
+
+
 def test_vector_add_unroll_pinned_for_tuning():
     """A tuning run may pin the vector path's unroll to any compiled instance: the grid follows it,
-    the kernel named is compiled, the default keeps the table's; anything else names ``unroll``."""
-    default = dispatch.plan_vector_add("auto", 65536, "bfloat16")
-    assert default.info["unroll"] == dispatch.VECTOR_ADD["unroll"]
+    the kernel named is compiled; anything else names ``unroll``."""
     names = set(dispatch.instances()["vector_add_vec.cu"])
     for u in dispatch.VECTOR_ADD["unrolls"]:
         p = dispatch.plan_vector_add("auto", 65536, "bfloat16", unroll=u)
