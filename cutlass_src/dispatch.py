@@ -12,15 +12,13 @@ DEFAULT_SMS = 132            # H100 SXM / H200; the real count is read from the 
 # Candidate (schedule, tile_m, tile_n) and a relative per-tile efficiency: a bigger tile reuses
 # each operand byte more (128x256: 85 FLOP per byte of shared memory; 128x128: 64; 64x256: 51),
 # so at equal wave utilisation the bigger tile wins. 64-row tiles only for M <= 64, where a
-# 128-row tile would spend half its wgmmas on padding rows. There B is a stream and the MMA is
-# not the limit: 64 x 64 gives twice the units of 64 x 128 without split-K, so the SMs that
-# 64 x 128 would leave idle get B to read with no partials to write and read back.
+# 128-row tile would spend half its wgmmas on padding rows. (No 64 x 64 tile: its 8 KB B stages
+# streamed B slower per SM than 64 x 128's, which the extra units did not make up.)
 GEMM_TILES = (
     ("ws", 128, 256, 1.00),
     ("pingpong", 128, 128, 0.94),
     ("pingpong", 64, 256, 1.00),
     ("pingpong", 64, 128, 0.96),
-    ("pingpong", 64, 64, 0.90),
 )
 GEMM_MAX_SPLITS = 16
 GEMM_MIN_KTILES_PER_SPLIT = 4   # a split shorter than this spends more on its fix-up than it saves

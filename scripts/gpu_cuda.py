@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 OUT = Path(os.environ.get("OUT") or "gpu_out")
 TOTAL_S = 230.0
 BUDGET = {"verify_defaults": 70, "time_softmax": 45, "time_gemm": 50, "time_vector_add": 12, "verify_variants": 50,
-          "time_gemm_small": 60}
+          "time_gemm_small": 60, "probe_vector_add": 20}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -352,8 +352,44 @@ def stage_time_vector_add(skip):
         _row("time_vector_add", f"time|{case.id}", skip, run)
 
 
+def stage_probe_vector_add(skip):
+    """Where a short vector add's time goes: the same plan (unroll 1) launched through the module
+    and through NVRTC into four output buffers each, interleaved in one timing loop, each output
+    checked. Separates the launch path from the placement of the buffers."""
+    import torch
+
+    from harness import problems, registry
+    from harness.timing import time_cold
+    from harness.verify import check_output
+
+    registry.load_backends()
+    prob = problems.get("vector_add")
+    for case in (prob.case(N=65536, dtype="bfloat16"), prob.case(N=262_144, dtype="bfloat16")):
+        def run(case=case):
+            inputs = prob.make_inputs(case, "cuda", 0)
+            ref = prob.reference(inputs, case)
+            outs = [prob.alloc_out(case, "cuda") for _ in range(4)]
+            launches = {"torch": (lambda: torch.add(inputs[0], inputs[1], out=outs[0]))}
+            for layer in ("cuda", "cupy"):
+                for i, o in enumerate(outs):
+                    launches[f"{layer} out{i}"] = _va_unroll_prep(layer, 1)(inputs, o)
+            for layer in ("cuda", "cupy"):
+                launches[f"{layer}:vector_add out0"] = _impl_prep(f"{layer}:vector_add", case)(inputs, outs[0])
+            stats = time_cold(launches, _cfg(), "cuda")
+            torch.cuda.synchronize()
+            res = {}
+            for name, st in stats.items():
+                q1, med, q3 = st.quartiles()
+                res[name] = {"median_s": med, "iqr_s": q3 - q1, "n": st.n}
+            bad = [i for i, o in enumerate(outs) if not check_output(prob, case, o, ref).ok]
+            return {"status": "TIMED" if not bad else f"FAIL outputs {bad}", "case": case.id,
+                    "addresses_mod_4096": [o.data_ptr() % 4096 for o in outs], "results": res}
+        _row("probe_vector_add", f"probe|{case.id}", skip, run)
+
+
 STAGES = {"verify_defaults": stage_verify_defaults, "time_softmax": stage_time_softmax,
           "time_gemm": stage_time_gemm, "time_vector_add": stage_time_vector_add,
+          "probe_vector_add": stage_probe_vector_add,
           "verify_variants": stage_verify_variants, "time_gemm_small": stage_time_gemm_small}
 DEFAULT_STAGES = ("verify_defaults", "time_softmax", "time_gemm", "time_vector_add", "verify_variants")
 

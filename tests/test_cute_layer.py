@@ -105,15 +105,12 @@ def test_plan_gemm_waves_and_k():
     # small M: a 128 x 8192 x 8192 GEMM has 64 128x128 tiles for 132 SMs: split K to fill a wave
     p = _plan_gemm(128, 8192, 8192)
     assert p["splits"] >= 2 and p["tiles"] * p["splits"] >= 0.9 * SMS, p
-    # decode (M = 16): 64-row tiles, ping-pong; narrow tiles and split-K bring the units near one
-    # wave, never past it (a second unit and a second fix-up cost more than the wave gains)
+    # decode (M = 16): 64-row tiles, ping-pong, split-K where the tiles are too few and K is long;
+    # a split CTA runs one unit (a second unit and a second fix-up cost more than the wave gains)
     for n, k in ((6144, 4096), (4096, 14336), (8192, 28672)):
         p = _plan_gemm(16, n, k)
         assert p["schedule"] == "pingpong" and p["tile"][0] == 64, p
-        assert 0.7 * SMS <= p["tiles"] * p["splits"] <= SMS, p
-    # where 64 x 64 tiles alone come near a wave, no split-K (no partials to write and read back)
-    p = _plan_gemm(16, 6144, 4096)
-    assert (p["tile"], p["splits"]) == ([64, 64], 1), p
+        assert p["splits"] >= 2 and p["tiles"] * p["splits"] <= SMS, p
     # the fix-up is not free (measured on the H200): short K or half a wave of 128x128 tiles stays
     # unsplit rather than 2x-split or cooperative 128x256 split 5 ways
     p = _plan_gemm(256, 6144, 4096)
