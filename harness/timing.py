@@ -6,7 +6,8 @@ and the end event, so the events bracket the device's work for the launch and no
 host took to issue it (without the spin, that host time leaks into the sample whenever the GPU
 runs dry, which depends on how many other launches happen to be queued). The host's own cost per
 launch is measured apart (``host_us``: wall time per call while the GPU is held busy). Implementations of one case are sampled interleaved, round
-by round, so drift in clocks or temperature hits them alike. Sampling stops for an
+by round, so drift in clocks or temperature hits them alike, and each round starts one place
+further along the list, so that no implementation always takes the same slot in a round. Sampling stops for an
 implementation once the median is stable - the estimated standard error of the median,
 1.253 * (IQR / 1.349) / sqrt(n), is at most ``rel_spread`` of the median - or at its time cap.
 
@@ -225,9 +226,14 @@ def time_cold(launches: dict, cfg: TimingConfig, device, check: Check | None = N
     started = {k: time.perf_counter() for k in targets}
     last: dict = {}
     first_round = True
+    rounds = 0
     while active:
         pending = []
-        for k in active:
+        # each round starts one place further along: no implementation always takes the slot
+        # after the host's wait for the previous round (or after the same neighbour)
+        shift = rounds % len(active)
+        rounds += 1
+        for k in active[shift:] + active[:shift]:
             t = targets[k]
             s, e = _event(device), _event(device)
             try:
