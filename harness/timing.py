@@ -264,7 +264,7 @@ def time_cold(launches: dict, cfg: TimingConfig, device, check: Check | None = N
             else:
                 still.append(k)
         first_round = False
-        active = still
+        active = [k for k in active if k in still]     # the list's own order: only the start turns
     return {k: st for k, st in stats.items() if k not in errors and st.n}
 
 

@@ -27,6 +27,34 @@ def _row(impl, t, problem="vector_add", dims=None, dtype="float32", traffic=12_0
             "traffic_bytes": traffic, "flops": flops, "compile": {"registers": 32, "spills": 0}}
 
 
+def test_interleaved_rounds_rotate_the_order():
+    """Each round of the interleaved timing starts one place further along the list, so no
+    implementation always takes the same slot (the first after the host's wait, or the one after
+    the same neighbour); every implementation still gets one sample a round."""
+    from harness.timing import time_cold
+
+    order = []
+
+    class Launch:
+        def __init__(self, key):
+            self.key = key
+
+        def call(self):
+            return None
+
+        def poison(self):          # called right before each timed sample
+            order.append(self.key)
+
+        def result(self, res):
+            return res
+
+    cfg = TimingConfig(min_samples=4, max_samples=4, time_cap_s=10.0, warmup_ms=0.0)
+    stats = time_cold({k: Launch(k) for k in "abc"}, cfg, "cpu")
+    assert all(st.n == 4 for st in stats.values())
+    rounds = [order[i:i + 3] for i in range(0, len(order), 3)]
+    assert rounds == [list("abc"), list("bca"), list("cab"), list("abc")], rounds
+
+
 def test_metrics_against_ceilings_baseline_and_model():
     rows = [_row("torch:vector_add", 4e-6), _row("triton:vector_add", 3e-6)]
     ceil = {"copy_bytes_per_s": 4.0e12, "gemm_flops_per_s": {"bfloat16": 7e14}}
