@@ -178,6 +178,12 @@ def _tables(**entries):
             setattr(dispatch, k, v)
 
 
+def _add(out: dict, label: str, plan) -> None:
+    """A candidate under ``label`` unless it is empty or a plan already listed under another label."""
+    if plan and plan not in out.values():
+        out[label] = plan
+
+
 def softmax_candidates(M, N, es, aligned):
     """label -> plan: the planner's choice and the alternatives its byte thresholds choose
     between for this class of row (short: rows / block; medium: block / rows / split / smem; long:
@@ -185,10 +191,7 @@ def softmax_candidates(M, N, es, aligned):
     from cutlass_src import dispatch
 
     out = {"default": dispatch.plan_softmax(M, N, es, aligned)}
-
-    def add(label, plan):
-        if plan and plan not in out.values():
-            out[label] = plan
+    add = lambda label, plan: _add(out, label, plan)     # noqa: E731
     row = N * es
     if row <= dispatch.SOFTMAX_ROWS_MAX_BYTES:
         kernels = ("rows", "block")
@@ -240,15 +243,12 @@ def gemm_candidates(M, N, K, widths):
             continue
         if label == "ws_s1":
             p["splits"] = 1
-        if p not in out.values():
-            out[label] = p
+        _add(out, label, p)
     for entry in dispatch.GEMM_TILES:                 # each other tile, its best split count by the model
         if (entry[1] == 64) != (M <= 64):
             continue
         with _tables(GEMM_TILES=(entry,)):
-            p = dispatch.plan_gemm(M, N, K, widths)
-        if p not in out.values():
-            out[f"{entry[0]}_{entry[1]}x{entry[2]}"] = p
+            _add(out, f"{entry[0]}_{entry[1]}x{entry[2]}", dispatch.plan_gemm(M, N, K, widths))
     d = out["default"]
     if any(k != "tma" for k in d["loads"][:2]):       # ragged rows: realign vs element-wise copies
         with _tables(GEMM_RAGGED_LOAD="vector"):
@@ -260,9 +260,8 @@ def gemm_candidates(M, N, K, widths):
             out["splits_x2"] = {**d, "splits": d["splits"] * 2}
     if M <= 64:                                       # a stream of B: every split count the model weighs
         for sp in (1, 2, 3, 4, 6, 8, 12):
-            p = {**d, "splits": sp}
-            if sp <= top and p not in out.values():
-                out[f"s{sp}"] = p
+            if sp <= top:
+                _add(out, f"s{sp}", {**d, "splits": sp})
     return out
 
 
