@@ -57,6 +57,7 @@ SOFTMAX_SHAPES = [
 GEMM_SHAPES = [
     (16, 6144, 4096, "bfloat16", "none"), (16, 28672, 4096, "bfloat16", "gelu"), (16, 4096, 14336, "bfloat16", "none"),
     (16, 8192, 28672, "bfloat16", "none"), (16, 50257, 768, "bfloat16", "none"),
+    (16, 6144, 2048, "bfloat16", "none"), (16, 6144, 8192, "bfloat16", "none"),   # K scaling: fixed vs per-byte cost
     (256, 6144, 4096, "bfloat16", "none"), (256, 28672, 4096, "bfloat16", "gelu"), (256, 4096, 14336, "bfloat16", "none"),
     (256, 8192, 28672, "bfloat16", "none"), (256, 50257, 768, "bfloat16", "none"),
     (4096, 50257, 768, "bfloat16", "none"), (4096, 6144, 4096, "bfloat16", "none"),
@@ -262,6 +263,8 @@ def gemm_candidates(M, N, K, widths):
         for sp in (1, 2, 3, 4, 6, 8, 12):
             if sp <= top:
                 _add(out, f"s{sp}", {**d, "splits": sp})
+        for st in (3, 4, 6):                          # the default's tile and splits with fewer k-tile stages
+            out[f"stages{st}"] = {**d, "stages": st}
     return out
 
 
