@@ -68,83 +68,9 @@ def _unit_offsets(u, C, N, stride, n_units, cols, CHUNK: tl.constexpr, VEC: tl.c
 
 
 @triton.jit
-def _unit_words(u, C, N, stride, words, CHUNK: tl.constexpr, VEC: tl.constexpr):
-    """PACK: unit u's chunk as 32-bit words, two 16-bit values each (the lower address in the low
-    half). Returns (row, word offsets from x as a word array, load mask, low half valid, high
-    half valid, q). q: the words' positions, word q holding positions 2q and 2q + 1, counted from
-    the row's start (VEC = 0: the host packs only 16-byte aligned rows, N a multiple of 8) or
-    from the 16-byte boundary at or before it (VEC > 0, as ``_unit_offsets``). The masks are
-    constant over 16-byte groups (4 words), so the loads stay 128-bit."""
-    row = u // C
-    row64 = row.to(tl.int64)
-    q = (u - row * C) * (CHUNK // 2) + words
-    group = (q // 4) * 4
-    if VEC == 0:
-        offs = tl.multiple_of(row64 * stride // 2, 4) + q
-        load_mask = group < N // 2
-        lo_ok = load_mask
-        hi_ok = load_mask
-    else:
-        start = row64 * stride
-        lead = (start - (start // VEC) * VEC).to(tl.int32)
-        end = lead + N
-        offs = (start // VEC) * (VEC // 2) + q
-        load_mask = (2 * group + VEC > lead) & (2 * group < end)
-        lo_ok = (2 * q >= lead) & (2 * q < end)
-        hi_ok = (2 * q + 1 >= lead) & (2 * q + 1 < end)
-    return row, offs, load_mask, lo_ok, hi_ok, q
-
-
-@triton.jit
-def _halves(w, IS_BF16: tl.constexpr, FORM: tl.constexpr):
-    """The two 16-bit floats of each word, as fp32. FORM 0: shifts and masks. FORM 1 and 2 (GPU
-    only): the same values through inline PTX the compilers cannot merge with each other or with
-    FORM 0 - byte permutes (1), or a split into 16-bit registers and a conversion (2). Each pass
-    over a chunk unpacks it in its own form, so that the compiler keeps the words between passes
-    rather than the fp32 values of an earlier pass: half a register a value."""
-    if FORM == 1:
-        if IS_BF16:
-            lo, hi = tl.inline_asm_elementwise(
-                "prmt.b32 $0, $2, 0, 0x1044;\n\tprmt.b32 $1, $2, 0, 0x3244;",
-                "=r,=r,r", [w], dtype=(tl.float32, tl.float32), is_pure=False, pack=1)
-        else:
-            lo, hi = tl.inline_asm_elementwise(
-                "{\n\t.reg .b32 a, b;\n\t.reg .b16 l, h;\n\tprmt.b32 a, $2, 0, 0x4410;\n\t"
-                "prmt.b32 b, $2, 0, 0x4432;\n\tcvt.u16.u32 l, a;\n\tcvt.u16.u32 h, b;\n\t"
-                "cvt.f32.f16 $0, l;\n\tcvt.f32.f16 $1, h;\n\t}",
-                "=r,=r,r", [w], dtype=(tl.float32, tl.float32), is_pure=False, pack=1)
-    elif FORM == 2:
-        if IS_BF16:
-            lo, hi = tl.inline_asm_elementwise(
-                "{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, $2;\n\tcvt.f32.bf16 $0, l;\n\t"
-                "cvt.f32.bf16 $1, h;\n\t}",
-                "=r,=r,r", [w], dtype=(tl.float32, tl.float32), is_pure=False, pack=1)
-        else:
-            lo, hi = tl.inline_asm_elementwise(
-                "{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, $2;\n\tcvt.f32.f16 $0, l;\n\t"
-                "cvt.f32.f16 $1, h;\n\t}",
-                "=r,=r,r", [w], dtype=(tl.float32, tl.float32), is_pure=False, pack=1)
-    elif IS_BF16:
-        lo = (w << 16).to(tl.float32, bitcast=True)
-        hi = (w & -65536).to(tl.float32, bitcast=True)
-    else:
-        lo = (w & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-        hi = (w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return lo, hi
-
-
-@triton.jit
-def _pack_halves(lo, hi, out_dtype: tl.constexpr):
-    """Two fp32 tensors rounded to the 16-bit ``out_dtype`` and packed into words (lo low)."""
-    lo16 = lo.to(out_dtype).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    hi16 = hi.to(out_dtype).to(tl.int16, bitcast=True).to(tl.int32)
-    return (hi16 << 16) | lo16
-
-
-@triton.jit
 def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_units, max_spin,
                          CHUNK: tl.constexpr, C_PAD: tl.constexpr, PREFETCH: tl.constexpr,
-                         VEC: tl.constexpr, PACK: tl.constexpr = False, OPAQUE: tl.constexpr = False):
+                         VEC: tl.constexpr):
     """One read and one write of rows too long for one program, on a co-resident grid.
 
     Work unit u = pid + k * G (round k = 0, 1, ...; G = programs in the grid) is chunk u % C of
@@ -186,15 +112,6 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
     become e, before the partials are published and the partners awaited, so that HBM has work
     during the wait. Costs the registers of a second chunk.
 
-    PACK (16-bit rows whose start is an even element; not with PREFETCH): the chunk is loaded as
-    32-bit words and the words, two values each, are what a unit holds through the wait; both
-    passes unpack them to fp32 (the second through ``_halves``' OPAQUE form, so that the compiler
-    keeps the words rather than the first pass's fp32 values). A thread then holds a value in half
-    a register instead of one, so twice the values - twice the bytes in flight an SM - for the same
-    registers: a 16-bit row otherwise brings half the bytes an fp32 row does for the same
-    registers. The output is rounded to 16 bits and stored as words (with VEC > 0, the words of
-    the 16-byte groups wholly inside the row; the edge groups as below).
-
     Stores with VEC > 0: the groups wholly inside the row in one 128-bit masked store; the few
     lanes of the row's first and last groups recomputed from x and stored in VEC-wide tensors.
 
@@ -208,7 +125,6 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, CHUNK)
-    words = tl.arange(0, CHUNK // 2)
     pc = tl.arange(0, C_PAD)
     budget = max_spin
     if PREFETCH:
@@ -218,42 +134,25 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
         if VEC > 0:
             x_next = tl.where(valid0, x_next, NEG_INF)
     for u in tl.range(pid, n_units, nprog):
-        if PACK:
-            row, woffs, wmask, lo_ok, hi_ok, q = _unit_words(u, C, N, stride_x, words, CHUNK, VEC)
-            w = tl.load(x_ptr.to(tl.pointer_type(tl.int32)) + woffs, mask=wmask, other=0,
-                        eviction_policy="evict_first")
-            # halves outside the row become -inf in the word itself, so no pass needs a mask
-            # (-inf: 0xFF80 in bf16, 0xFC00 in fp16; the high half's as a signed 32-bit word)
-            neg_lo: tl.constexpr = 0xFF80 if x_ptr.dtype.element_ty == tl.bfloat16 else 0xFC00
-            neg_hi: tl.constexpr = -8388608 if x_ptr.dtype.element_ty == tl.bfloat16 else -67108864
-            w = tl.where(lo_ok, w, (w & -65536) | neg_lo)
-            w = tl.where(hi_ok, w, (w & 0xFFFF) | neg_hi)
-            lo, hi = _halves(w, x_ptr.dtype.element_ty == tl.bfloat16, 0)
-            m = tl.maximum(tl.max(lo, axis=0), tl.max(hi, axis=0))
-            m_ref = tl.where(m == NEG_INF, 0.0, m)
-            lo, hi = _halves(w, x_ptr.dtype.element_ty == tl.bfloat16, 1 if OPAQUE else 0)
-            s = tl.sum(tl.exp(lo - m_ref), axis=0) + tl.sum(tl.exp(hi - m_ref), axis=0)
-        else:
-            row, c, offs, lmask, valid = _unit_offsets(u, C, N, stride_x, n_units, cols, CHUNK, VEC,
-                                                       False)
-            if PREFETCH:
-                x = x_next.to(tl.float32)
-            else:
-                x = tl.load(x_ptr + offs, mask=lmask, other=NEG_INF,
-                            eviction_policy="evict_first").to(tl.float32)
-                if VEC > 0:
-                    x = tl.where(valid, x, NEG_INF)   # the edge groups' lanes of the rows beside
-            m = tl.max(x, axis=0)
-            m_ref = tl.where(m == NEG_INF, 0.0, m)
-            e = tl.exp(x - m_ref)
-            if PREFETCH:
-                _rn, _pn, offs_n, lmask_n, valid_n = _unit_offsets(u + nprog, C, N, stride_x, n_units,
-                                                                   cols, CHUNK, VEC, True)
-                x_next = tl.load(x_ptr + offs_n, mask=lmask_n, other=NEG_INF, eviction_policy="evict_first")
-                if VEC > 0:
-                    x_next = tl.where(valid_n, x_next, NEG_INF)
-            s = tl.sum(e, axis=0)
+        row, c, offs, lmask, valid = _unit_offsets(u, C, N, stride_x, n_units, cols, CHUNK, VEC, False)
         row64 = row.to(tl.int64)
+        if PREFETCH:
+            x = x_next.to(tl.float32)
+        else:
+            x = tl.load(x_ptr + offs, mask=lmask, other=NEG_INF,
+                        eviction_policy="evict_first").to(tl.float32)
+            if VEC > 0:
+                x = tl.where(valid, x, NEG_INF)   # the edge groups' lanes of the rows beside
+        m = tl.max(x, axis=0)
+        m_ref = tl.where(m == NEG_INF, 0.0, m)
+        e = tl.exp(x - m_ref)
+        if PREFETCH:
+            _rn, _pn, offs_n, lmask_n, valid_n = _unit_offsets(u + nprog, C, N, stride_x, n_units,
+                                                               cols, CHUNK, VEC, True)
+            x_next = tl.load(x_ptr + offs_n, mask=lmask_n, other=NEG_INF, eviction_policy="evict_first")
+            if VEC > 0:
+                x_next = tl.where(valid_n, x_next, NEG_INF)
+        s = tl.sum(e, axis=0)
         word = ((s.to(tl.uint32, bitcast=True).to(tl.int64) << 32)
                 | m.to(tl.uint32, bitcast=True).to(tl.int64))
         tl.atomic_xchg(slot_ptr + u, word, sem="relaxed")
@@ -274,18 +173,9 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
         row_sum = tl.sum(tl.where(mc == NEG_INF, 0.0, sc * tl.exp(mc - row_max)), axis=0)
         f = tl.where(m == NEG_INF, 0.0, tl.exp(m - row_max)) / row_sum
         f = tl.where(done, f, float("nan"))
-        if PACK:   # the words again, unpacked where the compiler cannot reuse the first pass's
-            lo, hi = _halves(w, x_ptr.dtype.element_ty == tl.bfloat16, 2 if OPAQUE else 0)
-            yw = _pack_halves(tl.exp(lo - m_ref) * f, tl.exp(hi - m_ref) * f, out_ptr.dtype.element_ty)
-            group = (q // 4) * 4
-            out_w = out_ptr.to(tl.pointer_type(tl.int32))
-        else:
-            y = (e * f).to(out_ptr.dtype.element_ty)
+        y = (e * f).to(out_ptr.dtype.element_ty)
         if VEC == 0:
-            if PACK:
-                tl.store(out_w + tl.multiple_of(row64 * stride_o // 2, 4) + q, yw, mask=group < N // 2)
-            else:
-                tl.store(out_ptr + row64 * stride_o + c, y, mask=valid)
+            tl.store(out_ptr + row64 * stride_o + c, y, mask=valid)
         else:
             k = u - row * C
             # the output row starts as far past a boundary as the input row (aligned_frame):
@@ -298,12 +188,8 @@ def softmax_split_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C, n_u
             o_start = row64 * stride_o
             o_base = (o_start // VEC) * VEC
             lead = (x_start - x_base).to(tl.int32)
-            if PACK:
-                g = 2 * group
-                tl.store(out_w + (o_start // VEC) * (VEC // 2) + q, yw, mask=(g >= lead) & (g + VEC <= lead + N))
-            else:
-                g = (cols // VEC) * VEC + k * CHUNK
-                tl.store(out_ptr + o_base + k * CHUNK + cols, y, mask=(g >= lead) & (g + VEC <= lead + N))
+            g = (cols // VEC) * VEC + k * CHUNK
+            tl.store(out_ptr + o_base + k * CHUNK + cols, y, mask=(g >= lead) & (g + VEC <= lead + N))
             j = tl.arange(0, VEC)
             tail = ((lead + N) // VEC) * VEC
             if (k == 0) & (lead > 0):
@@ -329,46 +215,28 @@ def supports(N: int) -> str | None:
     return None
 
 
-def config(N: int, chunk: int, num_warps: int, prefetch: bool = False, vec: int = 0,
-           pack: bool = False) -> dict:
+def config(N: int, chunk: int, num_warps: int, prefetch: bool = False, vec: int = 0) -> dict:
     """Chunks of CHUNK columns, C = cdiv(N, CHUNK) per row (C_PAD: C rounded up to a power of two,
     the width of the tensor that polls a row's slots). ``vec`` > 0: rows addressed from their
-    16-byte boundary (``triton_src.aligned_frame``), up to vec - 1 positions more a row. ``pack``:
-    16-bit values held two a register (the kernel's PACK; ``with_frame`` keeps it only where the
-    tensors allow it: ``packable``)."""
+    16-byte boundary (``triton_src.aligned_frame``), up to vec - 1 positions more a row."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps: must be a power of two from 1 to 32, got {num_warps!r}")
     if chunk < 16 or chunk & (chunk - 1):
         raise ValueError(f"chunk: must be a power of two >= 16, got {chunk}")
     if chunk > 32768:
         raise ValueError(f"chunk: {chunk} columns per program would spill (limit 32768)")
-    if pack and prefetch:
-        raise ValueError("pack: the packed chunk does not prefetch (prefetch must be False)")
     n_chunks = triton.cdiv(N + max(0, vec - 1), chunk)
     return {"CHUNK": chunk, "C": n_chunks, "C_PAD": max(2, next_pow2(n_chunks)),
-            "PREFETCH": bool(prefetch), "VEC": int(vec), "PACK": bool(pack), "num_warps": num_warps}
-
-
-def packable(x, out, vec: int) -> bool:
-    """Whether the kernel may hold these 16-bit rows as 32-bit words (PACK): framed rows (vec > 0)
-    are addressed from 16-byte boundaries; unframed ones must start on them (both bases 16-byte
-    aligned, strides and N multiples of 8), which the kernel asserts to keep 128-bit accesses."""
-    if x.element_size() != 2 or out.element_size() != 2:
-        return False
-    if vec:
-        return True
-    return (x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0 and x.stride(0) % 8 == 0
-            and out.stride(0) % 8 == 0 and x.shape[1] % 8 == 0)
+            "PREFETCH": bool(prefetch), "VEC": int(vec), "num_warps": num_warps}
 
 
 def with_frame(cfg: dict, x, out) -> dict:
     """``cfg`` with the aligned frame these tensors allow (``triton_src.aligned_frame``): the frame
     follows the tensors' alignment, and it can add a chunk to a row."""
     vec = aligned_frame(x, out)
-    pack = bool(cfg.get("PACK")) and packable(x, out, vec)
-    if cfg.get("VEC", 0) == vec and bool(cfg.get("PACK")) == pack:
+    if cfg.get("VEC", 0) == vec:
         return cfg
-    return dict(cfg, **config(x.shape[1], cfg["CHUNK"], cfg["num_warps"], cfg["PREFETCH"], vec, pack))
+    return dict(cfg, **config(x.shape[1], cfg["CHUNK"], cfg["num_warps"], cfg["PREFETCH"], vec))
 
 
 def launch_spec(x, out, slots, cfg: dict, grid: int, max_spin: int | None = None) -> Spec:
@@ -379,8 +247,7 @@ def launch_spec(x, out, slots, cfg: dict, grid: int, max_spin: int | None = None
                 {"x_ptr": x, "out_ptr": out, "slot_ptr": slots, "N": N, "stride_x": x.stride(0),
                  "stride_o": out.stride(0), "C": cfg["C"], "n_units": M * cfg["C"],
                  "max_spin": max_spin, "CHUNK": cfg["CHUNK"], "C_PAD": cfg["C_PAD"],
-                 "PREFETCH": cfg["PREFETCH"], "VEC": cfg.get("VEC", 0), "PACK": cfg.get("PACK", False),
-                 "OPAQUE": cfg.get("PACK", False) and not interpreting()},
+                 "PREFETCH": cfg["PREFETCH"], "VEC": cfg.get("VEC", 0)},
                 {"num_warps": cfg["num_warps"], "launch_cooperative_grid": COOPERATIVE})
 
 
@@ -446,7 +313,7 @@ def launch_raw(x, out, slots, cfg: dict, grid: int, max_spin: int) -> None:
 
 def softmax_split(x: torch.Tensor, out: torch.Tensor | None = None, *, chunk: int | None = None,
                   num_warps: int | None = None, programs: int | None = None,
-                  prefetch: bool = False, pack: bool = False) -> torch.Tensor:
+                  prefetch: bool = False) -> torch.Tensor:
     """Row softmax with this kernel; CHUNK and warps from ``dispatch`` unless given (a given chunk
     alone gets the warps that keep ``dispatch``'s values a thread). Any N works here (C = 1 for a
     row of one chunk); ``supports`` declines the rows softmax_block holds in one program."""
@@ -454,8 +321,8 @@ def softmax_split(x: torch.Tensor, out: torch.Tensor | None = None, *, chunk: in
     M, N, out = softmax_args(x, out)
     if chunk is None:
         cfg = dispatch.softmax_split_config(M, N, x.element_size(), device_facts(x.device))
-        cfg = config(N, cfg["CHUNK"], num_warps or cfg["num_warps"], prefetch, pack=pack)
+        cfg = config(N, cfg["CHUNK"], num_warps or cfg["num_warps"], prefetch)
     else:
-        cfg = config(N, chunk, num_warps or dispatch.split_warps(chunk), prefetch, pack=pack)
+        cfg = config(N, chunk, num_warps or dispatch.split_warps(chunk), prefetch)
     bind_launch(x, out, cfg, programs)()
     return out
