@@ -89,10 +89,8 @@ class GemmSm90:
 
     pingpong = False
 
-    def __init__(self, tile_mn=(128, 256), loads=("tma", "tma", "tma"), cluster_m: int = 1, splitk: bool = False,
-                 max_stages: int = 0):
+    def __init__(self, tile_mn=(128, 256), loads=("tma", "tma", "tma"), cluster_m: int = 1, splitk: bool = False):
         self.tile_m, self.tile_n = tile_mn
-        self.max_stages = max_stages     # 0: as many k-tile stages as shared memory holds
         self.ka, self.kb, self.kc = loads
         for name, kind, ok in (("a", self.ka, ("tma", "realign")), ("b", self.kb, ("tma", "realign")),
                                ("c", self.kc, ("tma",))):
@@ -132,8 +130,6 @@ class GemmSm90:
         per_stage = (self.tile_m + self.tile_n) * K_TILE * self.a_dtype.width // 8
         epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.c_dtype.width // 8 * EPI_STAGES * groups
         self.stages = (get_smem_capacity_in_bytes("sm_90") - epi_bytes - 2048) // per_stage
-        if self.max_stages:
-            self.stages = min(self.stages, self.max_stages)
         self.a_smem = sm90_utils.make_smem_layout_a(self.a_layout, self.tile, self.a_dtype, self.stages)
         self.b_smem = sm90_utils.make_smem_layout_b(self.b_layout, self.tile, self.b_dtype, self.stages)
         self.c_smem = sm90_utils.make_smem_layout_epi(self.c_dtype, self.c_layout, self.epi_tile,

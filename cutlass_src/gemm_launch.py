@@ -80,7 +80,7 @@ def _elems(kind: str) -> int:
 
 def compile_key(dtype, plan: dict) -> tuple:
     return ("gemm", plan["schedule"], str(dtype), tuple(plan["tile"]), plan["cluster_m"],
-            tuple(plan["loads"]), plan["splits"] > 1, plan.get("stages", 0))
+            tuple(plan["loads"]), plan["splits"] > 1)
 
 
 def compile_gemm(dtype, plan: dict):
@@ -108,8 +108,7 @@ def compile_gemm(dtype, plan: dict):
     work = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int32(),), assumed_align=16)
     count = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int32(),), assumed_align=4)
     cls = {"ws": GemmWS, "pingpong": GemmPingpong}[plan["schedule"]]
-    gemm = cls(tuple(plan["tile"]), tuple(plan["loads"]), plan["cluster_m"], plan["splits"] > 1,
-               plan.get("stages", 0))
+    gemm = cls(tuple(plan["tile"]), tuple(plan["loads"]), plan["cluster_m"], plan["splits"] > 1)
     i32 = cutlass.Int32
     return compile_kernel(key, gemm, a, b, c, bias, work, count, i32(1), i32(1), i32(1), i32(0),
                           fake_stream())

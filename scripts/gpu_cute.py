@@ -263,8 +263,6 @@ def gemm_candidates(M, N, K, widths):
         for sp in (1, 2, 3, 4, 6, 8, 12):
             if sp <= top:
                 _add(out, f"s{sp}", {**d, "splits": sp})
-        for st in (3, 4, 6):                          # the default's tile and splits with fewer k-tile stages
-            out[f"stages{st}"] = {**d, "stages": st}
     return out
 
 
