@@ -54,9 +54,6 @@ SOFTMAX_SHAPES = [
 ]
 # GEMM: (M, N, K, dtype, act); M = 16 / 256 models shapes, the N = 50257 head at every M, the
 # large models shapes (default only), then off-suite shapes
-#: the tile the round-12 experiment adds to the planner's table for M <= 64 (weight as 64 x 128's)
-TILE_96 = ("pingpong", 64, 96, 0.96)
-
 GEMM_SHAPES = [
     (16, 6144, 4096, "bfloat16", "none"), (16, 28672, 4096, "bfloat16", "gelu"), (16, 4096, 14336, "bfloat16", "none"),
     (16, 8192, 28672, "bfloat16", "none"), (16, 50257, 768, "bfloat16", "none"),
@@ -266,13 +263,6 @@ def gemm_candidates(M, N, K, widths):
         for sp in (1, 2, 3, 4, 6, 8, 12):
             if sp <= top:
                 _add(out, f"s{sp}", {**d, "splits": sp})
-        # a 64 x 96 tile (more units of B for the SMs than 64 x 128): the planner's choice with it
-        # in the table, and its split counts 1-3
-        with _tables(GEMM_TILES=dispatch.GEMM_TILES + (TILE_96,)):
-            _add(out, "tile96_plan", dispatch.plan_gemm(M, N, K, widths))
-        for sp in (1, 2, 3):
-            if sp <= top:
-                _add(out, f"t96_s{sp}", {**d, "tile": [64, 96], "splits": sp})
     return out
 
 
