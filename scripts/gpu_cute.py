@@ -192,7 +192,6 @@ def softmax_candidates(M, N, es, aligned):
     from cutlass_src import dispatch
 
     out = {"default": dispatch.plan_softmax(M, N, es, aligned)}
-    add = lambda label, plan: _add(out, label, plan)     # noqa: E731
     row = N * es
     if row <= dispatch.SOFTMAX_ROWS_MAX_BYTES:
         kernels = ("rows", "block")
@@ -202,27 +201,27 @@ def softmax_candidates(M, N, es, aligned):
         kernels = ("split", "block", "cluster", "smem")
     for kernel in kernels:
         try:
-            add(kernel, dispatch.plan_softmax(M, N, es, aligned, kernel=kernel))
+            _add(out, kernel, dispatch.plan_softmax(M, N, es, aligned, kernel=kernel))
         except ValueError:
             continue
     if row <= dispatch.SOFTMAX_ROWS_MAX_BYTES:          # rows: half the vectors a thread holds
         with _tables(SOFTMAX_ROWS_VECTORS=max(1, dispatch.SOFTMAX_ROWS_VECTORS // 2)):
-            add("rows_half_vectors", dispatch.plan_softmax(M, N, es, aligned, kernel="rows"))
+            _add(out, "rows_half_vectors", dispatch.plan_softmax(M, N, es, aligned, kernel="rows"))
     if row > dispatch.SOFTMAX_BLOCK_MAX_BYTES:         # split chunk size: half the table's
         vectors = dispatch.SOFTMAX_SPLIT_VECTORS
         with _tables(SOFTMAX_SPLIT_VECTORS={**vectors, es: vectors[es] // 2}):
-            add("split_half_chunk", dispatch.plan_softmax(M, N, es, aligned, kernel="split"))
+            _add(out, "split_half_chunk", dispatch.plan_softmax(M, N, es, aligned, kernel="split"))
     if row > dispatch.SOFTMAX_BLOCK_MAX_BYTES // 2:    # smem: the slice count either side of the rule's
         sp = dispatch.plan_smem(M, N, es, dispatch.num_sms())
         for label, c in (("smem_half_c", sp and sp["cluster"] // 2), ("smem_double_c", sp and sp["cluster"] * 2)):
             p = dispatch.plan_smem(M, N, es, dispatch.num_sms(), cluster=c) if c else None
-            add(label, p if p and p["cluster"] <= 8 else None)
+            _add(out, label, p if p and p["cluster"] <= 8 else None)
         # smem: twice / half the rule's threads an SM (up to 1024 a CTA)
         for label, f in (("smem_threads_x2", 2.0), ("smem_threads_half", 0.5)):
             with _tables(SOFTMAX_SMEM_THREADS_PER_SM=int(dispatch.SOFTMAX_SMEM_THREADS_PER_SM * f),
                          SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM=int(dispatch.SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM * f),
                          SOFTMAX_SMEM_MAX_THREADS=1024):
-                add(label, dispatch.plan_smem(M, N, es, dispatch.num_sms()))
+                _add(out, label, dispatch.plan_smem(M, N, es, dispatch.num_sms()))
     return out
 
 
