@@ -1,8 +1,8 @@
 """Experiment (round 13): Triton's split softmax with a register cap (``maxnreg``) on 16-bit rows.
 
-The split kernel holds its chunk as fp32 through the exchange, ptxas gives it 90-96 registers at
-64 values a thread, so an SM holds about 20 one-warp programs: half the bytes in flight of an fp32
-row. ``maxnreg`` caps the registers (ptxas spills the excess to local memory, which L1 caches), so
+The split kernel holds its chunk as fp32 through the exchange, so a 16-bit row brings half the
+bytes in flight an fp32 row does for the same registers (ptxas's counts: docs/perf-notes.md,
+Round 13). ``maxnreg`` caps the registers (ptxas spills the excess to local memory, which L1 caches), so
 more programs - rows in flight - share an SM. Each candidate (chunk, warps, cap) runs on the grid
 the capped kernel's occupancy allows, beside torch.softmax, a copy of the same bytes and the
 layer's default (cold L2, interleaved: harness.timing.time_cold); every output is checked against a
