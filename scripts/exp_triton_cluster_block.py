@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SHAPES = [(4096, 50257, "bfloat16"), (4096, 32000, "bfloat16"), (4096, 50257, "float32"),
           (4096, 128256, "bfloat16")]
@@ -46,24 +46,20 @@ def main() -> int:
     a = ap.parse_args()
     import torch
 
-    from harness.timing import TimingConfig, time_cold
+    from exp_softmax_common import baselines, sink as make_sink, summarise, timing_config
+    from harness.timing import time_cold
     from triton_src import dispatch, softmax_block
     from triton_src.runtime import Spec, bind_spec
 
     deadline = time.time() + a.budget
-    out_dir = Path(os.environ.get("OUT", "gpu_out"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sink = out_dir / "exp_triton_cluster_block.jsonl"
-    cfg = TimingConfig(min_samples=5, max_samples=40, rel_spread=0.02, time_cap_s=0.25, warmup_ms=3)
+    sink = make_sink("exp_triton_cluster_block")
+    cfg = timing_config()
     for M, N, dt in SHAPES:
         if time.time() > deadline - 10:
             break
         x = torch.randn(M, N, device="cuda", dtype=getattr(torch, dt))
         ref = torch.softmax(x.double(), dim=1)
-        outs, launches, errors = {}, {}, {}
-        outs["copy"] = torch.empty_like(x)
-        launches["torch"] = lambda x=x: torch.softmax(x, dim=1)
-        launches["copy"] = lambda o=outs["copy"], x=x: o.copy_(x)
+        (outs, launches), errors = baselines(x), {}
         o = torch.empty_like(x)
         plan = dispatch.plan_softmax(x, o)
         outs["default"], launches["default"] = o, plan.launch
@@ -79,17 +75,7 @@ def main() -> int:
                 errors[key] = f"{type(e).__name__}: {e}"[:300]
         stats = time_cold(launches, cfg, "cuda", errors=errors)
         torch.cuda.synchronize()
-        copy_s = stats["copy"].quartiles()[1] if "copy" in stats else None
-        res = {}
-        for k, st in stats.items():
-            q1, med, q3 = st.quartiles()
-            r = {"us": round(med * 1e6, 2), "iqr_us": round((q3 - q1) * 1e6, 2), "n": st.n,
-                 "pct_copy": round(100 * copy_s / med, 1) if copy_s else None}
-            if k in outs and k != "copy":
-                err = (outs[k].double() - ref).abs().max().item()
-                r["max_abs_err"] = err
-                r["ok"] = bool(err < (2e-2 if dt != "float32" else 1e-5) and torch.isfinite(outs[k]).all())
-            res[k] = r
+        res = summarise(stats, outs, ref, dt)
         line = {"shape": [M, N, dt], "default_plan": plan.variant, "results": res, "errors": errors}
         with sink.open("a") as f:
             f.write(json.dumps(line) + "\n")

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SHAPES = [(4096, 32000, "bfloat16"), (4096, 50257, "bfloat16"), (4096, 128256, "bfloat16"),
           (4096, 151936, "bfloat16"), (4096, 50257, "float32")]
@@ -32,25 +32,21 @@ def main() -> int:
     a = ap.parse_args()
     import torch
 
-    from harness.timing import TimingConfig, time_cold
+    from exp_softmax_common import baselines, sink as make_sink, summarise, timing_config
+    from harness.timing import time_cold
     from triton_src import device_facts, dispatch, softmax_split as S
     from triton_src.runtime import Spec, bind_spec, programs_per_sm
 
     deadline = time.time() + a.budget
-    out_dir = Path(os.environ.get("OUT", "gpu_out"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sink = out_dir / "exp_triton_split_maxnreg.jsonl"
-    tcfg = TimingConfig(min_samples=5, max_samples=40, rel_spread=0.02, time_cap_s=0.25, warmup_ms=3)
+    sink = make_sink("exp_triton_split_maxnreg")
+    tcfg = timing_config()
     facts = device_facts(torch.device("cuda"))
     for M, N, dt in SHAPES:
         if time.time() > deadline - 15:
             break
         x = torch.randn(M, N, device="cuda", dtype=getattr(torch, dt))
         ref = torch.softmax(x.double(), dim=1)
-        outs, launches, errors, info = {}, {}, {}, {}
-        outs["copy"] = torch.empty_like(x)
-        launches["torch"] = lambda x=x: torch.softmax(x, dim=1)
-        launches["copy"] = lambda o=outs["copy"], x=x: o.copy_(x)
+        (outs, launches), errors, info = baselines(x), {}, {}
         o = torch.empty_like(x)
         plan = dispatch.plan_softmax(x, o)
         outs["default"], launches["default"] = o, plan.launch
@@ -84,17 +80,7 @@ def main() -> int:
                     errors[key] = f"{type(e).__name__}: {e}"[:300]
         stats = time_cold(launches, tcfg, "cuda", errors=errors)
         torch.cuda.synchronize()
-        copy_s = stats["copy"].quartiles()[1] if "copy" in stats else None
-        res = {}
-        for k, st in stats.items():
-            q1, med, q3 = st.quartiles()
-            r = {"us": round(med * 1e6, 2), "iqr_us": round((q3 - q1) * 1e6, 2), "n": st.n,
-                 "pct_copy": round(100 * copy_s / med, 1) if copy_s else None, **info.get(k, {})}
-            if k in outs and k != "copy":
-                err = (outs[k].double() - ref).abs().max().item()
-                r["max_abs_err"] = err
-                r["ok"] = bool(err < (2e-2 if dt != "float32" else 1e-5) and torch.isfinite(outs[k]).all())
-            res[k] = r
+        res = summarise(stats, outs, ref, dt, info)
         line = {"shape": [M, N, dt], "results": res, "errors": errors}
         with sink.open("a") as f:
             f.write(json.dumps(line, default=str) + "\n")
