@@ -226,6 +226,53 @@ def test_softmax_table_is_what_the_rules_read(monkeypatch):
     assert dispatch.softmax_choice(32_768, 512, 2, H200)[0] == "block"
 
 
+def test_split_register_cap_rule(monkeypatch):
+    """The cap is tried only on kernels above it (below, ptxas takes it as a hint and raises the
+    registers) and kept only when the capped kernel holds more programs an SM with few spills."""
+    cap, few = dispatch.SOFTMAX["split_maxnreg"], dispatch.SOFTMAX["split_cap_max_spills"]
+    rule = dispatch.split_register_cap
+    below = {"regs": cap - 19, "spills": 0, "per_sm": 16}
+    assert rule(below) is None and rule({**below, "regs": cap}) is None
+    above = {"regs": cap + 16, "spills": 0, "per_sm": 20}
+    assert rule(above) == cap
+    assert rule(above, {"regs": cap, "spills": few, "per_sm": 24}) == cap
+    assert rule(above, {"regs": cap, "spills": few + 1, "per_sm": 24}) is None   # spills too many
+    assert rule(above, {"regs": cap, "spills": 0, "per_sm": 20}) is None         # no program gained
+    monkeypatch.setitem(dispatch.SOFTMAX, "split_maxnreg", None)
+    assert rule(above) is None
+
+
+def test_split_launch_spec_carries_the_register_cap():
+    from triton_src import softmax_split as S
+    x = torch.empty(4, 40_000, dtype=torch.bfloat16)
+    slots = torch.empty(4 * 20, dtype=torch.int64)
+    cfg = S.config(40_000, 2048, 1)
+    assert "maxnreg" not in S.launch_spec(x, x, slots, cfg, 20).options
+    assert "maxnreg" not in S.launch_spec(x, x, slots, dict(cfg, MAXNREG=None), 20).options
+    assert S.launch_spec(x, x, slots, dict(cfg, MAXNREG=72), 20).options["maxnreg"] == 72
+
+
+@pytest.mark.gpu
+def test_split_register_cap_on_the_gpu():
+    """On the GPU the plan decides the cap from the compiled kernels: the bound kernel keeps
+    within it and stays correct, and a cap given in the config is used as given."""
+    from triton_src import softmax_split as S
+    x = torch.randn(64, 128_256, device="cuda", dtype=torch.bfloat16)
+    ref = torch.softmax(x.double(), dim=1)
+    out = torch.empty_like(x)
+    plan = dispatch.plan_softmax(x, out)
+    assert plan.variant == "split" and "MAXNREG" in plan.config
+    plan.launch()
+    if plan.config["MAXNREG"]:
+        assert plan.launch.compiled.n_regs <= plan.config["MAXNREG"]
+    assert (out.double() - ref).abs().max().item() < 2e-2
+    out2 = torch.empty_like(x)
+    launch = S.bind_launch(x, out2, dict(S.config(128_256, 2048, 1), MAXNREG=64))
+    launch()
+    assert launch.config["MAXNREG"] == 64 and launch.compiled.n_regs <= 64
+    assert (out2.double() - ref).abs().max().item() < 2e-2
+
+
 def test_gemm_narrow_split_gives_every_sm_a_program():
     sms = H200["sms"]
     for M, N, K in ((16, 6144, 4096), (16, 4096, 14_336), (1, 4096, 4096), (16, 8192, 28_672),

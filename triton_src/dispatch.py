@@ -78,6 +78,15 @@ SOFTMAX = {
     # timed, most of all in 16-bit (docs/perf-notes.md, Round 7). Beyond it each program polls
     # more slots than its warp's lanes cover twice, and the fill rule below chooses.
     "split_small_max_chunks": 64,
+    # split's register cap (``maxnreg``): a chunk held as fp32 limits how many programs - rows in
+    # flight - an SM holds. Where the planned kernel takes more than this many registers, the
+    # launch compiles it again capped here and keeps the capped kernel only if that holds more
+    # programs an SM and ptxas spills at most ``split_cap_max_spills`` values a thread (spills go to
+    # local memory, which L1 caches; many of them cost more than the programs gained). A cap is
+    # also a hint (ptxas raised a 61-register kernel to 80 under it), so it is never applied to a
+    # kernel below it (docs/perf-notes.md, Rounds 13 and 14). None: no cap.
+    "split_maxnreg": 80,
+    "split_cap_max_spills": 4,
 }
 
 
@@ -185,6 +194,22 @@ def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
 def split_warps(chunk: int, elem_size: int = 4, framed: bool = False) -> int:
     per_thread = SOFTMAX["split_values_per_thread_framed" if framed else "split_values_per_thread"]
     return max(1, min(32, chunk // (32 * per_thread)))
+
+
+def split_register_cap(uncapped: dict, capped: dict | None = None) -> int | None:
+    """The register cap the split kernel launches with, from the facts of its compiled kernel
+    (``regs``, ``spills`` in values a thread, ``per_sm`` programs an SM) uncapped and, where
+    ``uncapped`` is above the cap, capped: ``split_maxnreg`` when the capped kernel holds more
+    programs an SM with at most ``split_cap_max_spills`` spills, else None (no cap). With only
+    ``uncapped``: the cap worth compiling and trying, or None."""
+    cap = SOFTMAX["split_maxnreg"]
+    if cap is None or uncapped["regs"] <= cap:
+        return None
+    if capped is None:
+        return cap
+    if capped["spills"] > SOFTMAX["split_cap_max_spills"] or capped["per_sm"] <= uncapped["per_sm"]:
+        return None
+    return cap
 
 
 def softmax_split_config(M: int, N: int, elem_size: int, facts: dict, framed: bool = False) -> dict:

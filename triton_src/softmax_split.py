@@ -248,29 +248,54 @@ def launch_spec(x, out, slots, cfg: dict, grid: int, max_spin: int | None = None
                  "stride_o": out.stride(0), "C": cfg["C"], "n_units": M * cfg["C"],
                  "max_spin": max_spin, "CHUNK": cfg["CHUNK"], "C_PAD": cfg["C_PAD"],
                  "PREFETCH": cfg["PREFETCH"], "VEC": cfg.get("VEC", 0)},
-                {"num_warps": cfg["num_warps"], "launch_cooperative_grid": COOPERATIVE})
+                {"num_warps": cfg["num_warps"], "launch_cooperative_grid": COOPERATIVE,
+                 **({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") else {})})
+
+
+def _compiled_facts(x, out, slots, cfg: dict) -> dict:
+    """Registers, spilled values a thread and programs an SM of this configuration's kernel."""
+    probe = bind_spec(launch_spec(x, out, slots, cfg, 1), x.device).compiled
+    per_sm = programs_per_sm(probe, cfg["num_warps"], device_facts(x.device))
+    return {"regs": probe.n_regs, "spills": probe.n_spills, "per_sm": per_sm}
+
+
+def with_register_cap(x, out, slots, cfg: dict) -> dict:
+    """``cfg`` with ``MAXNREG``: as given when the key is there (0 or None: no cap), else what
+    ``dispatch.split_register_cap`` decides from the kernel compiled without and with the cap
+    (on the GPU only: the decision reads the compiled kernels' registers and spills)."""
+    from . import dispatch
+    if "MAXNREG" in cfg or interpreting():
+        return cfg
+    plain = dict(cfg, MAXNREG=None)
+    uncapped = _compiled_facts(x, out, slots, plain)
+    cap = dispatch.split_register_cap(uncapped)
+    if cap is None:
+        return plain
+    capped = _compiled_facts(x, out, slots, dict(cfg, MAXNREG=cap))
+    return dict(cfg, MAXNREG=dispatch.split_register_cap(uncapped, capped))
 
 
 def capacity(x, out, slots, cfg: dict) -> int:
     """Programs of this configuration the device holds at once (SMs x programs per SM of the
-    compiled kernel); under the interpreter every program is a thread, all running at once."""
+    compiled kernel, its register cap included); under the interpreter every program is a
+    thread, all running at once."""
     if interpreting():
         return INTERPRETER_TEAMS * cfg["C"]
-    probe = bind_spec(launch_spec(x, out, slots, cfg, 1), x.device)
-    facts = device_facts(x.device)
-    return facts["sms"] * programs_per_sm(probe.compiled, cfg["num_warps"], facts)
+    return device_facts(x.device)["sms"] * _compiled_facts(x, out, slots, cfg)["per_sm"]
 
 
 def bind_launch(x, out, cfg: dict, programs: int | None = None):
     """Zero-argument launch: zero the M*C partial slots (one int64 each, owned by this launch),
     then the kernel on a grid that is a multiple of C and at most what the device holds at once
-    (``programs`` to choose a smaller one)."""
+    (``programs`` to choose a smaller one), compiled under the register cap ``with_register_cap``
+    decides (``MAXNREG`` in the bound config)."""
     M, N = x.shape
     cfg = with_frame(cfg, x, out)
     C = cfg["C"]
     if 2 * M * C >= 2 ** 31:
         raise ValueError(f"x: {M} rows x {C} chunks exceed the kernel's 32-bit unit index")
     slots = torch.zeros(M * C, dtype=torch.int64, device=x.device)
+    cfg = with_register_cap(x, out, slots, cfg)
     cap = capacity(x, out, slots, cfg)
     if cap < C:
         raise TooFewPrograms(f"x: a row of {N} columns needs {C} programs of {cfg['CHUNK']} columns at "
