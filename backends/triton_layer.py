@@ -427,7 +427,9 @@ def _sm_spec(variant, case, cfg=None):
     if variant == "block":
         return softmax_block.launch_spec(x, out, cfg)
     if variant == "rows":
-        return softmax_rows.launch_spec(x, out, cfg, H200["sms"] * max(1, 64 // cfg["num_warps"]))
+        blocks = triton.cdiv(M, cfg["ROWS"])
+        return softmax_rows.launch_spec(x, out, cfg, H200["sms"] * max(1, 64 // cfg["num_warps"])
+                                        if cfg.get("PERSISTENT") else blocks)
     if variant == "online":
         return softmax_online.launch_spec(x, out, cfg)
     cfg = softmax_split.with_frame(cfg, x, out)
@@ -461,9 +463,11 @@ def _sm_grid_of(variant, case) -> dict:
         def blk(mine):
             kept = sum(min(R, M - b * R) for b in mine) * N
             return kept, len(mine) * R * B - kept
+        note = (f"one block of {R} rows a program" if s.grid[0] >= blocks else
+                f"grid <= {H200['sms']} SMs x {64 // s.options['num_warps']} programs/SM (warp "
+                f"limit; the launch refines it from the compiled kernel); blocks of {R} rows")
         return _persistent(s.grid[0], blocks, "block", blk, {**a, **s.options} | {"x_ptr": None, "out_ptr": None},
-                           f"grid <= {H200['sms']} SMs x {64 // s.options['num_warps']} programs/SM (warp "
-                           f"limit; the launch refines it from the compiled kernel); blocks of {R} rows")
+                           note)
     if variant == "online":
         B = a["BLOCK_N"]
         tiles = triton.cdiv(N, B)
@@ -569,7 +573,8 @@ _SOFTMAX = {
                [Source("triton_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
     "block": ("softmax_block", "one row per program, the whole row in registers (rows <= 32768 columns)",
               [Source("triton_src/softmax_block.py", kernels=("softmax_block_kernel",), host=("bind_launch",))]),
-    "rows": ("softmax_rows", "persistent grid, blocks of several short rows, software-pipelined loop",
+    "rows": ("softmax_rows", "blocks of several short rows, one block a program (or a persistent, "
+             "software-pipelined grid)",
              [Source("triton_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",))]),
     "online": ("softmax_online", "persistent grid, column tiles with online max/sum, second pass "
                "newest tile first (L2); any N",

@@ -123,9 +123,9 @@ def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
         if N % 16:
             out.append(("default, no frame", "default", {"_noframe": True}))
         if N * es <= 8192:
-            for tile in (1024, 2048, 4096, 8192):
-                out.append((f"rows tile {tile}", "rows", R.config(N, tile, 16, 2)))
-            out.append(("rows tile 2048 1 stage", "rows", R.config(N, 2048, 16, 1)))
+            for tile in (1024, 2048, 4096):
+                out.append((f"rows tile {tile}", "rows", R.config(N, tile, 16, 1)))
+            out.append(("rows tile 1024 persistent 2 stages", "rows", R.config(N, 1024, 16, 2, True)))
         if cols <= 32768:
             for w in (4, 8, 16):
                 if cols // (32 * w) <= 64:

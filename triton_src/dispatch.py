@@ -32,9 +32,15 @@ SOFTMAX = {
     # (32 lanes x 32 values); from 2048 16-bit columns one program a row in registers (block, 4
     # warps) streams faster than several rows a program (docs/perf-notes.md, Round 7)
     "rows_max_cols": 1024,
-    "rows_tile": 2048,              # elements per block of rows
+    # a block of about ``rows_tile`` elements (rows x next_pow2(N)), ``rows_values_per_thread``
+    # values a thread (so 2 warps), one block a program: the hardware's block scheduler fills
+    # the SMs as programs end. A persistent grid (programs looping over blocks, the next block's
+    # loads software-pipelined over ``rows_stages`` stages) and larger blocks measured slower on
+    # every short-row shape timed (docs/perf-notes.md, Round 14)
+    "rows_tile": 1024,
     "rows_values_per_thread": 16,
-    "rows_stages": 2,               # the next block's loads in flight while this one is reduced
+    "rows_persistent": False,
+    "rows_stages": 2,
     # rows Triton cannot prove 16-byte aligned (N not a multiple of 16) are addressed from their
     # 16-byte boundary (``triton_src.aligned_frame``) by the rows kernel only up to this many
     # padded columns: it gained where a block holds many short rows and lost where it holds a
@@ -176,7 +182,8 @@ def softmax_block_config(N: int, elem_size: int) -> dict:
 
 def softmax_rows_config(N: int, elem_size: int) -> dict:
     from . import softmax_rows as R
-    cfg = R.config(N, SOFTMAX["rows_tile"], SOFTMAX["rows_values_per_thread"], SOFTMAX["rows_stages"])
+    cfg = R.config(N, SOFTMAX["rows_tile"], SOFTMAX["rows_values_per_thread"], SOFTMAX["rows_stages"],
+                   SOFTMAX["rows_persistent"])
     cfg["FRAME"] = cfg["BLOCK_N"] <= SOFTMAX["rows_frame_max_cols"]
     return cfg
 

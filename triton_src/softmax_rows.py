@@ -2,12 +2,13 @@
 
 A row of a few hundred columns is too little work for one program: its loads would wait a full
 memory latency for a few hundred bytes. Here a block is ROWS rows x BLOCK_N columns (about
-``dispatch.SOFTMAX["rows_tile"]`` elements), reduced along its rows at once; the grid is what the
-SMs hold at once (from the compiled kernel's registers and shared memory), and each program loops
-over blocks ``pid, pid + grid, ...``. ``tl.range(..., num_stages=2)`` software-pipelines that loop:
-the next block's loads are issued before this block is reduced and stored. Rows that Triton
-cannot prove 16-byte aligned are each addressed from their 16-byte boundary (``VEC``, as in
-``softmax_block``).
+``dispatch.SOFTMAX["rows_tile"]`` elements), reduced along its rows at once. Program p takes
+blocks ``p, p + grid, ...``: the default grid is one block a program (``PERSISTENT`` False: the
+hardware starts a program wherever one ends); a persistent grid (what the SMs hold at once, from
+the compiled kernel's registers and shared memory) loops over blocks, and
+``tl.range(..., num_stages=NUM_STAGES)`` software-pipelines that loop (the next block's loads
+issued before this block is reduced and stored). Rows that Triton cannot prove 16-byte aligned
+are each addressed from their 16-byte boundary (``VEC``, as in ``softmax_block``).
 """
 from __future__ import annotations
 
@@ -73,13 +74,15 @@ def supports(N: int) -> str | None:
     return None
 
 
-def config(N: int, tile: int, values_per_thread: int, num_stages: int) -> dict:
+def config(N: int, tile: int, values_per_thread: int, num_stages: int, persistent: bool = False) -> dict:
     """ROWS rows of BLOCK_N = next_pow2(N) columns, about ``tile`` elements a block, over the
-    warps that give each thread ``values_per_thread`` values."""
+    warps that give each thread ``values_per_thread`` values; ``persistent``: a grid of what the
+    SMs hold at once instead of one block a program."""
     block = max(16, next_pow2(N))
     rows = max(1, tile // block)
     warps = min(16, max(1, next_pow2(rows * block // (32 * values_per_thread))))
-    return {"ROWS": rows, "BLOCK_N": block, "NUM_STAGES": num_stages, "num_warps": warps}
+    return {"ROWS": rows, "BLOCK_N": block, "NUM_STAGES": num_stages, "num_warps": warps,
+            "PERSISTENT": bool(persistent)}
 
 
 def launch_spec(x, out, cfg: dict, programs: int) -> Spec:
@@ -94,11 +97,13 @@ def launch_spec(x, out, cfg: dict, programs: int) -> Spec:
 
 
 def bind_launch(x, out, cfg: dict, programs: int | None = None):
-    """Launch on ``programs`` programs (default: what the device holds at once, at most one per
-    block; under the interpreter 3, so that the block loop runs several times)."""
+    """Launch on ``programs`` programs (default: one a block, or with ``PERSISTENT`` what the
+    device holds at once; under the interpreter 3, so that the block loop runs several times)."""
     if programs is None:
         if interpreting():
             programs = 3
+        elif not cfg.get("PERSISTENT", False):
+            programs = triton.cdiv(x.shape[0], cfg["ROWS"])
         else:  # compile once to learn the occupancy, then bind the real grid
             probe = bind_spec(launch_spec(x, out, cfg, 1), x.device)
             facts = device_facts(x.device)
