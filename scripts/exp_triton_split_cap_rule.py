@@ -1,7 +1,7 @@
 """Experiment (round 14): the split kernel's register-cap rule (``dispatch.split_register_cap``)
 on and off, on long rows of every dtype (the shapes the rule caps and some it leaves alone): the
-layer's default as planned (rule on) against the same plan with ``SOFTMAX["split_maxnreg"]`` =
-None, beside torch.softmax and a copy of the same bytes, cold L2, interleaved
+layer's default as planned (rule on) against the same plan with
+``SOFTMAX["split_register_cap"]`` = False, beside torch.softmax and a copy of the same bytes, cold L2, interleaved
 (harness.timing.time_cold); every output checked against a float64 softmax. One JSON line per
 shape in $OUT/exp_triton_split_cap_rule.jsonl as it goes.
 
@@ -20,8 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SHAPES = [(4096, 32000, "bfloat16"), (4096, 50257, "bfloat16"), (4096, 128256, "bfloat16"),
           (4096, 151936, "bfloat16"), (4096, 50257, "float32"), (4096, 128256, "float32"),
-          (2048, 65536, "float16"), (8192, 20000, "bfloat16"), (1024, 200003, "bfloat16"),
-          (16, 131072, "float16")]
+          (4096, 151936, "float32"), (4096, 32000, "float32"), (2048, 65536, "float16"),
+          (8192, 20000, "bfloat16"), (1024, 200003, "bfloat16"), (4096, 32001, "float16"),
+          (2048, 100003, "bfloat16"), (8192, 50257, "float16"), (16, 131072, "float16"),
+          (1, 1000003, "float32")]
 
 
 def main() -> int:
@@ -43,9 +45,9 @@ def main() -> int:
         x = torch.randn(M, N, device="cuda", dtype=getattr(torch, dt))
         ref = torch.softmax(x.double(), dim=1)
         (outs, launches), errors, info = baselines(x), {}, {}
-        cap = dispatch.SOFTMAX["split_maxnreg"]
-        for key, value in (("rule on", cap), ("rule off", None)):
-            dispatch.SOFTMAX["split_maxnreg"] = value
+        cap = dispatch.SOFTMAX["split_register_cap"]
+        for key, value in (("rule on", cap), ("rule off", False)):
+            dispatch.SOFTMAX["split_register_cap"] = value
             try:
                 o = torch.empty_like(x)
                 plan = dispatch.plan_softmax(x, o)
@@ -57,7 +59,7 @@ def main() -> int:
             except Exception as e:
                 errors[key] = f"{type(e).__name__}: {e}"[:300]
             finally:
-                dispatch.SOFTMAX["split_maxnreg"] = cap
+                dispatch.SOFTMAX["split_register_cap"] = cap
         stats = time_cold(launches, tcfg, "cuda", errors=errors)
         torch.cuda.synchronize()
         res = summarise(stats, outs, ref, dt, info)

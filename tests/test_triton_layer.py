@@ -227,19 +227,29 @@ def test_softmax_table_is_what_the_rules_read(monkeypatch):
 
 
 def test_split_register_cap_rule(monkeypatch):
-    """The cap is tried only on kernels above it (below, ptxas takes it as a hint and raises the
-    registers) and kept only when the capped kernel holds more programs an SM with few spills."""
-    cap, few = dispatch.SOFTMAX["split_maxnreg"], dispatch.SOFTMAX["split_cap_max_spills"]
-    rule = dispatch.split_register_cap
-    below = {"regs": cap - 19, "spills": 0, "per_sm": 16}
-    assert rule(below) is None and rule({**below, "regs": cap}) is None
-    above = {"regs": cap + 16, "spills": 0, "per_sm": 20}
-    assert rule(above) == cap
-    assert rule(above, {"regs": cap, "spills": few, "per_sm": 24}) == cap
-    assert rule(above, {"regs": cap, "spills": few + 1, "per_sm": 24}) is None   # spills too many
-    assert rule(above, {"regs": cap, "spills": 0, "per_sm": 20}) is None         # no program gained
-    monkeypatch.setitem(dispatch.SOFTMAX, "split_maxnreg", None)
-    assert rule(above) is None
+    """The cap tried is the largest multiple of 8 below the kernel's registers at which an SM holds
+    more of its programs (never at or above the uncapped count: ptxas takes a cap as a hint and
+    can raise the registers to it); the capped kernel is kept only when it holds more programs
+    with few spills."""
+    few = dispatch.SOFTMAX["split_cap_max_spills"]
+
+    def rule(regs, warps, per_sm, capped=None):
+        return dispatch.split_register_cap({"regs": regs, "spills": 0, "per_sm": per_sm, "smem": 0},
+                                           warps, H200, capped)
+    # one warp of 96 registers: 5 warps a sub-partition, 20 an SM; 88 still gives 5; 80 gives 6
+    assert rule(96, 1, 20) == 80 and rule(90, 1, 20) == 80
+    # two warps of 61 registers (64 allocated): 16 programs; 56 gives 18
+    assert rule(61, 2, 16) == 56
+    # eight warps of 62: 4 programs; 56 still 4 (36 warps); 48 gives 5
+    assert rule(62, 8, 4) == 48
+    assert rule(50, 1, 32) is None                        # the 32-programs-an-SM limit: no gain
+    assert rule(48, 2, 20) is None                        # nothing at or above split_cap_min_regs
+    kept = rule(96, 1, 20, {"regs": 80, "spills": few, "per_sm": 24, "regs_cap": 80})
+    assert kept == 80
+    assert rule(96, 1, 20, {"regs": 80, "spills": few + 1, "per_sm": 24, "regs_cap": 80}) is None
+    assert rule(96, 1, 20, {"regs": 80, "spills": 0, "per_sm": 20, "regs_cap": 80}) is None
+    monkeypatch.setitem(dispatch.SOFTMAX, "split_register_cap", False)
+    assert rule(96, 1, 20) is None
 
 
 def test_split_launch_spec_carries_the_register_cap():

@@ -35,8 +35,9 @@ SOFTMAX = {
     # a block of about ``rows_tile`` elements (rows x next_pow2(N)), ``rows_values_per_thread``
     # values a thread (so 2 warps), one block a program: the hardware's block scheduler fills
     # the SMs as programs end. A persistent grid (programs looping over blocks, the next block's
-    # loads software-pipelined over ``rows_stages`` stages) and larger blocks measured slower on
-    # every short-row shape timed (docs/perf-notes.md, Round 14)
+    # loads software-pipelined over ``rows_stages`` stages) and larger blocks measured slower
+    # over the short-row shapes timed, by 5-7 % of copy in geometric mean (docs/perf-notes.md,
+    # Round 14)
     "rows_tile": 1024,
     "rows_values_per_thread": 16,
     "rows_persistent": False,
@@ -84,15 +85,17 @@ SOFTMAX = {
     # timed, most of all in 16-bit (docs/perf-notes.md, Round 7). Beyond it each program polls
     # more slots than its warp's lanes cover twice, and the fill rule below chooses.
     "split_small_max_chunks": 64,
-    # split's register cap (``maxnreg``): a chunk held as fp32 limits how many programs - rows in
-    # flight - an SM holds. Where the planned kernel takes more than this many registers, the
-    # launch compiles it again capped here and keeps the capped kernel only if that holds more
-    # programs an SM and ptxas spills at most ``split_cap_max_spills`` values a thread (spills go to
-    # local memory, which L1 caches; many of them cost more than the programs gained). A cap is
-    # also a hint (ptxas raised a 61-register kernel to 80 under it), so it is never applied to a
-    # kernel below it (docs/perf-notes.md, Rounds 13 and 14). None: no cap.
-    "split_maxnreg": 80,
-    "split_cap_max_spills": 4,
+    # split's register cap (``maxnreg``): a chunk held in registers limits how many programs -
+    # rows in flight - an SM holds. The launch compiles the planned kernel again under the
+    # largest cap (a multiple of 8, at least ``split_cap_min_regs``) at which one SM would hold
+    # more of its programs, and keeps the capped kernel only if it does hold more and ptxas
+    # spills at most ``split_cap_max_spills`` values a thread to local memory (L1-cached; a few
+    # more measured 1-8 % of copy slower). A cap is also a hint: ptxas raised a 61-register
+    # kernel to 80 under a cap of 80, so it is only ever tried below the uncapped count
+    # (docs/perf-notes.md, Rounds 13 and 14). False: no cap.
+    "split_register_cap": True,
+    "split_cap_min_regs": 48,
+    "split_cap_max_spills": 2,
 }
 
 
@@ -203,20 +206,29 @@ def split_warps(chunk: int, elem_size: int = 4, framed: bool = False) -> int:
     return max(1, min(32, chunk // (32 * per_thread)))
 
 
-def split_register_cap(uncapped: dict, capped: dict | None = None) -> int | None:
-    """The register cap the split kernel launches with, from the facts of its compiled kernel
-    (``regs``, ``spills`` in values a thread, ``per_sm`` programs an SM) uncapped and, where
-    ``uncapped`` is above the cap, capped: ``split_maxnreg`` when the capped kernel holds more
-    programs an SM with at most ``split_cap_max_spills`` spills, else None (no cap). With only
-    ``uncapped``: the cap worth compiling and trying, or None."""
-    cap = SOFTMAX["split_maxnreg"]
-    if cap is None or uncapped["regs"] <= cap:
+def split_register_cap(uncapped: dict, num_warps: int, facts: dict, capped: dict | None = None) -> int | None:
+    """The register cap (``maxnreg``) the split kernel launches with, from the facts of its
+    compiled kernel (``regs``, ``spills`` in values a thread, ``per_sm`` programs an SM, ``smem``
+    bytes): with ``uncapped`` alone, the cap worth compiling and trying (the largest multiple of 8
+    below the uncapped registers at which an SM holds more programs of ``num_warps`` warps), or
+    None; with ``capped`` too (that kernel's facts), the cap if it holds more programs an SM with
+    at most ``split_cap_max_spills`` spills, else None."""
+    from types import SimpleNamespace
+
+    from .runtime import programs_per_sm
+    if not SOFTMAX["split_register_cap"]:
         return None
-    if capped is None:
-        return cap
-    if capped["spills"] > SOFTMAX["split_cap_max_spills"] or capped["per_sm"] <= uncapped["per_sm"]:
-        return None
-    return cap
+    if capped is not None:
+        ok = capped["spills"] <= SOFTMAX["split_cap_max_spills"] and capped["per_sm"] > uncapped["per_sm"]
+        return capped["regs_cap"] if ok else None
+    cap = (uncapped["regs"] - 1) // 8 * 8
+    while cap >= SOFTMAX["split_cap_min_regs"]:
+        kernel = SimpleNamespace(n_regs=cap, metadata=SimpleNamespace(shared=uncapped.get("smem", 0)),
+                                 function=None)
+        if programs_per_sm(kernel, num_warps, facts) > uncapped["per_sm"]:
+            return cap
+        cap -= 8
+    return None
 
 
 def softmax_split_config(M: int, N: int, elem_size: int, facts: dict, framed: bool = False) -> dict:

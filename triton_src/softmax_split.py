@@ -256,7 +256,8 @@ def _compiled_facts(x, out, slots, cfg: dict) -> dict:
     """Registers, spilled values a thread and programs an SM of this configuration's kernel."""
     probe = bind_spec(launch_spec(x, out, slots, cfg, 1), x.device).compiled
     per_sm = programs_per_sm(probe, cfg["num_warps"], device_facts(x.device))
-    return {"regs": probe.n_regs, "spills": probe.n_spills, "per_sm": per_sm}
+    return {"regs": probe.n_regs, "spills": probe.n_spills, "per_sm": per_sm,
+            "smem": int(probe.metadata.shared or 0), "regs_cap": cfg.get("MAXNREG")}
 
 
 def with_register_cap(x, out, slots, cfg: dict) -> dict:
@@ -267,12 +268,13 @@ def with_register_cap(x, out, slots, cfg: dict) -> dict:
     if "MAXNREG" in cfg or interpreting():
         return cfg
     plain = dict(cfg, MAXNREG=None)
+    facts = device_facts(x.device)
     uncapped = _compiled_facts(x, out, slots, plain)
-    cap = dispatch.split_register_cap(uncapped)
+    cap = dispatch.split_register_cap(uncapped, cfg["num_warps"], facts)
     if cap is None:
         return plain
     capped = _compiled_facts(x, out, slots, dict(cfg, MAXNREG=cap))
-    return dict(cfg, MAXNREG=dispatch.split_register_cap(uncapped, capped))
+    return dict(cfg, MAXNREG=dispatch.split_register_cap(uncapped, cfg["num_warps"], facts, capped))
 
 
 def capacity(x, out, slots, cfg: dict) -> int:
