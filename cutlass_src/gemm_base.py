@@ -448,12 +448,18 @@ class GemmSm90:
         return cute.make_tiled_copy_tv(atom, thr, cute.make_layout((1, self.vc))), atom
 
     @cute.jit
-    def splitk_fixup(self, acc: cute.Tensor, mWork: cute.Tensor, mCount: cute.Tensor, tile_id, split,
-                     splits, t, epi_bar, flag: cute.Tensor):
+    def splitk_fixup(self, acc: cute.Tensor, coords: cute.Tensor, rows, mWork: cute.Tensor,
+                     mCount: cute.Tensor, tile_id, split, splits, t, epi_bar, flag: cute.Tensor):
         """Split-K: write this split's fp32 partial (fragment order: element 4j..4j+3 of thread t
         at (j * threads + t) * 4, so a warp writes 512 contiguous bytes), count the tile's arrivals
         (release/acquire at gpu scope, as CUTLASS's serial reduction does), and in the last split
-        to arrive sum every partial in split order into acc. Returns whether this one stores C."""
+        to arrive sum every partial in split order into acc. Returns whether this one stores C.
+
+        Only the groups of 4 holding a row inside C (``coords``: the identity tensor partitioned
+        like acc; a group is 2 columns of rows r and r + 8) are written and read: a few-row GEMM's
+        tile is mostly padding rows. With two splits the last one adds the other's partial to its
+        own accumulators: one read of L2 instead of two, and p0 + p1 = p1 + p0 exactly, so the
+        sum is the split-order sum bit for bit."""
         frag = cute.size(acc)
         region = cutlass.Int64(self.epi_threads * frag)
         flat = cute.make_tensor(acc.iterator, cute.make_layout((4, frag // 4)))
@@ -462,7 +468,8 @@ class GemmSm90:
                                  + t * 4).align(16),
                                 cute.make_layout((4, frag // 4), stride=(1, 4 * self.epi_threads)))
         for j in cutlass.range_constexpr(frag // 4):
-            cute.copy(atom, flat[None, j], mine[None, j])
+            if cutlass.min(coords[4 * j][0], coords[4 * j + 2][0]) < rows:
+                cute.copy(atom, flat[None, j], mine[None, j])
         epi_bar.arrive_and_wait()
         if t == 0:
             cute.arch.fence_acq_rel_gpu()
@@ -476,16 +483,23 @@ class GemmSm90:
         epi_bar.arrive_and_wait()
         is_last = flag[0] != 0
         if is_last:
-            acc.fill(0.0)
             part = cute.make_rmem_tensor(cute.make_layout(4), cutlass.Float32)
-            for s in cutlass.range(splits, unroll=1):
+            first = cutlass.Int32(0)
+            count = cutlass.Int32(splits)
+            if splits == 2:
+                first = 1 - split                              # only the other split's partial
+                count = cutlass.Int32(1)
+            else:
+                acc.fill(0.0)
+            for s in cutlass.range(first, first + count, unroll=1):
                 theirs = cute.make_tensor((mWork.iterator + (cutlass.Int64(tile_id) * splits + s) * region
                                            + t * 4).align(16),
                                           cute.make_layout((4, frag // 4), stride=(1, 4 * self.epi_threads)))
                 for j in cutlass.range_constexpr(frag // 4):
-                    cute.copy(atom, theirs[None, j], part)
-                    for i in cutlass.range_constexpr(4):
-                        flat[i, j] = flat[i, j] + part[i]
+                    if cutlass.min(coords[4 * j][0], coords[4 * j + 2][0]) < rows:
+                        cute.copy(atom, theirs[None, j], part)
+                        for i in cutlass.range_constexpr(4):
+                            flat[i, j] = flat[i, j] + part[i]
         return is_last
 
     @cute.jit

@@ -119,8 +119,9 @@ class GemmPingpong(GemmSm90):
                 store = cutlass.Boolean(True)
                 if cutlass.const_expr(self.splitk):
                     if splits > 1:
-                        store = self.splitk_fixup(acc, mWork, mCount, pm * n_tiles + pn, split, splits,
-                                                  t, epi_bar, my_flag)
+                        store = self.splitk_fixup(acc, thr_mma.partition_C(cC[(None, None, pm, pn)]),
+                                                  cute.size(mC, mode=[0]), mWork, mCount,
+                                                  pm * n_tiles + pn, split, splits, t, epi_bar, my_flag)
                 if store:
                     stored = self.epilogue(acc, parts, thr_mma.partition_C(cC[(None, None, pm, pn)]),
                                            gC[(None, None, pm, pn)], cC[(None, None, pm, pn)], tma_c, mC, sC,

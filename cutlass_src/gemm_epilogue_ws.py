@@ -94,8 +94,9 @@ class GemmWS(GemmSm90):
                 store = cutlass.Boolean(True)
                 if cutlass.const_expr(self.splitk):
                     if splits > 1:
-                        store = self.splitk_fixup(acc, mWork, mCount, pm * n_tiles + pn, split, splits,
-                                                  ct, epi_bar, flag)
+                        store = self.splitk_fixup(acc, my_mma.partition_C(cC[(None, None, pm, pn)]),
+                                                  cute.size(mC, mode=[0]), mWork, mCount,
+                                                  pm * n_tiles + pn, split, splits, ct, epi_bar, flag)
                 if store:
                     stored = self.epilogue(acc, parts, my_mma.partition_C(cC[(None, None, pm, pn)]),
                                            gC[(None, None, pm, pn)], cC[(None, None, pm, pn)], tma_c, mC, sC,
