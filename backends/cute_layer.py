@@ -71,8 +71,9 @@ def _va_compile_only(case):
     _need()
     from cutlass_src import vector_add_tiled as va
 
-    comp, vec = va._compile(case.torch_dtype, _va_align(case))
-    return _facts(comp, {"threads": va.THREADS, "unroll": va.UNROLL, "vec": vec})
+    vec, unroll = va.access_plan(case.N, case.torch_dtype, _va_align(case))
+    comp, vec = va._compile(case.torch_dtype, _va_align(case), unroll)
+    return _facts(comp, {"threads": va.THREADS, "unroll": unroll, "vec": vec})
 
 
 @register(problem="vector_add", layer="cute", name="vector_add",
@@ -84,8 +85,8 @@ def vector_add_prepare(case, inputs, out):
     _need()
     from cutlass_src import vector_add_tiled as va
 
-    launch, comp, vec = _wrap(va.prepare_vector_add, *inputs, out)
-    return _prepared(launch, comp, {"threads": va.THREADS, "unroll": va.UNROLL, "vec": vec})
+    launch, comp, vec, unroll = _wrap(va.prepare_vector_add, *inputs, out)
+    return _prepared(launch, comp, {"threads": va.THREADS, "unroll": unroll, "vec": vec})
 
 
 def _va_simple_compile_only(case):

@@ -8,6 +8,20 @@ from __future__ import annotations
 
 DEFAULT_SMS = 132            # H100 SXM / H200; the real count is read from the GPU when present
 
+# -- vector add ---------------------------------------------------------------------------------
+# 128-bit accesses a thread makes per operand: VECTOR_ADD_UNROLL[0] while the vector gives every
+# SM a CTA at that unroll, else VECTOR_ADD_UNROLL[1]. A short vector's time is one CTA's chain of
+# loads, add and store: more, shorter CTAs finish sooner (65536 bf16: 8 CTAs at 4, 32 at 1).
+VECTOR_ADD_UNROLL = (4, 1)
+
+
+def vector_add_unroll(n: int, vec: int, threads: int, sms: int | None = None) -> int:
+    """Accesses a thread per operand for ``n`` elements moved ``vec`` at a time (see above)."""
+    big, small = VECTOR_ADD_UNROLL
+    sms = sms or num_sms()
+    return big if -(-n // (threads * big * vec)) >= sms else small
+
+
 # -- GEMM ---------------------------------------------------------------------------------------
 # Candidate (schedule, tile_m, tile_n) and a relative per-tile efficiency: a bigger tile reuses
 # each operand byte more (128x256: 85 FLOP per byte of shared memory; 128x128: 64; 64x256: 51),

@@ -1,7 +1,8 @@
 """vector_add in the CuTe DSL, the tuned default (cute:vector_add): out = x + y, 128-bit vectorised
 tiled copies, predicated tail.
 
-Each CTA owns a tile of ``THREADS * UNROLL * VEC`` elements. The tile is viewed through the layout
+Each CTA owns a tile of ``THREADS * UNROLL * VEC`` elements (UNROLL from ``dispatch``: fewer
+accesses a thread for a vector too short to give every SM a CTA). The tile is viewed through the layout
 ``(VEC, THREADS, UNROLL) : (1, VEC, VEC*THREADS)``: thread ``t`` takes the ``VEC`` contiguous
 elements at ``(u*THREADS + t)*VEC`` for each ``u`` - one 128-bit access per ``u``, and a warp's
 accesses are contiguous (coalesced). ``VEC`` is 16 bytes of elements when every pointer is 16-byte
@@ -19,13 +20,12 @@ import torch
 from . import align_of, compile_kernel, cutlass_dtype, fake_stream, stream_args, to_cute
 
 THREADS = 256
-UNROLL = 4
 
 
 class VectorAdd:
-    def __init__(self, vec: int):
-        self.vec = vec
-        self.tile = THREADS * UNROLL * vec
+    def __init__(self, vec: int, unroll: int):
+        self.vec, self.unroll = vec, unroll
+        self.tile = THREADS * unroll * vec
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mY: cute.Tensor, mO: cute.Tensor, n: cutlass.Int32,
@@ -33,7 +33,7 @@ class VectorAdd:
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         # per-thread view of this CTA's tile: (VEC, UNROLL) elements
-        tv = cute.make_layout((self.vec, THREADS, UNROLL), stride=(1, self.vec, self.vec * THREADS))
+        tv = cute.make_layout((self.vec, THREADS, self.unroll), stride=(1, self.vec, self.vec * THREADS))
         if bidx < n_full:
             gX = cute.composition(cute.local_tile(mX, (self.tile,), (bidx,)), tv)[None, tidx, None]
             gY = cute.composition(cute.local_tile(mY, (self.tile,), (bidx,)), tv)[None, tidx, None]
@@ -50,7 +50,7 @@ class VectorAdd:
         else:
             # the ragged last tile: element-wise, every access guarded
             base = bidx * self.tile
-            for u in cutlass.range_constexpr(UNROLL):
+            for u in cutlass.range_constexpr(self.unroll):
                 for v in cutlass.range_constexpr(self.vec):
                     i = base + (u * THREADS + tidx) * self.vec + v
                     if i < n:
@@ -65,12 +65,13 @@ class VectorAdd:
                                                   stream=stream)
 
 
-def _compile(dtype: torch.dtype, align: int):
-    """Compile (cached) for an element type and a common pointer alignment in bytes."""
+def _compile(dtype: torch.dtype, align: int, unroll: int):
+    """Compile (cached) for an element type, a common pointer alignment in bytes and the 128-bit
+    accesses a thread per operand."""
     cdt = cutlass_dtype(dtype)
     esize = torch.empty((), dtype=dtype).element_size()
     vec = max(1, align // esize)
-    key = ("vector_add", str(dtype), vec)
+    key = ("vector_add", str(dtype), vec, unroll)
 
     def build():
         from cutlass.cute.runtime import make_fake_compact_tensor
@@ -85,7 +86,7 @@ def _compile(dtype: torch.dtype, align: int):
     c = cached(key)
     if c is not None:
         return c, vec
-    return compile_kernel(key, VectorAdd(vec), *build(), fake_stream()), vec
+    return compile_kernel(key, VectorAdd(vec, unroll), *build(), fake_stream()), vec
 
 
 def validate(x, y, out):
@@ -111,11 +112,19 @@ def validate(x, y, out):
         raise ValueError(f"x: {x.numel()} elements is over the 2^31-1 this kernel indexes")
 
 
+def access_plan(n: int, dtype: torch.dtype, align: int) -> tuple[int, int]:
+    """(vec, unroll): elements an access moves at this alignment, accesses a thread per operand."""
+    from . import dispatch
+    vec = max(1, align // torch.empty((), dtype=dtype).element_size())
+    return vec, dispatch.vector_add_unroll(n, vec, THREADS)
+
+
 def prepare_vector_add(x, y, out):
-    """Validate, compile (cached) and return (launch, compiled, vec)."""
+    """Validate, compile (cached) and return (launch, compiled, vec, unroll)."""
     validate(x, y, out)
     align = align_of(x.data_ptr(), y.data_ptr(), out.data_ptr())
-    comp, vec = _compile(x.dtype, align)
+    unroll = access_plan(x.numel(), x.dtype, align)[1]
+    comp, vec = _compile(x.dtype, align, unroll)
     a = max(x.element_size(), vec * x.element_size())
     args = (to_cute(x, a), to_cute(y, a), to_cute(out, a))
     fn = comp.fn
@@ -124,18 +133,18 @@ def prepare_vector_add(x, y, out):
         if x.numel():
             fn(*args, *stream_args())
 
-    return launch, comp, vec
+    return launch, comp, vec, unroll
 
 
 def vector_add(x, y, out=None):
     """out = x + y (CUDA tensors, fp32/fp16/bf16, 1-D)."""
     if out is None:
         out = torch.empty_like(x)
-    launch, _, _ = prepare_vector_add(x, y, out)
+    launch = prepare_vector_add(x, y, out)[0]
     launch()
     return out
 
 
-def compile_only(dtype: torch.dtype, align: int = 16):
-    """Compile for sm_90a without a GPU; returns the Compiled record."""
-    return _compile(dtype, align)[0]
+def compile_only(dtype: torch.dtype, align: int = 16, n: int = 1 << 24):
+    """Compile for sm_90a without a GPU (the plan for ``n`` elements); returns the Compiled record."""
+    return _compile(dtype, align, access_plan(n, dtype, align)[1])[0]

@@ -99,6 +99,18 @@ def _plan_gemm(M, N, K, **kw):
                               sms=SMS, **kw)
 
 
+def test_vector_add_unroll_fills_the_sms(monkeypatch):
+    """Four 128-bit accesses a thread while that still gives every SM a CTA; one for a short
+    vector (65536 bf16: 32 CTAs instead of 8), whatever its alignment."""
+    from cutlass_src import dispatch
+    assert dispatch.vector_add_unroll(65536, 8, 256, SMS) == 1
+    assert dispatch.vector_add_unroll(256 * 4 * 8 * SMS, 8, 256, SMS) == 4
+    assert dispatch.vector_add_unroll(256 * 4 * 8 * (SMS - 1), 8, 256, SMS) == 1   # 131 CTAs
+    assert dispatch.vector_add_unroll(12_345_679, 1, 256, SMS) == 4      # 2-byte accesses
+    monkeypatch.setattr(dispatch, "VECTOR_ADD_UNROLL", (8, 2))
+    assert dispatch.vector_add_unroll(65536, 8, 256, SMS) == 2
+
+
 def test_plan_gemm_waves_and_k():
     from cutlass_src import dispatch
 
@@ -508,7 +520,7 @@ def test_gemm_and_vector_add_kernels_no_warp_sync_in_lane_zero_branch():
              dispatch.plan_gemm(16, 4096, 14336, sms=SMS), dispatch.plan_gemm(256, 6144, 4096, sms=SMS, schedule="pingpong")]
     assert {p["schedule"] for p in plans} == {"ws", "pingpong"} and any(p["splits"] > 1 for p in plans)
     texts = [gemm_launch.compile_gemm(dt, p).ptx for p in plans]
-    texts += [gemm_epilogue._compile(dt).ptx, vector_add._compile(dt).ptx, vector_add_tiled._compile(dt, 16)[0].ptx]
+    texts += [gemm_epilogue._compile(dt).ptx, vector_add._compile(dt).ptx, vector_add_tiled._compile(dt, 16, 4)[0].ptx]
     for plan, text in zip(plans + ["gemm twin", "vector add twin", "vector add"], texts):
         assert text and ".entry" in text, plan
         assert lane_zero_warp_syncs(text) == [], plan
