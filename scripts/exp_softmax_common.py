@@ -1,6 +1,7 @@
 """Shared pieces of the softmax experiment scripts (``exp_triton_*.py``): the output file, the
 timing configuration, the baselines every shape is timed beside (torch.softmax and a copy of the
-same bytes) and the per-candidate summary (median, IQR, % of the copy, error against float64)."""
+same bytes), the per-candidate summary (median, IQR, % of the copy, error against float64) and
+the loop over shapes (``run`` / ``main``): a script gives its shapes and its candidates."""
 from __future__ import annotations
 
 import os
@@ -44,3 +45,73 @@ def summarise(stats, outs: dict, ref, dtype: str, info: dict | None = None) -> d
             r["ok"] = bool(err < (2e-2 if dtype != "float32" else 1e-5) and torch.isfinite(outs[k]).all())
         res[k] = r
     return res
+
+
+def run(name: str, shapes, candidates, budget: float) -> int:
+    """The experiment loop every ``exp_triton_*`` script shares. For each (M, N, dtype) of
+    ``shapes`` (while ``budget`` seconds last): a random input, its float64 softmax, the
+    baselines, the layer's default as planned, then each ``(key, build)`` that
+    ``candidates(x)`` yields, where ``build(out)`` binds a launch writing ``out`` and returns
+    (launch, info dict); a build that raises is recorded under ``errors``. All of them timed
+    together (cold L2, interleaved: harness.timing.time_cold), every output checked; one JSON
+    line per shape in $OUT/<name>.jsonl as it goes, and a line of % of copy on stdout."""
+    import json
+    import time
+
+    import torch
+
+    from harness.timing import time_cold
+    from triton_src import dispatch
+
+    deadline = time.time() + budget
+    out_file = sink(name)
+    tcfg = timing_config()
+    for M, N, dt in shapes:
+        if time.time() > deadline - 20:
+            break
+        x = torch.randn(M, N, device="cuda", dtype=getattr(torch, dt))
+        ref = torch.softmax(x.double(), dim=1)
+        (outs, launches), errors, info = baselines(x), {}, {}
+        o = torch.empty_like(x)
+        plan = dispatch.plan_softmax(x, o)
+        outs["default"], launches["default"] = o, plan.launch
+        info["default"] = {"variant": plan.variant, "config": dict(plan.config), **launch_facts(plan.launch)}
+        for key, build in candidates(x):
+            if time.time() > deadline - 20:
+                break
+            try:
+                o = torch.empty_like(x)
+                launches[key], info[key] = build(o)
+                outs[key] = o
+            except Exception as e:
+                errors[key] = f"{type(e).__name__}: {e}"[:300]
+        stats = time_cold(launches, tcfg, "cuda", errors=errors)
+        torch.cuda.synchronize()
+        res = summarise(stats, outs, ref, dt, info)
+        with out_file.open("a") as f:
+            f.write(json.dumps({"shape": [M, N, dt], "results": res, "errors": errors}, default=str) + "\n")
+        print(f"{M}x{N} {dt}: " + " | ".join(
+            f"{k} {v['pct_copy']}%" + "".join(f" {t}{v[f]}" for t, f in (("r", "regs"), ("s", "spills"),
+                                                                       ("cap", "cap")) if v.get(f) is not None)
+            + ("" if v.get("ok", True) else " BAD") for k, v in res.items())
+            + (f" | errors {errors}" if errors else ""), flush=True)
+        del x, ref, outs, launches
+        torch.cuda.empty_cache()
+    return 0
+
+
+def launch_facts(launch) -> dict:
+    """Registers, spills, grid and register cap of a bound Triton launch (what it has of them)."""
+    c = getattr(launch, "compiled", None)
+    cfg = getattr(launch, "config", None) or {}
+    facts = {"regs": getattr(c, "n_regs", None), "spills": getattr(c, "n_spills", None),
+             "grid": getattr(launch, "grid", None), "cap": cfg.get("MAXNREG")}
+    return {k: v for k, v in facts.items() if v is not None}
+
+
+def main(name: str, shapes, candidates, default_budget: float = 150.0) -> int:
+    """``run`` with ``--budget S`` from the command line."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=float, default=default_budget)
+    return run(name, shapes, candidates, ap.parse_args().budget)

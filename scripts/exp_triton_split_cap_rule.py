@@ -9,14 +9,13 @@ shape in $OUT/exp_triton_split_cap_rule.jsonl as it goes.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from exp_softmax_common import launch_facts, main  # noqa: E402
 
 SHAPES = [(4096, 32000, "bfloat16"), (4096, 50257, "bfloat16"), (4096, 128256, "bfloat16"),
           (4096, 151936, "bfloat16"), (4096, 50257, "float32"), (4096, 128256, "float32"),
@@ -26,53 +25,19 @@ SHAPES = [(4096, 32000, "bfloat16"), (4096, 50257, "bfloat16"), (4096, 128256, "
           (1, 1000003, "float32")]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--budget", type=float, default=150.0)
-    a = ap.parse_args()
-    import torch
-
-    from exp_softmax_common import baselines, sink as make_sink, summarise, timing_config
-    from harness.timing import time_cold
+def candidates(x):
     from triton_src import dispatch
-
-    deadline = time.time() + a.budget
-    sink = make_sink("exp_triton_split_cap_rule")
-    tcfg = timing_config()
-    for M, N, dt in SHAPES:
-        if time.time() > deadline - 15:
-            break
-        x = torch.randn(M, N, device="cuda", dtype=getattr(torch, dt))
-        ref = torch.softmax(x.double(), dim=1)
-        (outs, launches), errors, info = baselines(x), {}, {}
-        cap = dispatch.SOFTMAX["split_register_cap"]
-        for key, value in (("rule on", cap), ("rule off", False)):
+    for key, value in (("rule on", True), ("rule off", False)):
+        def build(o, value=value):
+            kept = dispatch.SOFTMAX["split_register_cap"]
             dispatch.SOFTMAX["split_register_cap"] = value
             try:
-                o = torch.empty_like(x)
                 plan = dispatch.plan_softmax(x, o)
-                launches[key], outs[key] = plan.launch, o
-                c = plan.launch.compiled if plan.variant == "split" else None
-                info[key] = {"variant": plan.variant, "config": dict(plan.config),
-                             "regs": getattr(c, "n_regs", None), "spills": getattr(c, "n_spills", None),
-                             "grid": getattr(plan.launch, "grid", None)}
-            except Exception as e:
-                errors[key] = f"{type(e).__name__}: {e}"[:300]
             finally:
-                dispatch.SOFTMAX["split_register_cap"] = cap
-        stats = time_cold(launches, tcfg, "cuda", errors=errors)
-        torch.cuda.synchronize()
-        res = summarise(stats, outs, ref, dt, info)
-        with sink.open("a") as f:
-            f.write(json.dumps({"shape": [M, N, dt], "results": res, "errors": errors}, default=str) + "\n")
-        print(f"{M}x{N} {dt}: " + " | ".join(
-            f"{k} {v['pct_copy']}% ({v['us']} us, iqr {v['iqr_us']}) r{v.get('regs')} s{v.get('spills')} "
-            f"cap {v.get('config', {}).get('MAXNREG')}{'' if v.get('ok', True) else ' BAD'}"
-            for k, v in res.items()) + (f" | errors {errors}" if errors else ""), flush=True)
-        del x, ref, outs, launches
-        torch.cuda.empty_cache()
-    return 0
+                dispatch.SOFTMAX["split_register_cap"] = kept
+            return plan.launch, {"variant": plan.variant, "config": dict(plan.config), **launch_facts(plan.launch)}
+        yield key, build
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("exp_triton_split_cap_rule", SHAPES, candidates))
