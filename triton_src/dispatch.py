@@ -36,8 +36,7 @@ SOFTMAX = {
     # values a thread (so 2 warps), one block a program: the hardware's block scheduler fills
     # the SMs as programs end. A persistent grid (programs looping over blocks, the next block's
     # loads software-pipelined over ``rows_stages`` stages) and larger blocks measured slower
-    # over the short-row shapes timed, by 5-7 % of copy in geometric mean (docs/perf-notes.md,
-    # Round 14)
+    # over the short-row shapes timed (docs/perf-notes.md, Round 14)
     "rows_tile": 1024,
     "rows_values_per_thread": 16,
     "rows_persistent": False,
@@ -90,9 +89,9 @@ SOFTMAX = {
     # largest cap (a multiple of 8, at least ``split_cap_min_regs``) at which one SM would hold
     # more of its programs, and keeps the capped kernel only if it does hold more and ptxas
     # spills at most ``split_cap_max_spills`` values a thread to local memory (L1-cached; a few
-    # more measured 1-8 % of copy slower). A cap is also a hint: ptxas raised a 61-register
-    # kernel to 80 under a cap of 80, so it is only ever tried below the uncapped count
-    # (docs/perf-notes.md, Rounds 13 and 14). False: no cap.
+    # more measured slower). A cap is also a hint: ptxas raised a 61-register kernel to 80 under
+    # a cap of 80, so it is only ever tried below the uncapped count (docs/perf-notes.md, Rounds
+    # 13 and 14). False: no cap.
     "split_register_cap": True,
     "split_cap_min_regs": 48,
     "split_cap_max_spills": 2,
