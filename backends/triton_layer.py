@@ -224,6 +224,7 @@ def compile_spec(spec: "Spec", ptxas: bool = True) -> dict:
     config = {**spec.options, **{k: v for k, v in spec.args.items()
                                  if jf.params[jf.arg_names.index(k)].is_constexpr}}
     return {"compile_s": round(secs, 3), "registers": d.get("registers"), "spills": d.get("spills", 0),
+            "local_bytes": d.get("stack", 0),
             "smem": smem if smem is not None else d.get("smem", 0), "kernel": jf.__name__,
             "target": "sm_90a" if "sm_90a" in ck.asm["ptx"] else "sm_90", "triton": triton.__version__,
             "grid": list(spec.grid), "config": config, "ptx": ck.asm["ptx"]}
@@ -234,7 +235,8 @@ def compile_specs(specs, **extra) -> dict:
     kernel's under ``kernels`` (the PTX text left out of the result)."""
     facts = [compile_spec(s) for s in specs]
     out = {k: v for k, v in facts[0].items() if k != "ptx"}
-    out["kernels"] = {f["kernel"]: {k: f[k] for k in ("registers", "spills", "smem", "grid")} for f in facts}
+    out["kernels"] = {f["kernel"]: {k: f[k] for k in ("registers", "spills", "local_bytes", "smem", "grid")}
+                      for f in facts}
     out["compile_s"] = round(sum(f["compile_s"] for f in facts), 3)
     return out | extra
 
@@ -508,11 +510,38 @@ def _sm_choice(case):
     return dispatch.softmax_choice(case.M, case.N, _elem(case), H200)
 
 
+def _split_capped_spec(case):
+    """The split launch spec with the register cap its launch would choose
+    (``softmax_split.with_register_cap``): compiled uncapped, then under the cap
+    ``dispatch.split_register_cap`` proposes, kept by the same rule. ptxas's stack frame stands
+    for the local memory the GPU reports (spilled values = bytes / 4)."""
+    from types import SimpleNamespace
+
+    from triton_src.runtime import programs_per_sm
+    spec = _sm_spec("split", case)
+    warps = spec.options["num_warps"]
+
+    def rule_facts(f, cap=None):
+        kernel = SimpleNamespace(n_regs=f["registers"], metadata=SimpleNamespace(shared=f["smem"] or 0),
+                                 function=None)
+        return {"regs": f["registers"], "spills": (f["local_bytes"] or 0) // 4, "smem": f["smem"] or 0,
+                "per_sm": programs_per_sm(kernel, warps, H200), "regs_cap": cap}
+    uncapped = rule_facts(compile_spec(spec))
+    cap = dispatch.split_register_cap(uncapped, warps, H200)
+    if cap is None:
+        return spec
+    capped = Spec(spec.kernel, spec.grid, spec.args, {**spec.options, "maxnreg": cap})
+    keep = dispatch.split_register_cap(uncapped, warps, H200, rule_facts(compile_spec(capped), cap))
+    return capped if keep is not None else spec
+
+
 def _sm_compile(variant):
     def compile_only(case):
         if variant not in ("default", "simple") and (why := _sm_supports(variant)(case)):
             raise Unsupported(why)
         v = _sm_choice(case)[0] if variant == "default" else variant
+        if v == "split":
+            return compile_specs([_split_capped_spec(case)], variant=v)
         return compile_specs([_sm_spec(v, case)], variant=v)
     compile_only.__name__ = f"softmax_compile_{variant}"
     globals()[compile_only.__name__] = compile_only
