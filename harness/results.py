@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import itertools
 import os
 import secrets
 from pathlib import Path
@@ -28,9 +29,14 @@ class ResultsError(ValueError):
     """A bad --out / --resume folder (the CLI's one-line error, exit 2)."""
 
 
+_SEQ = itertools.count()
+
+
 def default_dir(root: Path | str = "results") -> Path:
+    """``root/<UTC time>-<pid>-<n>-<random>``: unique within a process by its counter, across
+    processes by the pid, and across hosts sharing a folder by the random part."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path(root) / f"{now}-{os.getpid()}-{secrets.token_hex(2)}"
+    return Path(root) / f"{now}-{os.getpid()}-{next(_SEQ)}-{secrets.token_hex(3)}"
 
 
 class ResultsDir:
