@@ -521,18 +521,16 @@ def _split_capped_spec(case):
     spec = _sm_spec("split", case)
     warps = spec.options["num_warps"]
 
-    def rule_facts(f, cap=None):
+    def capped(cap):
+        return spec if cap is None else Spec(spec.kernel, spec.grid, spec.args, {**spec.options, "maxnreg": cap})
+
+    def rule_facts(cap):
+        f = compile_spec(capped(cap))
         kernel = SimpleNamespace(n_regs=f["registers"], metadata=SimpleNamespace(shared=f["smem"] or 0),
                                  function=None)
         return {"regs": f["registers"], "spills": (f["local_bytes"] or 0) // 4, "smem": f["smem"] or 0,
                 "per_sm": programs_per_sm(kernel, warps, H200), "regs_cap": cap}
-    uncapped = rule_facts(compile_spec(spec))
-    cap = dispatch.split_register_cap(uncapped, warps, H200)
-    if cap is None:
-        return spec
-    capped = Spec(spec.kernel, spec.grid, spec.args, {**spec.options, "maxnreg": cap})
-    keep = dispatch.split_register_cap(uncapped, warps, H200, rule_facts(compile_spec(capped), cap))
-    return capped if keep is not None else spec
+    return capped(dispatch.split_register_cap_of(rule_facts, warps, H200))
 
 
 def _sm_compile(variant):

@@ -70,7 +70,7 @@ def _compile(dtype: torch.dtype, align: int, unroll: int):
     accesses a thread per operand."""
     cdt = cutlass_dtype(dtype)
     esize = torch.empty((), dtype=dtype).element_size()
-    vec = max(1, align // esize)
+    vec = _vec(dtype, align)
     key = ("vector_add", str(dtype), vec, unroll)
 
     def build():
@@ -112,10 +112,15 @@ def validate(x, y, out):
         raise ValueError(f"x: {x.numel()} elements is over the 2^31-1 this kernel indexes")
 
 
+def _vec(dtype: torch.dtype, align: int) -> int:
+    """Elements one access moves when every pointer is ``align``-byte aligned."""
+    return max(1, align // torch.empty((), dtype=dtype).element_size())
+
+
 def access_plan(n: int, dtype: torch.dtype, align: int) -> tuple[int, int]:
     """(vec, unroll): elements an access moves at this alignment, accesses a thread per operand."""
     from . import dispatch
-    vec = max(1, align // torch.empty((), dtype=dtype).element_size())
+    vec = _vec(dtype, align)
     return vec, dispatch.vector_add_unroll(n, vec, THREADS)
 
 

@@ -16,8 +16,8 @@ folder of the run being resumed). Problems with ``--out`` are found before anyth
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import itertools
+import json
 import os
 import secrets
 from pathlib import Path

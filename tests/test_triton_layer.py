@@ -255,6 +255,23 @@ def test_split_register_cap_rule(monkeypatch):
     assert rule(96, 1, 20) is None
 
 
+def test_split_register_cap_of_compiles_the_capped_kernel_only_when_proposed():
+    calls = []
+
+    def compiled(regs, capped_spills):
+        def facts_of(cap):
+            calls.append(cap)
+            if cap is None:
+                return {"regs": regs, "spills": 0, "per_sm": 20 if regs > 80 else 32, "smem": 0}
+            return {"regs": cap, "spills": capped_spills, "per_sm": 24, "smem": 0, "regs_cap": cap}
+        return facts_of
+    assert dispatch.split_register_cap_of(compiled(50, 0), 1, H200) is None and calls == [None]
+    calls.clear()
+    assert dispatch.split_register_cap_of(compiled(96, 0), 1, H200) == 80 and calls == [None, 80]
+    calls.clear()
+    assert dispatch.split_register_cap_of(compiled(96, 99), 1, H200) is None and calls == [None, 80]
+
+
 def test_split_launch_spec_carries_the_register_cap():
     from triton_src import softmax_split as S
     x = torch.empty(4, 40_000, dtype=torch.bfloat16)

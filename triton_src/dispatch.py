@@ -230,6 +230,18 @@ def split_register_cap(uncapped: dict, num_warps: int, facts: dict, capped: dict
     return None
 
 
+def split_register_cap_of(compiled_facts: Callable[[int | None], dict], num_warps: int,
+                          facts: dict) -> int | None:
+    """``split_register_cap`` run end to end: ``compiled_facts(cap)`` gives the facts of the
+    kernel compiled under ``cap`` (None: uncapped); the capped kernel is compiled only where the
+    rule proposes a cap. The GPU launch (compiled kernels) and compile-only (ptxas) both call it."""
+    uncapped = compiled_facts(None)
+    cap = split_register_cap(uncapped, num_warps, facts)
+    if cap is None:
+        return None
+    return split_register_cap(uncapped, num_warps, facts, compiled_facts(cap))
+
+
 def softmax_split_config(M: int, N: int, elem_size: int, facts: dict, framed: bool = False) -> dict:
     """CHUNK: ``split_min_chunk`` for rows of at most ``split_small_max_chunks`` such chunks; else
     the largest power of two (dtype's range) whose padded lanes are at least ``split_min_fill``

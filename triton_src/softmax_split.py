@@ -267,14 +267,9 @@ def with_register_cap(x, out, slots, cfg: dict) -> dict:
     from . import dispatch
     if "MAXNREG" in cfg or interpreting():
         return cfg
-    plain = dict(cfg, MAXNREG=None)
-    facts = device_facts(x.device)
-    uncapped = _compiled_facts(x, out, slots, plain)
-    cap = dispatch.split_register_cap(uncapped, cfg["num_warps"], facts)
-    if cap is None:
-        return plain
-    capped = _compiled_facts(x, out, slots, dict(cfg, MAXNREG=cap))
-    return dict(cfg, MAXNREG=dispatch.split_register_cap(uncapped, cfg["num_warps"], facts, capped))
+    cap = dispatch.split_register_cap_of(lambda c: _compiled_facts(x, out, slots, dict(cfg, MAXNREG=c)),
+                                         cfg["num_warps"], device_facts(x.device))
+    return dict(cfg, MAXNREG=cap)
 
 
 def capacity(x, out, slots, cfg: dict) -> int:
