@@ -155,9 +155,10 @@ GEMM = {
     "plain": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3},
     # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
     # tiles streaming B, K split by the smallest factor that gives every SM a program; unsplit
-    # only when the tiles alone load the SMs evenly (the busiest SM at most 1 / ``narrow_balance``
-    # of the mean). About one program an SM measured best; more splits pay for their partials and
-    # an uneven last wave costs more than a split in two (docs/perf-notes.md, Round 6 Triton)
+    # when the tiles alone load the SMs evenly (the busiest SM at most 1 / ``narrow_balance`` of
+    # the mean; a single wave that full included). About one program an SM measured best; more
+    # splits pay for their partials and an uneven last wave costs more than a split in two
+    # (docs/perf-notes.md, Round 6 Triton; the single full wave, Round 15)
     "narrow_max_m": 64,
     "narrow": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_stages": 4, "num_warps": 4},
     "narrow_unaligned": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_stages": 3, "num_warps": 4},
@@ -384,13 +385,14 @@ def _split_choices(K: int, block_k: int) -> list[int]:
 
 
 def gemm_narrow_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
-    """Few rows: BLOCK_M = M rounded up (>= 16), narrow tiles over N, K split by the smallest
-    factor S with tiles x S >= SMs, where S = 1 (the tiled kernel writes C directly) also needs the
-    tiles to load the SMs evenly (tiles / SMs at least ``narrow_balance`` of its rounding up)."""
+    """Few rows: BLOCK_M = M rounded up (>= 16), narrow tiles over N; K unsplit (the tiled kernel
+    writes C directly) when the tiles load the SMs evenly (tiles / SMs at least ``narrow_balance``
+    of its rounding up: one wave at least that full counts), else split by the smallest factor S
+    with tiles x S >= SMs."""
     cfg = {**GEMM["narrow" if aligned else "narrow_unaligned"], "BLOCK_M": max(16, next_pow2(M)), "eff": 1.0}
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     sms = facts["sms"]
-    even = tiles >= sms and tiles / sms >= GEMM["narrow_balance"] * _waves(tiles, sms)
+    even = tiles / sms >= GEMM["narrow_balance"] * _waves(tiles, sms)
     splits = _split_choices(K, cfg["BLOCK_K"])
     cfg["SPLIT"] = 1 if even else next((s for s in splits if s > 1 and tiles * s >= sms), splits[-1])
     return cfg
