@@ -5,12 +5,17 @@
 # it keeps the piece that call carried in /opt/cute/pieces and unpacks a part once all its pieces
 # are there (then sources pack-cute's env.sh). Ignored paths only (.device/ is in .git/info/exclude).
 #   bash ../shared/device/pack-cute && bash scripts/device_cute_pieces.sh [PIECE_BYTES]
+# (PIECE_BYTES: by default the room the tracked tree leaves in a call)
 # then one call per piece, back to back (a machine goes cold after 30 s idle):
 #   carry [".device/cute-a1", ".device/bin"], command `source .device/bin/join.sh`, ... a2 .. aN,
 #   b1 .. bM; the call with the last piece prints "[device] CuTe DSL ready".
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-size=${1:-10000000}
+# default piece size: what a call may carry (64 MiB) less the tracked tree and 1 MiB for
+# .device/bin and untracked files, so the pieces keep fitting as the tree grows
+tree=$(git ls-files -z | xargs -0 cat 2>/dev/null | wc -c)
+size=${1:-$(( 67108864 - tree - 1048576 ))}
+[ "$size" -gt 1000000 ] || { echo "the tracked tree ($tree bytes) leaves no room for a piece" >&2; exit 1; }
 for p in a b; do
   [ -s ".device/cute-$p/part.tar.xz" ] || { echo "no .device/cute-$p/part.tar.xz: run ../shared/device/pack-cute first" >&2; exit 1; }
   rm -rf .device/cute-"$p"[0-9]*
