@@ -353,6 +353,8 @@ def test_smem_planned_only_where_it_runs():
     wide = torch.empty(132, 50_264, dtype=torch.bfloat16, device=DEV)
     shifted = wide[:, 1:50_258]
     assert dispatch.plan_softmax(shifted, torch.empty(132, 50_257, dtype=torch.bfloat16, device=DEV)).variant == "split"
+    narrow = wide[:, 1:8001]      # 8000 columns 2 bytes past a boundary: the block kernel, not split
+    assert dispatch.plan_softmax(narrow, torch.empty(132, 8000, dtype=torch.bfloat16, device=DEV)).variant == "block"
     if interpreting():
         assert dispatch.plan_softmax(wide[:, :50_257], torch.empty_like(shifted)).variant == "split"
 

@@ -315,13 +315,15 @@ def softmax_split_config_for(x, out, facts: dict) -> dict:
     return S.with_frame(cfg, x, out)
 
 
-def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:
+def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
+                   smem: bool = True) -> tuple[str, dict]:
     """The variant (rows, block, smem, split or online) and its configuration for M rows of N
     columns: rows of at most ``rows_max_cols`` several a program; ``block`` (the row in one
     program's registers) where it is preferred; ``smem`` (the row staged in a program's shared
     memory) where the smem rule takes the rows; else ``block`` where the row fits its registers
     (unless its padding wastes lanes and split can take it), ``split`` over co-resident programs,
-    and ``online`` for rows too long for the co-resident grid to hold all their chunks."""
+    and ``online`` for rows too long for the co-resident grid to hold all their chunks.
+    ``smem=False``: the choice without smem (tensors it cannot take, the interpreter)."""
     from .softmax_split import MIN_N
     facts = facts or device_facts()
     cols = max(16, next_pow2(N))
@@ -330,9 +332,9 @@ def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) ->
     fill = N / cols
     if cols <= SOFTMAX["block_pref_max_cols"][elem_size] and fill >= SOFTMAX["block_min_fill"]:
         return "block", softmax_block_config(N, elem_size)
-    smem = softmax_smem_config(M, N, elem_size, facts)
-    if smem is not None:
-        return "smem", smem
+    staged = softmax_smem_config(M, N, elem_size, facts) if smem else None
+    if staged is not None:
+        return "smem", staged
     if cols <= SOFTMAX["block_max_cols"][elem_size] and (N < MIN_N or fill >= SOFTMAX["block_min_fill"]):
         return "block", softmax_block_config(N, elem_size)
     split = softmax_split_config(M, N, elem_size, facts)
@@ -347,7 +349,9 @@ def plan_softmax(x, out) -> Plan:
     facts = device_facts(x.device)
     variant, cfg = softmax_choice(M, N, x.element_size(), facts)
     if variant == "smem" and (interpreting() or softmax_smem.supports_tensors(x, out)):
-        variant = "split"   # Gluon has no CPU interpreter; rows that cannot be read in 16-byte groups
+        # Gluon has no CPU interpreter; rows that cannot be read in 16-byte groups: the choice
+        # without smem (block where the row fits its registers, else split or online)
+        variant, cfg = softmax_choice(M, N, x.element_size(), facts, smem=False)
     if variant == "split":
         cfg = softmax_split_config_for(x, out, facts)
         try:
