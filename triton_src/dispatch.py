@@ -361,7 +361,8 @@ def plan_softmax(x, out) -> Plan:
             variant, cfg = "online", softmax_online_config(M, N, x.element_size(), facts)
     binder = {"rows": softmax_rows, "block": softmax_block, "online": softmax_online,
               "smem": softmax_smem, "split": softmax_split}[variant].bind_launch
-    return Plan(variant, cfg, binder(x, out, cfg))
+    launch = binder(x, out, cfg)
+    return Plan(variant, getattr(launch, "config", None) or cfg, launch)   # what the launch binds
 
 
 # -- GEMM + epilogue ---------------------------------------------------------------------------

@@ -221,19 +221,6 @@ def supports(N: int, elem_size: int, num_warps: int, facts: dict) -> str | None:
     return None
 
 
-def supports_tensors(x: torch.Tensor, out: torch.Tensor) -> str | None:
-    """None when every row of x and out can be addressed in 16-byte groups (aligned rows, or the
-    aligned frame), else why not."""
-    es = x.element_size()
-    aligned = all(t.data_ptr() % 16 == 0 and (t.stride(0) * es) % 16 == 0 for t in (x, out))
-    if aligned and (x.shape[1] * es) % 16 == 0:
-        return None
-    if aligned_frame(x, out):
-        return None
-    return ("x, out: rows neither 16-byte aligned nor at the same offset from a 16-byte boundary "
-            "in a 16-byte aligned tensor; the 16-byte shared-memory copies need one or the other")
-
-
 def frame_of(x: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether the rows are addressed from their 16-byte boundary (False: they start on one)."""
     es = x.element_size()
@@ -241,15 +228,28 @@ def frame_of(x: torch.Tensor, out: torch.Tensor) -> bool:
                 and (x.shape[1] * es) % 16 == 0)
 
 
+def supports_tensors(x: torch.Tensor, out: torch.Tensor) -> str | None:
+    """None when every row of x and out can be addressed in 16-byte groups (aligned rows, or the
+    aligned frame), else why not."""
+    if not frame_of(x, out) or aligned_frame(x, out):
+        return None
+    return ("x, out: rows neither 16-byte aligned nor at the same offset from a 16-byte boundary "
+            "in a 16-byte aligned tensor; the 16-byte shared-memory copies need one or the other")
+
+
+def with_frame(cfg: dict, x, out) -> dict:
+    """``cfg``'s warps configured for these tensors: FRAME, and the chunks that the frame's extra
+    lanes may add. What the launch binds and what it reports."""
+    frame = frame_of(x, out)
+    return dict(config(x.shape[1], x.element_size(), cfg["num_warps"], frame), FRAME=frame)
+
+
 def launch_spec(x, out, cfg: dict) -> Spec:
     M, N = x.shape
-    frame = frame_of(x, out)
-    if frame != cfg.get("FRAME", True):
-        cfg = dict(cfg, **config(N, x.element_size(), cfg["num_warps"], frame))
+    cfg = with_frame(cfg, x, out)
     return Spec(softmax_smem_kernel, (M,),
                 {"x_ptr": x, "out_ptr": out, "N": N, "stride_x": x.stride(0), "stride_o": out.stride(0),
-                 "CHUNK": cfg["CHUNK"], "C": cfg["C"], "N0": cfg["N0"], "N1": cfg["N1"], "N2": cfg["N2"],
-                 "VEC": cfg["VEC"], "FRAME": frame},
+                 **{k: cfg[k] for k in ("CHUNK", "C", "N0", "N1", "N2", "VEC", "FRAME")}},
                 {"num_warps": cfg["num_warps"]})
 
 
@@ -262,7 +262,7 @@ def bind_launch(x, out, cfg: dict):
     if (why := supports_tensors(x, out)):
         raise ValueError(why)
     launch = bind_spec(launch_spec(x, out, cfg), x.device)
-    launch.config = dict(cfg, FRAME=frame_of(x, out))
+    launch.config = with_frame(cfg, x, out)
     return launch
 
 
@@ -275,5 +275,5 @@ def softmax_smem(x: torch.Tensor, out: torch.Tensor | None = None, *,
     warps = num_warps or dispatch.softmax_smem_warps(N, x.element_size(), facts)
     if (why := supports(N, x.element_size(), warps, facts)):
         raise ValueError(f"x: {why}")
-    bind_launch(x, out, config(N, x.element_size(), warps, frame_of(x, out)))()
+    bind_launch(x, out, config(N, x.element_size(), warps))()
     return out
