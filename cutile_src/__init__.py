@@ -1,0 +1,1 @@
+"""cuTile (cuda.tile) kernels: one twin file per problem, variants <problem>_<algorithm>.py, one dispatch.py."""

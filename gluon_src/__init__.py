@@ -1,0 +1,1 @@
+"""Gluon (triton.experimental.gluon) kernels: one twin file per problem, variants <problem>_<algorithm>.py, one dispatch.py."""

@@ -1,0 +1,1 @@
+"""TileLang kernels: one twin file per problem, variants <problem>_<algorithm>.py, one dispatch.py."""
