@@ -11,10 +11,15 @@
 #   bash scripts/gpu_session.sh compare                the default `python -m harness compare`, cold (empty
 #                                                      compile caches) and warm, wall time of each
 #   bash scripts/gpu_session.sh tests                  pytest -m gpu, compute-sanitizer on the CUDA kernels
+#   bash scripts/gpu_session.sh layers L [L..]         per layer L: verify (verify suite, every role) and a
+#                                                      short compare of its default and twin beside torch on
+#                                                      the models suite; one archive per layer, $OUT/L.tgz
+#   bash scripts/gpu_session.sh checks A [A..]         per area A: python3 scripts/gpu_A.py (if it exists) with
+#                                                      OUT=/tmp/res/checks; one archive per area, $OUT/A.tgz
 # Extra arguments go to the stage's command. On a machine with two GPUs, run two stages at once with
 # CUDA_VISIBLE_DEVICES=0 / =1.
 set -uo pipefail
-stage=${1:?stage: build | cuda | triton | cute | harness | compare | tests}
+stage=${1:?stage: build | cuda | triton | cute | harness | compare | tests | layers | checks}
 shift
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -88,6 +93,39 @@ EOF
         > "$R/sanitize_$tool.txt" 2>&1
       log "compute-sanitizer $tool exit $?"; tail -3 "$R/sanitize_$tool.txt"
     done ;;
+  layers)
+    for L in "$@"; do
+      mkdir -p "$R/$L"
+      timeout ${KL_LAYER_VERIFY_LIMIT:-150} python3 -m harness verify --layer "$L" --suite verify --all --format json \
+        > "$R/$L/verify.json" 2> "$R/$L/verify.log"
+      log "$L verify exit $?"
+      python3 - "$R/$L/verify.json" <<'EOF2'
+import collections, json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("  no JSON:", e); sys.exit()
+c = collections.Counter((r["impl"], r["status"]) for r in rows)
+for impl in sorted({r["impl"] for r in rows}):
+    print(f"  {impl:34s} P {c[(impl, 'PASS')]:3d} F {c[(impl, 'FAIL')]:3d} S {c[(impl, 'SKIP')]:3d}")
+for r in [r for r in rows if r["status"] != "PASS"][:12]:
+    print(f"  {r['status']} {r['impl']} {r['case'] if isinstance(r['case'], str) else r['case'].get('id')}: {str(r.get('reason'))[:150]}")
+EOF2
+      timeout ${KL_LAYER_COMPARE_LIMIT:-150} python3 -m harness compare --layer "$L" --suite models --no-verify-suite \
+        --roles default,simple --time-cap 0.3 --out "$R/$L/models" > "$R/$L/models.txt" 2>&1
+      log "$L models compare exit $?"; grep -E "headline|^\| $L:|FAIL" "$R/$L/models.txt" | head -20
+      tar czf "$OUT/$L.tgz" -C "$R" "$L"
+    done
+    exit 0 ;;
+  checks)
+    for A in "$@"; do
+      [ -f "scripts/gpu_$A.py" ] || { log "no scripts/gpu_$A.py"; continue; }
+      mkdir -p /tmp/res/checks
+      OUT=/tmp/res/checks timeout ${KL_CHECK_LIMIT:-150} python3 "scripts/gpu_$A.py" > "/tmp/res/checks/$A.console.txt" 2>&1
+      log "$A exit $?"; tail -8 "/tmp/res/checks/$A.console.txt"
+      (cd /tmp/res/checks && tar czf "$OUT/$A.tgz" "$A.console.txt" $( [ -d "$A" ] && echo "$A"))
+    done
+    exit 0 ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
 tar czf "$OUT/$stage.tgz" -C /tmp/res "$stage"
