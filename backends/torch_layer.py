@@ -57,7 +57,7 @@ def add_eager(case, inputs, out):
     return lambda: torch.add(x, y, out=out)
 
 
-@register(problem="vector_add", layer="torch", name="vector_add_compile", description="torch.compile(x + y)")
+@register(problem="vector_add", layer="torch", name="vector_add_compile", role="library", description="torch.compile(x + y)")
 def add_compile(case, inputs, out):
     x, y = inputs
     f = _compile(("add", x.device.type), lambda a, b: a + b)
@@ -93,7 +93,7 @@ def softmax_naive(case, inputs, out):
     return lambda: naive_softmax(x)
 
 
-@register(problem="softmax", layer="torch", name="softmax_compile",
+@register(problem="softmax", layer="torch", name="softmax_compile", role="library",
           description="torch.compile(torch.softmax)")
 def softmax_compile(case, inputs, out):
     (x,) = inputs
@@ -156,7 +156,7 @@ def gemm_unfused(case, inputs, out):
     return launch
 
 
-@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_compile", roundings=1,
+@register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_compile", role="library", roundings=1,
           description="torch.compile(act(A @ B + bias))")
 def gemm_compile(case, inputs, out):
     a, b, bias = inputs

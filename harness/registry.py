@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-ROLES = ("baseline", "default", "simple", "variant")
+ROLES = ("baseline", "default", "simple", "variant", "library")
 
 
 @dataclass

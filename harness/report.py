@@ -351,7 +351,7 @@ def print_compare(doc: dict, console: Console) -> None:
                 ("case", 30), ("implementation", 30), ("LOC k/h", 8), ("status", 24), ("regs/spills", 11),
                 (f"ideal on {model_gpu or 'a GPU'}", 16), ("committed GPU measurement", 44)])
         last_case = None
-        order = {"baseline": 0, "default": 1, "simple": 2, "variant": 3}
+        order = {"baseline": 0, "library": 1, "default": 2, "simple": 3, "variant": 4}
         for r in sorted(rs, key=lambda r: (list(dict.fromkeys(x["case"]["id"] for x in rs)).index(r["case"]["id"]),
                                            order.get(r.get("role"), 9), r["impl"])):
             case = _case_label(r) if r["case"]["id"] != last_case else ""

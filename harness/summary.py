@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-ROLE_ORDER = {"baseline": 0, "default": 1, "simple": 2, "variant": 3}
+ROLE_ORDER = {"baseline": 0, "library": 1, "default": 2, "simple": 3, "variant": 4}
 
 
 def _geomean(xs):
