@@ -119,3 +119,34 @@ def test_dtype_names():
         problems.get("gemm_epilogue").case(M=1, N=1, K=1, dtype="float32")
     with pytest.raises(ValueError, match="unknown problem 'matmul'"):
         problems.get("matmul")
+
+
+def _tc_accumulate(a, b, step=16, toward_zero=True):
+    """A float64 model of tensor-core fp32 accumulation: each ``step``-deep product exact, the
+    accumulator rounded to fp32 after each step (toward zero, or to nearest)."""
+    acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float64)
+    for k in range(0, a.shape[1], step):
+        s = acc + a[:, k:k + step] @ b[k:k + step]
+        f = s.float().double()
+        if toward_zero:
+            f = torch.where(f.abs() > s.abs(), torch.nextafter(s.float(), torch.zeros((), dtype=torch.float32)).double(), f)
+        acc = f
+    return acc
+
+
+def test_gemm_bias_test_allows_tensor_core_drift_not_a_truncated_output():
+    """Issue 29: an fp32 accumulator rounded toward zero every 16 products (Hopper's MMA) drifts
+    toward zero by a bias the check allows; four times that drift still fails."""
+    from harness.verify import check_output
+    p = problems.get("gemm_epilogue")
+    case = p.case(M=48, N=4096, K=4096, dtype="float16", act="relu", bias=1)
+    a, b, bias = p.make_inputs(case, "cpu", 0)
+    ref, bound, systematic = p.reference_and_bound((a, b, bias), case)
+    acc = _tc_accumulate(a.double(), b.double())
+    y = torch.relu((acc + bias.double()).float())
+    ok = check_output(p, case, y.half(), ref, bound=bound, systematic=systematic)
+    assert ok.ok, ok.reason
+    # rounded toward zero every 4 products: four times the drift, more than the hardware's
+    y4 = torch.relu((_tc_accumulate(a.double(), b.double(), step=4) + bias.double()).float())
+    bad = check_output(p, case, y4.half(), ref, bound=bound, systematic=systematic)
+    assert not bad.ok and "systematic" in bad.reason, bad.reason

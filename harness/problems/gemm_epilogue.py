@@ -30,6 +30,17 @@ def apply_act(y: torch.Tensor, act: str) -> torch.Tensor:
 # these shapes and would let a different activation pass.
 U32 = 2.0 ** -24
 ACC_LAMBDA = 6.0
+# Tensor-core accumulation is not round-to-nearest. Hopper's MMA (wgmma, mma.sync) adds each
+# 16-deep step of products into the fp32 accumulator and rounds the sum toward zero, so one K chain
+# drifts toward zero by about half an fp32 ulp of the running sum a step: a bias, not noise. For
+# randn inputs the running sum's drift part grows linearly to y, so the expected drift of the
+# result is about (K / 16) x U32 x |y| x c with c ~ 0.4 in a float64 model of the rounding (the
+# sum of each 16 products exact, the accumulator rounded toward zero after each step; K = 8192:
+# -0.00052 at |y| in [32, 64), -0.00026 with K split in two, 0 with round-to-nearest; the H200
+# measured -0.00042 for one unsplit chain). The bias test allows TC_DRIFT x steps x U32 x |A @ B|
+# of the mean error (``systematic``); an implementation that splits K drifts less, never more.
+TC_STEP = 16
+TC_DRIFT = 0.5
 # GELU's derivative: its largest value (about 1.129 at y = 1.4185) and its most negative value
 # (about -0.129 at y = -1.4185); between and beyond the two critical points it is monotonic.
 _GELU_CRIT = ((-1.4185, 0.12900), (1.4185, 1.12900))
@@ -171,9 +182,14 @@ class GemmEpilogue(Problem):
             rounded = roundings * half_ulp(mag + e, case.dtype)
         if rounded is not None:
             e = e + rounded
+        # the tensor-core drift toward zero (see TC_DRIFT): a bias the test allows, and in the bound
+        acc_mag = y.abs() if bias is None else (y - bias.double()).abs()
+        drift = TC_DRIFT * math.ceil(max(K, 1) / TC_STEP) * U32 * acc_mag
+        del acc_mag
+        e = e + drift
         slope = act_lipschitz(y, e, act)
         bound = slope * e
-        systematic = slope * rounded if rounded is not None else None
+        systematic = slope * (drift if rounded is None else drift + rounded)
         if act == "gelu":
             # 0.5 y (1 + tanh(u)) in fp32: a few ulps of each term; where tanh(u) rounds to -1
             # the result is 0 instead of a tiny negative number, every time (a legitimate bias)
