@@ -48,7 +48,7 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
         p = problems.get(r["problem"])
         case = Case.from_json(r["case"])
         r["metric"] = p.metric
-        for k in ("gbps", "tflops", "pct_ceiling", "pct_datasheet", "pct_vendor_same_shape",
+        for k in ("gbps", "tflops", "pct_ceiling", "pct_hbm", "pct_datasheet", "pct_vendor_same_shape",
                   "speedup_vs_baseline", "model_ideal_s", "measured_over_ideal"):
             r.setdefault(k, None)
         if not t:
@@ -64,14 +64,25 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
         r["gbps"] = r["traffic_bytes"] / t / 1e9
         r["tflops"] = r["flops"] / t / 1e12 if r["flops"] else None
         dt = case.dtype
+        if p.metric == "GB/s":
+            # % of a copy of the same bytes and read:write mix timed beside the row in the same
+            # run (launch-bound where the row is); never the large copy under another name
+            cc = r.get("copy_ceiling") or {}
+            if cc.get("per_s"):
+                r["pct_ceiling"] = 100 * r["traffic_bytes"] / t / cc["per_s"]
+                r["ceiling_mix"] = cc.get("mix")
         if ceilings:
             if p.metric == "GB/s":
                 bw = ceiling_bw(ceilings, p.mix)
                 if bw:
-                    r["pct_ceiling"] = 100 * r["traffic_bytes"] / t / bw
-                    r["ceiling_mix"] = p.mix if (ceilings.get("stream_bytes_per_s") or {}).get(p.mix) else "1:1"
+                    # % of the large (1 GiB class) stream of the same mix: the HBM share
+                    r["pct_hbm"] = 100 * r["traffic_bytes"] / t / bw
+                    r.setdefault("ceiling_mix", None)
+                    r["hbm_mix"] = p.mix if (ceilings.get("stream_bytes_per_s") or {}).get(p.mix) else "1:1"
             elif p.metric == "TFLOP/s" and (ceilings.get("gemm_flops_per_s") or {}).get(dt):
                 r["pct_ceiling"] = 100 * r["flops"] / t / ceilings["gemm_flops_per_s"][dt]
+            if p.metric == "TFLOP/s" and ceilings.get("copy_bytes_per_s"):
+                r["pct_hbm"] = 100 * r["traffic_bytes"] / t / ceilings["copy_bytes_per_s"]
         ds_peak = (ds.fp32 if dt == "float32" else ds.tensor16) if ds else None
         if ds:
             if p.metric == "GB/s":
@@ -167,7 +178,7 @@ def mark_implausible(rows: list[dict], ceilings: dict | None, gpu: str | None, l
             r.update(status="FAIL", kind="implausible", reason=f"implausible: {why}; the time is not "
                      f"reported as a result (did the launch do the work?)")
             r["implausible_time"], r["time"] = r.get("time"), None
-            for k in ("gbps", "tflops", "pct_ceiling", "pct_datasheet", "pct_vendor_same_shape",
+            for k in ("gbps", "tflops", "pct_ceiling", "pct_hbm", "pct_datasheet", "pct_vendor_same_shape",
                       "speedup_vs_baseline", "measured_over_ideal"):
                 r[k] = None
 

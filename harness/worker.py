@@ -262,6 +262,9 @@ def process_task(task: dict, opts: dict, emit) -> None:
             torch.cuda.empty_cache()
 
 
+_COPIES: dict = {}   # (mix, bytes, timing mode) -> the same-size copy's timing in this process
+
+
 def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     """Time the implementations that passed, interleaved; verify their first and last timed
     launches (seed 0's inputs, fresh guarded outputs); a failure there fails that row alone."""
@@ -291,6 +294,12 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     launches = dict(targets)
     if vend is not None:
         launches["__vendor__"] = vend
+    # the same-size copy (pct_ceiling's denominator), timed beside the rows; once per process
+    # for a (mix, bytes, mode) already timed
+    copy_key = (problem.mix, problem.traffic(case), cfg.mode)
+    copy = None if copy_key in _COPIES else problem.copy_launch(case, device)
+    if copy is not None:
+        launches["__copy__"] = copy
     errors: dict[str, str] = {}
     try:
         stats = timing.time_launches(launches, cfg, device, check=check, errors=errors)
@@ -308,7 +317,19 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
             kind = "timed-mismatch" if "fails verification" in msg else "timing-error"
             rows[k].update(status="FAIL", kind=kind, reason=msg, time=None)
     keep_raw = bool(opts.get("keep_raw", True))
+    if "__copy__" in stats:
+        st = stats["__copy__"]
+        t = st.quartiles()[1]
+        _COPIES[copy_key] = {"bytes": copy_key[1], "mix": copy_key[0], "median_s": t,
+                             "per_s": copy_key[1] / t if t > 0 else None, "host_s": st.host_s,
+                             "how": "torch " + ("y.copy_(x)" if copy_key[0] == "1:1" else "torch.add(x, y, out=z)")
+                             + " on fp32 buffers of the same bytes"}
+    for k in targets:
+        if copy_key in _COPIES and rows[k].get("status") != "FAIL":
+            rows[k]["copy_ceiling"] = dict(_COPIES[copy_key])
     for k, st in stats.items():
+        if k == "__copy__":
+            continue
         if k == "__vendor__":
             t = st.quartiles()[1]
             emit(event="vendor", task=task["id"], case=case.id, time=st.to_json(keep_raw),

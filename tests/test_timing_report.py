@@ -61,7 +61,8 @@ def test_metrics_against_ceilings_baseline_and_model():
     report.add_metrics(rows, ceil, {}, "NVIDIA H200")
     tri = rows[1]
     assert tri["gbps"] == pytest.approx(12e6 / 3e-6 / 1e9)
-    assert tri["pct_ceiling"] == pytest.approx(100 * 12e6 / 3e-6 / 4e12)
+    # without a same-size copy timed beside it a row has no pct_ceiling; the large copy is pct_hbm
+    assert tri["pct_ceiling"] is None and tri["pct_hbm"] == pytest.approx(100 * 12e6 / 3e-6 / 4e12)
     assert tri["pct_datasheet"] == pytest.approx(100 * 12e6 / 3e-6 / 4.8e12)
     assert tri["speedup_vs_baseline"] == pytest.approx(4 / 3) and tri["baseline_impl"] == "torch:vector_add"
     # the model's fused add on the measured copy ceiling: 12 MB / 4 TB/s = 3 us
@@ -143,4 +144,34 @@ def test_implausible_rows_fail_and_lose_their_figures():
     assert gemm["status"] == "FAIL" and gemm["kind"] == "implausible" and gemm["tflops"] is None
     assert "TFLOP/s is above" in gemm["reason"] and gemm["time"] is None
     assert fast["status"] == "FAIL" and fast["kind"] == "implausible"
-    assert ok["status"] == "PASS" and abs(ok["pct_ceiling"] - 100) < 1 and ok["ceiling_mix"] == "2:1"
+    assert ok["status"] == "PASS" and abs(ok["pct_hbm"] - 100) < 1 and ok["hbm_mix"] == "2:1"
+    assert fast["pct_hbm"] is None
+
+
+def test_pct_ceiling_is_against_the_same_size_copy():
+    """Issue 29: a launch-bound vector add is measured against a copy of the same bytes timed
+    in the same run (``copy_ceiling`` on the row), the large copy stays beside it as pct_hbm."""
+    small = _row("triton:vector_add", 4e-6, traffic=393_216)
+    small["copy_ceiling"] = {"bytes": 393_216, "mix": "2:1", "median_s": 3.5e-6, "per_s": 393_216 / 3.5e-6}
+    big = _row("triton:vector_add", 3e-3, dims={"N": 2 ** 28}, traffic=3 * 4 * 2 ** 28)
+    big["copy_ceiling"] = {"bytes": 3 * 4 * 2 ** 28, "mix": "2:1", "median_s": 2.9e-3,
+                           "per_s": 3 * 4 * 2 ** 28 / 2.9e-3}
+    ceil = {"copy_bytes_per_s": 4.0e12, "stream_bytes_per_s": {"2:1": {"per_s": 4.2e12, "rel_iqr": 0.0}}}
+    report.add_metrics([small, big], ceil, {}, "NVIDIA H200")
+    assert small["pct_ceiling"] == pytest.approx(100 * 3.5 / 4) and small["ceiling_mix"] == "2:1"
+    assert small["pct_hbm"] == pytest.approx(100 * 393_216 / 4e-6 / 4.2e12) and small["pct_hbm"] < 3
+    assert big["pct_ceiling"] == pytest.approx(100 * 2.9 / 3)
+
+
+def test_same_size_copy_moves_the_case_bytes():
+    import torch
+    from harness import problems
+    for name, case, mix_parts in (("vector_add", {"N": 98_432}, 3), ("softmax", {"M": 37, "N": 1000}, 2)):
+        p = problems.get(name)
+        c = p.case(dtype="float16", **case)
+        launch = p.copy_launch(c, "cpu")
+        out = launch()
+        assert out.dtype == torch.float32 and out.numel() * 4 * mix_parts >= p.traffic(c)
+        assert out.numel() * 4 * mix_parts - p.traffic(c) < 4 * mix_parts
+    g = problems.get("gemm_epilogue")
+    assert g.copy_launch(g.case(M=64, N=48, K=32), "cpu") is None

@@ -39,6 +39,10 @@ class Kernel:
     bytes_written: int
 
 
+#: operands (reads + the write) of the same-size copy per read:write mix (``copy_launch``)
+COPY_MIXES = {"1:1": 2, "2:1": 3}
+
+
 class Problem:
     name: str = ""
     description: str = ""
@@ -129,6 +133,22 @@ class Problem:
 
     def flops(self, case: Case) -> int:
         return 0
+
+    def copy_launch(self, case: Case, device) -> "Callable[[], object] | None":
+        """The same-size copy this case's bandwidth is a share of (``pct_ceiling``): a torch op
+        moving the case's ``traffic`` bytes in its ``mix`` (1:1 ``copy_``; 2:1 ``torch.add`` of
+        two inputs into a third), on fresh fp32 buffers, timed beside the implementations in the
+        same run and timing mode. None for problems measured against arithmetic (GEMM)."""
+        if self.metric != "GB/s" or self.mix not in COPY_MIXES:
+            return None
+        parts = COPY_MIXES[self.mix]
+        n = max(1, -(-self.traffic(case) // (4 * parts)))   # fp32 elements per operand
+        bufs = [torch.ones(n, device=device) for _ in range(parts)]
+        if parts == 2:
+            x, z = bufs
+            return lambda: z.copy_(x)
+        x, y, z = bufs
+        return lambda: torch.add(x, y, out=z)
 
     def variants(self, case: Case) -> dict[str, list[Kernel]]:
         """Modeled kernels of named variants (the fused kernel first)."""
