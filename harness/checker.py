@@ -30,7 +30,7 @@ def _bytes(t):
 def _mutation(names, got, pristine) -> str | None:
     import torch
 
-    from .verify import same_bits
+    from .output_check import same_bits
     for name, t, p in zip(names, got, pristine):
         if not isinstance(t, torch.Tensor):
             continue
@@ -51,7 +51,7 @@ def serve(conn, device: str) -> None:
 
     from . import problems
     from .case import Case
-    from .verify import check_output
+    from .output_check import check_output
 
     if device == "cuda":
         torch.cuda.init()

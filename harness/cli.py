@@ -13,70 +13,15 @@ import sys
 
 from rich.console import Console
 
+from .args import UsageError, _device, _positive, _selectors, problems_arg, setup  # noqa: F401
+
 EXTERNAL = ("harness.model", "harness.inspect_cmd", "harness.grid", "harness.selftest", "harness.report_cmd",
-            "harness.crosscheck")
-
-
-class UsageError(Exception):
-    pass
+            "harness.crosscheck", "harness.store_cmd")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
         raise UsageError(f"{self.prog}: {message}")
-
-
-def _problem_list(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected a problem name, got {text!r}")
-    return names
-
-
-def _positive(kind, what: str, allow_zero: bool = False):
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if v < 0 or (v == 0 and not allow_zero) or v != v:
-            raise argparse.ArgumentTypeError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {text!r}")
-        return v
-    return parse
-
-
-def problems_arg(args) -> list[str]:
-    """--problem given as a flat list (repeatable and comma-separated), in order, no repeats."""
-    out: list[str] = []
-    for group in getattr(args, "problem", None) or []:
-        for name in (group if isinstance(group, list) else [group]):
-            if name not in out:
-                out.append(name)
-    return out
-
-
-def _selectors(p: argparse.ArgumentParser, suite_default: str | None, roles_help: str) -> None:
-    p.add_argument("--problem", action="append", type=_problem_list,
-                   help="vector_add | softmax | gemm_epilogue (repeatable, or comma-separated)")
-    p.add_argument("--layer", help="torch | cuda | cupy | triton | cute | a plugin's layer")
-    p.add_argument("--impl", action="append", help="implementation id layer:name (repeatable)")
-    p.add_argument("--roles", help=roles_help)
-    p.add_argument("--all", action="store_true", help="every implementation (same as --roles all)")
-    p.add_argument("--suite", default=suite_default, help="smoke | verify | bench | models | full")
-    p.add_argument("--dtype", action="append", help="float32|float16|bfloat16 (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="one custom case instead of a suite (needs --problem), e.g. --set M=1823 --set N=781")
-    p.add_argument("--plugin", action="append", default=[], metavar="FILE",
-                   help="a Python file registering implementations with harness.register (repeatable)")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    p.add_argument("--timeout", type=_positive(float, "--timeout"), default=None,
-                   help="seconds without progress before an implementation is killed as hung")
-    p.add_argument("--jobs", type=_positive(int, "--jobs"), default=None,
-                   help="parallel workers for verification (default: half the cores on a GPU machine, "
-                        "one a core without a GPU; at most 8)")
-    p.add_argument("--no-isolate", action="store_true",
-                   help="run in this process (no crash/hang protection; for debugging)")
-    p.add_argument("-v", "--verbose", action="store_true")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,21 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def _device(arg: str) -> str:
-    from .machine import has_gpu
-
-    if arg == "auto":
-        return "cuda" if has_gpu() else "cpu"
-    if arg == "cuda" and not has_gpu():
-        raise UsageError("--device: cuda requested but no CUDA GPU is visible")
-    return arg
-
-
-def _prepare_env(device: str) -> None:
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
 def _verify_row_json(r: dict) -> dict:
     return {"impl": r["impl"], "layer": r["layer"], "problem": r["problem"], "case": r["case"]["id"],
             "status": r["status"], "reason": r.get("reason") or "", "max_abs_err": r.get("max_abs_err"),
@@ -195,31 +125,6 @@ def cmd_list(args, console) -> int:
     return 0
 
 
-def setup(args, default_roles=None):
-    """What verify and compare share: the device (and the CPU mode's environment), the plugins,
-    the selected implementations and the planned cases."""
-    from . import plan as P
-    from . import registry
-
-    device = _device(args.device)
-    _prepare_env(device)
-    registry.load_plugins(args.plugin)
-    _warn_backend_errors()
-    roles = None if args.all else P.parse_roles(args.roles, default_roles)
-    sel = P.Selection(problems=problems_arg(args), layer=args.layer, impls=args.impl, roles=roles)
-    impls = P.select(sel)
-    plan = P.plan_cases(sel.problems, args.suite, args.dtype, args.set)
-    return device, impls, plan
-
-
-def _warn_backend_errors() -> None:
-    from . import registry
-    registry.load_backends()
-    for mod, err in registry.BACKEND_ERRORS.items():
-        print(f"warning: adapter backends/{mod}.py failed to import, its implementations are missing: "
-              f"{err}", file=sys.stderr)
-
-
 def cmd_verify(args, console) -> int:
     from . import plan as P
     from .progress import RunProgress
@@ -232,13 +137,18 @@ def cmd_verify(args, console) -> int:
     # JSON goes to stdout at the end; a line per finished row goes to stderr as it finishes (plain
     # lines, also in a terminal), so a long run killed by a limit still leaves what it verified
     plain = True if args.format == "json" else None
+    from .store import verify_recorder
+    rec = verify_recorder(args, getattr(args, "_argv", None) or sys.argv[1:])  # the run in the store
     with RunProgress(console, sum(len(t["impls"]) for t in tasks), "verify", plain=plain) as prog:
         prog.add_tasks(tasks)
         from .compare import default_jobs
         res = run_parallel(tasks, args.jobs or default_jobs(device), device=device, plugins=args.plugin,
                            timeout_s=args.timeout or (900 if device == "cpu" else 600),
-                           isolate=not args.no_isolate, verbose=args.verbose, on_event=prog.event)
+                           isolate=not args.no_isolate, verbose=args.verbose,
+                           on_event=lambda ev: (rec.on_event(ev), prog.event(ev)))
     rows = res.rows
+    rec.finish({"rows": rows, "suite": args.suite}, "done")
+    rec.close()
     if args.format == "json":
         from .jsonsafe import dumps
         print(dumps([_verify_row_json(r) for r in rows], indent=1))
@@ -252,9 +162,14 @@ def cmd_verify(args, console) -> int:
 
 def cmd_compare(args, console) -> int:
     from . import compare, plan as P
-    if not getattr(args, "resume", None):
-        args.roles = args.roles if (args.roles or args.all) else ",".join(P.COMPARE_ROLES)
-    return compare.run(args, console, list(getattr(args, "_argv", None) or sys.argv[1:]))
+    argv = list(getattr(args, "_argv", None) or sys.argv[1:])
+    resume = getattr(args, "resume", None)
+    if resume:   # the interrupted run's own arguments
+        argv = compare.resumed_argv(resume)
+        args = build_parser().parse_args(argv)
+    if not (args.roles or args.all):
+        args.roles = ",".join(P.COMPARE_ROLES)
+    return compare.run(args, console, argv, resume=resume)
 
 
 def main(argv=None) -> int:

@@ -18,6 +18,7 @@ import sys
 import threading
 
 from . import plan as P
+from .args import problems_arg, setup
 from .results import ResultsDir, row_key
 
 
@@ -76,25 +77,186 @@ def _failed_rows_for_suite(plan, impls, failed_suite: dict) -> list[dict]:
     return rows
 
 
-def run(args, console, argv: list[str]) -> int:
+def resumed_argv(path) -> list[str]:
+    """The arguments of the interrupted run in ``path`` (``--resume``), as it recorded them."""
+    return list(ResultsDir(path, resume=True).read_meta().get("argv") or [])
+
+
+class _Recorder:
+    """The run's rows as they arrive: every finished row goes to ``rows.jsonl`` at once; a timed
+    case's verification waits in ``pre`` for its timing; vendor times and ceilings are events."""
+
+    def __init__(self, rd: ResultsDir, done_rows: list[dict], events: list[dict]):
+        self.rd = rd
+        self.rows: list[dict] = list(done_rows)
+        self.ceilings = next((e["ceilings"] for e in events if e["_event"] == "ceilings"), None)
+        self.vendor = {e["case"]: e["data"] for e in events if e["_event"] == "vendor"}
+        self.pre: dict = {}   # (impl, case id) -> a timed case's verification row, pending its timing
+        self.lock = threading.Lock()
+
+    def keep(self, ev) -> None:
+        """One event at a time (parallel workers' threads), none after an interrupt: the rows in
+        rows.jsonl and in the files written at the end are then the same."""
+        from .runner import _STOPPING
+        with self.lock:
+            if _STOPPING.is_set():
+                return
+            self._keep(ev)
+
+    def _keep(self, ev) -> None:
+        if ev.get("event") == "row":
+            r = ev["row"]
+            if r.get("pending_timing"):
+                self.pre[(r["impl"], r["case"]["id"])] = r
+                return
+            self.add(r)
+        elif ev.get("event") == "vendor":
+            self.vendor[ev["case"]] = {"time": ev["time"], "flops_per_s": ev["flops_per_s"]}
+            self.rd.append_event("vendor", case=ev["case"], data=self.vendor[ev["case"]])
+        elif ev.get("event") == "ceilings":
+            self.rd.append_event("ceilings", ceilings=ev["ceilings"])
+        elif ev.get("event") == "ready":   # where the wall time goes: each worker's start-up
+            self.rd.append_event("worker_ready", startup_s=ev.get("startup_s"))
+
+    def add(self, r: dict) -> None:
+        self.rows.append(r)
+        self.rd.append(r)
+
+    def finished(self) -> list[dict]:
+        with self.lock:   # a row being kept as the interrupt came is in both, or in neither
+            return _dedupe(self.rows)
+
+
+def _verify_tasks(args, device, impls, plan, done: set) -> list[dict]:
+    """The parallel phase's tasks: the verify suite and (on the GPU) the timed cases'
+    verification (their compiles and three-seed checks are most of the work; the timed phase
+    then only times them)."""
+    vtasks = []
+    if not args.no_verify_suite and not args.set:
+        vplan = P.plan_cases(problems_arg(args), "verify", args.dtype, [])
+        vtasks = _todo(P.make_tasks(vplan, impls, phase="verify-suite", prefix="v", split_by_layer=True), done)
+    return vtasks + (_preverify_tasks(plan, impls, done) if device == "cuda" else [])
+
+
+def _verify_phase(args, device, tasks: list[dict], rec: _Recorder, console, common: dict,
+                  quiet: bool) -> dict[str, str]:
+    """Runs the parallel phase's tasks; returns the implementations that failed the verify suite
+    ({key: why})."""
+    from .progress import RunProgress
+    from .runner import run_parallel
+
+    failed_suite: dict[str, str] = {}
+    if tasks:
+        title = "verify suite" + (" + timed cases' verification" if any(t.get("preverify") for t in tasks) else "")
+        with RunProgress(console, sum(len(t["impls"]) for t in tasks), title, quiet=quiet) as prog:
+            prog.add_tasks(tasks)
+            run_parallel(tasks, args.jobs or default_jobs(device),
+                         on_event=lambda ev: (rec.keep(ev), prog.event(ev)), **common)
+        for r in rec.rows:
+            if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
+                failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
+    return failed_suite
+
+
+def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, console, common: dict,
+                 quiet: bool, tcfg, timer):
+    """The timed cases: timing needs the GPU to itself (one worker); without a GPU nothing is
+    timed and the cases go to parallel workers like the verify suite. Then the rows of the
+    implementations that failed the suite. Returns the ceilings measured."""
+    from .progress import RunProgress
+    from .runner import run_parallel, run_tasks
+
+    gpu = device == "cuda"
+    ok_impls = [i for i in impls if i.key not in failed_suite]
+    done = {row_key(r) for r in rec.rows}   # a timed case that failed its verification is finished
+    tasks = _todo(P.make_tasks(plan, ok_impls, time=True, split_by_layer=not gpu), done)
+    tasks = _with_preverified(tasks, rec.pre)
+    ceilings = rec.ceilings
+    with RunProgress(console, sum(len(t["impls"]) for t in tasks),
+                     "timed cases" if gpu else "cases", quiet=quiet) as prog:
+        prog.add_tasks(tasks)
+        on_ev = lambda ev: (rec.keep(ev), prog.event(ev))  # noqa: E731
+        if gpu:
+            res = run_tasks(tasks, ceilings=not args.no_ceilings and ceilings is None,
+                            timing={k: getattr(tcfg, k) for k in ("mode", "min_samples", "time_cap_s")},
+                            keep_raw=not args.no_raw, on_event=on_ev, prestarted=timer, **common)
+        else:
+            res = run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
+        ceilings = ceilings or res.ceilings
+    for r in _failed_rows_for_suite(plan, impls, failed_suite):
+        if row_key(r) not in done:
+            rec.add(r)
+    return ceilings
+
+
+def _document(args, device, rows, ceilings, vendor, command: str, now, tcfg, wall_s: float) -> dict:
+    """The results document: line counts and metrics attached to the rows, the run's facts."""
     from . import registry, report
     from .machine import machine_info
-    from .progress import RunProgress
-    from .runner import _STOPPING, Worker, job_header, kill_all, run_parallel, run_tasks
+
+    machine = machine_info()
+    report.attach_loc(rows)
+    report.add_metrics(rows, ceilings, vendor, machine.get("gpu"), machine.get("l2_bytes") or 0,
+                       model_gpu=None if device == "cuda" else args.gpu)
+    doc = report.results_doc(rows, command=command, machine=machine, ceilings=ceilings, vendor=vendor,
+                             timing={**vars(tcfg), "description": tcfg.describe() if device == "cuda"
+                                     else "no GPU: nothing timed (timing needs a GPU)"},
+                             suite=args.suite if not args.set else "custom",
+                             created=now.isoformat(timespec="seconds"))
+    doc["backend_errors"] = dict(registry.BACKEND_ERRORS)
+    doc["wall_s"] = wall_s  # this invocation (a resumed run: its part)
+    return doc
+
+
+def _write(doc: dict, rd: ResultsDir, rows: list[dict], interrupted: str | None, plot: bool, console) -> None:
+    """The files of the run (and its plots), and the INTERRUPTED marker set or cleared."""
+    from . import report
+
+    if interrupted:
+        doc["interrupted"] = interrupted
+        rd.mark_interrupted(interrupted, len(rows), f"python -m harness compare --resume {rd.path}")
+    else:
+        rd.clear_interrupted()
+    report.write_outputs(doc, rd.path)
+    if plot:
+        try:
+            from .plots import make_plots
+            if not make_plots(doc, rd.path):
+                console.print("plots: nothing to draw in this run (no timed rows and no line counts)")
+        except ImportError as e:
+            console.print(f"plots skipped: matplotlib is not installed ({e})")
+    rd.close()
+
+
+def _print(doc: dict, fmt: str, rd: ResultsDir, console) -> None:
+    from . import report
+
+    if fmt == "json":
+        from .jsonsafe import dumps
+        print(dumps(doc, indent=1))
+    elif fmt == "csv":
+        print(report.to_csv(doc["rows"]), end="")
+    elif fmt == "md":
+        print(report.to_markdown(doc), end="")
+    else:
+        report.print_compare(doc, console)
+        n = {s: sum(r["status"] == s for r in doc["rows"]) for s in ("PASS", "FAIL", "SKIP")}
+        console.print(f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped; written: {rd.path}/")
+
+
+def run(args, console, argv: list[str], resume: str | None = None) -> int:
+    """The main job for parsed ``args`` (``argv``: the arguments as given, recorded for
+    ``--resume``; ``resume``: the folder of the interrupted run being finished)."""
+    import time as _time
+
+    from . import report
+    from .machine import machine_info
+    from .runner import _STOPPING, Worker, job_header, kill_all
     from .timing import TimingConfig
 
     # -- everything that can be wrong with the request is found before anything runs --------
-    resume = getattr(args, "resume", None)
-    rd = ResultsDir(resume or args.out, resume=bool(resume))
-    if resume:
-        meta = rd.read_meta()
-        prev_argv = meta.get("argv") or []
-        from .cli import build_parser
-        args = build_parser().parse_args(prev_argv)
-        argv = prev_argv
-    from .cli import setup
+    rd = ResultsDir(resume or args.out, resume=bool(resume), store=getattr(args, "store", None))
     device, impls, plan = setup(args)
-    import time as _time
     t_start = _time.monotonic()
     now = _dt.datetime.now(_dt.timezone.utc)
     command = "python -m harness " + " ".join(shlex.quote(a) for a in argv)
@@ -104,95 +266,28 @@ def run(args, console, argv: list[str]) -> int:
                        "machine": machine_info()})
     done_rows, events = rd.rows()
     done = {row_key(r) for r in done_rows}
-    ceilings = next((e["ceilings"] for e in events if e["_event"] == "ceilings"), None)
-    vendor = {e["case"]: e["data"] for e in events if e["_event"] == "vendor"}
+    rec = _Recorder(rd, done_rows, events)
 
     quiet = args.format != "table"
     timeout = args.timeout or (1800 if device == "cpu" else 600)
     common = dict(device=device, plugins=args.plugin, timeout_s=timeout, isolate=not args.no_isolate,
                   verbose=args.verbose)
-    rows: list[dict] = list(done_rows)
     tcfg = TimingConfig(mode="graph" if args.graph else "cold", time_cap_s=args.time_cap,
                         min_samples=args.min_samples)
+    ceilings = rec.ceilings
     interrupted = None
     _STOPPING.clear()   # a run in this process after an interrupted one (--resume from Python)
     old = signal.signal(signal.SIGTERM, _sigterm)
-
-    pre: dict = {}   # (impl, case id) -> a timed case's verification row, pending its timing
     timer = None     # the timing worker, started while the parallel phase runs (GPU)
-
-    keep_lock = threading.Lock()
-
-    def keep(ev):
-        # one event at a time (parallel workers' threads), none after an interrupt: the rows in
-        # rows.jsonl and in the files written at the end are then the same
-        with keep_lock:
-            if _STOPPING.is_set():
-                return
-            _keep(ev)
-
-    def _keep(ev):
-        if ev.get("event") == "row":
-            r = ev["row"]
-            if r.get("pending_timing"):
-                pre[(r["impl"], r["case"]["id"])] = r
-                return
-            rows.append(r)
-            rd.append(r)
-        elif ev.get("event") == "vendor":
-            vendor[ev["case"]] = {"time": ev["time"], "flops_per_s": ev["flops_per_s"]}
-            rd.append_event("vendor", case=ev["case"], data=vendor[ev["case"]])
-        elif ev.get("event") == "ceilings":
-            rd.append_event("ceilings", ceilings=ev["ceilings"])
-        elif ev.get("event") == "ready":   # where the wall time goes: each worker's start-up
-            rd.append_event("worker_ready", startup_s=ev.get("startup_s"))
-
     try:
-        failed_suite: dict[str, str] = {}
-        gpu = device == "cuda"
-        vtasks = []
-        if not args.no_verify_suite and not args.set:
-            vplan = P.plan_cases(P_names(args), "verify", args.dtype, [])
-            vtasks = _todo(P.make_tasks(vplan, impls, phase="verify-suite", prefix="v", split_by_layer=True), done)
-        # On the GPU the timed cases are verified here too, in parallel (their compiles and
-        # three-seed checks are most of the work); the timed phase then only times them.
-        ptasks = _preverify_tasks(plan, impls, done) if gpu else []
-        if gpu and common["isolate"] and (vtasks or ptasks):
+        vtasks = _verify_tasks(args, device, impls, plan, done)
+        if device == "cuda" and common["isolate"] and vtasks:
             # its start-up (imports, CUDA context, checker: ~10 s) overlaps the parallel phase;
             # it touches the GPU only once it has its tasks, when the parallel workers are done
             timer = Worker(job_header(device, args.plugin, None, args.verbose))
-        if vtasks or ptasks:
-            title = "verify suite" + (" + timed cases' verification" if ptasks else "")
-            with RunProgress(console, sum(len(t["impls"]) for t in vtasks + ptasks), title,
-                             quiet=quiet) as prog:
-                prog.add_tasks(vtasks + ptasks)
-                run_parallel(vtasks + ptasks, args.jobs or default_jobs(device),
-                             on_event=lambda ev: (keep(ev), prog.event(ev)), **common)
-            for r in rows:
-                if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
-                    failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
-        ok_impls = [i for i in impls if i.key not in failed_suite]
-        # timing needs the GPU to itself: one worker; without a GPU nothing is timed and the
-        # cases go to parallel workers like the verify suite
-        done = {row_key(r) for r in rows}   # a timed case that failed its verification is finished
-        tasks = _todo(P.make_tasks(plan, ok_impls, time=True, split_by_layer=not gpu), done)
-        tasks = _with_preverified(tasks, pre)
-        with RunProgress(console, sum(len(t["impls"]) for t in tasks),
-                         "timed cases" if gpu else "cases", quiet=quiet) as prog:
-            prog.add_tasks(tasks)
-            on_ev = lambda ev: (keep(ev), prog.event(ev))  # noqa: E731
-            if gpu:
-                res = run_tasks(tasks, ceilings=not args.no_ceilings and ceilings is None,
-                                timing={k: getattr(tcfg, k) for k in ("mode", "min_samples", "time_cap_s")},
-                                keep_raw=not args.no_raw, on_event=on_ev, prestarted=timer, **common)
-                timer = None   # run_tasks took it, or discarded it with nothing to run
-            else:
-                res = run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
-            ceilings = ceilings or res.ceilings
-        for r in _failed_rows_for_suite(plan, impls, failed_suite):
-            if row_key(r) not in done:
-                rows.append(r)
-                rd.append(r)
+        failed_suite = _verify_phase(args, device, vtasks, rec, console, common, quiet)
+        ceilings = _timed_phase(args, device, impls, plan, failed_suite, rec, console, common, quiet, tcfg, timer)
+        timer = None   # run_tasks took it, or discarded it with nothing to run
     except KeyboardInterrupt as e:
         kill_all()
         interrupted = "interrupted by SIGTERM" if str(e) == "SIGTERM" else "interrupted (Ctrl-C)"
@@ -204,56 +299,16 @@ def run(args, console, argv: list[str]) -> int:
         if timer is not None:   # never given its tasks: the run stopped before the timed phase
             timer.discard()
 
-    with keep_lock:   # a row being kept as the interrupt came is in both, or in neither
-        rows = _dedupe(rows)
-    machine = machine_info()
-    report.attach_loc(rows)
-    report.add_metrics(rows, ceilings, vendor, machine.get("gpu"), machine.get("l2_bytes") or 0,
-                       model_gpu=None if device == "cuda" else args.gpu)
-    doc = report.results_doc(rows, command=command, machine=machine, ceilings=ceilings, vendor=vendor,
-                             timing={**vars(tcfg), "description": tcfg.describe() if device == "cuda"
-                                     else "no GPU: nothing timed (timing needs a GPU)"},
-                             suite=args.suite if not args.set else "custom",
-                             created=now.isoformat(timespec="seconds"))
-    doc["backend_errors"] = dict(registry.BACKEND_ERRORS)
-    doc["wall_s"] = round(_time.monotonic() - t_start, 1)  # this invocation (a resumed run: its part)
-    if interrupted:
-        doc["interrupted"] = interrupted
-        rd.mark_interrupted(interrupted, len(rows), f"python -m harness compare --resume {rd.path}")
-    else:
-        rd.clear_interrupted()
-    paths = report.write_outputs(doc, rd.path)
-    if args.plot:
-        try:
-            from .plots import make_plots
-            made = make_plots(doc, rd.path)
-            paths += made
-            if not made:
-                console.print("plots: nothing to draw in this run (no timed rows and no line counts)")
-        except ImportError as e:
-            console.print(f"plots skipped: matplotlib is not installed ({e})")
-    rd.close()
-    if args.format == "json":
-        from .jsonsafe import dumps
-        print(dumps(doc, indent=1))
-    elif args.format == "csv":
-        print(report.to_csv(doc["rows"]), end="")
-    elif args.format == "md":
-        print(report.to_markdown(doc), end="")
-    else:
-        report.print_compare(doc, console)
-        n = {s: sum(r["status"] == s for r in doc["rows"]) for s in ("PASS", "FAIL", "SKIP")}
-        console.print(f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped; written: {rd.path}/")
+    rows = rec.finished()
+    doc = _document(args, device, rows, ceilings, rec.vendor, command, now, tcfg,
+                    round(_time.monotonic() - t_start, 1))
+    _write(doc, rd, rows, interrupted, args.plot, console)
+    _print(doc, args.format, rd, console)
     if interrupted:
         print(f"{interrupted}: {len(rows)} finished row(s) kept in {rd.path}/; finish with: "
               f"python -m harness compare --resume {rd.path}", file=sys.stderr)
         return 130 if "interrupted" in interrupted else 1
     return 1 if any(r["status"] == "FAIL" for r in doc["rows"]) else 0
-
-
-def P_names(args) -> list[str]:
-    from .cli import problems_arg
-    return problems_arg(args)
 
 
 def _todo(tasks, done: set) -> list[dict]:

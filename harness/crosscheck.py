@@ -65,7 +65,7 @@ def run(args) -> int:
     import torch
 
     from . import plan as P, verify
-    from .cli import setup
+    from .args import setup
     from .jsonsafe import dumps
     from .timing import Flusher, Spinner, TimingConfig, time_cold
 
@@ -114,7 +114,7 @@ def run(args) -> int:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from .cli import _positive, _selectors
+    from .args import _positive, _selectors
     p = subparsers.add_parser("crosscheck", help="the harness timer against CUPTI kernel durations (GPU)")
     _selectors(p, "models", "roles (default: baseline,default)")
     p.add_argument("--reps", type=_positive(int, "--reps"), default=30, help="timed launches per row")

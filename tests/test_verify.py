@@ -101,7 +101,7 @@ def test_tolerance_is_tight_for_fp32_softmax():
 
 def test_chunked_check_matches_whole(monkeypatch):
     """the streaming check (small chunks) finds the same first bad element and counts"""
-    import harness.verify as v
+    import harness.output_check as v
 
     p = problems.get("softmax")
     case = p.case(M=5, N=9)
@@ -123,7 +123,7 @@ def test_sampled_bias_test_still_catches_a_consistent_bias(monkeypatch):
     """an output of many chunks reads at most BIAS_MAX_CHUNKS of them for the bias test: a bias
     that every element carries (inside its own bound) still fails; the unbiased output passes; the
     bound check still covers every chunk (a bad element in an unsampled chunk is found)"""
-    import harness.verify as v
+    import harness.output_check as v
 
     p = problems.get("softmax")
     case = p.case(M=512, N=64)

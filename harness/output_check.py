@@ -1,0 +1,289 @@
+"""Comparing one output with its float64 reference: ``check_output`` and ``same_bits``.
+
+The check the checker process applies (``harness.checker``) and the worker-side tests reuse; it
+knows nothing of workers, launches or processes (docs/DESIGN.md, "Verification"; the rules are
+listed in ``harness.verify``'s docstring).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+CHUNK = 1 << 24  # elements per pass step: bounds the float64 temporaries (~128 MB each)
+
+BIAS_MIN_N = 512
+BIAS_T = 10.0
+BIAS_FLOOR = 0.02       # of half an ulp of the output dtype at the bin
+BIAS_FLOOR_FP32 = 8.0   # half-ulps of fp32: the floor never goes below this
+BIAS_BINADES = 40       # bins per sign: binades from the largest |ref| down
+BIAS_MAX_CHUNKS = 4     # chunks of CHUNK elements the bias test reads at most (evenly spaced)
+
+
+@dataclass
+class Check:
+    ok: bool
+    reason: str = ""
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+    first_bad: list | None = None
+    details: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "reason": self.reason, "max_abs_err": self.max_abs_err,
+                "rel_err": self.rel_err, "first_bad": self.first_bad, "details": self.details}
+
+    def to_json(self) -> dict:
+        from .jsonsafe import clean
+        return clean(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Check":
+        return cls(bool(d["ok"]), d.get("reason", ""), d.get("max_abs_err"), d.get("rel_err"),
+                   d.get("first_bad"), dict(d.get("details") or {}))
+
+
+def _index(flat_idx: int, shape) -> list[int]:
+    idx = []
+    for s in reversed(shape):
+        idx.append(int(flat_idx % s))
+        flat_idx //= s
+    return list(reversed(idx))
+
+
+def _half_ulp(x: torch.Tensor, dtype: str) -> torch.Tensor:
+    from .problems.gemm_epilogue import half_ulp
+    return half_ulp(x, dtype)
+
+
+def _repeats(r: torch.Tensor) -> bool:
+    """Whether reference values repeat enough to matter (judged on a sample: sorting billions
+    of distinct values to find none would cost more than the check)."""
+    if r.numel() <= 65536:
+        return True
+    idx = torch.randint(0, r.numel(), (8192,), generator=torch.Generator().manual_seed(0)).to(r.device)
+    return torch.unique(r[idx]).numel() < 0.98 * 8192
+
+
+class _BiasStats:
+    """Per-bin sums of the signed error, binned by sign and binade of the reference."""
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+        self.n = torch.zeros(2 * BIAS_BINADES, dtype=torch.float64)
+        self.s1 = torch.zeros_like(self.n)
+        self.s2 = torch.zeros_like(self.n)
+        self.sys = torch.zeros_like(self.n)
+        self.top = None
+
+    def add(self, r: torch.Tensor, e: torch.Tensor, sys: torch.Tensor | None = None) -> None:
+        nz = r != 0
+        r, e = r[nz], e[nz]
+        sys = sys[nz] if sys is not None else None
+        if r.numel() == 0:
+            return
+        # one sample per distinct reference value: outputs computed from few distinct inputs (a
+        # softmax of bf16 values) repeat the same rounding error thousands of times, which is
+        # no evidence of a bias; their mean error per distinct value is one observation
+        if _repeats(r):
+            r, inv, cnt = torch.unique(r, return_inverse=True, return_counts=True)
+            e = torch.zeros_like(r).index_add_(0, inv, e) / cnt
+            if sys is not None:
+                sys = torch.zeros_like(r).index_add_(0, inv, sys) / cnt
+        if r.numel() == 0:
+            return
+        _, ex = torch.frexp(r.abs())
+        if self.top is None:
+            self.top = int(ex.max())
+        b = (self.top - ex).clamp(0, BIAS_BINADES - 1) + BIAS_BINADES * (r < 0).long()
+        self.n += torch.bincount(b, minlength=2 * BIAS_BINADES).double().cpu()
+        self.s1 += torch.bincount(b, weights=e, minlength=2 * BIAS_BINADES).cpu()
+        self.s2 += torch.bincount(b, weights=e * e, minlength=2 * BIAS_BINADES).cpu()
+        if sys is not None:
+            self.sys += torch.bincount(b, weights=sys, minlength=2 * BIAS_BINADES).cpu()
+
+    def worst(self) -> dict | None:
+        """The most biased bin (by t) among those that fail, else the largest |t| seen."""
+        if self.top is None:
+            return None
+        best = None
+        for i in range(2 * BIAS_BINADES):
+            n = float(self.n[i])
+            if n < BIAS_MIN_N:
+                continue
+            mean = float(self.s1[i]) / n
+            var = max(float(self.s2[i]) / n - mean * mean, 0.0)
+            se = math.sqrt(var / (n - 1)) if n > 1 else float("inf")
+            t = mean / se if se > 0 else (0.0 if mean == 0 else math.inf)
+            sign = -1 if i >= BIAS_BINADES else 1
+            e = self.top - (i % BIAS_BINADES)  # |ref| in [2^(e-1), 2^e)
+            mid = torch.tensor([1.5 * 2.0 ** (e - 1)], dtype=torch.float64)
+            unit = max(BIAS_FLOOR * float(_half_ulp(mid, self.dtype)),
+                       BIAS_FLOOR_FP32 * float(_half_ulp(mid, "float32"))) + float(self.sys[i]) / n
+            fails = abs(t) >= BIAS_T and abs(mean) >= unit
+            info = {"bin": f"{'-' if sign < 0 else ''}[2^{e - 1}, 2^{e})", "n": int(n), "mean_err": mean,
+                    "t": t, "floor": unit, "fails": fails}
+            key = (fails, abs(t) if math.isfinite(t) else 1e300)
+            if best is None or key > best[0]:
+                best = (key, info)
+        return best[1] if best else None
+
+
+def _first_index(n: int, bad_of_chunk) -> int:
+    """The flat index of the first element ``bad_of_chunk(i, j)`` (a boolean chunk [i, j)) marks;
+    only called once a count said there is one."""
+    for i in range(0, n, CHUNK):
+        d = bad_of_chunk(i, min(n, i + CHUNK))
+        if bool(d.any()):
+            return i + int(torch.nonzero(d)[0])
+    return 0
+
+
+def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | None = None,
+                 systematic: torch.Tensor | None = None) -> Check:
+    """Compare ``out`` with the float64 ``ref``.
+
+    ``bound`` (float64, like ``ref``): the problem's per-element error bound before the output
+    rounding; half an ulp of the output dtype at max(|ref|, |out|) is added at each element.
+    ``systematic``: the part of ``bound`` that may be a bias (the bias test allows it). Without it
+    the problem's ``tolerance`` applies (atol + rtol*|ref|). Streams over chunks so the float64
+    temporaries stay small for outputs of billions of elements; the sums, counts and extremes stay
+    on the device until the end of a pass (a host round trip a chunk costs more than the chunk),
+    and the first offending element is searched for only when a count says there is one. The bias
+    test reads at most ``BIAS_MAX_CHUNKS`` chunks, evenly spaced over the output (2^26 elements
+    test a bias far below its floor; sorting billions of values for it would cost seconds)."""
+    if not isinstance(out, torch.Tensor):
+        return Check(False, f"output is {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(ref.shape):
+        return Check(False, f"output shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
+    if out.dtype != case.torch_dtype:
+        return Check(False, f"output dtype {out.dtype} != expected {case.torch_dtype}")
+    tol = problem.tolerance(case.dtype)
+    shape = tuple(ref.shape)
+    o_all = out.detach().to(device=ref.device).reshape(-1)
+    r_all = ref.reshape(-1)
+    b_all = bound.reshape(-1) if bound is not None else None
+    s_all = systematic.reshape(-1) if systematic is not None else None
+    n = r_all.numel()
+    f64 = dict(dtype=torch.float64, device=ref.device)
+
+    def nan_mismatch(i, j):
+        return torch.isnan(o_all[i:j]) != torch.isnan(r_all[i:j])
+
+    def inf_mismatch(i, j):
+        o, r = o_all[i:j], r_all[i:j]
+        oi, ri = torch.isinf(o), torch.isinf(r)
+        return (oi != ri) | (oi & ri & (torch.sign(o) != torch.sign(r)))
+
+    # pass 1: NaN/inf positions, norms, extremes (for the constant-output guard), bias sample
+    counts = torch.zeros(3, dtype=torch.int64, device=ref.device)  # NaN mismatches, inf mismatches, finite
+    sums = torch.zeros(3, **f64)                                   # sum r^2, sum e^2, max |e|
+    ext = torch.tensor([math.inf, -math.inf, math.inf, -math.inf], **f64)  # min/max of r, of o (finite r)
+    bias = _BiasStats(case.dtype) if getattr(problem, "bias_check", True) and (
+        bound is not None or not getattr(problem, "derives_bound", False)) else None
+    n_chunks = -(-n // CHUNK)
+    bias_step = max(1, -(-n_chunks // BIAS_MAX_CHUNKS))
+    for k, i in enumerate(range(0, n, CHUNK)):
+        j = min(n, i + CHUNK)
+        o = o_all[i:j].to(torch.float64)
+        r = r_all[i:j]
+        counts[0] += nan_mismatch(i, j).sum()
+        counts[1] += inf_mismatch(i, j).sum()
+        fin = torch.isfinite(r)
+        counts[2] += fin.sum()
+        e = torch.where(fin, o - r, 0.0)
+        rz = torch.where(fin, r, 0.0)
+        sums[0] += (rz * rz).sum()
+        sums[1] += (e * e).sum()
+        sums[2] = torch.maximum(sums[2], e.abs().max())
+        ext[0] = torch.minimum(ext[0], torch.where(fin, r, math.inf).min())
+        ext[1] = torch.maximum(ext[1], torch.where(fin, r, -math.inf).max())
+        ext[2] = torch.minimum(ext[2], torch.where(fin, o, math.inf).min())
+        ext[3] = torch.maximum(ext[3], torch.where(fin, o, -math.inf).max())
+        if bias is not None and k % bias_step == 0:
+            rf, ef = r[fin], (o - r)[fin]
+            if rf.numel() and bool(torch.isfinite(ef).all()):
+                bias.add(rf, ef, s_all[i:j][fin] if s_all is not None else None)
+
+    nan_bad, inf_bad, n_fin = (int(v) for v in counts.tolist())
+    sum_r2, sum_e2, max_abs = sums.tolist()
+    if nan_bad:
+        first = _first_index(n, nan_mismatch)
+        what = ("NaN where the reference is finite (unwritten or poisoned output?)"
+                if bool(torch.isnan(o_all[first])) else "finite where the reference is NaN")
+        where = _index(first, shape)
+        return Check(False, f"{nan_bad} element(s) {what}; first at {where}", first_bad=where,
+                     max_abs_err=float("nan"))
+    if inf_bad:
+        where = _index(_first_index(n, inf_mismatch), shape)
+        return Check(False, f"{inf_bad} element(s) with inf where the reference differs; "
+                            f"first at {where}", first_bad=where, max_abs_err=float("inf"))
+    if n_fin == 0:
+        return Check(True, "no finite elements to compare", 0.0, 0.0)
+    ref_norm, err_norm = math.sqrt(sum_r2), math.sqrt(sum_e2)
+    rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
+
+    # Guard: an all-zero or constant output where the reference is neither.
+    rmin, rmax, omin, omax = ext.tolist()
+    if n_fin > 1 and rmin != rmax and omin == omax:
+        kind = "all zero" if omin == 0.0 else f"constant ({omin:g})"
+        return Check(False, f"output is {kind} where the reference is not", max_abs, rel)
+
+    rms = math.sqrt(sum_r2 / n_fin)
+    atol = max(tol.atol_floor, tol.atol_rms * rms)
+
+    def allowed_of(i, j, o, r):
+        if b_all is not None:
+            return b_all[i:j] + _half_ulp(torch.maximum(r.abs(), o.abs()), case.dtype)
+        return atol + tol.rtol * r.abs()
+
+    def over_of(i, j):
+        o, r = o_all[i:j].to(torch.float64), r_all[i:j]
+        return torch.isfinite(r) & ((o - r).abs() > allowed_of(i, j, o, r))
+
+    # pass 2: every element against its bound; the largest error / bound ratio
+    over = torch.zeros((), dtype=torch.int64, device=ref.device)
+    ratio_max = torch.zeros((), **f64)
+    for i in range(0, n, CHUNK):
+        j = min(n, i + CHUNK)
+        o, r = o_all[i:j].to(torch.float64), r_all[i:j]
+        fin = torch.isfinite(r)
+        allowed = allowed_of(i, j, o, r)
+        err = (o - r).abs()
+        over += (fin & (err > allowed)).sum()
+        ratio_max = torch.maximum(ratio_max, torch.where(fin, err / allowed.clamp_min(1e-300), 0.0).max())
+    over_n, worst_ratio = int(over), float(ratio_max)
+    if over_n:
+        first = _first_index(n, over_of)
+        where = _index(first, shape)
+        got, want = float(o_all[first]), float(r_all[first])
+        allowed = float(allowed_of(first, first + 1, o_all[first:first + 1].to(torch.float64),
+                                   r_all[first:first + 1])[0])
+        what = (f"their bound (fp32 accumulation + half an ulp of {case.dtype})" if b_all is not None
+                else f"atol={atol:.3g} + rtol={tol.rtol:.3g}*|ref|")
+        return Check(False, f"{over_n} element(s) outside {what}; first at {where}: got {got:.9g}, "
+                            f"expected {want:.9g} (allowed error {allowed:.3g})",
+                     max_abs, rel, where)
+    if rel > tol.rel_norm:
+        return Check(False, f"relative error norm {rel:.3g} > {tol.rel_norm:.3g}", max_abs, rel)
+    worst = bias.worst() if bias is not None else None
+    details = {"bias": worst} if worst else {}
+    details["worst_ratio"] = worst_ratio
+    if worst and worst["fails"]:
+        return Check(False, f"systematic error: in the {worst['n']} elements with reference in "
+                            f"{worst['bin']} the mean error is {worst['mean_err']:.3g} "
+                            f"(t = {worst['t']:.1f}; unbiased rounding stays under "
+                            f"{worst['floor']:.3g}): a different function or precision?",
+                     max_abs, rel, details=details)
+    return Check(True, "", max_abs, rel, details=details)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equal values (NaN payloads included), whatever the strides."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.contiguous().view(ints), b.contiguous().view(ints))
+    return torch.equal(a, b)
