@@ -168,7 +168,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="tables from a results file; the README's generated figures",
                               description="Render a section of a results.json as markdown, or rewrite / "
                                           "check the README's generated blocks.")
-    p.add_argument("results", nargs="?", help="a results folder or results.json")
+    p.add_argument("results", nargs="*", metavar="RUN",
+                   help="a results folder or results.json (with --html: run ids from `runs` or run folders)")
+    p.add_argument("--html", metavar="OUT", help="write a self-contained static site of the run(s) into OUT/")
+    p.add_argument("--store", metavar="URL", default=None, help="the results store the run ids are in "
+                   "(default results/runs.sqlite; postgresql://user@host/db)")
     p.add_argument("--section", choices=SECTIONS, default="summary")
     p.add_argument("--problem", action="append")
     p.add_argument("--impl", action="append")
@@ -192,5 +196,15 @@ def main(args) -> int:
         return 1 if bad else 0
     if not args.results:
         raise ValueError("report: give a results folder or file (or --update-readme / --check-readme)")
-    print(render(load(args.results), args.section, args.problem, args.impl, args.roles), end="")
+    if args.html:
+        from .html_report import check_target, write_site
+        from .store import resolve
+        check_target(args.html)
+        docs = [resolve(r, args.store) for r in args.results]
+        paths = write_site(docs, args.html)
+        print(f"report: {len(paths)} page(s) written: {Path(args.html) / 'index.html'}")
+        return 0
+    if len(args.results) > 1:
+        raise ValueError("report: one results folder or file (several runs need --html OUT)")
+    print(render(load(args.results[0]), args.section, args.problem, args.impl, args.roles), end="")
     return 0

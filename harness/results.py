@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import secrets
+import time
 from pathlib import Path
 
 from .jsonsafe import dumps
@@ -39,8 +40,48 @@ def default_dir(root: Path | str = "results") -> Path:
     return Path(root) / f"{now}-{os.getpid()}-{next(_SEQ)}-{secrets.token_hex(3)}"
 
 
+NO_STORE = object()   # ResultsDir(..., store=NO_STORE): the run is not recorded in a store
+
+
+def read_rows(path: Path | str) -> tuple[list[dict], list[dict]]:
+    """(rows, events) of a ``rows.jsonl``; a torn last line (killed mid-write) is dropped."""
+    p = Path(path)
+    rows, events = [], []
+    if p.is_file():
+        for line in p.read_text(encoding="utf-8").splitlines():
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            (events if "_event" in d else rows).append(d)
+    return rows, events
+
+
 class ResultsDir:
-    def __init__(self, path: Path | str | None, resume: bool = False):
+    """``store``: the results store the run is also written into (``harness.store``: a URL, or
+    None for the default ``results/runs.sqlite``; ``NO_STORE`` for none). It is opened before the
+    folder is created, so a bad --store leaves nothing behind; ``write_meta`` starts the store's
+    run (its uid is kept in ``run.json`` as ``store_uid``, which ``--resume`` and ``import`` use to
+    find it again), every ``append`` writes the row (or event) there too as it finishes, and
+    ``close`` records the final ``results.json`` (metrics, line counts, summary, state)."""
+
+    def __init__(self, path: Path | str | None, resume: bool = False, store=NO_STORE):
+        self._rec = None
+        self._opened = time.time()
+        if path is not None:
+            p = Path(path)
+            if p.exists() and not p.is_dir():
+                raise ResultsError(f"--out: {p} exists and is not a folder")
+            if resume and not (p / "run.json").is_file():
+                raise ResultsError(f"--resume: {p} holds no run.json (not a results folder)")
+            if not resume and p.is_dir() and any(p.iterdir()):
+                raise ResultsError(f"--out: {p} is not empty (choose a new folder, or "
+                                   f"--resume it to finish an interrupted run)")
+        if store is not NO_STORE:
+            from .store import open_store
+            self._store = open_store(store)
+        else:
+            self._store = None
         if path is None:
             path = default_dir()
             self.path = Path(path)
@@ -72,7 +113,23 @@ class ResultsDir:
 
     # -- the record as the run goes ------------------------------------------------------------
     def write_meta(self, meta: dict) -> None:
+        if self._store is not None:
+            import uuid
+            from .store import Recorder
+            meta = dict(meta, store_uid=uuid.uuid4().hex)
+            self._rec = Recorder(self._store, meta, kind="compare", uid=meta["store_uid"],
+                                 folder=str(self.path))
         (self.path / "run.json").write_text(dumps(meta, indent=1))
+
+    def _resume_store(self) -> None:
+        """A resumed run continues its store run (found by ``store_uid``; a new one in a store
+        that never had it)."""
+        if self._store is None or self._rec is not None:
+            return
+        from .store import Recorder
+        meta = self.read_meta()
+        self._rec = Recorder(self._store, meta, kind="compare", uid=meta.get("store_uid"),
+                             folder=str(self.path))
 
     def read_meta(self) -> dict:
         return json.loads((self.path / "run.json").read_text())
@@ -83,6 +140,13 @@ class ResultsDir:
         self._rows.write(dumps(row) + "\n")
         self._rows.flush()
         os.fsync(self._rows.fileno())
+        if self._rec is None and self._store is not None and (self.path / "run.json").is_file():
+            self._resume_store()
+        if self._rec is not None:
+            if "_event" in row:
+                self._rec.event(row["_event"], {k: v for k, v in row.items() if k != "_event"})
+            else:
+                self._rec.row(row)
 
     def append_event(self, kind: str, **data) -> None:
         """Run-level facts that arrive mid-run (ceilings, vendor GEMM times) go into the same
@@ -91,16 +155,7 @@ class ResultsDir:
 
     def rows(self) -> tuple[list[dict], list[dict]]:
         """(rows, events) recorded so far; a torn last line (killed mid-write) is dropped."""
-        p = self.path / "rows.jsonl"
-        rows, events = [], []
-        if p.is_file():
-            for line in p.read_text(encoding="utf-8").splitlines():
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                (events if "_event" in d else rows).append(d)
-        return rows, events
+        return read_rows(self.path / "rows.jsonl")
 
     def mark_interrupted(self, why: str, n_rows: int, resume_cmd: str) -> None:
         (self.path / "INTERRUPTED").write_text(
@@ -120,6 +175,20 @@ class ResultsDir:
         if self._rows is not None:
             self._rows.close()
             self._rows = None
+        if self._store is not None:
+            res = self.path / "results.json"
+            if self._rec is None and (self.path / "run.json").is_file():
+                self._resume_store()
+            if self._rec is not None and res.is_file() and res.stat().st_mtime >= self._opened - 1:
+                try:
+                    doc = json.loads(res.read_text())
+                except (OSError, json.JSONDecodeError):
+                    doc = None
+                if doc is not None:
+                    self._rec.finish(doc, "interrupted" if self.interrupted else "done")
+            self._store.close()
+            self._store = None
+            self._rec = None
 
 
 def row_key(r: dict) -> tuple:
