@@ -1,0 +1,577 @@
+"""cuTile adapter: registers the kernels of ``cutile_src/`` (``import cuda.tile as ct``).
+
+Ids (docs/DESIGN.md): ``cutile:<problem>`` the default (``cutile_src/dispatch.py`` plans once in
+``prepare``: variant, tile shape, grid, kernel hints; the launch is one ``ct.launch``),
+``cutile:<problem>_simple`` the teaching twin (``cutile_src/<problem>.py``), and the variants
+``cutile:<problem>_<algorithm>``.
+
+CPU mode: cuTile has no interpreter, but its compiler runs without a GPU or driver. Every
+implementation has ``compile_only(case)``: it builds the kernel signature a launch on the case's
+tensors would use (dtypes, ranks, the last stride 1, the base addresses' and strides' 16-byte
+divisibility, int32 indices; the launch derives the same facts from the tensors) and exports a
+cubin for sm_90 through ``cuda.tile.compilation.export_kernel`` (the CUDA 13.4 ``tileiras`` of
+the ``nvidia-cuda-tileiras`` pip package). Registers, the local-memory frame, threads and static
+shared memory are read from the cubin's ELF attributes; where ``cuobjdump`` is found, the SASS
+opcode counts that show whether the GEMM uses wgmma (HGMMA) and TMA (UTMALDG / UTMASTG).
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from harness import Source, register
+from harness.errors import Unsupported
+from harness.registry import describe_layer
+
+try:
+    import cuda.tile as ct
+    _IMPORT_ERROR = None
+except Exception as e:  # pragma: no cover - depends on the machine
+    ct = None
+    _IMPORT_ERROR = f"cuda.tile not importable: {type(e).__name__}: {e}"
+
+if ct is not None:
+    from cutile_src import dispatch
+    from cutile_src import gemm_epilogue as gemm_simple
+    from cutile_src import gemm_epilogue_splitk as gemm_splitk
+    from cutile_src import gemm_epilogue_tiled as gemm_tiled
+    from cutile_src import softmax as softmax_simple
+    from cutile_src import softmax_online, softmax_rows
+    from cutile_src import vector_add as vector_add_simple
+    from cutile_src import vector_add_unmasked
+
+LAYER = "cutile"
+ARCH = "sm_90"
+ACT = {"none": 0, "relu": 1, "gelu": 2}
+DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+# -- availability ------------------------------------------------------------------------------
+def available() -> str | None:
+    if _IMPORT_ERROR:
+        return _IMPORT_ERROR
+    if not torch.cuda.is_available():
+        return "no CUDA GPU (cuTile has no CPU interpreter; compile-only for sm_90 works without one)"
+    return None
+
+
+def _cuda_inputs(inputs) -> None:
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.device.type != "cuda":
+            raise Unsupported("cuTile runs on CUDA tensors only (no CPU interpreter)")
+
+
+# -- kernels with hints ------------------------------------------------------------------------
+_HINTED: dict = {}
+
+
+def hinted(kernel, hints: dict):
+    """``kernel`` with cuTile compiler hints (occupancy, num_worker_warps), made once."""
+    if not hints:
+        return kernel
+    key = (id(kernel), tuple(sorted(hints.items())))
+    if key not in _HINTED:
+        _HINTED[key] = kernel.replace_hints(**hints)
+    return _HINTED[key]
+
+
+# -- compile facts from a cubin ----------------------------------------------------------------
+def cubin_facts(cubin: bytes) -> dict:
+    """Registers (EIATTR_REGCOUNT), the per-thread local-memory frame (EIATTR_FRAME_SIZE: spilled
+    registers and local arrays), threads per block (EIATTR_REQNTID) and static shared memory
+    (the ``.nv.shared.*`` sections) of the one kernel in a cuTile cubin."""
+    d = cubin
+    if d[:4] != b"\x7fELF":
+        raise ValueError("cubin: not an ELF file")
+    shoff, = struct.unpack_from("<Q", d, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", d, shoff + i * shentsize) for i in range(shnum)]
+    strtab = secs[shstrndx][4]
+
+    def name(off):
+        return d[strtab + off:d.index(b"\0", strtab + off)].decode()
+
+    out = {"registers": None, "local_bytes": 0, "threads": None, "smem": 0}
+    for s in secs:
+        n, off, size = name(s[0]), s[4], s[5]
+        if n.startswith(".nv.shared.") and "reserved" not in n:
+            out["smem"] += size
+        if not n.startswith(".nv.info"):
+            continue
+        p = off
+        while p < off + size:
+            fmt, attr = d[p], d[p + 1]
+            if fmt == 4:  # EIFMT_SVAL: u16 size, payload
+                sz, = struct.unpack_from("<H", d, p + 2)
+                pay = d[p + 4:p + 4 + sz]
+                if attr == 0x2F and sz >= 8:
+                    out["registers"] = struct.unpack_from("<II", pay)[1]
+                elif attr == 0x11 and sz >= 8:
+                    out["local_bytes"] = max(out["local_bytes"], struct.unpack_from("<II", pay)[1])
+                elif attr == 0x10 and sz >= 12:
+                    out["threads"] = math.prod(struct.unpack_from("<III", pay))
+                p += 4 + sz
+            elif fmt == 3:  # EIFMT_HVAL
+                p += 4
+            else:
+                p += 2
+    return out
+
+
+def _cuobjdump() -> str | None:
+    try:
+        import nvidia.cu13 as cu13
+        for base in cu13.__path__:
+            p = Path(base) / "bin" / "cuobjdump"
+            if p.exists():
+                return str(p)
+    except Exception:
+        pass
+    return shutil.which("cuobjdump")
+
+
+SASS_OPS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDG", "STG", "STL", "LDL")
+
+
+def sass_text(cubin: bytes) -> str | None:
+    exe = _cuobjdump()
+    if exe is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "k.cubin")
+        Path(f).write_bytes(cubin)
+        r = subprocess.run([exe, "-sass", f], capture_output=True, text=True, timeout=120)
+    return r.stdout if r.returncode == 0 else None
+
+
+def sass_ops(sass: str) -> dict:
+    """How many SASS instructions start with each opcode of SASS_OPS (predicates skipped)."""
+    counts = dict.fromkeys(SASS_OPS, 0)
+    for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", sass):
+        if m.group(1) in counts:
+            counts[m.group(1)] += 1
+    return counts
+
+
+# -- signatures: what a launch on the case's tensors would compile ---------------------------------
+def _align(value: int, cap: int = 16) -> int:
+    """The largest power of two <= cap dividing value (cap where value is 0)."""
+    return cap if value == 0 else min(cap, value & -value)
+
+
+def array_constraint(t: torch.Tensor):
+    """An ArrayConstraint for tensor ``t`` (a meta tensor is fine): its dtype and rank, the last
+    stride 1 where it is, the other strides' and the base address's 16-byte divisibility (the
+    base counted from a 256-byte aligned allocation), int32 indices while they fit."""
+    from cuda.tile.compilation import ArrayConstraint
+    es = t.element_size()
+    strides = t.stride()
+    const = tuple(1 if (i == t.dim() - 1 and s == 1) else None for i, s in enumerate(strides))
+    div = tuple(1 if c is not None else max(1, _align(s * es) // es) for c, s in zip(const, strides))
+    extent = sum((n - 1) * s for n, s in zip(t.shape, strides)) + 1
+    idx = ct.int32 if max(list(t.shape) + [extent]) < 2 ** 31 else ct.int64
+    return ArrayConstraint(getattr(ct, DTYPES[t.dtype]), t.dim(), index_dtype=idx,
+                           stride_lower_bound_incl=0, alias_groups=(), may_alias_internally=False,
+                           stride_constant=const, stride_divisible_by=div,
+                           base_addr_divisible_by=_align(_address(t)))
+
+
+def _address(t: torch.Tensor) -> int:
+    """The tensor's data address where it has memory, else its offset into a 256-byte aligned
+    allocation (meta tensors)."""
+    return t.data_ptr() if t.device.type == "cuda" else t.storage_offset() * t.element_size()
+
+
+def compile_kernel(kernel, args, hints=None, sass: bool = True) -> dict:
+    """Export ``kernel`` for sm_90 with the signature of ``args`` (tensors -> arrays, the rest
+    constants) and read the cubin's facts; no GPU needed."""
+    from cuda.tile.compilation import CallingConvention, KernelSignature, export_kernel
+    k = hinted(kernel, hints or {})
+    cc = CallingConvention.cutile_python_v1()
+    if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
+        sig = KernelSignature.from_kernel_args(k, args, cc)  # the launch's own signature
+    else:
+        params = [array_constraint(a) if isinstance(a, torch.Tensor) else a for a in args]
+        sig = KernelSignature(params, cc)
+    buf = io.BytesIO()
+    t0 = time.perf_counter()
+    export_kernel(k, [sig], buf, gpu_code=ARCH, output_format="cubin")
+    secs = time.perf_counter() - t0
+    cubin = buf.getvalue()
+    facts = cubin_facts(cubin)
+    facts["compile_s"] = round(secs, 3)
+    facts["cubin_bytes"] = len(cubin)
+    facts["arch"] = ARCH
+    if sass:
+        text = sass_text(cubin)
+        facts["sass_ops"] = sass_ops(text) if text else "cuobjdump not found"
+    name = getattr(getattr(kernel, "_pyfunc", None), "__name__", None) or getattr(kernel, "__name__", "kernel")
+    facts["kernel"] = name
+    return facts | {"_cubin": cubin}
+
+
+def _facts(launches) -> dict:
+    """The row's facts from [(kernel, args, hints)], one compile each: the first kernel's,
+    registers / spills / smem the largest over all, every kernel's under ``kernels``."""
+    per = [compile_kernel(k, a, h) for k, a, h in launches]
+    out = {k: v for k, v in per[0].items() if k != "_cubin"}
+    out["compile_s"] = round(sum(f["compile_s"] for f in per), 3)
+    out["registers"] = max(f["registers"] or 0 for f in per)
+    out["spills"] = max(f["local_bytes"] for f in per)
+    out["smem"] = max(f["smem"] for f in per)
+    out["kernels"] = {f["kernel"]: {k: f[k] for k in ("registers", "local_bytes", "threads", "smem", "sass_ops")
+                                    if k in f} for f in per}
+    out["note"] = ("compiled for sm_90 by tileiras without a GPU; spills = the local-memory frame "
+                   "(bytes per thread) from the cubin")
+    return out
+
+
+# -- meta tensors: the case's shapes, strides and alignment, no memory --------------------------
+def _meta_vector_add(case):
+    off = int(case.params.get("misalign", 0))
+    dt = case.torch_dtype
+    x = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
+    y = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
+    return x, y, torch.empty(case.N, dtype=dt, device="meta")
+
+
+def _meta_softmax(case):
+    from harness.problems.softmax import row_pad, start_offset
+    layout = case.params.get("layout", "contiguous")
+    pad, off = row_pad(layout, case.N), start_offset(layout)
+    flat = torch.empty(off + case.M * (case.N + pad), dtype=case.torch_dtype, device="meta")
+    x = flat[off:].view(case.M, case.N + pad)[:, :case.N]
+    return x, torch.empty(case.M, case.N, dtype=case.torch_dtype, device="meta")
+
+
+def _meta_gemm(case):
+    dt = case.torch_dtype
+    a = torch.empty(case.M, case.K, dtype=dt, device="meta")
+    b = torch.empty(case.K, case.N, dtype=dt, device="meta")
+    bias = torch.empty(case.N, dtype=dt, device="meta") if int(case.params.get("bias", 1)) else None
+    return a, b, bias, case.params.get("act", "relu"), torch.empty(case.M, case.N, dtype=dt, device="meta")
+
+
+def _sms() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return dispatch.H200_SMS
+
+
+# -- input checks ------------------------------------------------------------------------------
+def _check_same(name: str, t, dtype, shape) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name}: dtype {t.dtype}, expected {dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {tuple(shape)}")
+
+
+def _check_dtype(name: str, t, allowed) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in allowed:
+        raise TypeError(f"{name}: dtype {t.dtype} not supported (expected one of {sorted(map(str, allowed))})")
+
+
+def vector_add_args(x, y, out) -> None:
+    _check_dtype("x", x, DTYPES)
+    if x.dim() != 1:
+        raise ValueError(f"x: expected a 1-d tensor, got shape {tuple(x.shape)}")
+    _check_same("y", y, x.dtype, x.shape)
+    _check_same("out", out, x.dtype, x.shape)
+    for n, t in (("x", x), ("y", y), ("out", out)):
+        if t.shape[0] > 1 and t.stride(0) != 1:
+            raise ValueError(f"{n}: elements must be contiguous (stride {t.stride(0)})")
+
+
+def softmax_args(x, out) -> None:
+    _check_dtype("x", x, DTYPES)
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-d tensor [M, N], got shape {tuple(x.shape)}")
+    _check_same("out", out, x.dtype, x.shape)
+    for n, t in (("x", x), ("out", out)):
+        if t.shape[1] > 1 and t.stride(1) != 1:
+            raise ValueError(f"{n}: columns must be contiguous (stride {t.stride(1)})")
+
+
+def gemm_args(a, b, bias, act, c) -> None:
+    _check_dtype("a", a, (torch.float16, torch.bfloat16))
+    if a.dim() != 2 or not isinstance(b, torch.Tensor) or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"a, b: expected [M, K] and [K, N], got {tuple(a.shape)} and "
+                         f"{tuple(getattr(b, 'shape', ()))}")
+    _check_same("b", b, a.dtype, b.shape)
+    if bias is not None:
+        _check_same("bias", bias, a.dtype, (b.shape[1],))
+    if act not in ACT:
+        raise ValueError(f"act: {act!r} not one of {sorted(ACT)}")
+    _check_same("c", c, a.dtype, (a.shape[0], b.shape[1]))
+    for n, t in (("a", a), ("b", b), ("c", c)):
+        if t.shape[1] > 1 and t.stride(1) != 1:
+            raise ValueError(f"{n}: rows must be contiguous (column stride {t.stride(1)})")
+
+
+# -- first call --------------------------------------------------------------------------------
+def _first_call(launch) -> float:
+    t0 = time.perf_counter()
+    launch()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def _run_facts(launches) -> dict:
+    """Compile facts of a GPU launch: the same export with the same signature (a hit in cuTile's
+    disk cache after the launch compiled it), without the SASS."""
+    try:
+        per = [compile_kernel(k, a, h, sass=False) for k, a, h in launches]
+    except Exception as e:  # facts are optional; the launch itself already ran
+        return {"facts_error": f"{type(e).__name__}: {e}"[:300]}
+    return {"registers": max(f["registers"] or 0 for f in per),
+            "spills": max(f["local_bytes"] for f in per), "smem": max(f["smem"] for f in per),
+            "threads": per[0]["threads"]}
+
+
+def _finish(launch, launches, config: dict):
+    secs = _first_call(launch)
+    launch.info = {"compile_s": round(secs, 3), "config": config} | _run_facts(launches)
+    return launch
+
+
+# -- vector_add --------------------------------------------------------------------------------
+def _va_plan(x):
+    return dispatch.plan_vector_add(x.shape[0], x.element_size())
+
+
+def _va_launches(variant, x, y, out):
+    if variant == "simple":
+        t = vector_add_simple.TILE
+        return [(vector_add_simple.vector_add_kernel, (x, y, out, t), {})], {"TILE": t}
+    p = _va_plan(x)
+    return [(vector_add_unmasked.vector_add_unmasked_kernel, (x, y, out, p["TILE"]), p["hints"])], p
+
+
+def _va_compile(variant):
+    def compile_only(case):
+        x, y, out = _meta_vector_add(case)
+        launches, cfg = _va_launches(variant, x, y, out)
+        return _facts(launches) | {"config": cfg}
+    compile_only.__name__ = f"compile_vector_add_{variant}"
+    return compile_only
+
+
+def _va_prepare(variant):
+    def prepare(case, inputs, out):
+        _cuda_inputs(inputs)
+        x, y = inputs
+        vector_add_args(x, y, out)
+        launches, cfg = _va_launches(variant, x, y, out)
+        if variant == "simple":
+            def launch():
+                vector_add_simple.vector_add(x, y, out)
+        else:
+            k, _, h = launches[0]
+            launch = vector_add_unmasked.bind_launch(x, y, out, cfg["TILE"], kernel=hinted(k, h))
+        return _finish(launch, launches, cfg)
+    return prepare
+
+
+_VA = {
+    "default": ("vector_add", "planned: full tiles loaded and stored without bounds checks, one "
+                "checked tail tile; tile by element size",
+                [Source("cutile_src/vector_add_unmasked.py", kernels=("vector_add_unmasked_kernel",),
+                        host=("bind_launch",)),
+                 Source("cutile_src/dispatch.py", kernels=(), host=("plan_vector_add",))]),
+    "simple": ("vector_add_simple", "teaching twin: one 1024-element tile a program, ct.load pads "
+               "and ct.store drops the ragged tail",
+               [Source("cutile_src/vector_add.py", kernels=("vector_add_kernel",), host=("vector_add",))]),
+}
+for _v, (_name, _desc, _src) in _VA.items():
+    register(problem="vector_add", layer=LAYER, name=_name, description=_desc, sources=_src,
+             devices=("cuda",), available=available,
+             compile_only=_va_compile(_v) if ct else None)(_va_prepare(_v))
+
+
+# -- softmax -----------------------------------------------------------------------------------
+def _sm_launches(variant, x, out):
+    M, N = x.shape
+    if variant == "simple":
+        t = softmax_simple.TILE
+        return [(softmax_simple.softmax_kernel, (x, out, t), {})], {"variant": "simple", "TILE": t}
+    p = dispatch.plan_softmax(M, N, x.element_size(), _sms())
+    if variant == "rows" and p["variant"] != "rows":
+        tn = 1 << max(0, (N - 1).bit_length())
+        p = {"variant": "rows", "ROWS": 1, "TN": tn, "grid": M, "hints": {}}
+    if variant == "online" and p["variant"] != "online":
+        tn = 1 << max(0, (N - 1).bit_length())
+        p = {"variant": "online", "TILE": min(dispatch.SOFTMAX["ONLINE_TILE"], tn), "grid": M, "hints": {}}
+    if p["variant"] == "rows":
+        return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"]), p["hints"])], p
+    return [(softmax_online.softmax_online_kernel, (x, out, p["TILE"]), p["hints"])], p
+
+
+def _sm_supports(variant):
+    def supports(case):
+        if variant == "rows" and (1 << max(0, (case.N - 1).bit_length())) > dispatch.SOFTMAX["ROW_TILE_MAX"]:
+            return f"rows: N = {case.N} rounds up past {dispatch.SOFTMAX['ROW_TILE_MAX']} columns a tile"
+        return None
+    return supports
+
+
+def _sm_compile(variant):
+    def compile_only(case):
+        x, out = _meta_softmax(case)
+        launches, cfg = _sm_launches(variant, x, out)
+        return _facts(launches) | {"config": cfg}
+    compile_only.__name__ = f"compile_softmax_{variant}"
+    return compile_only
+
+
+def _sm_prepare(variant):
+    def prepare(case, inputs, out):
+        _cuda_inputs(inputs)
+        (x,) = inputs
+        softmax_args(x, out)
+        if variant == "rows" and _sm_supports("rows")(case):
+            raise Unsupported(_sm_supports("rows")(case))
+        launches, cfg = _sm_launches(variant, x, out)
+        if variant == "simple":
+            def launch():
+                softmax_simple.softmax(x, out)
+        else:
+            k, _, h = launches[0]
+            if cfg["variant"] == "rows":
+                launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], kernel=hinted(k, h))
+            else:
+                launch = softmax_online.bind_launch(x, out, cfg["TILE"], kernel=hinted(k, h))
+        return _finish(launch, launches, cfg)
+    return prepare
+
+
+_SM = {
+    "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile) while a "
+                "row rounds up to <= 8192 columns, online (column tiles, running max and sum, second "
+                "pass newest tile first) for longer rows",
+                [Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
+                 Source("cutile_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",)),
+                 Source("cutile_src/dispatch.py", kernels=(), host=("plan_softmax",))]),
+    "simple": ("softmax_simple", "teaching twin: a program per row, online max/sum over 1024-column "
+               "tiles, second pass stores; any N",
+               [Source("cutile_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
+    "rows": ("softmax_rows", "a (ROWS, TN) tile of whole rows a program (ROWS = 1: one row as one tile); "
+             "rows up to 8192 columns rounded up",
+             [Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",))]),
+    "online": ("softmax_online", "a program per row, column tiles with lane-wise running max and sum, "
+               "second pass newest tile first; any N",
+               [Source("cutile_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",))]),
+}
+for _v, (_name, _desc, _src) in _SM.items():
+    register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,
+             devices=("cuda",), available=available,
+             supports=_sm_supports(_v) if _v == "rows" else None,
+             compile_only=_sm_compile(_v) if ct else None)(_sm_prepare(_v))
+
+
+# -- gemm_epilogue -----------------------------------------------------------------------------
+def _gemm_plan(variant, M, N, K):
+    if variant == "tiled":
+        return dispatch.tiled_config(M, N, _sms())
+    if variant == "splitk":
+        return dispatch.splitk_config(M, N, K, _sms(), min_split=2)
+    return dispatch.plan_gemm(M, N, K, _sms())
+
+
+def _gemm_launches(variant, a, b, bias, act, c, ws=None):
+    M, K = a.shape
+    N = b.shape[1]
+    bias_arg = c[0] if bias is None else bias
+    hb, ac = bias is not None, ACT[act]
+    if variant == "simple":
+        g = gemm_simple
+        return [(g.gemm_epilogue_kernel, (a, b, bias_arg, c, g.TM, g.TN, g.TK, hb, ac), {})], \
+            {"variant": "simple", "TM": g.TM, "TN": g.TN, "TK": g.TK}
+    p = _gemm_plan(variant, M, N, K)
+    if p["variant"] == "splitk":
+        if ws is None:
+            ws = torch.empty((p["SPLIT"], M, N), dtype=torch.float32, device=c.device)
+        return [(gemm_splitk.gemm_splitk_partial_kernel, (a, b, ws, p["TM"], p["TN"], p["TK"], p["KPER"]),
+                 p["hints"]),
+                (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, p["RM"], p["RN"], hb, ac), {})], p
+    return [(gemm_tiled.gemm_epilogue_tiled_kernel,
+             (a, b, bias_arg, c, p["TM"], p["TN"], p["TK"], p["GROUP"], hb, ac), p["hints"])], p
+
+
+def _gemm_compile(variant):
+    def compile_only(case):
+        a, b, bias, act, c = _meta_gemm(case)
+        launches, cfg = _gemm_launches(variant, a, b, bias, act, c)
+        return _facts(launches) | {"config": cfg}
+    compile_only.__name__ = f"compile_gemm_{variant}"
+    return compile_only
+
+
+def _gemm_prepare(variant):
+    def prepare(case, inputs, out):
+        _cuda_inputs(inputs)
+        a, b, bias = inputs
+        act = case.params.get("act", "relu")
+        gemm_args(a, b, bias, act, out)
+        if variant == "simple":
+            launches, cfg = _gemm_launches(variant, a, b, bias, act, out)
+
+            def launch():
+                gemm_simple.gemm_epilogue(a, b, bias, act, out)
+            return _finish(launch, launches, cfg)
+        cfg = _gemm_plan(variant, a.shape[0], b.shape[1], a.shape[1])
+        if cfg["variant"] == "splitk":
+            kp = hinted(gemm_splitk.gemm_splitk_partial_kernel, cfg["hints"])
+            launch = gemm_splitk.bind_launch(a, b, bias, ACT[act], out, cfg,
+                                             kernels=(kp, gemm_splitk.gemm_splitk_reduce_kernel))
+            launches, _ = _gemm_launches(variant, a, b, bias, act, out, ws=launch.workspace)
+        else:
+            k = hinted(gemm_tiled.gemm_epilogue_tiled_kernel, cfg["hints"])
+            launch = gemm_tiled.bind_launch(a, b, bias, ACT[act], out, cfg, kernel=k)
+            launches, _ = _gemm_launches(variant, a, b, bias, act, out)
+        return _finish(launch, launches, cfg)
+    return prepare
+
+
+_GT = "cutile_src/gemm_epilogue_tiled.py"
+_GS = "cutile_src/gemm_epilogue_splitk.py"
+_GEMM = {
+    "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
+                "on the SMs, 8 worker warps for 128-row tiles), split-K into an fp32 workspace for few "
+                "rows; bias + activation on the accumulator tile",
+                [Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)),
+                 Source(_GS, kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
+                        host=("bind_launch",)),
+                 Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))]),
+    "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of 128 x 128 C tiles, ct.mma over "
+               "zero-padded K tiles, bias + activation before the one store; any shape",
+               [Source("cutile_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
+                       host=("gemm_epilogue",))]),
+    "tiled": ("gemm_epilogue_tiled", "1-d grid of C tiles in grouped order, tile shape by waves on the "
+              "SMs; any shape",
+              [Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",))]),
+    "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace (at least 2 slices "
+               "where K has 2 tiles), then one reduce + bias + activation kernel (deterministic); any shape",
+               [Source(_GS, kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
+                       host=("bind_launch",))]),
+}
+for _v, (_name, _desc, _src) in _GEMM.items():
+    register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,
+             devices=("cuda",), available=available,
+             compile_only=_gemm_compile(_v) if ct else None)(_gemm_prepare(_v))
+
+
+describe_layer(LAYER, order=7, colour="#76b900")

@@ -1,0 +1,103 @@
+"""cuTile planner: one rule per problem over facts of the case (bytes per row, tiles against the
+SMs, K per tile), choosing a variant and its configuration; the tables are plain data.
+
+Planning is one-way: this module imports the variants and reads facts; no variant imports it.
+Every plan is a dict: ``variant``, the kernel's constants, ``hints`` (cuTile kernel hints:
+``occupancy``, ``num_worker_warps``) and, where the kernel has one, ``grid``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+H200_SMS = 132
+
+# -- vector add: elements a program's tile moves, by element size ------------------------------
+VECTOR_ADD_TILE = {4: 2048, 2: 4096}
+
+# -- softmax -----------------------------------------------------------------------------------
+# rows: a (ROWS, TN) tile holds whole rows while TN (N rounded up to a power of two) is at most
+# ROW_TILE_MAX columns; ROWS grows until the tile holds ROWS_TILE_ELEMS elements (short rows),
+# at most ROWS_MAX rows. Longer rows: online over column tiles of ONLINE_TILE.
+SOFTMAX = {"ROW_TILE_MAX": 8192, "ROWS_TILE_ELEMS": 4096, "ROWS_MAX": 64, "ONLINE_TILE": 4096}
+
+# -- GEMM --------------------------------------------------------------------------------------
+# tile shapes, largest first: the first whose C tiles fill the SMs at least once (a wave) is taken;
+# the 8-worker-warp shapes are warp-specialised by tileiras (two consumer warpgroups), which
+# keeps the 128 x 256 fp32 accumulator in registers.
+GEMM_TILES = (
+    {"TM": 128, "TN": 256, "TK": 64, "hints": {"num_worker_warps": 8}},
+    {"TM": 128, "TN": 128, "TK": 64, "hints": {"num_worker_warps": 8}},
+    {"TM": 64, "TN": 128, "TK": 64, "hints": {}},
+)
+GEMM_GROUP = 8
+# split-K: for M <= SPLITK_MAX_M, when the C tiles fill less than a wave and K holds at least
+# SPLITK_MIN_KTILES K tiles per slice; slices chosen to make about SPLITK_WAVES waves of programs
+GEMM_SPLITK = {"MAX_M": 64, "TN": 128, "TK": 128, "MIN_KTILES": 4, "WAVES": 2, "MAX_SPLIT": 32,
+               "RM": 16, "RN": 128}
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def plan_vector_add(n: int, elem_size: int) -> dict:
+    tile = VECTOR_ADD_TILE.get(elem_size, 2048)
+    return {"variant": "unmasked", "TILE": tile, "grid": _cdiv(n, tile), "hints": {}}
+
+
+def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
+    tn = _pow2_at_least(N)
+    if tn <= SOFTMAX["ROW_TILE_MAX"]:
+        rows = 1
+        while rows * 2 * tn <= SOFTMAX["ROWS_TILE_ELEMS"] and rows * 2 <= SOFTMAX["ROWS_MAX"]:
+            rows *= 2
+        rows = min(rows, _pow2_at_least(M))
+        return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": _cdiv(M, rows), "hints": {}}
+    tile = min(SOFTMAX["ONLINE_TILE"], tn)
+    return {"variant": "online", "TILE": tile, "grid": M, "hints": {}}
+
+
+def gemm_tile_for(M: int, N: int, sms: int = H200_SMS) -> dict:
+    for t in GEMM_TILES:
+        if _cdiv(M, t["TM"]) * _cdiv(N, t["TN"]) >= sms:
+            return t
+    return GEMM_TILES[-1]
+
+
+def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 1) -> dict:
+    """The split-K plan: the row tile fitted to M (16..64), slices enough for about WAVES waves of
+    programs but each at least MIN_KTILES K tiles (at least ``min_split`` where K allows), none empty."""
+    sk = GEMM_SPLITK
+    tm = min(64, max(16, _pow2_at_least(M)))
+    tiles = _cdiv(M, tm) * _cdiv(N, sk["TN"])
+    k_tiles = _cdiv(K, sk["TK"])
+    split = min(sk["MAX_SPLIT"], _cdiv(sk["WAVES"] * sms, tiles), k_tiles // sk["MIN_KTILES"])
+    split = max(1, min(k_tiles, max(split, min_split)))
+    kper = _cdiv(k_tiles, split)
+    split = _cdiv(k_tiles, kper)  # no empty slice
+    return {"variant": "splitk", "TM": tm, "TN": sk["TN"], "TK": sk["TK"], "KPER": kper, "SPLIT": split,
+            "RM": sk["RM"], "RN": sk["RN"], "grid": tiles * split, "hints": {}}
+
+
+def tiled_config(M: int, N: int, sms: int = H200_SMS) -> dict:
+    """The tiled plan: few rows take a row tile fitted to M (16..64) and 128 x 128 K x N tiles;
+    otherwise the first GEMM_TILES shape that fills a wave."""
+    if M <= GEMM_SPLITK["MAX_M"]:
+        t = {"TM": min(64, max(16, _pow2_at_least(M))), "TN": 128, "TK": 128, "hints": {}}
+    else:
+        t = gemm_tile_for(M, N, sms)
+    tiles = _cdiv(M, t["TM"]) * _cdiv(N, t["TN"])
+    return {"variant": "tiled", "TM": t["TM"], "TN": t["TN"], "TK": t["TK"], "GROUP": GEMM_GROUP,
+            "grid": tiles, "hints": dict(t["hints"])}
+
+
+def plan_gemm(M: int, N: int, K: int, sms: int = H200_SMS) -> dict:
+    if M <= GEMM_SPLITK["MAX_M"]:
+        sk = splitk_config(M, N, K, sms)
+        if sk["grid"] // sk["SPLIT"] < sms and sk["SPLIT"] >= 2:
+            return sk
+    return tiled_config(M, N, sms)

@@ -1,0 +1,54 @@
+"""cuTile GEMM + epilogue, split-K: for few rows, where the C tiles alone cannot fill the SMs.
+Program (tile, s) accumulates K tiles s*KPER .. (s+1)*KPER-1 of its C tile into slice s of an
+fp32 workspace [SPLIT, M, N]; a second kernel sums the SPLIT slices of each C tile in a fixed
+order (deterministic), applies the bias and activation (the tiled variant's epilogue) and stores.
+"""
+import cuda.tile as ct
+import torch
+
+from cutile_src.gemm_epilogue_tiled import epilogue
+
+
+@ct.kernel
+def gemm_splitk_partial_kernel(a, b, ws, TM: ct.Constant[int], TN: ct.Constant[int],
+                               TK: ct.Constant[int], KPER: ct.Constant[int]):
+    num_n = ct.cdiv(b.shape[1], TN)
+    bm, bn, s = ct.bid(0) // num_n, ct.bid(0) % num_n, ct.bid(1)
+    n_k = ct.num_tiles(a, axis=1, shape=(TM, TK))
+    acc = ct.full((TM, TN), 0.0, dtype=ct.float32)
+    for k in range(s * KPER, min(n_k, (s + 1) * KPER)):
+        at = ct.load(a, index=(bm, k), shape=(TM, TK), padding_mode=ct.PaddingMode.ZERO)
+        bt = ct.load(b, index=(k, bn), shape=(TK, TN), padding_mode=ct.PaddingMode.ZERO)
+        acc = ct.mma(at, bt, acc)
+    ct.store(ws, index=(s, bm, bn), tile=ct.reshape(acc, (1, TM, TN)))
+
+
+@ct.kernel
+def gemm_splitk_reduce_kernel(ws, bias, c, RM: ct.Constant[int], RN: ct.Constant[int],
+                              HAS_BIAS: ct.Constant[bool], ACT: ct.Constant[int]):
+    bm, bn = ct.bid(0), ct.bid(1)
+    acc = ct.full((RM, RN), 0.0, dtype=ct.float32)
+    for s in range(ws.shape[0]):
+        acc = acc + ct.reshape(ct.load(ws, index=(s, bm, bn), shape=(1, RM, RN)), (RM, RN))
+    acc = epilogue(acc, bias, bn, RN, HAS_BIAS, ACT)
+    ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype))
+
+
+def bind_launch(a, b, bias, act: int, c, cfg: dict, kernels=None):
+    """Two launches (partial, reduce) for the planned ``cfg``; the workspace is allocated here,
+    once, outside the timed launch."""
+    kp, kr = kernels or (gemm_splitk_partial_kernel, gemm_splitk_reduce_kernel)
+    M, N = c.shape
+    ws = torch.empty((cfg["SPLIT"], M, N), dtype=torch.float32, device=c.device)
+    bias_arg = c[0] if bias is None else bias
+    tiles = -(-M // cfg["TM"]) * -(-N // cfg["TN"])
+    g1, g2 = (tiles, cfg["SPLIT"], 1), (-(-M // cfg["RM"]), -(-N // cfg["RN"]), 1)
+    a1 = (a, b, ws, cfg["TM"], cfg["TN"], cfg["TK"], cfg["KPER"])
+    a2 = (ws, bias_arg, c, cfg["RM"], cfg["RN"], bias is not None, act)
+
+    def launch():
+        stream = torch.cuda.current_stream()
+        ct.launch(stream, g1, kp, a1)
+        ct.launch(stream, g2, kr, a2)
+    launch.workspace = ws
+    return launch

@@ -1,0 +1,184 @@
+"""GPU check of the cuTile layer (no arguments, about 2 minutes at most): writes $OUT/cutile/.
+
+1. versions, and whether compile-only's signature (built from shapes, strides and alignment) is
+   the one a launch derives from the tensors (KernelSignature.from_kernel_args);
+2. a small sweep of the planner's choices against neighbours (vector add tile, softmax rows vs
+   online and the online tile, GEMM tile shapes / hints / split-K) with torch beside, median of
+   CUDA-event timed launches; a time guard stops it before the limit;
+3. the SASS of the default GEMM on two models shapes (does HGMMA / UTMALDG appear).
+Everything goes to $OUT/cutile/sweep.json, signatures.json, *.sass and log.txt.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+T0 = time.perf_counter()
+LIMIT = 105.0
+OUT = Path(os.environ.get("OUT", "/tmp/out")) / "cutile"
+OUT.mkdir(parents=True, exist_ok=True)
+LOG = open(OUT / "log.txt", "w")
+
+
+def log(*a):
+    s = " ".join(str(x) for x in a)
+    print(s, flush=True)
+    LOG.write(s + "\n")
+    LOG.flush()
+
+
+def left() -> float:
+    return LIMIT - (time.perf_counter() - T0)
+
+
+def timed(fn, iters=20) -> float:
+    fn()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for s, e in ev:
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    ts = sorted(s.elapsed_time(e) for s, e in ev)
+    return ts[len(ts) // 2] * 1e3  # microseconds
+
+
+def main():
+    import cuda.tile as ct
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+
+    from backends import cutile_layer as L
+    from cutile_src import (dispatch, gemm_epilogue_splitk, gemm_epilogue_tiled, softmax_online,
+                            softmax_rows, vector_add_unmasked)
+    log("torch", torch.__version__, "cuda.tile", getattr(ct, "__version__", "?"),
+        "device", torch.cuda.get_device_name(), "SMs", L._sms())
+    dev = "cuda"
+    results = []
+
+    # 1. signatures: compile-only's vs the launch's
+    sigs = []
+    x = torch.randn(4100, device=dev, dtype=torch.float16)[3:4099]
+    xs = torch.randn(300, 780, device=dev)[:, :777]
+    a = torch.randn(64, 513, device=dev, dtype=torch.bfloat16)
+    for name, kern, args in [("va_misaligned", vector_add_unmasked.vector_add_unmasked_kernel, (x, x, x, 4096)),
+                             ("softmax_strided", softmax_rows.softmax_rows_kernel, (xs, xs, 4, 1024)),
+                             ("gemm_odd_k", gemm_epilogue_tiled.gemm_epilogue_tiled_kernel,
+                              (a, a.t().contiguous(), a[0], a[:, :64].contiguous(), 64, 128, 64, 8, True, 1))]:
+        for cc_name in ("cutile_python_v1", "cutile_python_v2"):
+            cc = getattr(CallingConvention, cc_name)()
+            try:
+                launch_sig = KernelSignature.from_kernel_args(kern, args, cc)
+                mine = KernelSignature([L.array_constraint(t) if isinstance(t, torch.Tensor) else t
+                                        for t in args], cc)
+                mine = mine.with_mangled_symbol(kern._pyfunc.__name__) if hasattr(kern, "_pyfunc") else mine
+                sigs.append({"case": name, "cc": cc_name, "launch": launch_sig.symbol, "compile_only": mine.symbol,
+                             "same": launch_sig.parameters == mine.parameters,
+                             "launch_params": repr(launch_sig.parameters)[:2000]})
+            except Exception as e:
+                sigs.append({"case": name, "cc": cc_name, "error": f"{type(e).__name__}: {e}"[:500]})
+    (OUT / "signatures.json").write_text(json.dumps(sigs, indent=1))
+    log("signatures", json.dumps([{k: s.get(k) for k in ("case", "cc", "same", "error")} for s in sigs]))
+
+    def record(problem, shape, label, fn, torch_fn=None, extra=None):
+        if left() < 5:
+            log("time guard: skipped", problem, shape, label)
+            return
+        try:
+            t1 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            first = time.perf_counter() - t1
+            us = timed(fn)
+            row = {"problem": problem, "shape": shape, "label": label, "us": round(us, 2),
+                   "first_call_s": round(first, 2)} | (extra or {})
+            if torch_fn is not None:
+                row["torch_us"] = round(timed(torch_fn), 2)
+                row["vs_torch"] = round(row["torch_us"] / us, 3)
+            results.append(row)
+            log(json.dumps(row))
+        except Exception as e:
+            results.append({"problem": problem, "shape": shape, "label": label, "error": f"{type(e).__name__}: {e}"[:800]})
+            log("ERROR", problem, shape, label, traceback.format_exc()[-1500:])
+
+    # 2a. vector add
+    for n, dt in ((8192 * 8192, torch.bfloat16), (2 ** 27 + 1, torch.float32)):
+        xa, ya, oa = (torch.randn(n, device=dev, dtype=dt) for _ in range(3))
+        for tile in (1024, 2048, 4096, 8192):
+            f = vector_add_unmasked.bind_launch(xa, ya, oa, tile)
+            record("vector_add", [n, str(dt)], f"unmasked TILE={tile}", f, lambda: torch.add(xa, ya, out=oa))
+        del xa, ya, oa
+
+    # 2b. softmax
+    for M, N, dt in ((32768, 4096, torch.bfloat16), (4096, 32000, torch.bfloat16), (4096, 151936, torch.bfloat16),
+                     (4096, 50257, torch.float32)):
+        xs = torch.randn(M, N, device=dev, dtype=dt)
+        os_ = torch.empty_like(xs)
+        tn = 1 << (N - 1).bit_length()
+        cands = []
+        if tn <= 32768:
+            cands.append(("rows ROWS=1 TN=%d" % tn, softmax_rows.bind_launch(xs, os_, 1, tn)))
+            cands.append(("rows ROWS=1 TN=%d nww=8" % tn,
+                          softmax_rows.bind_launch(xs, os_, 1, tn, kernel=L.hinted(softmax_rows.softmax_rows_kernel,
+                                                                                  {"num_worker_warps": 8}))))
+        for tile in (2048, 4096, 8192, 16384):
+            if tile <= tn:
+                cands.append((f"online TILE={tile}", softmax_online.bind_launch(xs, os_, tile)))
+        plan = dispatch.plan_softmax(M, N, xs.element_size())
+        for label, f in cands:
+            record("softmax", [M, N, str(dt)], label, f, lambda: torch.softmax(xs, -1),
+                   {"plan": plan})
+        del xs, os_
+
+    # 2c. GEMM
+    for M, N, K in ((4096, 28672, 4096), (4096, 50257, 768), (256, 6144, 4096), (16, 6144, 4096), (16, 4096, 14336)):
+        ga = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        gb = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
+        gbias = torch.randn(N, device=dev, dtype=torch.bfloat16)
+        gc = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+        tf = (lambda: torch.addmm(gbias, ga, gb))
+        plan = dispatch.plan_gemm(M, N, K, L._sms())
+        cands = [("plan " + json.dumps(plan), plan)]
+        for tm, tn, tk, h in ((128, 256, 64, {"num_worker_warps": 8}), (128, 128, 64, {"num_worker_warps": 8}),
+                              (128, 128, 64, {}), (64, 128, 64, {})):
+            if M >= 128 or tm == 64:
+                tiles = -(-M // tm) * -(-N // tn)
+                cands.append((f"tiled {tm}x{tn}x{tk} {h}", {"variant": "tiled", "TM": tm, "TN": tn, "TK": tk,
+                                                              "GROUP": 8, "grid": tiles, "hints": h}))
+        for label, cfg in cands[:4]:
+            if cfg["variant"] == "splitk":
+                f = gemm_epilogue_splitk.bind_launch(ga, gb, gbias, 0, gc, cfg)
+            else:
+                f = gemm_epilogue_tiled.bind_launch(ga, gb, gbias, 0, gc, cfg,
+                                                    kernel=L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, cfg["hints"]))
+            record("gemm_epilogue", [M, N, K], label, f, tf, {"TFLOPs_at_us": 2 * M * N * K / 1e6})
+        if (M, N, K) in ((4096, 28672, 4096), (4096, 50257, 768)) and left() > 10:
+            try:
+                launches, _ = L._gemm_launches("default", ga, gb, gbias, "none", gc)
+                k, args, h = launches[0]
+                f = L.compile_kernel(k, args, h)
+                (OUT / f"gemm_{M}x{N}x{K}.sass").write_text(L.sass_text(f["_cubin"]) or "no cuobjdump")
+                log("sass", M, N, K, json.dumps({kk: v for kk, v in f.items() if kk != "_cubin"}))
+            except Exception:
+                log("sass failed", traceback.format_exc()[-800:])
+        del ga, gb, gc
+
+    (OUT / "sweep.json").write_text(json.dumps(results, indent=1))
+    log("done in", round(time.perf_counter() - T0, 1), "s")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception:
+        log("FAILED", traceback.format_exc())
+        raise

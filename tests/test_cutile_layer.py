@@ -1,0 +1,209 @@
+"""cuTile layer: ids and roles, the planner's rules, the signature compile-only builds, compile-only
+for sm_90 without a GPU (tileiras from the nvidia-cuda-tileiras pip package) with the cubin's
+facts, input validation, and on a GPU the verify suite of every cuTile implementation."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import problems, registry
+
+HAVE_CUTILE = importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.tile") is not None
+HAVE_GPU = torch.cuda.is_available()
+needs_cutile = pytest.mark.skipif(not HAVE_CUTILE, reason="cuda-tile not installed")
+IDS = {
+    "vector_add": ["cutile:vector_add", "cutile:vector_add_simple"],
+    "softmax": ["cutile:softmax", "cutile:softmax_simple", "cutile:softmax_rows", "cutile:softmax_online"],
+    "gemm_epilogue": ["cutile:gemm_epilogue", "cutile:gemm_epilogue_simple", "cutile:gemm_epilogue_tiled",
+                      "cutile:gemm_epilogue_splitk"],
+}
+
+
+def _impl(key):
+    registry.load_backends()
+    return next(i for i in registry.select(layer="cutile") if i.id == key)
+
+
+def _tileiras_works() -> bool:
+    if not HAVE_CUTILE:
+        return False
+    try:
+        from cuda.tile._compile import _find_compiler_bin
+        _find_compiler_bin()
+        return True
+    except Exception:
+        return False
+
+
+needs_tileiras = pytest.mark.skipif(not _tileiras_works(), reason="tileiras (nvidia-cuda-tileiras) not found")
+
+
+def test_registered_ids_and_roles():
+    registry.load_backends()
+    got = {i.id: i.role for i in registry.select(layer="cutile")}
+    if not HAVE_CUTILE and not got:
+        pytest.skip("cuda-tile not installed: the adapter registers its ids only with the package")
+    want = {k for ks in IDS.values() for k in ks}
+    assert want <= set(got), sorted(want - set(got))
+    for p, ks in IDS.items():
+        assert got[ks[0]] == "default" and got[ks[1]] == "simple"
+        assert all(got[k] == "variant" for k in ks[2:])
+
+
+@needs_cutile
+def test_available_says_why_without_gpu():
+    from backends import cutile_layer as L
+    if HAVE_GPU:
+        assert L.available() is None
+    else:
+        assert "no CUDA GPU" in L.available()
+
+
+# -- planner rules -----------------------------------------------------------------------------
+@needs_cutile
+def test_softmax_plan_rows_then_online():
+    from cutile_src import dispatch as D
+    # short rows: several a tile, the tile holding ROWS_TILE_ELEMS elements
+    p = D.plan_softmax(32768, 512, 2)
+    assert p["variant"] == "rows" and p["TN"] == 512 and p["ROWS"] * 512 == D.SOFTMAX["ROWS_TILE_ELEMS"]
+    # a row that rounds up to the limit: one row a tile
+    p = D.plan_softmax(4096, D.SOFTMAX["ROW_TILE_MAX"], 4)
+    assert p == {"variant": "rows", "ROWS": 1, "TN": D.SOFTMAX["ROW_TILE_MAX"], "grid": 4096, "hints": {}}
+    # one column more: online
+    p = D.plan_softmax(4096, D.SOFTMAX["ROW_TILE_MAX"] + 1, 4)
+    assert p["variant"] == "online" and p["grid"] == 4096
+    # never more rows a tile than there are rows (rounded up to a power of two)
+    assert D.plan_softmax(3, 1, 4)["ROWS"] == 4 and D.plan_softmax(1, 1, 4)["ROWS"] == 1
+
+
+@needs_cutile
+def test_gemm_plan_waves_and_splitk():
+    from cutile_src import dispatch as D
+    big = D.plan_gemm(4096, 28672, 4096, 132)
+    assert big["variant"] == "tiled" and (big["TM"], big["TN"]) == (128, 256)
+    assert big["grid"] == 32 * 112 and big["hints"] == {"num_worker_warps": 8}
+    # 256 rows of a 6144-wide output: 128 x 256 tiles make 48 < 132 programs, 64 x 128 make 192
+    mid = D.plan_gemm(256, 6144, 4096, 132)
+    assert (mid["TM"], mid["TN"]) == (64, 128)
+    # decode: 48 C tiles, K = 4096 -> split-K, no empty slice, about two waves of programs
+    sk = D.plan_gemm(16, 6144, 4096, 132)
+    assert sk["variant"] == "splitk" and sk["TM"] == 16
+    k_tiles = -(-4096 // sk["TK"])
+    assert (sk["SPLIT"] - 1) * sk["KPER"] < k_tiles <= sk["SPLIT"] * sk["KPER"]
+    assert 132 <= sk["grid"] <= 2 * 132 + 48
+    # short K: not worth splitting
+    assert D.plan_gemm(16, 4096, 256, 132)["variant"] == "tiled"
+
+
+# -- signatures and compile-only -------------------------------------------------------------------
+@needs_cutile
+def test_array_constraint_alignment_facts():
+    from backends import cutile_layer as L
+    x = torch.empty(100, dtype=torch.float16, device="meta")
+    c = L.array_constraint(x[3:])
+    assert c.base_addr_divisible_by == 2 and c.stride_constant == (1,)
+    assert L.array_constraint(x[8:]).base_addr_divisible_by == 16
+    m = torch.empty(300, 780, dtype=torch.float32, device="meta")[:, :777]
+    c = L.array_constraint(m)
+    assert c.stride_divisible_by[0] == 4 and c.stride_constant == (None, 1)  # 780 * 4 bytes = 16 * 195
+    odd = torch.empty(1 + 4 * 1003, dtype=torch.bfloat16, device="meta")[1:].view(4, 1003)
+    c = L.array_constraint(odd)
+    assert c.stride_divisible_by[0] == 1 and c.base_addr_divisible_by == 2
+
+
+_COMPILE_CASES = [
+    ("cutile:vector_add", problems.get("vector_add").case(N=4099, dtype="float16", misalign=3)),
+    ("cutile:vector_add_simple", problems.get("vector_add").case(N=1_000_003)),
+    ("cutile:softmax", problems.get("softmax").case(M=300, N=777, layout="strided_odd")),
+    ("cutile:softmax", problems.get("softmax").case(M=4096, N=50_257, dtype="bfloat16")),
+    ("cutile:softmax_simple", problems.get("softmax").case(M=17, N=40_000, dtype="float16", layout="strided_odd")),
+    ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=16, N=6144, K=4096, act="gelu")),
+    ("cutile:gemm_epilogue_simple", problems.get("gemm_epilogue").case(M=127, N=65, K=129, act="gelu", bias=0)),
+]
+
+
+@needs_tileiras
+@pytest.mark.parametrize("key,case", _COMPILE_CASES,
+                         ids=[f"{k}-{'x'.join(map(str, c.dims.values()))}-{c.dtype}" for k, c in _COMPILE_CASES])
+def test_compile_only_sm90(key, case):
+    f = _impl(key).compile_only_fn(case)
+    assert f["arch"] == "sm_90" and f["cubin_bytes"] > 1000
+    assert 0 < f["registers"] <= 255 and f["threads"] >= 32 and f["compile_s"] > 0
+    assert f["kernels"] and "config" in f
+    if key == "cutile:gemm_epilogue":
+        assert f["config"]["variant"] == "splitk" and len(f["kernels"]) == 2
+
+
+@needs_tileiras
+def test_gemm_sass_on_hopper():
+    """The aligned large GEMM: wgmma (HGMMA) and TMA loads (UTMALDG) in the SASS, no spills."""
+    from backends import cutile_layer as L
+    if L._cuobjdump() is None:
+        pytest.skip("cuobjdump not found (pip nvidia-cuda-cuobjdump)")
+    f = _impl("cutile:gemm_epilogue").compile_only_fn(
+        problems.get("gemm_epilogue").case(M=4096, N=28672, K=4096, act="gelu"))
+    ops = f["kernels"]["gemm_epilogue_tiled_kernel"]["sass_ops"]
+    assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0
+    assert f["spills"] == 0 and f["threads"] == 384
+
+
+@needs_tileiras
+def test_cubin_facts_match_cuobjdump():
+    from backends import cutile_layer as L
+    exe = L._cuobjdump()
+    if exe is None:
+        pytest.skip("cuobjdump not found")
+    from cutile_src import softmax_rows
+    x = torch.empty(64, 1000, dtype=torch.bfloat16, device="meta")
+    f = L.compile_kernel(softmax_rows.softmax_rows_kernel, (x, x, 4, 1024), sass=False)
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "k.cubin"
+        p.write_bytes(f["_cubin"])
+        r = subprocess.run([exe, "--dump-resource-usage", str(p)], capture_output=True, text=True)
+    assert f"REG:{f['registers']} " in r.stdout and f"STACK:{f['local_bytes']} " in r.stdout
+
+
+# -- input validation --------------------------------------------------------------------------
+@needs_cutile
+def test_input_validation_names_the_argument():
+    from backends import cutile_layer as L
+    m = lambda *s, dt=torch.float16: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    with pytest.raises(TypeError, match="x"):
+        L.vector_add_args(m(8, dt=torch.int32), m(8), m(8))
+    with pytest.raises(ValueError, match="y"):
+        L.vector_add_args(m(8), m(9), m(8))
+    with pytest.raises(ValueError, match="x"):
+        L.softmax_args(m(2, 3, 4), m(2, 3, 4))
+    with pytest.raises(ValueError, match="x"):
+        L.softmax_args(m(8, 8).t(), m(8, 8))
+    with pytest.raises(TypeError, match="a"):
+        L.gemm_args(m(4, 4, dt=torch.float32), m(4, 4), None, "relu", m(4, 4))
+    with pytest.raises(ValueError, match="bias"):
+        L.gemm_args(m(4, 4), m(4, 5), m(4), "relu", m(4, 5))
+    with pytest.raises(ValueError, match="act"):
+        L.gemm_args(m(4, 4), m(4, 5), None, "silu", m(4, 5))
+
+
+# -- GPU ---------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HAVE_GPU and HAVE_CUTILE), reason="needs a CUDA GPU and cuda-tile")
+@pytest.mark.parametrize("key", [k for ks in IDS.values() for k in ks])
+def test_gpu_verify_suite(key):
+    from harness.verify import verify_case
+    impl = _impl(key)
+    prob = problems.get(impl.problem)
+    bad = []
+    for case in prob.cases("verify"):
+        why = impl.supports(case) if hasattr(impl, "supports") else None
+        if why:
+            continue
+        chk = verify_case(impl, prob, case, "cuda")
+        if not chk.ok:
+            bad.append((case, chk.reason))
+    assert not bad, bad[:5]
