@@ -1,0 +1,490 @@
+"""Helion adapter: registers the kernels of ``helion_src/`` with the harness.
+
+Ids: ``helion:<problem>`` the default (``helion_src/dispatch.py`` picks the kernel and its
+configuration by rules over shape classes; the kernels take runtime sizes, so one compile serves a
+class), ``helion:<problem>_simple`` the teaching twin (the plain Helion kernel with Helion's default
+configuration and its default static shapes: one compile per shape), ``helion:softmax_online`` the
+online softmax variant with Helion's default configuration.
+
+Nothing here autotunes: every kernel is declared with ``autotune_effort="none"`` and the default's
+configuration comes from dispatch (``scripts/tune_helion.py`` is the offline autotuner).
+
+The default launches its kernel through the compiled Triton kernel's launcher: the Helion host
+function runs once with a recording launcher, which yields the Triton kernel, grid, arguments and
+options; ``triton_src.runtime.bind`` (launch glue, no kernel of that layer) then binds them.
+
+CPU mode (``compile_only``): Helion binds on meta tensors, generates its Triton code for the
+configuration (``BoundKernel.to_triton_code``), and the generated Triton kernel is compiled for
+sm_90 with ``triton.compile(..., target=GPUTarget("cuda", 90, 32))``; registers and spills come
+from ``ptxas -v``. ``python -m harness inspect`` writes the generated Triton source beside the
+compiler stages.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+
+import torch
+
+from harness import Source, register
+from harness.errors import Unsupported
+from harness.registry import describe_layer
+
+from . import src
+
+LAYER = "helion"
+H = "helion_src"
+
+try:
+    import helion
+    import helion_src  # noqa: F401
+    from helion_src import dispatch, tuned
+    from helion_src import gemm_epilogue as gemm_simple
+    from helion_src import softmax as softmax_simple
+    from helion_src import softmax_online
+    from helion_src import vector_add as va_simple
+    _IMPORT_ERROR = None
+except Exception as e:  # pragma: no cover - depends on the machine
+    helion = None
+    _IMPORT_ERROR = f"helion not importable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def _import_error() -> str | None:
+    return _IMPORT_ERROR
+
+
+def available() -> str | None:
+    if _IMPORT_ERROR:
+        return _IMPORT_ERROR
+    if not torch.cuda.is_available():
+        return "no CUDA GPU (the CPU mode compiles Helion's generated Triton for sm_90: compile_only)"
+    return None
+
+
+def _need_import():
+    if _IMPORT_ERROR:
+        raise Unsupported(_IMPORT_ERROR)
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as v
+        return v("helion")
+    except Exception:
+        return "?"
+
+
+# -- input checks ------------------------------------------------------------------------------
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check_tensor(name, t, dtypes=_FLOATS, ndim=None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name}: dtype {t.dtype} not supported (expected one of "
+                        f"{', '.join(str(d) for d in dtypes)})")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(t.shape)}")
+
+
+def _same(name, t, ref):
+    if t.dtype != ref.dtype:
+        raise TypeError(f"{name}: dtype {t.dtype} differs from {ref.dtype}")
+    if t.device != ref.device:
+        raise ValueError(f"{name}: on {t.device}, the other tensors on {ref.device}")
+
+
+def check_vector_add(x, y, out):
+    _check_tensor("x", x, ndim=1)
+    for n, t in (("y", y), ("out", out)):
+        _check_tensor(n, t, ndim=1)
+        _same(n, t, x)
+    if not (x.shape == y.shape == out.shape):
+        raise ValueError(f"x, y, out: shapes {tuple(x.shape)}, {tuple(y.shape)}, {tuple(out.shape)} differ")
+
+
+def check_softmax(x, out):
+    _check_tensor("x", x, ndim=2)
+    _check_tensor("out", out, ndim=2)
+    _same("out", out, x)
+    if x.shape != out.shape:
+        raise ValueError(f"out: shape {tuple(out.shape)}, x has {tuple(x.shape)}")
+
+
+def check_gemm(a, b, bias, out, act):
+    hp = (torch.float16, torch.bfloat16)
+    _check_tensor("a", a, hp, ndim=2)
+    _check_tensor("b", b, hp, ndim=2)
+    _check_tensor("out", out, hp, ndim=2)
+    _same("b", b, a)
+    _same("out", out, a)
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"b: shape {tuple(b.shape)} does not follow a {tuple(a.shape)} (K differs)")
+    if tuple(out.shape) != (a.shape[0], b.shape[1]):
+        raise ValueError(f"out: shape {tuple(out.shape)}, expected {(a.shape[0], b.shape[1])}")
+    if bias is not None:
+        _check_tensor("bias", bias, hp, ndim=1)
+        _same("bias", bias, a)
+        if bias.shape[0] != b.shape[1]:
+            raise ValueError(f"bias: length {bias.shape[0]}, N is {b.shape[1]}")
+    if act not in ("none", "relu", "gelu"):
+        raise ValueError(f"act: {act!r} is not one of none, relu, gelu")
+
+
+def _check_device(inputs):
+    dev = next(t for t in inputs if isinstance(t, torch.Tensor)).device
+    if dev.type != "cuda":
+        raise Unsupported("Helion kernels run on the GPU; on the CPU this layer compiles only")
+
+
+# -- meta tensors of a case (compile_only) -----------------------------------------------------
+def _meta_args(problem, case):
+    dt = case.torch_dtype
+    if problem == "vector_add":
+        off = int(case.params.get("misalign", 0))
+        x = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
+        y = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
+        return (x, y, torch.empty(case.N, dtype=dt, device="meta"))
+    if problem == "softmax":
+        from harness.problems.softmax import row_pad, start_offset
+        layout = case.params.get("layout", "contiguous")
+        pad, off = row_pad(layout, case.N), start_offset(layout)
+        flat = torch.empty(off + case.M * (case.N + pad), dtype=dt, device="meta")
+        x = flat[off:].view(case.M, case.N + pad)[:, :case.N]
+        return (x, torch.empty(case.M, case.N, dtype=dt, device="meta"))
+    a = torch.empty(case.M, case.K, dtype=dt, device="meta")
+    b = torch.empty(case.K, case.N, dtype=dt, device="meta")
+    bias = torch.empty(case.N, dtype=dt, device="meta") if int(case.params.get("bias", 1)) else None
+    return (a, b, bias, torch.empty(case.M, case.N, dtype=dt, device="meta"), case.params.get("act", "relu"))
+
+
+def _sms() -> int:
+    try:
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).multi_processor_count
+    except Exception:
+        pass
+    return dispatch.SMS
+
+
+def plan_for(problem, args):
+    """dispatch's plan for these kernel arguments."""
+    if problem == "vector_add":
+        x = args[0]
+        return dispatch.plan_vector_add(x.numel(), x.element_size())
+    if problem == "softmax":
+        x = args[0]
+        return dispatch.plan_softmax(x.shape[0], x.shape[1], x.element_size())
+    a, b = args[0], args[1]
+    return dispatch.plan_gemm(a.shape[0], b.shape[1], a.shape[1], a.element_size())
+
+
+# -- the generated code and its launch ---------------------------------------------------------
+@contextlib.contextmanager
+def _quiet():
+    """Helion prints the configuration it takes (to stderr) when none is given; keep it off the
+    harness's output (the configuration is in ``launch.info``)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
+def _config(bound, cfg: dict | None):
+    """The helion.Config for ``cfg`` (None: Helion's default configuration for this binding)."""
+    if cfg is None:
+        return bound.config_spec.default_config()
+    return helion.Config(**cfg)
+
+
+def _config_dict(config) -> dict:
+    try:
+        return {k: v for k, v in dict(config).items()}
+    except Exception:
+        return {"config": str(config)}
+
+
+def _record(compiled, args):
+    """Run Helion's host function with a recording launcher: the Triton kernel, its grid, its
+    positional arguments and its launch options, exactly as Helion would launch them."""
+    seen = []
+
+    def launcher(kernel, grid, *kargs, **options):
+        seen.append((kernel, tuple(grid), kargs, options))
+
+    compiled(*args, _launcher=launcher)
+    if len(seen) != 1:
+        raise RuntimeError(f"Helion's host code launched {len(seen)} kernels; one expected")
+    return seen[0]
+
+
+@contextlib.contextmanager
+def _compilable(kernel):
+    """Under TRITON_INTERPRET=1 (the CPU test mode) every ``@triton.jit`` function is an
+    interpreter object, which the compiler cannot take: for the compile, the Triton helpers that
+    Helion's generated code calls (torch inductor's, Helion's, the generated module's own) are
+    swapped for compilable JITFunctions, on top of the Triton layer's own swaps."""
+    import sys
+    from backends.triton_layer import _compiler_mode
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+    except Exception:  # pragma: no cover
+        InterpretedFunction = None
+    changes = []
+    if InterpretedFunction is not None and interpreting():
+        gen = getattr(getattr(kernel, "fn", kernel), "__module__", None)
+        for name, mod in list(sys.modules.items()):
+            if mod is None or not (name.startswith(("torch._inductor.runtime", "helion.runtime"))
+                                   or name == gen):
+                continue
+            for attr, val in list(vars(mod).items()):
+                if isinstance(val, InterpretedFunction):
+                    changes.append((mod, attr, val))
+                    setattr(mod, attr, _JIT.setdefault(val.fn, JITFunction(val.fn)))
+    try:
+        with _compiler_mode():
+            yield
+    finally:
+        for mod, attr, val in reversed(changes):
+            setattr(mod, attr, val)
+
+
+_JIT: dict = {}
+
+
+def interpreting() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _spec(recorded):
+    from triton_src.runtime import Spec
+    kernel, grid, kargs, options = recorded
+    names = list(getattr(kernel, "arg_names", None) or getattr(kernel.fn, "__code__").co_varnames[
+        :kernel.fn.__code__.co_argcount])
+    if len(names) != len(kargs):
+        raise RuntimeError(f"{kernel.__name__}: {len(kargs)} arguments for {len(names)} parameters")
+    opts = {k: v for k, v in options.items() if k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
+    return Spec(kernel, grid, dict(zip(names, kargs)), opts)
+
+
+def generated(kernel, args, cfg: dict | None):
+    """(bound kernel, Config, generated Triton source) for ``args`` and ``cfg``."""
+    with _quiet():
+        bound = kernel.bind(tuple(args))
+        config = _config(bound, cfg)
+        code = bound.to_triton_code(config)
+    return bound, config, code
+
+
+def _compile_facts(kernel, args, cfg: dict | None, **extra) -> dict:
+    from backends.triton_layer import compile_spec
+    t0 = time.perf_counter()
+    bound, config, code = generated(kernel, args, cfg)
+    with _quiet():
+        compiled = bound.compile_config(config, allow_print=False)
+    spec = _spec(_record(compiled, args))
+    helion_s = time.perf_counter() - t0
+    with _compilable(spec.kernel):
+        facts = compile_spec(spec)
+    facts.pop("ptx", None)
+    facts["compile_s"] = round(facts["compile_s"] + helion_s, 3)
+    facts["helion_codegen_s"] = round(helion_s, 3)
+    facts["config"] = _config_dict(config)
+    facts["helion"] = version()
+    facts["generated_lines"] = code.count("\n")
+    return facts | extra
+
+
+def _launch_default(kernel, args, cfg: dict):
+    """Compile ``kernel`` for ``cfg`` and bind its one Triton launch (see the module docstring)."""
+    from triton_src.runtime import bind
+    t0 = time.perf_counter()
+    with _quiet():
+        bound = kernel.bind(tuple(args))
+        config = helion.Config(**cfg)
+        compiled = bound.compile_config(config, allow_print=False)
+    spec = _spec(_record(compiled, args))
+    launch = bind(spec.kernel, spec.grid, spec.args, device=args[0].device, **spec.options)
+    launch()
+    torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    facts = {}
+    ck = getattr(launch, "compiled", None)
+    if ck is not None:
+        with contextlib.suppress(Exception):
+            facts = {"registers": ck.n_regs, "spills": ck.n_spills, "smem": ck.metadata.shared}
+    launch.info = {"compile_s": round(secs, 3), "config": _config_dict(config), "grid": list(spec.grid),
+                   **facts}
+    return launch
+
+
+def _launch_simple(kernel, args):
+    """The plain Helion call: Helion binds, takes its default configuration, compiles, launches."""
+    t0 = time.perf_counter()
+    with _quiet():
+        kernel(*args)
+    torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    with _quiet():
+        bound = kernel.bind(tuple(args))
+        config = bound.config_spec.default_config()
+
+    def launch():
+        kernel(*args)
+    launch.info = {"compile_s": round(secs, 3), "config": _config_dict(config)}
+    return launch
+
+
+def _args(problem, case, inputs, out):
+    if problem == "vector_add":
+        x, y = inputs
+        check_vector_add(x, y, out)
+        return (x, y, out)
+    if problem == "softmax":
+        (x,) = inputs
+        check_softmax(x, out)
+        return (x, out)
+    a, b, bias = inputs
+    act = case.params.get("act", "relu")
+    check_gemm(a, b, bias, out, act)
+    return (a, b, bias, out, act)
+
+
+def _prepare_default(problem):
+    def prepare(case, inputs, out):
+        _need_import()
+        _check_device(inputs)
+        args = _args(problem, case, inputs, out)
+        plan = plan_for(problem, args)
+        launch = _launch_default(plan.kernel, args, plan.config)
+        launch.info.update(variant=plan.variant, rule=plan.rule)
+        return launch
+    prepare.__name__ = f"prepare_{problem}"
+    return prepare
+
+
+def _prepare_simple(problem, kernel_of):
+    def prepare(case, inputs, out):
+        _need_import()
+        _check_device(inputs)
+        args = _args(problem, case, inputs, out)
+        return _launch_simple(kernel_of(), args)
+    prepare.__name__ = f"prepare_{problem}_simple"
+    return prepare
+
+
+def _compile_default(problem):
+    def compile_only(case):
+        _need_import()
+        args = _meta_args(problem, case)
+        plan = plan_for(problem, args)
+        return _compile_facts(plan.kernel, args, plan.config, variant=plan.variant, rule=plan.rule)
+    return compile_only
+
+
+def _compile_simple(problem, kernel_of):
+    def compile_only(case):
+        _need_import()
+        return _compile_facts(kernel_of(), _meta_args(problem, case), None, variant="simple")
+    return compile_only
+
+
+# -- inspect: the generated Triton source and its compiler stages ------------------------------
+def helion_artifacts(impl, case, art) -> None:
+    from backends.triton_inspect import _watch_triton, _write_triton
+    _need_import()
+    hook = impl.extra.get("helion_code")
+    if hook is None:
+        raise ValueError(f"inspect: {impl.id} has no helion_code hook")
+    kernel, args, cfg = hook(case)
+    _, config, code = generated(kernel, args, cfg)
+    art.source = ("Helion's generated Triton (BoundKernel.to_triton_code for the configuration), "
+                  "compiled with triton.compile(ASTSource, GPUTarget('cuda', 90, 32))")
+    art.write("helion_generated.py", code)
+    art.write("helion_config.json", json.dumps(_config_dict(config), indent=2, default=str))
+    with _watch_triton() as seen:
+        facts = impl.compile_only_fn(case)
+    for s, ck in seen:
+        _write_triton(art, ck, getattr(getattr(s, "fn", None), "__name__", None))
+    art.write("compile_facts.json", json.dumps(facts, indent=2, default=str))
+
+
+def _code_default(problem):
+    def hook(case):
+        args = _meta_args(problem, case)
+        plan = plan_for(problem, args)
+        return plan.kernel, args, plan.config
+    return hook
+
+
+def _code_simple(problem, kernel_of):
+    def hook(case):
+        return kernel_of(), _meta_args(problem, case), None
+    return hook
+
+
+describe_layer(LAYER, order=7, colour="#9467bd", artifacts=helion_artifacts)
+
+
+# -- registration ------------------------------------------------------------------------------
+def _plan_source() -> Source:
+    return Source(src(H, "dispatch.py"), kernels=(), host=("plan_vector_add", "plan_softmax", "plan_gemm",
+                                                           "gemm_class", "_pow2"))
+
+
+_PROBLEMS = {
+    # problem: (twin file, twin kernel name, the default's variants (file, kernel), description)
+    "vector_add": ("vector_add.py", "vector_add", (("vector_add.py", "vector_add"),),
+                   "the twin's kernel over runtime sizes with a configuration by element size "
+                   "(dispatch rules), one masked tile a program"),
+    "softmax": ("softmax.py", "softmax", (("softmax.py", "softmax"), ("softmax_online.py", "softmax_online")),
+                "rows that fit registers: the twin's kernel, whole rows, rows packed per program; "
+                "longer rows: the online kernel (two passes over the row); configurations by row size"),
+    "gemm_epilogue": ("gemm_epilogue.py", "gemm_epilogue", (("gemm_epilogue.py", "gemm_epilogue"),),
+                      "the twin's tiled kernel (addmm on tiles, bias + act on the fp32 accumulator) "
+                      "over runtime sizes with a configuration by M class (dispatch rules)"),
+}
+
+_TWIN_DESC = {
+    "vector_add": "teaching twin: hl.tile over the length, out[tile] = x[tile] + y[tile]; Helion's default config",
+    "softmax": "teaching twin: a tile of whole rows, amax / exp / sum as torch calls; Helion's default config "
+               "(its looped reduction for long rows)",
+    "gemm_epilogue": "teaching twin: hl.tile over (M, N), addmm over K tiles, bias + act on the accumulator; "
+                     "Helion's default config",
+}
+
+
+def _twin_kernel(problem):
+    mod = {"vector_add": lambda: va_simple.vector_add, "softmax": lambda: softmax_simple.softmax,
+           "gemm_epilogue": lambda: gemm_simple.gemm_epilogue}[problem]
+    return mod
+
+
+for _p, (_file, _kname, _variants, _desc) in _PROBLEMS.items():
+    _srcs = {}
+    for _f, _k in _variants:
+        _srcs.setdefault(_f, []).append(_k)
+    register(problem=_p, layer=LAYER, name=_p, description=_desc,
+             sources=[Source(src(H, f), kernels=tuple(ks), host=()) for f, ks in _srcs.items()]
+             + [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)), _plan_source()],
+             devices=("cuda",), available=available,
+             compile_only=_compile_default(_p) if helion else None,
+             helion_code=_code_default(_p))(_prepare_default(_p))
+    _kof = _twin_kernel(_p)
+    register(problem=_p, layer=LAYER, name=f"{_p}_simple", description=_TWIN_DESC[_p],
+             sources=[Source(src(H, _file), kernels=(_kname,), host=())],
+             devices=("cuda",), available=available,
+             compile_only=_compile_simple(_p, _kof) if helion else None,
+             helion_code=_code_simple(_p, _kof))(_prepare_simple(_p, _kof))
+
+register(problem="softmax", layer=LAYER, name="softmax_online",
+         description="online softmax (running max and rescaled sum over column tiles, then the write "
+                     "pass); Helion's default config",
+         sources=[Source(src(H, "softmax_online.py"), kernels=("softmax_online",), host=())],
+         devices=("cuda",), available=available,
+         compile_only=_compile_simple("softmax", lambda: softmax_online.softmax_online) if helion else None,
+         helion_code=_code_simple("softmax", lambda: softmax_online.softmax_online))(
+    _prepare_simple("softmax", lambda: softmax_online.softmax_online))
