@@ -1,4 +1,5 @@
 """The README's figures come from committed results, through `python -m harness report`."""
+import re
 from pathlib import Path
 
 from harness import report_cmd
@@ -26,3 +27,14 @@ def test_a_typed_or_stale_figure_is_caught():
         j -= 1
     tampered = text.replace(body, body[:j + 1] + "99.9" + body[i:], 1)
     assert any("differs" in p for p in report_cmd.readme_problems(tampered))
+
+
+def test_readme_is_short_and_ci_runs_its_test_command():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250, "the README is for users: at most 250 lines"
+    fences = re.findall(r"```bash\n(.*?)```", text, re.S)
+    commands = [ln for block in fences for ln in block.splitlines() if ln.startswith("python3 -m pip install")]
+    test_cmd = next((c for c in commands if "pytest" in c), None)
+    assert test_cmd, "the README shows no test command"
+    assert test_cmd in (ROOT / ".ci" / "run").read_text().splitlines(), \
+        "CI must run the README's test command verbatim (.ci/run)"
