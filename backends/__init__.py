@@ -1,16 +1,31 @@
-"""One adapter per runtime. Each module registers its implementations with ``harness.register``.
+"""The adapters: one module per layer (a layer may split its glue over several, e.g. one per
+problem or its ``inspect`` artifacts), each registering its implementations with
+``harness.register`` when imported.
 
-Every ``backends/*.py`` module is an adapter (a layer may split its glue over several, e.g. one
-per problem). Adapters must import cleanly when their runtime is missing and report the reason
-through ``available()`` instead.
+``ADAPTERS`` declares them; ``harness.registry.load_backends`` imports exactly these, in this
+order. An adapter must import cleanly when its runtime is missing and report the reason through
+``available()``; one whose file is missing or fails to import is recorded in
+``harness.registry.BACKEND_ERRORS`` (``python -m harness list`` shows it), not fatal. A new layer
+adds its module here (a test checks that every ``backends/*.py`` is declared).
 """
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_FIRST = ("torch_layer", "cuda_layer", "cupy_layer", "triton_layer", "cute_layer")
-ADAPTERS = tuple(m for m in _FIRST if (Path(__file__).parent / f"{m}.py").exists()) + tuple(
-    sorted(p.stem for p in Path(__file__).parent.glob("*.py")
-           if not p.stem.startswith("_") and p.stem not in _FIRST))
+
+#: (layer, its modules), in the order they are imported
+LAYERS = (
+    ("torch", ("torch_layer",)),
+    ("cuda", ("cuda_layer", "cuda_gemm", "cuda_inspect")),
+    ("cupy", ("cupy_layer",)),
+    ("triton", ("triton_layer", "triton_inspect")),
+    ("gluon", ("gluon_layer",)),
+    ("cute", ("cute_layer", "cute_inspect")),
+    ("helion", ("helion_layer",)),
+    ("tilelang", ("tilelang_layer",)),
+    ("cutile", ("cutile_layer",)),
+    ("libraries", ("library_layer",)),
+)
+ADAPTERS = tuple(m for _, mods in LAYERS for m in mods)
 
 
 def src(*parts: str) -> str:

@@ -160,7 +160,7 @@ def ptx_facts(ptx: str, arch: str) -> dict:
     """``ptxas -v`` facts of the DSL's PTX. The DSL (4.8.1) writes PTX ISA 9.4, newer than some
     installed ptxas accept; the retry restates the ISA version as the newest this ptxas takes (the
     kernels use no instruction newer than sm_90a's), and the facts say so."""
-    from harness.ptxas import ptxas_info, summarize
+    from kltools.ptxas import ptxas_info, summarize
 
     try:
         return summarize(ptxas_info(ptx, arch))

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from .args import UsageError, _device, _positive, _selectors, problems_arg, setup  # noqa: F401
 
-EXTERNAL = ("harness.model", "harness.inspect_cmd", "harness.grid", "harness.selftest", "harness.report_cmd",
+EXTERNAL = ("harness.loc", "harness.model", "harness.inspect_cmd", "harness.grid", "harness.selftest", "harness.report_cmd",
             "harness.crosscheck", "harness.store_cmd")
 
 
@@ -121,7 +121,7 @@ def cmd_list(args, console) -> int:
                   "[green]yes[/green]" if i["available"] else f"[yellow]no[/yellow]: {i['reason']}")
     console.print(t)
     for mod, err in data["backend_errors"].items():
-        console.print(f"[yellow]adapter {mod} failed to import: {err}[/yellow]")
+        console.print(f"[yellow]adapter backends/{mod}.py not loaded: {err}[/yellow]")
     return 0
 
 

@@ -182,14 +182,19 @@ BACKEND_ERRORS: dict[str, str] = {}
 
 
 def load_backends() -> None:
-    """Import every adapter in ``backends/``; one that fails to import is recorded, not fatal."""
+    """Import every adapter ``backends.ADAPTERS`` declares; one whose file is missing or fails to
+    import is recorded in ``BACKEND_ERRORS``, not fatal."""
     global _loaded_backends
     if _loaded_backends:
         return
     _loaded_backends = True
     import backends
 
+    here = Path(backends.__file__).parent
     for mod in backends.ADAPTERS:
+        if not (here / f"{mod}.py").is_file():
+            BACKEND_ERRORS[mod] = f"declared in backends.ADAPTERS but backends/{mod}.py does not exist"
+            continue
         try:
             importlib.import_module(f"backends.{mod}")
         except Exception as e:

@@ -235,4 +235,21 @@ def test_failing_builtin_adapter_is_reported_by_every_command(monkeypatch, capsy
     monkeypatch.setitem(registry.BACKEND_ERRORS, "fake_layer", "ImportError: no module named fake")
     main(["verify", "--problem", "vector_add", "--impl", "torch:vector_add", "--set", "N=10",
           "--no-isolate", "--format", "json"])
-    assert "backends/fake_layer.py failed to import" in capsys.readouterr().err
+    assert "backends/fake_layer.py not loaded" in capsys.readouterr().err
+
+
+def test_adapters_are_declared_and_a_missing_one_is_recorded(monkeypatch, tmp_path):
+    """Every backends/*.py module is in backends.ADAPTERS (the registry imports that list, not a
+    glob); a declared adapter whose file is missing lands in BACKEND_ERRORS instead of failing."""
+    import backends
+    from harness import registry
+
+    here = Path(backends.__file__).parent
+    files = {p.stem for p in here.glob("*.py") if not p.stem.startswith("_")}
+    assert files <= set(backends.ADAPTERS), files - set(backends.ADAPTERS)
+    monkeypatch.setattr(backends, "ADAPTERS", ("torch_layer", "no_such_layer"))
+    monkeypatch.setattr(registry, "_loaded_backends", False)
+    monkeypatch.setattr(registry, "BACKEND_ERRORS", {})
+    registry.load_backends()
+    assert "no_such_layer.py does not exist" in registry.BACKEND_ERRORS["no_such_layer"]
+    assert "torch_layer" not in registry.BACKEND_ERRORS

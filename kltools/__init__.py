@@ -1,0 +1,2 @@
+"""Tools shared by the harness and the kernel folders (``*_src/``), which import nothing of the
+harness: ``kltools.ptxas`` (resource facts from ``ptxas -v``)."""
