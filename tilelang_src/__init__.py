@@ -1,1 +1,118 @@
-"""TileLang kernels: one twin file per problem, variants <problem>_<algorithm>.py, one dispatch.py."""
+"""TileLang kernels (tilelang 0.1.15): one twin file per problem, variants <problem>_<algorithm>.py,
+one dispatch.py (the planner).
+
+This file holds the plumbing every kernel module shares and nothing problem-specific:
+
+- ``unavailable()``: why TileLang cannot compile here (``None`` when it can);
+- ``target()``: the CUDA target a kernel is compiled for (the GPU's own architecture, ``sm_90a``
+  on a Hopper GPU and on a machine without one: TileLang compiles with ``nvcc``, no GPU needed);
+- ``compile_kernel(key, build)``: ``tilelang.compile`` once per key (kernel, shape class, dtype),
+  kept in memory; TileLang's own kernel cache keeps the compiled library on disk (its cache
+  directory, ``~/.tilelang/cache`` by default), so a later process loads it instead of
+  recompiling. The first-call compile seconds of this process are kept beside the kernel;
+- ``facts(entry)``: registers, spills and shared memory from ``ptxas -v`` on the PTX of the
+  generated CUDA source (the same tool the other layers use), plus ``compile_s``.
+
+Kernels use dynamic dimensions (``T.dynamic``): one compile serves every size of a shape class.
+"""
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+
+_LOCK = threading.Lock()
+_CACHE: dict = {}
+_REASON: list = []
+ARCH = "sm_90a"
+
+TL_DTYPE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def unavailable() -> str | None:
+    """None when TileLang can compile here, else the reason (one line)."""
+    if _REASON:
+        return _REASON[0] or None
+    reason = None
+    if importlib.util.find_spec("tilelang") is None:
+        reason = "tilelang is not installed (pip install 'kernel-layers[tilelang]')"
+    else:
+        try:
+            import tilelang  # noqa: F401
+            import tilelang.language  # noqa: F401
+        except Exception as e:  # a broken install must not take the harness down
+            reason = f"tilelang failed to import: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        else:
+            from harness.ptxas import find_ptxas
+            import shutil
+            if shutil.which("nvcc") is None and find_ptxas() is None:
+                reason = "TileLang compiles with nvcc, which is not on PATH"
+    _REASON.append(reason or "")
+    return reason
+
+
+def arch() -> str:
+    """sm_XY of the GPU in this process (``a`` for Hopper's wgmma/TMA features), else sm_90a."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}" + ("a" if major == 9 else "")
+    except Exception:
+        pass
+    return ARCH
+
+
+def target() -> dict:
+    return {"kind": "cuda", "arch": arch()}
+
+
+def dtype_name(torch_dtype) -> str:
+    name = str(torch_dtype).replace("torch.", "")
+    if name not in TL_DTYPE:
+        raise TypeError(f"dtype: TileLang kernels here take float32, float16 or bfloat16, not {name}")
+    return TL_DTYPE[name]
+
+
+class Compiled:
+    """A compiled kernel and what is known about it."""
+
+    def __init__(self, kernel, compile_s: float, key):
+        self.kernel = kernel
+        self.compile_s = compile_s
+        self.key = key
+        self._facts = None
+
+    def source(self) -> str:
+        return self.kernel.get_kernel_source()
+
+    def facts(self) -> dict:
+        """compile_s, registers, spills, smem (bytes, static + dynamic as ptxas reports the
+        static part; the dynamic part TileLang sizes at launch is added where it is known)."""
+        if self._facts is None:
+            info = {"compile_s": round(self.compile_s, 3)}
+            try:
+                from harness.ptxas import ptxas_info, summarize
+                per = ptxas_info(self.kernel._get_ptx(), ARCH if arch().startswith("sm_9") else arch())
+                info.update(summarize(per))
+            except Exception as e:  # the facts are reported, never needed to run
+                info["facts_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            self._facts = info
+        return dict(self._facts)
+
+
+def compile_kernel(key, build, pass_configs: dict | None = None) -> Compiled:
+    """``tilelang.compile(build())`` once per ``key`` in this process (TileLang's kernel cache keeps
+    it on disk for the next one)."""
+    full = (key, arch(), tuple(sorted((pass_configs or {}).items())))
+    with _LOCK:
+        hit = _CACHE.get(full)
+        if hit is not None:
+            return hit
+        import tilelang
+        t0 = time.perf_counter()
+        kernel = tilelang.compile(build(), target=target(), execution_backend="tvm_ffi",
+                                  pass_configs=dict(pass_configs or {}))
+        entry = Compiled(kernel, time.perf_counter() - t0, full)
+        _CACHE[full] = entry
+        return entry

@@ -1,0 +1,336 @@
+"""TileLang adapter (tilelang 0.1.15): registers the kernels of ``tilelang_src/`` with the harness.
+
+Ids: ``tilelang:<problem>`` the default (``tilelang_src/dispatch.py`` plans in ``prepare``),
+``tilelang:<problem>_simple`` the teaching twin (``tilelang_src/<problem>.py``), and the variants
+``tilelang:<problem>_<algorithm>``. Kernels have dynamic sizes and strides, so one compile serves a
+shape class; ``tilelang_src.compile_kernel`` keeps them in memory and TileLang's own kernel cache
+keeps them on disk. ``compile_only(case)`` compiles the very kernel ``prepare`` would launch, for
+sm_90a, with no GPU (TileLang compiles with nvcc), and reports ``ptxas -v`` facts; ``inspect``
+writes the generated CUDA source and PTX.
+"""
+from __future__ import annotations
+
+from harness import Source, register
+from harness.errors import Unsupported
+from harness.registry import describe_layer
+
+from . import src
+
+C = "tilelang_src"
+LAYER = "tilelang"
+_SEEN: list = []        # Compiled entries of the last compile_only (for inspect)
+
+
+def _available() -> str | None:
+    try:
+        import tilelang_src
+    except Exception as e:  # pragma: no cover
+        return f"tilelang_src failed to import: {type(e).__name__}: {e}"
+    return tilelang_src.unavailable()
+
+
+def _need():
+    why = _available()
+    if why:
+        raise Unsupported(why)
+
+
+def _esize(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+
+
+def _compile(key, build):
+    import tilelang_src
+
+    entry = tilelang_src.compile_kernel(key, build)
+    _SEEN.append(entry)
+    return entry
+
+
+def _facts(entries, plan: dict) -> dict:
+    info = entries[0].facts()
+    if len(entries) > 1:
+        per = {}
+        for e in entries:
+            per.update(e.facts().get("kernels", {}))
+        info["kernels"] = per
+        info["compile_s"] = round(sum(e.compile_s for e in entries), 3)
+    info["config"] = dict(plan)
+    return info
+
+
+def _launch(entries, plan, call):
+    launch = call
+    launch.info = _facts(entries, plan)
+    return launch
+
+
+def _check_cuda(*ts):
+    for t in ts:
+        if t is not None and t.device.type != "cuda":
+            raise Unsupported("TileLang kernels run on CUDA tensors (no interpreter); compile_only works without a GPU")
+
+
+# -- vector_add ---------------------------------------------------------------------------------
+def _va_compile(dtype: str, plan: dict):
+    from tilelang_src import vector_add, vector_add_tiled
+
+    if plan["kernel"] == "simple":
+        return _compile(("vector_add", dtype), lambda: vector_add.vector_add_kernel(dtype))
+    t, v, u = plan["threads"], plan["vec"], plan["unroll"]
+    return _compile(("vector_add_tiled", dtype, t, v, u), lambda: vector_add_tiled.vector_add_tiled_kernel(dtype, t, v, u))
+
+
+def _va_impl(kernel):
+    def plan_of(n, es, aligned):
+        from tilelang_src import dispatch
+
+        if kernel == "simple":
+            return {"kernel": "simple"}
+        if kernel == "tiled" and not aligned:
+            raise ValueError("alignment: vector_add_tiled needs 16-byte aligned pointers")
+        return dispatch.plan_vector_add(n, es, aligned)
+
+    def supports(case):
+        if _available():
+            return None
+        if kernel == "tiled" and int(case.params.get("misalign", 0)) * _esize(case.dtype) % 16:
+            return "vector_add_tiled needs 16-byte aligned pointers (misaligned views take the element kernel)"
+        return None
+
+    def compile_only(case):
+        _need()
+        es = _esize(case.dtype)
+        plan = plan_of(case.N, es, int(case.params.get("misalign", 0)) * es % 16 == 0)
+        return _facts([_va_compile(case.dtype, plan)], plan)
+
+    def prepare(case, inputs, out):
+        _need()
+        x, y = inputs
+        _check_cuda(x, y, out)
+        if x.dtype != y.dtype or x.dtype != out.dtype or x.shape != y.shape or x.shape != out.shape:
+            raise Unsupported("x, y, out: same shape and dtype")
+        if any(t.dim() != 1 or t.stride(0) != 1 for t in (x, y, out)):
+            raise Unsupported("x, y, out: contiguous 1-D tensors")
+        aligned = all(t.data_ptr() % 16 == 0 for t in (x, y, out))
+        try:
+            plan = plan_of(x.numel(), x.element_size(), aligned)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+        import tilelang_src
+
+        entry = _va_compile(tilelang_src.dtype_name(x.dtype), plan)
+        k = entry.kernel
+        return _launch([entry], plan, lambda: k(x, y, out))
+
+    return supports, compile_only, prepare
+
+
+_VA_SIMPLE = Source(src(C, "vector_add.py"), kernels=("vector_add_kernel",))
+_VA_TILED = Source(src(C, "vector_add_tiled.py"), kernels=("vector_add_tiled_kernel",))
+_VA_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_va_compile",))
+_VA_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_vector_add",))
+for _name, _kernel, _desc, _srcs in (
+        ("vector_add", None, "full tiles in 16-byte vectors (4 per thread per operand), guarded last tile; "
+                             "element accesses for misaligned views", [_VA_TILED, _VA_SIMPLE, _VA_HOST, _VA_PLAN]),
+        ("vector_add_simple", "simple", "teaching twin: T.Parallel over 1024-element tiles, guarded element "
+                                        "accesses", [_VA_SIMPLE, _VA_HOST]),
+        ("vector_add_tiled", "tiled", "full tiles unguarded (16-byte vectors), guarded last tile",
+         [_VA_TILED, _VA_HOST, _VA_PLAN])):
+    _s, _c, _p = _va_impl(_kernel)
+    register(problem="vector_add", layer=LAYER, name=_name, description=_desc, sources=_srcs,
+             devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)
+
+
+# -- softmax ------------------------------------------------------------------------------------
+def _sm_compile(dtype: str, plan: dict):
+    from tilelang_src import softmax, softmax_online, softmax_rows
+
+    if plan["kernel"] == "simple":
+        return _compile(("softmax", dtype), lambda: softmax.softmax_kernel(dtype))
+    if plan["kernel"] == "rows":
+        c, r, t = plan["cols"], plan["rows"], plan["threads"]
+        return _compile(("softmax_rows", dtype, c, r, t), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t))
+    tile, t = plan["tile"], plan["threads"]
+    return _compile(("softmax_online", dtype, tile, t), lambda: softmax_online.softmax_online_kernel(dtype, tile, t))
+
+
+def _sm_impl(kernel):
+    def plan_of(m, n, es):
+        from tilelang_src import dispatch
+
+        return dispatch.plan_softmax(m, n, es, kernel=kernel)
+
+    def supports(case):
+        if _available():
+            return None
+        try:
+            plan_of(case.M, case.N, _esize(case.dtype))
+        except ValueError as e:
+            return str(e)
+        return None
+
+    def compile_only(case):
+        _need()
+        try:
+            plan = plan_of(case.M, case.N, _esize(case.dtype))
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+        return _facts([_sm_compile(case.dtype, plan)], plan)
+
+    def prepare(case, inputs, out):
+        _need()
+        (x,) = inputs
+        _check_cuda(x, out)
+        if x.dim() != 2 or out.shape != x.shape or out.dtype != x.dtype:
+            raise Unsupported("x, out: 2-D, same shape and dtype")
+        if x.stride(1) != 1 or out.stride(1) != 1:
+            raise Unsupported("x, out: unit column stride")
+        try:
+            plan = plan_of(x.shape[0], x.shape[1], x.element_size())
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+        import tilelang_src
+
+        entry = _sm_compile(tilelang_src.dtype_name(x.dtype), plan)
+        k = entry.kernel
+        return _launch([entry], plan, lambda: k(x, out))
+
+    return supports, compile_only, prepare
+
+
+_SM_SIMPLE = Source(src(C, "softmax.py"), kernels=("softmax_kernel",))
+_SM_ROWS = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel",))
+_SM_ONLINE = Source(src(C, "softmax_online.py"), kernels=("softmax_online_kernel",))
+_SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile",))
+_SM_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "_pow2_at_least"))
+for _name, _kernel, _desc, _srcs in (
+        ("softmax", None, "planned by row length: softmax_rows (whole rows in registers, several short rows "
+                          "per CTA) up to 16384 columns, softmax_online beyond", [_SM_ROWS, _SM_ONLINE, _SM_HOST, _SM_PLAN]),
+        ("softmax_simple", "simple", "teaching twin: a CTA per row, online (max, sum) over 1024-column tiles, "
+                                     "then a write pass", [_SM_SIMPLE, _SM_HOST]),
+        ("softmax_rows", "rows", "whole rows in registers (cols = next power of two), reduce_max / reduce_sum "
+                                 "along the row, one read one write", [_SM_ROWS, _SM_HOST, _SM_PLAN]),
+        ("softmax_online", "online", "a CTA per row: online (max, sum) over 4096-column tiles, second read to "
+                                     "write", [_SM_ONLINE, _SM_HOST, _SM_PLAN])):
+    _s, _c, _p = _sm_impl(_kernel)
+    register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_srcs,
+             devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)
+
+
+# -- gemm_epilogue ------------------------------------------------------------------------------
+def _gemm_compile(dtype: str, act: str, has_bias: bool, plan: dict):
+    from tilelang_src import gemm_epilogue, gemm_epilogue_tma
+
+    if plan["kernel"] == "simple":
+        return _compile(("gemm_epilogue", dtype, act, has_bias),
+                        lambda: gemm_epilogue.gemm_kernel(dtype, act, has_bias))
+    cfg = (plan["bm"], plan["bn"], plan["bk"], plan["stages"], plan["threads"])
+    tma = plan["kernel"] == "tma"
+    return _compile(("gemm_epilogue_tma", dtype, act, has_bias, cfg, tma),
+                    lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, act, has_bias, *cfg, tma=tma))
+
+
+def _gemm_impl(kernel):
+    def plan_of(m, n, k, es, tma_ok):
+        from tilelang_src import dispatch
+
+        if kernel == "simple":
+            return {"kernel": "simple"}
+        return dispatch.plan_gemm(m, n, k, es, tma_ok, kernel=kernel)
+
+    def case_tma_ok(case):
+        return case.N * 2 % 16 == 0 and case.K * 2 % 16 == 0
+
+    def supports(case):
+        if _available():
+            return None
+        try:
+            plan_of(case.M, case.N, case.K, 2, case_tma_ok(case))
+        except ValueError as e:
+            return str(e)
+        return None
+
+    def compile_only(case):
+        _need()
+        try:
+            plan = plan_of(case.M, case.N, case.K, 2, case_tma_ok(case))
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+        has_bias = bool(int(case.params.get("bias", 1)))
+        return _facts([_gemm_compile(case.dtype, case.params.get("act", "relu"), has_bias, plan)], plan)
+
+    def prepare(case, inputs, out):
+        _need()
+        a, b, bias = inputs
+        _check_cuda(a, b, bias, out)
+        act = case.params.get("act", "relu")
+        if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0] or tuple(out.shape) != (a.shape[0], b.shape[1]):
+            raise Unsupported("a, b, out: a [M, K], b [K, N], out [M, N]")
+        if not (a.is_contiguous() and b.is_contiguous() and out.is_contiguous()) or \
+                (bias is not None and not bias.is_contiguous()):
+            raise Unsupported("a, b, bias, out: contiguous row-major tensors")
+        if len({t.dtype for t in (a, b, out, bias) if t is not None}) != 1:
+            raise Unsupported("a, b, bias, out: one dtype")
+        m, kk = a.shape
+        n = b.shape[1]
+        es = a.element_size()
+        tma_ok = n * es % 16 == 0 and kk * es % 16 == 0 and all(t.data_ptr() % 16 == 0 for t in (a, b, out))
+        try:
+            plan = plan_of(m, n, kk, es, tma_ok)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
+        import tilelang_src
+
+        entry = _gemm_compile(tilelang_src.dtype_name(a.dtype), act, bias is not None, plan)
+        k = entry.kernel
+        if bias is None:
+            return _launch([entry], plan, lambda: k(a, b, out))
+        return _launch([entry], plan, lambda: k(a, b, bias, out))
+
+    return supports, compile_only, prepare
+
+
+_GE_EPI = Source(src(C, "epilogue.py"), kernels=("act", "bias_act"))
+_GE_SIMPLE = Source(src(C, "gemm_epilogue.py"), kernels=("gemm_kernel",))
+_GE_TMA = Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_kernel",))
+_GE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_compile",))
+_GE_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))
+for _name, _kernel, _desc, _srcs in (
+        ("gemm_epilogue", None, "T.Pipelined TMA + wgmma (128x128x64, 4 stages; 64-row tiles when few rows), "
+                                "swizzled shared layouts, rastered CTAs, bias + act on the accumulator fragment; "
+                                "guarded element loads where N or K is not a multiple of 8",
+         [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
+        ("gemm_epilogue_simple", "simple", "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias + act "
+                                           "on the accumulator fragment, no pipelining hints",
+         [_GE_SIMPLE, _GE_EPI, _GE_HOST]),
+        ("gemm_epilogue_tma", "tma", "T.Pipelined TMA + wgmma only (16-byte rows: N, K multiples of 8)",
+         [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
+        ("gemm_epilogue_tiled", "tiled", "the pipeline with guarded element loads instead of TMA",
+         [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN])):
+    _s, _c, _p = _gemm_impl(_kernel)
+    register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_srcs,
+             devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)
+
+
+# -- inspect ------------------------------------------------------------------------------------
+def tilelang_artifacts(impl, case, art) -> None:
+    import json
+
+    why = impl.available()
+    if why:
+        raise ValueError(f"inspect: {impl.id} is not available here: {why}")
+    _SEEN.clear()
+    facts = impl.compile_only_fn(case)
+    art.source = "compile_only(case): the CUDA source TileLang generated and its PTX (nvcc)"
+    for i, e in enumerate(_SEEN):
+        name = f"{impl.layer}_{impl.name}" + (f"_{i}" if len(_SEEN) > 1 else "")
+        art.write(f"{name}.cu", e.source())
+        try:
+            art.write(f"{name}.ptx", e.kernel._get_ptx())
+        except Exception as ex:
+            art.notes.append(f"no PTX: {type(ex).__name__}: {ex}")
+    art.write("compile_facts.json", json.dumps(facts, indent=2, default=str))
+
+
+describe_layer(LAYER, order=6, colour="#e377c2", artifacts=tilelang_artifacts)

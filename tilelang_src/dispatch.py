@@ -1,0 +1,70 @@
+"""The TileLang layer's planner: rules over facts (bytes per row, alignment, tiles against SMs),
+and the plain-data table they read. Planning is one way: this module imports the variants' builders
+through the adapter; the variants never import it.
+"""
+from __future__ import annotations
+
+SMS = 132                      # H200 streaming multiprocessors (the grid rules' unit)
+
+TABLE = {
+    "vector_add": {"threads": 256, "bytes_per_access": 16, "unroll": 4},
+    # whole rows in registers up to this many fp32 values per CTA; longer rows stream (online)
+    "softmax": {"max_cols": 16384, "elems_per_thread": 16, "min_threads": 32, "max_threads": 1024,
+                "rows_cta_cols": 2048, "online_tile": 4096, "online_threads": 512},
+    # (bm, bn, bk, stages, threads): large tiles while they fill the GPU, 64-row tiles for few rows
+    "gemm": {"large": (128, 128, 64, 4, 256), "narrow": (64, 128, 64, 4, 128),
+             "tiled": (128, 128, 32, 2, 256)},
+}
+
+
+def plan_vector_add(n: int, esize: int, aligned: bool) -> dict:
+    """16-byte vectors in full tiles where every pointer is 16-byte aligned; element accesses
+    (the twin's kernel) otherwise."""
+    t = TABLE["vector_add"]
+    if not aligned:
+        return {"kernel": "simple"}
+    return {"kernel": "tiled", "threads": t["threads"], "vec": t["bytes_per_access"] // esize, "unroll": t["unroll"]}
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
+    """rows: whole rows in registers (cols = the power of two >= N, ``elems_per_thread`` fp32
+    values a thread; short rows several to a CTA so a CTA holds ``rows_cta_cols`` columns);
+    online: longer rows streamed twice in tiles."""
+    t = TABLE["softmax"]
+    cols = max(_pow2_at_least(n), 32)
+    choice = kernel or ("rows" if cols <= t["max_cols"] else "online")
+    if choice == "rows":
+        if cols > t["max_cols"]:
+            raise ValueError(f"N: softmax_rows holds rows of at most {t['max_cols']} columns, not {n}")
+        threads = min(t["max_threads"], max(t["min_threads"], cols // t["elems_per_thread"]))
+        rows = max(1, t["rows_cta_cols"] // cols) if threads == t["min_threads"] or cols < t["rows_cta_cols"] else 1
+        threads = max(threads, min(t["max_threads"], rows * cols // t["elems_per_thread"]))
+        return {"kernel": "rows", "cols": cols, "rows": rows, "threads": threads}
+    if choice == "online":
+        return {"kernel": "online", "tile": t["online_tile"], "threads": t["online_threads"]}
+    if choice == "simple":
+        return {"kernel": "simple"}
+    raise ValueError(f"kernel: rows, online or simple, not {kernel!r}")
+
+
+def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None) -> dict:
+    """TMA + wgmma pipeline where A's and B's rows are 16-byte multiples (TMA's stride rule) and
+    the pointers are aligned; guarded element loads into the same pipeline otherwise. 64-row tiles
+    when 128-row tiles leave most SMs idle."""
+    g = TABLE["gemm"]
+    use_tma = tma_ok if kernel is None else kernel == "tma"
+    if kernel == "tma" and not tma_ok:
+        raise ValueError("strides: TMA needs 16-byte aligned rows (N and K multiples of 8 in 16-bit types)")
+    if use_tma:
+        bm, bn, bk, stages, threads = g["large"]
+        tiles = -(-m // bm) * -(-n // bn)
+        if tiles < SMS and m <= 64:
+            bm, bn, bk, stages, threads = g["narrow"]
+    else:
+        bm, bn, bk, stages, threads = g["tiled"]
+    return {"kernel": "tma" if use_tma else "tiled", "bm": bm, "bn": bn, "bk": bk, "stages": stages,
+            "threads": threads}

@@ -1,0 +1,58 @@
+"""GEMM + bias + activation, pipelined for Hopper: TMA loads into swizzled shared memory, wgmma.
+
+A CTA per ``bm x bn`` tile of C (rastered in panels of ``PANEL`` tiles, ``T.use_swizzle``, so that
+neighbouring CTAs share A and B slices in L2). The K loop is ``T.Pipelined`` with ``stages``
+shared-memory buffers: TileLang issues the TMA copies ``stages - 1`` slices ahead on mbarriers,
+warp-specialises a producer, and lowers ``T.gemm`` to wgmma on the 128-byte swizzled layouts
+annotated here. The epilogue (bias + activation) runs on the fp32 accumulator fragment in
+registers, then one store.
+
+``tma=False`` builds the same pipeline with guarded element loads (zero past the edges): the path
+for operands whose rows are not 16-byte multiples (N or K not a multiple of 8 in 16-bit types),
+which a TMA descriptor cannot describe.
+"""
+import tilelang.language as T
+from tilelang.layout import make_swizzled_layout
+
+from .epilogue import bias_act
+
+PANEL = 8
+
+
+def gemm_tma_kernel(dtype: str, act: str, has_bias: bool, bm: int, bn: int, bk: int, stages: int,
+                    threads: int, tma: bool = True):
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+
+    @T.macro
+    def body(A, B, bias, C):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.annotate_layout({A_s: make_swizzled_layout(A_s), B_s: make_swizzled_layout(B_s)})
+            T.use_swizzle(panel_size=PANEL)
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if tma:
+                    T.copy(A[by * bm, k * bk], A_s)
+                    T.copy(B[k * bk, bx * bn], B_s)
+                else:   # element loads, zero past the edges
+                    for i, j in T.Parallel(bm, bk):
+                        A_s[i, j] = T.if_then_else(by * bm + i < M and k * bk + j < K, A[by * bm + i, k * bk + j], 0)
+                    for i, j in T.Parallel(bk, bn):
+                        B_s[i, j] = T.if_then_else(k * bk + i < K and bx * bn + j < N, B[k * bk + i, bx * bn + j], 0)
+                T.gemm(A_s, B_s, acc)
+            for i, j in T.Parallel(bm, bn):
+                acc[i, j] = bias_act(acc[i, j], bias, bx * bn + j, N, act)
+            T.copy(acc, C[by * bm, bx * bn])
+
+    if has_bias:
+        @T.prim_func
+        def gemm_epilogue_tma(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), bias: T.Tensor((N,), dtype),
+                              C: T.Tensor((M, N), dtype)):
+            body(A, B, bias, C)
+    else:
+        @T.prim_func
+        def gemm_epilogue_tma(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+            body(A, B, None, C)
+    return gemm_epilogue_tma
