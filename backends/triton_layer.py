@@ -41,7 +41,7 @@ if triton is not None:
     from triton_src import gemm_epilogue_tiled as gemm_tiled
     from triton_src import gemm_epilogue_tma as gemm_tma
     from triton_src import softmax as softmax_simple
-    from triton_src import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split
+    from triton_src import softmax_block, softmax_online, softmax_rows, softmax_split
     from triton_src import vector_add as vector_add_simple
     from triton_src import vector_add_unmasked
     from triton_src.runtime import Spec
@@ -214,8 +214,6 @@ def compile_spec(spec: "Spec", ptxas: bool = True) -> dict:
         signature[p.name] = ty
         if isinstance(attr, str) and attr:
             attrs[(i,)] = BaseBackend.parse_attr(attr)
-    if getattr(jf, "is_gluon", lambda: False)():   # a Gluon kernel: its own front end
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     src = ASTSource(fn=jf, signature=signature, constexprs=constexprs, attrs=attrs)
     t0 = time.perf_counter()
     with _compiler_mode():
@@ -407,16 +405,7 @@ def _sm_cfg(variant, case):
         return dispatch.softmax_rows_config(N, es)
     if variant == "online":
         return dispatch.softmax_online_config(M, N, es, H200)
-    if variant == "smem":
-        return _smem_cfg(M, N, es, H200)
     return dispatch.softmax_split_config(M, N, es, H200)
-
-
-def _smem_cfg(M, N, es, facts):
-    """The smem kernel's config: dispatch's where its rule takes the rows, else the table's warps
-    (the variant's own row runs wherever the rows fit shared memory)."""
-    return (dispatch.softmax_smem_config(M, N, es, facts)
-            or softmax_smem.config(N, es, dispatch.softmax_smem_warps(N, es, facts)))
 
 
 def _split_programs(cfg, M) -> tuple[int, int]:
@@ -445,8 +434,6 @@ def _sm_spec(variant, case, cfg=None):
                                         if cfg.get("PERSISTENT") else blocks)
     if variant == "online":
         return softmax_online.launch_spec(x, out, cfg)
-    if variant == "smem":
-        return softmax_smem.launch_spec(x, out, cfg)
     cfg = softmax_split.with_frame(cfg, x, out)
     slots = torch.empty(M * cfg["C"], dtype=torch.int64, device="meta")
     return softmax_split.launch_spec(x, out, slots, cfg, _split_programs(cfg, M)[0],
@@ -459,9 +446,6 @@ def _sm_supports(variant):
             return {"block": softmax_block, "rows": softmax_rows}[variant].supports(case.N)
         if variant == "split":
             return softmax_split.supports(case.N)
-        if variant == "smem":
-            return (softmax_smem.supports(case.N, _elem(case), dispatch.softmax_smem_warps(case.N, _elem(case), H200), H200)
-                    or softmax_smem.supports_tensors(*_meta_softmax(case)))
         return None
     return supports
 
@@ -474,9 +458,6 @@ def _sm_grid_of(variant, case) -> dict:
         return hgrid.rows(M, N, a["BLOCK"], **s.options)
     if variant == "block":
         return hgrid.rows(M, N, a["BLOCK_N"], **s.options)
-    if variant == "smem":
-        return hgrid.rows(M, N, (a["N0"] + a["N1"] + a["N2"]) * a["CHUNK"],
-                          CHUNK=a["CHUNK"], buffers=[a["N0"], a["N1"], a["N2"]], FRAME=a["FRAME"], **s.options)
     if variant == "rows":
         R, B = a["ROWS"], a["BLOCK_N"]
         blocks = triton.cdiv(M, R)
@@ -589,12 +570,10 @@ def _sm_prepare(variant):
                     cfg = getattr(dispatch, f"softmax_{variant}_config")(N, x.element_size())
                 elif variant == "split":
                     cfg = dispatch.softmax_split_config_for(x, out, facts)
-                elif variant == "smem":
-                    cfg = _smem_cfg(M, N, x.element_size(), facts)
                 else:
                     cfg = dispatch.softmax_online_config(M, N, x.element_size(), facts)
                 module = {"block": softmax_block, "rows": softmax_rows, "online": softmax_online,
-                          "smem": softmax_smem, "split": softmax_split}[variant]
+                          "split": softmax_split}[variant]
                 launch = module.bind_launch(x, out, cfg)
         except ValueError as e:
             raise Unsupported(str(e)) from None
@@ -607,14 +586,12 @@ def _sm_prepare(variant):
 
 _SOFTMAX = {
     "default": ("softmax", "dispatcher: rows (rows <= 4 KB, several a program), block (a row in "
-                "registers), smem (longer rows staged in a program's shared memory, Gluon, when they fit "
-                "it and fill the SMs), split (other long rows over co-resident programs), online (rows "
+                "registers), split (longer rows over co-resident programs), online (rows "
                 "too long for the co-resident grid to hold all their chunks); planned once, launched "
                 "through the compiled kernel's launcher",
                 [Source("triton_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
                  Source("triton_src/softmax_block.py", kernels=("softmax_block_kernel",), host=("bind_launch",)),
                  Source("triton_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",)),
-                 Source("triton_src/softmax_smem.py", kernels=("softmax_smem_kernel",), host=("bind_launch",)),
                  Source("triton_src/softmax_split.py", kernels=("softmax_split_kernel",), host=("bind_launch",)),
                  Source("triton_src/dispatch.py", kernels=(), host=("plan_softmax",)),
                  Source("triton_src/runtime.py", kernels=(), host=("bind_spec", "programs_per_sm"))]),
@@ -633,17 +610,11 @@ _SOFTMAX = {
               "programs that swap (max, sum) through 64-bit slots in global memory; N > 16384. CPU mode "
               "runs the same kernel with its programs as concurrent threads",
               [Source("triton_src/softmax_split.py", kernels=("softmax_split_kernel",), host=("bind_launch",))]),
-    "smem": ("softmax_smem", "long rows staged raw in one program's shared memory (Gluon: 16-byte "
-             "cp.async copies of the whole row, then max, sum and the store read it there); rows that "
-             "fit a program's shared memory and can be read in 16-byte groups. Gluon has no CPU "
-             "interpreter: compiled, not run, in CPU mode",
-             [Source("triton_src/softmax_smem.py", kernels=("softmax_smem_kernel",), host=("bind_launch",))]),
 }
 
 for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_sources,
-             devices=("cuda",) if _variant == "smem" else ("cuda", "cpu"),
-             cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
+             devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
              cpu_max_cols=INTERPRETER_MAX_COLS, available=available,
              supports=None if _variant in ("default", "simple") else _sm_supports(_variant),
              compile_only=_compile_only(_sm_compile(_variant)) if triton else None,

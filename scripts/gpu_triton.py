@@ -58,7 +58,7 @@ def short(e: BaseException) -> str:
 # -- what to run -------------------------------------------------------------------------------
 IDS = {"vector_add": ["vector_add", "vector_add_simple"],
        "softmax": ["softmax", "softmax_simple", "softmax_block", "softmax_rows", "softmax_online",
-                   "softmax_smem", "softmax_split"],
+                   "softmax_split"],
        "gemm_epilogue": ["gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tiled",
                          "gemm_epilogue_tma", "gemm_epilogue_splitk"]}
 
@@ -136,10 +136,6 @@ def candidates(problem: str, case) -> list[tuple[str, str, dict | None]]:
                     if blk <= max(16, next_pow2(N)) or blk == 4096:
                         out.append((f"online {blk}/w{w}/s{st} x{k}/SM", "online",
                                     O.config(N, blk, w, st, H200["sms"] * k)))
-        from triton_src import softmax_smem as SM
-        for w in (4, 8, 16):
-            if N > 1024 and SM.supports(N, es, w, H200) is None:
-                out.append((f"smem w{w}", "smem", SM.config(N, es, w)))
         if N >= S.MIN_N:
             base = dispatch.softmax_split_config(M, N, es, H200)
             for chunk in sorted({base["CHUNK"], 2048, 4096, 8192, 16384}):
@@ -276,9 +272,9 @@ def bound_launch(problem, variant, cfg, case, inputs, out):
         from triton_src import vector_add_unmasked as V
         return V.bind_launch(*inputs, out, cfg)
     if problem == "softmax":
-        from triton_src import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split
+        from triton_src import softmax_block, softmax_online, softmax_rows, softmax_split
         mod = {"block": softmax_block, "rows": softmax_rows, "online": softmax_online,
-               "smem": softmax_smem, "split": softmax_split}[variant]
+               "split": softmax_split}[variant]
         return mod.bind_launch(inputs[0], out, cfg)
     from triton_src import gemm_epilogue_splitk, gemm_epilogue_tiled, gemm_epilogue_tma
     a, b, bias = inputs

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 IDS = {"vector_add": {"vector_add", "vector_add_simple"},
        "softmax": {"softmax", "softmax_simple", "softmax_block", "softmax_rows", "softmax_online",
-                   "softmax_split", "softmax_smem"},
+                   "softmax_split"},
        "gemm_epilogue": {"gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tiled",
                          "gemm_epilogue_tma", "gemm_epilogue_splitk"}}
 
@@ -38,9 +38,8 @@ def test_registered_ids_and_roles():
         assert set(impls) == names, (problem, set(impls))
         assert impls[problem].role == "default" and impls[f"{problem}_simple"].role == "simple"
         for i in impls.values():
-            # the Gluon kernel (softmax_smem) has no CPU interpreter: GPU only, compiled in CPU mode
             assert i.available() is None
-            assert set(i.devices) == ({"cuda"} if i.name == "softmax_smem" else {"cuda", "cpu"})
+            assert set(i.devices) == {"cuda", "cpu"}
             assert i.sources and i.compile_only_fn and "grid" in i.extra
             for s in i.sources:
                 assert (ROOT / s.path).is_file(), s.path
@@ -192,13 +191,11 @@ def test_softmax_rules_by_bytes_per_row():
     assert c(32_768, 512, 2) == c(8192, 1024, 4) == "rows"              # <= 1024 columns
     assert c(8192, 2048, 2) == "block"                                   # one row a program from 2048
     assert c(4096, 4096, 2) == c(4096, 32_000, 4) == "block"             # one full row in registers:
-    assert c(4096, 16_384, 4) == "block"                                 # fp32 up to 32768, 16-bit 4096
-    assert c(4096, 16_384, 2) == c(4096, 32_000, 2) == "smem"            # longer 16-bit rows staged raw,
-    assert c(4096, 20_000, 4) == c(4096, 3000, 2) == "smem"              # padded rows of any dtype too
-    assert c(64, 16_384, 2) == c(64, 16_000, 4) == "block"               # few rows: block where it fits,
-    assert c(64, 20_000, 4) == "split"                                   # split takes >= 16385 (61 % fill)
-    assert c(4096, 50_257, 2) == c(4096, 65_536, 2) == c(4096, 50_257, 4) == "smem"
-    assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == "split"         # beyond a program's smem
+    assert c(4096, 16_384, 4) == c(4096, 16_384, 2) == "block"           # fp32 up to 32768, 16-bit 16384
+    assert c(4096, 3000, 2) == c(64, 16_000, 4) == "block"               # padded rows below split's minimum
+    assert c(4096, 20_000, 4) == c(64, 20_000, 4) == "split"             # split takes >= 16385 (61 % fill)
+    assert c(4096, 32_000, 2) == c(4096, 50_257, 2) == c(4096, 50_257, 4) == "split"
+    assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == "split"
     assert c(3, 40_000, 2) == "split"                                    # fewer rows than SMs
     # a row with more chunks than the co-resident grid holds comfortably: online
     longest = dispatch.SOFTMAX["split_max_chunks_per_sm"] * H200["sms"] * dispatch.SOFTMAX["split_max_chunk"][2]
@@ -227,13 +224,9 @@ def test_softmax_split_chunk_fills_lanes_and_machine():
 
 
 def test_softmax_table_is_what_the_rules_read(monkeypatch):
-    assert dispatch.softmax_choice(4096, 50_257, 2, H200)[0] == "smem"
-    monkeypatch.setitem(dispatch.SOFTMAX, "smem", False)
     assert dispatch.softmax_choice(4096, 50_257, 2, H200)[0] == "split"
     monkeypatch.setitem(dispatch.SOFTMAX, "split_max_chunks_per_sm", 0)
     assert dispatch.softmax_choice(4096, 50_257, 2, H200)[0] == "online"
-    monkeypatch.setitem(dispatch.SOFTMAX, "smem", True)
-    monkeypatch.setitem(dispatch.SOFTMAX, "smem_min_rows_per_sm", 100)
     assert dispatch.softmax_choice(4096, 32_000, 2, H200)[0] == "online"
     monkeypatch.setitem(dispatch.SOFTMAX, "rows_max_cols", 0)
     assert dispatch.softmax_choice(32_768, 512, 2, H200)[0] == "block"
@@ -313,80 +306,14 @@ def test_split_register_cap_on_the_gpu():
     assert (out2.double() - ref).abs().max().item() < 2e-2
 
 
-def test_smem_config_and_rules():
-    """softmax_smem: the chunks a row needs fit its three power-of-two buffers with little waste;
-    shared memory sets the programs an SM holds; rows beyond one program's shared memory and
-    tensors whose rows cannot be read in 16-byte groups are declined with a reason."""
-    from triton_src import softmax_smem as S
-    for count in range(1, 200):
-        parts = S.split_pow2(count)
-        assert sum(parts) >= count and all(p == 0 or p & (p - 1) == 0 for p in parts)
-        assert sum(parts) - count <= count // 4, (count, parts)
-        if bin(count).count("1") <= 3:
-            assert sum(parts) == count
-    cfg = S.config(50_257, 2, 8)
-    assert cfg["CHUNK"] == 2048 and cfg["C"] == 25 and (cfg["N0"], cfg["N1"], cfg["N2"]) == (16, 8, 1)
-    assert S.programs_per_sm(cfg, H200) == 2
-    assert S.supports(50_257, 2, 8, H200) is None
-    assert "shared memory" in S.supports(128_256, 2, 8, H200)
-    x = torch.empty(8, 50_257, dtype=torch.bfloat16, device="meta")
-    assert S.supports_tensors(x, torch.empty_like(x)) is None and S.frame_of(x, torch.empty_like(x))
-    wide = torch.empty(8, 50_264, dtype=torch.bfloat16, device="meta")
-    assert S.supports_tensors(wide[:, :50_256], torch.empty(8, 50_256, dtype=torch.bfloat16, device="meta")) is None
-    shifted = wide[:, 1:50_258]    # rows 2 bytes past a boundary, the output's on one
-    assert "16-byte" in S.supports_tensors(shifted, torch.empty(8, 50_257, dtype=torch.bfloat16, device="meta"))
-
-
-def test_smem_planned_only_where_it_runs():
-    """dispatch chooses smem for long rows that fill the machine and fit a program's shared
-    memory (compile_only compiles it for sm_90 here too); the launch plan takes split instead
-    under the interpreter (Gluon has none) and for rows that cannot be read in 16-byte groups."""
-    v = lambda M, N, es=2: dispatch.softmax_choice(M, N, es, H200)[0]  # noqa: E731
-    assert v(4096, 50_257) == "smem" and v(4096, 32_000) == "smem" and v(4096, 50_257, 4) == "smem"
-    assert v(99, 50_257) == "smem" and v(98, 50_257) == "split"          # 0.75 x 132 SMs rows
-    assert v(4096, 128_256) == "split" and v(8, 50_257) == "split"
-    assert v(4096, 1024) == "rows" and v(4096, 4096) == "block" and v(4096, 32_000, 4) == "block"
-    assert v(4096, 16_384) == "smem" and v(4096, 3000) == "smem" and v(4096, 20_000, 4) == "smem"
-    assert v(64, 16_384) == "block" and v(64, 20_000, 4) == "split"      # few rows: as without smem
-    w = lambda N, es=2: dispatch.softmax_smem_warps(N, es, H200)  # noqa: E731
-    assert w(50_257) == 8 and w(65_536) == 16 and w(50_257, 4) == 16 and w(3000) == 4 and w(6000) == 8
+def test_softmax_plan_on_misaligned_rows():
+    """Rows 2 bytes past a 16-byte boundary: split for long rows, block where the row fits its
+    registers (plain Triton kernels only: no shared-memory staging in this layer)."""
     wide = torch.empty(132, 50_264, dtype=torch.bfloat16, device=DEV)
     shifted = wide[:, 1:50_258]
     assert dispatch.plan_softmax(shifted, torch.empty(132, 50_257, dtype=torch.bfloat16, device=DEV)).variant == "split"
     narrow = wide[:, 1:8001]      # 8000 columns 2 bytes past a boundary: the block kernel, not split
     assert dispatch.plan_softmax(narrow, torch.empty(132, 8000, dtype=torch.bfloat16, device=DEV)).variant == "block"
-    if interpreting():
-        assert dispatch.plan_softmax(wide[:, :50_257], torch.empty_like(shifted)).variant == "split"
-
-
-@pytest.mark.gpu
-def test_smem_softmax_on_the_gpu():
-    """The smem kernel on rows of every alignment class it takes (aligned, framed odd lengths,
-    strided views with a lead, fp32 / fp16 / bf16), with -inf lanes, an all -inf row and large
-    magnitudes, against float64; a tensor it cannot read in 16-byte groups is refused by name."""
-    from triton_src import softmax_smem as S
-    for M, N, dt, pad in ((300, 32_000, torch.bfloat16, 0), (300, 50_257, torch.bfloat16, 0),
-                          (200, 50_257, torch.float32, 0), (300, 20_011, torch.float16, 13),
-                          (300, 20_011, torch.float16, 2), (264, 40_000, torch.bfloat16, 8),
-                          (9, 16_401, torch.float16, 0)):
-        x = (torch.randn(M, N + pad, device="cuda", dtype=dt) * 4)[:, :N]
-        x[1, 7:5000] = float("-inf")
-        x[2] = float("-inf")
-        x[3] *= 3000
-        out = torch.empty(M, N + pad, device="cuda", dtype=dt)[:, :N]
-        assert S.supports_tensors(x, out) is None
-        for warps in (4, 8, 16):
-            out.fill_(float("nan"))
-            S.softmax_smem(x, out, num_warps=warps)
-            ref = torch.softmax(x.double(), dim=1)
-            assert torch.isnan(out[2]).all()
-            keep = torch.ones(M, dtype=torch.bool, device="cuda")
-            keep[2] = False
-            err = (out[keep].double() - ref[keep]).abs().max().item()
-            assert err < (1e-5 if dt == torch.float32 else 2e-2), (M, N, dt, pad, warps, err)
-    wide = torch.randn(16, 50_264, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="16-byte"):
-        S.softmax_smem(wide[:, 1:50_258], torch.empty(16, 50_257, device="cuda", dtype=torch.bfloat16))
 
 
 def test_gemm_narrow_split_gives_every_sm_a_program():

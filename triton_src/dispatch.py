@@ -52,14 +52,10 @@ SOFTMAX = {
     # keep more rows in flight. A row longer than split's minimum whose padding would leave less
     # than ``block_min_fill`` of the lanes holding data goes to split too: the block kernel's
     # padded lanes cost registers and issue slots, split's chunks waste little (docs/perf-notes.md,
-    # Round 7). These are its limits where smem does not take the rows (below).
+    # Round 7). Plain Triton cannot place a row in shared memory: longer rows go to split or
+    # online.
     "block_max_cols": {4: 32768, 2: 16384},
     "block_min_fill": 0.9,
-    # ... and where it is preferred to smem: rows up to this many padded columns that fill at
-    # least ``block_min_fill`` of them. Longer 16-bit rows and padded rows of any dtype measured
-    # faster staged in shared memory (2 bytes a 16-bit value instead of a 4-byte register, no
-    # padded lanes); full fp32 rows the same either way (docs/perf-notes.md, Round 15)
-    "block_pref_max_cols": {4: 32768, 2: 4096},
     # warps by padded row length: (up to this many columns, warps)
     "block_warps": ((4096, 4), (8192, 8), (32768, 16)),
     # rows longer than the block kernel takes: ``split`` (one read, one write) whenever a row's
@@ -100,22 +96,6 @@ SOFTMAX = {
     "split_register_cap": True,
     "split_cap_min_regs": 48,
     "split_cap_max_spills": 2,
-    # smem (a Gluon kernel, ``softmax_smem``): rows longer than ``rows_max_cols`` that the block
-    # kernel is not preferred for, staged raw in one program's shared memory (one read, one
-    # write, no exchange between programs), where the row fits a program's shared memory and
-    # there are at least ``smem_min_rows_per_sm`` x SMs rows (fewer leave SMs idle, and split,
-    # which spreads each row over many SMs, measured faster). Warps a program: ``smem_warps`` (a
-    # chunk is one 16-byte vector a thread); ``smem_warps_alone`` where an SM holds only one
-    # program (its passes over the row run while no other copies are in flight on that SM, so
-    # they must be short); ``smem_warps_short`` where programs of ``smem_warps`` would hold less
-    # than ``smem_min_flight`` bytes of rows an SM (short rows: the warp limit caps the programs
-    # an SM, so fewer warps a program hold more rows) (docs/perf-notes.md, Round 15)
-    "smem": True,
-    "smem_warps": 8,
-    "smem_warps_alone": 16,
-    "smem_warps_short": 4,
-    "smem_min_flight": 65536,
-    "smem_min_rows_per_sm": 0.75,
 }
 
 
@@ -222,30 +202,6 @@ def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
                     facts["sms"] * per_sm)
 
 
-def softmax_smem_warps(N: int, elem_size: int, facts: dict) -> int:
-    """Warps a program of the smem kernel (the rule in ``SOFTMAX`` above)."""
-    from . import softmax_smem as S
-    warps = SOFTMAX["smem_warps"]
-    per_sm = S.programs_per_sm(S.config(N, elem_size, warps), facts)
-    if per_sm == 1 and not S.supports(N, elem_size, SOFTMAX["smem_warps_alone"], facts):
-        return SOFTMAX["smem_warps_alone"]
-    if per_sm * N * elem_size < SOFTMAX["smem_min_flight"]:
-        return SOFTMAX["smem_warps_short"]
-    return warps
-
-
-def softmax_smem_config(M: int, N: int, elem_size: int, facts: dict) -> dict | None:
-    """The smem kernel's configuration for M rows of N columns, or None where the rule above
-    leaves the rows to another kernel (too long for a program's shared memory, or too few rows)."""
-    from . import softmax_smem as S
-    if not SOFTMAX["smem"] or M < SOFTMAX["smem_min_rows_per_sm"] * facts["sms"]:
-        return None
-    warps = softmax_smem_warps(N, elem_size, facts)
-    if S.supports(N, elem_size, warps, facts):
-        return None
-    return S.config(N, elem_size, warps)
-
-
 def split_warps(chunk: int, elem_size: int = 4, framed: bool = False) -> int:
     per_thread = SOFTMAX["split_values_per_thread_framed" if framed else "split_values_per_thread"]
     return max(1, min(32, chunk // (32 * per_thread)))
@@ -315,26 +271,18 @@ def softmax_split_config_for(x, out, facts: dict) -> dict:
     return S.with_frame(cfg, x, out)
 
 
-def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
-                   smem: bool = True) -> tuple[str, dict]:
-    """The variant (rows, block, smem, split or online) and its configuration for M rows of N
-    columns: rows of at most ``rows_max_cols`` several a program; ``block`` (the row in one
-    program's registers) where it is preferred; ``smem`` (the row staged in a program's shared
-    memory) where the smem rule takes the rows; else ``block`` where the row fits its registers
-    (unless its padding wastes lanes and split can take it), ``split`` over co-resident programs,
-    and ``online`` for rows too long for the co-resident grid to hold all their chunks.
-    ``smem=False``: the choice without smem (tensors it cannot take, the interpreter)."""
+def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:
+    """The variant (rows, block, split or online) and its configuration for M rows of N columns:
+    rows of at most ``rows_max_cols`` several a program; ``block`` (the row in one program's
+    registers) where the row fits its registers (unless its padding wastes lanes and split can
+    take it), ``split`` over co-resident programs, and ``online`` for rows too long for the
+    co-resident grid to hold all their chunks."""
     from .softmax_split import MIN_N
     facts = facts or device_facts()
     cols = max(16, next_pow2(N))
     if N <= SOFTMAX["rows_max_cols"]:
         return "rows", softmax_rows_config(N, elem_size)
     fill = N / cols
-    if cols <= SOFTMAX["block_pref_max_cols"][elem_size] and fill >= SOFTMAX["block_min_fill"]:
-        return "block", softmax_block_config(N, elem_size)
-    staged = softmax_smem_config(M, N, elem_size, facts) if smem else None
-    if staged is not None:
-        return "smem", staged
     if cols <= SOFTMAX["block_max_cols"][elem_size] and (N < MIN_N or fill >= SOFTMAX["block_min_fill"]):
         return "block", softmax_block_config(N, elem_size)
     split = softmax_split_config(M, N, elem_size, facts)
@@ -344,14 +292,10 @@ def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
 
 
 def plan_softmax(x, out) -> Plan:
-    from . import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split
+    from . import softmax_block, softmax_online, softmax_rows, softmax_split
     M, N = x.shape
     facts = device_facts(x.device)
     variant, cfg = softmax_choice(M, N, x.element_size(), facts)
-    if variant == "smem" and (interpreting() or softmax_smem.supports_tensors(x, out)):
-        # Gluon has no CPU interpreter; rows that cannot be read in 16-byte groups: the choice
-        # without smem (block where the row fits its registers, else split or online)
-        variant, cfg = softmax_choice(M, N, x.element_size(), facts, smem=False)
     if variant == "split":
         cfg = softmax_split_config_for(x, out, facts)
         try:
@@ -360,7 +304,7 @@ def plan_softmax(x, out) -> Plan:
         except softmax_split.TooFewPrograms:   # the device holds fewer programs than a row has chunks
             variant, cfg = "online", softmax_online_config(M, N, x.element_size(), facts)
     binder = {"rows": softmax_rows, "block": softmax_block, "online": softmax_online,
-              "smem": softmax_smem, "split": softmax_split}[variant].bind_launch
+              "split": softmax_split}[variant].bind_launch
     launch = binder(x, out, cfg)
     return Plan(variant, getattr(launch, "config", None) or cfg, launch)   # what the launch binds
 
