@@ -60,7 +60,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PY_SUFFIXES = (".py",)
 CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".hh")
 
-__all__ = ["count_source", "count_impl", "REPO_ROOT"]
+__all__ = ["count_source", "count_impl", "explain_text", "is_planner", "REPO_ROOT"]
 
 
 # -- public API --------------------------------------------------------------------------------
@@ -77,16 +77,32 @@ def count_source(src, root: Path | str = REPO_ROOT) -> dict:
             "files": [_display(f, root) for f in a.files]}
 
 
-def count_impl(impl, root: Path | str = REPO_ROOT) -> dict:
+def is_planner(path) -> bool:
+    """Whether a file holds a layer's planner (the ``plan`` column): ``<layer>_src/dispatch.py``,
+    ``<layer>_src/dispatch_<part>.py`` or any module of a ``<layer>_src/dispatch/`` package (a
+    planner spread over several files)."""
+    p = Path(path)
+    if p.suffix != ".py":
+        return False
+    if p.parent.name == "dispatch" and p.parent.parent.name.endswith("_src"):
+        return True
+    return p.parent.name.endswith("_src") and (p.stem == "dispatch" or p.stem.startswith("dispatch_"))
+
+
+def count_impl(impl, root: Path | str = REPO_ROOT, explain: bool = False) -> dict:
     """Sum over ``impl.sources``; a line reached by several Sources counts once.
 
-    No sources (torch baselines, plugins that declare none) -> ``kernel``/``host`` are None."""
+    Columns: ``kernel`` (device code), ``host`` (launch/binding code outside the planner) and
+    ``plan`` (host code in the planner's files, ``is_planner``: the rules and tables choosing among
+    the variants). No sources (torch baselines, plugins that declare none) -> all None. With
+    ``explain``, ``spans`` lists every counted unit as (file, first, last, column, unit, why, lines)."""
     sources = tuple(getattr(impl, "sources", ()) or ())
     if not sources:
-        return {"kernel": None, "host": None, "files": []}
+        return {"kernel": None, "host": None, "plan": None, "files": []}
     kernel: dict[Path, set[int]] = {}
     host: dict[Path, set[int]] = {}
     files: list[str] = []
+    spans: list = []
     for src in sources:
         path = _resolve(src.path, root)
         a = _reach(path, _names(src.kernels, "kernels") if src.kernels is not None else None,
@@ -99,9 +115,74 @@ def count_impl(impl, root: Path | str = REPO_ROOT) -> dict:
             name = _display(f, root)
             if name not in files:
                 files.append(name)
-    return {"kernel": sum(len(v) for v in kernel.values()),
-            "host": sum(len(host[p] - kernel.get(p, set())) for p in host),
-            "files": files}
+        spans.extend(a.spans)
+    host = {f: ls - kernel.get(f, set()) for f, ls in host.items()}
+    plan = {f: ls for f, ls in host.items() if is_planner(f)}
+    if getattr(impl, "role", None) == "simple":
+        # a teaching twin runs one kernel: no planner chooses for it (what it reaches of one
+        # is not its code), so its plan column is 0 by the rule
+        plan = {f: set() for f in plan}
+        kept = {f for f in host if f not in plan}
+        host = {f: host[f] for f in kept}
+        spans = [sp for sp in spans if not (sp[3] == "host" and is_planner(sp[0]))]
+    out = {"kernel": sum(len(v) for v in kernel.values()),
+           "host": sum(len(ls) for f, ls in host.items() if f not in plan),
+           "plan": sum(len(v) for v in plan.values()),
+           "files": files}
+    if explain:
+        seen, rows = set(), []
+        for f, first, last, col, unit, why in spans:
+            if col == "host" and is_planner(f):
+                col = "plan"
+            lines = (kernel if col == "kernel" else host).get(f, set())
+            mine = {n for n in lines if first <= n <= last and (f, n) not in seen}
+            if not mine:
+                continue
+            seen |= {(f, n) for n in mine}
+            rows.append((_display(f, root), first, last, col, unit, why, len(mine)))
+        out["spans"] = rows
+    return out
+
+
+def explain_text(impl, root: Path | str = REPO_ROOT) -> str:
+    """``loc IMPL --explain``: every counted span, its column and why it counts, then the sums."""
+    c = count_impl(impl, root, explain=True)
+    if c["kernel"] is None:
+        return f"{impl.id}: no sources registered (a library call): no lines counted"
+    out = [f"{impl.id} ({impl.problem}, {impl.role}): kernel {c['kernel']} / host {c['host']} / "
+           f"plan {c['plan']}"]
+    for f, first, last, col, unit, why, n in sorted(c["spans"], key=lambda r: (r[3], r[0], r[1])):
+        out.append(f"  {f}:{first}-{last}  {col:6s} {n:4d}  {unit}: {why}")
+    return "\n".join(out)
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("loc", help="lines of code of implementations (kernel / host / plan)",
+                              description="Count an implementation's lines by the one rule of "
+                                          "harness.loc; --explain prints every counted span.")
+    p.add_argument("impl", nargs="+", help="implementation id layer:name (several allowed)")
+    p.add_argument("--problem", default=None, help="needed when the id exists for several problems")
+    p.add_argument("--explain", action="store_true", help="every counted span, its column and why")
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE")
+    p.set_defaults(func=_main)
+    return p
+
+
+def _main(args) -> int:
+    from . import registry
+    registry.load_plugins(getattr(args, "plugin", None))
+    for iid in args.impl:
+        impls = [i for i in registry.all_impls() if i.id == iid and args.problem in (None, i.problem)]
+        if not impls:
+            raise ValueError(f"impl: {iid!r} is not registered"
+                             + (f" for problem {args.problem!r}" if args.problem else ""))
+        for impl in impls:
+            if args.explain:
+                print(explain_text(impl))
+            else:
+                c = count_impl(impl)
+                print(f"{impl.id} ({impl.problem}): kernel {c['kernel']} / host {c['host']} / plan {c['plan']}")
+    return 0
 
 
 # -- helpers shared by both languages ----------------------------------------------------------
@@ -142,6 +223,8 @@ class _Reach:
     kernel_units: tuple[str, ...]
     host_units: tuple[str, ...]
     files: tuple                # every file that contributed lines, the source's own first
+    #: (file, first, last, column, unit, why) of every counted unit (``loc --explain``)
+    spans: tuple = ()
 
 
 _MODS: dict[tuple, object] = {}
@@ -179,16 +262,19 @@ def _reach(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -
     return _REACH[(key, stamp)]
 
 
-def _closure(start: Iterable[str], refs, allowed) -> list[str]:
-    """Names reachable from ``start`` through ``refs(name)``, following only ``allowed`` names."""
+def _closure(start: Iterable[str], refs, allowed, via: dict | None = None) -> list[str]:
+    """Names reachable from ``start`` through ``refs(name)``, following only ``allowed`` names;
+    ``via`` (if given) records the name each one was first reached from."""
     seen: list[str] = []
-    todo = list(start)
+    todo = [(s, None) for s in start]
     while todo:
-        n = todo.pop(0)
+        n, parent = todo.pop(0)
         if n in seen:
             continue
         seen.append(n)
-        todo.extend(r for r in refs(n) if r not in seen and allowed(r))
+        if via is not None:
+            via.setdefault(n, parent)
+        todo.extend((r, n) for r in refs(n) if r not in seen and allowed(r))
     return seen
 
 
@@ -215,6 +301,7 @@ class _PyUnit:
     decorated_kernel: bool
     first: int
     last: int
+    is_table: bool = False   # a module-level assignment (a plain-data table or constant)
 
 
 class _PyModule:
@@ -288,6 +375,15 @@ class _PyModule:
                 if cls is None:
                     self._add(_PyUnit(node.name, node, None, True, False, *self._span(node)))
                     self._collect(node.body, cls=node.name)
+            elif cls is None and isinstance(node, (ast.Assign, ast.AnnAssign)):
+                # a module-level table or constant: counted where a unit reading it is counted
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    for nm in ([t] if isinstance(t, ast.Name) else
+                               [e for e in getattr(t, "elts", []) if isinstance(e, ast.Name)]):
+                        if nm.id not in self.units or self.units[nm.id].is_table:
+                            self._add(_PyUnit(nm.id, node, None, False, False, node.lineno,
+                                              node.end_lineno, is_table=True))
             elif isinstance(node, (ast.If, ast.Try, ast.With, ast.AsyncWith)) or (
                     hasattr(ast, "TryStar") and isinstance(node, ast.TryStar)):
                 for part in ("body", "orelse", "finalbody"):
@@ -298,6 +394,10 @@ class _PyModule:
     def _add(self, unit: _PyUnit) -> None:
         # a redefinition (e.g. under if/else) widens the unit to both definitions
         old = self.units.get(unit.name)
+        if old is not None and unit.is_table:
+            return                            # a table rebound: its first binding counts
+        if old is not None and old.is_table:
+            old = None                        # a function or class of the same name wins
         if old is not None:
             unit.first, unit.last = min(old.first, unit.first), max(old.last, unit.last)
             unit.decorated_kernel = unit.decorated_kernel or old.decorated_kernel
@@ -315,6 +415,14 @@ class _PyModule:
         subtrees of units whose ids are in skip."""
         unit = self.units[name]
         out: list[str] = []
+        # names bound inside the unit (parameters, assignments) shadow the module's tables
+        local: set[str] = set()
+        if not unit.is_table:
+            for node in ast.walk(unit.node):
+                if isinstance(node, ast.arg):
+                    local.add(node.arg)
+                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    local.add(node.id)
         stack = [unit.node]
         while stack:
             node = stack.pop()
@@ -323,6 +431,8 @@ class _PyModule:
                     continue
                 stack.append(child)
             r = self._ref(node, unit.cls if not unit.is_class else unit.name)
+            if isinstance(r, str) and r in local and self.units[r].is_table:
+                continue
             if r and r != name and r not in out:
                 out.append(r)
         return out
@@ -443,8 +553,9 @@ def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str
     def unit(node):
         return m(node[0]).units[node[1]]
 
+    via: dict = {}
     kernel_nodes = _closure([(here, k) for k in kernels], lambda n: node_refs(n, lambda p: set()),
-                            lambda r: not unit(r).is_class)
+                            lambda r: not unit(r).is_class, via)
     kset = set(kernel_nodes)
 
     def is_device(node):
@@ -464,8 +575,9 @@ def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str
             knodes[path] = ids
         return knodes[path]
 
+    hvia: dict = {}
     host_nodes = [n for n in _closure([(here, h) for h in host], lambda n: node_refs(n, skip_of),
-                                      lambda r: r not in kset and not unit(r).decorated_kernel)
+                                      lambda r: r not in kset and not unit(r).decorated_kernel, hvia)
                   if n not in kset]
     klines: dict[Path, set[int]] = {}
     hlines: dict[Path, set[int]] = {}
@@ -483,8 +595,20 @@ def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str
 
     def label(node):
         return node[1] if node[0] == here else f"{_display(node[0], REPO_ROOT)}:{node[1]}"
+
+    def why(node, parents, named):
+        p = parents.get(node)
+        kind = "table" if unit(node).is_table else ("class" if unit(node).is_class else "function")
+        if p is None:
+            return f"{kind} named as {named} of the Source {_display(here, REPO_ROOT)}"
+        return f"{kind} reached from {label(p)}"
+
+    spans = [(path, unit((path, n)).first, unit((path, n)).last, "kernel", label((path, n)),
+              why((path, n), via, "kernels")) for path, n in kernel_nodes]
+    spans += [(path, unit((path, n)).first, unit((path, n)).last, "host", label((path, n)),
+               why((path, n), hvia, "host")) for path, n in host_nodes]
     return _Reach(klines, hlines, tuple(label(n) for n in kernel_nodes),
-                  tuple(label(n) for n in host_nodes), tuple(files))
+                  tuple(label(n) for n in host_nodes), tuple(files), tuple(spans))
 
 
 # -- C++ / CUDA --------------------------------------------------------------------------------
@@ -909,13 +1033,15 @@ class _CppProgram:
         def device_ok(r):
             return any(u.kind in ("device", "global", "struct") or u.constexpr for u in self.by_name[r])
 
-        kunits = _closure(kernels, refs, device_ok)
+        via: dict = {}
+        kunits = _closure(kernels, refs, device_ok, via)
         kset = set(kunits)
 
         def host_ok(r):
             return r not in kset and any(u.kind in ("host", "struct") for u in self.by_name[r])
 
-        hunits = [n for n in _closure(host, refs, host_ok) if n not in kset]
+        hvia: dict = {}
+        hunits = [n for n in _closure(host, refs, host_ok, hvia) if n not in kset]
         named = set(kernels) | set(host)
 
         def units_of(names, ok):
@@ -934,5 +1060,13 @@ class _CppProgram:
         for f in hlines:
             hlines[f] -= klines.get(f, set())
         files = [self.main.path] + [f for f in dict.fromkeys(list(klines) + list(hlines)) if f != self.main.path]
+        def why(u, parents, named):
+            p = parents.get(u.name)
+            return (f"{u.kind} named as {named} of the Source {_display(self.main.path, REPO_ROOT)}"
+                    if p is None else f"{u.kind} reached from {p}")
+        spans = tuple([(u.file, u.first, u.last, "kernel", u.name, why(u, via, "kernels")) for u in kcount]
+                      + [(u.file, u.first, u.last, "host", u.name, why(u, hvia, "host"))
+                         for u in hcount if u not in kcount])
         return _Reach(klines, hlines, tuple(dict.fromkeys(u.name for u in kcount)),
-                      tuple(dict.fromkeys(u.name for u in hcount if u not in kcount)), tuple(files))
+                      tuple(dict.fromkeys(u.name for u in hcount if u not in kcount)), tuple(files),
+                      spans)

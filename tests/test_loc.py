@@ -261,7 +261,7 @@ def test_count_impl_sums_and_counts_shared_units_once():
     ))
     r = count_impl(impl)
     # kernel: 24 (cuda_style.cu, union of both Sources) + 12 (helpers.cuh) -> 36; host: 13
-    assert r == {"kernel": 36, "host": 13, "files": [CUDA, CUH]}
+    assert r == {"kernel": 36, "host": 13, "plan": 0, "files": [CUDA, CUH]}
 
 
 def test_count_impl_python_two_sources_same_helper():
@@ -269,11 +269,11 @@ def test_count_impl_python_two_sources_same_helper():
         Source(TRITON, kernels=("softmax_kernel",), host=("softmax",)),  # 16 / 16
         Source(TRITON, kernels=("_row_max",), host=("_check",)),          # 6 / 7, all shared
     ))
-    assert count_impl(impl) == {"kernel": 16, "host": 16, "files": [TRITON]}
+    assert count_impl(impl) == {"kernel": 16, "host": 16, "plan": 0, "files": [TRITON]}
 
 
 def test_count_impl_without_sources():
-    assert count_impl(FakeImpl()) == {"kernel": None, "host": None, "files": []}
+    assert count_impl(FakeImpl()) == {"kernel": None, "host": None, "plan": None, "files": []}
 
 
 def test_count_impl_on_a_registered_implementation_object():
@@ -281,7 +281,7 @@ def test_count_impl_on_a_registered_implementation_object():
 
     impl = Implementation(problem="softmax", layer="triton", name="x", prepare=lambda *a: None,
                           sources=(Source(TRITON, kernels=("other_kernel",)),))
-    assert count_impl(impl) == {"kernel": 3, "host": 0, "files": [TRITON]}
+    assert count_impl(impl) == {"kernel": 3, "host": 0, "plan": 0, "files": [TRITON]}
 
 
 def test_absolute_path_and_custom_root(tmp_path):
@@ -385,4 +385,6 @@ def test_cute_teaching_twin_counted_by_hand():
     r = count_source(Source("cutlass_src/vector_add.py", kernels=("VectorAddSimple.kernel",), host=()))
     # VectorAddSimple.kernel 23-33: 23 @cute.kernel, 24 def, 25 t, 26 b, 27 tv, 28 tiles, 29 gX..,
     #   30 index, 31 for, 32 if, 33 store                                                  -> 11
-    assert r["kernel"] == 11 and r["kernel_units"] == ["VectorAddSimple.kernel"]
+    # + the module's table lines it reads: 18 THREADS, PER_THREAD = ...; 19 TILE = ...      -> 13
+    assert r["kernel"] == 13 and r["kernel_units"][0] == "VectorAddSimple.kernel"
+    assert set(r["kernel_units"][1:]) == {"PER_THREAD", "TILE", "THREADS"}
