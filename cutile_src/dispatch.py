@@ -23,11 +23,13 @@ SOFTMAX = {"ROW_TILE_MAX": 8192, "ROWS_TILE_ELEMS": 4096, "ROWS_MAX": 64, "ONLIN
 # -- GEMM --------------------------------------------------------------------------------------
 # tile shapes, largest first: the first whose C tiles fill the SMs at least once (a wave) is taken;
 # the 8-worker-warp shapes are warp-specialised by tileiras (two consumer warpgroups), which
-# keeps the 128 x 256 fp32 accumulator in registers.
+# keeps the 128 x 256 fp32 accumulator in registers. "tma": only where both operands' rows are
+# 16-byte multiples (TMA loads them into shared memory); otherwise tileiras loads through
+# registers, and that tile's accumulator no longer fits beside them (local-memory spills).
 GEMM_TILES = (
-    {"TM": 128, "TN": 256, "TK": 64, "hints": {"num_worker_warps": 8}},
-    {"TM": 128, "TN": 128, "TK": 64, "hints": {"num_worker_warps": 8}},
-    {"TM": 64, "TN": 128, "TK": 64, "hints": {}},
+    {"TM": 128, "TN": 256, "TK": 64, "hints": {"num_worker_warps": 8}, "tma": True},
+    {"TM": 128, "TN": 128, "TK": 64, "hints": {"num_worker_warps": 8}, "tma": False},
+    {"TM": 64, "TN": 128, "TK": 64, "hints": {}, "tma": False},
 )
 GEMM_GROUP = 8
 # split-K: for M <= SPLITK_MAX_M, when the C tiles fill less than a wave and K holds at least
@@ -61,11 +63,17 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
     return {"variant": "online", "TILE": tile, "grid": M, "hints": {}}
 
 
-def gemm_tile_for(M: int, N: int, sms: int = H200_SMS) -> dict:
-    for t in GEMM_TILES:
+def rows_16b(K: int, N: int, elem_size: int) -> bool:
+    """Whether A's and B's rows (K and N elements) are 16-byte multiples (TMA-loadable)."""
+    return (K * elem_size) % 16 == 0 and (N * elem_size) % 16 == 0
+
+
+def gemm_tile_for(M: int, N: int, sms: int = H200_SMS, tma: bool = True) -> dict:
+    tiles = [t for t in GEMM_TILES if tma or not t["tma"]]
+    for t in tiles:
         if _cdiv(M, t["TM"]) * _cdiv(N, t["TN"]) >= sms:
             return t
-    return GEMM_TILES[-1]
+    return tiles[-1]
 
 
 def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 1) -> dict:
@@ -83,21 +91,21 @@ def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 
             "RM": sk["RM"], "RN": sk["RN"], "grid": tiles * split, "hints": {}}
 
 
-def tiled_config(M: int, N: int, sms: int = H200_SMS) -> dict:
+def tiled_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS) -> dict:
     """The tiled plan: few rows take a row tile fitted to M (16..64) and 128 x 128 K x N tiles;
     otherwise the first GEMM_TILES shape that fills a wave."""
     if M <= GEMM_SPLITK["MAX_M"]:
         t = {"TM": min(64, max(16, _pow2_at_least(M))), "TN": 128, "TK": 128, "hints": {}}
     else:
-        t = gemm_tile_for(M, N, sms)
+        t = gemm_tile_for(M, N, sms, rows_16b(K, N, elem_size))
     tiles = _cdiv(M, t["TM"]) * _cdiv(N, t["TN"])
     return {"variant": "tiled", "TM": t["TM"], "TN": t["TN"], "TK": t["TK"], "GROUP": GEMM_GROUP,
             "grid": tiles, "hints": dict(t["hints"])}
 
 
-def plan_gemm(M: int, N: int, K: int, sms: int = H200_SMS) -> dict:
+def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS) -> dict:
     if M <= GEMM_SPLITK["MAX_M"]:
         sk = splitk_config(M, N, K, sms)
         if sk["grid"] // sk["SPLIT"] < sms and sk["SPLIT"] >= 2:
             return sk
-    return tiled_config(M, N, sms)
+    return tiled_config(M, N, K, elem_size, sms)

@@ -84,20 +84,23 @@ def test_softmax_plan_rows_then_online():
 @needs_cutile
 def test_gemm_plan_waves_and_splitk():
     from cutile_src import dispatch as D
-    big = D.plan_gemm(4096, 28672, 4096, 132)
+    big = D.plan_gemm(4096, 28672, 4096, 2, 132)
     assert big["variant"] == "tiled" and (big["TM"], big["TN"]) == (128, 256)
     assert big["grid"] == 32 * 112 and big["hints"] == {"num_worker_warps": 8}
     # 256 rows of a 6144-wide output: 128 x 256 tiles make 48 < 132 programs, 64 x 128 make 192
-    mid = D.plan_gemm(256, 6144, 4096, 132)
+    mid = D.plan_gemm(256, 6144, 4096, 2, 132)
     assert (mid["TM"], mid["TN"]) == (64, 128)
     # decode: 48 C tiles, K = 4096 -> split-K, no empty slice, about two waves of programs
-    sk = D.plan_gemm(16, 6144, 4096, 132)
+    sk = D.plan_gemm(16, 6144, 4096, 2, 132)
     assert sk["variant"] == "splitk" and sk["TM"] == 16
     k_tiles = -(-4096 // sk["TK"])
     assert (sk["SPLIT"] - 1) * sk["KPER"] < k_tiles <= sk["SPLIT"] * sk["KPER"]
     assert 132 <= sk["grid"] <= 2 * 132 + 48
     # short K: not worth splitting
-    assert D.plan_gemm(16, 4096, 256, 132)["variant"] == "tiled"
+    assert D.plan_gemm(16, 4096, 256, 2, 132)["variant"] == "tiled"
+    # N = 50257: B's rows are not 16-byte multiples, so no TMA-only 128 x 256 tile
+    odd = D.plan_gemm(4096, 50257, 768, 2, 132)
+    assert (odd["TM"], odd["TN"]) == (128, 128) and odd["hints"] == {"num_worker_warps": 8}
 
 
 # -- signatures and compile-only -------------------------------------------------------------------
