@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from harness import Source, register
+from harness import Source, planned_sources, register
 from harness import grid as hgrid
 from harness.errors import Unsupported
 
@@ -356,13 +356,44 @@ def _va_grid(spec_fn):
     return grid
 
 
+# -- lines of code: each variant's Sources, the planner's (harness.loc) -------------------------
+# A default counts the variants its planner can choose (dispatch.reachable) plus the planner and
+# the runtime; each variant's own row counts its Sources alone.
+_GEMM_SRC = "triton_src/gemm_epilogue_{}.py"
+VARIANT_SOURCES = {
+    "vector_add": {"unmasked": [Source("triton_src/vector_add_unmasked.py", kernels=("vector_add_unmasked_kernel",),
+                                       host=("launch_spec", "bind_launch", "config"))]},
+    "softmax": {v: [Source(f"triton_src/softmax_{v}.py", kernels=(f"softmax_{v}_kernel",), host=("bind_launch",))]
+                for v in ("rows", "block", "online", "split")},
+    "gemm_epilogue": {
+        "tma": [Source(_GEMM_SRC.format("tma"), kernels=("gemm_epilogue_tma_kernel",), host=("bind_launch",))],
+        "tiled": [Source(_GEMM_SRC.format("tiled"), kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",))],
+        "splitk": [Source(_GEMM_SRC.format("splitk"), kernels=("gemm_splitk_partial_kernel",
+                                                               "gemm_splitk_reduce_kernel"), host=("bind_launch",))],
+        # the twin's kernel, which the planner also launches (dispatch.plain_spec, plan column)
+        "plain": [Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",), host=())]},
+}
+PLANNER_SOURCES = {
+    "vector_add": [Source("triton_src/dispatch.py", kernels=(), host=("plan_vector_add",)),
+                   Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))],
+    "softmax": [Source("triton_src/dispatch.py", kernels=(), host=("plan_softmax",)),
+                Source("triton_src/runtime.py", kernels=(), host=("bind_spec", "programs_per_sm"))],
+    "gemm_epilogue": [Source("triton_src/dispatch.py", kernels=(), host=("plan_gemm",)),
+                      Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))],
+}
+
+
+def default_sources(problem: str) -> list:
+    """The default's Sources: the variants ``dispatch.reachable`` says the planner can choose
+    (every variant when Triton, and so the planner, cannot be imported), then the planner's."""
+    reach = dispatch.reachable(problem) if triton is not None else tuple(VARIANT_SOURCES[problem])
+    return planned_sources(VARIANT_SOURCES[problem], reach, PLANNER_SOURCES[problem])
+
+
 @register(problem="vector_add", layer=LAYER, name="vector_add",
           description="unmasked full blocks (16-byte vectors whatever N), one masked tail program; "
                       "specialised once, launched through the compiled kernel's launcher",
-          sources=[Source("triton_src/vector_add_unmasked.py", kernels=("vector_add_unmasked_kernel",),
-                          host=("launch_spec", "bind_launch", "config")),
-                   Source("triton_src/dispatch.py", kernels=(), host=("plan_vector_add",)),
-                   Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))],
+          sources=default_sources("vector_add"),
           devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS, available=available,
           compile_only=_compile_only(va_compile_default) if triton else None,
           grid=_va_grid(_va_default_spec) if triton else None)
@@ -589,27 +620,22 @@ _SOFTMAX = {
                 "registers), split (longer rows over co-resident programs), online (rows "
                 "too long for the co-resident grid to hold all their chunks); planned once, launched "
                 "through the compiled kernel's launcher",
-                [Source("triton_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
-                 Source("triton_src/softmax_block.py", kernels=("softmax_block_kernel",), host=("bind_launch",)),
-                 Source("triton_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",)),
-                 Source("triton_src/softmax_split.py", kernels=("softmax_split_kernel",), host=("bind_launch",)),
-                 Source("triton_src/dispatch.py", kernels=(), host=("plan_softmax",)),
-                 Source("triton_src/runtime.py", kernels=(), host=("bind_spec", "programs_per_sm"))]),
+                default_sources("softmax")),
     "simple": ("softmax_simple", "teaching twin: a program per row, online max/sum over column tiles, "
                "second pass writes; any N",
                [Source("triton_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
     "block": ("softmax_block", "one row per program, the whole row in registers (rows <= 32768 columns)",
-              [Source("triton_src/softmax_block.py", kernels=("softmax_block_kernel",), host=("bind_launch",))]),
+              VARIANT_SOURCES["softmax"]["block"]),
     "rows": ("softmax_rows", "blocks of several short rows, one block a program (or a persistent, "
              "software-pipelined grid)",
-             [Source("triton_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",))]),
+             VARIANT_SOURCES["softmax"]["rows"]),
     "online": ("softmax_online", "persistent grid, column tiles with online max/sum, second pass "
                "newest tile first (L2); any N",
-               [Source("triton_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",))]),
+               VARIANT_SOURCES["softmax"]["online"]),
     "split": ("softmax_split", "long rows, one read: each row's chunks in registers of co-resident "
               "programs that swap (max, sum) through 64-bit slots in global memory; N > 16384. CPU mode "
               "runs the same kernel with its programs as concurrent threads",
-              [Source("triton_src/softmax_split.py", kernels=("softmax_split_kernel",), host=("bind_launch",))]),
+              VARIANT_SOURCES["softmax"]["split"]),
 }
 
 for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
@@ -764,30 +790,23 @@ def _gemm_prepare(variant):
     return prepare
 
 
-_GEMM_SRC = "triton_src/gemm_epilogue_{}.py"
 _GEMM = {
     "default": ("gemm_epilogue", "dispatcher: persistent TMA when the operands allow it, the pointer "
                 "kernel otherwise (N or K not a multiple of 8), split-K for few rows; tile config by "
                 "waves on the SMs; planned once, launched through the compiled kernel's launcher",
-                [Source(_GEMM_SRC.format("tma"), kernels=("gemm_epilogue_tma_kernel",), host=("bind_launch",)),
-                 Source(_GEMM_SRC.format("tiled"), kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)),
-                 Source(_GEMM_SRC.format("splitk"), kernels=("gemm_splitk_partial_kernel",
-                                                             "gemm_splitk_reduce_kernel"), host=("bind_launch",)),
-                 Source("triton_src/dispatch.py", kernels=(), host=("plan_gemm",)),
-                 Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))]),
+                default_sources("gemm_epilogue")),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of C tiles, masked tl.dot loop, fp32 "
                "accumulator, bias + activation before the one store; any shape",
                [Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",), host=("gemm_epilogue",))]),
     "tiled": ("gemm_epilogue_tiled", "pointer tiles, grouped order, vector loads on ragged shapes "
               "(alignment facts passed to the kernel), unmasked K loop + masked tail; any shape",
-              [Source(_GEMM_SRC.format("tiled"), kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",))]),
+              VARIANT_SOURCES["gemm_epilogue"]["tiled"]),
     "tma": ("gemm_epilogue_tma", "persistent (one program per SM), TMA descriptors for A/B/C, grouped "
             "order, epilogue stored in two halves; K, N multiples of 8",
-            [Source(_GEMM_SRC.format("tma"), kernels=("gemm_epilogue_tma_kernel",), host=("bind_launch",))]),
+            VARIANT_SOURCES["gemm_epilogue"]["tma"]),
     "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace, then one reduce + "
                "bias + activation kernel (deterministic); for few rows",
-               [Source(_GEMM_SRC.format("splitk"), kernels=("gemm_splitk_partial_kernel",
-                                                            "gemm_splitk_reduce_kernel"), host=("bind_launch",))]),
+               VARIANT_SOURCES["gemm_epilogue"]["splitk"]),
 }
 
 for _variant, (_name, _desc, _sources) in _GEMM.items():

@@ -3,7 +3,7 @@
 ``from harness import register`` is the public plugin API (see ``harness.registry``).
 """
 from .case import Case
-from .registry import Source, register
+from .registry import Source, planned_sources, register
 
-__all__ = ["Case", "Source", "register"]
+__all__ = ["Case", "Source", "planned_sources", "register"]
 __version__ = "0.1.0"

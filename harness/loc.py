@@ -115,7 +115,10 @@ def count_impl(impl, root: Path | str = REPO_ROOT, explain: bool = False) -> dic
             name = _display(f, root)
             if name not in files:
                 files.append(name)
-        spans.extend(a.spans)
+        var = getattr(src, "variant", None)
+        spans.extend(sp if not var or "named as" not in sp[5] else
+                     sp[:5] + (f"{sp[5]} (variant {var!r}, which the planner can choose)",)
+                     for sp in a.spans)
     host = {f: ls - kernel.get(f, set()) for f, ls in host.items()}
     plan = {f: ls for f, ls in host.items() if is_planner(f)}
     if getattr(impl, "role", None) == "simple":

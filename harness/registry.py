@@ -29,7 +29,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -94,6 +94,38 @@ class Source:
     path: str
     kernels: tuple[str, ...] | None = None
     host: tuple[str, ...] = ()
+    #: the planner's variant this Source is counted for (set by ``planned_sources``)
+    variant: str | None = None
+
+
+def planned_sources(variants, reachable, common=()) -> list[Source]:
+    """A default's Sources derived from its planner (the LOC rule, harness.loc): the Sources of
+    each variant in ``reachable`` -- the set the layer's dispatch says its planner can choose for
+    the problem (e.g. ``dispatch.reachable("softmax")``) -- then ``common`` (the host and planner
+    Sources every variant shares). A variant the planner can never choose is not counted.
+
+    ``variants`` maps a variant name to its Source or Sources (a table of every variant the layer
+    has); a reachable variant missing from it is a ValueError naming it."""
+    if not hasattr(variants, "items"):
+        raise TypeError(f"variants: expected a mapping of variant -> Source(s), got {type(variants).__name__}")
+    reach = [reachable] if isinstance(reachable, str) else list(reachable)
+    if not reach:
+        raise ValueError("reachable: the planner chooses no variant")
+    out: list[Source] = []
+    for v in reach:
+        if v not in variants:
+            raise ValueError(f"reachable: the planner can choose {v!r}, which has no Sources here "
+                             f"(known: {', '.join(sorted(variants))})")
+        srcs = variants[v]
+        for src in ([srcs] if isinstance(srcs, Source) else list(srcs)):
+            if not isinstance(src, Source):
+                raise TypeError(f"variants[{v!r}]: expected Source objects, got {src!r}")
+            out.append(replace(src, variant=v))
+    for src in common:
+        if not isinstance(src, Source):
+            raise TypeError(f"common: expected Source objects, got {src!r}")
+        out.append(src)
+    return out
 
 
 @dataclass
