@@ -219,16 +219,22 @@ for _name, _kernel, _desc, _srcs in (
 
 
 # -- gemm_epilogue ------------------------------------------------------------------------------
-def _gemm_compile(dtype: str, act: str, has_bias: bool, plan: dict):
-    from tilelang_src import gemm_epilogue, gemm_epilogue_tma
+def _gemm_compile(dtype: str, act: str, has_bias: bool, plan: dict) -> list:
+    """The compiled kernels of a plan, in launch order."""
+    from tilelang_src import gemm_epilogue, gemm_epilogue_splitk, gemm_epilogue_tma
 
     if plan["kernel"] == "simple":
-        return _compile(("gemm_epilogue", dtype, act, has_bias),
-                        lambda: gemm_epilogue.gemm_kernel(dtype, act, has_bias))
+        return [_compile(("gemm_epilogue", dtype, act, has_bias),
+                         lambda: gemm_epilogue.gemm_kernel(dtype, act, has_bias))]
     cfg = (plan["bm"], plan["bn"], plan["bk"], plan["stages"], plan["threads"])
+    if plan["kernel"] == "splitk":
+        return [_compile(("gemm_splitk_partial", dtype, cfg),
+                         lambda: gemm_epilogue_splitk.gemm_splitk_partial_kernel(dtype, *cfg)),
+                _compile(("gemm_splitk_epilogue", dtype, act, has_bias),
+                         lambda: gemm_epilogue_splitk.gemm_splitk_epilogue_kernel(dtype, act, has_bias))]
     tma = plan["kernel"] == "tma"
-    return _compile(("gemm_epilogue_tma", dtype, act, has_bias, cfg, tma),
-                    lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, act, has_bias, *cfg, tma=tma))
+    return [_compile(("gemm_epilogue_tma", dtype, act, has_bias, cfg, tma),
+                     lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, act, has_bias, *cfg, tma=tma))]
 
 
 def _gemm_impl(kernel):
@@ -258,7 +264,7 @@ def _gemm_impl(kernel):
         except ValueError as e:
             raise Unsupported(str(e)) from None
         has_bias = bool(int(case.params.get("bias", 1)))
-        return _facts([_gemm_compile(case.dtype, case.params.get("act", "relu"), has_bias, plan)], plan)
+        return _facts(_gemm_compile(case.dtype, case.params.get("act", "relu"), has_bias, plan), plan)
 
     def prepare(case, inputs, out):
         _need()
@@ -282,11 +288,20 @@ def _gemm_impl(kernel):
             raise Unsupported(str(e)) from None
         import tilelang_src
 
-        entry = _gemm_compile(tilelang_src.dtype_name(a.dtype), act, bias is not None, plan)
-        k = entry.kernel
-        if bias is None:
-            return _launch([entry], plan, lambda: k(a, b, out))
-        return _launch([entry], plan, lambda: k(a, b, bias, out))
+        entries = _gemm_compile(tilelang_src.dtype_name(a.dtype), act, bias is not None, plan)
+        k = entries[0].kernel
+        tail = (out,) if bias is None else (bias, out)
+        if plan["kernel"] != "splitk":
+            return _launch(entries, plan, lambda: k(a, b, *tail))
+        import torch
+
+        work = torch.empty((plan["splits"], m, n), dtype=torch.float32, device=a.device)
+        k2 = entries[1].kernel
+
+        def launch():
+            k(a, b, work)
+            k2(work, *tail)
+        return _launch(entries, plan, launch)
 
     return supports, compile_only, prepare
 
@@ -294,20 +309,26 @@ def _gemm_impl(kernel):
 _GE_EPI = Source(src(C, "epilogue.py"), kernels=("act", "bias_act"))
 _GE_SIMPLE = Source(src(C, "gemm_epilogue.py"), kernels=("gemm_kernel",))
 _GE_TMA = Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_kernel",))
+_GE_SPLITK = Source(src(C, "gemm_epilogue_splitk.py"),
+                    kernels=("gemm_splitk_partial_kernel", "gemm_splitk_epilogue_kernel"))
 _GE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_compile",))
 _GE_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))
 for _name, _kernel, _desc, _srcs in (
-        ("gemm_epilogue", None, "T.Pipelined TMA + wgmma (128x128x64, 4 stages; 64-row tiles when few rows), "
+        ("gemm_epilogue", None, "T.Pipelined TMA + wgmma (128x128x64, 4 stages; 64-row tiles for M <= 64), "
                                 "swizzled shared layouts, rastered CTAs, bias + act on the accumulator fragment; "
-                                "guarded element loads where N or K is not a multiple of 8",
-         [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
+                                "split-K when the tiles leave half the SMs idle; guarded element loads where N "
+                                "or K is not a multiple of 8",
+         [_GE_TMA, _GE_SPLITK, _GE_EPI, _GE_HOST, _GE_PLAN]),
         ("gemm_epilogue_simple", "simple", "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias + act "
                                            "on the accumulator fragment, no pipelining hints",
          [_GE_SIMPLE, _GE_EPI, _GE_HOST]),
         ("gemm_epilogue_tma", "tma", "T.Pipelined TMA + wgmma only (16-byte rows: N, K multiples of 8)",
          [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
         ("gemm_epilogue_tiled", "tiled", "the pipeline with guarded element loads instead of TMA",
-         [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN])):
+         [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
+        ("gemm_epilogue_splitk", "splitk", "split-K (>= 2 splits): pipelined TMA + wgmma partials in fp32 "
+                                           "planes, a second kernel sums them in order and applies bias + act",
+         [_GE_SPLITK, _GE_EPI, _GE_HOST, _GE_PLAN])):
     _s, _c, _p = _gemm_impl(_kernel)
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)

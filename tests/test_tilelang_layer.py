@@ -23,7 +23,8 @@ PROBLEMS = ("vector_add", "softmax", "gemm_epilogue")
 IDS = {
     "vector_add": ["vector_add", "vector_add_simple", "vector_add_tiled"],
     "softmax": ["softmax", "softmax_simple", "softmax_rows", "softmax_online"],
-    "gemm_epilogue": ["gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled"],
+    "gemm_epilogue": ["gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled",
+                      "gemm_epilogue_splitk"],
 }
 
 
@@ -84,6 +85,13 @@ def test_plans():
     assert dispatch.plan_gemm(4096, 4096, 4096, 2, True)["kernel"] == "tma"
     assert dispatch.plan_gemm(2050, 1001, 136, 2, False)["kernel"] == "tiled"
     assert dispatch.plan_gemm(16, 4096, 4096, 2, True)["bm"] == 64
+    # few tiles: split K while the splits fit one wave and each keeps >= min_k_tiles K tiles
+    p = dispatch.plan_gemm(16, 4096, 14336, 2, True)
+    tiles = (4096 // p["bn"])
+    assert p["kernel"] == "splitk" and 2 <= p["splits"] and tiles * p["splits"] <= dispatch.SMS
+    assert dispatch.plan_gemm(4096, 4096, 4096, 2, True)["kernel"] == "tma"
+    assert dispatch.plan_gemm(16, 4096, 128, 2, True)["kernel"] == "tma"      # K too short to split
+    assert dispatch.plan_gemm(16, 4096, 4096, 2, True, kernel="tma")["kernel"] == "tma"
     with pytest.raises(ValueError, match="strides"):
         dispatch.plan_gemm(16, 4001, 4096, 2, False, kernel="tma")
 
@@ -108,6 +116,7 @@ def test_supports_declines_only_in_variants():
     ("tilelang:softmax_simple", "softmax", dict(M=300, N=777, layout="strided_odd")),
     ("tilelang:gemm_epilogue", "gemm_epilogue", dict(M=4096, N=4096, K=4096, act="gelu", dtype="bfloat16")),
     ("tilelang:gemm_epilogue", "gemm_epilogue", dict(M=2050, N=1001, K=136, act="gelu", dtype="float16")),
+    ("tilelang:gemm_epilogue", "gemm_epilogue", dict(M=16, N=4096, K=14336, act="none", dtype="bfloat16")),
 ])
 def test_compile_only_sm90a(impl_id, problem, dims):
     impl = _impls()[impl_id]

@@ -13,7 +13,10 @@ TABLE = {
                 "rows_cta_cols": 2048, "online_tile": 4096, "online_threads": 512},
     # (bm, bn, bk, stages, threads): large tiles while they fill the GPU, 64-row tiles for few rows
     "gemm": {"large": (128, 128, 64, 4, 256), "narrow": (64, 128, 64, 4, 128),
-             "tiled": (128, 128, 32, 2, 256)},
+             "tiled": (128, 128, 32, 2, 256), "tiled_narrow": (64, 128, 32, 2, 128),
+             # split K when at least two splits of every tile fit one wave; each split keeps
+             # at least min_k_tiles K tiles (the pipeline's prologue is paid per split)
+             "max_splits": 16, "min_k_tiles": 4},
 }
 
 
@@ -54,17 +57,25 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
 def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None) -> dict:
     """TMA + wgmma pipeline where A's and B's rows are 16-byte multiples (TMA's stride rule) and
     the pointers are aligned; guarded element loads into the same pipeline otherwise. 64-row tiles
-    when 128-row tiles leave most SMs idle."""
+    for M <= 64; split K over S CTAs per tile where the tiles leave more than half the SMs idle
+    (S = SMs // tiles, so the splits still fit one wave)."""
     g = TABLE["gemm"]
-    use_tma = tma_ok if kernel is None else kernel == "tma"
-    if kernel == "tma" and not tma_ok:
+    if kernel in ("tma", "splitk") and not tma_ok:
         raise ValueError("strides: TMA needs 16-byte aligned rows (N and K multiples of 8 in 16-bit types)")
+    use_tma = tma_ok if kernel is None else kernel in ("tma", "splitk")
+    narrow = m <= 64
     if use_tma:
-        bm, bn, bk, stages, threads = g["large"]
-        tiles = -(-m // bm) * -(-n // bn)
-        if tiles < SMS and m <= 64:
-            bm, bn, bk, stages, threads = g["narrow"]
+        bm, bn, bk, stages, threads = g["narrow" if narrow else "large"]
     else:
-        bm, bn, bk, stages, threads = g["tiled"]
-    return {"kernel": "tma" if use_tma else "tiled", "bm": bm, "bn": bn, "bk": bk, "stages": stages,
+        bm, bn, bk, stages, threads = g["tiled_narrow" if narrow else "tiled"]
+    plan = {"kernel": "tma" if use_tma else "tiled", "bm": bm, "bn": bn, "bk": bk, "stages": stages,
             "threads": threads}
+    if use_tma and kernel != "tma":
+        tiles = -(-m // bm) * -(-n // bn)
+        k_tiles = -(-k // bk)
+        splits = min(g["max_splits"], SMS // tiles, k_tiles // g["min_k_tiles"])
+        if kernel == "splitk":
+            splits = max(2, min(splits, k_tiles))
+        if splits >= 2:
+            plan.update(kernel="splitk", splits=splits)
+    return plan
