@@ -193,6 +193,7 @@ def _address(t: torch.Tensor) -> int:
 
 
 _COMPILED: dict = {}
+_RECORD: list | None = None  # (name, kernel, signature) of each compile while inspect records
 
 
 def compile_kernel(kernel, args, hints=None, sass: bool = True) -> dict:
@@ -210,6 +211,8 @@ def compile_kernel(kernel, args, hints=None, sass: bool = True) -> dict:
         sig = KernelSignature(params, cc)
     name = getattr(getattr(kernel, "_pyfunc", None), "__name__", None) or getattr(kernel, "__name__", "kernel")
     key = (id(k), sig.with_mangled_symbol(name).symbol, sass)
+    if _RECORD is not None:
+        _RECORD.append((name, k, sig))
     if key in _COMPILED:
         return dict(_COMPILED[key])
     buf = io.BytesIO()
@@ -583,4 +586,42 @@ for _v, (_name, _desc, _src) in _GEMM.items():
              compile_only=_gemm_compile(_v) if ct else None)(_gemm_prepare(_v))
 
 
-describe_layer(LAYER, order=7, colour="#76b900")
+# -- python -m harness inspect -----------------------------------------------------------------
+def cutile_artifacts(impl, case, art) -> None:
+    """compile_only(case) with every compile recorded; per kernel: the cubin, its SASS (cuobjdump),
+    the Tile IR it was compiled from (tileirdisasm of the bytecode) and the facts."""
+    import json
+    global _RECORD
+    if impl.compile_only_fn is None or ct is None:
+        raise ValueError(f"inspect: {impl.id} is not available here: {_IMPORT_ERROR or 'no compile_only'}")
+    from cuda.tile._compile import _bytecode_to_mlir_text
+    from cuda.tile.compilation import export_kernel
+    art.source = "compile_only(case) for sm_90 (cuda.tile.compilation.export_kernel), every compile recorded"
+    _RECORD = []
+    try:
+        facts = impl.compile_only_fn(case)
+        seen = list(_RECORD)
+    finally:
+        _RECORD = None
+    for j, (name, k, sig) in enumerate(seen):
+        stem = f"{impl.layer}_{impl.name}_{j}_{name}"
+        buf = io.BytesIO()
+        export_kernel(k, [sig], buf, gpu_code=ARCH, output_format="cubin")
+        art.write(f"{stem}.cubin", buf.getvalue())
+        text = sass_text(buf.getvalue())
+        if text:
+            art.write(f"{stem}.sass", text)
+        else:
+            art.notes.append("no cuobjdump (pip nvidia-cuda-cuobjdump): no SASS")
+        try:
+            bc = io.BytesIO()
+            export_kernel(k, [sig], bc, output_format="tileir_bytecode")
+            art.write(f"{stem}.tileir.mlir", _bytecode_to_mlir_text(bc.getvalue()))
+        except Exception as e:
+            art.notes.append(f"no Tile IR text for {name}: {type(e).__name__}: {e}"[:300])
+    art.notes.append("tileiras compiles Tile IR to a cubin itself: there is no PTX step to run "
+                     "ptxas -v on; registers, frame and threads come from the cubin")
+    art.write("compile_facts.json", json.dumps(facts, indent=2, default=str))
+
+
+describe_layer(LAYER, order=7, colour="#76b900", artifacts=cutile_artifacts)
