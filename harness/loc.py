@@ -58,6 +58,8 @@ from typing import Iterable
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 PY_SUFFIXES = (".py",)
+#: the project's tools (the harness, the ptxas tool): no layer's code, never reached
+TOOL_PACKAGES = ("harness", "kltools")
 CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".hh")
 
 __all__ = ["count_source", "count_impl", "explain_text", "is_planner", "REPO_ROOT"]
@@ -526,7 +528,7 @@ def _module_file(importer: Path, dotted: str, level: int) -> Path | None:
     for c in cand:
         if c.is_file():
             c = c.resolve()
-            if root in c.parents and (root / "harness") not in c.parents:
+            if root in c.parents and not any((root / t) in c.parents for t in TOOL_PACKAGES):
                 return c
     return None
 

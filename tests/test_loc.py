@@ -388,3 +388,86 @@ def test_cute_teaching_twin_counted_by_hand():
     # + the module's table lines it reads: 18 THREADS, PER_THREAD = ...; 19 TILE = ...      -> 13
     assert r["kernel"] == 13 and r["kernel_units"][0] == "VectorAddSimple.kernel"
     assert set(r["kernel_units"][1:]) == {"PER_THREAD", "TILE", "THREADS"}
+
+
+# -- one language per layer row (issue 29) ------------------------------------------------------
+import re as _re
+
+# what marks a language in a counted line or in an import of a counted file
+LANGUAGE_MARKERS = {
+    "gluon": (r"triton\.experimental\.gluon", r"\bgluon\.jit\b", r"\bttgl\.", r"\bgl\.(?:constexpr|jit|arange)\b"),
+    "triton": (r"^\s*import triton\b", r"^\s*from triton\b(?!\.experimental)", r"\btl\.\w", r"@triton\.jit"),
+    "cute": (r"\bcutlass\b", r"\bcute\.\w", r"#\s*include\s*[<\"]cute/"),
+    "tilelang": (r"\btilelang\b", r"\bT\.Kernel\b"),
+    "cutile": (r"\bcuda\.tile\b", r"\bimport cuda\.tile\b"),
+    "helion": (r"\bhelion\b", r"\bhl\.\w"),
+}
+# the languages a layer's counted sources may hold (its own; a DSL's host glue may import its base)
+LAYER_LANGUAGES = {
+    "triton": {"triton"}, "gluon": {"gluon", "triton"}, "cute": {"cute"}, "cuda": set(), "cupy": set(),
+    "tilelang": {"tilelang"}, "cutile": {"cutile"}, "helion": {"helion", "triton"},
+}
+
+
+def _counted_text(impl):
+    """(file, line number, text) of every counted line of ``impl`` and of every import line of the
+    files it counts lines in."""
+    from harness.loc import REPO_ROOT
+    c = count_impl(impl, explain=True)
+    per_file: dict[str, set[int]] = {}
+    for f, first, last, _col, _unit, _why, _n in c.get("spans", []):
+        per_file.setdefault(f, set()).update(range(first, last + 1))
+    for f, lines in per_file.items():
+        text = (REPO_ROOT / f).read_text().splitlines()
+        for k, line in enumerate(text, 1):
+            code = line.split("//")[0] if not f.endswith(".py") else line.split("#")[0]   # no comments
+            if k in lines or _re.match(r"(from|import)\s", line) or _re.match(r"\s*#\s*include", line):
+                yield f, k, (line if _re.match(r"\s*#\s*include", line) else code)
+
+
+def foreign_language(impl) -> list[str]:
+    allowed = LAYER_LANGUAGES.get(impl.layer)
+    if allowed is None:
+        return []
+    bad = []
+    for f, k, text in _counted_text(impl):
+        for lang, pats in LANGUAGE_MARKERS.items():
+            if lang in allowed:
+                continue
+            if lang == "triton" and impl.layer in ("gluon", "helion"):
+                continue
+            if any(_re.search(p, text) for p in pats):
+                bad.append(f"{f}:{k}: {lang}: {text.strip()[:80]}")
+    return bad
+
+
+def test_every_layer_row_holds_only_its_language():
+    from harness import registry
+    bad = {}
+    for impl in registry.all_impls():
+        if impl.layer in LAYER_LANGUAGES and impl.sources:
+            found = foreign_language(impl)
+            if found:
+                bad[impl.id] = found[:3]
+    assert not bad, bad
+
+
+def test_language_check_catches_a_planted_foreign_kernel(tmp_path):
+    """A Gluon kernel counted under triton, CuTe under cuda and Triton under cute all fail."""
+    from harness.loc import REPO_ROOT
+    d = REPO_ROOT / "tests" / "fixtures" / "loc"
+
+    class Impl:
+        role = "default"
+        problem = "softmax"
+
+        def __init__(self, layer, src):
+            self.layer, self.id, self.sources = layer, f"{layer}:planted", (src,)
+
+    gl = Impl("triton", Source(f"tests/fixtures/loc/lang_gluon.py", kernels=("k",), host=()))
+    assert any("gluon" in b for b in foreign_language(gl))
+    cu = Impl("cuda", Source(f"tests/fixtures/loc/lang_cute.cu", kernels=("k",), host=()))
+    assert any("cute" in b for b in foreign_language(cu))
+    tc = Impl("cute", Source(f"tests/fixtures/loc/lang_triton.py", kernels=("k",), host=()))
+    assert any("triton" in b for b in foreign_language(tc))
+    assert (d / "lang_gluon.py").is_file()
