@@ -219,22 +219,21 @@ for _name, _kernel, _desc, _srcs in (
 
 
 # -- gemm_epilogue ------------------------------------------------------------------------------
-def _gemm_compile(dtype: str, act: str, has_bias: bool, plan: dict) -> list:
+def _gemm_compile(dtype: str, has_bias: bool, plan: dict) -> list:
     """The compiled kernels of a plan, in launch order."""
     from tilelang_src import gemm_epilogue, gemm_epilogue_splitk, gemm_epilogue_tma
 
     if plan["kernel"] == "simple":
-        return [_compile(("gemm_epilogue", dtype, act, has_bias),
-                         lambda: gemm_epilogue.gemm_kernel(dtype, act, has_bias))]
+        return [_compile(("gemm_epilogue", dtype, has_bias), lambda: gemm_epilogue.gemm_kernel(dtype, has_bias))]
     cfg = (plan["bm"], plan["bn"], plan["bk"], plan["stages"], plan["threads"])
     if plan["kernel"] == "splitk":
         return [_compile(("gemm_splitk_partial", dtype, cfg),
                          lambda: gemm_epilogue_splitk.gemm_splitk_partial_kernel(dtype, *cfg)),
-                _compile(("gemm_splitk_epilogue", dtype, act, has_bias),
-                         lambda: gemm_epilogue_splitk.gemm_splitk_epilogue_kernel(dtype, act, has_bias))]
+                _compile(("gemm_splitk_epilogue", dtype, has_bias),
+                         lambda: gemm_epilogue_splitk.gemm_splitk_epilogue_kernel(dtype, has_bias))]
     tma = plan["kernel"] == "tma"
-    return [_compile(("gemm_epilogue_tma", dtype, act, has_bias, cfg, tma),
-                     lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, act, has_bias, *cfg, tma=tma))]
+    return [_compile(("gemm_epilogue_tma", dtype, has_bias, cfg, tma),
+                     lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, has_bias, *cfg, tma=tma))]
 
 
 def _gemm_impl(kernel):
@@ -264,13 +263,18 @@ def _gemm_impl(kernel):
         except ValueError as e:
             raise Unsupported(str(e)) from None
         has_bias = bool(int(case.params.get("bias", 1)))
-        return _facts(_gemm_compile(case.dtype, case.params.get("act", "relu"), has_bias, plan), plan)
+        return _facts(_gemm_compile(case.dtype, has_bias, plan), plan)
 
     def prepare(case, inputs, out):
         _need()
         a, b, bias = inputs
         _check_cuda(a, b, bias, out)
-        act = case.params.get("act", "relu")
+        from tilelang_src.epilogue import act_code
+
+        try:
+            code = act_code(case.params.get("act", "relu"))
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
         if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0] or tuple(out.shape) != (a.shape[0], b.shape[1]):
             raise Unsupported("a, b, out: a [M, K], b [K, N], out [M, N]")
         if not (a.is_contiguous() and b.is_contiguous() and out.is_contiguous()) or \
@@ -288,9 +292,9 @@ def _gemm_impl(kernel):
             raise Unsupported(str(e)) from None
         import tilelang_src
 
-        entries = _gemm_compile(tilelang_src.dtype_name(a.dtype), act, bias is not None, plan)
+        entries = _gemm_compile(tilelang_src.dtype_name(a.dtype), bias is not None, plan)
         k = entries[0].kernel
-        tail = (out,) if bias is None else (bias, out)
+        tail = ((out,) if bias is None else (bias, out)) + (code,)
         if plan["kernel"] != "splitk":
             return _launch(entries, plan, lambda: k(a, b, *tail))
         import torch

@@ -14,11 +14,11 @@ BM, BN, BK = 128, 128, 32
 THREADS = 256
 
 
-def gemm_kernel(dtype: str, act: str, has_bias: bool):
+def gemm_kernel(dtype: str, has_bias: bool):
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
 
     @T.macro
-    def body(A, B, bias, C):
+    def body(A, B, bias, C, act):
         with T.Kernel(T.ceildiv(N, BN), T.ceildiv(M, BM), threads=THREADS) as (bx, by):
             A_s = T.alloc_shared((BM, BK), dtype)
             B_s = T.alloc_shared((BK, BN), dtype)
@@ -35,10 +35,12 @@ def gemm_kernel(dtype: str, act: str, has_bias: bool):
     if has_bias:
         @T.prim_func
         def gemm_epilogue(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), bias: T.Tensor((N,), dtype),
-                          C: T.Tensor((M, N), dtype)):
-            body(A, B, bias, C)
+                          C: T.Tensor((M, N), dtype),
+                act: T.int32):
+            body(A, B, bias, C, act)
     else:
         @T.prim_func
-        def gemm_epilogue(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-            body(A, B, None, C)
+        def gemm_epilogue(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype),
+                act: T.int32):
+            body(A, B, None, C, act)
     return gemm_epilogue

@@ -36,11 +36,11 @@ def gemm_splitk_partial_kernel(dtype: str, bm: int, bn: int, bk: int, stages: in
     return gemm_splitk_partial
 
 
-def gemm_splitk_epilogue_kernel(dtype: str, act: str, has_bias: bool):
+def gemm_splitk_epilogue_kernel(dtype: str, has_bias: bool):
     M, N, S = T.dynamic("M"), T.dynamic("N"), T.dynamic("S")
 
     @T.macro
-    def body(W, bias, C):
+    def body(W, bias, C, act):
         with T.Kernel(T.ceildiv(N, EPI_BN), T.ceildiv(M, EPI_BM), threads=EPI_THREADS) as (bx, by):
             acc = T.alloc_fragment((EPI_BM, EPI_BN), "float32")
             T.clear(acc)
@@ -54,10 +54,12 @@ def gemm_splitk_epilogue_kernel(dtype: str, act: str, has_bias: bool):
 
     if has_bias:
         @T.prim_func
-        def gemm_splitk_epilogue(W: T.Tensor((S, M, N), "float32"), bias: T.Tensor((N,), dtype), C: T.Tensor((M, N), dtype)):
-            body(W, bias, C)
+        def gemm_splitk_epilogue(W: T.Tensor((S, M, N), "float32"), bias: T.Tensor((N,), dtype), C: T.Tensor((M, N), dtype),
+                act: T.int32):
+            body(W, bias, C, act)
     else:
         @T.prim_func
-        def gemm_splitk_epilogue(W: T.Tensor((S, M, N), "float32"), C: T.Tensor((M, N), dtype)):
-            body(W, None, C)
+        def gemm_splitk_epilogue(W: T.Tensor((S, M, N), "float32"), C: T.Tensor((M, N), dtype),
+                act: T.int32):
+            body(W, None, C, act)
     return gemm_splitk_epilogue

@@ -19,12 +19,12 @@ from .epilogue import bias_act
 PANEL = 8
 
 
-def gemm_tma_kernel(dtype: str, act: str, has_bias: bool, bm: int, bn: int, bk: int, stages: int,
+def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stages: int,
                     threads: int, tma: bool = True):
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
 
     @T.macro
-    def body(A, B, bias, C):
+    def body(A, B, bias, C, act):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
             A_s = T.alloc_shared((bm, bk), dtype)
             B_s = T.alloc_shared((bk, bn), dtype)
@@ -49,10 +49,12 @@ def gemm_tma_kernel(dtype: str, act: str, has_bias: bool, bm: int, bn: int, bk: 
     if has_bias:
         @T.prim_func
         def gemm_epilogue_tma(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), bias: T.Tensor((N,), dtype),
-                              C: T.Tensor((M, N), dtype)):
-            body(A, B, bias, C)
+                              C: T.Tensor((M, N), dtype),
+                act: T.int32):
+            body(A, B, bias, C, act)
     else:
         @T.prim_func
-        def gemm_epilogue_tma(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-            body(A, B, None, C)
+        def gemm_epilogue_tma(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype),
+                act: T.int32):
+            body(A, B, None, C, act)
     return gemm_epilogue_tma
