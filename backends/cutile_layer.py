@@ -421,12 +421,9 @@ def _sm_launches(variant, x, out):
         t = softmax_simple.TILE
         return [(softmax_simple.softmax_kernel, (x, out, t), {})], {"variant": "simple", "TILE": t}
     p = dispatch.plan_softmax(M, N, x.element_size(), _sms())
-    if variant == "rows" and p["variant"] != "rows":
-        tn = 1 << max(0, (N - 1).bit_length())
-        p = {"variant": "rows", "ROWS": 1, "TN": tn, "grid": M, "hints": {}}
     if variant == "online" and p["variant"] != "online":
-        tn = 1 << max(0, (N - 1).bit_length())
-        p = {"variant": "online", "TILE": min(dispatch.SOFTMAX["ONLINE_TILE"], tn), "grid": M, "hints": {}}
+        t = min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
+        p = {"variant": "online", "TILE": t, "grid": M, "hints": dispatch.softmax_hints(3 * t, t)}
     if p["variant"] == "rows":
         return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"]), p["hints"])], p
     return [(softmax_online.softmax_online_kernel, (x, out, p["TILE"]), p["hints"])], p
@@ -435,7 +432,8 @@ def _sm_launches(variant, x, out):
 def _sm_supports(variant):
     def supports(case):
         if variant == "rows" and (1 << max(0, (case.N - 1).bit_length())) > dispatch.SOFTMAX["ROW_TILE_MAX"]:
-            return f"rows: N = {case.N} rounds up past {dispatch.SOFTMAX['ROW_TILE_MAX']} columns a tile"
+            return (f"rows: N = {case.N} rounds up past {dispatch.SOFTMAX['ROW_TILE_MAX']} columns a tile "
+                    "(a longer row spills out of registers)")
         return None
     return supports
 
@@ -471,8 +469,8 @@ def _sm_prepare(variant):
 
 
 _SM = {
-    "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile) while a "
-                "row rounds up to <= 8192 columns, online (column tiles, running max and sum, second "
+    "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile; occupancy "
+                "hint by the tile's live values) while a row rounds up to <= 32768 columns, online (column tiles, running max and sum, second "
                 "pass newest tile first) for longer rows",
                 [Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
                  Source("cutile_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",)),
@@ -481,7 +479,7 @@ _SM = {
                "tiles, second pass stores; any N",
                [Source("cutile_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
     "rows": ("softmax_rows", "a (ROWS, TN) tile of whole rows a program (ROWS = 1: one row as one tile); "
-             "rows up to 8192 columns rounded up",
+             "rows up to 32768 columns rounded up",
              [Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",))]),
     "online": ("softmax_online", "a program per row, column tiles with lane-wise running max and sum, "
                "second pass newest tile first; any N",

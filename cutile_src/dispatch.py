@@ -17,8 +17,25 @@ VECTOR_ADD_TILE = {4: 2048, 2: 4096}
 # -- softmax -----------------------------------------------------------------------------------
 # rows: a (ROWS, TN) tile holds whole rows while TN (N rounded up to a power of two) is at most
 # ROW_TILE_MAX columns; ROWS grows until the tile holds ROWS_TILE_ELEMS elements (short rows),
-# at most ROWS_MAX rows. Longer rows: online over column tiles of ONLINE_TILE.
-SOFTMAX = {"ROW_TILE_MAX": 8192, "ROWS_TILE_ELEMS": 4096, "ROWS_MAX": 64, "ONLINE_TILE": 4096}
+# at most ROWS_MAX rows. Rows of ROW_WIDE columns or more take 8 worker warps (tileiras keeps a
+# 32768-column fp32 row in registers that way). Longer rows: online over column tiles of
+# ONLINE_TILE.
+SOFTMAX = {"ROW_TILE_MAX": 32768, "ROWS_TILE_ELEMS": 4096, "ROWS_MAX": 64, "ONLINE_TILE": 4096,
+           "ROW_WIDE": 16384}
+# tileiras sizes a kernel's registers to fill the SM at the occupancy hint (1 unless told): the
+# most co-resident programs whose live fp32 values (rows: the tile; online: the tile and the two
+# running tiles) still fit their registers: (live values at most, occupancy)
+SOFTMAX_OCCUPANCY = ((4096, 4), (12288, 2))
+
+
+def softmax_hints(live: int, tn: int) -> dict:
+    if tn >= SOFTMAX["ROW_WIDE"]:
+        return {"num_worker_warps": 8}
+    for most, occ in SOFTMAX_OCCUPANCY:
+        if live <= most:
+            return {"occupancy": occ}
+    return {}
+
 
 # -- GEMM --------------------------------------------------------------------------------------
 # tile shapes, largest first: the first whose C tiles fill the SMs at least once (a wave) is taken;
@@ -58,9 +75,10 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
         while rows * 2 * tn <= SOFTMAX["ROWS_TILE_ELEMS"] and rows * 2 <= SOFTMAX["ROWS_MAX"]:
             rows *= 2
         rows = min(rows, _pow2_at_least(M))
-        return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": _cdiv(M, rows), "hints": {}}
+        return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": _cdiv(M, rows),
+                "hints": softmax_hints(rows * tn, tn)}
     tile = min(SOFTMAX["ONLINE_TILE"], tn)
-    return {"variant": "online", "TILE": tile, "grid": M, "hints": {}}
+    return {"variant": "online", "TILE": tile, "grid": M, "hints": softmax_hints(3 * tile, tile)}
 
 
 def rows_16b(K: int, N: int, elem_size: int) -> bool:

@@ -115,6 +115,8 @@ def main():
             us = timed(fn)
             row = {"problem": problem, "shape": shape, "label": label, "us": round(us, 2),
                    "first_call_s": round(first, 2)} | (extra or {})
+            if "copy_us" in row:
+                row["vs_copy"] = round(row["copy_us"] / us, 3)
             if "flops" in row:
                 row["tflops"] = round(row.pop("flops") / us / 1e6, 1)
             if torch_fn is not None:
@@ -161,31 +163,36 @@ def main():
                 log("sass failed", traceback.format_exc()[-800:])
         del ga, gb, gc
 
-    # 2b. softmax
-    for M, N, dt in ((32768, 4096, torch.bfloat16), (4096, 32000, torch.bfloat16), (4096, 151936, torch.bfloat16),
-                     (4096, 50257, torch.float32)):
+    # 2b. softmax: the plan (with its hints) against the same kernel without hints / other hints
+    R, O = softmax_rows.softmax_rows_kernel, softmax_online.softmax_online_kernel
+    for M, N, dt in ((32768, 1024, torch.bfloat16), (32768, 4096, torch.bfloat16), (4096, 32000, torch.bfloat16),
+                     (4096, 32000, torch.float32), (4096, 151936, torch.bfloat16)):
         xs = torch.randn(M, N, device=dev, dtype=dt)
         os_ = torch.empty_like(xs)
-        tn = 1 << (N - 1).bit_length()
+        plan = dispatch.plan_softmax(M, N, xs.element_size(), L._sms())
+        copy_us = round(timed(lambda: os_.copy_(xs)), 2)  # the same bytes read and written
         cands = []
-        if tn <= 32768:
-            cands.append(("rows ROWS=1 TN=%d" % tn, softmax_rows.bind_launch(xs, os_, 1, tn)))
-            cands.append(("rows ROWS=1 TN=%d nww=8" % tn,
-                          softmax_rows.bind_launch(xs, os_, 1, tn, kernel=L.hinted(softmax_rows.softmax_rows_kernel,
-                                                                                  {"num_worker_warps": 8}))))
-        for tile in (2048, 4096, 8192, 16384):
-            if tile <= tn:
-                cands.append((f"online TILE={tile}", softmax_online.bind_launch(xs, os_, tile)))
-        plan = dispatch.plan_softmax(M, N, xs.element_size())
+        if plan["variant"] == "rows":
+            r, tn = plan["ROWS"], plan["TN"]
+            for h in [plan["hints"], {}, {"occupancy": 2}, {"num_worker_warps": 8}]:
+                cands.append((f"rows ROWS={r} TN={tn} {h}", softmax_rows.bind_launch(xs, os_, r, tn, kernel=L.hinted(R, h))))
+            cands.append((f"online TILE=4096 occ2", softmax_online.bind_launch(xs, os_, 4096, kernel=L.hinted(O, {"occupancy": 2}))))
+        else:
+            for t, h in [(plan["TILE"], plan["hints"]), (4096, {}), (8192, {"num_worker_warps": 8}), (2048, {"occupancy": 4})]:
+                cands.append((f"online TILE={t} {h}", softmax_online.bind_launch(xs, os_, t, kernel=L.hinted(O, h))))
+        seen = set()
         for label, f in cands:
+            if label in seen:
+                continue
+            seen.add(label)
             record("softmax", [M, N, str(dt)], label, f, lambda: torch.softmax(xs, -1),
-                   {"plan": plan})
+                   {"plan": plan, "copy_us": copy_us})
         del xs, os_
 
     # 2c. vector add
     for n, dt in ((8192 * 8192, torch.bfloat16), (2 ** 27 + 1, torch.float32)):
         xa, ya, oa = (torch.randn(n, device=dev, dtype=dt) for _ in range(3))
-        for tile in ((1024, 2048, 4096, 8192) if dt == torch.bfloat16 else (2048, 4096)):
+        for tile in ((2048, 4096, 8192) if dt == torch.bfloat16 else (2048, 4096)):
             f = vector_add_unmasked.bind_launch(xa, ya, oa, tile)
             record("vector_add", [n, str(dt)], f"unmasked TILE={tile}", f, lambda: torch.add(xa, ya, out=oa))
         del xa, ya, oa

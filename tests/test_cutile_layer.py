@@ -71,12 +71,15 @@ def test_softmax_plan_rows_then_online():
     # short rows: several a tile, the tile holding ROWS_TILE_ELEMS elements
     p = D.plan_softmax(32768, 512, 2)
     assert p["variant"] == "rows" and p["TN"] == 512 and p["ROWS"] * 512 == D.SOFTMAX["ROWS_TILE_ELEMS"]
-    # a row that rounds up to the limit: one row a tile
+    assert p["hints"] == {"occupancy": 4}
+    # a row that rounds up to the limit: one row a tile, 8 worker warps
     p = D.plan_softmax(4096, D.SOFTMAX["ROW_TILE_MAX"], 4)
-    assert p == {"variant": "rows", "ROWS": 1, "TN": D.SOFTMAX["ROW_TILE_MAX"], "grid": 4096, "hints": {}}
+    assert p == {"variant": "rows", "ROWS": 1, "TN": D.SOFTMAX["ROW_TILE_MAX"], "grid": 4096,
+                 "hints": {"num_worker_warps": 8}}
+    assert D.plan_softmax(4096, 8000, 2)["hints"] == {"occupancy": 2}
     # one column more: online
     p = D.plan_softmax(4096, D.SOFTMAX["ROW_TILE_MAX"] + 1, 4)
-    assert p["variant"] == "online" and p["grid"] == 4096
+    assert p["variant"] == "online" and p["grid"] == 4096 and p["hints"] == {"occupancy": 2}
     # never more rows a tile than there are rows (rounded up to a power of two)
     assert D.plan_softmax(3, 1, 4)["ROWS"] == 4 and D.plan_softmax(1, 1, 4)["ROWS"] == 1
 
