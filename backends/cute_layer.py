@@ -9,7 +9,8 @@ and the GEMM's split count, bias and activation are run-time arguments).
 """
 from __future__ import annotations
 
-from harness import Source, register
+from cutlass_src import dispatch as _dispatch
+from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 
 from . import src
@@ -78,8 +79,9 @@ def _va_compile_only(case):
 
 @register(problem="vector_add", layer="cute", name="vector_add",
           description="tiled copy, 128-bit vectors (narrower when misaligned), predicated tail",
-          sources=[_kernel_sources("vector_add_tiled.py", "VectorAdd", "prepare_vector_add", "_compile",
-                                   "validate")],
+          sources=planned_sources({"tiled": _kernel_sources("vector_add_tiled.py", "VectorAdd", "prepare_vector_add",
+                                                            "_compile", "validate")},
+                                  _dispatch.reachable("vector_add")),
           devices=("cuda",), available=_available, compile_only=_va_compile_only)
 def vector_add_prepare(case, inputs, out):
     _need()
@@ -218,8 +220,12 @@ for _name, _kernel, _desc, _srcs in (
                           "<= 8, while the CTAs cover the SMs), "
                           "softmax_cluster (when they do not but a cluster's registers hold the row in two "
                           "waves), softmax_split (the rest); 16-byte accesses at any row alignment",
-         [_ROWS_SRC, _BLOCK_SRC, _SMEM_SRC, _SPLIT_SRC, _SM_BASE, _SMEM_PLAN_SRC,
-          Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",), host=("SoftmaxSimple.__call__",))]),
+         planned_sources({"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC,
+                          "cluster": _BLOCK_SRC,
+                          # the two-pass twin's kernel: rows longer than the split grid holds
+                          "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",),
+                                           host=("SoftmaxSimple.__call__",))},
+                         _dispatch.reachable("softmax"), [_SM_BASE, _SMEM_PLAN_SRC])),
         ("softmax_rows", "rows", "short rows: a warp (or a few) per row, several rows per CTA, grid-stride "
                                  "row loop with the next row's loads in flight", [_ROWS_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_block", "block", "a row per CTA held in registers, warp + block reductions",
@@ -341,7 +347,8 @@ _GEMM_HOST = [Source(src(C, "gemm_launch.py"), kernels=(), host=("prepare_gemm",
               Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))]
 _WS = Source(src(C, "gemm_epilogue_ws.py"), kernels=("GemmWS.kernel",))
 _PP = Source(src(C, "gemm_epilogue_pingpong.py"), kernels=("GemmPingpong.kernel", "GemmPingpong.step_over"))
-_GEMM_SRC = [_WS, _PP, _GEMM_BASE, _GEMM_EPI, *_GEMM_HOST]
+_GEMM_SRC = planned_sources({"ws": _WS, "pingpong": _PP}, _dispatch.reachable("gemm_epilogue"),
+                            [_GEMM_BASE, _GEMM_EPI, *_GEMM_HOST])
 
 for _name, _variant, _desc, _srcs in (
         ("gemm_epilogue", None, "planned by waves and K: persistent warp-specialised sm_90a GEMM "
