@@ -143,16 +143,22 @@ for _name, _kernel, _desc, _srcs in (
 
 
 # -- softmax ------------------------------------------------------------------------------------
-def _sm_compile(dtype: str, plan: dict):
-    from tilelang_src import softmax, softmax_online, softmax_rows
+def _sm_compile(dtype: str, plan: dict) -> list:
+    """The compiled kernels of a plan, in launch order."""
+    from tilelang_src import softmax, softmax_online, softmax_rows, softmax_split
 
     if plan["kernel"] == "simple":
-        return _compile(("softmax", dtype), lambda: softmax.softmax_kernel(dtype))
+        return [_compile(("softmax", dtype), lambda: softmax.softmax_kernel(dtype))]
     if plan["kernel"] == "rows":
         c, r, t = plan["cols"], plan["rows"], plan["threads"]
-        return _compile(("softmax_rows", dtype, c, r, t), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t))
+        return [_compile(("softmax_rows", dtype, c, r, t), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t))]
     tile, t = plan["tile"], plan["threads"]
-    return _compile(("softmax_online", dtype, tile, t), lambda: softmax_online.softmax_online_kernel(dtype, tile, t))
+    if plan["kernel"] == "split":
+        return [_compile(("softmax_split_stats", dtype, tile, t),
+                         lambda: softmax_split.softmax_split_stats_kernel(dtype, tile, t)),
+                _compile(("softmax_split_write", dtype, tile, t),
+                         lambda: softmax_split.softmax_split_write_kernel(dtype, tile, t))]
+    return [_compile(("softmax_online", dtype, tile, t), lambda: softmax_online.softmax_online_kernel(dtype, tile, t))]
 
 
 def _sm_impl(kernel):
@@ -176,7 +182,7 @@ def _sm_impl(kernel):
             plan = plan_of(case.M, case.N, _esize(case.dtype))
         except ValueError as e:
             raise Unsupported(str(e)) from None
-        return _facts([_sm_compile(case.dtype, plan)], plan)
+        return _facts(_sm_compile(case.dtype, plan), plan)
 
     def prepare(case, inputs, out):
         _need()
@@ -192,9 +198,19 @@ def _sm_impl(kernel):
             raise Unsupported(str(e)) from None
         import tilelang_src
 
-        entry = _sm_compile(tilelang_src.dtype_name(x.dtype), plan)
-        k = entry.kernel
-        return _launch([entry], plan, lambda: k(x, out))
+        entries = _sm_compile(tilelang_src.dtype_name(x.dtype), plan)
+        k = entries[0].kernel
+        if plan["kernel"] != "split":
+            return _launch(entries, plan, lambda: k(x, out))
+        import torch
+
+        work = torch.empty((x.shape[0], plan["chunks"], 2), dtype=torch.float32, device=x.device)
+        k2 = entries[1].kernel
+
+        def launch():
+            k(x, work)
+            k2(x, work, out)
+        return _launch(entries, plan, launch)
 
     return supports, compile_only, prepare
 
@@ -202,17 +218,22 @@ def _sm_impl(kernel):
 _SM_SIMPLE = Source(src(C, "softmax.py"), kernels=("softmax_kernel",))
 _SM_ROWS = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel",))
 _SM_ONLINE = Source(src(C, "softmax_online.py"), kernels=("softmax_online_kernel",))
+_SM_SPLIT = Source(src(C, "softmax_split.py"), kernels=("softmax_split_stats_kernel", "softmax_split_write_kernel"))
 _SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile",))
 _SM_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "_pow2_at_least"))
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by row length: softmax_rows (whole rows in registers, several short rows "
-                          "per CTA) up to 16384 columns, softmax_online beyond", [_SM_ROWS, _SM_ONLINE, _SM_HOST, _SM_PLAN]),
+                          "per CTA) up to 16384 columns, softmax_online beyond, softmax_split for longer rows "
+                          "than that when they cover less than half the SMs",
+         [_SM_ROWS, _SM_ONLINE, _SM_SPLIT, _SM_HOST, _SM_PLAN]),
         ("softmax_simple", "simple", "teaching twin: a CTA per row, online (max, sum) over 1024-column tiles, "
                                      "then a write pass", [_SM_SIMPLE, _SM_HOST]),
         ("softmax_rows", "rows", "whole rows in registers (cols = next power of two), reduce_max / reduce_sum "
                                  "along the row, one read one write", [_SM_ROWS, _SM_HOST, _SM_PLAN]),
         ("softmax_online", "online", "a CTA per row: online (max, sum) over 4096-column tiles, second read to "
-                                     "write", [_SM_ONLINE, _SM_HOST, _SM_PLAN])):
+                                     "write", [_SM_ONLINE, _SM_HOST, _SM_PLAN]),
+        ("softmax_split", "split", "C CTAs per row: online (max, sum) per chunk to a workspace, then each CTA "
+                                   "merges its row's C pairs and writes its chunk", [_SM_SPLIT, _SM_HOST, _SM_PLAN])):
     _s, _c, _p = _sm_impl(_kernel)
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)

@@ -22,7 +22,7 @@ needs_tl = pytest.mark.skipif(not (HAVE_TL and HAVE_NVCC), reason="tilelang or n
 PROBLEMS = ("vector_add", "softmax", "gemm_epilogue")
 IDS = {
     "vector_add": ["vector_add", "vector_add_simple", "vector_add_tiled"],
-    "softmax": ["softmax", "softmax_simple", "softmax_rows", "softmax_online"],
+    "softmax": ["softmax", "softmax_simple", "softmax_rows", "softmax_online", "softmax_split"],
     "gemm_epilogue": ["gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled",
                       "gemm_epilogue_splitk"],
 }
@@ -80,6 +80,9 @@ def test_plans():
     assert p["kernel"] == "rows" and p["cols"] == 512 and p["rows"] * p["cols"] >= 2048
     assert dispatch.plan_softmax(4096, 16384, 4)["kernel"] == "rows"
     assert dispatch.plan_softmax(4096, 16385, 4)["kernel"] == "online"
+    p = dispatch.plan_softmax(3, 262_147, 4)          # few long rows: split, the GPU still filled
+    assert p["kernel"] == "split" and 3 * p["chunks"] >= dispatch.SMS
+    assert dispatch.plan_softmax(1, 98_432, 4)["chunks"] == -(-98_432 // p["tile"])  # a chunk per tile at most
     with pytest.raises(ValueError, match="N:"):
         dispatch.plan_softmax(4, 100_000, 2, kernel="rows")
     assert dispatch.plan_gemm(4096, 4096, 4096, 2, True)["kernel"] == "tma"
@@ -114,6 +117,7 @@ def test_supports_declines_only_in_variants():
     ("tilelang:softmax", "softmax", dict(M=32768, N=512, dtype="bfloat16")),
     ("tilelang:softmax", "softmax", dict(M=4096, N=50257, dtype="bfloat16")),
     ("tilelang:softmax_simple", "softmax", dict(M=300, N=777, layout="strided_odd")),
+    ("tilelang:softmax", "softmax", dict(M=3, N=262_147)),
     ("tilelang:gemm_epilogue", "gemm_epilogue", dict(M=4096, N=4096, K=4096, act="gelu", dtype="bfloat16")),
     ("tilelang:gemm_epilogue", "gemm_epilogue", dict(M=2050, N=1001, K=136, act="gelu", dtype="float16")),
     ("tilelang:gemm_epilogue", "gemm_epilogue", dict(M=16, N=4096, K=14336, act="none", dtype="bfloat16")),

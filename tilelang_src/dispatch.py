@@ -10,7 +10,9 @@ TABLE = {
     "vector_add": {"threads": 256, "bytes_per_access": 16, "unroll": 4},
     # whole rows in registers up to this many fp32 values per CTA; longer rows stream (online)
     "softmax": {"max_cols": 16384, "elems_per_thread": 16, "min_threads": 32, "max_threads": 1024,
-                "rows_cta_cols": 2048, "online_tile": 4096, "online_threads": 512},
+                "rows_cta_cols": 2048, "online_tile": 4096, "online_threads": 512,
+                # few long rows: C CTAs per row, about split_ctas_per_sm CTAs per SM in all
+                "split_tile": 2048, "split_threads": 256, "split_ctas_per_sm": 2},
     # (bm, bn, bk, stages, threads): large tiles while they fill the GPU, 64-row tiles for few rows
     "gemm": {"large": (128, 128, 64, 4, 256), "narrow": (64, 128, 64, 4, 128),
              "tiled": (128, 128, 32, 2, 256), "tiled_narrow": (64, 128, 32, 2, 128),
@@ -36,10 +38,17 @@ def _pow2_at_least(n: int) -> int:
 def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
     """rows: whole rows in registers (cols = the power of two >= N, ``elems_per_thread`` fp32
     values a thread; short rows several to a CTA so a CTA holds ``rows_cta_cols`` columns);
-    online: longer rows streamed twice in tiles."""
+    online: longer rows streamed twice in tiles, a CTA per row, while the rows cover half the SMs;
+    split: fewer long rows, C CTAs per row (C = the CTAs that fill the SMs twice over, at most a
+    chunk per tile)."""
     t = TABLE["softmax"]
     cols = max(_pow2_at_least(n), 32)
-    choice = kernel or ("rows" if cols <= t["max_cols"] else "online")
+    if kernel is None:
+        if cols <= t["max_cols"]:
+            kernel = "rows"
+        else:
+            kernel = "online" if m >= SMS // 2 else "split"
+    choice = kernel
     if choice == "rows":
         if cols > t["max_cols"]:
             raise ValueError(f"N: softmax_rows holds rows of at most {t['max_cols']} columns, not {n}")
@@ -49,9 +58,13 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
         return {"kernel": "rows", "cols": cols, "rows": rows, "threads": threads}
     if choice == "online":
         return {"kernel": "online", "tile": t["online_tile"], "threads": t["online_threads"]}
+    if choice == "split":
+        tiles = -(-n // t["split_tile"])
+        chunks = max(1, min(tiles, -(-t["split_ctas_per_sm"] * SMS // m)))
+        return {"kernel": "split", "tile": t["split_tile"], "threads": t["split_threads"], "chunks": chunks}
     if choice == "simple":
         return {"kernel": "simple"}
-    raise ValueError(f"kernel: rows, online or simple, not {kernel!r}")
+    raise ValueError(f"kernel: rows, online, split or simple, not {kernel!r}")
 
 
 def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None) -> dict:
