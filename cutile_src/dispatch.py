@@ -38,7 +38,7 @@ def softmax_hints(live: int, tn: int) -> dict:
 
 
 # -- GEMM --------------------------------------------------------------------------------------
-# tile shapes, largest first: the first whose C tiles fill the SMs at least once (a wave) is taken;
+# tile shapes, largest first, chosen by the busy fraction of the SMs over the tiles' waves;
 # the 8-worker-warp shapes are warp-specialised by tileiras (two consumer warpgroups), which
 # keeps the 128 x 256 fp32 accumulator in registers. "tma": only where both operands' rows are
 # 16-byte multiples (TMA loads them into shared memory); otherwise tileiras loads through
@@ -49,6 +49,7 @@ GEMM_TILES = (
     {"TM": 64, "TN": 128, "TK": 64, "hints": {}, "tma": False},
 )
 GEMM_GROUP = 8
+GEMM_MIN_BUSY = 0.8
 # split-K: for M <= SPLITK_MAX_M, when the C tiles fill less than a wave and K holds at least
 # SPLITK_MIN_KTILES K tiles per slice; slices chosen to make about SPLITK_WAVES waves of programs
 GEMM_SPLITK = {"MAX_M": 64, "TN": 128, "TK": 128, "MIN_KTILES": 4, "WAVES": 2, "MAX_SPLIT": 32,
@@ -86,12 +87,20 @@ def rows_16b(K: int, N: int, elem_size: int) -> bool:
     return (K * elem_size) % 16 == 0 and (N * elem_size) % 16 == 0
 
 
+def wave_efficiency(tiles: int, sms: int) -> float:
+    """The busy fraction of the SMs over the waves ``tiles`` programs take (one program an SM)."""
+    return tiles / (_cdiv(tiles, sms) * sms)
+
+
 def gemm_tile_for(M: int, N: int, sms: int = H200_SMS, tma: bool = True) -> dict:
+    """The first (largest: most reuse a byte loaded) GEMM_TILES shape whose C tiles keep the SMs
+    at least GEMM_MIN_BUSY busy over their waves; else the busiest (the larger on a tie)."""
     tiles = [t for t in GEMM_TILES if tma or not t["tma"]]
-    for t in tiles:
-        if _cdiv(M, t["TM"]) * _cdiv(N, t["TN"]) >= sms:
+    effs = [wave_efficiency(_cdiv(M, t["TM"]) * _cdiv(N, t["TN"]), sms) for t in tiles]
+    for t, e in zip(tiles, effs):
+        if e >= GEMM_MIN_BUSY:
             return t
-    return tiles[-1]
+    return tiles[max(range(len(tiles)), key=lambda i: (effs[i], -i))]
 
 
 def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 1) -> dict:

@@ -90,9 +90,14 @@ def test_gemm_plan_waves_and_splitk():
     big = D.plan_gemm(4096, 28672, 4096, 2, 132)
     assert big["variant"] == "tiled" and (big["TM"], big["TN"]) == (128, 256)
     assert big["grid"] == 32 * 112 and big["hints"] == {"num_worker_warps": 8}
-    # 256 rows of a 6144-wide output: 128 x 256 tiles make 48 < 132 programs, 64 x 128 make 192
+    # 256 rows: 128 x 256 tiles keep the SMs 36 % busy (48 programs), 128 x 128 and 64 x 128
+    # both 73 % (96 programs in one wave, 192 in two): the larger of the two
     mid = D.plan_gemm(256, 6144, 4096, 2, 132)
-    assert (mid["TM"], mid["TN"]) == (64, 128)
+    assert (mid["TM"], mid["TN"]) == (128, 128)
+    # 256 x 4096: only 64 x 128 tiles reach a full wave (128 programs)
+    assert (lambda p: (p["TM"], p["TN"]))(D.plan_gemm(256, 4096, 14336, 2, 132)) == (64, 128)
+    # 2 x 112 = 224 of 264 slots (85 %) is busy enough for the largest tile
+    assert D.plan_gemm(256, 28672, 4096, 2, 132)["TN"] == 256
     # decode: 48 C tiles, K = 4096 -> split-K, no empty slice, about two waves of programs
     sk = D.plan_gemm(16, 6144, 4096, 2, 132)
     assert sk["variant"] == "splitk" and sk["TM"] == 16
