@@ -161,15 +161,6 @@ def _meta_args(problem, case):
     return (a, b, bias, torch.empty(case.M, case.N, dtype=dt, device="meta"), case.params.get("act", "relu"))
 
 
-def _sms() -> int:
-    try:
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(0).multi_processor_count
-    except Exception:
-        pass
-    return dispatch.SMS
-
-
 def plan_for(problem, args):
     """dispatch's plan for these kernel arguments."""
     if problem == "vector_add":
@@ -179,7 +170,15 @@ def plan_for(problem, args):
         x = args[0]
         return dispatch.plan_softmax(x.shape[0], x.shape[1], x.element_size())
     a, b = args[0], args[1]
-    return dispatch.plan_gemm(a.shape[0], b.shape[1], a.shape[1], a.element_size())
+    return dispatch.plan_gemm(a.shape[0], b.shape[1], a.shape[1], a.element_size(),
+                              aligned=all(_rows16(t) for t in (a, b)))
+
+
+def _rows16(t) -> bool:
+    """Rows of ``t`` start on 16-byte boundaries (its row stride and its start)."""
+    e = t.element_size()
+    start = t.storage_offset() * e if t.device.type == "meta" else t.data_ptr()
+    return (t.stride(0) * e) % 16 == 0 and start % 16 == 0
 
 
 # -- the generated code and its launch ---------------------------------------------------------
@@ -430,9 +429,8 @@ describe_layer(LAYER, order=7, colour="#9467bd", artifacts=helion_artifacts)
 
 
 # -- registration ------------------------------------------------------------------------------
-def _plan_source() -> Source:
-    return Source(src(H, "dispatch.py"), kernels=(), host=("plan_vector_add", "plan_softmax", "plan_gemm",
-                                                           "gemm_class", "_pow2"))
+def _plan_source(problem) -> Source:
+    return Source(src(H, "dispatch.py"), kernels=(), host=({"gemm_epilogue": "plan_gemm"}.get(problem, f"plan_{problem}"),))
 
 
 _PROBLEMS = {
@@ -469,7 +467,7 @@ for _p, (_file, _kname, _variants, _desc) in _PROBLEMS.items():
         _srcs.setdefault(_f, []).append(_k)
     register(problem=_p, layer=LAYER, name=_p, description=_desc,
              sources=[Source(src(H, f), kernels=tuple(ks), host=()) for f, ks in _srcs.items()]
-             + [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)), _plan_source()],
+             + [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)), _plan_source(_p)],
              devices=("cuda",), available=available,
              compile_only=_compile_default(_p) if helion else None,
              helion_code=_code_default(_p))(_prepare_default(_p))

@@ -57,6 +57,8 @@ def test_dispatch_rules():
     assert dispatch.plan_softmax(4096, 128256, 2).variant == "online"
     assert [dispatch.gemm_class(m) for m in (1, 64, 65, 512, 513)] == [
         "gemm/small_m", "gemm/small_m", "gemm/mid_m", "gemm/mid_m", "gemm/large_m"]
+    assert dispatch.gemm_class(2050, aligned=False) == "gemm/large_m_unaligned"
+    assert dispatch.gemm_class(16, aligned=False) == "gemm/small_m"
     for key, cfg in dispatch.CONFIGS.items():
         if key.startswith("gemm/"):
             assert len(cfg["block_sizes"]) == 3
