@@ -135,11 +135,8 @@ class ResultsDir:
         return json.loads((self.path / "run.json").read_text())
 
     def append(self, row: dict) -> None:
-        if self._rows is None:
-            self._rows = open(self.path / "rows.jsonl", "a", encoding="utf-8")
-        self._rows.write(dumps(row) + "\n")
-        self._rows.flush()
-        os.fsync(self._rows.fileno())
+        # the store first, then rows.jsonl: a run killed between the two has the row in the store
+        # (and --resume redoes it there, an upsert), so every row of rows.jsonl is in the store
         if self._rec is None and self._store is not None and (self.path / "run.json").is_file():
             self._resume_store()
         if self._rec is not None:
@@ -147,6 +144,11 @@ class ResultsDir:
                 self._rec.event(row["_event"], {k: v for k, v in row.items() if k != "_event"})
             else:
                 self._rec.row(row)
+        if self._rows is None:
+            self._rows = open(self.path / "rows.jsonl", "a", encoding="utf-8")
+        self._rows.write(dumps(row) + "\n")
+        self._rows.flush()
+        os.fsync(self._rows.fileno())
 
     def append_event(self, kind: str, **data) -> None:
         """Run-level facts that arrive mid-run (ceilings, vendor GEMM times) go into the same

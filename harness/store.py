@@ -383,7 +383,8 @@ class Store:
         written as it finished; ceilings, vendor times, timing, summary; the state."""
         state = state or ("interrupted" if doc.get("interrupted") else "done")
         extra = {k: v for k, v in doc.items() if k not in (
-            "rows", "machine", "ceilings", "vendor_same_shape", "timing", "command", "created", "suite")}
+            "rows", "machine", "ceilings", "vendor_same_shape", "timing", "command", "created", "suite",
+            "store_run")}
         with self._tx():
             cur = self._conn.cursor()
             cur.executemany(self._sql(self._ROW_SQL), [self._row_values(run_id, r) for r in doc.get("rows", [])])

@@ -241,7 +241,8 @@ def _ms(s, status) -> str:
 
 # -- import / export ---------------------------------------------------------------------------
 def cmd_import(args, console) -> int:
-    from .store import folder_doc
+    from .store import folder_doc, parse_url
+    parse_url(args.store)      # a malformed URL is named first
     folders = run_folders(args.dirs)
     if not folders:
         raise StoreError(f"import: no run folder (results.json, or run.json + rows.jsonl) under "

@@ -249,9 +249,10 @@ def _machine(doc: dict, k: int) -> str:
 
 
 # -- the source pages --------------------------------------------------------------------------
-def counted_lines(impl) -> tuple[dict, dict]:
-    """({file: kernel line numbers}, {file: host line numbers}) of an implementation's sources,
-    by the LOC tool's rule (the same reach ``loc.count_impl`` sums)."""
+def counted_lines(impl) -> tuple[dict, dict, dict]:
+    """({file: kernel line numbers}, {file: host line numbers}, {file: plan line numbers}) of an
+    implementation's sources: the line sets ``loc.count_impl`` sums (the same reach; host lines
+    in a planner file, ``loc.is_planner``, are plan lines; a teaching twin has none)."""
     from .. import loc
     kernel: dict[Path, set[int]] = {}
     host: dict[Path, set[int]] = {}
@@ -263,17 +264,35 @@ def counted_lines(impl) -> tuple[dict, dict]:
             kernel.setdefault(f, set()).update(ls)
         for f, ls in a.host_lines.items():
             host.setdefault(f, set()).update(ls)
-    return kernel, host
+    host = {f: ls - kernel.get(f, set()) for f, ls in host.items()}
+    is_planner = getattr(loc, "is_planner", lambda f: False)
+    plan = {f: ls for f, ls in host.items() if is_planner(f)}
+    host = {f: ls for f, ls in host.items() if f not in plan}
+    if getattr(impl, "role", None) == "simple":
+        plan = {}
+    return kernel, host, plan
+
+
+def _spans(impl) -> dict:
+    """{(file as the LOC tool names it, first line): (column, unit, why)} from ``count_impl``'s
+    explanation, where this checkout's LOC tool gives one."""
+    from .. import loc
+    try:
+        res = loc.count_impl(impl, explain=True)
+    except TypeError:
+        return {}
+    return {(sp[0], sp[1]): (sp[3], sp[4], sp[5]) for sp in res.get("spans") or []}
 
 
 def _source_html(impl) -> tuple[str, dict]:
     from .. import loc
     try:
-        kernel, host = counted_lines(impl)
+        kernel, host, plan = counted_lines(impl)
         counts = loc.count_impl(impl)
+        spans = _spans(impl)
     except Exception as ex:  # a source that cannot be read today: say so on the page
         return f'<p class="note">source not available: {e(type(ex).__name__)}: {e(str(ex))}</p>', {}
-    files = list(dict.fromkeys(list(kernel) + list(host)))
+    files = list(dict.fromkeys(list(kernel) + list(host) + list(plan)))
     if not files:
         return '<p class="note">no kernel source of its own (a library or the torch baseline)</p>', counts
     out = []
@@ -283,17 +302,19 @@ def _source_html(impl) -> tuple[str, dict]:
         except OSError as ex:
             out.append(f'<p class="note">{e(str(f))}: {e(str(ex))}</p>')
             continue
-        ks, hs = kernel.get(f, set()), host.get(f, set()) - kernel.get(f, set())
+        ks, hs, ps = kernel.get(f, set()), host.get(f, set()), plan.get(f, set())
         try:
             name = Path(f).resolve().relative_to(loc.REPO_ROOT.resolve()).as_posix()
         except ValueError:
             name = str(f)
         lines = []
         for i, line in enumerate(text, 1):
-            cls = "l k" if i in ks else "l h" if i in hs else "l"
-            lines.append(f'<span class="{cls}" data-n="{i}">{e(line) or " "}</span>')
-        out.append(f'<details open><summary><code>{e(name)}</code>: {len(ks)} kernel, {len(hs)} host line(s) '
-                   f'counted</summary><pre class="code">{"".join(lines)}</pre></details>')
+            cls = "l k" if i in ks else "l h" if i in hs else "l p" if i in ps else "l"
+            sp = spans.get((name, i))
+            tip = f' title="{e(sp[0])}: {e(sp[1])} ({e(sp[2])})"' if sp else ""
+            lines.append(f'<span class="{cls}{" u" if sp else ""}" data-n="{i}"{tip}>{e(line) or " "}</span>')
+        out.append(f'<details open><summary><code>{e(name)}</code>: {len(ks)} kernel, {len(hs)} host, '
+                   f'{len(ps)} plan line(s) counted</summary><pre class="code">{"".join(lines)}</pre></details>')
     return "".join(out), counts
 
 
@@ -316,7 +337,8 @@ def _impl_page(docs, prob: str, impl_id: str) -> str:
             f'<p><a href="../index.html">back to the report</a></p></header>',
             f'<p>lines of code counted now: {e(now or "-")}; as the run(s) recorded: {e(rec or "-")}. '
             f'<span class="key"><span class="k">kernel line</span><span class="h">host line</span>'
-            f'uncounted lines plain</span></p>',
+            f'<span class="p">plan line</span>uncounted lines plain; a unit\'s first line says why it '
+            f'counts</span></p>',
             '<div class="src"><div class="numbers"><h2>numbers</h2>',
             _case_table(docs, prob, impl_id, table_id="impl-cases"), "</div>",
             f'<div class="source"><h2>source</h2>{src}</div></div>']

@@ -2,7 +2,7 @@
 
 CSS = """
 :root { --fg: #1d232b; --dim: #6a7380; --line: #d5dae0; --bg: #ffffff; --band: #f4f6f8;
-        --k: #fde9c4; --h: #d9ecfb; }
+        --k: #fde9c4; --h: #d9ecfb; --p: #e3f3dc; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
        background: var(--bg); margin: 0; padding: 0 24px 48px; }
@@ -36,8 +36,10 @@ pre.code span.l::before { content: attr(data-n); display: inline-block; width: 4
            text-align: right; padding-right: 10px; margin-right: 8px; border-right: 1px solid var(--line); }
 pre.code span.k { background: var(--k); }
 pre.code span.h { background: var(--h); }
+pre.code span.p { background: var(--p); }
+pre.code span.u { border-top: 1px dashed #b9a46a; }
 .key span { padding: 0 6px; margin-right: 8px; border: 1px solid var(--line); }
-.key .k { background: var(--k); } .key .h { background: var(--h); }
+.key .k { background: var(--k); } .key .h { background: var(--h); } .key .p { background: var(--p); }
 details { margin: 6px 0; } summary { cursor: pointer; }
 """
 
