@@ -192,6 +192,27 @@ def _address(t: torch.Tensor) -> int:
     return t.data_ptr() if t.device.type == "cuda" else t.storage_offset() * t.element_size()
 
 
+def _constant_params(kernel) -> list[bool]:
+    """For each parameter of a cuTile kernel, whether it is annotated ``ct.Constant[...]``
+    (compiled in) rather than passed at run time."""
+    import inspect
+    fn = getattr(kernel, "_pyfunc", kernel)
+    return ["Constant" in repr(p.annotation) for p in inspect.signature(fn).parameters.values()]
+
+
+def _constraint(arg, constant: bool):
+    """The constraint of one argument: an array for a tensor, the value for a constant parameter,
+    a 32-bit (64-bit where needed) scalar for a runtime integer, fp32 for a runtime float."""
+    from cuda.tile.compilation import ScalarConstraint
+    if isinstance(arg, torch.Tensor):
+        return array_constraint(arg)
+    if constant:
+        return arg
+    if isinstance(arg, bool) or isinstance(arg, int):
+        return ScalarConstraint(ct.int32 if -2 ** 31 <= int(arg) < 2 ** 31 else ct.int64)
+    return ScalarConstraint(ct.float32)
+
+
 _COMPILED: dict = {}
 _RECORD: list | None = None  # (name, kernel, signature) of each compile while inspect records
 
@@ -207,8 +228,7 @@ def compile_kernel(kernel, args, hints=None, sass: bool = True) -> dict:
     if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
         sig = KernelSignature.from_kernel_args(k, args, cc)  # the launch's own signature
     else:
-        params = [array_constraint(a) if isinstance(a, torch.Tensor) else a for a in args]
-        sig = KernelSignature(params, cc)
+        sig = KernelSignature([_constraint(a, c) for a, c in zip(args, _constant_params(k))], cc)
     name = getattr(getattr(kernel, "_pyfunc", None), "__name__", None) or getattr(kernel, "__name__", "kernel")
     key = (id(k), sig.with_mangled_symbol(name).symbol, sass)
     if _RECORD is not None:
@@ -505,10 +525,10 @@ def _gemm_launches(variant, a, b, bias, act, c, ws=None):
     M, K = a.shape
     N = b.shape[1]
     bias_arg = c[0] if bias is None else bias
-    hb, ac = bias is not None, ACT[act]
+    hb, ac = int(bias is not None), ACT[act]
     if variant == "simple":
         g = gemm_simple
-        return [(g.gemm_epilogue_kernel, (a, b, bias_arg, c, g.TM, g.TN, g.TK, hb, ac), {})], \
+        return [(g.gemm_epilogue_kernel, (a, b, bias_arg, c, hb, ac, g.TM, g.TN, g.TK), {})], \
             {"variant": "simple", "TM": g.TM, "TN": g.TN, "TK": g.TK}
     p = _gemm_plan(variant, M, N, K)
     if p["variant"] == "splitk":
@@ -516,9 +536,9 @@ def _gemm_launches(variant, a, b, bias, act, c, ws=None):
             ws = torch.empty((p["SPLIT"], M, N), dtype=torch.float32, device=c.device)
         return [(gemm_splitk.gemm_splitk_partial_kernel, (a, b, ws, p["TM"], p["TN"], p["TK"], p["KPER"]),
                  p["hints"]),
-                (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, p["RM"], p["RN"], hb, ac), {})], p
+                (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, hb, ac, p["RM"], p["RN"]), {})], p
     return [(gemm_tiled.gemm_epilogue_tiled_kernel,
-             (a, b, bias_arg, c, p["TM"], p["TN"], p["TK"], p["GROUP"], hb, ac), p["hints"])], p
+             (a, b, bias_arg, c, hb, ac, p["TM"], p["TN"], p["TK"], p["GROUP"]), p["hints"])], p
 
 
 def _gemm_compile(variant):

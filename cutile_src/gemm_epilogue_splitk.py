@@ -24,13 +24,13 @@ def gemm_splitk_partial_kernel(a, b, ws, TM: ct.Constant[int], TN: ct.Constant[i
 
 
 @ct.kernel
-def gemm_splitk_reduce_kernel(ws, bias, c, RM: ct.Constant[int], RN: ct.Constant[int],
-                              HAS_BIAS: ct.Constant[bool], ACT: ct.Constant[int]):
+def gemm_splitk_reduce_kernel(ws, bias, c, has_bias: int, act: int, RM: ct.Constant[int],
+                              RN: ct.Constant[int]):
     bm, bn = ct.bid(0), ct.bid(1)
     acc = ct.full((RM, RN), 0.0, dtype=ct.float32)
     for s in range(ws.shape[0]):
         acc = acc + ct.reshape(ct.load(ws, index=(s, bm, bn), shape=(1, RM, RN)), (RM, RN))
-    acc = epilogue(acc, bias, bn, RN, HAS_BIAS, ACT)
+    acc = epilogue(acc, bias, bn, RN, has_bias, act)
     ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype))
 
 
@@ -44,7 +44,7 @@ def bind_launch(a, b, bias, act: int, c, cfg: dict, kernels=None):
     tiles = -(-M // cfg["TM"]) * -(-N // cfg["TN"])
     g1, g2 = (tiles, cfg["SPLIT"], 1), (-(-M // cfg["RM"]), -(-N // cfg["RN"]), 1)
     a1 = (a, b, ws, cfg["TM"], cfg["TN"], cfg["TK"], cfg["KPER"])
-    a2 = (ws, bias_arg, c, cfg["RM"], cfg["RN"], bias is not None, act)
+    a2 = (ws, bias_arg, c, int(bias is not None), act, cfg["RM"], cfg["RN"])
 
     def launch():
         stream = torch.cuda.current_stream()

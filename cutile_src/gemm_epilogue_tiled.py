@@ -8,13 +8,14 @@ import cuda.tile as ct
 import torch
 
 
-def epilogue(acc, bias, bn, TN: ct.Constant[int], HAS_BIAS: ct.Constant[bool], ACT: ct.Constant[int]):
-    """bias + activation on an fp32 accumulator tile whose columns are tile ``bn`` of width TN."""
-    if HAS_BIAS:
+def epilogue(acc, bias, bn, TN: ct.Constant[int], has_bias, act):
+    """bias + activation on an fp32 accumulator tile whose columns are tile ``bn`` of width TN;
+    ``has_bias`` and ``act`` (0 none, 1 relu, 2 gelu-tanh) are runtime values."""
+    if has_bias != 0:
         acc = acc + ct.astype(ct.load(bias, index=(bn,), shape=(TN,)), ct.float32)
-    if ACT == 1:
+    if act == 1:
         acc = ct.maximum(acc, 0.0)
-    if ACT == 2:
+    if act == 2:
         acc = 0.5 * acc * (1.0 + ct.tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
     return acc
 
@@ -29,9 +30,8 @@ def grouped_tile(t, num_m, num_n, GROUP: ct.Constant[int]):
 
 
 @ct.kernel
-def gemm_epilogue_tiled_kernel(a, b, bias, c, TM: ct.Constant[int], TN: ct.Constant[int],
-                               TK: ct.Constant[int], GROUP: ct.Constant[int],
-                               HAS_BIAS: ct.Constant[bool], ACT: ct.Constant[int]):
+def gemm_epilogue_tiled_kernel(a, b, bias, c, has_bias: int, act: int, TM: ct.Constant[int],
+                               TN: ct.Constant[int], TK: ct.Constant[int], GROUP: ct.Constant[int]):
     num_m = ct.cdiv(a.shape[0], TM)
     num_n = ct.cdiv(b.shape[1], TN)
     n_k = ct.num_tiles(a, axis=1, shape=(TM, TK))
@@ -42,15 +42,15 @@ def gemm_epilogue_tiled_kernel(a, b, bias, c, TM: ct.Constant[int], TN: ct.Const
             at = ct.load(a, index=(bm, k), shape=(TM, TK), padding_mode=ct.PaddingMode.ZERO)
             bt = ct.load(b, index=(k, bn), shape=(TK, TN), padding_mode=ct.PaddingMode.ZERO)
             acc = ct.mma(at, bt, acc)
-        acc = epilogue(acc, bias, bn, TN, HAS_BIAS, ACT)
+        acc = epilogue(acc, bias, bn, TN, has_bias, act)
         ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype))
 
 
 def bind_launch(a, b, bias, act: int, c, cfg: dict, kernel=None):
     """A zero-argument launch for the planned ``cfg`` (TM, TN, TK, GROUP, grid)."""
     k = kernel or gemm_epilogue_tiled_kernel
-    bias_arg = c[0] if bias is None else bias  # never read when HAS_BIAS is False
-    args = (a, b, bias_arg, c, cfg["TM"], cfg["TN"], cfg["TK"], cfg["GROUP"], bias is not None, act)
+    bias_arg = c[0] if bias is None else bias  # never read when has_bias is 0
+    args = (a, b, bias_arg, c, int(bias is not None), act, cfg["TM"], cfg["TN"], cfg["TK"], cfg["GROUP"])
     grid = (cfg["grid"], 1, 1)
 
     def launch():

@@ -73,13 +73,12 @@ def main():
     for name, kern, args in [("va_misaligned", vector_add_unmasked.vector_add_unmasked_kernel, (x, x, x, 4096)),
                              ("softmax_strided", softmax_rows.softmax_rows_kernel, (xs, xs, 4, 1024)),
                              ("gemm_odd_k", gemm_epilogue_tiled.gemm_epilogue_tiled_kernel,
-                              (a, a.t().contiguous(), a[0], a[:, :64].contiguous(), 64, 128, 64, 8, True, 1))]:
+                              (a, a.t().contiguous(), a[0], a[:, :64].contiguous(), 1, 1, 64, 128, 64, 8))]:
         for cc_name in ("cutile_python_v1", "cutile_python_v2"):
             cc = getattr(CallingConvention, cc_name)()
             try:
                 launch_sig = KernelSignature.from_kernel_args(kern, args, cc)
-                mine = KernelSignature([L.array_constraint(t) if isinstance(t, torch.Tensor) else t
-                                        for t in args], cc)
+                mine = KernelSignature([L._constraint(t, c) for t, c in zip(args, L._constant_params(kern))], cc)
                 mine = mine.with_mangled_symbol(kern._pyfunc.__name__) if hasattr(kern, "_pyfunc") else mine
                 sigs.append({"case": name, "cc": cc_name, "launch": launch_sig.symbol, "compile_only": mine.symbol,
                              "same": launch_sig.parameters == mine.parameters,
