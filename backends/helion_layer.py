@@ -308,7 +308,7 @@ def _launch_default(kernel, args, cfg: dict):
     spec = _spec(_record(compiled, args))
     launch = bind(spec.kernel, spec.grid, spec.args, device=args[0].device, **spec.options)
     launch()
-    torch.cuda.synchronize()
+    _sync(args[0])
     secs = time.perf_counter() - t0
     facts = {}
     ck = getattr(launch, "compiled", None)
@@ -320,12 +320,17 @@ def _launch_default(kernel, args, cfg: dict):
     return launch
 
 
+def _sync(t) -> None:
+    if t.device.type == "cuda":
+        torch.cuda.synchronize(t.device)
+
+
 def _launch_simple(kernel, args):
     """The plain Helion call: Helion binds, takes its default configuration, compiles, launches."""
     t0 = time.perf_counter()
     with _quiet():
         kernel(*args)
-    torch.cuda.synchronize()
+    _sync(args[0])
     secs = time.perf_counter() - t0
     with _quiet():
         bound = kernel.bind(tuple(args))
