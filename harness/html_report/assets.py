@@ -27,7 +27,7 @@ table.sortable th[aria-sort="descending"]::after { content: " \\25BC"; }
 .side { display: flex; flex-wrap: wrap; gap: 20px; align-items: flex-start; }
 .side > div { min-width: 0; }
 .note { color: var(--dim); font-size: 12px; }
-.src { display: grid; grid-template-columns: minmax(320px, 38%) 1fr; gap: 18px; align-items: start; }
+.src { display: grid; grid-template-columns: minmax(420px, 46%) 1fr; gap: 18px; align-items: start; }
 .src .numbers { position: sticky; top: 8px; max-height: 96vh; overflow: auto; }
 pre.code { margin: 0 0 14px; font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
            border: 1px solid var(--line); overflow-x: auto; background: #fff; }

@@ -107,7 +107,7 @@ def svg(problem: str, summary_lines: list[dict], title: str, chart_id: str) -> s
                    f'<text x="{ML + pw + 4}" y="{y + 3:.1f}" font-size="10" fill="{c}">'
                    f'{e(lb["impl"])} {lb["y"]:.0f}%</text><title>{e(lb["impl"])}: {lb["y"]:.1f}% '
                    f'(no kernel source of its own)</title></g>')
-    placed: list[tuple[float, float]] = []
+    placed: list[tuple[float, float, float]] = []   # labels: x from, x to, baseline
     for p in sorted(pts, key=lambda p: (p["x"], p["y"] or 0)):
         c = layer_colour(p["layer"])
         cx, cy = X(p["x"]), Y(p["y"] if p["y"] is not None else 0)
@@ -122,12 +122,14 @@ def svg(problem: str, summary_lines: list[dict], title: str, chart_id: str) -> s
                     f'stroke="{c}" stroke-width="2"/>')
         else:
             mark = f'<circle class="pt" cx="{cx:.1f}" cy="{cy:.1f}" r="5.5" fill="{fill}" stroke="{c}" stroke-width="2"/>'
-        ly = cy - 8
-        while any(abs(ly - py) < 11 and abs(cx - px) < 70 for px, py in placed):
-            ly -= 11
-        placed.append((cx, ly))
         anchor = "end" if cx > ML + pw - 80 else "start"
         lx = cx - 6 if anchor == "end" else cx + 6
+        width = 5.6 * len(label)          # about, at font-size 10
+        x0, x1 = (lx - width, lx) if anchor == "end" else (lx, lx + width)
+        ly = cy - 8
+        while any(abs(ly - py) < 11 and x0 < q1 and q0 < x1 for q0, q1, py in placed):
+            ly -= 11
+        placed.append((x0, x1, ly))
         out.append(f'<g class="point" data-impl="{e(p["impl"])}" data-role="{e(p["role"])}">{mark}'
                    f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="10" text-anchor="{anchor}" fill="{c}">'
                    f'{e(label)}</text><title>{e(tip)}</title></g>')
