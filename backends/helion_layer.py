@@ -43,7 +43,7 @@ try:
     from helion_src import dispatch, tuned
     from helion_src import gemm_epilogue as gemm_simple
     from helion_src import softmax as softmax_simple
-    from helion_src import softmax_online
+    from helion_src import gemm_epilogue_splitk, softmax_online
     from helion_src import vector_add as va_simple
     _IMPORT_ERROR = None
 except Exception as e:  # pragma: no cover - depends on the machine
@@ -491,3 +491,69 @@ register(problem="softmax", layer=LAYER, name="softmax_online",
          compile_only=_compile_simple("softmax", lambda: softmax_online.softmax_online) if helion else None,
          helion_code=_code_simple("softmax", lambda: softmax_online.softmax_online))(
     _prepare_simple("softmax", lambda: softmax_online.softmax_online))
+
+
+# -- the split-K variant: two kernels (partial sums into an fp32 workspace, then the epilogue) --
+def _splitk_plan(args):
+    a, b = args[0], args[1]
+    return dispatch.plan_gemm_splitk(a.shape[0], b.shape[1], a.shape[1], a.element_size(), _sms(a))
+
+
+def _sms(t) -> int:
+    if t.device.type == "cuda":
+        return torch.cuda.get_device_properties(t.device).multi_processor_count
+    return 132  # the H200 the CPU mode compiles for
+
+
+def _splitk_launches(args, ws):
+    a, b, bias, out, act = args
+    plan = _splitk_plan(args)
+    ekernel, ecfg = plan.epilogue
+    return plan, [(plan.kernel, (a, b, ws), plan.config), (ekernel, (ws, bias, out, act), ecfg)]
+
+
+@register(problem="gemm_epilogue", layer=LAYER, name="gemm_epilogue_splitk",
+          description="split-K for few rows: K chunks summed into an fp32 workspace with atomic adds, "
+                      "then a bias + act kernel that also re-zeroes the workspace",
+          sources=[Source(src(H, "gemm_epilogue_splitk.py"), kernels=("gemm_partial_sums", "splitk_epilogue"),
+                          host=()),
+                   Source(src(H, "dispatch.py"), kernels=(), host=("plan_gemm_splitk",))],
+          devices=("cuda",), available=available,
+          compile_only=(lambda case: _splitk_compile_only(case)) if helion else None)
+def prepare_gemm_epilogue_splitk(case, inputs, out):
+    from triton_src.runtime import bind
+    _need_import()
+    _check_device(inputs)
+    args = _args("gemm_epilogue", case, inputs, out)
+    ws = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    t0 = time.perf_counter()
+    plan, launches = _splitk_launches(args, ws)
+    bound = []
+    for kernel, kargs, cfg in launches:
+        with _quiet():
+            compiled = kernel.bind(tuple(kargs)).compile_config(helion.Config(**cfg), allow_print=False)
+        spec = _spec(_record(compiled, kargs))
+        bound.append(bind(spec.kernel, spec.grid, spec.args, device=out.device, **spec.options))
+    first, second = bound
+
+    def launch():
+        first()
+        second()
+    launch()
+    _sync(out)
+    launch.info = {"compile_s": round(time.perf_counter() - t0, 3), "variant": "splitk",
+                   "config": {"partial": plan.config, "epilogue": plan.epilogue[1]}}
+    return launch
+
+
+def _splitk_compile_only(case):
+    _need_import()
+    a, b, bias, out, act = _meta_args("gemm_epilogue", case)
+    ws = torch.empty(out.shape, dtype=torch.float32, device="meta")
+    plan, launches = _splitk_launches((a, b, bias, out, act), ws)
+    facts = [_compile_facts(k, ka, c) for k, ka, c in launches]
+    first = dict(facts[0])
+    first["kernels"] = {f["kernel"]: {k: f.get(k) for k in ("registers", "spills", "smem", "grid")} for f in facts}
+    first["compile_s"] = round(sum(f["compile_s"] for f in facts), 3)
+    first["variant"] = "splitk"
+    return first

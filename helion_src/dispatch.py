@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import tuned
+from . import gemm_epilogue_splitk, tuned
 
 # Plain data: the configuration of each shape class (the rules below name the class).
 VECTOR_ADD: dict[str, dict] = {
@@ -41,6 +41,13 @@ GEMM: dict[str, dict] = {
     "gemm/mid_m_unaligned": dict(block_sizes=[64, 128, 32], num_warps=4, num_stages=3, l2_groupings=[8]),
     "gemm/large_m_unaligned": dict(block_sizes=[128, 128, 32], num_warps=8, num_stages=3, l2_groupings=[8]),
 }
+# split-K for few rows: the partial-sum kernel's (M, N) tile, its K step, and the epilogue's tile;
+# the K chunk of a program comes from the rule in plan_gemm_splitk
+SPLITK: dict[str, dict] = {
+    "gemm/splitk": dict(block_sizes=[16, 64, None, 128], num_warps=4, num_stages=4),
+    "gemm/splitk_epilogue": dict(block_sizes=[16, 128], num_warps=4, num_stages=1),
+}
+SPLITK_WAVES = 2  # programs of the partial-sum kernel: about this many per SM
 CONFIGS = {**VECTOR_ADD, **SOFTMAX, **GEMM}  # every class (for scripts/tune_helion.py)
 
 # the longest row (bytes of fp32 work: elements x 4) held in registers at once
@@ -55,6 +62,7 @@ class Plan:
     kernel: object    # the Helion kernel (runtime sizes)
     config: dict      # the Helion configuration
     rule: str         # the class: a key of VECTOR_ADD, SOFTMAX or GEMM
+    epilogue: tuple | None = None  # split-K: (kernel, config) of the epilogue kernel
 
 
 def _pow2(n: int) -> int:
@@ -89,3 +97,16 @@ def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True) -> Plan:
     """``aligned``: the rows of A and B (and their starts) are 16-byte multiples."""
     key = gemm_class(m, aligned)
     return Plan("tiled", tuned.gemm_epilogue, dict(GEMM[key]), key)
+
+
+def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132) -> Plan:
+    """K cut into power-of-two chunks so that the partial-sum programs number about
+    SPLITK_WAVES per SM; a chunk is at least two K steps."""
+    cfg = dict(SPLITK["gemm/splitk"])
+    bm, bn, _, bk = cfg["block_sizes"]
+    tiles = -(-m // bm) * -(-n // bn)
+    splits = max(1, -(-SPLITK_WAVES * sms // tiles))
+    chunk = max(2 * bk, _pow2(-(-k // splits)))
+    cfg["block_sizes"] = [bm, bn, chunk, bk]
+    return Plan("splitk", gemm_epilogue_splitk.gemm_partial_sums, cfg, "gemm/splitk",
+                epilogue=(gemm_epilogue_splitk.splitk_epilogue, dict(SPLITK["gemm/splitk_epilogue"])))

@@ -14,7 +14,8 @@ HAVE_HELION = importlib.util.find_spec("helion") is not None
 needs_helion = pytest.mark.skipif(not HAVE_HELION, reason="helion not installed")
 IDS = {"helion:vector_add": "default", "helion:vector_add_simple": "simple",
        "helion:softmax": "default", "helion:softmax_simple": "simple", "helion:softmax_online": "variant",
-       "helion:gemm_epilogue": "default", "helion:gemm_epilogue_simple": "simple"}
+       "helion:gemm_epilogue": "default", "helion:gemm_epilogue_simple": "simple",
+       "helion:gemm_epilogue_splitk": "variant"}
 
 
 def _impl(iid, problem=None):
@@ -59,6 +60,12 @@ def test_dispatch_rules():
         "gemm/small_m", "gemm/small_m", "gemm/mid_m", "gemm/mid_m", "gemm/large_m"]
     assert dispatch.gemm_class(2050, aligned=False) == "gemm/large_m_unaligned"
     assert dispatch.gemm_class(16, aligned=False) == "gemm/small_m"
+    sk = dispatch.plan_gemm_splitk(16, 6144, 4096, 2, sms=132)
+    bm, bn, chunk, bk = sk.config["block_sizes"]
+    splits = -(-4096 // chunk)
+    assert chunk % bk == 0 and splits >= 2
+    assert -(-16 // bm) * -(-6144 // bn) * splits >= 132  # at least one program per SM
+    assert dispatch.plan_gemm_splitk(4096, 4096, 512, 2).config["block_sizes"][2] >= 512  # no split
     for key, cfg in dispatch.CONFIGS.items():
         if key.startswith("gemm/"):
             assert len(cfg["block_sizes"]) == 3
@@ -80,6 +87,7 @@ def _case(problem, **kw):
     ("helion:gemm_epilogue", "gemm_epilogue", dict(M=1, N=17, K=33, dtype="bfloat16", act="gelu")),
     ("helion:gemm_epilogue", "gemm_epilogue", dict(M=4096, N=1001, K=136, dtype="float16", act="relu", bias=0)),
     ("helion:gemm_epilogue_simple", "gemm_epilogue", dict(M=127, N=65, K=129, dtype="float16", act="gelu")),
+    ("helion:gemm_epilogue_splitk", "gemm_epilogue", dict(M=7, N=4000, K=2048, dtype="bfloat16", act="gelu")),
 ])
 def test_compile_only_sm90(iid, problem, kw):
     impl = _impl(iid, problem)
