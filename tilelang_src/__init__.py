@@ -43,12 +43,23 @@ def unavailable() -> str | None:
         except Exception as e:  # a broken install must not take the harness down
             reason = f"tilelang failed to import: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         else:
-            from harness.ptxas import find_ptxas
-            import shutil
-            if shutil.which("nvcc") is None and find_ptxas() is None:
-                reason = "TileLang compiles with nvcc, which is not on PATH"
+            if _nvcc() is None:
+                reason = "TileLang compiles with nvcc, which is neither on PATH nor in CUDA_HOME/bin"
     _REASON.append(reason or "")
     return reason
+
+
+def _nvcc() -> str | None:
+    import os
+    import shutil
+
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+            return os.path.join(home, "bin", "nvcc")
+    return None
 
 
 def arch() -> str:
@@ -92,7 +103,7 @@ class Compiled:
         if self._facts is None:
             info = {"compile_s": round(self.compile_s, 3)}
             try:
-                from harness.ptxas import ptxas_info, summarize
+                from kltools.ptxas import ptxas_info, summarize
                 per = ptxas_info(self.kernel._get_ptx(), ARCH if arch().startswith("sm_9") else arch())
                 info.update(summarize(per))
             except Exception as e:  # the facts are reported, never needed to run
