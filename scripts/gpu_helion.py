@@ -1,8 +1,9 @@
 """GPU check of the Helion layer (no arguments, about two minutes): a bounded run of Helion's
-autotuner (effort "quick", 75 s shared among the shape classes of helion_src/dispatch.py) on one
+autotuner (effort "quick", 60 s shared among the shape classes of helion_src/dispatch.py) on one
 representative shape per class, written to $OUT/helion/tune.json with the chosen configurations,
 their times beside dispatch's and Helion's default configuration, and the tuning seconds per
-class."""
+class. Then, for few-row GEMMs, the split-K variant against the tiled default and torch, at the
+split the rule chooses and at half and twice its chunk ($OUT/helion/splitk.json)."""
 from __future__ import annotations
 
 import json
@@ -29,14 +30,78 @@ def main() -> int:
     import tune_helion
     tune_helion._WRITE = lambda r: (out / "tune.json").write_text(json.dumps(r, indent=2, default=str))
     try:
-        res = tune_helion.tune(list(tune_helion.CLASSES), budget=75, effort="quick",
+        res = tune_helion.tune(list(tune_helion.CLASSES), budget=60, effort="quick",
                                log=lambda m: print(m, flush=True))
         tune_helion._WRITE(res)
     except Exception as e:
         import traceback
         (out / "tune_error.txt").write_text(traceback.format_exc())
         print(f"tune failed: {type(e).__name__}: {e}")
+    try:
+        splitk(out, t0)
+    except Exception as e:
+        import traceback
+        (out / "splitk_error.txt").write_text(traceback.format_exc())
+        print(f"splitk failed: {type(e).__name__}: {e}")
     print(f"gpu_helion: {time.perf_counter() - t0:.1f} s")
+
+
+def splitk(out: Path, t0: float) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from backends import helion_layer as hl
+    from harness import problems, registry
+    from helion_src import dispatch
+    from tune_helion import _bench
+    registry.load_backends()
+    P = problems.get("gemm_epilogue")
+    tiled = registry.get("gemm_epilogue", "helion:gemm_epilogue")
+    sk = registry.get("gemm_epilogue", "helion:gemm_epilogue_splitk")
+    rows = []
+    base = dict(dispatch.SPLITK["gemm/splitk"])
+    for m, n, k, act in ((32, 8192, 4096, "none"), (16, 4096, 12288, "none"), (64, 3072, 8192, "gelu"),
+                         (16, 20000, 1536, "none")):
+        if time.perf_counter() - t0 > 100:
+            rows.append({"shape": [m, n, k], "skipped": "time"})
+            break
+        case = P.case(M=m, N=n, K=k, act=act, bias=1, dtype="bfloat16")
+        inputs = P.make_inputs(case, "cuda", 0)
+        a, b, bias = inputs
+        ref = torch.addmm(bias, a, b)
+        ref = F.gelu(ref, approximate="tanh") if act == "gelu" else ref
+        row = {"shape": [m, n, k], "act": act,
+               "torch_ms": _bench(lambda: torch.addmm(bias, a, b) if act == "none"
+                                  else F.gelu(torch.addmm(bias, a, b), approximate="tanh"))}
+        o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        launch = tiled.prepare(case, inputs, o)
+        row["tiled_ms"], row["tiled_config"] = _bench(launch), launch.info.get("config")
+        row["tiled_err"] = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+        chunk = dispatch.plan_gemm_splitk(m, n, k, 2, torch.cuda.get_device_properties(0).multi_processor_count
+                                          ).config["block_sizes"][2]
+        for scale in (1, 0.5, 2):
+            c = max(256, int(chunk * scale))
+            orig = dispatch.plan_gemm_splitk
+
+            def fixed(*args, _c=c, **kw):
+                p = orig(*args, **kw)
+                p.config["block_sizes"][2] = _c
+                return p
+            dispatch.plan_gemm_splitk = fixed
+            try:
+                o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                launch = sk.prepare(case, inputs, o)
+                ms = _bench(launch)
+                err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+                row[f"splitk_chunk{c}_ms"], row[f"splitk_chunk{c}_err"] = ms, err
+            except Exception as e:
+                row[f"splitk_chunk{c}"] = f"{type(e).__name__}: {str(e)[:200]}"
+            finally:
+                dispatch.plan_gemm_splitk = orig
+        rows.append(row)
+        print(row, flush=True)
+        (out / "splitk.json").write_text(json.dumps({"base": base, "rows": rows}, indent=2, default=str))
+    (out / "splitk.json").write_text(json.dumps({"base": base, "rows": rows}, indent=2, default=str))
     return 0
 
 
