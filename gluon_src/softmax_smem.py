@@ -2,9 +2,9 @@
 
 Plain Triton holds a row in registers as fp32 (``softmax_block``) or spreads it over programs that
 exchange partials through global memory (``softmax_split``). Both keep a 16-bit row's values in
-registers at 4 bytes a value, so an SM holds few bytes of a long 16-bit row in flight. This kernel
-is written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts and shared
-memory), the layer's own lower level: the program copies its whole row, raw dtype, into shared
+registers at 4 bytes a value, so an SM holds few bytes of a long 16-bit row in flight. Gluon
+(``triton.experimental.gluon``: Triton with explicit layouts and shared memory) can place the row
+in shared memory instead: the program copies its whole row, raw dtype, into shared
 memory with asynchronous copies (``cp.async``, 16 bytes each, no registers held while they fly),
 waits once, then reads the row from shared memory three times:
 
@@ -24,16 +24,15 @@ copies wrote: ``wait_group(0)`` is all the synchronisation the data needs.
 
 Alignment. The copies are 16-byte, so each row is addressed in 16-byte groups: from the row's start
 when the rows are 16-byte aligned (FRAME = False), else from the 16-byte boundary at or before it
-(FRAME, ``triton_src.aligned_frame``: ``lead`` elements of the row before it belong to the previous
+(FRAME, ``gluon_src.aligned_frame``: ``lead`` elements of the row before it belong to the previous
 row; a group holding any of the row lies inside the allocation). The max and sum passes count only
 the row's lanes; the store writes the groups wholly inside the row as 16-byte vectors and the
 row's first and last partial groups (fewer than VEC lanes each) from VEC-wide tensors, recomputed
 from x. Tensors that allow neither (a base not 16-byte aligned, input and output rows at different
-offsets from a boundary) are declined (``supports_tensors``): ``dispatch`` then plans ``split``.
+offsets from a boundary) are declined (``supports_tensors``): ``dispatch`` then plans another kernel.
 
 -inf: lanes of -inf contribute exp(-inf - max) = 0; a row of only -inf has max -inf and gives
-exp(NaN) = NaN, as torch does. Gluon has no CPU interpreter, so under ``TRITON_INTERPRET`` this
-variant is compiled (``compile_only``), not run, and ``dispatch`` does not plan it.
+exp(NaN) = NaN, as torch does.
 """
 from __future__ import annotations
 
@@ -43,12 +42,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from . import aligned_frame, interpreting
-from .checks import softmax_args
-from .runtime import Spec, bind_spec
-
-#: ``async_copy_global_to_shared`` was renamed ``async_load`` after triton 3.6; same arguments
-_copy_to_shared = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+from . import aligned_frame
+from ._compat import cp_async
+from .runtime import Spec, bind
 #: bytes the driver reserves per program in an SM's shared memory (cudaOccupancy's figure)
 RESERVED_SMEM = 1024
 
@@ -127,7 +123,7 @@ def softmax_smem_kernel(x_ptr, out_ptr, N, stride_x, stride_o, CHUNK: gl.constex
     for c in gl.static_range(C):
         pos = c * CHUNK + lanes
         group = pos // VEC * VEC
-        _copy_to_shared(_slot(buf0, buf1, buf2, c, N0, N1), src + pos,
+        cp_async(_slot(buf0, buf1, buf2, c, N0, N1), src + pos,
                         mask=(group + VEC > lead) & (group < end))
         async_copy.commit_group()
 
@@ -217,7 +213,7 @@ def supports(N: int, elem_size: int, num_warps: int, facts: dict) -> str | None:
     cfg = config(N, elem_size, num_warps)
     if programs_per_sm(cfg, facts) < 1:
         return (f"a row of {N} columns takes {cfg['smem']} bytes of shared memory, more than one "
-                f"program may have ({facts['smem_per_sm'] - RESERVED_SMEM}); split takes it")
+                f"program may have ({facts['smem_per_sm'] - RESERVED_SMEM})")
     return None
 
 
@@ -256,24 +252,8 @@ def launch_spec(x, out, cfg: dict) -> Spec:
 def bind_launch(x, out, cfg: dict):
     """Zero-argument launch on a grid of M programs (checks the tensors first: ValueError naming
     them when the rows cannot be addressed in 16-byte groups)."""
-    if interpreting():
-        raise ValueError("softmax_smem: Gluon kernels do not run under Triton's CPU interpreter "
-                         "(compile_only compiles them)")
     if (why := supports_tensors(x, out)):
         raise ValueError(why)
-    launch = bind_spec(launch_spec(x, out, cfg), x.device)
+    launch = bind(launch_spec(x, out, cfg), x.device)
     launch.config = with_frame(cfg, x, out)
     return launch
-
-
-def softmax_smem(x: torch.Tensor, out: torch.Tensor | None = None, *,
-                 num_warps: int | None = None) -> torch.Tensor:
-    """Row softmax with this kernel (warps from ``dispatch`` unless given)."""
-    from . import device_facts, dispatch
-    M, N, out = softmax_args(x, out)
-    facts = device_facts(x.device)
-    warps = num_warps or dispatch.softmax_smem_warps(N, x.element_size(), facts)
-    if (why := supports(N, x.element_size(), warps, facts)):
-        raise ValueError(f"x: {why}")
-    bind_launch(x, out, config(N, x.element_size(), warps))()
-    return out

@@ -1,0 +1,233 @@
+"""The Gluon layer's tables and its one planner.
+
+The defaults (``gluon:vector_add``, ``gluon:softmax``, ``gluon:gemm_epilogue``) plan once per case
+in ``prepare``: the variant and its configuration by rules over bytes per row, the rows against
+the SMs, waves of tiles, alignment and the device's shared memory, never a list of shapes. The
+numbers the rules read are the tables below (plain data). ``*_choice`` needs no tensor (the
+compile-only mode uses it); ``plan_*`` adds the tensors' own facts (alignment) and binds.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import triton
+
+from . import device_facts, next_pow2, pow2_divisor
+from . import gemm_epilogue_tiled as gemm_tiled
+from . import gemm_epilogue_tma as gemm_tma
+from . import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split
+from . import vector_add_unmasked
+from .runtime import bind, bind_all
+
+
+class Plan(NamedTuple):
+    variant: str
+    config: dict
+    launch: object
+
+
+# -- vector add --------------------------------------------------------------------------------
+#: each thread moves ``bytes_per_thread`` of each operand a program (two 16-byte vectors)
+VECTOR_ADD = {"bytes_per_thread": 32, "num_warps": 4}
+
+
+def vector_add_choice(n: int, elem_size: int, align_elems: int = 16) -> dict:
+    """VEC: 16 bytes of elements, or fewer where the pointers' common alignment (in elements) is
+    less; REPS vectors a thread make up ``bytes_per_thread``."""
+    vec = max(1, min(16 // elem_size, align_elems))
+    reps = max(1, VECTOR_ADD["bytes_per_thread"] // (vec * elem_size))
+    return vector_add_unmasked.config(vec, reps, VECTOR_ADD["num_warps"])
+
+
+def vector_alignment(*tensors) -> int:
+    es = tensors[0].element_size()
+    return pow2_divisor(*(t.data_ptr() // es if t.data_ptr() % es == 0 else 1 for t in tensors), limit=16)
+
+
+def plan_vector_add(x, y, out) -> Plan:
+    cfg = vector_add_choice(out.numel(), out.element_size(), vector_alignment(x, y, out))
+    return Plan("unmasked", cfg, bind(vector_add_unmasked.launch_spec(x, y, out, cfg), out.device))
+
+
+# -- softmax -----------------------------------------------------------------------------------
+SOFTMAX = {
+    # rows: rows of at most this many columns, several a program (a row a warp or less)
+    "rows_max_cols": 1024,
+    "rows_warps": 4,
+    "rows_values_per_thread": 16,
+    # block (a row in one program's registers) is preferred up to these padded columns when the
+    # row fills at least block_min_fill of them; longer 16-bit rows and padded rows are staged in
+    # shared memory (smem) where it takes them, else block up to block_max_cols
+    "block_pref_max_cols": {4: 32768, 2: 4096},
+    "block_min_fill": 0.9,
+    "block_max_cols": {4: 32768, 2: 16384},
+    # smem: rows that fit one program's shared memory, when there are at least smem_min_rows_per_sm
+    # x SMs rows. Warps: smem_warps; smem_warps_alone where an SM holds one program;
+    # smem_warps_short where programs of smem_warps would keep less than smem_min_flight bytes of
+    # rows in flight an SM (the rule moved with the kernel from the Triton layer)
+    "smem": True,
+    "smem_warps": 8,
+    "smem_warps_alone": 16,
+    "smem_warps_short": 4,
+    "smem_min_flight": 65536,
+    "smem_min_rows_per_sm": 0.75,
+    # split: fewer rows than split_max_rows_per_sm x SMs of at least split_min_cols columns; chunks
+    # of split_min_chunk .. split_max_chunk columns, the largest that still gives every SM
+    # split_programs_per_sm programs
+    "split_max_rows_per_sm": 0.75,
+    "split_min_cols": 4096,
+    "split_min_chunk": 1024,
+    "split_max_chunk": 8192,
+    "split_programs_per_sm": 2,
+    "split_warps": 4,
+    # online: column tiles; a persistent grid whose rows in flight fill at most online_l2_fraction
+    # of L2 (so pass 2 rereads them from L2), 1 to online_max_programs_per_sm programs an SM
+    "online_block": 8192,
+    "online_warps": 16,
+    "online_l2_fraction": 0.5,
+    "online_max_programs_per_sm": 4,
+}
+
+
+def softmax_smem_warps(N: int, elem_size: int, facts: dict) -> int:
+    S = softmax_smem
+    warps = SOFTMAX["smem_warps"]
+    per_sm = S.programs_per_sm(S.config(N, elem_size, warps), facts)
+    if per_sm == 1 and not S.supports(N, elem_size, SOFTMAX["smem_warps_alone"], facts):
+        return SOFTMAX["smem_warps_alone"]
+    if per_sm * N * elem_size < SOFTMAX["smem_min_flight"]:
+        return SOFTMAX["smem_warps_short"]
+    return warps
+
+
+def softmax_smem_config(M: int, N: int, elem_size: int, facts: dict) -> dict | None:
+    """smem's configuration, or None where its rule leaves the rows to another kernel."""
+    if not SOFTMAX["smem"] or M < SOFTMAX["smem_min_rows_per_sm"] * facts["sms"]:
+        return None
+    warps = softmax_smem_warps(N, elem_size, facts)
+    if softmax_smem.supports(N, elem_size, warps, facts):
+        return None
+    return softmax_smem.config(N, elem_size, warps)
+
+
+def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
+    want = SOFTMAX["split_programs_per_sm"] * facts["sms"]
+    chunk = SOFTMAX["split_max_chunk"]
+    while chunk > SOFTMAX["split_min_chunk"] and M * triton.cdiv(N, chunk) < want:
+        chunk //= 2
+    return softmax_split.config(N, elem_size, chunk, SOFTMAX["split_warps"])
+
+
+def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
+    row_bytes = N * elem_size
+    per_sm = int(SOFTMAX["online_l2_fraction"] * facts["l2_bytes"] // max(1, facts["sms"] * row_bytes))
+    per_sm = max(1, min(SOFTMAX["online_max_programs_per_sm"], per_sm))
+    block = min(SOFTMAX["online_block"], max(32 * SOFTMAX["online_warps"], next_pow2(N)))
+    return softmax_online.config(elem_size, block, SOFTMAX["online_warps"], facts["sms"] * per_sm)
+
+
+def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
+                   smem_ok: bool = True) -> tuple[str, dict]:
+    """rows (short rows, several a program); block where a full row fits the registers; split
+    for long rows when the rows are too few to fill the SMs; smem where the row fits a program's
+    shared memory (``smem_ok``: the tensors' rows can be read in 16-byte groups); else block up to
+    its limit; else online."""
+    facts = facts or device_facts()
+    cols = max(16, next_pow2(N))
+    fill = N / cols
+    if N <= SOFTMAX["rows_max_cols"]:
+        return "rows", softmax_rows.config(N, elem_size, SOFTMAX["rows_warps"], SOFTMAX["rows_values_per_thread"])
+    if cols <= SOFTMAX["block_pref_max_cols"][elem_size] and fill >= SOFTMAX["block_min_fill"]:
+        return "block", softmax_block.config(N, elem_size)
+    if M < SOFTMAX["split_max_rows_per_sm"] * facts["sms"] and N >= SOFTMAX["split_min_cols"]:
+        return "split", softmax_split_config(M, N, elem_size, facts)
+    staged = softmax_smem_config(M, N, elem_size, facts) if smem_ok else None
+    if staged is not None:
+        return "smem", staged
+    if cols <= SOFTMAX["block_max_cols"][elem_size]:
+        return "block", softmax_block.config(N, elem_size)
+    return "online", softmax_online_config(M, N, elem_size, facts)
+
+
+def softmax_specs(variant: str, x, out, cfg: dict, ws=None) -> list:
+    """The launch specs of a softmax variant (``ws``: split's workspace, made here if not given)."""
+    if variant == "rows":
+        return [softmax_rows.launch_spec(x, out, cfg)]
+    if variant == "block":
+        return [softmax_block.launch_spec(x, out, cfg)]
+    if variant == "online":
+        return [softmax_online.launch_spec(x, out, cfg)]
+    if variant == "smem":
+        return [softmax_smem.launch_spec(x, out, cfg)]
+    return softmax_split.launch_specs(x, out, softmax_split.workspace(x, cfg) if ws is None else ws, cfg)
+
+
+def plan_softmax(x, out) -> Plan:
+    M, N = x.shape
+    facts = device_facts(x.device)
+    ok = softmax_smem.supports_tensors(x, out) is None
+    variant, cfg = softmax_choice(M, N, x.element_size(), facts, smem_ok=ok)
+    if variant == "smem":
+        launch = softmax_smem.bind_launch(x, out, cfg)
+        return Plan(variant, launch.config, launch)
+    ws = softmax_split.workspace(x, cfg) if variant == "split" else None
+    launch = bind_all(softmax_specs(variant, x, out, cfg, ws), x.device)
+    launch.workspace = ws
+    return Plan(variant, cfg, launch)
+
+
+# -- GEMM + epilogue ---------------------------------------------------------------------------
+def _cfg(bm, bn, bk, stages, warps, eff, group=8):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STAGES": stages, "num_warps": warps,
+            "GROUP_M": group, "eff": eff}
+
+
+GEMM = {
+    # tile configurations and the share of an SM's peak each is assumed to reach (larger tiles
+    # reuse each loaded byte more); the roofline model below picks the fastest for the shape
+    "tma": [_cfg(128, 256, 64, 3, 8, 1.0), _cfg(128, 128, 64, 4, 4, 0.85), _cfg(64, 128, 64, 4, 4, 0.6),
+            _cfg(64, 64, 64, 6, 4, 0.4)],
+    # tiled: the prefetched tiles are held in registers (with a pointer an element where the
+    # rows are not 16-byte aligned), so shorter K steps and 8 warps for the large tile
+    "tiled": [_cfg(128, 128, 32, 2, 8, 0.6), _cfg(64, 128, 32, 2, 4, 0.45), _cfg(64, 64, 32, 2, 4, 0.3)],
+    "peak_flops": 800e12,        # dense 16-bit tensor-core peak, H100/H200 SXM
+    "hbm_bytes_per_s": 4.0e12,
+    "mem_min_tiles_per_sm": 0.5,
+}
+
+
+def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    waves = -(-tiles // sms)
+    t_tiles = waves * 2.0 * bm * bn * K / (GEMM["peak_flops"] / sms * cfg["eff"])
+    # the HBM floor, reached only when enough programs stream at once (mem_min_tiles_per_sm x SMs)
+    t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
+    t_mem /= min(1.0, tiles / (GEMM["mem_min_tiles_per_sm"] * sms))
+    return max(t_tiles, t_mem)
+
+
+def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None) -> tuple[str, dict]:
+    """tma when TMA can address A, B and C, else tiled; the tile config by the roofline model
+    (whole waves of tiles at the config's share of an SM's peak, or the HBM floor, whichever is
+    longer: few tiles leave SMs idle, so smaller tiles win there; ties go to the smaller tile)."""
+    facts = facts or device_facts()
+    kind = "tma" if tma_ok else "tiled"
+    # equal times (the HBM floor): the smaller tile, which wastes less of the MMA on few rows
+    cfg = min(GEMM[kind], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
+    return kind, dict(cfg)
+
+
+def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int) -> list:
+    if variant == "tma":
+        return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, sms)]
+    return [gemm_tiled.launch_spec(a, b, bias, act, out, cfg)]
+
+
+def plan_gemm(a, b, bias, act: str, out) -> Plan:
+    M, K = a.shape
+    N = b.shape[1]
+    facts = device_facts(a.device)
+    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts)
+    launch = bind_all(gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"]), a.device)
+    return Plan(variant, cfg, launch)

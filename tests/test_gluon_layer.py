@@ -1,0 +1,240 @@
+"""Gluon layer: registration, the planner's rules, compile-only for sm_90a (Gluon has no CPU
+interpreter: in CI every implementation's launch is compiled, and its PTX checked for the
+instructions the variant is about), and on a GPU (``-m gpu``) the verify suite. Also that the
+Triton layer uses ``triton.language`` only (its Gluon kernel moved here)."""
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton.experimental.gluon")
+
+from harness import problems, registry  # noqa: E402
+from harness.verify import verify_case  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+IDS = {"vector_add": {"vector_add", "vector_add_simple"},
+       "softmax": {"softmax", "softmax_simple", "softmax_rows", "softmax_block", "softmax_smem",
+                   "softmax_split", "softmax_online"},
+       "gemm_epilogue": {"gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled"}}
+
+
+def _impl(problem, name):
+    return registry.get(problem, f"gluon:{name}")
+
+
+def _case(problem, **kw):
+    return problems.get(problem).case(**kw)
+
+
+def test_registered_ids_and_roles():
+    for problem, names in IDS.items():
+        impls = {i.name: i for i in registry.select(problem=problem, layer="gluon")}
+        assert set(impls) == names, (problem, set(impls))
+        assert impls[problem].role == "default" and impls[f"{problem}_simple"].role == "simple"
+        for i in impls.values():
+            assert set(i.devices) == {"cuda"} and i.sources and i.compile_only_fn
+            for s in i.sources:
+                assert (ROOT / s.path).is_file(), s.path
+                assert s.path.startswith("gluon_src/")
+
+
+def test_no_environment_variables_in_the_layer():
+    for p in list((ROOT / "gluon_src").glob("*.py")) + [ROOT / "backends" / "gluon_layer.py"]:
+        assert not re.search(r"os\.environ|getenv", p.read_text()), p
+
+
+def test_triton_layer_is_plain_triton():
+    """No Gluon in the Triton layer: its kernels and its adapter use triton.language only."""
+    for p in list((ROOT / "triton_src").glob("*.py")) + [ROOT / "backends" / "triton_layer.py"]:
+        text = p.read_text()
+        assert "experimental.gluon" not in text and "gluon.jit" not in text, p
+    assert not (ROOT / "triton_src" / "softmax_smem.py").exists()
+    assert "softmax_smem" not in {i.name for i in registry.select(problem="softmax", layer="triton")}
+
+
+# -- planner -------------------------------------------------------------------------------------
+def test_vector_add_vectors_follow_alignment():
+    from gluon_src import dispatch
+    assert dispatch.vector_add_choice(1 << 20, 2)["VEC"] == 8 and dispatch.vector_add_choice(1 << 20, 4)["VEC"] == 4
+    assert dispatch.vector_add_choice(99, 4, 1)["VEC"] == 1     # 4 bytes past a boundary: no wider access
+    cfg = dispatch.vector_add_choice(99, 2, 2)
+    assert cfg["VEC"] == 2 and cfg["VEC"] * cfg["REPS"] * 2 == dispatch.VECTOR_ADD["bytes_per_thread"]
+    base = torch.empty(64, dtype=torch.float32, device="meta")
+    assert dispatch.vector_alignment(base, base[1:], base) == 1 and dispatch.vector_alignment(base, base[4:]) == 4
+
+
+def test_softmax_rules():
+    from gluon_src import H200, dispatch
+    c = lambda M, N, es: dispatch.softmax_choice(M, N, es, H200)[0]  # noqa: E731
+    assert c(32_768, 512, 2) == c(32_768, 1024, 2) == c(129, 1, 4) == "rows"
+    assert c(32_768, 4096, 2) == c(8192, 2048, 2) == c(4096, 32_000, 4) == "block"
+    assert c(4096, 32_000, 2) == c(4096, 50_257, 2) == c(4096, 50_257, 4) == "smem"   # fits shared memory
+    assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == "online"                      # does not
+    assert c(1, 98_432, 4) == c(3, 262_147, 4) == c(2, 131_072, 2) == "split"          # too few rows
+    assert dispatch.softmax_choice(4096, 50_257, 2, H200, smem_ok=False)[0] == "online"
+    assert dispatch.softmax_choice(4096, 9000, 2, H200, smem_ok=False)[0] == "block"
+    # split gives every SM programs; online's grid keeps its rows in flight within L2's share
+    cfg = dispatch.softmax_split_config(1, 262_147, 4, H200)
+    assert cfg["C"] >= dispatch.SOFTMAX["split_programs_per_sm"] * H200["sms"] or cfg["CHUNK"] == dispatch.SOFTMAX["split_min_chunk"]
+    assert cfg["C_PAD"] >= cfg["C"]
+    on = dispatch.softmax_online_config(4096, 128_256, 2, H200)
+    assert on["PROGRAMS"] % H200["sms"] == 0 and on["VEC"] == 8
+
+
+def test_softmax_table_is_what_the_rules_read(monkeypatch):
+    from gluon_src import H200, dispatch
+    monkeypatch.setitem(dispatch.SOFTMAX, "smem", False)
+    assert dispatch.softmax_choice(4096, 50_257, 2, H200)[0] == "online"
+    monkeypatch.setitem(dispatch.SOFTMAX, "rows_max_cols", 0)
+    assert dispatch.softmax_choice(32_768, 512, 2, H200)[0] == "block"
+
+
+def test_gemm_rules():
+    from gluon_src import H200, dispatch
+    assert dispatch.gemm_choice(4096, 6144, 4096, True, H200) == ("tma", dispatch.GEMM["tma"][0])
+    assert dispatch.gemm_choice(4096, 50_257, 768, False, H200)[0] == "tiled"
+    for M in (1, 16):      # few rows: the 64-row tiles, enough of them to stream B on most SMs
+        for N, K in ((6144, 4096), (4096, 14_336)):
+            v, cfg = dispatch.gemm_choice(M, N, K, True, H200)
+            assert cfg["BLOCK_M"] == 64, (M, N, K, cfg)
+
+
+def test_smem_config_and_rules():
+    """softmax_smem: the chunks a row needs fit its three power-of-two buffers with little waste;
+    shared memory sets the programs an SM holds; rows beyond one program's shared memory and
+    tensors whose rows cannot be read in 16-byte groups are declined with a reason."""
+    from gluon_src import H200, dispatch
+    from gluon_src import softmax_smem as S
+    for count in range(1, 200):
+        parts = S.split_pow2(count)
+        assert sum(parts) >= count and all(p == 0 or p & (p - 1) == 0 for p in parts)
+        assert sum(parts) - count <= count // 4, (count, parts)
+        if bin(count).count("1") <= 3:
+            assert sum(parts) == count
+    cfg = S.config(50_257, 2, 8)
+    assert cfg["CHUNK"] == 2048 and cfg["C"] == 25 and (cfg["N0"], cfg["N1"], cfg["N2"]) == (16, 8, 1)
+    assert S.programs_per_sm(cfg, H200) == 2
+    assert S.supports(50_257, 2, 8, H200) is None
+    assert "shared memory" in S.supports(128_256, 2, 8, H200)
+    x = torch.empty(8, 50_257, dtype=torch.bfloat16, device="meta")
+    assert S.supports_tensors(x, torch.empty_like(x)) is None and S.frame_of(x, torch.empty_like(x))
+    wide = torch.empty(8, 50_264, dtype=torch.bfloat16, device="meta")
+    assert S.supports_tensors(wide[:, :50_256], torch.empty(8, 50_256, dtype=torch.bfloat16, device="meta")) is None
+    shifted = wide[:, 1:50_258]    # rows 2 bytes past a boundary, the output's on one
+    assert "16-byte" in S.supports_tensors(shifted, torch.empty(8, 50_257, dtype=torch.bfloat16, device="meta"))
+    w = lambda N, es=2: dispatch.softmax_smem_warps(N, es, H200)  # noqa: E731
+    assert w(50_257) == 8 and w(65_536) == 16 and w(50_257, 4) == 16 and w(3000) == 4 and w(6000) == 8
+    assert dispatch.softmax_choice(99, 50_257, 2, H200)[0] == "smem"
+    assert dispatch.softmax_choice(98, 50_257, 2, H200)[0] == "split"      # 0.75 x 132 SMs rows
+
+
+# -- compile-only for sm_90a -----------------------------------------------------------------------
+def _ptx(problem, name, case):
+    from backends import gluon_layer as G
+    impl = _impl(problem, name)
+    if name == problem:
+        _, specs = {"softmax": G._sm_specs, "gemm_epilogue": G._gemm_specs}.get(problem, lambda v, c: (v, [G._va_spec(c)]))("default", case)
+    elif problem == "softmax":
+        _, specs = G._sm_specs(name.split("_", 1)[1], case)
+    elif problem == "gemm_epilogue":
+        _, specs = G._gemm_specs(name.split("_", 2)[2], case)
+    else:
+        specs = [G._va_simple_spec(case)]
+    facts = [G.compile_spec(s) for s in specs]
+    assert impl.compile_only_fn(case)["target"] == "sm_90a"
+    for f in facts:
+        assert f["registers"] and f["spills"] == 0, (name, case.label, f)
+    return "\n".join(f["ptx"] for f in facts)
+
+
+def test_vector_add_ptx():
+    ptx = _ptx("vector_add", "vector_add", _case("vector_add", N=1_000_003, dtype="bfloat16"))
+    assert "ld.global.v4.b32" in ptx or "ld.global.v4.u32" in ptx
+    ptx = _ptx("vector_add", "vector_add", _case("vector_add", N=4099, dtype="float16", misalign=3))
+    assert ".v4" not in ptx
+    _ptx("vector_add", "vector_add_simple", _case("vector_add", N=127))
+
+
+@pytest.mark.parametrize("name, kw, must", [
+    ("softmax", dict(M=4096, N=50_257, dtype="bfloat16"), "cp.async.cg.shared.global"),       # smem
+    ("softmax", dict(M=32_768, N=512, dtype="bfloat16"), "ld.global"),                        # rows
+    ("softmax", dict(M=4096, N=128_256, dtype="bfloat16"), "ld.global"),                      # online
+    ("softmax", dict(M=3, N=262_147), "st.global"),                                           # split
+    ("softmax", dict(M=33, N=3001, dtype="bfloat16", layout="strided_odd"), "ld.global"),
+    ("softmax_simple", dict(M=37, N=1000, layout="strided"), "ld.global"),
+    ("softmax_block", dict(M=64, N=2048), "ld.global.v4"),
+])
+def test_softmax_compiles(name, kw, must):
+    assert must in _ptx("softmax", name, _case("softmax", **kw))
+
+
+@pytest.mark.parametrize("name, kw, must", [
+    ("gemm_epilogue", dict(M=4096, N=6144, K=4096, act="none"), ("cp.async.bulk.tensor", "wgmma.mma_async", "mbarrier")),
+    ("gemm_epilogue", dict(M=256, N=50_257, K=768, act="none"), ("wgmma.mma_async",)),            # tiled
+    ("gemm_epilogue", dict(M=1, N=17, K=33, act="gelu"), ("wgmma.mma_async",)),
+    ("gemm_epilogue_tiled", dict(M=129, N=264, K=72, act="relu", bias=0), ("wgmma.mma_async",)),
+    ("gemm_epilogue_simple", dict(M=17, N=33, K=40, dtype="float16", act="gelu"), ("mma.sync",)),
+])
+def test_gemm_compiles(name, kw, must):
+    ptx = _ptx("gemm_epilogue", name, _case("gemm_epilogue", **kw))
+    for m in must:
+        assert m in ptx, m
+    if name == "gemm_epilogue" and kw["N"] % 8:
+        assert "cp.async.bulk.tensor" not in ptx
+
+
+def test_tma_declines_unaligned_strides():
+    why = _impl("gemm_epilogue", "gemm_epilogue_tma").supports_fn(_case("gemm_epilogue", M=64, N=1001, K=136))
+    assert why and "TMA" in why
+
+
+# -- GPU -------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("problem", list(IDS))
+def test_defaults_and_twins_on_the_verify_suite(problem):
+    prob = problems.get(problem)
+    bad = []
+    for name in (problem, f"{problem}_simple"):
+        impl = _impl(problem, name)
+        for case in prob.cases("verify"):
+            c = verify_case(impl, prob, case, "cuda", seeds=(0,), repeat=True)
+            if not c.ok:
+                bad.append(f"{name} {case.label}: {c.reason}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a Hopper GPU")
+def test_smem_softmax_on_the_gpu():
+    """The smem kernel on rows of every alignment class it takes (aligned, framed odd lengths,
+    strided views with a lead, fp32 / fp16 / bf16), with -inf lanes, an all -inf row and large
+    magnitudes, against float64; a tensor it cannot read in 16-byte groups is refused by name."""
+    from gluon_src import softmax_smem as S
+    for M, N, dt, pad in ((300, 32_000, torch.bfloat16, 0), (300, 50_257, torch.bfloat16, 0),
+                          (200, 50_257, torch.float32, 0), (300, 20_011, torch.float16, 13),
+                          (300, 20_011, torch.float16, 2), (264, 40_000, torch.bfloat16, 8),
+                          (9, 16_401, torch.float16, 0)):
+        x = (torch.randn(M, N + pad, device="cuda", dtype=dt) * 4)[:, :N]
+        x[1, 7:5000] = float("-inf")
+        x[2] = float("-inf")
+        x[3] *= 3000
+        out = torch.empty(M, N + pad, device="cuda", dtype=dt)[:, :N]
+        assert S.supports_tensors(x, out) is None
+        for warps in (4, 8, 16):
+            out.fill_(float("nan"))
+            S.bind_launch(x, out, S.config(N, x.element_size(), warps))()
+            ref = torch.softmax(x.double(), dim=1)
+            assert torch.isnan(out[2]).all()
+            keep = torch.ones(M, dtype=torch.bool, device="cuda")
+            keep[2] = False
+            err = (out[keep].double() - ref[keep]).abs().max().item()
+            assert err < (1e-5 if dt == torch.float32 else 2e-2), (M, N, dt, pad, warps, err)
+    wide = torch.randn(16, 50_264, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="16-byte"):
+        S.bind_launch(wide[:, 1:50_258], torch.empty(16, 50_257, device="cuda", dtype=torch.bfloat16),
+                      S.config(50_257, 2, 8))
