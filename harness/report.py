@@ -192,7 +192,7 @@ def results_doc(rows, *, command: str, machine: dict, ceilings, vendor, timing: 
 
 # -- line counts and committed measurements ----------------------------------------------------
 def attach_loc(rows) -> None:
-    """``loc`` {kernel, host} of every row, counted once per implementation."""
+    """``loc`` {kernel, host, plan} of every row, counted once per implementation."""
     from . import registry
 
     try:
@@ -207,8 +207,8 @@ def attach_loc(rows) -> None:
                 impl = registry.get(r["problem"], r["impl"])
                 cache[key] = loc.count_impl(impl)
             except Exception as e:
-                cache[key] = {"kernel": None, "host": None, "error": str(e)}
-        r["loc"] = {k: cache[key].get(k) for k in ("kernel", "host")}
+                cache[key] = {"kernel": None, "host": None, "plan": None, "error": str(e)}
+        r["loc"] = {k: cache[key].get(k) for k in ("kernel", "host", "plan")}
 
 
 _COMMITTED: dict | None = None
@@ -354,12 +354,12 @@ def print_compare(doc: dict, console: Console) -> None:
         notes: list[str] = []
         if measured:
             t = _table(f"{prob}: timed cases", [
-                ("case", 30), ("implementation", 30), ("LOC k/h", 8), ("median", 9), (metric, 7),
+                ("case", 30), ("implementation", 30), ("LOC k/h/p", 11), ("median", 9), (metric, 7),
                 ("% ceil", 6), ("vs eager", 8), ("host us", 7), ("meas/ideal", 10), ("status", 22)])
         else:
             model_gpu = next((r.get("model_gpu") for r in rs if r.get("model_gpu")), None)
             t = _table(f"{prob}: cases (no GPU: what was checked, compiled and modelled)", [
-                ("case", 30), ("implementation", 30), ("LOC k/h", 8), ("status", 24), ("regs/spills", 11),
+                ("case", 30), ("implementation", 30), ("LOC k/h/p", 11), ("status", 24), ("regs/spills", 11),
                 (f"ideal on {model_gpu or 'a GPU'}", 16), ("committed GPU measurement", 44)])
         last_case = None
         order = {"baseline": 0, "library": 1, "default": 2, "simple": 3, "variant": 4}
@@ -368,7 +368,7 @@ def print_compare(doc: dict, console: Console) -> None:
             case = _case_label(r) if r["case"]["id"] != last_case else ""
             last_case = r["case"]["id"]
             loc = r.get("loc") or {}
-            locs = f"{_int(loc.get('kernel'))}/{_int(loc.get('host'))}"
+            locs = f"{_int(loc.get('kernel'))}/{_int(loc.get('host'))}/{_int(loc.get('plan'))}"
             status = _short_status(r)
             if r["status"] != "PASS" and r.get("reason"):
                 notes.append(f"{r['impl']} {_case_label(r)}: {r['reason']}")
@@ -409,8 +409,8 @@ def _int(x) -> str:
 
 # -- files -------------------------------------------------------------------------------------
 CSV_FIELDS = ["problem", "phase", "case", "dtype", "impl", "layer", "role", "status", "kind", "kernel_loc",
-              "host_loc", "median_s", "q1_s", "q3_s", "samples", "host_us", "gbps", "tflops", "pct_ceiling",
-              "pct_datasheet", "pct_vendor_same_shape", "speedup_vs_baseline", "model_ideal_s",
+              "host_loc", "plan_loc", "median_s", "q1_s", "q3_s", "samples", "host_us", "gbps", "tflops", "pct_ceiling",
+              "pct_hbm", "pct_datasheet", "pct_vendor_same_shape", "speedup_vs_baseline", "model_ideal_s",
               "measured_over_ideal", "first_call_s", "compile_s", "registers", "spills", "max_abs_err",
               "rel_err", "reason"]
 
@@ -425,10 +425,10 @@ def to_csv(rows: list[dict]) -> str:
                     "dtype": r["case"]["dtype"], "impl": r["impl"], "layer": r["layer"],
                     "role": r.get("role"), "status": r["status"], "kind": r.get("kind"),
                     "kernel_loc": loc.get("kernel"), "host_loc": loc.get("host"),
-                    "median_s": tm.get("median_s"), "q1_s": tm.get("q1_s"), "q3_s": tm.get("q3_s"),
+                    "plan_loc": loc.get("plan"), "median_s": tm.get("median_s"), "q1_s": tm.get("q1_s"), "q3_s": tm.get("q3_s"),
                     "samples": tm.get("samples"), "host_us": tm.get("host_us"), "gbps": r.get("gbps"),
                     "tflops": r.get("tflops"), "pct_ceiling": r.get("pct_ceiling"),
-                    "pct_datasheet": r.get("pct_datasheet"),
+                    "pct_hbm": r.get("pct_hbm"), "pct_datasheet": r.get("pct_datasheet"),
                     "pct_vendor_same_shape": r.get("pct_vendor_same_shape"),
                     "speedup_vs_baseline": r.get("speedup_vs_baseline"),
                     "model_ideal_s": r.get("model_ideal_s"), "measured_over_ideal": r.get("measured_over_ideal"),

@@ -1,9 +1,12 @@
 """The headline answer: one summary per problem, one line per layer (its default implementation,
 and its teaching twin when it ran).
 
-Per line: kernel and host lines of code, the geometric mean of % of the ceiling and of the speed
-against the torch eager baseline, the worst case, and PASS / FAIL / SKIP counts over the timed
-cases. The means are taken over the same cases for every line: a case that any line could not
+Per line: kernel, host and plan lines of code (harness.loc), the geometric mean of % of the
+ceiling (a copy of the same bytes for memory-bound problems, the vendor GEMM for GEMMs) and of the
+speed against the torch eager baseline, the worst case, the layer's other costs -- the cold
+first-call compile time (s) and the host time per call (us), geometric means over the line's
+cases, and the tuning time where the layer autotunes (``tune_s`` in the launch's info or the
+registration's extra) -- and PASS / FAIL / SKIP counts over the timed cases. The means are taken over the same cases for every line: a case that any line could not
 time (FAIL, SKIP, no baseline) is left out of every line's mean and named, never averaged over
 fewer cases silently. Without timings (CPU mode) the lines say what was checked instead.
 """
@@ -17,6 +20,29 @@ ROLE_ORDER = {"baseline": 0, "library": 1, "default": 2, "simple": 3, "variant":
 def _geomean(xs):
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _geomean_cost(xs):
+    """Geometric mean of a cost that may be 0 (an ahead-of-time build compiles nothing at the
+    first call): 0 when every value is 0, else the mean of the positive ones; None without data."""
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    if not xs:
+        return None
+    return 0.0 if not any(x > 0 for x in xs) else _geomean(xs)
+
+
+def compile_s(r: dict):
+    """The cold first call's compile time of a row: what the layer reports (``compile_s``),
+    else the measured first call."""
+    c = r.get("compile") or {}
+    v = c.get("compile_s", c.get("first_call_s"))
+    return v if isinstance(v, (int, float)) else None
+
+
+def tune_s(r: dict, impl_extra: dict | None = None):
+    c = r.get("compile") or {}
+    v = c.get("tune_s", (impl_extra or {}).get("tune_s"))
+    return v if isinstance(v, (int, float)) else None
 
 
 def _label(case: dict) -> str:
@@ -62,6 +88,9 @@ def summarize(rows: list[dict], roles=("baseline", "default", "simple")) -> dict
             line = {"impl": impl, "layer": any_row["layer"], "role": any_row.get("role", "variant"),
                     "loc_kernel": (any_row.get("loc") or {}).get("kernel"),
                     "loc_host": (any_row.get("loc") or {}).get("host"),
+                    "loc_plan": (any_row.get("loc") or {}).get("plan"),
+                    "compile_s": _geomean_cost([compile_s(r) for r in rs + vs]),
+                    "tune_s": _tune_total(prob, impl, rs + vs),
                     "pass": sum(r["status"] == "PASS" for r in rs),
                     "fail": sum(r["status"] == "FAIL" for r in rs),
                     "skip": sum(r["status"] == "SKIP" for r in rs),
@@ -70,6 +99,7 @@ def summarize(rows: list[dict], roles=("baseline", "default", "simple")) -> dict
                 cr = [by[(impl, c)] for c in common if (impl, c) in by]
                 line["geomean_pct_ceiling"] = _geomean([r.get("pct_ceiling") for r in cr])
                 line["geomean_vs_eager"] = _geomean([r.get("speedup_vs_baseline") for r in cr])
+                line["host_us"] = _geomean_cost([(r.get("time") or {}).get("host_us") for r in cr])
                 # the worst case: the slowest against torch eager (where there is a baseline), else
                 # the lowest share of the ceiling
                 worst = (min((r for r in cr if r.get("speedup_vs_baseline")),
@@ -89,6 +119,20 @@ def summarize(rows: list[dict], roles=("baseline", "default", "simple")) -> dict
     return out
 
 
+def _tune_total(problem: str, impl: str, rows: list[dict]):
+    """Seconds the layer spent autotuning for this line's rows (None where it does not tune)."""
+    extra = {}
+    try:
+        from . import registry
+        extra = registry.get(problem, impl).extra
+    except Exception:
+        pass
+    ts = [t for t in (tune_s(r, extra) for r in rows) if t is not None]
+    if not ts and isinstance(extra.get("tune_s"), (int, float)):
+        ts = [extra["tune_s"]]
+    return sum(ts) if ts else None
+
+
 def _role(rows, impl):
     for r in rows:
         if r["impl"] == impl:
@@ -106,6 +150,28 @@ def _fmt(x, unit="", nd=1):
     return "-" if x is None else f"{x:.{nd}f}{unit}"
 
 
+def _loc(ln) -> str:
+    return "/".join("-" if ln.get(k) is None else str(ln[k]) for k in ("loc_kernel", "loc_host", "loc_plan"))
+
+
+def _tunes(s) -> bool:
+    return any(ln.get("tune_s") is not None for ln in s["lines"])
+
+
+def _costs(ln, s) -> list[str]:
+    out = [_fmt(ln.get("compile_s"), "", 2)]
+    if s["measured"]:
+        out.append(_fmt(ln.get("host_us"), "", 1))
+    if _tunes(s):
+        out.append(_fmt(ln.get("tune_s"), "", 1))
+    return out
+
+
+def _cost_cols(s) -> list[str]:
+    return (["compile s"] + (["host us"] if s["measured"] else [])
+            + (["tune s"] if _tunes(s) else []))
+
+
 def render_rich(summary: dict, console) -> None:
     from rich.table import Table
 
@@ -114,15 +180,13 @@ def render_rich(summary: dict, console) -> None:
         if s["measured"]:
             title += f" - geometric means over the {s['common_cases']} of {s['cases']} case(s) every line timed"
         t = Table(title=title, title_justify="left")
-        cols = ["implementation", "role", "LOC kernel/host"]
+        cols = ["implementation", "role", "LOC kernel/host/plan"]
         cols += (["% ceiling", "vs eager", "worst vs eager"] if s["measured"] else ["verify suite"])
-        cols += ["timed cases P/F/S"]
+        cols += _cost_cols(s) + ["timed cases P/F/S"]
         for c in cols:
             t.add_column(c, overflow="ellipsis", no_wrap=True, max_width=44)
         for ln in s["lines"]:
-            loc = f"{ln['loc_kernel'] if ln['loc_kernel'] is not None else '-'}/" \
-                  f"{ln['loc_host'] if ln['loc_host'] is not None else '-'}"
-            cells = [ln["impl"], ln["role"], loc]
+            cells = [ln["impl"], ln["role"], _loc(ln)]
             if s["measured"]:
                 w = ln.get("worst")
                 cells += [_fmt(ln.get("geomean_pct_ceiling"), "%"), _fmt(ln.get("geomean_vs_eager"), "x", 2),
@@ -130,7 +194,7 @@ def render_rich(summary: dict, console) -> None:
             else:
                 v = ln["verify_suite"]
                 cells += [f"{v['PASS']} pass, {v['FAIL']} fail, {v['SKIP']} skip"]
-            cells += [f"{ln['pass']}/{ln['fail']}/{ln['skip']}"]
+            cells += _costs(ln, s) + [f"{ln['pass']}/{ln['fail']}/{ln['skip']}"]
             t.add_row(*cells)
         console.print(t)
         for e in s["excluded"]:
@@ -145,24 +209,26 @@ def render_md(summary: dict) -> list[str]:
         if s["measured"]:
             lines += [f"Geometric means over the {s['common_cases']} of {s['cases']} case(s) that every "
                       f"line below timed.", "",
-                      "| implementation | role | LOC kernel/host | % ceiling (geomean) | vs eager (geomean) | worst case vs eager | timed P/F/S |",
-                      "|---|---|---|---|---|---|---|"]
+                      "| implementation | role | LOC kernel/host/plan | % same-size copy or vendor GEMM (geomean) "
+                      "| vs eager (geomean) | worst case vs eager | " + " | ".join(_cost_cols(s)) + " | timed P/F/S |",
+                      "|---|---|---|---|---|---|" + "---|" * len(_cost_cols(s)) + "---|"]
         else:
-            lines += ["| implementation | role | LOC kernel/host | verify suite | timed P/F/S |",
-                      "|---|---|---|---|---|"]
+            lines += ["| implementation | role | LOC kernel/host/plan | verify suite | "
+                      + " | ".join(_cost_cols(s)) + " | timed P/F/S |",
+                      "|---|---|---|---|" + "---|" * len(_cost_cols(s)) + "---|"]
         for ln in s["lines"]:
-            loc = f"{ln['loc_kernel'] if ln['loc_kernel'] is not None else '-'}/" \
-                  f"{ln['loc_host'] if ln['loc_host'] is not None else '-'}"
+            loc = _loc(ln)
+            costs = " | ".join(_costs(ln, s))
             pfs = f"{ln['pass']}/{ln['fail']}/{ln['skip']}"
             if s["measured"]:
                 w = ln.get("worst")
                 worst = _worst(w)
                 lines.append(f"| {ln['impl']} | {ln['role']} | {loc} | {_fmt(ln.get('geomean_pct_ceiling'), '%')} | "
-                             f"{_fmt(ln.get('geomean_vs_eager'), 'x', 2)} | {worst} | {pfs} |")
+                             f"{_fmt(ln.get('geomean_vs_eager'), 'x', 2)} | {worst} | {costs} | {pfs} |")
             else:
                 v = ln["verify_suite"]
                 lines.append(f"| {ln['impl']} | {ln['role']} | {loc} | {v['PASS']} pass, {v['FAIL']} fail, "
-                             f"{v['SKIP']} skip | {pfs} |")
+                             f"{v['SKIP']} skip | {costs} | {pfs} |")
         for e in s["excluded"]:
             lines.append(f"\nLeft out of every mean: `{e['case']}` (not timed: {', '.join(e['not_timed'])}).")
         lines.append("")

@@ -175,3 +175,26 @@ def test_same_size_copy_moves_the_case_bytes():
         assert out.numel() * 4 * mix_parts - p.traffic(c) < 4 * mix_parts
     g = problems.get("gemm_epilogue")
     assert g.copy_launch(g.case(M=64, N=48, K=32), "cpu") is None
+
+
+def test_headline_has_plan_loc_compile_host_and_tune_columns():
+    from harness import summary
+    a = _row("triton:vector_add", 3e-6)
+    b = _row("cuda:vector_add", 3.2e-6)
+    for r, loc, comp, host in ((a, (16, 48, 14), {"compile_s": 0.5}, 12.0), (b, (40, 76, 20), {"compile_s": 0.0}, 6.0)):
+        r["role"] = "default"
+        r["loc"] = dict(zip(("kernel", "host", "plan"), loc))
+        r["compile"] = comp
+        r["time"]["host_us"] = host
+        r["pct_ceiling"] = 80.0
+    a["compile"]["tune_s"] = 30.0
+    s = summary.summarize([a, b])["vector_add"]
+    ln = {x["impl"]: x for x in s["lines"]}
+    assert ln["triton:vector_add"]["loc_plan"] == 14 and ln["cuda:vector_add"]["loc_plan"] == 20
+    assert ln["triton:vector_add"]["compile_s"] == pytest.approx(0.5)
+    assert ln["cuda:vector_add"]["compile_s"] == 0.0          # built ahead of time: no first-call compile
+    assert ln["triton:vector_add"]["host_us"] == pytest.approx(12.0)
+    assert ln["triton:vector_add"]["tune_s"] == 30.0 and ln["cuda:vector_add"]["tune_s"] is None
+    md = "\n".join(summary.render_md({"vector_add": s}))
+    assert "LOC kernel/host/plan" in md and "compile s" in md and "host us" in md and "tune s" in md
+    assert "| triton:vector_add | default | 16/48/14 |" in md
