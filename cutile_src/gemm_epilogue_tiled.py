@@ -2,7 +2,7 @@
 grouped order (GROUP tile rows share their B column tiles while they are in L2), each program
 looping over tiles ``bid, bid + grid, ...`` (one tile each when the grid covers C; a persistent
 grid of co-resident programs when the planner caps it). Tile shape (TM, TN, TK), GROUP, the grid
-and the kernel hints (occupancy, num_ctas) come from ``dispatch.plan_gemm``.
+and the kernel hints (num_worker_warps) come from ``dispatch.plan_gemm``.
 """
 import cuda.tile as ct
 import torch

@@ -218,3 +218,15 @@ def test_gpu_verify_suite(key):
         if not chk.ok:
             bad.append((case, chk.reason))
     assert not bad, bad[:5]
+
+
+@needs_tileiras
+def test_inspect_writes_cubin_and_tile_ir(tmp_path):
+    from backends import cutile_layer as L
+    from harness.inspect_cmd import Artifacts
+    art = Artifacts(tmp_path)
+    L.cutile_artifacts(_impl("cutile:vector_add_simple"), problems.get("vector_add").case(N=1000), art)
+    names = [p.name for p in art.files]
+    assert any(n.endswith(".cubin") for n in names) and any(n.endswith(".tileir.mlir") for n in names)
+    mlir = next(p for p in art.files if p.name.endswith(".tileir.mlir")).read_text()
+    assert "vector_add_kernel" in mlir and "load_view" in mlir
