@@ -8,7 +8,7 @@ torch's current stream, so a CUDA-graph capture records it.
 
 Rows: ``cuda:vector_add`` (default) and ``cuda:vector_add_simple`` (twin); ``cuda:softmax``
 (default: the planner's rules), ``cuda:softmax_simple`` and the variants ``cuda:softmax_warp``,
-``_block``, ``_rows``, ``_online``, ``_cluster``, ``_persist``, ``_split``. The GEMM rows live in
+``_block``, ``_rows``, ``_online``, ``_cluster``, ``_split``. The GEMM rows live in
 ``backends/cuda_gemm.py`` (same helpers).
 
 Without a GPU the rows run nothing, but ``compile_only(case)`` returns the ``ptxas -v`` facts
@@ -450,12 +450,6 @@ def softmax_grid(plan: dispatch.Launches, M: int, N: int) -> dict:
                       f"first: {first}")
             kept = sum(min(seg, N - (u % c) * seg) for u in units)
             lanes = len(units) * p.block * info["chunks"] * info["vec"]
-        elif path == "persist":
-            rows = list(range(b, M, g))
-            covers = (f"rows {b}, {b} + {g}, ... ({len(rows)} rows, one at a time, the next one's chunks "
-                      f"copied in during the current one's writes), columns 0..{N - 1}, {info['smem']} B in shared memory")
-            kept = len(rows) * N
-            lanes = kept
         elif path == "rows":
             rpb, step = info["rows_per_block"], g * info["rows_per_block"]
             r0 = b * rpb
@@ -511,9 +505,8 @@ SOFTMAX_KERNEL = {"simple": ("softmax.cu", "softmax_simple_kernel"), "warp": ("s
                   "rows": ("softmax_rows.cu", "softmax_rows_kernel"),
                   "online": ("softmax_online.cu", "softmax_online_kernel"),
                   "cluster": ("softmax_cluster.cu", "softmax_cluster_kernel"),
-                  "persist": ("softmax_persist.cu", "softmax_persist_kernel"),
                   "split": ("softmax_split.cu", "softmax_split_kernel")}
-DEFAULT_SOFTMAX_PATHS = ("warp", "rows", "block", "cluster", "persist", "split", "online")
+DEFAULT_SOFTMAX_PATHS = ("warp", "rows", "block", "cluster", "split", "online")
 SOFTMAX_DESCRIPTIONS = {
     "auto": "planner's rules: warp / rows / block by bytes in flight per SM, long rows to cluster (shared-memory "
             "slices, any alignment) or split (cooperative, aligned fp32 rows), online as the fallback",
@@ -524,14 +517,12 @@ SOFTMAX_DESCRIPTIONS = {
     "rows": "persistent, several rows per CTA (G threads per row), next rows' loads issued before reducing",
     "cluster": "cluster of <= 16 CTAs per row, slice held in shared memory (bulk copy + mbarrier, any row "
                "alignment): 1 read, 1 write",
-    "persist": "persistent, one row at a time per CTA held in shared memory (bulk copies, any row alignment); "
-               "the next row's chunks are copied in as the current row's are written: 1 read, 1 write",
     "split": "persistent cooperative grid, C blocks per row hold 16384-column chunks in registers, (max, sum) "
              "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768)",
 }
 SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "softmax_warp"),
                 ("block", "softmax_block"), ("rows", "softmax_rows"), ("online", "softmax_online"),
-                ("cluster", "softmax_cluster"), ("persist", "softmax_persist"), ("split", "softmax_split"))
+                ("cluster", "softmax_cluster"), ("split", "softmax_split"))
 
 
 def softmax_sources(path: str, host: Source = HOST) -> list[Source]:

@@ -235,7 +235,7 @@ def stage_time_softmax(skip):
             cands = {"torch": _impl_prep("torch:softmax", case),
                      "copy": lambda inputs, out: (lambda: out.copy_(inputs[0])),
                      "cuda:softmax": _impl_prep("cuda:softmax", case), "cupy:softmax": _impl_prep("cupy:softmax", case)}
-            for p in ("warp", "rows", "block", "persist", "split", "online"):
+            for p in ("warp", "rows", "block", "split", "online"):
                 cands[f"cuda:softmax_{p}"] = _impl_prep(f"cuda:softmax_{p}", case)
             for c in (1, 2, 4, 8, 16):
                 cands[f"cluster C={c}"] = _plan_prep("softmax", "cluster", case, cluster=c)

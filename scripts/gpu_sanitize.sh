@@ -13,7 +13,7 @@ mkdir -p "$R"
 declare -A groups=(
   [gemm_a]="cuda:gemm_epilogue,cuda:gemm_epilogue_pingpong,cuda:gemm_epilogue_pingpong_c2,cuda:gemm_epilogue_simple"
   [gemm_b]="cuda:gemm_epilogue_splitk,cuda:gemm_epilogue_tiled,cuda:gemm_epilogue_ws"
-  [rows]="cuda:softmax,cuda:softmax_block,cuda:softmax_cluster,cuda:softmax_online,cuda:softmax_persist,cuda:softmax_rows,cuda:softmax_simple,cuda:softmax_warp,cuda:vector_add,cuda:vector_add_simple"
+  [rows]="cuda:softmax,cuda:softmax_block,cuda:softmax_cluster,cuda:softmax_online,cuda:softmax_rows,cuda:softmax_simple,cuda:softmax_warp,cuda:vector_add,cuda:vector_add_simple"
 )
 run() {  # name, command...
   local name=$1; shift

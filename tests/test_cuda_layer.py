@@ -33,7 +33,7 @@ cupy_layer = importlib.import_module("backends.cupy_layer")
 
 CUDA_IDS = ["cuda:vector_add", "cuda:vector_add_simple", "cuda:softmax", "cuda:softmax_simple", "cuda:softmax_warp",
             "cuda:softmax_block", "cuda:softmax_rows", "cuda:softmax_online", "cuda:softmax_cluster",
-            "cuda:softmax_persist", "cuda:softmax_split"]
+            "cuda:softmax_split"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
 SM80 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False)
 
@@ -63,7 +63,7 @@ def _check_launches(launches: dispatch.Launches, dev: dispatch.Device):
     fake = {n: 0x10000 * (i + 1) for i, n in enumerate(("x", "y", "out", "a", "b", "bias", "c", *launches.workspace))}
     for p in launches.plans:
         assert p.kernel in names, p.kernel
-        assert p.source.endswith(".cu")
+        assert dispatch.source_of(p.kernel).endswith(".cu")
         gx, gy, gz = p.grid
         assert 1 <= gx < 2 ** 31 and 1 <= gy <= 65535 and 1 <= gz <= 65535, p
         assert 1 <= p.block <= 1024 and p.block % 32 == 0, p
@@ -149,9 +149,7 @@ def test_default_rules_by_bytes_rows_and_alignment(monkeypatch):
         return p.info["path"], p.info
 
     # 64 KB fp16 rows: one block per row holds 64 KB per SM (< target); 3 CTAs a SM with the row in
-    # shared memory hold 192 KB: the cluster kernel with C = 1 (the persist entry is off: it measured
-    # slower on the H200, docs/perf-notes.md round 6)
-    assert dispatch.SOFTMAX["persist"] is False
+    # shared memory hold 192 KB: the cluster kernel with C = 1
     p, info = path(8192, 32000, "float16")
     assert p == "cluster" and info["cluster"] == 1
     # the same element count in fp32 (128 KB rows): one block per row is enough
@@ -161,20 +159,9 @@ def test_default_rules_by_bytes_rows_and_alignment(monkeypatch):
     p, info = path(4096, 50257, "bfloat16")
     assert p == "cluster" and info["cluster"] == 1 and info["vec"] == 8
     assert path(4096, 50257, "float32")[1]["cluster"] == 1
-    # with the table entry on: the persistent kernel where rows outnumber its resident CTAs
-    monkeypatch.setitem(dispatch.SOFTMAX, "persist", True)
-    p, info = path(8192, 32000, "float16")
-    assert p == "persist" and info["blocks_per_sm"] == 3 and info["smem"] == 64000
-    p, info = path(4096, 50257, "bfloat16")
-    assert p == "persist" and info["cluster"] == 1 and info["vec"] == 8 and info["blocks_per_sm"] == 2
-    p, info = path(4096, 50257, "float32")
-    assert p == "persist" and info["blocks_per_sm"] == 1
-    # as many rows as resident CTAs or fewer: nothing to prefetch, the cluster kernel (C = 1)
-    p, info = path(264, 50257, "bfloat16")
-    assert p == "cluster" and info["cluster"] == 1
+    # as many rows as resident CTAs or more: the cluster kernel (C = 1) still
     p, info = path(265, 50257, "bfloat16")
-    assert p == "persist" and info["rows_per_cta"] == 2
-    monkeypatch.setitem(dispatch.SOFTMAX, "persist", False)
+    assert p == "cluster" and info["cluster"] == 1
     # longer rows: the smallest C whose slices fit two CTAs an SM
     p, info = path(4096, 151936, "bfloat16")
     assert p == "cluster" and info["cluster"] == 4
@@ -205,31 +192,6 @@ def test_default_rules_by_bytes_rows_and_alignment(monkeypatch):
     # sm_80: no thread-block clusters (the cluster path has C = 1 there)
     assert dispatch.plan_softmax("auto", 8, 1_000_000, "float32", dev=SM80).info["path"] == "split"
     assert dispatch.plan_softmax("auto", 4096, 50257, "bfloat16", dev=SM80).info.get("cluster", 1) == 1
-    assert dispatch.plan_softmax("auto", 4096, 50257, "bfloat16", dev=SM80).info["path"] != "persist"
-
-
-def test_persist_plan_geometry():
-    """persist: body of N // VEC whole vectors in shared memory (head and tail in registers), grid of
-    the resident CTAs (never more than M), declines rows longer than one CTA's shared memory and sm_80."""
-    p = dispatch.plan_softmax("persist", 4096, 32000, "bfloat16")
-    q = p.plans[0]
-    assert q.kernel == "softmax_persist_kernel<__nv_bfloat16>" and q.smem == 4000 * 16 and q.block == 512
-    assert q.grid[0] == 132 * 3 and q.cluster == 1 and q.max_dynamic_smem == q.smem
-    assert [t for t, _ in q.args] == list(dispatch.SIGNATURES["softmax_persist_kernel"])
-    assert q.args[2] == ("i64", 4096) and q.args[3] == ("i32", 32000)
-    # odd N, odd stride, misaligned start: the same buffer (N // VEC vectors), any alignment
-    p = dispatch.plan_softmax("persist", 33, 3001, "bfloat16", sx=3002, x_mod16=2)
-    assert p.plans[0].smem == 3001 // 8 * 16 and p.plans[0].grid[0] == 33
-    # N < VEC: no body, a 16-byte buffer; M = 1: one CTA
-    p = dispatch.plan_softmax("persist", 1, 1, "float16")
-    assert p.plans[0].smem == 16 and p.plans[0].grid[0] == 1 and p.plans[0].block == 128
-    with pytest.raises(dispatch.Decline):
-        dispatch.plan_softmax("persist", 4, 128256, "bfloat16")  # 256 KB: more than one CTA's shared memory
-    with pytest.raises(dispatch.Decline):
-        dispatch.plan_softmax("persist", 4096, 32000, "bfloat16", dev=SM80)
-    # the largest row that fits: 227 KB less the reserve
-    n = (dispatch.H200.smem_optin - dispatch.SOFTMAX["smem_reserve"]) // 2
-    assert dispatch.plan_softmax("persist", 8, n, "bfloat16").plans[0].smem <= dispatch.H200.smem_optin
 
 
 def test_gemm_rules():
