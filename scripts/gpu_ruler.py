@@ -15,7 +15,9 @@ two (what CUDA C++ and CuTe do at this shape), and 0 with round-to-nearest. This
    ``tl.dot(a, b, acc)`` (the tensor core accumulates), the same with each K tile's product added
    in software (round to nearest), and torch.mm with an fp32 output (cuBLAS) where torch has it;
 3. ``python -m harness verify`` on the case for triton:gemm_epilogue and cuda:gemm_epilogue_pingpong
-   (unsplit wgmma in CUDA C++), with the check as committed.
+   (unsplit wgmma in CUDA C++), with the check as committed;
+4. a short compare of the vector-add defaults on the models suite: pct_ceiling against the
+   same-size copy timed beside each row, and pct_hbm.
 
 Writes $OUT/ruler/gpu_ruler.json (and .txt); every step is try/except'd, a failing one costs its
 row only.
@@ -84,7 +86,7 @@ def impl_stats(M, N, K, rows=None) -> None:
     _, _, sysb = prob.reference_and_bound((a[r], b, bias), case)
     ids = ["torch:gemm_epilogue", "triton:gemm_epilogue", "triton:gemm_epilogue_tma",
            "triton:gemm_epilogue_splitk", "cuda:gemm_epilogue", "cuda:gemm_epilogue_pingpong",
-           "cuda:gemm_epilogue_ws", "cuda:gemm_epilogue_splitk", "cute:gemm_epilogue"]
+           "cuda:gemm_epilogue_ws", "cuda:gemm_epilogue_splitk"]
     for iid in ids:
         row = {"impl": iid, "M": M, "N": N, "K": K, "rows": rows}
         try:
@@ -190,7 +192,7 @@ def cli_verify() -> None:
             "--dtype", "float16", "--format", "json"]
     for iid in ("triton:gemm_epilogue", "cuda:gemm_epilogue_pingpong"):
         try:
-            p = subprocess.run(base + ["--impl", iid], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            p = subprocess.run(base + ["--impl", iid], cwd=ROOT, capture_output=True, text=True, timeout=40)
             RESULT["verify"].append({"impl": iid, "rc": p.returncode, "stdout": p.stdout[-6000:],
                                      "stderr": p.stderr[-3000:]})
             log(f"verify {iid}: rc {p.returncode}; {p.stdout.strip()[-400:]}")
@@ -199,10 +201,40 @@ def cli_verify() -> None:
         save()
 
 
+def same_size_copy() -> None:
+    """Item 3: a short compare of the vector-add defaults on the models suite; every row's
+    pct_ceiling (against the same-size copy timed beside it) and pct_hbm (the 1 GiB stream)."""
+    import tempfile
+    out = Path(tempfile.mkdtemp(prefix="ruler_cmp_")) / "run"
+    cmd = [sys.executable, "-m", "harness", "compare", "--problem", "vector_add", "--suite", "models",
+           "--impl", "torch:vector_add", "--impl", "triton:vector_add", "--impl", "cuda:vector_add",
+           "--time-cap", "0.15", "--out", str(out)]
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        RESULT["compare_rc"] = p.returncode
+        RESULT["compare_tail"] = (p.stdout[-3000:], p.stderr[-2000:])
+        doc = json.loads((out / "results.json").read_text())
+        RESULT["ceilings"] = doc.get("ceilings")
+        for r in doc["rows"]:
+            if r.get("phase", "timed") != "timed":
+                continue
+            row = {k: r.get(k) for k in ("impl", "status", "gbps", "pct_ceiling", "pct_hbm", "copy_ceiling",
+                                        "reason")}
+            row["case"] = r["case"]["id"]
+            row["median_s"] = (r.get("time") or {}).get("median_s")
+            RESULT.setdefault("copy", []).append(row)
+            log(f"{row['case'][:44]:44s} {row['impl']:20s} {row['status']} pct_ceiling "
+                f"{row['pct_ceiling'] if row['pct_ceiling'] is None else round(row['pct_ceiling'], 1)} "
+                f"pct_hbm {row['pct_hbm'] if row['pct_hbm'] is None else round(row['pct_hbm'], 1)}")
+    except Exception as e:
+        RESULT["errors"].append(f"compare: {type(e).__name__}: {e}")
+        log(f"compare: {type(e).__name__}: {e}")
+
+
 def main() -> None:
-    for step in (lambda: impl_stats(128, 8192, 8192), probes,
-                 lambda: impl_stats(4096, 4096, 8192, rows=512), cli_verify):
-        if time.perf_counter() - T0 > 110:
+    for step in (lambda: impl_stats(128, 8192, 8192), cli_verify, probes, same_size_copy,
+                 lambda: impl_stats(4096, 4096, 8192, rows=512)):
+        if time.perf_counter() - T0 > 100:
             RESULT["errors"].append("time budget spent before a step")
             break
         try:
