@@ -528,7 +528,7 @@ def _sm_prepare(variant):
             if cfg["variant"] == "rows":
                 launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], kernel=hinted(k, h))
             else:
-                launch = softmax_online.bind_launch(x, out, cfg["TILE"], kernel=hinted(k, h))
+                launch = softmax_online.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
         return _finish(launch, launches, cfg)
     return prepare
 

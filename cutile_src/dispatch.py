@@ -26,6 +26,10 @@ SOFTMAX = {"ROW_TILE_MAX": 32768, "ROWS_TILE_ELEMS": 4096, "ROWS_MAX": 64, "ONLI
 # most co-resident programs whose live fp32 values (rows: the tile; online: the tile and the two
 # running tiles) still fit their registers: (live values at most, occupancy)
 SOFTMAX_OCCUPANCY = ((4096, 4), (12288, 2))
+# online: pass 2 re-reads a row pass 1 has just read; it comes from L2 while the rows in flight
+# (programs x bytes a row) fit ONLINE_L2_BYTES, so the grid is capped there (at least one
+# program an SM, at most the co-resident programs, never more than one a row)
+ONLINE_L2_BYTES = 24 << 20
 
 
 def softmax_hints(live: int, tn: int) -> dict:
@@ -79,7 +83,10 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
         return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": _cdiv(M, rows),
                 "hints": softmax_hints(rows * tn, tn)}
     tile = min(SOFTMAX["ONLINE_TILE"], tn)
-    return {"variant": "online", "TILE": tile, "grid": M, "hints": softmax_hints(3 * tile, tile)}
+    hints = softmax_hints(3 * tile, tile)
+    resident = sms * hints.get("occupancy", 1)  # a capped grid must be co-resident
+    grid = min(M, resident, max(sms, ONLINE_L2_BYTES // (N * elem_size)))
+    return {"variant": "online", "TILE": tile, "grid": grid, "hints": hints}
 
 
 def rows_16b(K: int, N: int, elem_size: int) -> bool:

@@ -1,4 +1,5 @@
-"""cuTile row softmax, online: for rows too long for one tile. One program per row; pass 1 reads
+"""cuTile row softmax, online: for rows too long for one tile. A program per row (or a capped grid
+of programs taking rows bid, bid + grid, ..., so that the rows in flight stay in L2); pass 1 reads
 the row in column tiles of TILE keeping the running max and the rescaled running sum (online
 softmax), pass 2 reads it again newest tile first (the tiles pass 1 read last are the likeliest
 to still be in L2) and stores exp(x - m) / s. Lane-wise running values, so that each tile's
@@ -12,32 +13,33 @@ import torch
 
 @ct.kernel
 def softmax_online_kernel(x, out, TILE: ct.Constant[int]):
-    row = ct.bid(0)
     n_tiles = ct.num_tiles(x, axis=1, shape=(1, TILE))
-    m = ct.full((1, TILE), -math.inf, dtype=ct.float32)
-    s = ct.full((1, TILE), 0.0, dtype=ct.float32)
-    for j in range(n_tiles):
-        t = ct.load(x, index=(row, j), shape=(1, TILE), padding_mode=ct.PaddingMode.NEG_INF)
-        t = ct.astype(t, ct.float32)
-        m_new = ct.maximum(m, t)
-        shift = ct.where(m_new == -math.inf, 0.0, m_new)  # lanes that so far saw only -inf
-        s = s * ct.exp(m - shift) + ct.exp(t - shift)
-        m = m_new
-    m_row = ct.max(m, axis=1, keepdims=True)
-    s_row = ct.sum(s * ct.exp(m - m_row), axis=1, keepdims=True)
-    inv = 1.0 / s_row
-    for i in range(n_tiles):
-        j = n_tiles - 1 - i
-        t = ct.astype(ct.load(x, index=(row, j), shape=(1, TILE),
-                              padding_mode=ct.PaddingMode.NEG_INF), ct.float32)
-        ct.store(out, index=(row, j), tile=ct.astype(ct.exp(t - m_row) * inv, out.dtype))
+    for row in range(ct.bid(0), x.shape[0], ct.num_blocks(0)):
+        m = ct.full((1, TILE), -math.inf, dtype=ct.float32)
+        s = ct.full((1, TILE), 0.0, dtype=ct.float32)
+        for j in range(n_tiles):
+            t = ct.load(x, index=(row, j), shape=(1, TILE), padding_mode=ct.PaddingMode.NEG_INF)
+            t = ct.astype(t, ct.float32)
+            m_new = ct.maximum(m, t)
+            shift = ct.where(m_new == -math.inf, 0.0, m_new)  # lanes that so far saw only -inf
+            s = s * ct.exp(m - shift) + ct.exp(t - shift)
+            m = m_new
+        m_row = ct.max(m, axis=1, keepdims=True)
+        s_row = ct.sum(s * ct.exp(m - m_row), axis=1, keepdims=True)
+        inv = 1.0 / s_row
+        for i in range(n_tiles):
+            j = n_tiles - 1 - i
+            t = ct.astype(ct.load(x, index=(row, j), shape=(1, TILE),
+                                  padding_mode=ct.PaddingMode.NEG_INF), ct.float32)
+            ct.store(out, index=(row, j), tile=ct.astype(ct.exp(t - m_row) * inv, out.dtype))
 
 
-def bind_launch(x: torch.Tensor, out: torch.Tensor, tile: int, kernel=None):
+def bind_launch(x: torch.Tensor, out: torch.Tensor, tile: int, grid: int | None = None, kernel=None):
+    """``grid`` programs (default: one a row) take rows bid, bid + grid, ..."""
     k = kernel or softmax_online_kernel
-    grid = (x.shape[0], 1, 1)
+    g = (grid or x.shape[0], 1, 1)
     args = (x, out, tile)
 
     def launch():
-        ct.launch(torch.cuda.current_stream(), grid, k, args)
+        ct.launch(torch.cuda.current_stream(), g, k, args)
     return launch

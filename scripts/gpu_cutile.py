@@ -175,10 +175,14 @@ def main():
             r, tn = plan["ROWS"], plan["TN"]
             for h in [plan["hints"], {}, {"occupancy": 2}, {"num_worker_warps": 8}]:
                 cands.append((f"rows ROWS={r} TN={tn} {h}", softmax_rows.bind_launch(xs, os_, r, tn, kernel=L.hinted(R, h))))
-            cands.append((f"online TILE=4096 occ2", softmax_online.bind_launch(xs, os_, 4096, kernel=L.hinted(O, {"occupancy": 2}))))
+            cands.append(("online TILE=4096 occ2", softmax_online.bind_launch(xs, os_, 4096, kernel=L.hinted(O, {"occupancy": 2}))))
         else:
-            for t, h in [(plan["TILE"], plan["hints"]), (4096, {}), (8192, {"num_worker_warps": 8}), (2048, {"occupancy": 4})]:
-                cands.append((f"online TILE={t} {h}", softmax_online.bind_launch(xs, os_, t, kernel=L.hinted(O, h))))
+            sms = L._sms()
+            for t, h, g in [(plan["TILE"], plan["hints"], plan["grid"]), (4096, {"occupancy": 2}, M),
+                            (4096, {"occupancy": 2}, 2 * sms), (8192, {"num_worker_warps": 8}, M),
+                            (4096, {}, sms), (2048, {"occupancy": 4}, M)]:
+                cands.append((f"online TILE={t} {h} grid={g}",
+                              softmax_online.bind_launch(xs, os_, t, g, kernel=L.hinted(O, h))))
         seen = set()
         for label, f in cands:
             if label in seen:
