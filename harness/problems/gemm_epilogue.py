@@ -120,12 +120,28 @@ class GemmEpilogue(Problem):
                 out += [c(M=2050, N=1001, K=136, dtype=dt, act="gelu")]
             return out
         if suite == "models":
-            # bf16 linear layers of public model configurations at three token counts (decode,
-            # a small batch, prefill), bias on: QKV projection, fused MLP up (GELU), MLP down,
-            # a 70B-class MLP down, and the GPT-2 LM head (N = 50257, not a multiple of 8)
-            shapes = ((6144, 4096, "none"), (28672, 4096, "gelu"), (4096, 14336, "none"),
-                      (8192, 28672, "none"), (50257, 768, "none"))
-            return [c(M=m, N=n, K=k, act=act, bias=1) for m in (16, 256, 4096) for n, k, act in shapes]
+            # linear layers of public model configurations (N = output features, K = input
+            # features) at three token counts (decode, a small batch, prefill), bf16 with bias:
+            shapes = ((6144, 4096, "none"),    # Llama 3 8B: fused QKV projection (32 + 2 x 8 heads of 128)
+                      (28672, 4096, "gelu"),   # Llama 3 8B: fused MLP gate + up (2 x 14336)
+                      (4096, 14336, "none"),   # Llama 3 8B: MLP down (14336 -> 4096)
+                      (8192, 28672, "none"),   # Llama 3 70B: MLP down (28672 -> 8192)
+                      (50257, 768, "none"))    # GPT-2: LM head (N = 50257, not a multiple of 8)
+            out = [c(M=m, N=n, K=k, act=act, bias=1) for m in (16, 256, 4096) for n, k, act in shapes]
+            # fp16, and bias off (Llama's and GPT-2's head linears have none), few cases:
+            out += [
+                # Llama 2 70B: attention output projection (8192 -> 8192), 128 tokens, + bias + ReLU:
+                # one unsplit K = 8192 chain on the tensor cores (the case of issue 29)
+                c(M=128, N=8192, K=8192, dtype="float16", act="relu", bias=1),
+                # Llama 3 8B: fused QKV projection at decode, no bias
+                c(M=16, N=6144, K=4096, dtype="float16", act="none", bias=0),
+                # Llama 3 8B: fused MLP gate + up, a small batch, no bias
+                c(M=256, N=28672, K=4096, dtype="float16", act="gelu", bias=0),
+                # GPT-2: LM head (tied embedding, no bias), a small batch
+                c(M=256, N=50257, K=768, dtype="float16", act="none", bias=0),
+                # Llama 3 8B: MLP down at prefill, bf16 without bias
+                c(M=4096, N=4096, K=14336, dtype="bfloat16", act="none", bias=0)]
+            return out
         if suite == "bench":
             return ([c(M=s, N=s, K=s) for s in (2048, 4096, 8192)]
                     + [c(M=4096, N=4096, K=4096, act="gelu"), c(M=4096, N=4096, K=4096, act="none", bias=0),

@@ -65,11 +65,15 @@ class Softmax(Problem):
                     c(M=17, N=40_000, dtype="float16", layout="strided_odd")]
             return out
         if suite == "models":
-            # public model configurations: LM-head logits (vocabularies of Llama 2, GPT-2, Llama 3,
-            # Qwen 2), attention-score rows, and a shorter fp16 row
+            # public model configurations. LM-head logits over the vocabulary, 4096 tokens:
+            # Llama 2 (32000), GPT-2 (50257), Llama 3 (128256), Qwen 2 (151936)
             out = [c(M=4096, N=v, dtype=dt) for dt in ("bfloat16", "float32")
                    for v in (32_000, 50_257, 128_256, 151_936)]
+            # ... and in fp16 (Llama 2 and Llama 3 vocabularies)
+            out += [c(M=4096, N=v, dtype="float16") for v in (32_000, 128_256)]
+            # attention-score rows (keys per query): 32768 query rows of 512, 1024 and 4096 keys
             out += [c(M=32_768, N=n, dtype="bfloat16") for n in (512, 1024, 4096)]
+            # GPT-2 style context of 2048 keys, fp16 scores
             out += [c(M=8192, N=2048, dtype="float16")]
             return out
         if suite == "bench":

@@ -36,7 +36,8 @@ class VectorAdd(Problem):
         if suite == "bench":
             return [c(N=2 ** e) for e in range(12, 29, 2)]
         if suite == "models":
-            # residual adds of hidden states (tokens x hidden), and odd lengths
+            # residual adds of hidden states (tokens x hidden): Llama 3 8B (hidden 4096) at 16 and
+            # 4096 tokens, Llama 3 70B (hidden 8192) at 8192 tokens; and odd lengths in fp32 / fp16
             return [c(N=16 * 4096, dtype="bfloat16"), c(N=4096 * 4096, dtype="bfloat16"),
                     c(N=8192 * 8192, dtype="bfloat16"), c(N=2 ** 27 + 1, dtype="float32"),
                     c(N=12_345_679, dtype="float16")]
