@@ -81,8 +81,9 @@ SOFTMAX = {
     "split_programs_per_sm": 2,
     "split_warps": 4,
     # online: column tiles; a persistent grid whose rows in flight fill at most online_l2_fraction
-    # of L2 (so pass 2 rereads them from L2), 1 to online_max_programs_per_sm programs an SM
-    "online_block": 8192,
+    # of L2 (so pass 2 rereads them from L2), 1 to online_max_programs_per_sm programs an SM. Gluon
+    # does not pipeline plain loads: a tile is what a program has in flight, so tiles are long
+    "online_block": 16384,
     "online_warps": 16,
     "online_l2_fraction": 0.5,
     "online_max_programs_per_sm": 4,
