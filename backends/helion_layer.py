@@ -403,12 +403,14 @@ def helion_artifacts(impl, case, art) -> None:
     hook = impl.extra.get("helion_code")
     if hook is None:
         raise ValueError(f"inspect: {impl.id} has no helion_code hook")
-    kernel, args, cfg = hook(case)
-    _, config, code = generated(kernel, args, cfg)
+    got = hook(case)
     art.source = ("Helion's generated Triton (BoundKernel.to_triton_code for the configuration), "
                   "compiled with triton.compile(ASTSource, GPUTarget('cuda', 90, 32))")
-    art.write("helion_generated.py", code)
-    art.write("helion_config.json", json.dumps(_config_dict(config), indent=2, default=str))
+    for kernel, args, cfg in (got if isinstance(got, list) else [got]):
+        _, config, code = generated(kernel, args, cfg)
+        name = getattr(kernel, "name", None) or getattr(kernel.fn, "__name__", "kernel")
+        art.write(f"helion_generated_{name}.py", code)
+        art.write(f"helion_config_{name}.json", json.dumps(_config_dict(config), indent=2, default=str))
     with _watch_triton() as seen:
         facts = impl.compile_only_fn(case)
     for s, ck in seen:
@@ -519,7 +521,8 @@ def _splitk_launches(args, ws):
                           host=()),
                    Source(src(H, "dispatch.py"), kernels=(), host=("plan_gemm_splitk",))],
           devices=("cuda",), available=available,
-          compile_only=(lambda case: _splitk_compile_only(case)) if helion else None)
+          compile_only=(lambda case: _splitk_compile_only(case)) if helion else None,
+          helion_code=lambda case: _splitk_code(case))
 def prepare_gemm_epilogue_splitk(case, inputs, out):
     from triton_src.runtime import bind
     _need_import()
@@ -544,6 +547,12 @@ def prepare_gemm_epilogue_splitk(case, inputs, out):
     launch.info = {"compile_s": round(time.perf_counter() - t0, 3), "variant": "splitk",
                    "config": {"partial": plan.config, "epilogue": plan.epilogue[1]}}
     return launch
+
+
+def _splitk_code(case):
+    a, b, bias, out, act = _meta_args("gemm_epilogue", case)
+    ws = torch.empty(out.shape, dtype=torch.float32, device="meta")
+    return list(_splitk_launches((a, b, bias, out, act), ws)[1])
 
 
 def _splitk_compile_only(case):
