@@ -579,7 +579,7 @@ def _gemm_launches(variant, a, b, bias, act, c, ws=None):
     if p["variant"] == "splitk":
         if ws is None:
             ws = torch.empty((p["SPLIT"], M, N), dtype=torch.float32, device=c.device)
-        return [(gemm_splitk.gemm_splitk_partial_kernel, (a, b, ws, p["TM"], p["TN"], p["TK"], p["KPER"]),
+        return [(gemm_splitk.gemm_splitk_partial_kernel, (a, b, ws, p["KPER"], p["TM"], p["TN"], p["TK"]),
                  p["hints"]),
                 (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, hb, ac, p["RM"], p["RN"]), {})], p
     return [(gemm_tiled.gemm_epilogue_tiled_kernel,

@@ -1,5 +1,5 @@
 """cuTile GEMM + epilogue, split-K: for few rows, where the C tiles alone cannot fill the SMs.
-Program (tile, s) accumulates K tiles s*KPER .. (s+1)*KPER-1 of its C tile into slice s of an
+Program (tile, s) accumulates K tiles s*kper .. (s+1)*kper-1 of its C tile into slice s of an
 fp32 workspace [SPLIT, M, N]; a second kernel sums the SPLIT slices of each C tile in a fixed
 order (deterministic), applies the bias and activation (the tiled variant's epilogue) and stores.
 """
@@ -10,13 +10,13 @@ from cutile_src.gemm_epilogue_tiled import epilogue
 
 
 @ct.kernel
-def gemm_splitk_partial_kernel(a, b, ws, TM: ct.Constant[int], TN: ct.Constant[int],
-                               TK: ct.Constant[int], KPER: ct.Constant[int]):
+def gemm_splitk_partial_kernel(a, b, ws, kper: int, TM: ct.Constant[int], TN: ct.Constant[int],
+                               TK: ct.Constant[int]):
     num_n = ct.cdiv(b.shape[1], TN)
     bm, bn, s = ct.bid(0) // num_n, ct.bid(0) % num_n, ct.bid(1)
     n_k = ct.num_tiles(a, axis=1, shape=(TM, TK))
     acc = ct.full((TM, TN), 0.0, dtype=ct.float32)
-    for k in range(s * KPER, min(n_k, (s + 1) * KPER)):
+    for k in range(s * kper, min(n_k, (s + 1) * kper)):
         at = ct.load(a, index=(bm, k), shape=(TM, TK), padding_mode=ct.PaddingMode.ZERO)
         bt = ct.load(b, index=(k, bn), shape=(TK, TN), padding_mode=ct.PaddingMode.ZERO)
         acc = ct.mma(at, bt, acc)
@@ -43,7 +43,7 @@ def bind_launch(a, b, bias, act: int, c, cfg: dict, kernels=None):
     bias_arg = c[0] if bias is None else bias
     tiles = -(-M // cfg["TM"]) * -(-N // cfg["TN"])
     g1, g2 = (tiles, cfg["SPLIT"], 1), (-(-M // cfg["RM"]), -(-N // cfg["RN"]), 1)
-    a1 = (a, b, ws, cfg["TM"], cfg["TN"], cfg["TK"], cfg["KPER"])
+    a1 = (a, b, ws, cfg["KPER"], cfg["TM"], cfg["TN"], cfg["TK"])
     a2 = (ws, bias_arg, c, int(bias is not None), act, cfg["RM"], cfg["RN"])
 
     def launch():
