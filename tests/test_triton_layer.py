@@ -186,20 +186,45 @@ def test_compile_only_leaves_the_interpreter_working():
 
 
 # -- dispatch rules ------------------------------------------------------------------------------
-def test_softmax_rules_by_bytes_per_row():
-    c = lambda M, N, s: dispatch.softmax_choice(M, N, s, H200)[0]  # noqa: E731
-    assert c(32_768, 512, 2) == c(8192, 1024, 4) == "rows"              # <= 1024 columns
-    assert c(8192, 2048, 2) == "block"                                   # one row a program from 2048
-    assert c(4096, 4096, 2) == c(4096, 32_000, 4) == "block"             # one full row in registers:
-    assert c(4096, 16_384, 4) == c(4096, 16_384, 2) == "block"           # fp32 up to 32768, 16-bit 16384
-    assert c(4096, 3000, 2) == c(64, 16_000, 4) == "block"               # padded rows below split's minimum
-    assert c(4096, 20_000, 4) == c(64, 20_000, 4) == "split"             # split takes >= 16385 (61 % fill)
-    assert c(4096, 32_000, 2) == c(4096, 50_257, 2) == c(4096, 50_257, 4) == "split"
-    assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == "split"
-    assert c(3, 40_000, 2) == "split"                                    # fewer rows than SMs
-    # a row with more chunks than the co-resident grid holds comfortably: online
-    longest = dispatch.SOFTMAX["split_max_chunks_per_sm"] * H200["sms"] * dispatch.SOFTMAX["split_max_chunk"][2]
-    assert c(64, longest, 2) == "split" and c(64, longest + 1, 2) == "online"
+def test_softmax_rule_from_its_inputs():
+    """The choice as a rule of (M, N, element size) and the SOFTMAX table, at its boundaries and on
+    shapes of every class (fewer rows than SMs, a few, many; 2- and 4-byte elements): rows up to
+    rows_max_cols columns; block while the padded row fits block_max_cols (and, from split's
+    MIN_N on, fills block_min_fill of it); else split, unless its chunks exceed what the
+    co-resident grid holds (split_max_chunks_per_sm an SM): online."""
+    from triton_src import next_pow2
+    from triton_src.softmax_split import MIN_N
+    S, sms = dispatch.SOFTMAX, H200["sms"]
+    c = lambda M, N, es: dispatch.softmax_choice(M, N, es, H200)[0]  # noqa: E731
+
+    def rule(M, N, es):
+        cols = max(16, next_pow2(N))
+        if N <= S["rows_max_cols"]:
+            return "rows"
+        if cols <= S["block_max_cols"][es] and (N < MIN_N or N / cols >= S["block_min_fill"]):
+            return "block"
+        split = dispatch.softmax_split_config(M, N, es, H200)
+        return "online" if split["C"] > S["split_max_chunks_per_sm"] * sms else "split"
+
+    seen = set()
+    for es in (2, 4):
+        r, bmax = S["rows_max_cols"], S["block_max_cols"][es]
+        edges = [1, r, r + 1, 2 * r + 1, bmax // 2 + 1, bmax, bmax + 1, MIN_N - 1, MIN_N,
+                 int(bmax * S["block_min_fill"]) - 1, -(-int(bmax * S["block_min_fill"] * 1000) // 1000),
+                 32_000, 50_257, 128_256, 151_936, 262_147]
+        longest = S["split_max_chunks_per_sm"] * sms * S["split_max_chunk"][es]
+        edges += [longest, longest + 1]
+        for M in (1, 3, 64, 4096, 32_768):
+            for N in edges:
+                if N < 1:
+                    continue
+                got, want = c(M, N, es), rule(M, N, es)
+                assert got == want, (M, N, es, got, want)
+                seen.add(got)
+        assert c(4096, r, es) == "rows" and c(4096, r + 1, es) != "rows"
+        assert c(4096, bmax, es) == "block" and c(4096, bmax + 1, es) in ("split", "online")
+        assert c(64, longest, es) == "split" and c(64, longest + 1, es) == "online"
+    assert seen == set(dispatch.reachable("softmax")), seen   # every reachable variant, no other
 
 
 def test_softmax_split_values_per_thread():
@@ -340,7 +365,14 @@ def test_gemm_rules():
     v, cfg = g(4096, 50_257, 768, tma=False, al=False)
     assert v == "plain" and cfg["BLOCK_K"] == 32                         # rows not 4-byte aligned:
     assert cfg["num_warps"] == 4 and cfg["BLOCK_M"] == 128               # the plain kernel
-    assert g(16, 50_257, 768, tma=False, al=False)[0] in ("tiled", "splitk")   # few rows: narrow
+    # few rows: the narrow rule decides, whatever the alignment: unsplit (the tiled kernel) when
+    # the narrow tiles alone load the SMs evenly, else split-K
+    for M, N, K in ((16, 50_257, 768), (16, 6144, 4096), (64, 8192, 8192), (8, 1000, 8192)):
+        v, cfg = g(M, N, K, tma=False, al=False)
+        tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
+        even = tiles / H200["sms"] >= dispatch.GEMM["narrow_balance"] * -(-tiles // H200["sms"])
+        assert (v, cfg["SPLIT"] == 1) == (("tiled", True) if even else ("splitk", False)), (M, N, K, v, cfg)
+        assert cfg["BLOCK_N"] == dispatch.GEMM["narrow_unaligned"]["BLOCK_N"]
     assert g(256, 4096, 14_336)[0] in ("tma", "splitk")
 
 
