@@ -35,6 +35,7 @@ if triton is not None:
     try:
         from gluon_src import H200, dispatch
         from gluon_src import gemm_epilogue as gemm_simple
+        from gluon_src import gemm_epilogue_splitk as gemm_splitk
         from gluon_src import gemm_epilogue_tiled as gemm_tiled
         from gluon_src import gemm_epilogue_tma as gemm_tma
         from gluon_src import softmax as softmax_simple
@@ -334,7 +335,7 @@ for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
 # -- gemm_epilogue -----------------------------------------------------------------------------
 def _gemm_supports(variant):
     def supports(case):
-        if variant == "tma":
+        if variant in ("tma", "splitk"):
             es = torch.empty((), dtype=case.torch_dtype).element_size()
             if case.N % (16 // es) or case.K % (16 // es):
                 return f"N = {case.N}, K = {case.K}: TMA needs both multiples of {16 // es} (16-byte strides)"
@@ -355,8 +356,20 @@ def _gemm_specs(variant, case):
     if variant == "default":
         variant, cfg = dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200)
     else:
-        cfg = dispatch.gemm_choice(case.M, case.N, case.K, variant == "tma", H200)[1]
-    return variant, dispatch.gemm_specs(variant, a, b, bias, act, out, cfg, H200["sms"])
+        cfg = _gemm_cfg(variant, case.M, case.N, case.K, H200)
+    ws = None
+    if variant == "splitk":
+        from gluon_src.gemm_epilogue_splitk import slices
+        ws = torch.empty(slices(case.K, cfg["BLOCK_K"], cfg["SPLIT"])[1] * case.M * case.N,
+                         dtype=torch.float32, device="meta")
+    return variant, dispatch.gemm_specs(variant, a, b, bias, act, out, cfg, H200["sms"], ws)
+
+
+def _gemm_cfg(variant, M, N, K, facts):
+    if variant == "splitk":
+        return dispatch.gemm_splitk_config(M, N, K, facts)
+    return dict(min(dispatch.GEMM[variant], key=lambda c: (dispatch._gemm_time(M, N, K, c, facts["sms"]),
+                                                           c["BLOCK_M"] * c["BLOCK_N"])))
 
 
 def _gemm_compile(variant):
@@ -381,13 +394,16 @@ def _gemm_prepare(variant):
             return _planned(lambda: dispatch.plan_gemm(a, b, bias, act, out))
 
         def make():
-            if variant == "tma" and (why := gemm_tma.check(a, b, out)):
+            if variant in ("tma", "splitk") and (why := gemm_tma.check(a, b, out)):
                 raise ValueError(why)
             M, K = a.shape
             N = b.shape[1]
             facts = dispatch.device_facts(a.device)
-            cfg = dispatch.gemm_choice(M, N, K, variant == "tma", facts)[1]
-            return variant, cfg, bind_all(dispatch.gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"]), a.device)
+            cfg = _gemm_cfg(variant, M, N, K, facts)
+            ws = gemm_splitk.workspace(a, b, cfg) if variant == "splitk" else None
+            launch = bind_all(dispatch.gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"], ws), a.device)
+            launch.workspace = ws
+            return variant, cfg, launch
         return _planned(make)
     return prepare
 
@@ -397,13 +413,15 @@ _GEMM_SRC = {
                   host=("launch_spec", "check")),
     "tiled": Source("gluon_src/gemm_epilogue_tiled.py", kernels=("gemm_epilogue_tiled_kernel",),
                     host=("launch_spec", "vec_facts")),
+    "splitk": Source("gluon_src/gemm_epilogue_splitk.py", kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
+                     host=("launch_specs", "workspace", "slices")),
     "epilogue": Source("gluon_src/epilogue.py", kernels=("bias_act",), host=()),
 }
 _GEMM = {
     "default": ("gemm_epilogue", "dispatcher: tma (persistent, TMA ring + wgmma) when A, B and C allow "
-                "16-byte TMA strides, else tiled (masked loads into NVMMA shared memory + wgmma); tile "
-                "config by waves on the SMs",
-                [_GEMM_SRC["tma"], _GEMM_SRC["tiled"], _GEMM_SRC["epilogue"],
+                "16-byte TMA strides, else tiled (masked loads into NVMMA shared memory + wgmma); splitk "
+                "for few rows whose tiles leave SMs idle; tile config by waves on the SMs",
+                [_GEMM_SRC["tma"], _GEMM_SRC["tiled"], _GEMM_SRC["splitk"], _GEMM_SRC["epilogue"],
                  Source("gluon_src/dispatch.py", kernels=(), host=("plan_gemm", "gemm_specs")),
                  Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))]),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of C tiles, masked loads, mma_v2 on "
@@ -413,6 +431,9 @@ _GEMM = {
     "tma": ("gemm_epilogue_tma", "persistent programs, TMA loads into a multi-stage mbarrier ring, async "
             "wgmma, epilogue in registers, TMA store; K, N multiples of 8",
             [_GEMM_SRC["tma"], _GEMM_SRC["epilogue"]]),
+    "splitk": ("gemm_epilogue_splitk", "K cut in slices over programs (TMA ring + wgmma each), fp32 partials "
+               "summed in order by a second kernel with bias + activation; K, N multiples of 8",
+               [_GEMM_SRC["splitk"], _GEMM_SRC["epilogue"]]),
     "tiled": ("gemm_epilogue_tiled", "masked pointer loads (as wide as the alignment allows) into "
               "double-buffered NVMMA shared memory, async wgmma; any shape",
               [_GEMM_SRC["tiled"], _GEMM_SRC["epilogue"]]),
@@ -421,7 +442,7 @@ _GEMM = {
 for _variant, (_name, _desc, _sources) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_sources,
              devices=("cuda",), available=available,
-             supports=_gemm_supports(_variant) if _variant == "tma" else None,
+             supports=_gemm_supports(_variant) if _variant in ("tma", "splitk") else None,
              compile_only=_gemm_compile(_variant) if triton else None)(_gemm_prepare(_variant))
 
 

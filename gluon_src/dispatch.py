@@ -13,6 +13,7 @@ from typing import NamedTuple
 import triton
 
 from . import device_facts, next_pow2, pow2_divisor
+from . import gemm_epilogue_splitk as gemm_splitk
 from . import gemm_epilogue_tiled as gemm_tiled
 from . import gemm_epilogue_tma as gemm_tma
 from . import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split
@@ -195,6 +196,14 @@ GEMM = {
     "peak_flops": 800e12,        # dense 16-bit tensor-core peak, H100/H200 SXM
     "hbm_bytes_per_s": 4.0e12,
     "mem_min_tiles_per_sm": 1.0,
+    # splitk: at most splitk_max_m rows whose best TMA tiles fill fewer than splitk_min_fill x SMs:
+    # the splitk tile, K cut in the fewest slices (at least splitk_min_k_steps K steps each, at
+    # most splitk_max) that give every SM a program
+    "splitk_max_m": 64,
+    "splitk_min_fill": 0.75,
+    "splitk_min_k_steps": 4,
+    "splitk_max": 8,
+    "splitk": _cfg(64, 64, 64, 6, 4, 0.4),
 }
 
 
@@ -209,6 +218,14 @@ def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
     return max(t_tiles, t_mem)
 
 
+def gemm_splitk_config(M: int, N: int, K: int, facts: dict) -> dict:
+    cfg = dict(GEMM["splitk"])
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    top = max(1, min(GEMM["splitk_max"], triton.cdiv(K, cfg["BLOCK_K"]) // GEMM["splitk_min_k_steps"]))
+    cfg["SPLIT"] = next((s for s in range(2, top + 1) if tiles * s >= facts["sms"]), top)
+    return cfg
+
+
 def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None) -> tuple[str, dict]:
     """tma when TMA can address A, B and C, else tiled; the tile config by the roofline model
     (whole waves of tiles at the config's share of an SM's peak, or the HBM floor, whichever is
@@ -217,10 +234,17 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None)
     kind = "tma" if tma_ok else "tiled"
     # equal times (the HBM floor): the smaller tile, which wastes less of the MMA on few rows
     cfg = min(GEMM[kind], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    if tma_ok and M <= GEMM["splitk_max_m"] and tiles < GEMM["splitk_min_fill"] * facts["sms"]:
+        split = gemm_splitk_config(M, N, K, facts)
+        if split["SPLIT"] > 1:
+            return "splitk", split
     return kind, dict(cfg)
 
 
-def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int) -> list:
+def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None) -> list:
+    if variant == "splitk":
+        return gemm_splitk.launch_specs(a, b, bias, act, out, gemm_splitk.workspace(a, b, cfg) if ws is None else ws, cfg)
     if variant == "tma":
         return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, sms)]
     return [gemm_tiled.launch_spec(a, b, bias, act, out, cfg)]
@@ -231,5 +255,7 @@ def plan_gemm(a, b, bias, act: str, out) -> Plan:
     N = b.shape[1]
     facts = device_facts(a.device)
     variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts)
-    launch = bind_all(gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"]), a.device)
+    ws = gemm_splitk.workspace(a, b, cfg) if variant == "splitk" else None
+    launch = bind_all(gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"], ws), a.device)
+    launch.workspace = ws
     return Plan(variant, cfg, launch)

@@ -76,6 +76,7 @@ def checks() -> None:
                                                   dict(M=127, N=65, K=129, act="none", dtype="float16")]),
         ("gemm_epilogue", "gemm_epilogue", [dict(M=640, N=136, K=4104, act="gelu", bias=0), dict(M=7, N=4000, K=2048, act="relu", bias=0)]),
         ("gemm_epilogue", "gemm_epilogue_simple", [dict(M=33, N=1001, K=3000, act="gelu")]),
+        ("gemm_epilogue", "gemm_epilogue_splitk", [dict(M=16, N=520, K=8192, act="none"), dict(M=1, N=1024, K=512, act="gelu")]),
     ]
     for problem, name, cases in todo:
         impl = registry.get(problem, f"gluon:{name}")
@@ -144,13 +145,17 @@ def timings() -> None:
         plan = dispatch.plan_gemm(a, b, bias, "none", out)
         row["default"] = [plan.variant, {k: plan.config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")},
                           bench(plan.launch)]
-        kind = plan.variant
-        for cfg in dispatch.GEMM[kind]:
-            key = f"{kind} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['STAGES']} w{cfg['num_warps']}"
+        kind = "tiled" if plan.variant == "tiled" else "tma"
+        alts = [(kind, cfg) for cfg in dispatch.GEMM[kind]]
+        if kind == "tma" and M <= 64:
+            alts += [("splitk", dict(dispatch.GEMM["splitk"], SPLIT=s)) for s in (2, 3, 4)]
+        for v, cfg in alts:
+            key = f"{v} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['STAGES']} w{cfg['num_warps']}"
+            key += f" S{cfg['SPLIT']}" if v == "splitk" else ""
             if left() < 5:
                 break
             try:
-                row["alts"][key] = bench(bind_all(dispatch.gemm_specs(kind, a, b, bias, "none", out, cfg, facts["sms"]), dev))
+                row["alts"][key] = bench(bind_all(dispatch.gemm_specs(v, a, b, bias, "none", out, cfg, facts["sms"]), dev))
             except Exception as e:
                 row["alts"][key] = short(e)
         RESULT["timings"].append(row)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+triton = pytest.importorskip("triton")
 pytest.importorskip("triton.experimental.gluon")
 
 from harness import problems, registry  # noqa: E402
@@ -19,7 +20,8 @@ HAS_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >=
 IDS = {"vector_add": {"vector_add", "vector_add_simple"},
        "softmax": {"softmax", "softmax_simple", "softmax_rows", "softmax_block", "softmax_smem",
                    "softmax_split", "softmax_online"},
-       "gemm_epilogue": {"gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled"}}
+       "gemm_epilogue": {"gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled",
+                         "gemm_epilogue_splitk"}}
 
 
 def _impl(problem, name):
@@ -98,9 +100,13 @@ def test_gemm_rules():
     assert dispatch.gemm_choice(4096, 6144, 4096, True, H200) == ("tma", dispatch.GEMM["tma"][0])
     assert dispatch.gemm_choice(4096, 50_257, 768, False, H200)[0] == "tiled"
     for M in (1, 16):      # few rows: the 64-row tiles, enough of them to stream B on most SMs
-        for N, K in ((6144, 4096), (4096, 14_336)):
+        for N, K in ((6144, 4096), (4096, 14_336), (28_672, 4096)):
             v, cfg = dispatch.gemm_choice(M, N, K, True, H200)
             assert cfg["BLOCK_M"] == 64, (M, N, K, cfg)
+            tiles = triton.cdiv(M, 64) * triton.cdiv(N, cfg["BLOCK_N"]) * cfg.get("SPLIT", 1)
+            assert tiles >= dispatch.GEMM["splitk_min_fill"] * H200["sms"], (M, N, K, v, cfg)
+    assert dispatch.gemm_choice(16, 6144, 4096, True, H200)[0] == "splitk"
+    assert dispatch.gemm_choice(16, 6144, 4096, False, H200)[0] == "tiled"
 
 
 def test_smem_config_and_rules():
@@ -178,6 +184,8 @@ def test_softmax_compiles(name, kw, must):
     ("gemm_epilogue", dict(M=1, N=17, K=33, act="gelu"), ("wgmma.mma_async",)),
     ("gemm_epilogue_tiled", dict(M=129, N=264, K=72, act="relu", bias=0), ("wgmma.mma_async",)),
     ("gemm_epilogue_simple", dict(M=17, N=33, K=40, dtype="float16", act="gelu"), ("mma.sync",)),
+    ("gemm_epilogue", dict(M=16, N=6144, K=4096, act="none"), ("cp.async.bulk.tensor", "wgmma.mma_async")),  # splitk
+    ("gemm_epilogue_splitk", dict(M=1, N=1024, K=512, act="gelu"), ("wgmma.mma_async",)),
 ])
 def test_gemm_compiles(name, kw, must):
     ptx = _ptx("gemm_epilogue", name, _case("gemm_epilogue", **kw))
