@@ -145,7 +145,7 @@ for _name, _kernel, _desc, _srcs in (
 # -- softmax ------------------------------------------------------------------------------------
 def _sm_compile(dtype: str, plan: dict) -> list:
     """The compiled kernels of a plan, in launch order."""
-    from tilelang_src import softmax, softmax_online, softmax_rows, softmax_split
+    from tilelang_src import softmax, softmax_online, softmax_rows, softmax_smem, softmax_split
 
     if plan["kernel"] == "simple":
         return [_compile(("softmax", dtype), lambda: softmax.softmax_kernel(dtype))]
@@ -153,6 +153,9 @@ def _sm_compile(dtype: str, plan: dict) -> list:
         c, r, t = plan["cols"], plan["rows"], plan["threads"]
         return [_compile(("softmax_rows", dtype, c, r, t), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t))]
     tile, t = plan["tile"], plan["threads"]
+    if plan["kernel"] == "smem":
+        c = plan["cols"]
+        return [_compile(("softmax_smem", dtype, c, tile, t), lambda: softmax_smem.softmax_smem_kernel(dtype, c, tile, t))]
     if plan["kernel"] == "split":
         return [_compile(("softmax_split_stats", dtype, tile, t),
                          lambda: softmax_split.softmax_split_stats_kernel(dtype, tile, t)),
@@ -218,20 +221,25 @@ def _sm_impl(kernel):
 _SM_SIMPLE = Source(src(C, "softmax.py"), kernels=("softmax_kernel",))
 _SM_ROWS = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel",))
 _SM_ONLINE = Source(src(C, "softmax_online.py"), kernels=("softmax_online_kernel",))
+_SM_SMEM = Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_kernel",))
 _SM_SPLIT = Source(src(C, "softmax_split.py"), kernels=("softmax_split_stats_kernel", "softmax_split_write_kernel"))
 _SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile",))
 _SM_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "_pow2_at_least"))
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by row length: softmax_rows (whole rows in registers, several short rows "
-                          "per CTA) up to 16384 columns, softmax_online beyond, softmax_split for longer rows "
-                          "than that when they cover less than half the SMs",
-         [_SM_ROWS, _SM_ONLINE, _SM_SPLIT, _SM_HOST, _SM_PLAN]),
+                          "per CTA) up to 16384 columns; longer rows: softmax_split when they cover less than "
+                          "half the SMs, else softmax_smem (row staged in shared memory, <= 220 KB) or "
+                          "softmax_online (two reads)",
+         [_SM_ROWS, _SM_SMEM, _SM_ONLINE, _SM_SPLIT, _SM_HOST, _SM_PLAN]),
         ("softmax_simple", "simple", "teaching twin: a CTA per row, online (max, sum) over 1024-column tiles, "
                                      "then a write pass", [_SM_SIMPLE, _SM_HOST]),
         ("softmax_rows", "rows", "whole rows in registers (cols = next power of two), reduce_max / reduce_sum "
                                  "along the row, one read one write", [_SM_ROWS, _SM_HOST, _SM_PLAN]),
         ("softmax_online", "online", "a CTA per row: online (max, sum) over 4096-column tiles, second read to "
                                      "write", [_SM_ONLINE, _SM_HOST, _SM_PLAN]),
+        ("softmax_smem", "smem", "a CTA per row, the row staged raw in shared memory as pass 1 folds (max, sum) "
+                                 "online; pass 2 writes from shared memory (one read, one write)",
+         [_SM_SMEM, _SM_HOST, _SM_PLAN]),
         ("softmax_split", "split", "C CTAs per row: online (max, sum) per chunk to a workspace, then each CTA "
                                    "merges its row's C pairs and writes its chunk", [_SM_SPLIT, _SM_HOST, _SM_PLAN])):
     _s, _c, _p = _sm_impl(_kernel)

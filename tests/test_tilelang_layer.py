@@ -22,7 +22,8 @@ needs_tl = pytest.mark.skipif(not (HAVE_TL and HAVE_NVCC), reason="tilelang or n
 PROBLEMS = ("vector_add", "softmax", "gemm_epilogue")
 IDS = {
     "vector_add": ["vector_add", "vector_add_simple", "vector_add_tiled"],
-    "softmax": ["softmax", "softmax_simple", "softmax_rows", "softmax_online", "softmax_split"],
+    "softmax": ["softmax", "softmax_simple", "softmax_rows", "softmax_online", "softmax_split",
+                "softmax_smem"],
     "gemm_epilogue": ["gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled",
                       "gemm_epilogue_splitk"],
 }
@@ -79,7 +80,10 @@ def test_plans():
     p = dispatch.plan_softmax(32768, 512, 2)
     assert p["kernel"] == "rows" and p["cols"] == 512 and p["rows"] * p["cols"] >= 2048
     assert dispatch.plan_softmax(4096, 16384, 4)["kernel"] == "rows"
-    assert dispatch.plan_softmax(4096, 16385, 4)["kernel"] == "online"
+    assert dispatch.plan_softmax(4096, 16385, 4)["kernel"] == "smem"
+    p = dispatch.plan_softmax(4096, 50257, 4)            # 201 KB of fp32 fits a CTA's shared memory
+    assert p["kernel"] == "smem" and p["cols"] >= 50257 and p["cols"] * 4 <= 227 * 1024
+    assert dispatch.plan_softmax(4096, 128256, 2)["kernel"] == "online"   # 256 KB does not
     p = dispatch.plan_softmax(3, 262_147, 4)          # few long rows: split, the GPU still filled
     assert p["kernel"] == "split" and 3 * p["chunks"] >= dispatch.SMS
     assert dispatch.plan_softmax(1, 98_432, 4)["chunks"] == -(-98_432 // p["tile"])  # a chunk per tile at most
@@ -116,6 +120,8 @@ def test_supports_declines_only_in_variants():
     ("tilelang:vector_add_simple", "vector_add", dict(N=4099, dtype="float16", misalign=3)),
     ("tilelang:softmax", "softmax", dict(M=32768, N=512, dtype="bfloat16")),
     ("tilelang:softmax", "softmax", dict(M=4096, N=50257, dtype="bfloat16")),
+    ("tilelang:softmax", "softmax", dict(M=4096, N=50257, dtype="float32")),
+    ("tilelang:softmax", "softmax", dict(M=4096, N=151936, dtype="float32")),
     ("tilelang:softmax_simple", "softmax", dict(M=300, N=777, layout="strided_odd")),
     ("tilelang:softmax", "softmax", dict(M=3, N=262_147)),
     ("tilelang:gemm_epilogue", "gemm_epilogue", dict(M=4096, N=4096, K=4096, act="gelu", dtype="bfloat16")),
@@ -161,4 +167,29 @@ def test_verify_suite_gpu(problem):
     for name in (problem, f"{problem}_simple"):
         for case in prob.cases("verify"):
             chk = verify_case(impls[f"tilelang:{name}"], prob, case, "cuda")
+            assert chk.ok, (name, case, chk.reason)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_variants_gpu(problem):
+    """Every variant on the verify cases it takes, plus cases that reach the long-row kernels with
+    many rows (the verify suite's long rows are few)."""
+    from harness.verify import verify_case
+
+    impls = _impls()
+    prob = problems.get(problem)
+    extra = {"softmax": [prob.case(M=256, N=20_000, layout="strided_odd"),
+                         prob.case(M=200, N=50_257, dtype="bfloat16", kind="neginf"),
+                         prob.case(M=96, N=70_001, dtype="float16", layout="strided")],
+             "gemm_epilogue": [prob.case(M=64, N=4096, K=4096, act="gelu", dtype="bfloat16")],
+             "vector_add": []}[problem]
+    for name in IDS[problem][2:]:
+        impl = impls[f"tilelang:{name}"]
+        for case in prob.cases("verify") + extra:
+            if impl.supports(case):
+                continue
+            chk = verify_case(impl, prob, case, "cuda")
             assert chk.ok, (name, case, chk.reason)

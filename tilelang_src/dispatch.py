@@ -11,6 +11,8 @@ TABLE = {
     # whole rows in registers up to this many fp32 values per CTA; longer rows stream (online)
     "softmax": {"max_cols": 16384, "elems_per_thread": 16, "min_threads": 32, "max_threads": 1024,
                 "rows_cta_cols": 2048, "online_tile": 4096, "online_threads": 512,
+                # rows staged in shared memory up to this many bytes a CTA (H200: 227 KB a block)
+                "smem_max_bytes": 220 * 1024, "smem_tile": 4096, "smem_threads": 512,
                 # few long rows: C CTAs per row, about split_ctas_per_sm CTAs per SM in all
                 "split_tile": 2048, "split_threads": 256, "split_ctas_per_sm": 2},
     # (bm, bn, bk, stages, threads): large tiles while they fill the GPU, 64-row tiles for few rows
@@ -38,7 +40,9 @@ def _pow2_at_least(n: int) -> int:
 def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
     """rows: whole rows in registers (cols = the power of two >= N, ``elems_per_thread`` fp32
     values a thread; short rows several to a CTA so a CTA holds ``rows_cta_cols`` columns);
-    online: longer rows streamed twice in tiles, a CTA per row, while the rows cover half the SMs;
+    smem: longer rows staged raw in a CTA's shared memory (the row rounded up to ``smem_tile``
+    columns, at most ``smem_max_bytes``), a CTA per row, while the rows cover half the SMs;
+    online: rows longer than that streamed twice in tiles, a CTA per row, as long;
     split: fewer long rows, C CTAs per row (C = the CTAs that fill the SMs twice over, at most a
     chunk per tile)."""
     t = TABLE["softmax"]
@@ -46,8 +50,12 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
     if kernel is None:
         if cols <= t["max_cols"]:
             kernel = "rows"
+        elif m < SMS // 2:
+            kernel = "split"
+        elif -(-n // t["smem_tile"]) * t["smem_tile"] * esize <= t["smem_max_bytes"]:
+            kernel = "smem"
         else:
-            kernel = "online" if m >= SMS // 2 else "split"
+            kernel = "online"
     choice = kernel
     if choice == "rows":
         if cols > t["max_cols"]:
@@ -58,13 +66,18 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
         return {"kernel": "rows", "cols": cols, "rows": rows, "threads": threads}
     if choice == "online":
         return {"kernel": "online", "tile": t["online_tile"], "threads": t["online_threads"]}
+    if choice == "smem":
+        scols = -(-n // t["smem_tile"]) * t["smem_tile"]
+        if scols * esize > t["smem_max_bytes"]:
+            raise ValueError(f"N: softmax_smem stages rows of at most {t['smem_max_bytes']} bytes, not {n} x {esize}")
+        return {"kernel": "smem", "cols": scols, "tile": t["smem_tile"], "threads": t["smem_threads"]}
     if choice == "split":
         tiles = -(-n // t["split_tile"])
         chunks = max(1, min(tiles, -(-t["split_ctas_per_sm"] * SMS // m)))
         return {"kernel": "split", "tile": t["split_tile"], "threads": t["split_threads"], "chunks": chunks}
     if choice == "simple":
         return {"kernel": "simple"}
-    raise ValueError(f"kernel: rows, online, split or simple, not {kernel!r}")
+    raise ValueError(f"kernel: rows, smem, online, split or simple, not {kernel!r}")
 
 
 def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None) -> dict:
