@@ -275,6 +275,8 @@ def bound_launch(problem, variant, cfg, case, inputs, out):
         from triton_src import softmax_block, softmax_online, softmax_rows, softmax_split
         mod = {"block": softmax_block, "rows": softmax_rows, "online": softmax_online,
                "split": softmax_split}[variant]
+        if variant == "split":   # compiled under the register cap the planner's rule decides
+            cfg = dispatch.with_split_register_cap(inputs[0], out, cfg, dispatch.device_facts(inputs[0].device))
         return mod.bind_launch(inputs[0], out, cfg)
     from triton_src import gemm_epilogue_splitk, gemm_epilogue_tiled, gemm_epilogue_tma
     a, b, bias = inputs

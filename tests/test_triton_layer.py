@@ -399,9 +399,9 @@ def test_vector_add_bad_inputs():
 
 def test_softmax_bad_inputs():
     from triton_src.softmax import softmax
-    from triton_src.softmax_block import softmax_block
-    from triton_src.softmax_online import softmax_online
-    from triton_src.softmax_rows import softmax_rows
+    from triton_src.direct import softmax_block
+    from triton_src.direct import softmax_online
+    from triton_src.direct import softmax_rows
     with pytest.raises(ValueError, match="x"):
         softmax(torch.randn(10))
     with pytest.raises(TypeError, match="x"):
@@ -422,7 +422,7 @@ def test_softmax_bad_inputs():
 
 def test_gemm_bad_inputs():
     from triton_src.gemm_epilogue import gemm_epilogue
-    from triton_src.gemm_epilogue_tma import gemm_epilogue_tma
+    from triton_src.direct import gemm_epilogue_tma
     a = torch.randn(8, 16, dtype=torch.float16)
     b = torch.randn(16, 8, dtype=torch.float16)
     with pytest.raises(TypeError, match="a"):
@@ -456,7 +456,7 @@ def test_gemm_tma_declines_unaligned_with_reason():
 
 # -- split: the cross-program protocol -------------------------------------------------------------
 def _split_check(x, **kw):
-    from triton_src.softmax_split import softmax_split
+    from triton_src.direct import softmax_split
     y = softmax_split(x, **kw)
     ref = torch.softmax(x.double(), dim=-1)
     rtol, atol = {torch.float32: (1e-5, 1e-7), torch.float16: (2e-3, 1e-6),
@@ -486,7 +486,7 @@ def test_split_strided_rows_and_neginf():
 
 
 def test_split_bad_inputs():
-    from triton_src.softmax_split import softmax_split
+    from triton_src.direct import softmax_split
     x = torch.randn(4, 1000, device=DEV)
     with pytest.raises(ValueError, match="chunk"):
         softmax_split(x, chunk=300)

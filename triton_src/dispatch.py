@@ -274,14 +274,27 @@ def softmax_split_config(M: int, N: int, elem_size: int, facts: dict, framed: bo
     return S.config(N, chunk, split_warps(chunk, elem_size, framed))
 
 
+def with_split_register_cap(x, out, cfg: dict, facts: dict) -> dict:
+    """``cfg`` for these tensors with its frame (``softmax_split.with_frame``) and ``MAXNREG``: as
+    given when the key is there (0 or None: no cap), else what ``split_register_cap_of`` decides
+    from the kernel compiled without and with the cap (``softmax_split.compiled_facts``; on the
+    GPU only: the decision reads the compiled kernels' registers and spills)."""
+    from . import softmax_split as S
+    cfg = S.with_frame(cfg, x, out)
+    if "MAXNREG" in cfg or interpreting() or x.device.type != "cuda":
+        return cfg
+    cap = split_register_cap_of(lambda c: S.compiled_facts(x, out, dict(cfg, MAXNREG=c)), cfg["num_warps"], facts)
+    return dict(cfg, MAXNREG=cap)
+
+
 def softmax_split_config_for(x, out, facts: dict) -> dict:
     """``softmax_split_config`` for these tensors, the frame included (``VEC``) when
-    ``aligned_frame`` addresses their rows: the default's plan, the variant and the compile-only
-    specs all take it from here, and the config they report is the one the launch binds."""
-    from . import softmax_split as S
+    ``aligned_frame`` addresses their rows, and on the GPU the register cap
+    (``with_split_register_cap``): the default's plan, the variant and the compile-only specs all
+    take it from here, and the config they report is the one the launch binds."""
     M, N = x.shape
     cfg = softmax_split_config(M, N, x.element_size(), facts, framed=bool(aligned_frame(x, out)))
-    return S.with_frame(cfg, x, out)
+    return with_split_register_cap(x, out, cfg, facts)
 
 
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None) -> tuple[str, dict]:

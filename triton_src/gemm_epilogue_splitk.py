@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import ACTS, gemm_args
+from .checks import ACTS
 from .gemm_epilogue_tiled import epilogue, grouped_tile, tile_product, vec_facts
 from .runtime import Spec, bind_spec
 
@@ -113,16 +113,3 @@ def bind_launch(a, b, bias, act: str, out, cfg: dict):
     launch.split = ws.shape[0]
     launch.compiled = partial.compiled
     return launch
-
-
-def gemm_epilogue_splitk(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
-                         act: str = "relu", out: torch.Tensor | None = None, *,
-                         config: dict | None = None) -> torch.Tensor:
-    """C = act(a @ b + bias) with split-K; ``config`` from ``dispatch`` unless given."""
-    from . import device_facts, dispatch
-    M, N, K, out = gemm_args(a, b, bias, act, out)
-    vec = vec_facts(a, b, bias, out)
-    aligned = dispatch.gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"])
-    cfg = config or dispatch.gemm_splitk_config(M, N, K, device_facts(a.device), aligned)
-    bind_launch(a, b, bias, act, out, cfg)()
-    return out

@@ -20,12 +20,11 @@ and TMA variants.
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from . import pow2_divisor
-from .checks import ACTS, gemm_args
+from .checks import ACTS
 from .runtime import Spec, bind_spec
 
 
@@ -138,16 +137,3 @@ def launch_spec(a, b, bias, act: str, out, cfg: dict) -> Spec:
 def bind_launch(a, b, bias, act: str, out, cfg: dict):
     """Zero-argument launch with ``cfg`` (BLOCK_M/N/K, GROUP_M, num_warps, num_stages)."""
     return bind_spec(launch_spec(a, b, bias, act, out, cfg), a.device)
-
-
-def gemm_epilogue_tiled(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
-                        act: str = "relu", out: torch.Tensor | None = None, *,
-                        config: dict | None = None) -> torch.Tensor:
-    """C = act(a @ b + bias) with this kernel; ``config`` from ``dispatch`` unless given."""
-    from . import device_facts, dispatch
-    M, N, K, out = gemm_args(a, b, bias, act, out)
-    vec = vec_facts(a, b, bias, out)
-    aligned = dispatch.gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"])
-    cfg = config or dispatch.gemm_tiled_config(M, N, K, device_facts(a.device), aligned)
-    bind_launch(a, b, bias, act, out, cfg)()
-    return out

@@ -8,12 +8,10 @@ how many programs an SM holds follows from the same registers: ``dispatch`` pick
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from . import aligned_frame, next_pow2
-from .checks import softmax_args
 from .runtime import Spec, bind_spec
 
 MAX_COLS = 32768
@@ -84,17 +82,3 @@ def launch_spec(x, out, cfg: dict) -> Spec:
 
 def bind_launch(x, out, cfg: dict):
     return bind_spec(launch_spec(x, out, cfg), x.device)
-
-
-def softmax_block(x: torch.Tensor, out: torch.Tensor | None = None, *,
-                  num_warps: int | None = None) -> torch.Tensor:
-    """Row softmax with this kernel (config from ``dispatch`` unless given)."""
-    from . import dispatch
-    M, N, out = softmax_args(x, out)
-    if (why := supports(N)):
-        raise ValueError(f"x: {why}")
-    cfg = dispatch.softmax_block_config(N, x.element_size())
-    if num_warps is not None:
-        cfg["num_warps"] = num_warps
-    bind_launch(x, out, cfg)()
-    return out

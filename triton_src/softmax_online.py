@@ -11,11 +11,9 @@ by the L2 size.
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from .checks import softmax_args
 from .runtime import Spec, bind_spec
 
 
@@ -65,19 +63,3 @@ def launch_spec(x, out, cfg: dict) -> Spec:
 
 def bind_launch(x, out, cfg: dict):
     return bind_spec(launch_spec(x, out, cfg), x.device)
-
-
-def softmax_online(x: torch.Tensor, out: torch.Tensor | None = None, *, block: int | None = None,
-                   num_warps: int | None = None, programs: int | None = None) -> torch.Tensor:
-    """Row softmax with this kernel (config from ``dispatch`` unless given)."""
-    from . import device_facts, dispatch
-    M, N, out = softmax_args(x, out)
-    cfg = dispatch.softmax_online_config(M, N, x.element_size(), device_facts(x.device))
-    if block is not None:
-        cfg = config(N, block, num_warps or cfg["num_warps"], cfg["NUM_STAGES"], cfg["programs"])
-    if num_warps is not None:
-        cfg["num_warps"] = num_warps
-    if programs is not None:
-        cfg["programs"] = programs
-    bind_launch(x, out, cfg)()
-    return out

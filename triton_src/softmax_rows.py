@@ -12,13 +12,11 @@ are each addressed from their 16-byte boundary (``VEC``, as in ``softmax_block``
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from . import device_facts, interpreting, next_pow2
 from .softmax_block import frame
-from .checks import softmax_args
 from .runtime import Spec, bind_spec, programs_per_sm
 
 MAX_COLS = 32768
@@ -111,21 +109,3 @@ def bind_launch(x, out, cfg: dict, programs: int | None = None):
             facts = device_facts(x.device)
             programs = facts["sms"] * max(1, programs_per_sm(probe.compiled, cfg["num_warps"], facts))
     return bind_spec(launch_spec(x, out, cfg, programs), x.device)
-
-
-def softmax_rows(x: torch.Tensor, out: torch.Tensor | None = None, *, rows: int | None = None,
-                 num_warps: int | None = None, programs: int | None = None) -> torch.Tensor:
-    """Row softmax with this kernel (config from ``dispatch`` unless given)."""
-    from . import dispatch
-    M, N, out = softmax_args(x, out)
-    if (why := supports(N)):
-        raise ValueError(f"x: {why}")
-    cfg = dispatch.softmax_rows_config(N, x.element_size())
-    if rows is not None:
-        if rows < 1 or rows & (rows - 1):
-            raise ValueError(f"rows: must be a power of two, got {rows}")
-        cfg["ROWS"] = rows
-    if num_warps is not None:
-        cfg["num_warps"] = num_warps
-    bind_launch(x, out, cfg, programs)()
-    return out

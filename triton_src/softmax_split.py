@@ -16,7 +16,6 @@ import triton
 import triton.language as tl
 
 from . import aligned_frame, device_facts, interpreting, next_pow2
-from .checks import softmax_args
 from .runtime import Spec, bind_spec, interpret_concurrently, programs_per_sm
 
 #: rows of at most this many columns fit one program (``softmax_block``), which needs no exchange
@@ -260,16 +259,12 @@ def _compiled_facts(x, out, slots, cfg: dict) -> dict:
             "smem": int(probe.metadata.shared or 0), "regs_cap": cfg.get("MAXNREG")}
 
 
-def with_register_cap(x, out, slots, cfg: dict) -> dict:
-    """``cfg`` with ``MAXNREG``: as given when the key is there (0 or None: no cap), else what
-    ``dispatch.split_register_cap`` decides from the kernel compiled without and with the cap
-    (on the GPU only: the decision reads the compiled kernels' registers and spills)."""
-    from . import dispatch
-    if "MAXNREG" in cfg or interpreting():
-        return cfg
-    cap = dispatch.split_register_cap_of(lambda c: _compiled_facts(x, out, slots, dict(cfg, MAXNREG=c)),
-                                         cfg["num_warps"], device_facts(x.device))
-    return dict(cfg, MAXNREG=cap)
+def compiled_facts(x, out, cfg: dict) -> dict:
+    """The compiled kernel's facts for ``cfg`` on these (CUDA) tensors: registers, spilled values a
+    thread, programs an SM, shared memory and the register cap (``MAXNREG``) it was compiled
+    under. What the planner's register-cap rule reads (``dispatch.with_split_register_cap``)."""
+    slots = torch.empty(x.shape[0] * cfg["C"], dtype=torch.int64, device=x.device)
+    return _compiled_facts(x, out, slots, cfg)
 
 
 def capacity(x, out, slots, cfg: dict) -> int:
@@ -284,15 +279,14 @@ def capacity(x, out, slots, cfg: dict) -> int:
 def bind_launch(x, out, cfg: dict, programs: int | None = None):
     """Zero-argument launch: zero the M*C partial slots (one int64 each, owned by this launch),
     then the kernel on a grid that is a multiple of C and at most what the device holds at once
-    (``programs`` to choose a smaller one), compiled under the register cap ``with_register_cap``
-    decides (``MAXNREG`` in the bound config)."""
+    (``programs`` to choose a smaller one), compiled under the register cap ``MAXNREG`` of the
+    config if it has one (the planner's ``dispatch.with_split_register_cap`` decides it)."""
     M, N = x.shape
     cfg = with_frame(cfg, x, out)
     C = cfg["C"]
     if 2 * M * C >= 2 ** 31:
         raise ValueError(f"x: {M} rows x {C} chunks exceed the kernel's 32-bit unit index")
     slots = torch.zeros(M * C, dtype=torch.int64, device=x.device)
-    cfg = with_register_cap(x, out, slots, cfg)
     cap = capacity(x, out, slots, cfg)
     if cap < C:
         raise TooFewPrograms(f"x: a row of {N} columns needs {C} programs of {cfg['CHUNK']} columns at "
@@ -331,20 +325,3 @@ def launch_raw(x, out, slots, cfg: dict, grid: int, max_spin: int) -> None:
         interpret_concurrently(softmax_split_kernel, grid, **spec.args)
     else:
         softmax_split_kernel[(grid,)](**spec.args, **spec.options)
-
-
-def softmax_split(x: torch.Tensor, out: torch.Tensor | None = None, *, chunk: int | None = None,
-                  num_warps: int | None = None, programs: int | None = None,
-                  prefetch: bool = False) -> torch.Tensor:
-    """Row softmax with this kernel; CHUNK and warps from ``dispatch`` unless given (a given chunk
-    alone gets the warps that keep ``dispatch``'s values a thread). Any N works here (C = 1 for a
-    row of one chunk); ``supports`` declines the rows softmax_block holds in one program."""
-    from . import dispatch
-    M, N, out = softmax_args(x, out)
-    if chunk is None:
-        cfg = dispatch.softmax_split_config(M, N, x.element_size(), device_facts(x.device))
-        cfg = config(N, cfg["CHUNK"], num_warps or cfg["num_warps"], prefetch)
-    else:
-        cfg = config(N, chunk, num_warps or dispatch.split_warps(chunk), prefetch)
-    bind_launch(x, out, cfg, programs)()
-    return out
