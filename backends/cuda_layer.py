@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from cuda_src import dispatch
-from harness import Source, register
+from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +90,8 @@ def device(index: int) -> dispatch.Device:
             a = mod.attributes(mod.kernel("gemm_ws_kernel<true, 256>"), index)
             sm90a = a["ptx_version"] >= 90
         _state[key] = dispatch.Device(sms=d["sms"], cc=tuple(d["cc"]), smem_optin=d["smem_optin"],
-                                      smem_per_sm=d["smem_per_sm"], cooperative=d["cooperative"], sm90a=sm90a)
+                                      smem_per_sm=d["smem_per_sm"], cooperative=d["cooperative"], sm90a=sm90a,
+                                      clusters=sm90a)  # elsewhere the compute_80 PTX runs
     return _state[key]
 
 
@@ -498,7 +499,9 @@ def vector_add_grid(plan: dispatch.Launches, n: int) -> dict:
 # (the helpers a kernel uses from common.cuh, softmax_common.cuh and ptx.cuh are reached through
 # the .cu file's #include lines by the LOC counter: only those it calls are counted)
 HOST = Source("backends/cuda_layer.py", kernels=(), host=("make_launcher", "build_launch"))
-PLANNER = "cuda_src/dispatch.py"  # the dispatch/tuning table and planner: counted apart
+#: each problem's planner entry (the plan column of a default; a module a problem, harness.loc)
+PLANNER = {p: Source(f"cuda_src/dispatch_{p}.py", kernels=(), host=(f"plan_{'gemm' if p == 'gemm_epilogue' else p}",))
+           for p in ("vector_add", "softmax", "gemm_epilogue")}
 
 SOFTMAX_KERNEL = {"simple": ("softmax.cu", "softmax_simple_kernel"), "warp": ("softmax_warp.cu", "softmax_warp_kernel"),
                   "block": ("softmax_block.cu", "softmax_block_kernel"),
@@ -506,7 +509,6 @@ SOFTMAX_KERNEL = {"simple": ("softmax.cu", "softmax_simple_kernel"), "warp": ("s
                   "online": ("softmax_online.cu", "softmax_online_kernel"),
                   "cluster": ("softmax_cluster.cu", "softmax_cluster_kernel"),
                   "split": ("softmax_split.cu", "softmax_split_kernel")}
-DEFAULT_SOFTMAX_PATHS = ("warp", "rows", "block", "cluster", "split", "online")
 SOFTMAX_DESCRIPTIONS = {
     "auto": "planner's rules: warp / rows / block by bytes in flight per SM, long rows to cluster (shared-memory "
             "slices, any alignment) or split (cooperative, aligned fp32 rows), online as the fallback",
@@ -526,9 +528,13 @@ SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "sof
 
 
 def softmax_sources(path: str, host: Source = HOST) -> list[Source]:
-    paths = DEFAULT_SOFTMAX_PATHS if path == "auto" else (path,)
-    srcs = [Source(f"cuda_src/{SOFTMAX_KERNEL[p][0]}", kernels=(SOFTMAX_KERNEL[p][1],), host=()) for p in paths]
-    return srcs + [host]
+    """A path's kernel and the launcher's host code; the default's (``auto``) from the paths its
+    planner can choose (``dispatch.reachable``; the planner itself is the plan column, reached
+    from the launcher's build_launch)."""
+    srcs = {p: Source(f"cuda_src/{f}", kernels=(k,), host=()) for p, (f, k) in SOFTMAX_KERNEL.items()}
+    if path == "auto":
+        return planned_sources(srcs, dispatch.reachable("softmax"), [PLANNER["softmax"], host])
+    return [srcs[path], host]
 
 
 def softmax_supports(path: str):
@@ -578,13 +584,14 @@ for _path, _name in SOFTMAX_ROWS:
     _register_softmax(_path, _name)
 
 
-VA_SOURCES = {"auto": Source("cuda_src/vector_add_vec.cu", kernels=("vector_add_vec_kernel",), host=()),
-              "simple": Source("cuda_src/vector_add.cu", kernels=("vector_add_simple_kernel",), host=())}
+_VA_KERNELS = {"vec": Source("cuda_src/vector_add_vec.cu", kernels=("vector_add_vec_kernel",), host=())}
+VA_SOURCES = {"auto": planned_sources(_VA_KERNELS, dispatch.reachable("vector_add"), [PLANNER["vector_add"]]),
+              "simple": [Source("cuda_src/vector_add.cu", kernels=("vector_add_simple_kernel",), host=())]}
 
 
 def _register_vector_add(path: str, name: str, description: str):
     @register(problem="vector_add", layer="cuda", name=name, description=description,
-              sources=[VA_SOURCES[path], HOST], devices=("cuda",), available=available,
+              sources=[*VA_SOURCES[path], HOST], devices=("cuda",), available=available,
               compile_only=lambda case: plan_facts(case_vector_add(path, case)),
               grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))
     def prepare(case, inputs, out):

@@ -287,7 +287,8 @@ def _device(dev: int) -> dispatch.Device:
         _state[key] = dispatch.Device(sms=props.multi_processor_count, cc=cc,
                                       smem_optin=int(getattr(props, "shared_memory_per_block_optin", 0)) or 232448,
                                       smem_per_sm=int(getattr(props, "shared_memory_per_multiprocessor", 0)) or 233472,
-                                      cooperative=coop, sm90a=cc == (9, 0))  # NVRTC compiles for this very GPU
+                                      cooperative=coop, sm90a=cc == (9, 0),  # NVRTC compiles for this very GPU
+                                      clusters=cc[0] >= 9)
     return _state[key]
 
 
@@ -396,7 +397,7 @@ for _path, _name in SOFTMAX_ROWS:
 
 def _register_vector_add(path: str, name: str, description: str):
     @register(problem="vector_add", layer="cupy", name=name, description="NVRTC of cuda_src: " + description,
-              sources=[VA_SOURCES[path], HOST], devices=("cuda",), available=available,
+              sources=[*VA_SOURCES[path], HOST], devices=("cuda",), available=available,
               compile_only=lambda case: compile_only_nvrtc(case_vector_add(path, case).kernel,
                                                            _config(case_vector_add(path, case))),
               grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))

@@ -20,6 +20,10 @@ class Device:
     smem_per_sm: int = 233472     # shared memory of one SM (bytes)
     cooperative: bool = True      # cooperative launch supported
     sm90a: bool = True            # the sm_90a code of this build runs here (wgmma, TMA)
+    # the code that runs here has sm_90's thread-block clusters and bulk copies: the kl_cuda module
+    # only where its sm_90a code runs (elsewhere the driver runs its compute_80 PTX, which has
+    # neither); NVRTC (cupy) compiles for the device itself, so from compute capability 9.0 on
+    clusters: bool = True
 
 
 H200 = Device()

@@ -98,6 +98,9 @@ def instances() -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------------
 # plans
 
+_NO_CLUSTERS = ("thread-block clusters need code compiled for sm_90 or newer running on the device "
+                "(compute capability {cc}: the module's compute_80 code or an older GPU)")
+
 SOFTMAX_PATHS = ("auto", "simple", "warp", "block", "rows", "cluster", "split", "online")
 
 
@@ -192,11 +195,11 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
         info.update(groups=g, threads=nt, rows_per_block=rpb, blocks_per_sm=bps,
                     resident=bps * rpb * 2 * c.row_bytes)
     elif path == "cluster":
-        cmax = S["cluster_max"] if dev.cc[0] >= 9 else 1
+        cmax = S["cluster_max"] if dev.clusters else 1
         if cluster not in (0, 1, 2, 4, 8, 16):
             raise ValueError(f"cluster: the cluster path takes 0 (default), 1, 2, 4, 8 or 16, got {cluster}")
         if cluster > cmax:
-            raise ValueError("cluster: thread-block clusters need compute capability 9.0 or newer")
+            raise ValueError(f"cluster: {_NO_CLUSTERS.format(cc=dev.cc)}")
         V = 16 // es  # the kernel handles any alignment with 16-byte vectors (scalar head and tail)
         limit = dev.smem_optin - S["smem_reserve"]
 
@@ -275,9 +278,9 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
             b = c.row_bytes
             slice_ = S["online_slice"]
             k = 1 if b <= slice_ else 2 if b <= 2 * slice_ else 4 if b <= 4 * slice_ else 8
-        if k > 1 and dev.cc[0] < 9:
+        if k > 1 and not dev.clusters:
             if cluster > 1:
-                raise ValueError("cluster: thread-block clusters need compute capability 9.0 or newer")
+                raise ValueError(f"cluster: {_NO_CLUSTERS.format(cc=dev.cc)}")
             k = 1
         nt = threads or S["online_threads"]
         if nt > 512:

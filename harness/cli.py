@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-raw", action="store_true", help="leave raw samples out of the JSON")
     p.add_argument("--plot", action="store_true", help="write PNG plots into the output folder")
     p.add_argument("--gpu", default="h200", help="without a GPU: the datasheet GPU of the model's "
-                   "ideal times (h200, h100, a100)")
+                   "ideal times (h200, h100, a100, b200, rtx4090, rtx5090)")
     p.set_defaults(func=cmd_compare)
 
     for modname in EXTERNAL:

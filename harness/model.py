@@ -62,14 +62,29 @@ GPUS: dict[str, GPU] = {
     "a100": GPU("a100", "NVIDIA A100 SXM4 80GB", 2.039e12, 19.5e12, 312e12,
                 "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column: GPU memory bandwidth "
                 "2,039 GB/s; FP32 19.5 TFLOPS; BF16/FP16 Tensor Core 312 TFLOPS dense (624 with sparsity)"),
+    "b200": GPU("b200", "NVIDIA B200 (HGX B200)", 7.7e12, 75e12, 2.25e15,
+                "NVIDIA HGX B200 datasheet, individual B200 GPU: 180 GB HBM3E at 7.7 TB/s; FP32 75 TFLOPS; "
+                "FP16/BF16 Tensor Core 4.5 PFLOPS with sparsity -> 2.25 dense"),
+    # GeForce: the tensor figure with FP32 accumulate (what these GEMMs do), half the FP16-accumulate one
+    "rtx4090": GPU("rtx4090", "NVIDIA GeForce RTX 4090", 1.008e12, 82.6e12, 165.2e12,
+                   "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: memory bandwidth 1,008 GB/s; "
+                   "peak FP32 82.6 TFLOPS; peak FP16/BF16 Tensor with FP32 accumulate 165.2 TFLOPS dense "
+                   "(330.3 with sparsity)"),
+    "rtx5090": GPU("rtx5090", "NVIDIA GeForce RTX 5090", 1.792e12, 104.8e12, 209.5e12,
+                   "NVIDIA RTX Blackwell GPU architecture whitepaper, GeForce RTX 5090: memory bandwidth "
+                   "1,792 GB/s; peak FP32 104.8 TFLOPS; peak FP16/BF16 Tensor with FP32 accumulate 209.5 "
+                   "TFLOPS dense (419 with sparsity)"),
 }
 GPU_ALIASES = {"h100-sxm": "h100", "h100-sxm5": "h100", "h100sxm": "h100",
                "h200-sxm": "h200", "a100-sxm": "a100", "a100-sxm4": "a100", "a100-80gb": "a100",
-               "a100-sxm4-80gb": "a100"}
+               "a100-sxm4-80gb": "a100", "b200-sxm": "b200", "hgx-b200": "b200",
+               "4090": "rtx4090", "rtx-4090": "rtx4090", "geforce-rtx-4090": "rtx4090",
+               "5090": "rtx5090", "rtx-5090": "rtx5090", "geforce-rtx-5090": "rtx5090"}
 
 
 def gpu_by_name(name: str) -> GPU:
-    """A datasheet entry by short name (h100, h200, a100, or an alias); ValueError naming it otherwise."""
+    """A datasheet entry by short name (h100, h200, a100, b200, rtx4090, rtx5090, or an alias);
+    ValueError naming it otherwise."""
     k = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     k = GPU_ALIASES.get(k, k)
     if k not in GPUS:
@@ -87,9 +102,12 @@ def gpu_from_device_name(device_name: str | None) -> GPU | None:
     n = device_name.upper()
     if any(t in n for t in ("PCIE", "NVL", "40GB")):
         return None
-    for key in ("H200", "H100", "A100"):
+    for key in ("H200", "H100", "A100", "B200"):
         if key in n:
             return GPUS[key.lower()]
+    for key in ("RTX 4090", "RTX 5090"):   # "NVIDIA GeForce RTX 4090" (not the "D" or laptop parts)
+        if n.endswith(key):
+            return GPUS[key.replace(" ", "").lower()]
     return None
 
 

@@ -35,7 +35,7 @@ CUDA_IDS = ["cuda:vector_add", "cuda:vector_add_simple", "cuda:softmax", "cuda:s
             "cuda:softmax_block", "cuda:softmax_rows", "cuda:softmax_online", "cuda:softmax_cluster",
             "cuda:softmax_split"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
-SM80 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False)
+SM80 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
 
 
 def _problem(impl_id):
@@ -627,3 +627,60 @@ def test_split_path_on_gpu():
     assert torch.isnan(y[2]).all() and not torch.isnan(y[[0, 1, 3, 4, 5]]).any()
     y = cuda_layer.softmax(torch.randn(8, 100_000, device="cuda"), path="split", max_spin=0)
     assert torch.isnan(y).all()
+
+
+# -- another GPU: the planner on the devices a newcomer may have -----------------------------------
+OTHER_GPUS = {   # SMs, compute capability, opt-in shared memory a CTA and shared memory an SM (bytes)
+    "a100": dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False),
+    "rtx4090": dispatch.Device(sms=128, cc=(8, 9), smem_optin=101376, smem_per_sm=102400, sm90a=False,
+                               clusters=False),
+    "h100": dispatch.Device(sms=132, cc=(9, 0)),
+    "b200": dispatch.Device(sms=148, cc=(10, 0), smem_optin=232448, smem_per_sm=233472, sm90a=False, clusters=False),
+    "rtx5090": dispatch.Device(sms=170, cc=(12, 0), smem_optin=101376, smem_per_sm=102400, sm90a=False,
+                               clusters=False),
+}
+
+
+@pytest.mark.parametrize("nvrtc", [False, True], ids=["kl_cuda", "nvrtc"])
+@pytest.mark.parametrize("gpu", sorted(OTHER_GPUS))
+def test_defaults_plan_a_runnable_path_on_other_gpus(gpu, nvrtc):
+    """Every default plans every verify and models case on A100, RTX 4090, H100, B200 and RTX 5090
+    with what runs there: no thread-block cluster where the running code has none (the module's
+    compute_80 PTX off Hopper; NVRTC compiles for the device, so clusters from sm_90 on), no
+    wgmma/TMA kernel where the sm_90a code does not run, shared memory within the device's."""
+    from dataclasses import replace
+
+    from harness import problems
+    dev = OTHER_GPUS[gpu]
+    if nvrtc:
+        dev = replace(dev, clusters=dev.cc[0] >= 9, sm90a=dev.cc == (9, 0))
+    plan_of = {"vector_add": cuda_layer.case_vector_add, "softmax": cuda_layer.case_softmax,
+               "gemm_epilogue": cuda_gemm.case_gemm}
+    for suite in ("verify", "models"):
+        for p in problems.all_problems():
+            for case in p.cases(suite):
+                L = plan_of[p.name]("auto", case, dev)
+                for q in L.plans:
+                    assert q.cluster == 1 or dev.clusters, (gpu, case.id, q.kernel)
+                    assert q.smem <= dev.smem_optin, (gpu, case.id, q.kernel, q.smem)
+                    assert dev.sm90a or not q.kernel.startswith(("gemm_ws_kernel", "gemm_pingpong_kernel")), \
+                        (gpu, case.id, q.kernel)
+                    assert dispatch.source_of(q.kernel)   # an instance the module (and NVRTC) has
+    # the Hopper-only GEMM variants say why they decline, in one line
+    case = problems.get("gemm_epilogue").case(M=4096, N=4096, K=4096, dtype="bfloat16")
+    if not dev.sm90a:
+        with pytest.raises(dispatch.Decline, match="sm_90|Hopper"):
+            cuda_gemm.case_gemm("ws", case, dev)
+
+
+def test_cluster_path_declines_clusters_without_sm90_code():
+    """The module's kernels off Hopper run its compute_80 PTX, which has no cluster code: the
+    planner keeps one CTA a row there and a forced cluster size is refused, naming why."""
+    b200 = OTHER_GPUS["b200"]
+    p = dispatch.plan_softmax("auto", 4, 262147, "float32", dev=b200)
+    assert all(q.cluster == 1 for q in p.plans)
+    with pytest.raises(ValueError, match="clusters need code compiled for sm_90"):
+        dispatch.plan_softmax("cluster", 4, 262147, "float32", dev=b200, cluster=8)
+    from dataclasses import replace
+    assert dispatch.plan_softmax("cluster", 4, 262147, "float32", dev=replace(b200, clusters=True),
+                                 cluster=8).plans[0].cluster == 8
