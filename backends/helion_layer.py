@@ -171,7 +171,7 @@ def plan_for(problem, args):
         return dispatch.plan_softmax(x.shape[0], x.shape[1], x.element_size())
     a, b = args[0], args[1]
     return dispatch.plan_gemm(a.shape[0], b.shape[1], a.shape[1], a.element_size(),
-                              aligned=all(_rows16(t) for t in (a, b)))
+                              aligned=all(_rows16(t) for t in (a, b)), sms=_sms(a))
 
 
 def _rows16(t) -> bool:
@@ -363,6 +363,8 @@ def _prepare_default(problem):
         _check_device(inputs)
         args = _args(problem, case, inputs, out)
         plan = plan_for(problem, args)
+        if plan.epilogue is not None:
+            return _launch_splitk(plan, args)
         launch = _launch_default(plan.kernel, args, plan.config)
         launch.info.update(variant=plan.variant, rule=plan.rule)
         return launch
@@ -385,6 +387,8 @@ def _compile_default(problem):
         _need_import()
         args = _meta_args(problem, case)
         plan = plan_for(problem, args)
+        if plan.epilogue is not None:
+            return _splitk_compile_only(case, plan)
         return _compile_facts(plan.kernel, args, plan.config, variant=plan.variant, rule=plan.rule)
     return compile_only
 
@@ -422,6 +426,8 @@ def _code_default(problem):
     def hook(case):
         args = _meta_args(problem, case)
         plan = plan_for(problem, args)
+        if plan.epilogue is not None:
+            return _splitk_code(case, plan)
         return plan.kernel, args, plan.config
     return hook
 
@@ -448,9 +454,12 @@ _PROBLEMS = {
     "softmax": ("softmax.py", "softmax", (("softmax.py", "softmax"), ("softmax_online.py", "softmax_online")),
                 "rows that fit registers: the twin's kernel, whole rows, rows packed per program; "
                 "longer rows: the online kernel (two passes over the row); configurations by row size"),
-    "gemm_epilogue": ("gemm_epilogue.py", "gemm_epilogue", (("gemm_epilogue.py", "gemm_epilogue"),),
+    "gemm_epilogue": ("gemm_epilogue.py", "gemm_epilogue",
+                      (("gemm_epilogue.py", "gemm_epilogue"), ("gemm_epilogue_splitk.py", "gemm_partial_sums"),
+                       ("gemm_epilogue_splitk.py", "splitk_epilogue")),
                       "the twin's tiled kernel (addmm on tiles, bias + act on the fp32 accumulator) "
-                      "over runtime sizes with a configuration by M class (dispatch rules)"),
+                      "over runtime sizes with a configuration by M class; few rows with idle SMs: "
+                      "split-K (dispatch rules)"),
 }
 
 _TWIN_DESC = {
@@ -507,9 +516,9 @@ def _sms(t) -> int:
     return 132  # the H200 the CPU mode compiles for
 
 
-def _splitk_launches(args, ws):
+def _splitk_launches(args, ws, plan=None):
     a, b, bias, out, act = args
-    plan = _splitk_plan(args)
+    plan = plan or _splitk_plan(args)
     ekernel, ecfg = plan.epilogue
     return plan, [(plan.kernel, (a, b, ws), plan.config), (ekernel, (ws, bias, out, act), ecfg)]
 
@@ -524,13 +533,17 @@ def _splitk_launches(args, ws):
           compile_only=(lambda case: _splitk_compile_only(case)) if helion else None,
           helion_code=lambda case: _splitk_code(case))
 def prepare_gemm_epilogue_splitk(case, inputs, out):
-    from triton_src.runtime import bind
     _need_import()
     _check_device(inputs)
-    args = _args("gemm_epilogue", case, inputs, out)
+    return _launch_splitk(None, _args("gemm_epilogue", case, inputs, out))
+
+
+def _launch_splitk(plan, args):
+    from triton_src.runtime import bind
+    out = args[3]
     ws = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
     t0 = time.perf_counter()
-    plan, launches = _splitk_launches(args, ws)
+    plan, launches = _splitk_launches(args, ws, plan)
     bound = []
     for kernel, kargs, cfg in launches:
         with _quiet():
@@ -544,25 +557,25 @@ def prepare_gemm_epilogue_splitk(case, inputs, out):
         second()
     launch()
     _sync(out)
-    launch.info = {"compile_s": round(time.perf_counter() - t0, 3), "variant": "splitk",
+    launch.info = {"compile_s": round(time.perf_counter() - t0, 3), "variant": "splitk", "rule": plan.rule,
                    "config": {"partial": plan.config, "epilogue": plan.epilogue[1]}}
     return launch
 
 
-def _splitk_code(case):
+def _splitk_code(case, plan=None):
     a, b, bias, out, act = _meta_args("gemm_epilogue", case)
     ws = torch.empty(out.shape, dtype=torch.float32, device="meta")
-    return list(_splitk_launches((a, b, bias, out, act), ws)[1])
+    return list(_splitk_launches((a, b, bias, out, act), ws, plan)[1])
 
 
-def _splitk_compile_only(case):
+def _splitk_compile_only(case, plan=None):
     _need_import()
     a, b, bias, out, act = _meta_args("gemm_epilogue", case)
     ws = torch.empty(out.shape, dtype=torch.float32, device="meta")
-    plan, launches = _splitk_launches((a, b, bias, out, act), ws)
+    plan, launches = _splitk_launches((a, b, bias, out, act), ws, plan)
     facts = [_compile_facts(k, ka, c) for k, ka, c in launches]
     first = dict(facts[0])
     first["kernels"] = {f["kernel"]: {k: f.get(k) for k in ("registers", "spills", "smem", "grid")} for f in facts}
     first["compile_s"] = round(sum(f["compile_s"] for f in facts), 3)
-    first["variant"] = "splitk"
+    first["variant"], first["rule"] = "splitk", plan.rule
     return first

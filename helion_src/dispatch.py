@@ -48,6 +48,7 @@ SPLITK: dict[str, dict] = {
     "gemm/splitk_epilogue": dict(block_sizes=[16, 128], num_warps=4, num_stages=1),
 }
 SPLITK_WAVES = 2  # programs of the partial-sum kernel: about this many per SM
+SPLITK_MIN_K = 1024  # below, a K chunk would be a step or two: the tiled kernel
 CONFIGS = {**VECTOR_ADD, **SOFTMAX, **GEMM}  # every class (for scripts/tune_helion.py)
 
 # the longest row (bytes of fp32 work: elements x 4) held in registers at once
@@ -93,8 +94,12 @@ def gemm_class(m: int, aligned: bool = True) -> str:
     return key if aligned else key + "_unaligned"
 
 
-def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True) -> Plan:
-    """``aligned``: the rows of A and B (and their starts) are 16-byte multiples."""
+def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
+    """``aligned``: the rows of A and B (and their starts) are 16-byte multiples. Few rows whose
+    output tiles leave SMs idle, over a K long enough to cut: split-K."""
+    bm, bn = GEMM["gemm/small_m"]["block_sizes"][:2]
+    if m <= SMALL_M and k >= SPLITK_MIN_K and -(-m // bm) * -(-n // bn) < sms:
+        return plan_gemm_splitk(m, n, k, elem, sms)
     key = gemm_class(m, aligned)
     return Plan("tiled", tuned.gemm_epilogue, dict(GEMM[key]), key)
 

@@ -66,6 +66,10 @@ def test_dispatch_rules():
     assert chunk % bk == 0 and splits >= 2
     assert -(-16 // bm) * -(-6144 // bn) * splits >= 132  # at least one program per SM
     assert dispatch.plan_gemm_splitk(4096, 4096, 512, 2).config["block_sizes"][2] >= 512  # no split
+    assert dispatch.plan_gemm(16, 6144, 4096, 2).variant == "splitk"
+    assert dispatch.plan_gemm(16, 50257, 768, 2).variant == "tiled"     # tiles fill the SMs
+    assert dispatch.plan_gemm(1, 17, 33, 2).variant == "tiled"          # K too short to cut
+    assert dispatch.plan_gemm(256, 6144, 4096, 2).variant == "tiled"
     for key, cfg in dispatch.CONFIGS.items():
         if key.startswith("gemm/"):
             assert len(cfg["block_sizes"]) == 3
@@ -85,6 +89,7 @@ def _case(problem, **kw):
     ("helion:softmax", "softmax", dict(M=3, N=262_147, dtype="float32")),
     ("helion:softmax_simple", "softmax", dict(M=33, N=3001, dtype="bfloat16", layout="strided_odd")),
     ("helion:gemm_epilogue", "gemm_epilogue", dict(M=1, N=17, K=33, dtype="bfloat16", act="gelu")),
+    ("helion:gemm_epilogue", "gemm_epilogue", dict(M=16, N=520, K=8192, dtype="float16", act="none")),
     ("helion:gemm_epilogue", "gemm_epilogue", dict(M=4096, N=1001, K=136, dtype="float16", act="relu", bias=0)),
     ("helion:gemm_epilogue_simple", "gemm_epilogue", dict(M=127, N=65, K=129, dtype="float16", act="gelu")),
     ("helion:gemm_epilogue_splitk", "gemm_epilogue", dict(M=7, N=4000, K=2048, dtype="bfloat16", act="gelu")),
