@@ -25,7 +25,7 @@ import torch
 from backends.cuda_layer import (DTYPE_CODE, DTYPE_NAME, HOST, available, dev_index, device,
                                  launch_info, make_launcher, module, plan_facts)
 from cuda_src import dispatch
-from harness import Source, register
+from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 
 LAYER = "cuda"
@@ -147,10 +147,11 @@ SOURCES = {
     "splitk": [_src("gemm_epilogue_ws.cu", "gemm_ws_kernel", "gemm_splitk_reduce_kernel")],
     "pingpong": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")],
     "pingpong_c2": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")],
-    "auto": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel"),
-             _src("gemm_epilogue_ws.cu", "gemm_ws_kernel", "gemm_splitk_reduce_kernel", "gemm_pad_rows_kernel"),
-             _src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel")],
 }
+# the default's: the paths its planner can choose (dispatch.reachable), B's repacking included
+SOURCES["auto"] = planned_sources({**SOURCES, "repack": [_src("gemm_epilogue_ws.cu", "gemm_pad_rows_kernel")]},
+                                  dispatch.reachable("gemm_epilogue"),
+                                  [Source("cuda_src/dispatch_gemm.py", kernels=(), host=("plan_gemm",))])
 DESCRIPTIONS = {
     "auto": "planner's rules: small M tiled mma.sync + split-K filling the SMs' resident CTAs, ping-pong where "
             "TMA can read and store, ws + split-K when tiles leave SMs idle, B repacked for TMA when only its "
