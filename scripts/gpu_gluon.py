@@ -115,9 +115,9 @@ def timings() -> None:
         es = x.element_size()
         alts = []
         for blk in (4096, 8192, 16384):
-            for per_sm in (1, 2, 4):
+            for per_sm in (0.5, 1, 2, 4):
                 alts.append((f"online {blk} x{per_sm}", "online",
-                             softmax_online.config(es, blk, 8 if blk == 4096 else 16, facts["sms"] * per_sm)))
+                             softmax_online.config(es, blk, 8 if blk == 4096 else 16, int(facts["sms"] * per_sm))))
         if dispatch.softmax_smem_config(M, N, es, facts):
             for w in (4, 8, 16):
                 if softmax_smem.supports(N, es, w, facts) is None:
