@@ -316,6 +316,13 @@ def test_compare_killed_keeps_every_row_in_the_store(store_url, tmp_path):
         assert rid is not None
         keys = {(r["phase"], r["impl"], r["case"]["id"]) for r in st.rows(rid)}
     assert {(r["phase"], r["impl"], r["case"]["id"]) for r in in_folder} <= keys
+    # --resume finishes the same store run
+    r = harness("compare", "--resume", out, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads((out / "results.json").read_text())
+    with S.open_store(store_url) as st:
+        (run,) = st.list_runs()
+        assert run["id"] == rid and run["state"] == "done" and run["rows"] == len(doc["rows"])
 
 
 @pytest.mark.slow
