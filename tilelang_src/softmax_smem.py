@@ -1,9 +1,9 @@
 """Row softmax with the row staged in shared memory: a CTA per row, one read and one write.
 
-Pass 1 walks the row in tiles of ``tile`` columns: each tile is loaded once from global memory,
-kept raw in the CTA's shared memory (``cols`` elements, the row length rounded up to the tile)
-and folded into the running (max, sum of exp) online. Pass 2 reads the row back from shared
-memory and writes exp(x - max) / sum. Rows too long for registers but short enough for shared
+The CTA first copies its whole row, raw, into shared memory (``cols`` elements, the row length
+rounded up to the tile; every thread's loads issued back to back, so a CTA has the row in
+flight), then walks it in tiles of ``tile`` columns from shared memory folding the running
+(max, sum of exp) online, and finally writes exp(x - max) / sum from shared memory. Rows too long for registers but short enough for shared
 memory (up to ~200 KB a CTA) move 2 x N elements, as a copy does. Dynamic M, N and strides.
 """
 import tilelang.language as T
@@ -30,9 +30,9 @@ def softmax_smem_kernel(dtype: str, cols: int, tile: int, threads: int):
             s = T.alloc_fragment((1,), f32)
             T.fill(m, NEG)
             T.fill(s, 0.0)
+            for t, j in T.Parallel(tiles, tile):    # the whole row's loads in flight at once
+                row[t, j] = T.if_then_else(t * tile + j < N, X[r, t * tile + j], T.cast(NEG, dtype))
             for t in T.serial(T.ceildiv(N, tile)):
-                for j in T.Parallel(tile):
-                    row[t, j] = T.if_then_else(t * tile + j < N, X[r, t * tile + j], T.cast(NEG, dtype))
                 for j in T.Parallel(tile):
                     x[j] = T.cast(row[t, j], f32)
                 T.reduce_max(x, tmax, dim=0)
