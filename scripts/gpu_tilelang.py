@@ -112,7 +112,10 @@ def main():
 
     jobs = _jobs()
     ok = set()
-    with ProcessPoolExecutor(max_workers=min(14, os.cpu_count() or 4)) as pool:
+    import multiprocessing
+
+    with ProcessPoolExecutor(max_workers=min(14, os.cpu_count() or 4),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
         futs = [pool.submit(compile_job, j) for j in jobs]
         try:
             for f in as_completed(futs, timeout=max(10, BUDGET_S - 45 - (time.time() - T0))):
