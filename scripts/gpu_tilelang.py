@@ -114,19 +114,18 @@ def main():
     ok = set()
     import multiprocessing
 
-    with ProcessPoolExecutor(max_workers=min(14, os.cpu_count() or 4),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        futs = [pool.submit(compile_job, j) for j in jobs]
-        try:
-            for f in as_completed(futs, timeout=max(10, BUDGET_S - 45 - (time.time() - T0))):
-                job, s, err = f.result()
-                res["compile"].append({"job": repr(job), "s": s, "error": err})
-                if err is None:
-                    ok.add(job)
-        except Exception as e:
-            res["errors"].append(f"compile pool: {type(e).__name__} {e}")
-        for f in futs:
-            f.cancel()
+    pool = ProcessPoolExecutor(max_workers=min(14, os.cpu_count() or 4),
+                               mp_context=multiprocessing.get_context("spawn"))
+    futs = [pool.submit(compile_job, j) for j in jobs]
+    try:
+        for f in as_completed(futs, timeout=max(10, BUDGET_S - 45 - (time.time() - T0))):
+            job, s, err = f.result()
+            res["compile"].append({"job": repr(job), "s": s, "error": err})
+            if err is None:
+                ok.add(job)
+    except Exception as e:
+        res["errors"].append(f"compile pool: {type(e).__name__} {e}")
+    pool.shutdown(wait=False, cancel_futures=True)   # (sweep.json is written as rows finish)
     save()
     get = lambda job: tilelang_src.compile_kernel(job, lambda: build(*job)).kernel  # noqa: E731
     dev = "cuda"
