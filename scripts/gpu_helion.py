@@ -3,7 +3,8 @@ autotuner (effort "quick", 60 s shared among the shape classes of helion_src/dis
 representative shape per class, written to $OUT/helion/tune.json with the chosen configurations,
 their times beside dispatch's and Helion's default configuration, and the tuning seconds per
 class. Then, for few-row GEMMs, the split-K variant against the tiled default and torch, at the
-split the rule chooses and at half and twice its chunk ($OUT/helion/splitk.json)."""
+split the rule chooses and at half and twice its chunk ($OUT/helion/splitk.json); and softmax rows
+in registers against the looped and online kernels by row length ($OUT/helion/softmax_rows.json)."""
 from __future__ import annotations
 
 import json
@@ -43,7 +44,45 @@ def main() -> int:
         import traceback
         (out / "splitk_error.txt").write_text(traceback.format_exc())
         print(f"splitk failed: {type(e).__name__}: {e}")
+    try:
+        rows_vs_online(out, t0)
+    except Exception as e:
+        import traceback
+        (out / "softmax_error.txt").write_text(traceback.format_exc())
+        print(f"softmax comparison failed: {type(e).__name__}: {e}")
     print(f"gpu_helion: {time.perf_counter() - t0:.1f} s")
+
+
+def rows_vs_online(out: Path, t0: float) -> None:
+    """Where whole rows in registers stop paying: rows, looped and online kernels by row length."""
+    import helion
+    import torch
+
+    from helion_src import tuned
+    from tune_helion import _bench
+    rows = []
+    for n, dt in ((4096, torch.float32), (8192, torch.float32), (16384, torch.bfloat16), (32768, torch.bfloat16)):
+        if time.perf_counter() - t0 > 105:
+            break
+        x = torch.randn(4096, n, device="cuda", dtype=dt)
+        o = torch.empty_like(x)
+        ref = torch.softmax(x.float(), -1)
+        row = {"shape": [4096, n], "dtype": str(dt), "torch_ms": _bench(lambda: torch.softmax(x, -1))}
+        w = 1 << max(0, (n - 1).bit_length())
+        for label, kern, cfg in (
+                ("rows", tuned.softmax_rows, dict(block_sizes=[1], reduction_loops=[None], num_stages=1,
+                                                  num_warps=min(32, max(4, w // 512)))),
+                ("looped", tuned.softmax_rows, dict(block_sizes=[1], reduction_loops=[4096], num_warps=8)),
+                ("online", tuned.softmax_online, dict(block_sizes=[1, 4096, 4096], num_warps=8))):
+            try:
+                c = kern.bind((x, o)).compile_config(helion.Config(**cfg), allow_print=False)
+                row[f"{label}_ms"] = _bench(lambda: c(x, o))
+                row[f"{label}_err"] = ((o.float() - ref).abs().max()).item()
+            except Exception as e:
+                row[label] = f"{type(e).__name__}: {str(e)[:200]}"
+        rows.append(row)
+        print(row, flush=True)
+        (out / "softmax_rows.json").write_text(json.dumps(rows, indent=2, default=str))
 
 
 def splitk(out: Path, t0: float) -> None:
