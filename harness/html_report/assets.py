@@ -22,7 +22,7 @@ table.sortable th[aria-sort="ascending"]::after { content: " \\25B2"; }
 table.sortable th[aria-sort="descending"]::after { content: " \\25BC"; }
 .PASS { color: #17663a; } .FAIL { color: #b3261e; font-weight: 600; } .SKIP { color: var(--dim); }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
-.chart { border: 1px solid var(--line); padding: 6px; background: #fff; }
+.chart { border: 1px solid var(--line); padding: 6px; background: #fff; margin: 0; }
 .chart figcaption { font-size: 12px; color: var(--dim); margin-top: 2px; max-width: 560px; }
 .side { display: flex; flex-wrap: wrap; gap: 20px; align-items: flex-start; }
 .side > div { min-width: 0; }
