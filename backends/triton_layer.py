@@ -190,8 +190,8 @@ class _compiler_mode:
 
 
 
-def compile_spec(spec: "Spec", ptxas: bool = True) -> dict:
-    """Compile one launch spec for sm_90 without a GPU. Every argument is specialised as Triton's
+def compile_spec(spec: "Spec", ptxas: bool = True, cc: int = 90) -> dict:
+    """Compile one launch spec for sm_90 (``cc``: another compute capability, e.g. 80) without a GPU. Every argument is specialised as Triton's
     launcher specialises it (``native_specialize_impl``: pointer dtype and 16-byte alignment,
     integers as i32 / i64, multiples of 16, the value 1 as a constant), so the PTX is the one the
     launch would run. Returns compile seconds, registers, spills, shared memory, the config."""
@@ -217,7 +217,7 @@ def compile_spec(spec: "Spec", ptxas: bool = True) -> dict:
     src = ASTSource(fn=jf, signature=signature, constexprs=constexprs, attrs=attrs)
     t0 = time.perf_counter()
     with _compiler_mode():
-        ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(spec.options))
+        ck = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=dict(spec.options))
     secs = time.perf_counter() - t0
     d = next(iter(ptx_facts(ck.asm["ptx"]).values()), {}) if ptxas else {}
     smem = getattr(ck.metadata, "shared", None)
@@ -226,7 +226,7 @@ def compile_spec(spec: "Spec", ptxas: bool = True) -> dict:
     return {"compile_s": round(secs, 3), "registers": d.get("registers"), "spills": d.get("spills", 0),
             "local_bytes": d.get("stack", 0),
             "smem": smem if smem is not None else d.get("smem", 0), "kernel": jf.__name__,
-            "target": "sm_90a" if "sm_90a" in ck.asm["ptx"] else "sm_90", "triton": triton.__version__,
+            "target": "sm_90a" if "sm_90a" in ck.asm["ptx"] else f"sm_{cc}", "triton": triton.__version__,
             "grid": list(spec.grid), "config": config, "ptx": ck.asm["ptx"]}
 
 

@@ -660,3 +660,65 @@ def test_split_reports_the_config_it_binds(name):
     launch = _impl("softmax", name).prepare(case, P.make_inputs(case, DEV, 0), P.alloc_out(case, DEV))
     assert launch.info["config"] == launch.config
     assert launch.config["VEC"] == 4 and launch.config["num_warps"] == 2
+
+
+# -- another GPU: the planner with the facts of the GPUs a newcomer may have ------------------------
+OTHER_GPUS = {   # what triton_src.device_facts reports there (SMs, shared memory an SM, capability, L2)
+    "a100": {"sms": 108, "regs_per_sm": 65536, "smem_per_sm": 167936, "max_warps_per_sm": 64,
+             "l2_bytes": 40 * 2 ** 20, "cc": (8, 0)},
+    "rtx4090": {"sms": 128, "regs_per_sm": 65536, "smem_per_sm": 102400, "max_warps_per_sm": 48,
+                "l2_bytes": 72 * 2 ** 20, "cc": (8, 9)},
+    "h100": {**H200, "cc": (9, 0)},
+    "b200": {"sms": 148, "regs_per_sm": 65536, "smem_per_sm": 233472, "max_warps_per_sm": 64,
+             "l2_bytes": 126 * 2 ** 20, "cc": (10, 0)},
+    "rtx5090": {"sms": 170, "regs_per_sm": 65536, "smem_per_sm": 102400, "max_warps_per_sm": 48,
+                "l2_bytes": 96 * 2 ** 20, "cc": (12, 0)},
+}
+
+
+@pytest.mark.parametrize("gpu", sorted(OTHER_GPUS))
+def test_defaults_plan_within_other_gpus(gpu):
+    """On A100, RTX 4090, H100, B200 and RTX 5090 the GEMM default takes TMA only from sm_90 on and
+    tile configs whose pipelined shared memory the device holds; softmax and vector add plan
+    every case. (The same planner functions the GPU launch calls, with the device's facts.)"""
+    from backends import triton_layer as T
+    facts = OTHER_GPUS[gpu]
+    limit = facts["smem_per_sm"] - 1024
+    for suite in ("verify", "models"):
+        for case in problems.get("gemm_epilogue").cases(suite):
+            a, b, bias, act, out = T._meta_gemm(case)
+            variant, cfg = dispatch.gemm_choice(case.M, case.N, case.K, T.gemm_tma.check(a, b, out) is None, facts,
+                                                T._gemm_aligned(a, b, bias, out))
+            assert facts["cc"] >= (9, 0) or variant != "tma", (gpu, case.id)
+            assert dispatch.gemm_smem(cfg) <= limit, (gpu, case.id, variant, cfg)
+        for case in problems.get("softmax").cases(suite):
+            assert dispatch.softmax_choice(case.M, case.N, case.torch_dtype.itemsize, facts)[0] in \
+                dispatch.reachable("softmax")
+        for case in problems.get("vector_add").cases(suite):
+            assert dispatch.vector_add_choice(case.N, case.torch_dtype.itemsize)[0] == "unmasked"
+
+
+@pytest.mark.slow
+def test_compile_only_defaults_for_sm80():
+    """The defaults' kernels as an A100 would plan them compile for sm_80 (Triton's
+    GPUTarget("cuda", 80, 32)): one case of each problem and each GEMM path an A100 takes."""
+    from backends import triton_layer as T
+    facts = OTHER_GPUS["a100"]
+    cases = [problems.get("vector_add").case(N=100_003, dtype="bfloat16"),
+             problems.get("softmax").case(M=64, N=50_257, dtype="bfloat16"),
+             problems.get("softmax").case(M=4096, N=768, dtype="float16")]
+    gemm = problems.get("gemm_epilogue")
+    for case in cases:
+        variant = "default"
+        specs = T.specs_for(case.problem, variant, case)
+        for s in specs:
+            f = T.compile_spec(s, ptxas=False, cc=80)
+            assert ".target sm_80" in f["ptx"] and f["target"] == "sm_80", (case.id, f["target"])
+    for case in (gemm.case(M=4096, N=4096, K=4096, dtype="bfloat16"), gemm.case(M=16, N=4096, K=4096, dtype="float16")):
+        a, b, bias, act, out = T._meta_gemm(case)
+        variant, cfg = dispatch.gemm_choice(case.M, case.N, case.K, T.gemm_tma.check(a, b, out) is None, facts,
+                                            T._gemm_aligned(a, b, bias, out))
+        assert variant != "tma"
+        for s in T._gemm_specs(variant, case, cfg):
+            f = T.compile_spec(s, ptxas=False, cc=80)
+            assert ".target sm_80" in f["ptx"], (case.id, variant)

@@ -21,7 +21,7 @@ def interpreting() -> bool:
 
 #: what the planner assumes without a GPU (compile_only, the interpreter): an H200
 H200 = {"sms": 132, "regs_per_sm": 65536, "smem_per_sm": 233472, "max_warps_per_sm": 64,
-        "l2_bytes": 50 * 2 ** 20}
+        "l2_bytes": 50 * 2 ** 20, "cc": (9, 0)}
 
 
 def device_facts(device: torch.device | None = None) -> dict:
@@ -34,7 +34,8 @@ def device_facts(device: torch.device | None = None) -> dict:
             "regs_per_sm": getattr(p, "regs_per_multiprocessor", 65536),
             "smem_per_sm": getattr(p, "shared_memory_per_multiprocessor", 232448),
             "max_warps_per_sm": getattr(p, "max_threads_per_multi_processor", 2048) // 32,
-            "l2_bytes": getattr(p, "L2_cache_size", 0) or H200["l2_bytes"]}
+            "l2_bytes": getattr(p, "L2_cache_size", 0) or H200["l2_bytes"],
+            "cc": (p.major, p.minor)}
 
 
 def next_pow2(n: int) -> int:

@@ -359,12 +359,44 @@ def _split_choices(K: int, block_k: int) -> list[int]:
     return list(range(1, top + 1))
 
 
+def gemm_smem(cfg: dict) -> int:
+    """Shared memory a GEMM config's pipelined loop holds at most: ``num_stages`` A and B tiles of
+    16-bit values, plus the TMA epilogue's staging tile (halved by EPILOGUE_SUBTILE)."""
+    s = cfg["num_stages"] * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
+    if "EPILOGUE_SUBTILE" in cfg:
+        s += cfg["BLOCK_M"] * cfg["BLOCK_N"] * 2 // (2 if cfg["EPILOGUE_SUBTILE"] else 1)
+    return s
+
+
+def fitted(cfg: dict, facts: dict) -> dict | None:
+    """``cfg`` as the device's shared memory holds it (an SM's less the 1 KB the system keeps a
+    program): its stages lowered down to 2 where needed, None when even 2 do not fit. Every table
+    entry fits an H100 / H200 as it is; 100 KB GPUs (RTX 4090, RTX 5090) take fewer stages or
+    smaller tiles."""
+    limit = facts.get("smem_per_sm", 233472) - 1024
+    c = dict(cfg)
+    while gemm_smem(c) > limit and c["num_stages"] > 2:
+        c["num_stages"] -= 1
+    return c if gemm_smem(c) <= limit else None
+
+
+def gemm_table(name: str, facts: dict) -> list[dict]:
+    """The entries of ``GEMM[name]`` the device holds (``fitted``), in table order."""
+    return [c for c in (fitted(cfg, facts) for cfg in GEMM[name]) if c is not None]
+
+
+def tma_available(facts: dict) -> bool:
+    """TMA descriptors (sm_90 and newer) and a TMA tile config that fits the device."""
+    return tuple(facts.get("cc", (9, 0))) >= (9, 0) and bool(gemm_table("tma", facts))
+
+
 def gemm_narrow_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
     """Few rows: BLOCK_M = M rounded up (>= 16), narrow tiles over N; K unsplit (the tiled kernel
     writes C directly) when the tiles load the SMs evenly (tiles / SMs at least ``narrow_balance``
     of its rounding up: one wave at least that full counts), else split by the smallest factor S
     with tiles x S >= SMs."""
     cfg = {**GEMM["narrow" if aligned else "narrow_unaligned"], "BLOCK_M": max(16, next_pow2(M)), "eff": 1.0}
+    cfg = fitted(cfg, facts) or cfg
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     sms = facts["sms"]
     even = tiles / sms >= GEMM["narrow_balance"] * _waves(tiles, sms)
@@ -374,11 +406,11 @@ def gemm_narrow_config(M: int, N: int, K: int, facts: dict, aligned: bool = True
 
 
 def gemm_tma_config(M: int, N: int, K: int, facts: dict) -> dict:
-    return min(GEMM["tma"], key=lambda c: _gemm_time(M, N, K, c, 1, facts["sms"]))
+    return min(gemm_table("tma", facts) or GEMM["tma"], key=lambda c: _gemm_time(M, N, K, c, 1, facts["sms"]))
 
 
 def gemm_tiled_config(M: int, N: int, K: int, facts: dict, aligned: bool = True) -> dict:
-    table = GEMM["tiled" if aligned else "tiled_unaligned"]
+    table = gemm_table("tiled" if aligned else "tiled_unaligned", facts)
     return min(table, key=lambda c: _gemm_time(M, N, K, c, 1, facts["sms"]))
 
 
@@ -392,7 +424,7 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict, aligned: bool = True
     if M <= GEMM["narrow_max_m"]:
         cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return cfg if cfg["SPLIT"] > 1 else {**cfg, "SPLIT": min(2, _split_choices(K, cfg["BLOCK_K"])[-1])}
-    table = GEMM["tiled" if aligned else "tiled_unaligned"]
+    table = gemm_table("tiled" if aligned else "tiled_unaligned", facts)
     best = min(((c, s) for c in table for s in _split_choices(K, c["BLOCK_K"])[1:] or [1]),
                key=lambda cs: _gemm_time(M, N, K, cs[0], cs[1], facts["sms"]))
     return {**best[0], "SPLIT": best[1]}
@@ -406,17 +438,18 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     aligned, see GEMM) and split factors."""
     facts = facts or device_facts()
     sms = facts["sms"]
+    tma_ok = tma_ok and tma_available(facts)
     if M <= GEMM["narrow_max_m"]:
         cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return ("splitk" if cfg["SPLIT"] > 1 else "tiled"), cfg
     if not tma_ok and not aligned and GEMM["plain_unaligned"]:
         # rows no async copy can take: the plain kernel (masked pointer loads every K step, a 2-d
         # grid whose consecutive programs share a B column panel), the fastest measured there
-        return "plain", dict(GEMM["plain"])
+        return "plain", fitted(GEMM["plain"], facts) or dict(GEMM["plain"])
     kind = "tma" if tma_ok else "tiled"
-    table = GEMM[kind if tma_ok or aligned else "tiled_unaligned"]
+    table = gemm_table(kind if tma_ok or aligned else "tiled_unaligned", facts)
     options = [(kind, c, 1) for c in table]
-    pointer = GEMM["tiled" if aligned else "tiled_unaligned"]
+    pointer = gemm_table("tiled" if aligned else "tiled_unaligned", facts)
     options += [("splitk", c, s) for c in pointer for s in _split_choices(K, c["BLOCK_K"])[1:]]
     variant, cfg, split = min(options, key=lambda o: _gemm_time(M, N, K, o[1], o[2], sms))
     return variant, ({**cfg, "SPLIT": split} if variant == "splitk" else dict(cfg))
