@@ -125,7 +125,9 @@ def main():
                 ok.add(job)
     except Exception as e:
         res["errors"].append(f"compile pool: {type(e).__name__} {e}")
-    pool.shutdown(wait=False, cancel_futures=True)   # (sweep.json is written as rows finish)
+    for proc in list(getattr(pool, "_processes", {}).values()):   # compiles still running: stop them
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
     save()
     get = lambda job: tilelang_src.compile_kernel(job, lambda: build(*job)).kernel  # noqa: E731
     dev = "cuda"
