@@ -124,7 +124,8 @@ def check_in_browser(index: Path, shot: Path, n_charts: int, sort_by: str) -> No
     from playwright.sync_api import sync_playwright
     exe = _chromium()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        browser = p.chromium.launch(executable_path=exe,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             problems: list[str] = []

@@ -121,7 +121,8 @@ def svg(problem: str, summary_lines: list[dict], title: str, chart_id: str) -> s
             mark = (f'<rect class="pt" x="{cx - 5:.1f}" y="{cy - 5:.1f}" width="10" height="10" fill="{fill}" '
                     f'stroke="{c}" stroke-width="2"/>')
         else:
-            mark = f'<circle class="pt" cx="{cx:.1f}" cy="{cy:.1f}" r="5.5" fill="{fill}" stroke="{c}" stroke-width="2"/>'
+            mark = (f'<circle class="pt" cx="{cx:.1f}" cy="{cy:.1f}" r="5.5" fill="{fill}" stroke="{c}" '
+                    f'stroke-width="2"/>')
         anchor = "end" if cx > ML + pw - 80 else "start"
         lx = cx - 6 if anchor == "end" else cx + 6
         width = 5.6 * len(label)          # about, at font-size 10
