@@ -471,3 +471,66 @@ def test_language_check_catches_a_planted_foreign_kernel(tmp_path):
     tc = Impl("cute", Source(f"tests/fixtures/loc/lang_triton.py", kernels=("k",), host=()))
     assert any("triton" in b for b in foreign_language(tc))
     assert (d / "lang_gluon.py").is_file()
+
+
+# -- the rule on a planted layer (issue 29): an unreachable kernel, a helper in another file, a
+# table, a planner; in each layer's style --------------------------------------------------------
+DEMO = "tests/fixtures/loc/demo_src"
+PLAN_SRC = Source(f"{DEMO}/dispatch.py", kernels=(), host=("plan",))
+
+
+class _Planted:
+    def __init__(self, sources, role="default"):
+        self.sources, self.role, self.id, self.problem, self.layer = tuple(sources), role, "demo:x", "softmax", "demo"
+
+
+@pytest.mark.parametrize("style,variants,kernel,host", [
+    # Triton: softmax_a_kernel 10-15 (6) + LOG2E (1) + helpers.row_max 6-8 (3); bind_launch 18-19
+    ("triton", {"a": Source(f"{DEMO}/softmax_a.py", kernels=("softmax_a_kernel",), host=("bind_launch",)),
+                "b": Source(f"{DEMO}/softmax_b.py", kernels=("softmax_b_kernel",), host=("bind_launch",))}, 10, 2),
+    # CUDA C++: k_a 4-7 (4) + common.cuh twice 4-6 (3), not thrice; launch_a 9-11
+    ("cuda", {"a": Source(f"{DEMO}/k_a.cu", kernels=("k_a",), host=("launch_a",)),
+              "b": Source(f"{DEMO}/k_b.cu", kernels=("k_b",), host=())}, 7, 3),
+    # CuTe DSL: SoftmaxA.kernel 11-14 (4) + cute_helpers.scale 5-7 (3); __call__ 16-18 (3) + THREADS
+    ("cute", {"a": Source(f"{DEMO}/cute_a.py", kernels=("SoftmaxA.kernel",), host=("SoftmaxA.__call__",)),
+              "b": Source(f"{DEMO}/cute_a.py", kernels=("SoftmaxB.kernel",), host=())}, 7, 4),
+])
+def test_planted_layer_counts_only_what_the_planner_reaches(style, variants, kernel, host):
+    from harness import planned_sources
+    from harness.loc import is_planner
+    assert is_planner(f"{DEMO}/dispatch.py") and is_planner("cuda_src/dispatch_softmax.py")
+    assert not is_planner(f"{DEMO}/softmax_a.py") and not is_planner("backends/dispatch.py")
+    import importlib.util
+    from harness.loc import REPO_ROOT
+    spec = importlib.util.spec_from_file_location("demo_dispatch", REPO_ROOT / DEMO / "dispatch.py")
+    planner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planner)
+    reach = planner.reachable("softmax")         # the planner says which variants it can choose
+    impl = _Planted(planned_sources(variants, reach, [PLAN_SRC]))
+    c = count_impl(impl, explain=True)
+    # plan: plan() 14-15 (2) + TABLE 3-6 (4); UNUSED and reachable() are not reached
+    assert (c["kernel"], c["host"], c["plan"]) == (kernel, host, 6), c
+    # b is reachable nowhere: none of its lines; every span names its column and why
+    b_file = variants["b"].path
+    assert not any(sp[0] == b_file and ("b_kernel" in sp[4] or sp[4] in ("k_b", "SoftmaxB.kernel"))
+                   for sp in c["spans"])
+    assert {sp[3] for sp in c["spans"]} == {"kernel", "host", "plan"}
+    assert any("variant 'a'" in sp[5] for sp in c["spans"])
+    # every variant reachable: b's kernel counted on top (its own lines, the shared helper once)
+    both = count_impl(_Planted(planned_sources(variants, ("a", "b"), [PLAN_SRC])))
+    assert both["kernel"] > c["kernel"] and both["plan"] == 6
+    # the twin (role simple) has no plan column
+    twin = count_impl(_Planted([variants["a"], PLAN_SRC], role="simple"))
+    assert twin["plan"] == 0 and twin["kernel"] == kernel and twin["host"] == host
+
+
+def test_planned_sources_checks_its_arguments():
+    from harness import planned_sources
+    a = Source(f"{DEMO}/softmax_a.py", kernels=("softmax_a_kernel",), host=())
+    with pytest.raises(ValueError, match="'c'"):
+        planned_sources({"a": a}, ("a", "c"))
+    with pytest.raises(TypeError, match="variants"):
+        planned_sources([a], ("a",))
+    with pytest.raises(ValueError, match="reachable"):
+        planned_sources({"a": a}, ())
+    assert [s.variant for s in planned_sources({"a": a}, "a", [PLAN_SRC])] == ["a", None]
