@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.store_support import (ROOT, SMALL_COMPARE, harness, small_reference,  # noqa: F401
+from fixtures.store_support import (SMALL_COMPARE, harness, small_reference,  # noqa: F401
                                     store_url, write_run_folder)
 from harness.cli import main
 

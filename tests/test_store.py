@@ -9,11 +9,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-from fixtures.store_support import (ROOT, SMALL_COMPARE, harness, pg_base_url, small_reference,  # noqa: F401
+from fixtures.store_support import (ROOT, SMALL_COMPARE, harness, small_reference,  # noqa: F401
                                     store_url, write_run_folder)
 from harness import store as S
 from harness.cli import main
