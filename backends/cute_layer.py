@@ -32,6 +32,30 @@ def _need():
         raise Unsupported(why)
 
 
+def _gpu_cc() -> tuple[int, int] | None:
+    """The compute capability of the GPU the rows would run on (None without one)."""
+    import torch
+
+    return tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+
+
+#: the kernels that need sm_90's bulk copies, mbarriers or thread-block clusters
+_SM90_SOFTMAX = ("smem", "split", "cluster")
+
+
+def _arch_why(kind: str) -> str | None:
+    """Why this GPU cannot run a CuTe kernel of ``kind`` ("gemm" or a softmax plan's kernel), or None."""
+    cc = _gpu_cc()
+    if cc is None:
+        return None
+    sm = f"sm_{cc[0]}{cc[1]}"
+    if kind == "gemm" and cc != (9, 0):
+        return f"the CuTe GEMM kernels are Hopper's (wgmma and TMA, sm_90a only); this GPU is {sm}"
+    if kind in _SM90_SOFTMAX and cc < (9, 0):
+        return f"the {kind} softmax kernel needs sm_90 bulk copies, mbarriers and clusters; this GPU is {sm}"
+    return None
+
+
 def _esize(dtype: str) -> int:
     return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
@@ -171,10 +195,10 @@ def _softmax_impl(kernel: str | None):
         if _available():
             return None
         try:
-            _sm_plan(case, kernel)
+            plan = _sm_plan(case, kernel)
         except ValueError as e:
             return str(e)
-        return None
+        return _arch_why(plan["kernel"])
 
     def compile_only(case):
         _need()
@@ -305,7 +329,7 @@ def _gemm_impl(variant: str | None):
             plan_for(case.M, case.N, case.K, _gemm_case_widths(case))
         except ValueError as e:
             return str(e)
-        return None
+        return _arch_why("gemm")
 
     def compile_only(case):
         _need()

@@ -741,3 +741,30 @@ def test_compiles_are_kept_on_disk_across_processes(tmp_path):
     assert runs[1]["ptx"]                                  # facts (registers) still available
     kept = list((tmp_path / "kernel-layers" / "cute").glob("*/*.o"))
     assert len(kept) == 1
+
+
+@pytest.mark.parametrize("cc,gemm_ok,long_rows_ok", [((8, 0), False, False), ((8, 9), False, False),
+                                                     ((9, 0), True, True), ((10, 0), False, True),
+                                                     ((12, 0), False, True)],
+                         ids=["a100", "rtx4090", "h100", "b200", "rtx5090"])
+def test_defaults_say_why_not_on_other_gpus(monkeypatch, cc, gemm_ok, long_rows_ok):
+    """On a GPU other than Hopper the CuTe rows say in one line why a default cannot run a case
+    (wgmma/TMA GEMM: sm_90a only; the smem/split/cluster softmax kernels: sm_90 bulk copies and
+    clusters), and take the cases the device runs."""
+    from backends import cute_layer
+    if cute_layer._available():
+        pytest.skip(cute_layer._available())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cc)
+    gemm = registry.get("gemm_epilogue", "cute:gemm_epilogue")
+    why = gemm.supports(problems.get("gemm_epilogue").case(M=4096, N=4096, K=4096, dtype="bfloat16"))
+    assert (why is None) == gemm_ok and (gemm_ok or "sm_90a" in why and f"sm_{cc[0]}{cc[1]}" in why), why
+    sm = registry.get("softmax", "cute:softmax")
+    assert sm.supports(problems.get("softmax").case(M=4096, N=256, dtype="bfloat16")) is None   # rows: anywhere
+    long_case = problems.get("softmax").case(M=4096, N=128_256, dtype="bfloat16")
+    kernel = cute_layer._sm_plan(long_case)["kernel"]
+    why = sm.supports(long_case)
+    if kernel in cute_layer._SM90_SOFTMAX:
+        assert (why is None) == long_rows_ok and (long_rows_ok or "sm_90" in why), (kernel, why)
+    va = registry.get("vector_add", "cute:vector_add")
+    assert va.supports(problems.get("vector_add").case(N=1000, dtype="float32")) is None
