@@ -172,17 +172,19 @@ def _align(value: int, cap: int = 16) -> int:
 def array_constraint(t: torch.Tensor):
     """An ArrayConstraint for tensor ``t`` (a meta tensor is fine): its dtype and rank, the last
     stride 1 where it is, the other strides' and the base address's 16-byte divisibility (the
-    base counted from a 256-byte aligned allocation), int32 indices while they fit."""
+    base counted from a 256-byte aligned allocation), each length's divisibility (up to 16:
+    tileiras vectorises only what it can prove divisible), int32 indices while they fit."""
     from cuda.tile.compilation import ArrayConstraint
     es = t.element_size()
     strides = t.stride()
     const = tuple(1 if (i == t.dim() - 1 and s == 1) else None for i, s in enumerate(strides))
     div = tuple(1 if c is not None else max(1, _align(s * es) // es) for c, s in zip(const, strides))
+    shape_div = tuple(_align(int(n)) for n in t.shape)
     extent = sum((n - 1) * s for n, s in zip(t.shape, strides)) + 1
     idx = ct.int32 if max(list(t.shape) + [extent]) < 2 ** 31 else ct.int64
     return ArrayConstraint(getattr(ct, DTYPES[t.dtype]), t.dim(), index_dtype=idx,
                            stride_lower_bound_incl=0, alias_groups=(), may_alias_internally=False,
-                           stride_constant=const, stride_divisible_by=div,
+                           stride_constant=const, stride_divisible_by=div, shape_divisible_by=shape_div,
                            base_addr_divisible_by=_align(_address(t)))
 
 
@@ -435,7 +437,8 @@ def _va_launches(variant, x, y, out):
         t = vector_add_simple.TILE
         return [(vector_add_simple.vector_add_kernel, (x, y, out, t), {})], {"TILE": t}
     p = _va_plan(x)
-    return [(vector_add_unmasked.vector_add_unmasked_kernel, (x, y, out, p["TILE"]), p["hints"])], p
+    return [(vector_add_unmasked.vector_add_unmasked_kernel,
+             vector_add_unmasked.split_args(x, y, out, p["TILE"]), p["hints"])], p
 
 
 def _va_compile(variant):

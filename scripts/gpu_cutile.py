@@ -70,7 +70,8 @@ def main():
     x = torch.randn(4100, device=dev, dtype=torch.float16)[3:4099]
     xs = torch.randn(300, 780, device=dev)[:, :777]
     a = torch.randn(64, 513, device=dev, dtype=torch.bfloat16)
-    for name, kern, args in [("va_misaligned", vector_add_unmasked.vector_add_unmasked_kernel, (x, x, x, 4096)),
+    for name, kern, args in [("va_misaligned", vector_add_unmasked.vector_add_unmasked_kernel,
+                              vector_add_unmasked.split_args(x, x, x, 4096)),
                              ("softmax_strided", softmax_rows.softmax_rows_kernel, (xs, xs, 4, 1024)),
                              ("gemm_odd_k", gemm_epilogue_tiled.gemm_epilogue_tiled_kernel,
                               (a, a.t().contiguous(), a[0], a[:, :64].contiguous(), 1, 1, 64, 128, 64, 8))]:
@@ -93,7 +94,8 @@ def main():
         vector_add_unmasked.bind_launch(y, y, y, 2048)()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
-        f = L.compile_kernel(vector_add_unmasked.vector_add_unmasked_kernel, (y, y, y, 2048), sass=False)
+        f = L.compile_kernel(vector_add_unmasked.vector_add_unmasked_kernel,
+                             vector_add_unmasked.split_args(y, y, y, 2048), sass=False)
         t3 = time.perf_counter()
         sigs.append({"case": "launch then export", "launch_s": round(t2 - t1, 3), "export_s": round(t3 - t2, 3),
                      "facts": {k: v for k, v in f.items() if k != "_cubin"}})
