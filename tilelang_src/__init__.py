@@ -98,18 +98,44 @@ class Compiled:
         return self.kernel.get_kernel_source()
 
     def facts(self) -> dict:
-        """compile_s, registers, spills, smem (bytes, static + dynamic as ptxas reports the
-        static part; the dynamic part TileLang sizes at launch is added where it is known)."""
+        """compile_s, registers, spills, smem (ptxas's static figure; TileLang's shared buffers
+        are dynamic shared memory, sized at launch). The ptxas facts need the PTX, which costs
+        an nvcc run of its own: they are kept on disk per generated source
+        (``~/.cache/kernel-layers/tilelang/facts``)."""
         if self._facts is None:
             info = {"compile_s": round(self.compile_s, 3)}
-            try:
-                from kltools.ptxas import ptxas_info, summarize
-                per = ptxas_info(self.kernel._get_ptx(), ARCH if arch().startswith("sm_9") else arch())
-                info.update(summarize(per))
-            except Exception as e:  # the facts are reported, never needed to run
-                info["facts_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            info.update(_ptxas_facts(self.kernel))
             self._facts = info
         return dict(self._facts)
+
+
+def _ptxas_facts(kernel) -> dict:
+    import hashlib
+    import json
+    import os
+
+    src = kernel.get_kernel_source()
+    key = hashlib.sha256((arch() + "\0" + src).encode()).hexdigest()[:32]
+    path = os.path.join(os.path.expanduser("~/.cache/kernel-layers/tilelang/facts"), key + ".json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        pass
+    try:
+        from kltools.ptxas import ptxas_info, summarize
+        facts = summarize(ptxas_info(kernel._get_ptx(), arch()))
+    except Exception as e:  # the facts are reported, never needed to run
+        return {"facts_error": f"{type(e).__name__}: {str(e)[:200]}"}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(facts, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return facts
 
 
 def compile_kernel(key, build, pass_configs: dict | None = None) -> Compiled:
