@@ -142,53 +142,68 @@ def test_vector_add_unroll_pinned_for_tuning():
             dispatch.plan_vector_add("auto", 65536, "bfloat16", unroll=bad)
 
 
-def test_default_rules_by_bytes_rows_and_alignment(monkeypatch):
-    """softmax: the path follows bytes in flight per SM, row bytes, alignment and M, never N alone."""
-    def path(M, N, dt, **kw):
-        p = dispatch.plan_softmax("auto", M, N, dt, **kw)
-        return p.info["path"], p.info
+def _auto_rule(M, N, dt, dev=None):
+    """The default's rule written from its inputs: each path's own plan (its bytes in flight per SM,
+    its grid) and the SOFTMAX table -- the first path of the order (block before rows for rows of
+    block_min_n..block_short_max_n columns) whose resident bytes reach its target; else split for
+    long 16-byte aligned rows when its units cover min(SMs, the cluster's CTAs); else cluster when
+    it holds more bytes than the best path; else the best path; else online."""
+    S = dispatch.SOFTMAX
+    dev = dev or dispatch.H200
+    es = dispatch.ESIZE[dt]
 
-    # 64 KB fp16 rows: one block per row holds 64 KB per SM (< target); 3 CTAs a SM with the row in
-    # shared memory hold 192 KB: the cluster kernel with C = 1
-    p, info = path(8192, 32000, "float16")
-    assert p == "cluster" and info["cluster"] == 1
-    # the same element count in fp32 (128 KB rows): one block per row is enough
-    assert path(8192, 32000, "float32")[0] == "block"
-    # unaligned rows (N odd): the cluster kernel takes any alignment with 16-byte vectors
-    # a row that fits one CTA's shared memory: C = 1 (no cluster barrier)
-    p, info = path(4096, 50257, "bfloat16")
-    assert p == "cluster" and info["cluster"] == 1 and info["vec"] == 8
-    assert path(4096, 50257, "float32")[1]["cluster"] == 1
-    # as many rows as resident CTAs or more: the cluster kernel (C = 1) still
-    p, info = path(265, 50257, "bfloat16")
-    assert p == "cluster" and info["cluster"] == 1
-    # longer rows: the smallest C whose slices fit two CTAs an SM
-    p, info = path(4096, 151936, "bfloat16")
-    assert p == "cluster" and info["cluster"] == 4
-    # long aligned fp32 rows: split; 16-bit long rows (32 KB split chunks): cluster
-    assert path(4096, 128256, "float32")[0] == "split"
-    assert path(4096, 151936, "float32")[0] == "split"
-    assert path(4096, 128256, "bfloat16")[0] == "cluster"
-    # short rows: warp while it holds enough, else the persistent rows kernel
-    assert path(4096, 1024, "float32")[0] == "warp"
-    assert path(32768, 512, "bfloat16")[0] == "warp"
-    assert path(65536, 128, "bfloat16")[0] == "rows"
-    # 1025..4096 columns: a CTA a row (block) on its own, lower target; beyond, the rows kernel again
-    p, info = path(32768, 4096, "bfloat16")
-    assert p == "block" and info["resident"] >= dispatch.SOFTMAX["block_resident_target"]
-    assert path(8192, 2048, "float16")[0] == path(7, 1500, "float16")[0] == "block"
-    assert path(4096, 8192, "bfloat16")[0] == path(4096, 8192, "float32")[0] == "rows"
+    def plan(path):
+        try:
+            return dispatch.plan_softmax(path, M, N, dt, dev=dev)
+        except dispatch.Decline:
+            return None
+    order = list(S["order"])
+    short_block = S["block_min_n"] <= N <= S["block_short_max_n"]
+    if short_block:
+        order.remove("block")
+        order.insert(order.index("rows"), "block")
+    best = None
+    for path in order:
+        p = plan(path)
+        if p is None:
+            continue
+        target = (S["warp_resident_target"] if path == "warp" else
+                  S["block_resident_target"] if path == "block" and short_block else S["resident_target"])
+        if p.info["resident"] >= target:
+            return path
+        if best is None or p.info["resident"] > best.info["resident"]:
+            best = p
+    cl = plan("cluster")
+    rows16 = (N * es) % 16 == 0 or M == 1
+    if N * es > S["split_min_row_bytes"] and S["split_chunk"] * es >= S["split_min_chunk_bytes"] and rows16:
+        sp = plan("split")
+        if sp is not None and M * sp.info["parts"] >= min(dev.sms, cl.plans[0].grid[0] if cl else dev.sms):
+            return "split"
+    if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):
+        return "cluster"
+    return best.info["path"] if best is not None else "online"
+
+
+def test_default_softmax_rule_from_its_inputs(monkeypatch):
+    """softmax: the path follows bytes in flight per SM, row bytes, alignment and M, never N alone;
+    checked as a rule on shapes of every class (short, medium, LM-head and very long rows; few,
+    some and many rows; fp32 and 16-bit; aligned and odd N) and on the table's edges."""
+    S = dispatch.SOFTMAX
+    shapes = [(M, N) for M in (1, 2, 7, 265, 4096, 32_768)
+              for N in (128, 512, 1024, 1500, 2048, 4096, 8192, 32_000, 50_257, 98_432, 128_256,
+                        151_936, 262_147, S["block_min_n"], S["block_short_max_n"], S["block_short_max_n"] + 1)]
+    seen = set()
+    for dt in ("float32", "float16", "bfloat16"):
+        for M, N in shapes:
+            got = dispatch.plan_softmax("auto", M, N, dt).info["path"]
+            assert got == _auto_rule(M, N, dt), (M, N, dt, got)
+            seen.add(got)
+    assert dispatch.plan_softmax("auto", 2, 5_000_000 * 2, "float32").info["path"] == _auto_rule(2, 10_000_000, "float32") == "online"
+    seen.add("online")
+    assert seen == set(dispatch.reachable("softmax")), seen   # the paths it reaches are reachable's
+    # the table decides: without the short-row block rule, the rows kernel takes 4096 columns
     monkeypatch.setitem(dispatch.SOFTMAX, "block_short_max_n", 0)
-    assert path(32768, 4096, "bfloat16")[0] == "rows"
-    # one aligned long row: split (17 units) runs at least as many CTAs as the cluster (16)
-    assert path(1, 262147, "float32")[0] == "split"
-    # few rows: more CTAs per row so that M x C covers the SMs
-    p, info = path(4, 262147, "float32")
-    assert p == "cluster" and info["cluster"] == 16
-    p, info = path(2, 98432, "float32")
-    assert p == "cluster" and info["cluster"] == 16
-    # a row longer than 16 CTAs' shared memory and more split chunks than co-resident blocks: online
-    assert path(2, 5_000_000 * 2, "float32")[0] == "online"
+    assert dispatch.plan_softmax("auto", 32_768, 4096, "bfloat16").info["path"] == _auto_rule(32_768, 4096, "bfloat16")
     # sm_80: no thread-block clusters (the cluster path has C = 1 there)
     assert dispatch.plan_softmax("auto", 8, 1_000_000, "float32", dev=SM80).info["path"] == "split"
     assert dispatch.plan_softmax("auto", 4096, 50257, "bfloat16", dev=SM80).info.get("cluster", 1) == 1
