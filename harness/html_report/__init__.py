@@ -134,15 +134,20 @@ def _runs_table(docs) -> str:
 
 def _headline(doc: dict, prob: str, s: dict) -> str:
     measured = s.get("measured")
-    cols = ["implementation", "role", "kernel LOC", "host LOC"]
+    lines = s.get("lines") or []
+    extra = [(k, c, f) for k, c, f in (("compile_s", "compile s", "{:.2f}"), ("host_us", "host us", "{:.1f}"),
+                                       ("tune_s", "tune s", "{:.1f}"))
+             if any(ln.get(k) is not None for ln in lines)]
+    cols = ["implementation", "role", "kernel LOC", "host LOC", "plan LOC"]
     cols += ["% ceiling (geomean)", "vs eager (geomean)", "worst case"] if measured else ["verify suite P/F/S"]
-    cols += ["timed P/F/S"]
+    cols += [c for _, c, _ in extra] + ["timed P/F/S"]
     out = [f'<table class="headline sortable" data-problem="{e(prob)}"><thead><tr>'
            + "".join(f"<th>{c}</th>" for c in cols) + "</tr></thead><tbody>"]
     for ln in s["lines"]:
         link = f'<a href="impl/{_slug(prob, ln["impl"])}">{e(ln["impl"])}</a>'
         cells = [f"<td>{link}</td>", f"<td>{e(ln.get('role') or '')}</td>",
-                 _td_num(ln.get("loc_kernel"), "{:.0f}"), _td_num(ln.get("loc_host"), "{:.0f}")]
+                 _td_num(ln.get("loc_kernel"), "{:.0f}"), _td_num(ln.get("loc_host"), "{:.0f}"),
+                 _td_num(ln.get("loc_plan"), "{:.0f}")]
         if measured:
             w = ln.get("worst") or {}
             worst = (f"{w.get('case')}: " + (f"{w['vs_eager']:.2f}x" if w.get("vs_eager") else "")
@@ -152,6 +157,7 @@ def _headline(doc: dict, prob: str, s: dict) -> str:
         else:
             v = ln.get("verify_suite") or {}
             cells.append(f"<td>{v.get('PASS', 0)}/{v.get('FAIL', 0)}/{v.get('SKIP', 0)}</td>")
+        cells += [_td_num(ln.get(k), f) for k, _, f in extra]
         cells.append(f"<td>{ln.get('pass', 0)}/{ln.get('fail', 0)}/{ln.get('skip', 0)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
