@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from harness import Source, register
+from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
 
@@ -48,6 +48,11 @@ if triton is not None:
         _IMPORT_ERROR = f"gluon_src not importable with this triton: {type(e).__name__}: {e}"
 
 LAYER = "gluon"
+
+
+def _reachable(problem: str, table: dict) -> tuple[str, ...]:
+    """The variants the planner can choose (every one of ``table`` when Gluon cannot be imported)."""
+    return dispatch.reachable(problem) if triton is not None else tuple(table)
 
 
 def available() -> str | None:
@@ -309,7 +314,8 @@ _SOFTMAX = {
     "default": ("softmax", "dispatcher: rows (rows <= 1024 columns, several a program), block (a row in "
                 "registers), split (long rows, too few to fill the SMs), smem (long rows staged in a "
                 "program's shared memory by cp.async when they fit it), online (longer rows)",
-                list(_SM_SRC.values()) + [_DISPATCH_SRC, Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))]),
+                planned_sources(_SM_SRC, _reachable("softmax", _SM_SRC),
+                                [_DISPATCH_SRC, Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),
     "simple": ("softmax_simple", "teaching twin: a program a row, column tiles with a running max/sum, "
                "then a second pass that writes; any N",
                [Source("gluon_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
@@ -421,9 +427,10 @@ _GEMM = {
     "default": ("gemm_epilogue", "dispatcher: tma (persistent, TMA ring + wgmma) when A, B and C allow "
                 "16-byte TMA strides, else tiled (masked loads into NVMMA shared memory + wgmma); splitk "
                 "for few rows whose tiles leave SMs idle; tile config by waves on the SMs",
-                [_GEMM_SRC["tma"], _GEMM_SRC["tiled"], _GEMM_SRC["splitk"], _GEMM_SRC["epilogue"],
-                 Source("gluon_src/dispatch.py", kernels=(), host=("plan_gemm", "gemm_specs")),
-                 Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))]),
+                planned_sources(_GEMM_SRC, _reachable("gemm_epilogue", _GEMM_SRC),
+                                [_GEMM_SRC["epilogue"],
+                                 Source("gluon_src/dispatch.py", kernels=(), host=("plan_gemm", "gemm_specs")),
+                                 Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of C tiles, masked loads, mma_v2 on "
                "register operands, fp32 accumulator, bias + activation, one masked store; any shape",
                [Source("gluon_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",), host=("gemm_epilogue",)),

@@ -27,6 +27,18 @@ class Plan(NamedTuple):
     launch: object
 
 
+def reachable(problem: str) -> tuple[str, ...]:
+    """The variants the planner of ``problem`` can choose (``softmax_choice``, ``gemm_choice``):
+    the default's lines of code count these and only these (harness.planned_sources)."""
+    if problem == "vector_add":
+        return ("unmasked",)
+    if problem == "softmax":
+        return ("rows", "block", "split", "smem", "online")
+    if problem == "gemm_epilogue":
+        return ("tma", "tiled", "splitk")
+    raise ValueError(f"problem: {problem!r} has no Gluon planner")
+
+
 # -- vector add --------------------------------------------------------------------------------
 #: each thread moves ``bytes_per_thread`` of each operand a program (two 16-byte vectors)
 VECTOR_ADD = {"bytes_per_thread": 32, "num_warps": 4}
