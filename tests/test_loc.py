@@ -534,3 +534,23 @@ def test_planned_sources_checks_its_arguments():
     with pytest.raises(ValueError, match="reachable"):
         planned_sources({"a": a}, ())
     assert [s.variant for s in planned_sources({"a": a}, "a", [PLAN_SRC])] == ["a", None]
+
+
+def test_defaults_count_exactly_the_variants_their_planner_reaches():
+    """Every default registered through planned_sources counts the variants its layer's
+    dispatch.reachable names, no more, no fewer."""
+    import importlib
+    from harness import registry
+    folder = {"cute": "cutlass_src", "cupy": "cuda_src"}
+    checked = 0
+    for impl in registry.all_impls():
+        variants = {s.variant for s in impl.sources if getattr(s, "variant", None)}
+        if impl.role != "default" or not variants:
+            continue
+        try:
+            d = importlib.import_module(f"{folder.get(impl.layer, impl.layer + '_src')}.dispatch")
+        except ImportError:
+            continue
+        assert variants == set(d.reachable(impl.problem)), (impl.id, variants)
+        checked += 1
+    assert checked >= 9     # triton, cuda, cupy, cute at least, three problems
