@@ -15,7 +15,7 @@ import torch
 
 from ..case import DTYPES, Case, dtype_name
 
-SUITES = ("smoke", "verify", "bench", "models", "full")
+SUITES = ("smoke", "verify", "bench", "models", "edge", "full")
 
 
 @dataclass(frozen=True)

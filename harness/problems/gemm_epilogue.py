@@ -142,6 +142,17 @@ class GemmEpilogue(Problem):
                 # Llama 3 8B: MLP down at prefill, bf16 without bias
                 c(M=4096, N=4096, K=14336, dtype="bfloat16", act="none", bias=0)]
             return out
+        if suite == "edge":
+            # beyond the suites' shapes: every dimension odd and under 1024 (no 16-byte strides, a
+            # fraction of a wave), skinny M with a large N x K, small K (the epilogue and the
+            # store dominate), fp16 and bf16
+            return [c(M=411, N=733, K=957, dtype="float16", act="gelu"),
+                    c(M=97, N=211, K=389, dtype="bfloat16", act="relu"),
+                    c(M=64, N=18_432, K=5_120, dtype="bfloat16", act="gelu"),
+                    c(M=96, N=12_288, K=4_096, dtype="float16", act="none", bias=0),
+                    c(M=4096, N=4096, K=128, dtype="bfloat16", act="relu"),
+                    c(M=3072, N=8192, K=192, dtype="float16", act="gelu"),
+                    c(M=8192, N=2048, K=64, dtype="bfloat16", act="none", bias=0)]
         if suite == "bench":
             return ([c(M=s, N=s, K=s) for s in (2048, 4096, 8192)]
                     + [c(M=4096, N=4096, K=4096, act="gelu"), c(M=4096, N=4096, K=4096, act="none", bias=0),

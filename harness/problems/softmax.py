@@ -76,6 +76,17 @@ class Softmax(Problem):
             # GPT-2 style context of 2048 keys, fp16 scores
             out += [c(M=8192, N=2048, dtype="float16")]
             return out
+        if suite == "edge":
+            # beyond the suites' shapes, each class the planners must reason about:
+            # few rows of long rows (M from 1 to 128: one row cannot fill 132 SMs)
+            out = [c(M=1, N=786_433, dtype="float32"), c(M=8, N=200_003, dtype="bfloat16"),
+                   c(M=48, N=65_536, dtype="float16"), c(M=96, N=100_000, dtype="bfloat16")]
+            # tiny totals (under 32 MB: launch- and tail-bound)
+            out += [c(M=256, N=1024, dtype="float16"), c(M=1000, N=3000, dtype="bfloat16")]
+            # very short rows (N <= 128: many rows a program or a warp)
+            out += [c(M=65_536, N=128, dtype="float32"), c(M=131_072, N=96, dtype="float16"),
+                    c(M=80_000, N=48, dtype="bfloat16")]
+            return out
         if suite == "bench":
             return ([c(M=4096, N=n) for n in (1024, 2048, 4096, 8192, 16384)]
                     + [c(M=8192, N=n) for n in (32768, 131072, 262144)])

@@ -41,6 +41,11 @@ class VectorAdd(Problem):
             return [c(N=16 * 4096, dtype="bfloat16"), c(N=4096 * 4096, dtype="bfloat16"),
                     c(N=8192 * 8192, dtype="bfloat16"), c(N=2 ** 27 + 1, dtype="float32"),
                     c(N=12_345_679, dtype="float16")]
+        if suite == "edge":
+            # launch-bound totals (a few KB to a few MB: no grid fills the GPU for long), odd lengths,
+            # a misaligned start, every dtype
+            return [c(N=4_097, dtype="float32"), c(N=100_001, dtype="bfloat16"),
+                    c(N=524_289, dtype="float16", misalign=1), c(N=3_000_017, dtype="float32")]
         if suite == "full":
             return [c(N=2 ** e, dtype=dt) for dt in self.dtypes for e in range(10, 29)]
         raise ValueError(f"suite: unknown suite {suite!r}")
