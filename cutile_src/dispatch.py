@@ -68,6 +68,18 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def reachable(problem: str) -> tuple[str, ...]:
+    """The variants the planner of ``problem`` can choose (``plan_*``'s ``variant``): the
+    default's lines of code count these and only these (harness.planned_sources)."""
+    if problem == "vector_add":
+        return ("unmasked",)
+    if problem == "softmax":
+        return ("rows", "online")
+    if problem == "gemm_epilogue":
+        return ("tiled", "splitk")
+    raise ValueError(f"problem: {problem!r} has no cuTile planner")
+
+
 def plan_vector_add(n: int, elem_size: int) -> dict:
     tile = VECTOR_ADD_TILE.get(elem_size, 2048)
     return {"variant": "unmasked", "TILE": tile, "grid": _cdiv(n, tile), "hints": {}}
