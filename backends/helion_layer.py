@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from harness import Source, register
+from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
 
@@ -447,16 +447,19 @@ def _plan_source(problem) -> Source:
 
 
 _PROBLEMS = {
-    # problem: (twin file, twin kernel name, the default's variants (file, kernel), description)
-    "vector_add": ("vector_add.py", "vector_add", (("vector_add.py", "vector_add"),),
+    # problem: (twin file, twin kernel name, the default's variants {variant: ((file, kernel), ...)},
+    # description); the default counts the variants dispatch.reachable names
+    "vector_add": ("vector_add.py", "vector_add", {"block": (("vector_add.py", "vector_add"),)},
                    "the twin's kernel over runtime sizes with a configuration by element size "
                    "(dispatch rules), one masked tile a program"),
-    "softmax": ("softmax.py", "softmax", (("softmax.py", "softmax"), ("softmax_online.py", "softmax_online")),
+    "softmax": ("softmax.py", "softmax", {"rows": (("softmax.py", "softmax"),),
+                                          "online": (("softmax_online.py", "softmax_online"),)},
                 "rows that fit registers: the twin's kernel, whole rows, rows packed per program; "
                 "longer rows: the online kernel (two passes over the row); configurations by row size"),
     "gemm_epilogue": ("gemm_epilogue.py", "gemm_epilogue",
-                      (("gemm_epilogue.py", "gemm_epilogue"), ("gemm_epilogue_splitk.py", "gemm_partial_sums"),
-                       ("gemm_epilogue_splitk.py", "splitk_epilogue")),
+                      {"tiled": (("gemm_epilogue.py", "gemm_epilogue"),),
+                       "splitk": (("gemm_epilogue_splitk.py", "gemm_partial_sums"),
+                                  ("gemm_epilogue_splitk.py", "splitk_epilogue"))},
                       "the twin's tiled kernel (addmm on tiles, bias + act on the fp32 accumulator) "
                       "over runtime sizes with a configuration by M class; few rows with idle SMs: "
                       "split-K (dispatch rules)"),
@@ -478,12 +481,10 @@ def _twin_kernel(problem):
 
 
 for _p, (_file, _kname, _variants, _desc) in _PROBLEMS.items():
-    _srcs = {}
-    for _f, _k in _variants:
-        _srcs.setdefault(_f, []).append(_k)
+    _vsrc = {v: [Source(src(H, f), kernels=(k,), host=()) for f, k in fks] for v, fks in _variants.items()}
     register(problem=_p, layer=LAYER, name=_p, description=_desc,
-             sources=[Source(src(H, f), kernels=tuple(ks), host=()) for f, ks in _srcs.items()]
-             + [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)), _plan_source(_p)],
+             sources=planned_sources(_vsrc, dispatch.reachable(_p) if helion else tuple(_vsrc),
+                                     [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)), _plan_source(_p)]),
              devices=("cuda",), available=available,
              compile_only=_compile_default(_p) if helion else None,
              helion_code=_code_default(_p))(_prepare_default(_p))

@@ -70,6 +70,18 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+def reachable(problem: str) -> tuple[str, ...]:
+    """The variants the planner of ``problem`` can choose (``Plan.variant`` of ``plan_*``): the
+    default's lines of code count these and only these (harness.planned_sources)."""
+    if problem == "vector_add":
+        return ("block",)
+    if problem == "softmax":
+        return ("rows", "online")
+    if problem == "gemm_epilogue":
+        return ("tiled", "splitk")
+    raise ValueError(f"problem: {problem!r} has no Helion planner")
+
+
 def plan_vector_add(n: int, elem: int) -> Plan:
     key = "vector_add/16bit" if elem <= 2 else "vector_add/32bit"
     return Plan("block", tuned.vector_add, dict(VECTOR_ADD[key]), key)
