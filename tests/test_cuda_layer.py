@@ -699,3 +699,26 @@ def test_cluster_path_declines_clusters_without_sm90_code():
     from dataclasses import replace
     assert dispatch.plan_softmax("cluster", 4, 262147, "float32", dev=replace(b200, clusters=True),
                                  cluster=8).plans[0].cluster == 8
+
+
+@needs_build
+def test_module_compiled_every_instance_for_sm80():
+    """The module's build compiles every kernel instance for sm_80 as well as sm_90a (the build log
+    has both), so the defaults' plans on an A100 / RTX 4090 name machine code the module has."""
+    log = cuda_layer._log_path()
+    if log is None:
+        pytest.skip("no build log (kl_cuda_ptxas.log) next to the module")
+    text = log.read_text()
+    sm80, sm90a = cuda_layer.parse_log(text, "sm_80"), cuda_layer.parse_log(text, "sm_90a")
+    names = {n for ns in dispatch.instances().values() for n in ns}
+    hopper_only = {n for n in names if n.startswith(("gemm_ws_kernel", "gemm_pingpong_kernel"))}
+    assert names <= set(sm90a), sorted(names - set(sm90a))[:5]
+    assert names - hopper_only <= set(sm80), sorted(names - hopper_only - set(sm80))[:5]
+    from harness import problems
+    a100 = OTHER_GPUS["a100"]
+    plan_of = {"vector_add": cuda_layer.case_vector_add, "softmax": cuda_layer.case_softmax,
+               "gemm_epilogue": cuda_gemm.case_gemm}
+    for p in problems.all_problems():
+        for case in p.cases("models"):
+            for q in plan_of[p.name]("auto", case, a100).plans:
+                assert q.kernel in sm80, (case.id, q.kernel)
