@@ -161,24 +161,28 @@ def _sm_plan(case, kernel=None) -> dict:
 
 
 def _sm_compile(dtype, plan: dict):
-    from cutlass_src import softmax, softmax_block, softmax_rows, softmax_smem, softmax_split
+    from cutlass_src import softmax, softmax_block, softmax_cluster, softmax_rows, softmax_smem, softmax_split
 
     if plan["kernel"] == "smem":
         return softmax_smem.compile_smem(dtype, plan)
+    if plan["kernel"] == "cluster":
+        return softmax_cluster.compile_cluster(dtype, plan)
     if plan["kernel"] == "simple":
         return softmax._compile(dtype)
     if plan["kernel"] == "rows":
         return softmax_rows.compile_rows(dtype, plan)
     if plan["kernel"] == "split":
         return softmax_split.compile_split(dtype, plan)
-    return softmax_block.compile_block(dtype, plan)        # block, cluster
+    return softmax_block.compile_block(dtype, plan)
 
 
 def _sm_prepare(x, out, plan: dict):
-    from cutlass_src import softmax, softmax_block, softmax_rows, softmax_smem, softmax_split
+    from cutlass_src import softmax, softmax_block, softmax_cluster, softmax_rows, softmax_smem, softmax_split
 
     if plan["kernel"] == "smem":
         return softmax_smem.prepare_softmax_smem(x, out, plan)
+    if plan["kernel"] == "cluster":
+        return softmax_cluster.prepare_softmax_cluster(x, out, plan)
     if plan["kernel"] == "simple":
         return (*softmax.prepare_softmax_simple(x, out), plan)
     if plan["kernel"] == "rows":
@@ -225,6 +229,7 @@ def _softmax_impl(kernel: str | None):
 
 _ROWS_SRC = _kernel_sources("softmax_rows.py", "SoftmaxRows", "prepare_softmax_rows", "compile_rows")
 _BLOCK_SRC = _kernel_sources("softmax_block.py", "SoftmaxBlock", "prepare_softmax_block", "compile_block")
+_CLUSTER_SRC = _kernel_sources("softmax_cluster.py", "SoftmaxCluster", "prepare_softmax_cluster", "compile_cluster")
 _SPLIT_SRC = _kernel_sources("softmax_split.py", "SoftmaxSplit", "prepare_softmax_split", "compile_split", "_slots")
 _SMEM_SRC = Source(src(C, "softmax_smem.py"), kernels=("SoftmaxSmem.kernel", "SoftmaxSmem.vector"),
                    host=("SoftmaxSmem.__call__", "prepare_softmax_smem", "compile_smem", "smem_bytes"))
@@ -245,7 +250,7 @@ for _name, _kernel, _desc, _srcs in (
                           "softmax_cluster (when they do not but a cluster's registers hold the row in two "
                           "waves), softmax_split (the rest); 16-byte accesses at any row alignment",
          planned_sources({"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC,
-                          "cluster": _BLOCK_SRC,
+                          "cluster": _CLUSTER_SRC,
                           # the two-pass twin's kernel: rows longer than the split grid holds
                           "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",),
                                            host=("SoftmaxSimple.__call__",))},
@@ -259,7 +264,7 @@ for _name, _kernel, _desc, _srcs in (
                                    "exchanged as one 64-bit word per chunk in global memory",
          [_SPLIT_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_cluster", "cluster", "long rows: a thread-block cluster per row, (max, sum) exchanged "
-                                       "through distributed shared memory", [_BLOCK_SRC, _SM_BASE, _PLAN_SRC]),
+                                       "through distributed shared memory", [_CLUSTER_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_smem", "smem", "long rows staged in shared memory: a CTA per row (or a cluster of C, (max, "
                                  "sum) exchanged through distributed shared memory), the slice copied in by "
                                  "bulk copies on 8 mbarriers, running (max, sum) as they land, one pass over "
@@ -267,7 +272,7 @@ for _name, _kernel, _desc, _srcs in (
          [_SMEM_SRC, _SM_BASE, _SMEM_PLAN_SRC,
           # the helpers it shares with the split and cluster kernels
           Source(src(C, "softmax_split.py"), kernels=("bulk_g2s", "merge"), host=()),
-          Source(src(C, "softmax_block.py"), kernels=("load_peer_f32",), host=())])):
+          Source(src(C, "softmax_cluster.py"), kernels=("load_peer_f32",), host=())])):
     _sup, _co, _prep = _softmax_impl(_kernel)
     register(problem="softmax", layer="cute", name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)

@@ -1,7 +1,7 @@
 """softmax for long rows with the row staged in SHARED memory (cute:softmax_smem): a row per CTA,
 or a row over a cluster of C CTAs, each CTA holding its slice of the row in dynamic shared memory.
 
-Why: the register kernels (``softmax_block.py``, its cluster form) hold ~32 values a thread at ~2
+Why: the register kernels (``softmax_block.py``, ``softmax_cluster.py``) hold ~32 values a thread at ~2
 registers a value, so two CTAs of 512 threads fill an SM with 64 KB of bf16 in flight, and none
 while a CTA reduces and stores. Here the row's bytes sit in shared memory (up to 227 KB a CTA),
 copied there by the bulk-copy engine (``cp.async.bulk``, no registers held), so an SM holds one
@@ -35,7 +35,7 @@ import cutlass.cute as cute
 
 from . import cached, compile_kernel, fake_stream, stream_args
 from .softmax_base import LOG2E, fake_rows, row_args, row_vectors, validate, vec_copy_atom
-from .softmax_block import load_peer_f32
+from .softmax_cluster import load_peer_f32
 from .softmax_split import bulk_g2s, merge
 
 CHUNKS = 8                 # bulk copies (and mbarriers) per slice: pass 1 starts on the first

@@ -429,7 +429,7 @@ def test_gemm_ptx_paths():
 
 @needs_cute
 def test_softmax_ptx_paths():
-    from cutlass_src import dispatch, softmax_block, softmax_rows, softmax_split
+    from cutlass_src import dispatch, softmax_block, softmax_cluster, softmax_rows, softmax_split
 
     p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="split")
     text = softmax_split.compile_split(torch.bfloat16, p).ptx
@@ -450,7 +450,8 @@ def test_softmax_ptx_paths():
     assert body[:body.find("shfl.sync.bfly")].count("ld.global.v4") >= 2 * rows["k"], rows
     assert f".minnctapersm {rows['ctas_per_sm']}" in body, rows        # the capped grid is resident
     cl = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="cluster")
-    assert cl["kernel"] == "cluster" and "mapa.shared::cluster" in softmax_block.compile_block(torch.bfloat16, cl).ptx
+    assert cl["kernel"] == "cluster" and "mapa.shared::cluster" in softmax_cluster.compile_cluster(torch.bfloat16, cl).ptx
+    assert "mapa" not in text                                              # the block kernel: no cluster
 
 
 _WARP_SYNC = re.compile(r"\b(shfl\.sync|vote\.sync|bar\.warp\.sync|match\.sync|redux\.sync)\b")
@@ -493,14 +494,14 @@ def test_softmax_kernels_no_warp_sync_in_lane_zero_branch():
     """Every CuTe softmax kernel, the twin included: no warp shuffle where only lane 0 runs (the
     twin once took its warp index - a ``shfl.sync`` of the whole warp - inside ``if lane == 0``
     and hung on the H200)."""
-    from cutlass_src import dispatch, softmax, softmax_block, softmax_rows, softmax_smem, softmax_split
+    from cutlass_src import dispatch, softmax, softmax_block, softmax_cluster, softmax_rows, softmax_smem, softmax_split
 
     dt = torch.bfloat16
     texts = {"simple": softmax._compile(dt).ptx,
              "rows": softmax_rows.compile_rows(dt, dispatch.plan_softmax(4096, 1000, 2, False, sms=SMS)).ptx,
              "block": softmax_block.compile_block(dt, dispatch.plan_softmax(32768, 4096, 2, sms=SMS)).ptx,
-             "cluster": softmax_block.compile_block(dt, dispatch.plan_softmax(4096, 50257, 2, False, sms=SMS,
-                                                                              kernel="cluster")).ptx,
+             "cluster": softmax_cluster.compile_cluster(dt, dispatch.plan_softmax(4096, 50257, 2, False, sms=SMS,
+                                                                                  kernel="cluster")).ptx,
              "smem": softmax_smem.compile_smem(dt, dispatch.plan_softmax(4096, 50257, 2, False, sms=SMS)).ptx,
              "split": softmax_split.compile_split(dt, dispatch.plan_softmax(4096, 50257, 2, False, sms=SMS,
                                                                             kernel="split")).ptx}
