@@ -461,8 +461,8 @@ _PROBLEMS = {
                        "splitk": (("gemm_epilogue_splitk.py", "gemm_partial_sums"),
                                   ("gemm_epilogue_splitk.py", "splitk_epilogue"))},
                       "the twin's tiled kernel (addmm on tiles, bias + act on the fp32 accumulator) "
-                      "over runtime sizes with a configuration by M class; few rows with idle SMs: "
-                      "split-K (dispatch rules)"),
+                      "over runtime sizes; tile by rule: few rows, else the widest tile that fills "
+                      "the SMs, narrower K steps for rows not 16-byte aligned"),
 }
 
 _TWIN_DESC = {

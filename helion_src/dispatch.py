@@ -21,26 +21,37 @@ VECTOR_ADD: dict[str, dict] = {
     "vector_add/32bit": dict(block_sizes=[2048], num_warps=8, num_stages=1),
 }
 SOFTMAX: dict[str, dict] = {
-    # a whole row in registers: rows of up to 1024 elements share a program (rows_per_program
-    # below), warps grow with the row so a thread holds at most 16 fp32 values
+    # a whole row in registers, read once: rows of up to 1024 elements share a program, warps grow
+    # with the row (one warp per 512 columns, 4 to 32); on the H200 this beat the looped and the
+    # online kernels up to the longest row it holds (ROW_ELEMENTS), scripts/gpu_helion.py
     "softmax/rows": dict(num_stages=1, reduction_loops=[None]),
-    # long rows: the online kernel, one row a program, 4096-column tiles (16 a thread at 8 warps)
+    # longer rows: the online kernel, one row a program, 4096-column tiles (16 a thread at 8
+    # warps); it read the row twice and beat the looped kernel's three passes on the H200
     "softmax/online": dict(block_sizes=[1, 4096, 4096], num_warps=8, num_stages=1),
 }
 GEMM: dict[str, dict] = {
     # decode-like M (one row tile): a 16-row tile, narrow N tiles so that the B matrix is
-    # streamed by more programs than SMs, long K tiles deep in the pipeline
+    # streamed by more programs than SMs, long K tiles deep in the pipeline (split-K, the variant,
+    # was faster on some few-row shapes only and gave wrong sums at some chunk sizes on the H200,
+    # cause not found: few rows stay on this tile)
     "gemm/small_m": dict(block_sizes=[16, 64, 128], num_warps=4, num_stages=5, l2_groupings=[1]),
-    # M of a few hundred: 64 x 128 tiles, grouped launch order for L2 reuse of B
-    "gemm/mid_m": dict(block_sizes=[64, 128, 64], num_warps=4, num_stages=4, l2_groupings=[8]),
-    # large M: the classic Hopper Triton tile (128 x 256 x 64, 8 warps, 3 stages)
-    "gemm/large_m": dict(block_sizes=[128, 256, 64], num_warps=8, num_stages=3, l2_groupings=[8]),
+    # more rows: the widest tile whose tiles still fill the SMs (plan_gemm); the classic Hopper
+    # Triton tile first (128 x 256 x 64, 8 warps, 3 stages: level with torch on a large square
+    # GEMM on the H200, where Helion's autotuner under a bounded budget picked slower tiles),
+    # then 128 x 128 and 64 x 128 for fewer output tiles; grouped launch order for L2 reuse
+    "gemm/128x256": dict(block_sizes=[128, 256, 64], num_warps=8, num_stages=3, l2_groupings=[8]),
+    "gemm/128x128": dict(block_sizes=[128, 128, 64], num_warps=8, num_stages=4, l2_groupings=[8]),
+    "gemm/64x128": dict(block_sizes=[64, 128, 64], num_warps=4, num_stages=4, l2_groupings=[8]),
     # rows of A or B not 16-byte multiples: loads go element by element, their addresses and
     # masks take registers, so the tiles shrink to 128 x 128 (64 x 128) with 32-deep K steps,
     # which ptxas fits without spilling where 128 x 256 x 64 spills
-    "gemm/mid_m_unaligned": dict(block_sizes=[64, 128, 32], num_warps=4, num_stages=3, l2_groupings=[8]),
-    "gemm/large_m_unaligned": dict(block_sizes=[128, 128, 32], num_warps=8, num_stages=3, l2_groupings=[8]),
+    "gemm/128x128_unaligned": dict(block_sizes=[128, 128, 32], num_warps=8, num_stages=3, l2_groupings=[8]),
+    "gemm/64x128_unaligned": dict(block_sizes=[64, 128, 32], num_warps=4, num_stages=3, l2_groupings=[8]),
 }
+# the tiles plan_gemm tries for more than SMALL_M rows, widest first
+WIDE_TILES = ("gemm/128x256", "gemm/128x128", "gemm/64x128")
+WIDE_TILES_UNALIGNED = ("gemm/128x128_unaligned", "gemm/64x128_unaligned")
+FILL = 0.9  # a tile is taken when its output tiles number at least this many waves of SMs
 # split-K for few rows: the partial-sum kernel's (M, N) tile, its K step, and the epilogue's tile;
 # the K chunk of a program comes from the rule in plan_gemm_splitk
 SPLITK: dict[str, dict] = {
@@ -48,13 +59,11 @@ SPLITK: dict[str, dict] = {
     "gemm/splitk_epilogue": dict(block_sizes=[16, 128], num_warps=4, num_stages=1),
 }
 SPLITK_WAVES = 2  # programs of the partial-sum kernel: about this many per SM
-SPLITK_MIN_K = 1024  # below, a K chunk would be a step or two: the tiled kernel
 CONFIGS = {**VECTOR_ADD, **SOFTMAX, **GEMM}  # every class (for scripts/tune_helion.py)
 
-# the longest row (bytes of fp32 work: elements x 4) held in registers at once
-ROW_REGISTER_BYTES = 32 * 1024
+# the longest row held in registers (power of two): 32 fp32 values a thread over 32 warps
+ROW_ELEMENTS = 32768
 SMALL_M = 64      # up to one 16..64-row tile: weight-streaming (GEMV-like) GEMMs
-LARGE_M = 512     # above: enough row tiles for 128 x 256 tiles to fill the GPU
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,7 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "softmax":
         return ("rows", "online")
     if problem == "gemm_epilogue":
-        return ("tiled", "splitk")
+        return ("tiled",)
     raise ValueError(f"problem: {problem!r} has no Helion planner")
 
 
@@ -88,31 +97,32 @@ def plan_vector_add(n: int, elem: int) -> Plan:
 
 
 def plan_softmax(m: int, n: int, elem: int) -> Plan:
-    if _pow2(n) * 4 <= ROW_REGISTER_BYTES:
+    width = _pow2(n)
+    if width <= ROW_ELEMENTS:
         cfg = dict(SOFTMAX["softmax/rows"])
-        width = _pow2(n)
         # about 1024 elements a program: short rows are packed several to a program
         cfg["block_sizes"] = [max(1, min(_pow2(m), 1024 // width))]
-        cfg.setdefault("num_warps", 4 if width <= 2048 else 8 if width <= 4096 else 16)
+        cfg.setdefault("num_warps", min(32, max(4, width // 512)))
         return Plan("rows", tuned.softmax_rows, cfg, "softmax/rows")
     return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
 
 
-def gemm_class(m: int, aligned: bool = True) -> str:
-    """The M class; above SMALL_M, operands whose rows are not 16-byte multiples have their own."""
+def gemm_class(m: int, n: int = 1 << 16, aligned: bool = True, sms: int = 132) -> str:
+    """Few rows: the small-M tile. Otherwise the widest tile (of the aligned or unaligned set)
+    whose output tiles fill FILL of the SMs, else the narrowest of the set."""
     if m <= SMALL_M:
         return "gemm/small_m"
-    key = "gemm/mid_m" if m <= LARGE_M else "gemm/large_m"
-    return key if aligned else key + "_unaligned"
+    keys = WIDE_TILES if aligned else WIDE_TILES_UNALIGNED
+    for key in keys:
+        bm, bn = GEMM[key]["block_sizes"][:2]
+        if -(-m // bm) * -(-n // bn) >= FILL * sms:
+            return key
+    return keys[-1]
 
 
 def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
-    """``aligned``: the rows of A and B (and their starts) are 16-byte multiples. Few rows whose
-    output tiles leave SMs idle, over a K long enough to cut: split-K."""
-    bm, bn = GEMM["gemm/small_m"]["block_sizes"][:2]
-    if m <= SMALL_M and k >= SPLITK_MIN_K and -(-m // bm) * -(-n // bn) < sms:
-        return plan_gemm_splitk(m, n, k, elem, sms)
-    key = gemm_class(m, aligned)
+    """``aligned``: the rows of A and B (and their starts) are 16-byte multiples."""
+    key = gemm_class(m, n, aligned, sms)
     return Plan("tiled", tuned.gemm_epilogue, dict(GEMM[key]), key)
 
 

@@ -8,7 +8,7 @@ checked against torch. A user re-tunes on their GPU with it, then copies the cho
 into ``dispatch.CONFIGS`` (their rules stay as they are)::
 
     python scripts/tune_helion.py --budget 600 --out helion_tune.json
-    python scripts/tune_helion.py --budget 60 --classes gemm/large_m --effort quick
+    python scripts/tune_helion.py --budget 60 --classes gemm/128x256 --effort quick
 
 ``--budget`` is the total wall-clock budget in seconds, shared among the classes (each gets its
 share as Helion's ``autotune_budget_seconds``; a class is skipped once the budget is spent).
@@ -63,9 +63,10 @@ def _gemm(m, n, k, act, dt=torch.bfloat16):
 
 
 CLASSES = {  # in the order they are tuned (the GEMM first: a spent budget skips the last)
-    "gemm/large_m": ("gemm_epilogue", *_gemm(4096, 4096, 4096, "relu"), 2.2, (4096, 4096, 4096)),
+    "gemm/128x256": ("gemm_epilogue", *_gemm(4096, 4096, 4096, "relu"), 2.2, (4096, 4096, 4096)),
     "gemm/small_m": ("gemm_epilogue", *_gemm(32, 8192, 4096, "none"), 2.0, (32, 8192, 4096)),
-    "gemm/mid_m": ("gemm_epilogue", *_gemm(256, 16384, 4096, "gelu"), 2.0, (256, 16384, 4096)),
+    "gemm/128x128": ("gemm_epilogue", *_gemm(512, 4096, 4096, "gelu"), 1.5, (512, 4096, 4096)),
+    "gemm/64x128": ("gemm_epilogue", *_gemm(256, 4096, 4096, "none"), 1.5, (256, 4096, 4096)),
     "softmax/online": ("softmax_online", *_sm(2048, 65536, torch.bfloat16), 1.5, (2048, 65536)),
     # the same long rows through the whole-row kernel: the autotuner chooses its reduction loop
     # (the choice between this and the online kernel for long rows)
