@@ -80,7 +80,7 @@ def _facts_cache(impl, case):
             h.update(p.read_bytes())
         except OSError:
             return None
-    for pkg in ("triton", "nvidia-cutlass-dsl", "torch"):
+    for pkg in ("triton", "nvidia-cutlass-dsl", "torch", "helion", "tilelang", "apache-tvm-ffi", "cuda-tile"):
         try:
             h.update(metadata.version(pkg).encode())
         except metadata.PackageNotFoundError:
