@@ -526,7 +526,8 @@ def _splitk_launches(args, ws, plan=None):
 
 @register(problem="gemm_epilogue", layer=LAYER, name="gemm_epilogue_splitk",
           description="split-K for few rows: K chunks summed into an fp32 workspace with atomic adds, "
-                      "then a bias + act kernel that also re-zeroes the workspace",
+                      "then a bias + act kernel that also re-zeroes the workspace (not in the default: "
+                      "wrong sums at K chunks >= 1024 on the H200, right under the Triton interpreter)",
           sources=[Source(src(H, "gemm_epilogue_splitk.py"), kernels=("gemm_partial_sums", "splitk_epilogue"),
                           host=()),
                    Source(src(H, "dispatch.py"), kernels=(), host=("plan_gemm_splitk",))],
