@@ -1,6 +1,6 @@
 """CUDA C++ layer (kl_cuda, built by CMake from cuda_src/) and the cupy layer (NVRTC, same .cu files).
 
-CPU: the one planner (cuda_src/dispatch.py) gives a valid plan for every case of the verify and
+CPU: the one planner (cuda_src/dispatch.py and its dispatch_<problem>.py modules) gives a valid plan for every case of the verify and
 models suites on an H200 and on an sm_80 GPU; its rules on the classes that matter; its argument
 signatures against the kernels' declarations; the build products (module table == planner's
 instances, ptxas facts, the no-CUDA configure path); the generic launcher's argument checks; the
@@ -376,7 +376,8 @@ def test_signatures_match_kernel_declarations():
 def test_one_planner_no_env_no_cpp_planner():
     """No environment variable changes behaviour; no C++ planner or route table parsed from text."""
     allowed = {"CUDA_HOME", "CUPY_CACHE_IN_MEMORY", "OUT"}  # nvcc (compile facts), an info string, the GPU script's output
-    for f in ("backends/cuda_layer.py", "backends/cuda_gemm.py", "backends/cupy_layer.py", "cuda_src/dispatch.py",
+    planner = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "cuda_src").glob("dispatch*.py"))]
+    for f in ("backends/cuda_layer.py", "backends/cuda_gemm.py", "backends/cupy_layer.py", *planner,
               "scripts/tune_cuda.py", "scripts/gpu_cuda.py"):
         text = (ROOT / f).read_text()
         names = set(re.findall(r"environ(?:\.get)?[\[(]\s*[\"']([A-Z_]+)", text)) | set(re.findall(r"getenv\([\"']([A-Z_]+)", text))
