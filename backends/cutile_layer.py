@@ -495,8 +495,10 @@ def _sm_launches(variant, x, out):
         t = min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
         p = {"variant": "online", "TILE": t, "grid": M, "hints": dispatch.softmax_hints(3 * t, t)}
     if p["variant"] == "rows":
-        return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"]), p["hints"])], p
-    return [(softmax_online.softmax_online_kernel, (x, out, p["TILE"]), p["hints"])], p
+        return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"], softmax_rows.tma_store_ok(out)),
+                 p["hints"])], p
+    return [(softmax_online.softmax_online_kernel, (x, out, p["TILE"], softmax_rows.tma_store_ok(out)),
+             p["hints"])], p
 
 
 def _sm_supports(variant):
@@ -585,11 +587,13 @@ def _gemm_launches(variant, a, b, bias, act, c, ws=None):
     if p["variant"] == "splitk":
         if ws is None:
             ws = torch.empty((p["SPLIT"], M, N), dtype=torch.float32, device=c.device)
-        return [(gemm_splitk.gemm_splitk_partial_kernel, (a, b, ws, p["KPER"], p["TM"], p["TN"], p["TK"]),
-                 p["hints"]),
-                (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, hb, ac, p["RM"], p["RN"]), {})], p
+        ok = gemm_tiled.tma_store_ok
+        return [(gemm_splitk.gemm_splitk_partial_kernel,
+                 (a, b, ws, p["KPER"], p["TM"], p["TN"], p["TK"], ok(ws)), p["hints"]),
+                (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, hb, ac, p["RM"], p["RN"], ok(c)), {})], p
     return [(gemm_tiled.gemm_epilogue_tiled_kernel,
-             (a, b, bias_arg, c, hb, ac, p["TM"], p["TN"], p["TK"], p["GROUP"]), p["hints"])], p
+             (a, b, bias_arg, c, hb, ac, p["TM"], p["TN"], p["TK"], p["GROUP"], gemm_tiled.tma_store_ok(c)),
+             p["hints"])], p
 
 
 def _gemm_compile(variant):

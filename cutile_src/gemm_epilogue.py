@@ -30,7 +30,9 @@ def gemm_epilogue_kernel(a, b, bias, c, has_bias: int, act: int,
         acc = ct.maximum(acc, 0.0)
     if act == 2:
         acc = 0.5 * acc * (1.0 + ct.tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
-    ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype))
+    # allow_tma=False: a TMA store writes on to the next 16-byte boundary when C's rows are not
+    # a multiple of 16 bytes (legal only with one row, M = 1, where the row stride does not count)
+    ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype), allow_tma=False)
 
 
 def gemm_epilogue(a: torch.Tensor, b: torch.Tensor, bias, act: str, c: torch.Tensor) -> None:

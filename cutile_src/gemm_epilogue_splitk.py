@@ -6,12 +6,12 @@ order (deterministic), applies the bias and activation (the tiled variant's epil
 import cuda.tile as ct
 import torch
 
-from cutile_src.gemm_epilogue_tiled import epilogue
+from cutile_src.gemm_epilogue_tiled import epilogue, tma_store_ok
 
 
 @ct.kernel
 def gemm_splitk_partial_kernel(a, b, ws, kper: int, TM: ct.Constant[int], TN: ct.Constant[int],
-                               TK: ct.Constant[int]):
+                               TK: ct.Constant[int], TMA_STORE: ct.Constant[bool]):
     num_n = ct.cdiv(b.shape[1], TN)
     bm, bn, s = ct.bid(0) // num_n, ct.bid(0) % num_n, ct.bid(1)
     n_k = ct.num_tiles(a, axis=1, shape=(TM, TK))
@@ -20,18 +20,18 @@ def gemm_splitk_partial_kernel(a, b, ws, kper: int, TM: ct.Constant[int], TN: ct
         at = ct.load(a, index=(bm, k), shape=(TM, TK), padding_mode=ct.PaddingMode.ZERO)
         bt = ct.load(b, index=(k, bn), shape=(TK, TN), padding_mode=ct.PaddingMode.ZERO)
         acc = ct.mma(at, bt, acc)
-    ct.store(ws, index=(s, bm, bn), tile=ct.reshape(acc, (1, TM, TN)))
+    ct.store(ws, index=(s, bm, bn), tile=ct.reshape(acc, (1, TM, TN)), allow_tma=TMA_STORE)
 
 
 @ct.kernel
 def gemm_splitk_reduce_kernel(ws, bias, c, has_bias: int, act: int, RM: ct.Constant[int],
-                              RN: ct.Constant[int]):
+                              RN: ct.Constant[int], TMA_STORE: ct.Constant[bool]):
     bm, bn = ct.bid(0), ct.bid(1)
     acc = ct.full((RM, RN), 0.0, dtype=ct.float32)
     for s in range(ws.shape[0]):
         acc = acc + ct.reshape(ct.load(ws, index=(s, bm, bn), shape=(1, RM, RN)), (RM, RN))
     acc = epilogue(acc, bias, bn, RN, has_bias, act)
-    ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype))
+    ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype), allow_tma=TMA_STORE)
 
 
 def bind_launch(a, b, bias, act: int, c, cfg: dict, kernels=None):
@@ -43,8 +43,8 @@ def bind_launch(a, b, bias, act: int, c, cfg: dict, kernels=None):
     bias_arg = c[0] if bias is None else bias
     tiles = -(-M // cfg["TM"]) * -(-N // cfg["TN"])
     g1, g2 = (tiles, cfg["SPLIT"], 1), (-(-M // cfg["RM"]), -(-N // cfg["RN"]), 1)
-    a1 = (a, b, ws, cfg["KPER"], cfg["TM"], cfg["TN"], cfg["TK"])
-    a2 = (ws, bias_arg, c, int(bias is not None), act, cfg["RM"], cfg["RN"])
+    a1 = (a, b, ws, cfg["KPER"], cfg["TM"], cfg["TN"], cfg["TK"], tma_store_ok(ws))
+    a2 = (ws, bias_arg, c, int(bias is not None), act, cfg["RM"], cfg["RN"], tma_store_ok(c))
 
     def launch():
         stream = torch.cuda.current_stream()

@@ -31,7 +31,8 @@ def grouped_tile(t, num_m, num_n, GROUP: ct.Constant[int]):
 
 @ct.kernel
 def gemm_epilogue_tiled_kernel(a, b, bias, c, has_bias: int, act: int, TM: ct.Constant[int],
-                               TN: ct.Constant[int], TK: ct.Constant[int], GROUP: ct.Constant[int]):
+                               TN: ct.Constant[int], TK: ct.Constant[int], GROUP: ct.Constant[int],
+                               TMA_STORE: ct.Constant[bool]):
     num_m = ct.cdiv(a.shape[0], TM)
     num_n = ct.cdiv(b.shape[1], TN)
     n_k = ct.num_tiles(a, axis=1, shape=(TM, TK))
@@ -43,14 +44,22 @@ def gemm_epilogue_tiled_kernel(a, b, bias, c, has_bias: int, act: int, TM: ct.Co
             bt = ct.load(b, index=(k, bn), shape=(TK, TN), padding_mode=ct.PaddingMode.ZERO)
             acc = ct.mma(at, bt, acc)
         acc = epilogue(acc, bias, bn, TN, has_bias, act)
-        ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype))
+        ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype), allow_tma=TMA_STORE)
+
+
+def tma_store_ok(c: torch.Tensor) -> bool:
+    """TMA stores only where C's rows are whole 16-byte units: a TMA store writes on to the next
+    16-byte boundary past a shorter inner extent (with M = 1 the row stride no longer rules TMA
+    out, so tileiras would pick it)."""
+    return (c.shape[-1] * c.element_size()) % 16 == 0
 
 
 def bind_launch(a, b, bias, act: int, c, cfg: dict, kernel=None):
     """A zero-argument launch for the planned ``cfg`` (TM, TN, TK, GROUP, grid)."""
     k = kernel or gemm_epilogue_tiled_kernel
     bias_arg = c[0] if bias is None else bias  # never read when has_bias is 0
-    args = (a, b, bias_arg, c, int(bias is not None), act, cfg["TM"], cfg["TN"], cfg["TK"], cfg["GROUP"])
+    args = (a, b, bias_arg, c, int(bias is not None), act, cfg["TM"], cfg["TN"], cfg["TK"], cfg["GROUP"],
+            tma_store_ok(c))
     grid = (cfg["grid"], 1, 1)
 
     def launch():

@@ -29,7 +29,9 @@ def softmax_kernel(x, out, TILE: ct.Constant[int]):
     for j in range(n_tiles):
         t = ct.astype(ct.load(x, index=(row, j), shape=(1, TILE),
                               padding_mode=ct.PaddingMode.NEG_INF), ct.float32)
-        ct.store(out, index=(row, j), tile=ct.astype(ct.exp(t - m) / s, out.dtype))
+        # allow_tma=False: a TMA store writes on to the next 16-byte boundary when a row's
+        # bytes are not a multiple of 16 (only one row, or a one-column tensor, makes it legal)
+        ct.store(out, index=(row, j), tile=ct.astype(ct.exp(t - m) / s, out.dtype), allow_tma=False)
 
 
 def softmax(x: torch.Tensor, out: torch.Tensor) -> None:

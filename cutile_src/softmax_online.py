@@ -10,9 +10,11 @@ import math
 import cuda.tile as ct
 import torch
 
+from cutile_src.softmax_rows import tma_store_ok
+
 
 @ct.kernel
-def softmax_online_kernel(x, out, TILE: ct.Constant[int]):
+def softmax_online_kernel(x, out, TILE: ct.Constant[int], TMA_STORE: ct.Constant[bool]):
     n_tiles = ct.num_tiles(x, axis=1, shape=(1, TILE))
     for row in range(ct.bid(0), x.shape[0], ct.num_blocks(0)):
         m = ct.full((1, TILE), -math.inf, dtype=ct.float32)
@@ -31,14 +33,15 @@ def softmax_online_kernel(x, out, TILE: ct.Constant[int]):
             j = n_tiles - 1 - i
             t = ct.astype(ct.load(x, index=(row, j), shape=(1, TILE),
                                   padding_mode=ct.PaddingMode.NEG_INF), ct.float32)
-            ct.store(out, index=(row, j), tile=ct.astype(ct.exp(t - m_row) * inv, out.dtype))
+            ct.store(out, index=(row, j), tile=ct.astype(ct.exp(t - m_row) * inv, out.dtype),
+                     allow_tma=TMA_STORE)
 
 
 def bind_launch(x: torch.Tensor, out: torch.Tensor, tile: int, grid: int | None = None, kernel=None):
     """``grid`` programs (default: one a row) take rows bid, bid + grid, ..."""
     k = kernel or softmax_online_kernel
     g = (grid or x.shape[0], 1, 1)
-    args = (x, out, tile)
+    args = (x, out, tile, tma_store_ok(out))
 
     def launch():
         ct.launch(torch.cuda.current_stream(), g, k, args)

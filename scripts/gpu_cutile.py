@@ -72,9 +72,9 @@ def main():
     a = torch.randn(64, 513, device=dev, dtype=torch.bfloat16)
     for name, kern, args in [("va_misaligned", vector_add_unmasked.vector_add_unmasked_kernel,
                               vector_add_unmasked.split_args(x, x, x, 4096)),
-                             ("softmax_strided", softmax_rows.softmax_rows_kernel, (xs, xs, 4, 1024)),
+                             ("softmax_strided", softmax_rows.softmax_rows_kernel, (xs, xs, 4, 1024, False)),
                              ("gemm_odd_k", gemm_epilogue_tiled.gemm_epilogue_tiled_kernel,
-                              (a, a.t().contiguous(), a[0], a[:, :64].contiguous(), 1, 1, 64, 128, 64, 8))]:
+                              (a, a.t().contiguous(), a[0], a[:, :64].contiguous(), 1, 1, 64, 128, 64, 8, True))]:
         for cc_name in ("cutile_python_v1", "cutile_python_v2"):
             cc = getattr(CallingConvention, cc_name)()
             try:
