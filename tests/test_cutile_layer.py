@@ -237,17 +237,34 @@ def test_inspect_writes_cubin_and_tile_ir(tmp_path):
 
 
 @needs_tileiras
-@pytest.mark.parametrize("key,case", [
-    ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=1, N=17, K=33, act="none")),
-    ("cutile:gemm_epilogue_simple", problems.get("gemm_epilogue").case(M=1, N=17, K=33, act="none")),
-    ("cutile:softmax", problems.get("softmax").case(M=129, N=1)),
-], ids=["gemm-1x17", "gemm_simple-1x17", "softmax-129x1"])
-def test_no_tma_store_past_a_short_row(key, case):
+def test_no_tma_store_past_a_short_row():
     """A TMA store writes on to the next 16-byte boundary where a row's bytes are not a multiple
-    of 16 (seen on the H200: 13 bytes past C at M=1, N=17; 12 past out at 129 x 1). One row or
-    one column lets tileiras choose TMA, so those stores say allow_tma=False."""
+    of 16 (seen on the H200: 13 bytes past C at M=1, N=17). With one row the row stride stops
+    ruling TMA out: compiled for a one-row C whose stride is taken as 16-byte divisible, the
+    tiled kernel TMA-stores when allowed, and does not with the host's TMA_STORE for N = 17."""
+    import io
+
+    import cuda.tile as ct
+    from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
+                                       ScalarConstraint, export_kernel)
     from backends import cutile_layer as L
+    from cutile_src import gemm_epilogue_tiled as T
     if L._cuobjdump() is None:
         pytest.skip("cuobjdump not found")
-    f = _impl(key).compile_only_fn(case)
-    assert all(k["sass_ops"]["UTMASTG"] == 0 for k in f["kernels"].values()), f["kernels"]
+
+    def arr(nd, sdiv):
+        const = (None, 1) if nd == 2 else (1,)
+        return ArrayConstraint(ct.float16, nd, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
+                               may_alias_internally=False, stride_constant=const, stride_divisible_by=sdiv,
+                               base_addr_divisible_by=16)
+    s32 = ScalarConstraint(ct.int32)
+    c = torch.empty(1, 17, dtype=torch.float16, device="meta")
+    counts = {}
+    for tma in (True, T.tma_store_ok(c)):
+        sig = KernelSignature([arr(2, (1, 1)), arr(2, (1, 1)), arr(1, (1,)), arr(2, (8, 1)), s32, s32,
+                               16, 128, 128, 8, tma], CallingConvention.cutile_python_v1())
+        buf = io.BytesIO()
+        export_kernel(T.gemm_epilogue_tiled_kernel, [sig], buf, gpu_code="sm_90", output_format="cubin")
+        counts[tma] = L.sass_ops(L.sass_text(buf.getvalue()))["UTMASTG"]
+    assert T.tma_store_ok(c) is False
+    assert counts[True] > 0 and counts[False] == 0, counts
