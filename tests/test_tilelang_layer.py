@@ -77,8 +77,10 @@ def test_plans():
     assert dispatch.plan_vector_add(1000, 2, aligned=False)["kernel"] == "simple"
     assert dispatch.plan_vector_add(1000, 2, aligned=True)["vec"] == 8
     assert dispatch.plan_vector_add(1000, 4, aligned=True)["vec"] == 4
-    p = dispatch.plan_softmax(32768, 512, 2)
-    assert p["kernel"] == "rows" and p["cols"] == 512 and p["rows"] * p["cols"] >= 2048
+    p = dispatch.plan_softmax(32768, 512, 2)           # short rows: a warp per CTA, 2 rows
+    assert p["kernel"] == "rows" and p["cols"] == 512 and p["threads"] == 32 and p["rows"] == 2
+    p = dispatch.plan_softmax(8192, 2048, 2)
+    assert p["rows"] == 1 and p["threads"] == 2048 // 16
     assert dispatch.plan_softmax(4096, 16384, 4)["kernel"] == "rows"
     assert dispatch.plan_softmax(4096, 16385, 4)["kernel"] == "smem"
     p = dispatch.plan_softmax(4096, 50257, 4)            # 201 KB of fp32 fits a CTA's shared memory
@@ -90,6 +92,9 @@ def test_plans():
     with pytest.raises(ValueError, match="N:"):
         dispatch.plan_softmax(4, 100_000, 2, kernel="rows")
     assert dispatch.plan_gemm(4096, 4096, 4096, 2, True)["kernel"] == "tma"
+    assert dispatch.plan_gemm(4096, 4096, 4096, 2, True)["bn"] == 256          # wide tiles fill the GPU
+    assert dispatch.plan_gemm(256, 6144, 4096, 2, True)["bn"] == 128           # 48 wide tiles would not
+    assert dispatch.plan_gemm(16, 28672, 4096, 2, True)["bn"] == 256
     assert dispatch.plan_gemm(2050, 1001, 136, 2, False)["kernel"] == "tiled"
     assert dispatch.plan_gemm(16, 4096, 4096, 2, True)["bm"] == 64
     # few tiles: split K while the splits fit one wave and each keeps >= min_k_tiles K tiles
@@ -97,6 +102,9 @@ def test_plans():
     tiles = (4096 // p["bn"])
     assert p["kernel"] == "splitk" and 2 <= p["splits"] and tiles * p["splits"] <= dispatch.SMS
     assert dispatch.plan_gemm(4096, 4096, 4096, 2, True)["kernel"] == "tma"
+    assert dispatch.plan_gemm(4096, 4096, 4096, 2, True)["bn"] == 256          # wide tiles fill the GPU
+    assert dispatch.plan_gemm(256, 6144, 4096, 2, True)["bn"] == 128           # 48 wide tiles would not
+    assert dispatch.plan_gemm(16, 28672, 4096, 2, True)["bn"] == 256
     assert dispatch.plan_gemm(16, 4096, 128, 2, True)["kernel"] == "tma"      # K too short to split
     assert dispatch.plan_gemm(16, 4096, 4096, 2, True, kernel="tma")["kernel"] == "tma"
     with pytest.raises(ValueError, match="strides"):

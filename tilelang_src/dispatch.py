@@ -8,16 +8,23 @@ SMS = 132                      # H200 streaming multiprocessors (the grid rules'
 
 TABLE = {
     "vector_add": {"threads": 256, "bytes_per_access": 16, "unroll": 4},
-    # whole rows in registers up to this many fp32 values per CTA; longer rows stream (online)
-    "softmax": {"max_cols": 16384, "elems_per_thread": 16, "min_threads": 32, "max_threads": 1024,
-                "rows_cta_cols": 2048, "online_tile": 4096, "online_threads": 512,
+    # whole rows in registers up to max_cols fp32 values per CTA, elems_per_thread a thread; rows
+    # of <= warp_cols columns take one warp per CTA (a row spread over more threads than a warp
+    # costs a shared-memory reduction each) and up to warp_rows rows per CTA (<= 1024 columns)
+    "softmax": {"max_cols": 16384, "elems_per_thread": 16, "max_threads": 1024,
+                "warp_cols": 1024, "warp_rows": 4, "warp_cta_cols": 1024,
+                # online: (tile, threads) per element size
+                "online": {2: (2048, 256), 4: (4096, 512)},
                 # rows staged in shared memory up to this many bytes a CTA (H200: 227 KB a block)
                 "smem_max_bytes": 220 * 1024, "smem_tile": 4096, "smem_threads": 512,
                 # few long rows: C CTAs per row, about split_ctas_per_sm CTAs per SM in all
                 "split_tile": 2048, "split_threads": 256, "split_ctas_per_sm": 2},
-    # (bm, bn, bk, stages, threads): large tiles while they fill the GPU, 64-row tiles for few rows
-    "gemm": {"large": (128, 128, 64, 4, 256), "narrow": (64, 128, 64, 4, 128),
-             "tiled": (128, 128, 32, 2, 256), "tiled_narrow": (64, 128, 32, 2, 128),
+    # (bm, bn, bk, stages, threads): "wide" (bn = 256) while its tiles fill wide_fill of a wave,
+    # else the 128-column tile; 64-row tiles for M <= 64; "tiled" = the element-load pipeline
+    "gemm": {"wide": (128, 256, 64, 3, 256), "large": (128, 128, 128, 3, 256),
+             "narrow_wide": (64, 256, 64, 3, 128), "narrow": (64, 128, 64, 4, 128),
+             "tiled": (128, 256, 32, 2, 256), "tiled_narrow": (64, 128, 32, 2, 128),
+             "wide_fill": 0.75, "splitk_tile": (128, 128, 64, 4, 256),
              # split K when at least two splits of every tile fit one wave; each split keeps
              # at least min_k_tiles K tiles (the pipeline's prologue is paid per split)
              "max_splits": 16, "min_k_tiles": 4},
@@ -72,12 +79,14 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
     if choice == "rows":
         if cols > t["max_cols"]:
             raise ValueError(f"N: softmax_rows holds rows of at most {t['max_cols']} columns, not {n}")
-        threads = min(t["max_threads"], max(t["min_threads"], cols // t["elems_per_thread"]))
-        rows = max(1, t["rows_cta_cols"] // cols) if threads == t["min_threads"] or cols < t["rows_cta_cols"] else 1
-        threads = max(threads, min(t["max_threads"], rows * cols // t["elems_per_thread"]))
+        if cols <= t["warp_cols"]:
+            threads, rows = 32, max(1, min(t["warp_rows"], t["warp_cta_cols"] // cols))
+        else:
+            threads, rows = min(t["max_threads"], cols // t["elems_per_thread"]), 1
         return {"kernel": "rows", "cols": cols, "rows": rows, "threads": threads}
     if choice == "online":
-        return {"kernel": "online", "tile": t["online_tile"], "threads": t["online_threads"]}
+        tile, threads = t["online"][4 if esize >= 4 else 2]
+        return {"kernel": "online", "tile": tile, "threads": threads}
     if choice == "smem":
         scols = -(-n // t["smem_tile"]) * t["smem_tile"]
         if scols * esize > t["smem_max_bytes"]:
@@ -95,15 +104,19 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None) -> dict:
 def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None) -> dict:
     """TMA + wgmma pipeline where A's and B's rows are 16-byte multiples (TMA's stride rule) and
     the pointers are aligned; guarded element loads into the same pipeline otherwise. 64-row tiles
-    for M <= 64; split K over S CTAs per tile where the tiles leave more than half the SMs idle
-    (S = SMs // tiles, so the splits still fit one wave)."""
+    for M <= 64; 256-column tiles where they still fill ``wide_fill`` of a wave (fewer, larger
+    tiles: more reuse of each A and B slice), 128 columns otherwise; split K over S CTAs per tile
+    where the tiles leave more than half the SMs idle (S = SMs // tiles, so the splits still fit
+    one wave)."""
     g = TABLE["gemm"]
     if kernel in ("tma", "splitk") and not tma_ok:
         raise ValueError("strides: TMA needs 16-byte aligned rows (N and K multiples of 8 in 16-bit types)")
     use_tma = tma_ok if kernel is None else kernel in ("tma", "splitk")
     narrow = m <= 64
     if use_tma:
-        bm, bn, bk, stages, threads = g["narrow" if narrow else "large"]
+        wide = g["narrow_wide" if narrow else "wide"]
+        fills = -(-m // wide[0]) * -(-n // wide[1]) >= g["wide_fill"] * SMS
+        bm, bn, bk, stages, threads = wide if fills else g["narrow" if narrow else "large"]
     else:
         bm, bn, bk, stages, threads = g["tiled_narrow" if narrow else "tiled"]
     plan = {"kernel": "tma" if use_tma else "tiled", "bm": bm, "bn": bn, "bk": bk, "stages": stages,
@@ -115,5 +128,8 @@ def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | No
         if kernel == "splitk":
             splits = max(2, min(splits, k_tiles))
         if splits >= 2:
+            if not narrow:
+                bm, bn, bk, stages, threads = g["splitk_tile"]
+                plan.update(bm=bm, bn=bn, bk=bk, stages=stages, threads=threads)
             plan.update(kernel="splitk", splits=splits)
     return plan
