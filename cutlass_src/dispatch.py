@@ -37,7 +37,7 @@ GEMM_TILES = (
 GEMM_MAX_SPLITS = 16
 GEMM_MIN_KTILES_PER_SPLIT = 4   # a split shorter than this spends more on its fix-up than it saves
 # The planner's cost model: predicted microseconds of one candidate (schedule, tile, splits), fitted
-# on measured timings of every alternative at M <= 300 (docs/perf-notes.md, Round 6 CuTe DSL). A persistent CTA runs
+# on measured timings of every alternative at M <= 300 (docs/performance.md, "CuTe DSL / GEMM + epilogue"). A persistent CTA runs
 # ceil(units / SMs) units; a unit costs its k-tiles, each the longer of its wgmmas (GEMM_SM_TFLOPS
 # x tile efficiency) and its operand bytes (GEMM_SM_GBPS: what one SM's TMA ring pulls), plus
 # GEMM_UNIT_US (pipeline fill, epilogue). Split-K adds the fix-up: GEMM_FIXUP_US plus the last
@@ -168,12 +168,12 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 # while a portable cluster holds it and the M x C CTAs make SOFTMAX_CLUSTER_MIN_WAVES waves; else -
 # rows too long or too few to fill the GPU - chunks held by a persistent grid (split; one chunk per
 # row = a persistent row pipeline). Cluster beat split on every vocabulary row a cluster of <= 8
-# holds and lost where it took 16 CTAs (docs/perf-notes.md, Round 6 CuTe DSL).
+# holds and lost where it took 16 CTAs (docs/performance.md, "CuTe DSL / softmax").
 SOFTMAX_ROWS_MAX_BYTES = 4096
 SOFTMAX_BLOCK_MAX_BYTES = 32768
 # Short rows: the SM's loads in flight are CTAs x threads x (16-byte vectors a thread holds per row
 # buffer). With <= 16 values a thread (2 vectors bf16) and whole-warp groups a 16-vector row left
-# half a group's lanes idle and 8-32 KB in flight an SM (docs/perf-notes.md, Round 6). Now 4 vectors a
+# half a group's lanes idle and 8-32 KB in flight an SM (docs/performance.md, "CuTe DSL / softmax"). Now 4 vectors a
 # thread for every dtype (64 registers by ptxas, so 4 CTAs of 256 an SM: 64 KB in flight) and
 # groups down to a lane or two, so a row fills its group.
 SOFTMAX_ROWS_VECTORS = 4            # 16-byte vectors per thread per row buffer (two buffers live)
@@ -185,7 +185,7 @@ SOFTMAX_BLOCK_VALUES = 32           # values per thread (block, cluster)
 # The default's block kernel up to this many threads a CTA; a row that needs more (16-bit rows of
 # 16-32 KB: 512 threads x ~50 registers, so 2 CTAs an SM, where one CTA's reduction and stores
 # leave the SM's loads idle) goes to softmax_smem (6 CTAs an SM), which measured well ahead there
-# (docs/perf-notes.md, Round 10). fp32 rows up to 32 KB need <= 256.
+# (docs/performance.md, "CuTe DSL / softmax"). fp32 rows up to 32 KB need <= 256.
 SOFTMAX_BLOCK_DEFAULT_MAX_THREADS = 256
 SOFTMAX_SPLIT_THREADS = 256
 SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by element size: 64 KB
@@ -203,7 +203,7 @@ SOFTMAX_CLUSTER_MIN_WAVES = 2       # M x C >= this x CTAS_PER_SM x SMs: tails a
 # 64 KB of bf16 an SM (2 CTAs x 512 threads x 32 values at ~2 registers a value), and on 16-bit
 # vocabulary rows they measured far below the CUDA kernel that stages each slice in shared memory
 # (where C = 1 beat C = 2/4 on rows one CTA holds, and 2 CTAs an SM were best for longer rows;
-# docs/perf-notes.md, Rounds 6 and 6b). Few
+# docs/performance.md, "CuTe DSL / softmax" and "CUDA C++ / softmax"). Few
 # rows: C doubles while M x C < SMs and slices stay >= SOFTMAX_SMEM_MIN_SLICE; the default takes
 # the kernel only when its M x C CTAs cover the SMs (else split spreads a row wider).
 SOFTMAX_SMEM_PER_SM = 228 * 1024        # shared memory of an SM (H100 / H200)
@@ -213,16 +213,16 @@ SOFTMAX_SMEM_CTAS_PER_SM = 2            # slices of a row longer than one CTA ho
 # A row one CTA holds but alone on its SM (slice > half the SM's shared memory: its loads idle
 # while it reduces and writes) goes to a pair of CTAs when the halves let this many share an SM:
 # the pair gained where its halves let 3 share an SM and lost where only 2 (the cluster's
-# exchange and co-scheduling cost more than the second CTA buys; docs/perf-notes.md, Round 10).
+# exchange and co-scheduling cost more than the second CTA buys; docs/performance.md, "CuTe DSL / softmax").
 SOFTMAX_SMEM_PAIR_MIN_CTAS = 3
 SOFTMAX_SMEM_CLUSTER_MAX = 8            # portable clusters
 SOFTMAX_SMEM_MIN_SLICE = 16 * 1024      # few rows: a slice is worth a CTA down to this
 SOFTMAX_SMEM_DEFAULT = True             # whether the default takes smem for long rows (the table
-                                        # entry a measurement turns off; docs/perf-notes.md)
+                                        # entry a measurement turns off; docs/performance.md, "CuTe DSL / softmax")
 # Threads a CTA: what the SM's CTAs (as many as their slices let share it) divide among them, a
 # power of two from 128 to SOFTMAX_SMEM_MAX_THREADS: 1536 threads an SM for a row per CTA, 768 for
 # a row over a cluster: 2048 threads an SM lost wherever tried, a row per CTA gained up to 1536,
-# cluster rows lost a little above 768 (docs/perf-notes.md, Round 10).
+# cluster rows lost a little above 768 (docs/performance.md, "CuTe DSL / softmax").
 SOFTMAX_SMEM_THREADS_PER_SM = 1536
 SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM = 768
 SOFTMAX_SMEM_MAX_THREADS = 512
