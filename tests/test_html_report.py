@@ -199,3 +199,16 @@ def test_two_compares_report_in_chromium(store_url, tmp_path):
     r = harness("report", *ids, "--store", store_url, "--html", tmp_path / "site", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     check_in_browser(tmp_path / "site" / "index.html", tmp_path / "shot.png", n_charts=2, sort_by="case")
+
+
+def test_rows_without_line_counts_get_the_current_counts():
+    """A verify run records no line counts: the chart takes the current sources' counts."""
+    from harness import loc, registry
+    from harness.html_report import _summary
+    doc = small_reference()
+    for r in doc["rows"]:
+        r.pop("loc", None)
+    lines = {ln["impl"]: ln for ln in _summary(doc)["vector_add"]["lines"]}
+    want = loc.count_impl(registry.get("vector_add", "triton:vector_add"))
+    assert lines["triton:vector_add"]["loc_kernel"] == want["kernel"]
+    assert lines["torch:vector_add"]["loc_kernel"] is None

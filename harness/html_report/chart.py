@@ -5,7 +5,8 @@ them), y = the geometric mean of % of the measured ceiling over the cases every 
 headline summary's figure). Two labelled points per layer - the tuned default (filled circle) and
 the teaching twin (hollow square) - and every line without a kernel source of its own (torch, a
 library) as a dashed horizontal line at its %. A run that timed nothing (no GPU) draws its points
-on the x axis, hollow, and says so.
+on the x axis, hollow, and says so; a run without line counts (``verify``) gets the current
+sources' counts.
 """
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def svg(problem: str, summary_lines: list[dict], title: str, chart_id: str) -> s
                f'text-anchor="middle">% of measured ceiling (geomean)</text>')
     if not timed:
         out.append(f'<text x="{ML + pw / 2}" y="{MT + ph / 2}" font-size="12" text-anchor="middle" '
-                   f'fill="#888">not timed in this run (no GPU): lines of code only</text>')
+                   f'fill="#888">not timed in this run (verify only, or no GPU): lines of code</text>')
     for k, lb in enumerate(libs):
         if lb["y"] is None:
             continue
