@@ -19,15 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 BUDGET_S = 105
 T0 = time.time()
 
-GEMM_TMA = [(128, 128, 64, 4, 256), (128, 256, 64, 3, 256), (128, 128, 128, 3, 256),
+GEMM_TMA = [(128, 256, 64, 3, 256), (128, 256, 64, 4, 256), (128, 256, 32, 4, 256), (128, 128, 128, 3, 256),
             (64, 128, 64, 4, 128), (64, 256, 64, 3, 128)]
-GEMM_TILED = [(128, 128, 32, 2, 256), (128, 256, 32, 2, 256), (64, 128, 32, 2, 128)]
-GEMM_SHAPES = [(m, n, k) for m in (16, 256, 4096) for n, k in ((6144, 4096), (4096, 14336), (28672, 4096))]
-GEMM_TILED_SHAPES = [(m, 50257, 768) for m in (16, 256, 4096)]
-SPLITK = [(64, 128, 64, 4, 128), (128, 128, 64, 4, 256)]
+GEMM_TILED = [(128, 256, 32, 2, 256), (128, 256, 64, 2, 256)]
+GEMM_SHAPES = [(4096, 6144, 4096), (4096, 4096, 14336), (256, 28672, 4096), (16, 28672, 4096)]
+GEMM_TILED_SHAPES = [(4096, 50257, 768)]
+SPLITK = []
 SM_ROWS = [(cols, rows, threads) for cols, rows, threads in
-           ((512, 4, 128), (512, 8, 256), (1024, 2, 128), (1024, 4, 256),
-            (4096, 1, 256), (4096, 1, 512), (4096, 1, 128))]
+           ((512, 2, 32), (512, 1, 32), (512, 4, 32), (1024, 1, 32), (1024, 1, 64), (1024, 2, 128),
+            (4096, 1, 256), (4096, 1, 128))]
+SM_SMEM = [(32768, 4096, 512), (32768, 2048, 256), (32768, 4096, 1024)]
 SM_ONLINE = [(2048, 256), (4096, 512), (8192, 1024), (4096, 256)]
 VA = [(256, 8, 4), (256, 8, 2), (256, 8, 1), (512, 8, 2)]
 
@@ -40,12 +41,14 @@ def _jobs():
         j.append(("gemm_tiled", "bfloat16", cfg))
     for cfg in SPLITK:
         j.append(("splitk", "bfloat16", cfg))
-    j.append(("splitk_epi", "bfloat16", ()))
     for cfg in SM_ROWS:
         j.append(("sm_rows", "bfloat16", cfg))
     j.append(("sm_rows", "float16", (2048, 1, 128)))
     j.append(("sm_rows", "float16", (2048, 1, 256)))
     j.append(("sm_rows", "float16", (2048, 2, 256)))
+    for cfg in SM_SMEM:
+        j.append(("sm_smem", "bfloat16", cfg))
+        j.append(("sm_smem", "float32", cfg))
     for cfg in SM_ONLINE:
         j.append(("sm_online", "bfloat16", cfg))
         if cfg[0] >= 4096:
@@ -58,7 +61,7 @@ def _jobs():
 
 def build(kind, dtype, cfg):
     from tilelang_src import (gemm_epilogue_splitk, gemm_epilogue_tma, softmax_online, softmax_rows,
-                              vector_add_tiled)
+                              softmax_smem, vector_add_tiled)
     if kind == "gemm_tma":
         return gemm_epilogue_tma.gemm_tma_kernel(dtype, True, *cfg, tma=True)
     if kind == "gemm_tiled":
@@ -69,6 +72,8 @@ def build(kind, dtype, cfg):
         return gemm_epilogue_splitk.gemm_splitk_epilogue_kernel(dtype, True)
     if kind == "sm_rows":
         return softmax_rows.softmax_rows_kernel(dtype, *cfg)
+    if kind == "sm_smem":
+        return softmax_smem.softmax_smem_kernel(dtype, *cfg)
     if kind == "sm_online":
         return softmax_online.softmax_online_kernel(dtype, *cfg)
     return vector_add_tiled.vector_add_tiled_kernel(dtype, *cfg)
@@ -188,7 +193,7 @@ def main():
         name = str(dt).replace("torch.", "")
         cands = [("sm_rows", c) for c in SM_ROWS + [(2048, 1, 128), (2048, 1, 256), (2048, 2, 256)]
                  if n <= c[0] < 2 * n] \
-            + [("sm_online", c) for c in SM_ONLINE]
+            + [("sm_online", c) for c in SM_ONLINE] + [("sm_smem", c) for c in SM_SMEM if n <= c[0]]
         for kind, cfg in cands:
             job = (kind, name, cfg)
             if job not in ok:
