@@ -37,8 +37,9 @@ GEMM_TILES = (
 GEMM_MAX_SPLITS = 16
 GEMM_MIN_KTILES_PER_SPLIT = 4   # a split shorter than this spends more on its fix-up than it saves
 # The planner's cost model: predicted microseconds of one candidate (schedule, tile, splits), fitted
-# on measured timings of every alternative at M <= 300 (docs/performance.md, "CuTe DSL / GEMM + epilogue"). A persistent CTA runs
-# ceil(units / SMs) units; a unit costs its k-tiles, each the longer of its wgmmas (GEMM_SM_TFLOPS
+# on measured timings of every alternative at M <= 300
+# (docs/performance.md, "CuTe DSL / GEMM + epilogue"). A persistent CTA runs ceil(units / SMs)
+# units; a unit costs its k-tiles, each the longer of its wgmmas (GEMM_SM_TFLOPS
 # x tile efficiency) and its operand bytes (GEMM_SM_GBPS: what one SM's TMA ring pulls), plus
 # GEMM_UNIT_US (pipeline fill, epilogue). Split-K adds the fix-up: GEMM_FIXUP_US plus the last
 # split reading all S fp32 partials (GEMM_FIXUP_GBPS: measured slow, a large part of a short
