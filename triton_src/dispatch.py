@@ -7,7 +7,8 @@ constexprs (``runtime.bind``), so that a launch is one call of the compiled kern
 The rules read bytes per row, waves (tiles / SMs) and alignment, never a list of known shapes;
 the numbers they read are the tables below (plain data: a test or a tuning script may replace
 an entry; nothing reads an environment variable). ``scripts/gpu_triton.py`` times the
-alternatives each rule chooses between; docs/perf-notes.md has the measurements.
+alternatives each rule chooses between; the measurements behind each rule are in
+docs/performance.md, "Triton / vector add", "Triton / softmax" and "Triton / GEMM + epilogue".
 
 Planning functions come in two layers: ``*_choice(shape facts) -> (variant, config)`` needs no
 tensor (``compile_only`` and the grid descriptions use it without a GPU), ``plan_*(tensors) ->
@@ -30,13 +31,13 @@ VECTOR_ADD = {"bytes_per_thread": 32, "num_warps": 4}
 SOFTMAX = {
     # rows kernel (several short rows a program, persistent): rows of at most this many columns
     # (32 lanes x 32 values); from 2048 16-bit columns one program a row in registers (block, 4
-    # warps) streams faster than several rows a program (docs/perf-notes.md, Round 7)
+    # warps) streams faster than several rows a program (docs/performance.md, "Triton / softmax")
     "rows_max_cols": 1024,
     # a block of about ``rows_tile`` elements (rows x next_pow2(N)), ``rows_values_per_thread``
     # values a thread (so 2 warps), one block a program: the hardware's block scheduler fills
     # the SMs as programs end. A persistent grid (programs looping over blocks, the next block's
     # loads software-pipelined over ``rows_stages`` stages) and larger blocks measured slower
-    # over the short-row shapes timed (docs/perf-notes.md, Round 14)
+    # over the short-row shapes timed (docs/performance.md, "Triton / softmax")
     "rows_tile": 1024,
     "rows_values_per_thread": 16,
     "rows_persistent": False,
@@ -44,15 +45,15 @@ SOFTMAX = {
     # rows Triton cannot prove 16-byte aligned (N not a multiple of 16) are addressed from their
     # 16-byte boundary (``triton_src.aligned_frame``) by the rows kernel only up to this many
     # padded columns: it gained where a block holds many short rows and lost where it holds a
-    # few long ones, which then stay on 2-byte accesses (docs/perf-notes.md, Round 8)
+    # few long ones, which then stay on 2-byte accesses (docs/performance.md, "Triton / softmax")
     "rows_frame_max_cols": 256,
     # block kernel (one row a program, in registers): up to this many (padded) columns by element
     # size. The registers hold fp32 either way, so a 16-bit row brings half the bytes in flight
     # for the same registers: 16-bit rows above 16384 columns go to split, whose 1-warp chunks
     # keep more rows in flight. A row longer than split's minimum whose padding would leave less
     # than ``block_min_fill`` of the lanes holding data goes to split too: the block kernel's
-    # padded lanes cost registers and issue slots, split's chunks waste little (docs/perf-notes.md,
-    # Round 7). Plain Triton cannot place a row in shared memory: longer rows go to split or
+    # padded lanes cost registers and issue slots, split's chunks waste little
+    # (docs/performance.md, "Triton / softmax"). Plain Triton cannot place a row in shared memory: longer rows go to split or
     # online.
     "block_max_cols": {4: 32768, 2: 16384},
     "block_min_fill": 0.9,
@@ -61,7 +62,7 @@ SOFTMAX = {
     # rows longer than the block kernel takes: ``split`` (one read, one write) whenever a row's
     # chunks fit the co-resident grid with room to spare (at most ``split_max_chunks_per_sm`` x
     # SMs chunks a row), else ``online`` (any length; one to two reads), which measured well below
-    # split on long rows of every dtype (docs/perf-notes.md, Rounds 5 and 6)
+    # split on long rows of every dtype (docs/performance.md, "Triton / softmax")
     "split_max_chunks_per_sm": 2,
     "online_l2_fraction": 0.5,
     "online_block": 8192,
@@ -69,9 +70,9 @@ SOFTMAX = {
     "online_stages": 2,
     "online_max_programs_per_sm": 4,
     # split: fp32 values a thread holds (so chunk / warps is fixed), the chunk range by dtype
-    # size, and the smallest fraction of a row's padded lanes that must hold data. (Round 6 tried
-    # 32 values a thread in 16-bit with chunks aligned on 16-byte addresses; it measured slower and
-    # was reverted: docs/perf-notes.md, Round 6 measured)
+    # size, and the smallest fraction of a row's padded lanes that must hold data. (32 values a
+    # thread in 16-bit with chunks aligned on 16-byte addresses measured slower and was reverted:
+    # docs/performance.md, "Triton / softmax")
     "split_values_per_thread": 64,
     # ... and with the aligned frame: its 128-bit loads and lane-validity masks take more
     # registers a value (fp32 chunk of 2048 at 64 values a thread: 168 registers against 96,
@@ -82,7 +83,7 @@ SOFTMAX = {
     "split_min_fill": 0.9,
     # A row of at most this many chunks of split_min_chunk takes that smallest chunk (one warp a
     # program, the most programs - rows in flight - an SM), the best or near it on the long rows
-    # timed, most of all in 16-bit (docs/perf-notes.md, Round 7). Beyond it each program polls
+    # timed, most of all in 16-bit (docs/performance.md, "Triton / softmax"). Beyond it each program polls
     # more slots than its warp's lanes cover twice, and the fill rule below chooses.
     "split_small_max_chunks": 64,
     # split's register cap (``maxnreg``): a chunk held in registers limits how many programs -
@@ -91,8 +92,8 @@ SOFTMAX = {
     # more of its programs, and keeps the capped kernel only if it does hold more and ptxas
     # spills at most ``split_cap_max_spills`` values a thread to local memory (L1-cached; a few
     # more measured slower). A cap is also a hint: ptxas raised a 61-register kernel to 80 under
-    # a cap of 80, so it is only ever tried below the uncapped count (docs/perf-notes.md, Rounds
-    # 13 and 14). False: no cap.
+    # a cap of 80, so it is only ever tried below the uncapped count (docs/performance.md,
+    # "Triton / softmax"). False: no cap.
     "split_register_cap": True,
     "split_cap_min_regs": 48,
     "split_cap_max_spills": 2,
@@ -130,7 +131,7 @@ GEMM = {
     # more than ``narrow_max_m`` rows and such operands: the plain kernel of gemm_epilogue.py
     # (masked pointer loads, 2-d grid, about half the registers) instead: the tiled kernel above,
     # same tile, keeps its unmasked pointer tiles live across the pipeline (255 registers, one
-    # program an SM) and measured well below it (docs/perf-notes.md, Round 6 measured)
+    # program an SM) and measured well below it (docs/performance.md, "Triton / GEMM + epilogue")
     "plain_unaligned": True,
     "plain": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3},
     # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
@@ -138,7 +139,7 @@ GEMM = {
     # when the tiles alone load the SMs evenly (the busiest SM at most 1 / ``narrow_balance`` of
     # the mean; a single wave that full included). About one program an SM measured best; more
     # splits pay for their partials and an uneven last wave costs more than a split in two
-    # (docs/perf-notes.md, Round 6 Triton; the single full wave, Round 15)
+    # (docs/performance.md, "Triton / GEMM + epilogue")
     "narrow_max_m": 64,
     "narrow": {"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_stages": 4, "num_warps": 4},
     "narrow_unaligned": {"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_stages": 3, "num_warps": 4},
