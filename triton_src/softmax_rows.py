@@ -80,7 +80,7 @@ def config(N: int, tile: int, values_per_thread: int, num_stages: int, persisten
     rows = max(1, tile // block)
     warps = min(16, max(1, next_pow2(rows * block // (32 * values_per_thread))))
     # one block a program: its loop runs once, and a pipeline there only adds a predicated
-    # prologue (measured slower: docs/perf-notes.md, Round 14)
+    # prologue (measured slower: docs/performance.md, "Triton / softmax")
     return {"ROWS": rows, "BLOCK_N": block, "NUM_STAGES": num_stages if persistent else 1,
             "num_warps": warps, "PERSISTENT": bool(persistent)}
 
