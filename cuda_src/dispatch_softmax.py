@@ -19,12 +19,12 @@ SOFTMAX = {
     "resident_target": 96 * 1024,   # bytes an SM holds in flight to stream near the HBM rate
     # The warp path needs fewer: its warps are independent (no block barrier, no prefetch), so ~40
     # warps an SM sit in different phases (load / shuffle / store); below this the rows kernel's
-    # prefetch wins (measurements: docs/perf-notes.md, Round 6 CUDA C++).
+    # prefetch wins (docs/performance.md, "CUDA C++ / softmax").
     "warp_resident_target": 32 * 1024,
     # So does the block path on rows of block_min_n .. block_short_max_n columns (the range timed;
     # longer rows keep resident_target): a CTA a row, its loads all issued at once, and a finished
     # CTA's place taken by the next row's CTA at once; it beat the rows kernel's persistent grid
-    # on every row of that range timed (docs/perf-notes.md, Round 7). Shorter rows stay with the
+    # on every row of that range timed (docs/performance.md, "CUDA C++ / softmax"). Shorter rows stay with the
     # rows kernel (several a CTA).
     "block_resident_target": 32 * 1024,
     "block_min_n": 1025,
