@@ -24,7 +24,7 @@ GEMM = {
     "tiled_bms": (32, 64, 128),
     # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
     # HBM; every split-K factor streams B at about the same rate per busy SM (sm_stream_bytes_per_s,
-    # below an SM's share of HBM; docs/perf-notes.md, Round 6 CUDA C++). The split is then chosen
+    # below an SM's share of HBM; docs/performance.md, "CUDA C++ / GEMM + epilogue"). The split is then chosen
     # to minimise the k-tiles of B the busiest SM streams (waves x k-tiles per unit).
     "stream_max_m": 64,
     "sm_stream_bytes_per_s": 22e9,
@@ -43,7 +43,7 @@ GEMM = {
     "tiled_max_ctas_per_sm": 4,
     # the split fills this fraction of the resident capacity, not all of it: every split's partial
     # plane costs bytes, and the last slots add less stream than their planes cost (timed splits of
-    # M <= 64: the best was at 0.5-0.8 of the slots; docs/perf-notes.md, Round 9)
+    # M <= 64: the best was at 0.5-0.8 of the slots; docs/performance.md, "CUDA C++ / GEMM + epilogue")
     "tiled_wave_fill": 0.75,
     "tiled_min_kt_per_split": 8,
     "tiled_splitk_max_charge": 0.25,
@@ -297,7 +297,7 @@ def _tiled_stream_splits(g: GemmCase, dev: Device) -> tuple[int, str]:
     cap = dev.sms * cps
     if tiles >= dev.sms:
         # the N tiles alone give every SM a CTA (the unsplit tiled kernel matched torch there:
-        # docs/perf-notes.md, Round 6); a split would add partials and a launch for the rest
+        # docs/performance.md, "CUDA C++ / GEMM + epilogue"); a split would add partials and a launch for the rest
         return 1, f"{tiles} tiles of {bm} x {TILED_BN} >= {dev.sms} SMs: no split"
     s = min(int(cap * G["tiled_wave_fill"]) // tiles, G["max_splits"], kt // G["tiled_min_kt_per_split"])
     s = top = _norm_splits(kt, s)[0]
@@ -419,7 +419,7 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
     if stream and not repack and _cdiv(g.N, TILED_BN) >= dev.sms:
         # (GEMM["tiled_splitk"] off) a B stream whose 32-row tiles alone give every SM a tile: the
         # tiled kernel, no padding rows and no split (it beat split-K at every factor there:
-        # docs/perf-notes.md, Round 6)
+        # docs/performance.md, "CUDA C++ / GEMM + epilogue")
         return _why(_plan_tiled(g), f"M = {g.M} <= {GEMM['stream_max_m']} and {_cdiv(g.N, TILED_BN)} "
                                     f"column tiles >= {dev.sms} SMs: the tiled kernel streams B without padding rows")
     s = _stream_splits(g, dev, 128) if stream else _choose_splits(g, dev, 128)
