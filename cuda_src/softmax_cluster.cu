@@ -29,7 +29,8 @@ constexpr int kClusterChunks = 8;   // bulk copies per slice, each on its own mb
 // Vector v (16 bytes) of the 16-byte aligned shared-memory array p, read with ONE 16-byte access
 // into registers (LDS.128). Binding unpack's reference straight to shared memory instead made the
 // compiler read element by element (8 x LDS.U16 for bf16, lanes 16 bytes apart: 4-way bank
-// conflicts, 32 shared-memory wavefronts per warp per vector instead of 4; see perf-notes Round 6b).
+// conflicts, 32 shared-memory wavefronts per warp per vector instead of 4; see
+// docs/performance.md, "CUDA C++ / softmax").
 template <typename R, typename T>
 __device__ __forceinline__ R lds_vec(const T* p, int v) {
   const R r = reinterpret_cast<const R*>(p)[v];
