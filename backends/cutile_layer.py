@@ -533,7 +533,7 @@ def _sm_prepare(variant):
         else:
             k, _, h = launches[0]
             if cfg["variant"] == "rows":
-                launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], kernel=hinted(k, h))
+                launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], cfg["grid"], kernel=hinted(k, h))
             else:
                 launch = softmax_online.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
         return _finish(launch, launches, cfg)

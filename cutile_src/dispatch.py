@@ -92,8 +92,9 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
         while rows * 2 * tn <= SOFTMAX["ROWS_TILE_ELEMS"] and rows * 2 <= SOFTMAX["ROWS_MAX"]:
             rows *= 2
         rows = min(rows, _pow2_at_least(M))
-        return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": _cdiv(M, rows),
-                "hints": softmax_hints(rows * tn, tn)}
+        hints = softmax_hints(rows * tn, tn)
+        grid = min(_cdiv(M, rows), sms * hints.get("occupancy", 1))  # co-resident programs, looping
+        return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": grid, "hints": hints}
     tile = min(SOFTMAX["ONLINE_TILE"], tn)
     hints = softmax_hints(3 * tile, tile)
     resident = sms * hints.get("occupancy", 1)  # a capped grid must be co-resident

@@ -1,7 +1,8 @@
 """cuTile row softmax, rows: a tile of ROWS whole rows, TN >= N columns (a power of two), is
 loaded once, reduced along its rows (max, then the sum of exp), scaled and stored. ROWS = 1 is
-one row as one tile; short rows take several a program so that a program still moves a useful
-number of bytes. Columns past N and rows past M are padded with -inf and never stored.
+one row as one tile; short rows take several a tile so that a tile still moves a useful
+number of bytes. Programs loop over row tiles bid, bid + grid, ... (a grid of co-resident
+programs when the planner caps it). Columns past N and rows past M are padded with -inf and never stored.
 
 The row stride is the array's own (strided and unaligned rows are loaded as they lie); tileiras
 vectorises from the stride and base alignment facts the launch passes. ROWS, TN and the
@@ -15,12 +16,12 @@ import torch
 
 @ct.kernel
 def softmax_rows_kernel(x, out, ROWS: ct.Constant[int], TN: ct.Constant[int], TMA_STORE: ct.Constant[bool]):
-    bid = ct.bid(0)
-    t = ct.load(x, index=(bid, 0), shape=(ROWS, TN), padding_mode=ct.PaddingMode.NEG_INF)
-    t = ct.astype(t, ct.float32)
-    e = ct.exp(t - ct.max(t, axis=1, keepdims=True))
-    p = e / ct.sum(e, axis=1, keepdims=True)
-    ct.store(out, index=(bid, 0), tile=ct.astype(p, out.dtype), allow_tma=TMA_STORE)
+    for i in range(ct.bid(0), ct.cdiv(x.shape[0], ROWS), ct.num_blocks(0)):
+        t = ct.load(x, index=(i, 0), shape=(ROWS, TN), padding_mode=ct.PaddingMode.NEG_INF)
+        t = ct.astype(t, ct.float32)
+        e = ct.exp(t - ct.max(t, axis=1, keepdims=True))
+        p = e * (1.0 / ct.sum(e, axis=1, keepdims=True))  # one division a row
+        ct.store(out, index=(i, 0), tile=ct.astype(p, out.dtype), allow_tma=TMA_STORE)
 
 
 def tma_store_ok(out: torch.Tensor) -> bool:
@@ -30,9 +31,10 @@ def tma_store_ok(out: torch.Tensor) -> bool:
     return (out.shape[-1] * out.element_size()) % 16 == 0
 
 
-def bind_launch(x: torch.Tensor, out: torch.Tensor, rows: int, tn: int, kernel=None):
+def bind_launch(x: torch.Tensor, out: torch.Tensor, rows: int, tn: int, grid: int | None = None, kernel=None):
+    """``grid`` programs (default: one a row tile) take row tiles bid, bid + grid, ..."""
     k = kernel or softmax_rows_kernel
-    grid = (-(-x.shape[0] // rows), 1, 1)
+    grid = (grid or -(-x.shape[0] // rows), 1, 1)
     args = (x, out, rows, tn, tma_store_ok(out))
 
     def launch():

@@ -175,8 +175,11 @@ def main():
         cands = []
         if plan["variant"] == "rows":
             r, tn = plan["ROWS"], plan["TN"]
-            for h in [plan["hints"], {}, {"occupancy": 2}, {"num_worker_warps": 8}]:
-                cands.append((f"rows ROWS={r} TN={tn} {h}", softmax_rows.bind_launch(xs, os_, r, tn, kernel=L.hinted(R, h))))
+            every = -(-M // r)
+            for h, g in [(plan["hints"], plan["grid"]), (plan["hints"], every), ({"occupancy": 8}, every),
+                         ({"occupancy": 8}, 8 * L._sms()), ({}, every)]:
+                cands.append((f"rows ROWS={r} TN={tn} {h} grid={g}",
+                              softmax_rows.bind_launch(xs, os_, r, tn, g, kernel=L.hinted(R, h))))
             cands.append(("online TILE=4096 occ2", softmax_online.bind_launch(xs, os_, 4096, kernel=L.hinted(O, {"occupancy": 2}))))
         else:
             sms = L._sms()

@@ -74,8 +74,12 @@ def test_softmax_plan_rows_then_online():
     assert p["hints"] == {"occupancy": 4}
     # a row that rounds up to the limit: one row a tile, 8 worker warps
     p = D.plan_softmax(4096, D.SOFTMAX["ROW_TILE_MAX"], 4)
-    assert p == {"variant": "rows", "ROWS": 1, "TN": D.SOFTMAX["ROW_TILE_MAX"], "grid": 4096,
+    assert p == {"variant": "rows", "ROWS": 1, "TN": D.SOFTMAX["ROW_TILE_MAX"], "grid": 132,
                  "hints": {"num_worker_warps": 8}}
+    # the grid: co-resident programs (occupancy x SMs) looping over the row tiles, never more
+    # programs than row tiles
+    assert D.plan_softmax(32768, 1024, 2)["grid"] == 4 * 132
+    assert D.plan_softmax(5, 1024, 2)["grid"] == 2
     assert D.plan_softmax(4096, 8000, 2)["hints"] == {"occupancy": 2}
     # one column more: online
     p = D.plan_softmax(4096, D.SOFTMAX["ROW_TILE_MAX"] + 1, 4)
