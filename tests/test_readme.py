@@ -1,4 +1,5 @@
 """The README's figures come from committed results, through `python -m harness report`."""
+import os
 import re
 from pathlib import Path
 
@@ -38,3 +39,31 @@ def test_readme_is_short_and_ci_runs_its_test_command():
     assert test_cmd, "the README shows no test command"
     assert test_cmd in (ROOT / ".ci" / "run").read_text().splitlines(), \
         "CI must run the README's test command verbatim (.ci/run)"
+
+
+CITATION = re.compile(r'docs/performance\.md,\s*"([^"]+)"')
+OLD_NOTES = "perf" + "-notes"          # the dated notebook docs/performance.md replaced
+SKIP_DIRS = {".git", ".device", "results", "build", "dist", "node_modules", "__pycache__"}
+
+
+def _sources():
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".") and "venv" not in d]
+        for f in filenames:
+            if f.endswith((".py", ".cu", ".cuh", ".h")):
+                yield Path(dirpath) / f
+
+
+def test_code_cites_sections_of_performance_md_that_exist():
+    headings = {m.group(1).strip() for m in re.finditer(r"^#{2,3} (.+)$",
+                                                        (ROOT / "docs" / "performance.md").read_text(), re.M)}
+    bad = []
+    for path in _sources():
+        rel = path.relative_to(ROOT)
+        text = path.read_text(errors="replace")
+        for m in CITATION.finditer(text):
+            if m.group(1) not in headings:
+                bad.append(f"{rel}: cites \"{m.group(1)}\", not a section of docs/performance.md")
+        if OLD_NOTES in text:
+            bad.append(f"{rel}: cites the replaced notebook ({OLD_NOTES}); cite a docs/performance.md section")
+    assert not bad, "\n".join(bad)
