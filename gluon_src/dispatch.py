@@ -93,13 +93,13 @@ SOFTMAX = {
     "split_max_chunk": 8192,
     "split_programs_per_sm": 2,
     "split_warps": 4,
-    # online: column tiles; a persistent grid whose rows in flight fill at most online_l2_fraction
-    # of L2 (so pass 2 rereads them from L2), 1 to online_max_programs_per_sm programs an SM. Gluon
-    # does not pipeline plain loads: a tile is what a program has in flight, so tiles are long
-    "online_block": 16384,
-    "online_warps": 16,
-    "online_l2_fraction": 0.5,
-    "online_max_programs_per_sm": 4,
+    # online: column tiles of online_block; a persistent grid of online_programs_per_sm programs
+    # an SM. Gluon does not pipeline plain loads, so what an SM has in flight is its programs'
+    # tiles: more programs of shorter tiles measured faster than a grid sized for L2 reuse
+    # (docs/performance.md, Gluon)
+    "online_block": 4096,
+    "online_warps": 8,
+    "online_programs_per_sm": 4,
 }
 
 
@@ -133,11 +133,9 @@ def softmax_split_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
 
 
 def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
-    row_bytes = N * elem_size
-    per_sm = int(SOFTMAX["online_l2_fraction"] * facts["l2_bytes"] // max(1, facts["sms"] * row_bytes))
-    per_sm = max(1, min(SOFTMAX["online_max_programs_per_sm"], per_sm))
     block = min(SOFTMAX["online_block"], max(32 * SOFTMAX["online_warps"], next_pow2(N)))
-    return softmax_online.config(elem_size, block, SOFTMAX["online_warps"], facts["sms"] * per_sm)
+    return softmax_online.config(elem_size, block, SOFTMAX["online_warps"],
+                                 facts["sms"] * SOFTMAX["online_programs_per_sm"])
 
 
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
@@ -208,14 +206,16 @@ GEMM = {
     "peak_flops": 800e12,        # dense 16-bit tensor-core peak, H100/H200 SXM
     "hbm_bytes_per_s": 4.0e12,
     "mem_min_tiles_per_sm": 1.0,
-    # splitk: at most splitk_max_m rows whose best TMA tiles fill fewer than splitk_min_fill x SMs:
-    # the splitk tile, K cut in the fewest slices (at least splitk_min_k_steps K steps each, at
-    # most splitk_max) that give every SM a program
-    "splitk_max_m": 64,
-    "splitk_min_fill": 0.75,
+    # few rows (at most few_rows_max_m) with TMA: the few_rows tile, whatever the model says (its
+    # MMA shares assume full tiles; 64 x 128 measured best or level with the best there), and
+    # splitk with that tile where its tiles fill fewer than splitk_min_fill x SMs: K cut in the
+    # fewest slices (at least splitk_min_k_steps K steps each, at most splitk_max) that give every
+    # SM a program (docs/performance.md, Gluon)
+    "few_rows_max_m": 64,
+    "few_rows": _cfg(64, 128, 64, 4, 4, 0.6),
+    "splitk_min_fill": 0.5,
     "splitk_min_k_steps": 4,
     "splitk_max": 8,
-    "splitk": _cfg(64, 64, 64, 6, 4, 0.4),
 }
 
 
@@ -231,7 +231,7 @@ def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
 
 
 def gemm_splitk_config(M: int, N: int, K: int, facts: dict) -> dict:
-    cfg = dict(GEMM["splitk"])
+    cfg = dict(GEMM["few_rows"])
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     top = max(1, min(GEMM["splitk_max"], triton.cdiv(K, cfg["BLOCK_K"]) // GEMM["splitk_min_k_steps"]))
     cfg["SPLIT"] = next((s for s in range(2, top + 1) if tiles * s >= facts["sms"]), top)
@@ -246,11 +246,13 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None)
     kind = "tma" if tma_ok else "tiled"
     # equal times (the HBM floor): the smaller tile, which wastes less of the MMA on few rows
     cfg = min(GEMM[kind], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
-    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
-    if tma_ok and M <= GEMM["splitk_max_m"] and tiles < GEMM["splitk_min_fill"] * facts["sms"]:
-        split = gemm_splitk_config(M, N, K, facts)
-        if split["SPLIT"] > 1:
-            return "splitk", split
+    if tma_ok and M <= GEMM["few_rows_max_m"]:
+        cfg = GEMM["few_rows"]
+        tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+        if tiles < GEMM["splitk_min_fill"] * facts["sms"]:
+            split = gemm_splitk_config(M, N, K, facts)
+            if split["SPLIT"] > 1:
+                return "splitk", split
     return kind, dict(cfg)
 
 

@@ -36,12 +36,12 @@ def gemm_splitk_partial_kernel(a_desc, b_desc, ws_ptr, M, N, K_SLICE, STAGES: gl
     fence_async_shared()
     nbytes: gl.constexpr = (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * dtype.primitive_bitwidth // 8
 
-    tiles_n = gl.cdiv(N, BLOCK_N)
+    tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     off_m = (gl.program_id(0) // tiles_n) * BLOCK_M
     off_n = (gl.program_id(0) % tiles_n) * BLOCK_N
     part = gl.program_id(1)
     k0 = part * K_SLICE                                    # the slice's first K step
-    steps = gl.minimum(gl.cdiv(a_desc.shape[1], BLOCK_K) - k0, K_SLICE)
+    steps = gl.minimum((a_desc.shape[1] + BLOCK_K - 1) // BLOCK_K - k0, K_SLICE)
     for j in gl.static_range(STAGES - 1):
         go0 = j < steps
         mbarrier.expect(ready.index(j), nbytes, pred=go0)

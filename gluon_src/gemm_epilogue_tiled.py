@@ -44,7 +44,7 @@ def gemm_epilogue_tiled_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am
     a_s = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_K], a_sl)
     b_s = gl.allocate_shared_memory(dtype, [2, BLOCK_K, BLOCK_N], b_sl)
 
-    pm, pn = tile_coords(gl.program_id(0), gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N), GROUP_M)
+    pm, pn = tile_coords(gl.program_id(0), (M + BLOCK_M - 1) // BLOCK_M, (N + BLOCK_N - 1) // BLOCK_N, GROUP_M)
     rm = pm * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, a_ld))
     ka = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, a_ld))
     kb = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, b_ld))
@@ -57,7 +57,7 @@ def gemm_epilogue_tiled_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am
     acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
     a = gl.load(a_rows + ka[None, :], mask=m_ok & (ka < K)[None, :], other=0.0)
     b = gl.load(b_cols + (kb.to(gl.int64) * stride_bk)[:, None], mask=(kb < K)[:, None] & n_ok, other=0.0)
-    k_steps = gl.cdiv(K, BLOCK_K)
+    k_steps = (K + BLOCK_K - 1) // BLOCK_K
     for k in range(k_steps):
         s = k % 2                              # buffer s was read by step k - 2's MMA, retired
         a_s.index(s).store(a)

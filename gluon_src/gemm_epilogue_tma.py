@@ -52,9 +52,9 @@ def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
     fence_async_shared()
     nbytes: gl.constexpr = (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * dtype.primitive_bitwidth // 8
 
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    k_steps = gl.cdiv(K, BLOCK_K)
+    tiles_m = (M + BLOCK_M - 1) // BLOCK_M
+    tiles_n = (N + BLOCK_N - 1) // BLOCK_N
+    k_steps = (K + BLOCK_K - 1) // BLOCK_K
     base = 0                                   # K steps this program has issued before this tile
     for tile in range(gl.program_id(0), tiles_m * tiles_n, gl.num_programs(0)):
         pm, pn = tile_coords(tile, tiles_m, tiles_n, GROUP_M)

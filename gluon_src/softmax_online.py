@@ -1,7 +1,7 @@
 """Row softmax, ``online``: column tiles of BLOCK_N with a running max and sum of exp a lane (any
 row length), then a second pass that writes exp(x - max) / sum, newest tile first: the tiles read
 last in pass 1 are the likeliest still in L2. A persistent grid of PROGRAMS programs takes rows
-p, p + PROGRAMS, ...; the planner sizes it so the rows in flight fit in a fraction of L2."""
+p, p + PROGRAMS, ...; several programs an SM keep its loads in flight."""
 from __future__ import annotations
 
 from triton.experimental import gluon
@@ -14,7 +14,7 @@ from .runtime import Spec
 def softmax_online_kernel(x_ptr, out_ptr, M, N, stride_x, stride_o, BLOCK_N: gl.constexpr, VEC: gl.constexpr):
     layout: gl.constexpr = gl.BlockedLayout([VEC], [32], [gl.num_warps()], [0])
     cols = gl.arange(0, BLOCK_N, layout=layout)
-    tiles = gl.cdiv(N, BLOCK_N)
+    tiles = (N + BLOCK_N - 1) // BLOCK_N
     for row in range(gl.program_id(0), M, gl.num_programs(0)):
         x_row = x_ptr + row.to(gl.int64) * stride_x
         o_row = out_ptr + row.to(gl.int64) * stride_o

@@ -148,7 +148,7 @@ def timings() -> None:
         kind = "tiled" if plan.variant == "tiled" else "tma"
         alts = [(kind, cfg) for cfg in dispatch.GEMM[kind]]
         if kind == "tma" and M <= 64:
-            alts += [("splitk", dict(dispatch.GEMM["splitk"], SPLIT=s)) for s in (2, 3, 4)]
+            alts += [("splitk", dict(dispatch.GEMM["few_rows"], SPLIT=s)) for s in (2, 3, 4)]
         for v, cfg in alts:
             key = f"{v} {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['STAGES']} w{cfg['num_warps']}"
             key += f" S{cfg['SPLIT']}" if v == "splitk" else ""
