@@ -493,7 +493,7 @@ def _sm_launches(variant, x, out):
     p = dispatch.plan_softmax(M, N, x.element_size(), _sms())
     if variant == "online" and p["variant"] != "online":
         t = min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
-        p = {"variant": "online", "TILE": t, "grid": M, "hints": dispatch.softmax_hints(3 * t, t)}
+        p = {"variant": "online", "TILE": t, "grid": M, "hints": dict(dispatch.ONLINE_HINTS)}
     if p["variant"] == "rows":
         return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"], softmax_rows.tma_store_ok(out)),
                  p["hints"])], p

@@ -20,16 +20,16 @@ VECTOR_ADD_TILE = {4: 2048, 2: 4096}
 # at most ROWS_MAX rows. Rows of ROW_WIDE columns or more take 8 worker warps (tileiras keeps a
 # 32768-column fp32 row in registers that way). Longer rows: online over column tiles of
 # ONLINE_TILE.
-SOFTMAX = {"ROW_TILE_MAX": 32768, "ROWS_TILE_ELEMS": 4096, "ROWS_MAX": 64, "ONLINE_TILE": 4096,
+SOFTMAX = {"ROW_TILE_MAX": 32768, "ROWS_TILE_ELEMS": 4096, "ROWS_MAX": 64, "ONLINE_TILE": 2048,
            "ROW_WIDE": 16384}
 # tileiras sizes a kernel's registers to fill the SM at the occupancy hint (1 unless told): the
 # most co-resident programs whose live fp32 values (rows: the tile; online: the tile and the two
 # running tiles) still fit their registers: (live values at most, occupancy)
 SOFTMAX_OCCUPANCY = ((4096, 4), (12288, 2))
-# online: pass 2 re-reads a row pass 1 has just read; it comes from L2 while the rows in flight
-# (programs x bytes a row) fit ONLINE_L2_BYTES, so the grid is capped there (at least one
-# program an SM, at most the co-resident programs, never more than one a row)
-ONLINE_L2_BYTES = 24 << 20
+# online: a program a row, the most co-resident programs (occupancy 4: the 2048-column tile and
+# its two running tiles fit 64 registers a thread). A grid capped so that the rows in flight fit
+# L2 (pass 2 re-reads them) was slower on the H200 than more programs in flight.
+ONLINE_HINTS = {"occupancy": 4}
 
 
 def softmax_hints(live: int, tn: int) -> dict:
@@ -96,10 +96,7 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
         grid = min(_cdiv(M, rows), sms * hints.get("occupancy", 1))  # co-resident programs, looping
         return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": grid, "hints": hints}
     tile = min(SOFTMAX["ONLINE_TILE"], tn)
-    hints = softmax_hints(3 * tile, tile)
-    resident = sms * hints.get("occupancy", 1)  # a capped grid must be co-resident
-    grid = min(M, resident, max(sms, ONLINE_L2_BYTES // (N * elem_size)))
-    return {"variant": "online", "TILE": tile, "grid": grid, "hints": hints}
+    return {"variant": "online", "TILE": tile, "grid": M, "hints": dict(ONLINE_HINTS)}
 
 
 def rows_16b(K: int, N: int, elem_size: int) -> bool:

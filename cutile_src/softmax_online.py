@@ -1,5 +1,5 @@
-"""cuTile row softmax, online: for rows too long for one tile. A program per row (or a capped grid
-of programs taking rows bid, bid + grid, ..., so that the rows in flight stay in L2); pass 1 reads
+"""cuTile row softmax, online: for rows too long for one tile. A program per row (programs loop over
+rows bid, bid + grid, ... when a launch gives fewer programs than rows); pass 1 reads
 the row in column tiles of TILE keeping the running max and the rescaled running sum (online
 softmax), pass 2 reads it again newest tile first (the tiles pass 1 read last are the likeliest
 to still be in L2) and stores exp(x - m) / s. Lane-wise running values, so that each tile's
