@@ -180,12 +180,12 @@ def main():
                          ({"occupancy": 8}, 8 * L._sms()), ({}, every)]:
                 cands.append((f"rows ROWS={r} TN={tn} {h} grid={g}",
                               softmax_rows.bind_launch(xs, os_, r, tn, g, kernel=L.hinted(R, h))))
-            cands.append(("online TILE=4096 occ2", softmax_online.bind_launch(xs, os_, 4096, kernel=L.hinted(O, {"occupancy": 2}))))
+            cands.append(("online TILE=2048 occ4", softmax_online.bind_launch(xs, os_, 2048, kernel=L.hinted(O, {"occupancy": 4}))))
         else:
             sms = L._sms()
             for t, h, g in [(plan["TILE"], plan["hints"], plan["grid"]), (4096, {"occupancy": 2}, M),
-                            (4096, {"occupancy": 2}, 2 * sms), (8192, {"num_worker_warps": 8}, M),
-                            (4096, {}, sms), (2048, {"occupancy": 4}, M)]:
+                            (2048, {"occupancy": 4}, 4 * sms), (1024, {"occupancy": 8}, M),
+                            (2048, {"occupancy": 2}, M)]:
                 cands.append((f"online TILE={t} {h} grid={g}",
                               softmax_online.bind_launch(xs, os_, t, g, kernel=L.hinted(O, h))))
         seen = set()
