@@ -96,7 +96,7 @@ SOFTMAX = {
     # online: column tiles of online_block; a persistent grid of online_programs_per_sm programs
     # an SM. Gluon does not pipeline plain loads, so what an SM has in flight is its programs'
     # tiles: more programs of shorter tiles measured faster than a grid sized for L2 reuse
-    # (docs/performance.md, Gluon)
+    # (docs/performance.md, "Gluon / softmax")
     "online_block": 4096,
     "online_warps": 8,
     "online_programs_per_sm": 4,
@@ -210,7 +210,7 @@ GEMM = {
     # MMA shares assume full tiles; 64 x 128 measured best or level with the best there), and
     # splitk with that tile where its tiles fill fewer than splitk_min_fill x SMs: K cut in the
     # fewest slices (at least splitk_min_k_steps K steps each, at most splitk_max) that give every
-    # SM a program (docs/performance.md, Gluon)
+    # SM a program (docs/performance.md, "Gluon / GEMM + epilogue")
     "few_rows_max_m": 64,
     "few_rows": _cfg(64, 128, 64, 4, 4, 0.6),
     "splitk_min_fill": 0.5,
