@@ -73,11 +73,17 @@ def _check_cuda(*ts):
 
 
 # -- vector_add ---------------------------------------------------------------------------------
+def _va_simple_compile(dtype: str):
+    from tilelang_src import vector_add
+
+    return _compile(("vector_add", dtype), lambda: vector_add.vector_add_kernel(dtype))
+
+
 def _va_compile(dtype: str, plan: dict):
-    from tilelang_src import vector_add, vector_add_tiled
+    from tilelang_src import vector_add_tiled
 
     if plan["kernel"] == "simple":
-        return _compile(("vector_add", dtype), lambda: vector_add.vector_add_kernel(dtype))
+        return _va_simple_compile(dtype)
     t, v, u = plan["threads"], plan["vec"], plan["unroll"]
     return _compile(("vector_add_tiled", dtype, t, v, u), lambda: vector_add_tiled.vector_add_tiled_kernel(dtype, t, v, u))
 
@@ -130,13 +136,14 @@ def _va_impl(kernel):
 _VA_SIMPLE = Source(src(C, "vector_add.py"), kernels=("vector_add_kernel",))
 _VA_TILED = Source(src(C, "vector_add_tiled.py"), kernels=("vector_add_tiled_kernel",))
 _VA_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_va_compile",))
+_VA_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_va_simple_compile",))
 _VA_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_vector_add",))
 for _name, _kernel, _desc, _srcs in (
         ("vector_add", None, "full tiles in 16-byte vectors (4 per thread per operand), guarded last tile; "
                              "element accesses for misaligned views", planned_sources({"tiled": _VA_TILED, "simple": _VA_SIMPLE}, _plans.reachable("vector_add"),
                                              [_VA_HOST, _VA_PLAN])),
         ("vector_add_simple", "simple", "teaching twin: T.Parallel over 1024-element tiles, guarded element "
-                                        "accesses", [_VA_SIMPLE, _VA_HOST]),
+                                        "accesses", [_VA_SIMPLE, _VA_SIMPLE_HOST]),
         ("vector_add_tiled", "tiled", "full tiles unguarded (16-byte vectors), guarded last tile",
          [_VA_TILED, _VA_HOST, _VA_PLAN])):
     _s, _c, _p = _va_impl(_kernel)
@@ -145,12 +152,16 @@ for _name, _kernel, _desc, _srcs in (
 
 
 # -- softmax ------------------------------------------------------------------------------------
+def _sm_simple_compile(dtype: str) -> list:
+    from tilelang_src import softmax
+
+    return [_compile(("softmax", dtype), lambda: softmax.softmax_kernel(dtype))]
+
+
 def _sm_compile(dtype: str, plan: dict) -> list:
     """The compiled kernels of a plan, in launch order."""
-    from tilelang_src import softmax, softmax_online, softmax_rows, softmax_smem, softmax_split
+    from tilelang_src import softmax_online, softmax_rows, softmax_smem, softmax_split
 
-    if plan["kernel"] == "simple":
-        return [_compile(("softmax", dtype), lambda: softmax.softmax_kernel(dtype))]
     if plan["kernel"] == "rows":
         c, r, t = plan["cols"], plan["rows"], plan["threads"]
         return [_compile(("softmax_rows", dtype, c, r, t), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t))]
@@ -187,7 +198,7 @@ def _sm_impl(kernel):
             plan = plan_of(case.M, case.N, _esize(case.dtype))
         except ValueError as e:
             raise Unsupported(str(e)) from None
-        return _facts(_sm_compile(case.dtype, plan), plan)
+        return _facts(_sm_simple_compile(case.dtype) if kernel == "simple" else _sm_compile(case.dtype, plan), plan)
 
     def prepare(case, inputs, out):
         _need()
@@ -203,7 +214,8 @@ def _sm_impl(kernel):
             raise Unsupported(str(e)) from None
         import tilelang_src
 
-        entries = _sm_compile(tilelang_src.dtype_name(x.dtype), plan)
+        dt = tilelang_src.dtype_name(x.dtype)
+        entries = _sm_simple_compile(dt) if kernel == "simple" else _sm_compile(dt, plan)
         k = entries[0].kernel
         if plan["kernel"] != "split":
             return _launch(entries, plan, lambda: k(x, out))
@@ -226,6 +238,7 @@ _SM_ONLINE = Source(src(C, "softmax_online.py"), kernels=("softmax_online_kernel
 _SM_SMEM = Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_kernel",))
 _SM_SPLIT = Source(src(C, "softmax_split.py"), kernels=("softmax_split_stats_kernel", "softmax_split_write_kernel"))
 _SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile",))
+_SM_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_simple_compile",))
 _SM_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "_pow2_at_least"))
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by row length: softmax_rows (whole rows in registers, several short rows "
@@ -235,7 +248,7 @@ for _name, _kernel, _desc, _srcs in (
          planned_sources({"rows": _SM_ROWS, "smem": _SM_SMEM, "online": _SM_ONLINE, "split": _SM_SPLIT},
                          _plans.reachable("softmax"), [_SM_HOST, _SM_PLAN])),
         ("softmax_simple", "simple", "teaching twin: a CTA per row, online (max, sum) over 1024-column tiles, "
-                                     "then a write pass", [_SM_SIMPLE, _SM_HOST]),
+                                     "then a write pass", [_SM_SIMPLE, _SM_SIMPLE_HOST]),
         ("softmax_rows", "rows", "whole rows in registers (cols = next power of two), reduce_max / reduce_sum "
                                  "along the row, one read one write", [_SM_ROWS, _SM_HOST, _SM_PLAN]),
         ("softmax_online", "online", "a CTA per row: online (max, sum) over 4096-column tiles, second read to "
@@ -251,12 +264,16 @@ for _name, _kernel, _desc, _srcs in (
 
 
 # -- gemm_epilogue ------------------------------------------------------------------------------
+def _gemm_simple_compile(dtype: str, has_bias: bool) -> list:
+    from tilelang_src import gemm_epilogue
+
+    return [_compile(("gemm_epilogue", dtype, has_bias), lambda: gemm_epilogue.gemm_kernel(dtype, has_bias))]
+
+
 def _gemm_compile(dtype: str, has_bias: bool, plan: dict) -> list:
     """The compiled kernels of a plan, in launch order."""
-    from tilelang_src import gemm_epilogue, gemm_epilogue_splitk, gemm_epilogue_tma
+    from tilelang_src import gemm_epilogue_splitk, gemm_epilogue_tma
 
-    if plan["kernel"] == "simple":
-        return [_compile(("gemm_epilogue", dtype, has_bias), lambda: gemm_epilogue.gemm_kernel(dtype, has_bias))]
     cfg = (plan["bm"], plan["bn"], plan["bk"], plan["stages"], plan["threads"])
     if plan["kernel"] == "splitk":
         return [_compile(("gemm_splitk_partial", dtype, cfg),
@@ -295,7 +312,9 @@ def _gemm_impl(kernel):
         except ValueError as e:
             raise Unsupported(str(e)) from None
         has_bias = bool(int(case.params.get("bias", 1)))
-        return _facts(_gemm_compile(case.dtype, has_bias, plan), plan)
+        entries = _gemm_simple_compile(case.dtype, has_bias) if kernel == "simple" else \
+            _gemm_compile(case.dtype, has_bias, plan)
+        return _facts(entries, plan)
 
     def prepare(case, inputs, out):
         _need()
@@ -324,7 +343,9 @@ def _gemm_impl(kernel):
             raise Unsupported(str(e)) from None
         import tilelang_src
 
-        entries = _gemm_compile(tilelang_src.dtype_name(a.dtype), bias is not None, plan)
+        dt = tilelang_src.dtype_name(a.dtype)
+        entries = _gemm_simple_compile(dt, bias is not None) if kernel == "simple" else \
+            _gemm_compile(dt, bias is not None, plan)
         k = entries[0].kernel
         tail = ((out,) if bias is None else (bias, out)) + (code,)
         if plan["kernel"] != "splitk":
@@ -348,6 +369,7 @@ _GE_TMA = Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_kernel",))
 _GE_SPLITK = Source(src(C, "gemm_epilogue_splitk.py"),
                     kernels=("gemm_splitk_partial_kernel", "gemm_splitk_epilogue_kernel"))
 _GE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_compile",))
+_GE_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_simple_compile",))
 _GE_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))
 for _name, _kernel, _desc, _srcs in (
         ("gemm_epilogue", None, "T.Pipelined TMA + wgmma (128x128x64, 4 stages; 64-row tiles for M <= 64), "
@@ -358,7 +380,7 @@ for _name, _kernel, _desc, _srcs in (
                          [_GE_EPI, _GE_HOST, _GE_PLAN])),
         ("gemm_epilogue_simple", "simple", "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias + act "
                                            "on the accumulator fragment, no pipelining hints",
-         [_GE_SIMPLE, _GE_EPI, _GE_HOST]),
+         [_GE_SIMPLE, _GE_EPI, _GE_SIMPLE_HOST]),
         ("gemm_epilogue_tma", "tma", "T.Pipelined TMA + wgmma only (16-byte rows: N, K multiples of 8)",
          [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
         ("gemm_epilogue_tiled", "tiled", "the pipeline with guarded element loads instead of TMA",
