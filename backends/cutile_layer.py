@@ -165,11 +165,6 @@ def sass_ops(sass: str) -> dict:
 
 
 # -- signatures: what a launch on the case's tensors would compile ---------------------------------
-def _align(value: int, cap: int = 16) -> int:
-    """The largest power of two <= cap dividing value (cap where value is 0)."""
-    return cap if value == 0 else min(cap, value & -value)
-
-
 def array_constraint(t: torch.Tensor):
     """An ArrayConstraint for tensor ``t`` (a meta tensor is fine): its dtype and rank, the last
     stride 1 where it is, the other strides' and the base address's 16-byte divisibility (the
@@ -179,14 +174,16 @@ def array_constraint(t: torch.Tensor):
     es = t.element_size()
     strides = t.stride()
     const = tuple(1 if (i == t.dim() - 1 and s == 1) else None for i, s in enumerate(strides))
-    div = tuple(1 if c is not None else max(1, _align(s * es) // es) for c, s in zip(const, strides))
-    shape_div = tuple(_align(int(n)) for n in t.shape)
+    # as a launch derives them (H200 check): 16 bytes or nothing for strides and the base, a
+    # length divisible by 16 elements or nothing
+    div = tuple(1 if c is not None else (16 // es if (s * es) % 16 == 0 else 1) for c, s in zip(const, strides))
+    shape_div = tuple(16 if int(n) % 16 == 0 else 1 for n in t.shape)
     extent = sum((n - 1) * s for n, s in zip(t.shape, strides)) + 1
     idx = ct.int32 if max(list(t.shape) + [extent]) < 2 ** 31 else ct.int64
     return ArrayConstraint(getattr(ct, DTYPES[t.dtype]), t.dim(), index_dtype=idx,
                            stride_lower_bound_incl=0, alias_groups=(), may_alias_internally=False,
                            stride_constant=const, stride_divisible_by=div, shape_divisible_by=shape_div,
-                           base_addr_divisible_by=_align(_address(t)))
+                           base_addr_divisible_by=16 if _address(t) % 16 == 0 else 1)
 
 
 def _address(t: torch.Tensor) -> int:

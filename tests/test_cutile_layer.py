@@ -122,14 +122,15 @@ def test_array_constraint_alignment_facts():
     from backends import cutile_layer as L
     x = torch.empty(100, dtype=torch.float16, device="meta")
     c = L.array_constraint(x[3:])
-    assert c.base_addr_divisible_by == 2 and c.stride_constant == (1,)
+    assert c.base_addr_divisible_by == 1 and c.stride_constant == (1,)  # a launch: 16 bytes or 1
     assert L.array_constraint(x[8:]).base_addr_divisible_by == 16
     m = torch.empty(300, 780, dtype=torch.float32, device="meta")[:, :777]
     c = L.array_constraint(m)
     assert c.stride_divisible_by[0] == 4 and c.stride_constant == (None, 1)  # 780 * 4 bytes = 16 * 195
     odd = torch.empty(1 + 4 * 1003, dtype=torch.bfloat16, device="meta")[1:].view(4, 1003)
     c = L.array_constraint(odd)
-    assert c.stride_divisible_by[0] == 1 and c.base_addr_divisible_by == 2
+    assert c.stride_divisible_by[0] == 1 and c.base_addr_divisible_by == 1
+    assert L.array_constraint(torch.empty(300, 64, device="meta")).shape_divisible_by == (1, 16)
 
 
 _COMPILE_CASES = [
