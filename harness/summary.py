@@ -3,12 +3,15 @@ and its teaching twin when it ran).
 
 Per line: kernel, host and plan lines of code (harness.loc), the geometric mean of % of the
 ceiling (a copy of the same bytes for memory-bound problems, the vendor GEMM for GEMMs) and of the
-speed against the torch eager baseline, the worst case, the layer's other costs -- the cold
+speed against the torch eager baseline and against the best library row (the fastest ``library``
+row of each case: torch.compile, quack, Liger; a library that declines a case leaves that case to
+the others), the worst case, the layer's other costs -- the cold
 first-call compile time (s) and the host time per call (us), geometric means over the line's
 cases, and the tuning time where the layer autotunes (``tune_s`` in the launch's info or the
 registration's extra) -- and PASS / FAIL / SKIP counts over the timed cases. The means are taken over the same cases for every line: a case that any line could not
 time (FAIL, SKIP, no baseline) is left out of every line's mean and named, never averaged over
-fewer cases silently. Without timings (CPU mode) the lines say what was checked instead.
+fewer cases silently; a library row that declines or fails a case does not take the case out of the
+other lines' means (a library's own line averages over the cases it timed, which it counts). Without timings (CPU mode) the lines say what was checked instead.
 """
 from __future__ import annotations
 
@@ -74,12 +77,18 @@ def summarize(rows: list[dict], roles=("baseline", "default", "simple")) -> dict
         excluded = []
         if measured:
             for c in cases:
-                missing = [i for i in {r["impl"] for r in timed}
+                missing = [i for i in {r["impl"] for r in timed if r.get("role") != "library"}
                            if not (by.get((i, c)) or {}).get("time")
                            or (by.get((i, c)) or {}).get("status") != "PASS"]
                 if missing:
                     excluded.append({"case": c, "not_timed": sorted(missing)})
         common = [c for c in cases if c not in {e["case"] for e in excluded}]
+        best_lib = {}  # case -> the fastest library row's median (PASS rows only)
+        for r in timed:
+            t = (r.get("time") or {}).get("median_s")
+            if r.get("role") == "library" and r["status"] == "PASS" and t:
+                c = r["case"]["id"]
+                best_lib[c] = min(best_lib.get(c, t), t)
         lines = []
         for impl in impls:
             rs = [r for r in timed if r["impl"] == impl]
@@ -99,6 +108,10 @@ def summarize(rows: list[dict], roles=("baseline", "default", "simple")) -> dict
                 cr = [by[(impl, c)] for c in common if (impl, c) in by]
                 line["geomean_pct_ceiling"] = _geomean([r.get("pct_ceiling") for r in cr])
                 line["geomean_vs_eager"] = _geomean([r.get("speedup_vs_baseline") for r in cr])
+                if best_lib:
+                    line["geomean_vs_library"] = _geomean(
+                        [best_lib[r["case"]["id"]] / r["time"]["median_s"] for r in cr
+                         if r["case"]["id"] in best_lib and (r.get("time") or {}).get("median_s")])
                 line["host_us"] = _geomean_cost([(r.get("time") or {}).get("host_us") for r in cr])
                 # the worst case: the slowest against torch eager (where there is a baseline), else
                 # the lowest share of the ceiling
@@ -115,7 +128,7 @@ def summarize(rows: list[dict], roles=("baseline", "default", "simple")) -> dict
                 line["first_failure"] = f"{_label(fails[0]['case'])}: {fails[0].get('reason', '')}"
             lines.append(line)
         out[prob] = {"lines": lines, "cases": len(cases), "common_cases": len(common),
-                     "excluded": excluded, "measured": measured}
+                     "excluded": excluded, "measured": measured, "library": bool(best_lib)}
     return out
 
 
@@ -181,7 +194,8 @@ def render_rich(summary: dict, console) -> None:
             title += f" - geometric means over the {s['common_cases']} of {s['cases']} case(s) every line timed"
         t = Table(title=title, title_justify="left")
         cols = ["implementation", "role", "LOC kernel/host/plan"]
-        cols += (["% ceiling", "vs eager", "worst vs eager"] if s["measured"] else ["verify suite"])
+        cols += ((["% ceiling", "vs eager"] + (["vs best library"] if s.get("library") else [])
+                  + ["worst vs eager"]) if s["measured"] else ["verify suite"])
         cols += _cost_cols(s) + ["timed cases P/F/S"]
         for c in cols:
             t.add_column(c, overflow="ellipsis", no_wrap=True, max_width=44)
@@ -189,8 +203,9 @@ def render_rich(summary: dict, console) -> None:
             cells = [ln["impl"], ln["role"], _loc(ln)]
             if s["measured"]:
                 w = ln.get("worst")
-                cells += [_fmt(ln.get("geomean_pct_ceiling"), "%"), _fmt(ln.get("geomean_vs_eager"), "x", 2),
-                          _worst(w)]
+                cells += [_fmt(ln.get("geomean_pct_ceiling"), "%"), _fmt(ln.get("geomean_vs_eager"), "x", 2)]
+                cells += [_fmt(ln.get("geomean_vs_library"), "x", 2)] if s.get("library") else []
+                cells += [_worst(w)]
             else:
                 v = ln["verify_suite"]
                 cells += [f"{v['PASS']} pass, {v['FAIL']} fail, {v['SKIP']} skip"]
@@ -210,8 +225,10 @@ def render_md(summary: dict) -> list[str]:
             lines += [f"Geometric means over the {s['common_cases']} of {s['cases']} case(s) that every "
                       f"line below timed.", "",
                       "| implementation | role | LOC kernel/host/plan | % same-size copy or vendor GEMM (geomean) "
-                      "| vs eager (geomean) | worst case vs eager | " + " | ".join(_cost_cols(s)) + " | timed P/F/S |",
-                      "|---|---|---|---|---|---|" + "---|" * len(_cost_cols(s)) + "---|"]
+                      "| vs eager (geomean) | " + ("vs best library (geomean) | " if s.get("library") else "")
+                      + "worst case vs eager | " + " | ".join(_cost_cols(s)) + " | timed P/F/S |",
+                      "|---|---|---|---|---|---|" + ("---|" if s.get("library") else "")
+                      + "---|" * len(_cost_cols(s)) + "---|"]
         else:
             lines += ["| implementation | role | LOC kernel/host/plan | verify suite | "
                       + " | ".join(_cost_cols(s)) + " | timed P/F/S |",
@@ -223,8 +240,9 @@ def render_md(summary: dict) -> list[str]:
             if s["measured"]:
                 w = ln.get("worst")
                 worst = _worst(w)
+                lib = f"{_fmt(ln.get('geomean_vs_library'), 'x', 2)} | " if s.get("library") else ""
                 lines.append(f"| {ln['impl']} | {ln['role']} | {loc} | {_fmt(ln.get('geomean_pct_ceiling'), '%')} | "
-                             f"{_fmt(ln.get('geomean_vs_eager'), 'x', 2)} | {worst} | {costs} | {pfs} |")
+                             f"{_fmt(ln.get('geomean_vs_eager'), 'x', 2)} | {lib}{worst} | {costs} | {pfs} |")
             else:
                 v = ln["verify_suite"]
                 lines.append(f"| {ln['impl']} | {ln['role']} | {loc} | {v['PASS']} pass, {v['FAIL']} fail, "

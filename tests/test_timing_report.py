@@ -198,3 +198,30 @@ def test_headline_has_plan_loc_compile_host_and_tune_columns():
     md = "\n".join(summary.render_md({"vector_add": s}))
     assert "LOC kernel/host/plan" in md and "compile s" in md and "host us" in md and "tune s" in md
     assert "| triton:vector_add | default | 16/48/14 |" in md
+
+
+def test_headline_against_the_best_library_row():
+    """Per case the fastest PASS library row is the yardstick; a library that declines a case
+    leaves it to the others and does not take the case out of the other lines' means."""
+    from harness import summary
+    rows = []
+    for n, (base, dflt, comp, quack) in {1000: (4e-6, 2e-6, 3e-6, 1e-6), 2000: (8e-6, 4e-6, 2e-6, None)}.items():
+        d = {"N": n}
+        b = _row("torch:vector_add", base, dims=d); b["role"] = "baseline"
+        x = _row("triton:vector_add", dflt, dims=d); x["role"] = "default"
+        c = _row("torch:vector_add_compile", comp, dims=d); c["role"] = "library"
+        q = _row("quack:vector_add", quack or 1.0, dims=d); q["role"] = "library"
+        if quack is None:
+            q["status"], q["time"] = "SKIP", None
+        for r in (b, x, c, q):
+            r["speedup_vs_baseline"] = base / r["time"]["median_s"] if r["time"] else None
+        rows += [b, x, c, q]
+    s = summary.summarize(rows, roles=("baseline", "library", "default"))["vector_add"]
+    assert s["common_cases"] == 2 and s["library"]
+    ln = {x["impl"]: x for x in s["lines"]}
+    # case 1000: best library 1e-6 (quack) / 2e-6 = 0.5; case 2000: torch.compile 2e-6 / 4e-6 = 0.5
+    assert ln["triton:vector_add"]["geomean_vs_library"] == pytest.approx(0.5)
+    assert ln["torch:vector_add"]["geomean_vs_library"] == pytest.approx((0.25 * 0.25) ** 0.5)
+    md = "\n".join(summary.render_md({"vector_add": s}))
+    assert "vs best library (geomean)" in md and "| triton:vector_add | default |" in md
+    assert summary.summarize([r for r in rows if r["role"] != "library"])["vector_add"]["library"] is False
