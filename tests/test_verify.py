@@ -141,3 +141,25 @@ def test_sampled_bias_test_still_catches_a_consistent_bias(monkeypatch):
     bad[511, 40] += 0.01                            # the last chunk, one the bias test does not read
     c = v.check_output(p, case, bad, ref)
     assert not c.ok and "first at [511, 40]" in c.reason
+
+
+def test_norm_bound_and_bias_test_start_from_the_correctly_rounded_output():
+    """fp16 softmax rows of 128256 columns: the values sit among fp16's subnormals, so the float64
+    reference rounded to fp16 is itself 1.3e-3 off in norm (past rel_norm 1e-3) and its rounding
+    errors do not average out per binade. That output must PASS; an output rounded toward zero or
+    1 % off must still FAIL."""
+    import torch
+    from harness import problems
+    from harness.output_check import check_output
+
+    P = problems.get("softmax")
+    c = P.case(M=16, N=128_256, dtype="float16")
+    (x,) = P.make_inputs(c, "cpu", 0)
+    ref = torch.softmax(x.double(), -1)
+    best = ref.to(torch.float16)
+    assert ((best.double() - ref).norm() / ref.norm()).item() > P.tolerance("float16").rel_norm
+    assert check_output(P, c, best, ref).ok
+    assert check_output(P, c, torch.softmax(x.float(), -1).to(torch.float16), ref).ok
+    toward_zero = torch.where(best.double() > ref, torch.nextafter(best, torch.zeros_like(best)), best)
+    assert not check_output(P, c, toward_zero, ref).ok
+    assert not check_output(P, c, (ref * 1.01).to(torch.float16), ref).ok
