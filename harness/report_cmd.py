@@ -124,7 +124,7 @@ def _count_now(rows) -> None:
         if k not in cache:
             try:
                 c = loc.count_impl(registry.get(*k))
-                cache[k] = {"kernel": c.get("kernel"), "host": c.get("host")}
+                cache[k] = {"kernel": c.get("kernel"), "host": c.get("host"), "plan": c.get("plan")}
             except Exception:
                 cache[k] = None
         if cache[k] is not None:
