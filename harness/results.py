@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from .jsonsafe import dumps
+from .rows_file import read_rows  # noqa: F401  (the run folder's rows.jsonl reader)
 
 
 class ResultsError(ValueError):
@@ -41,20 +42,6 @@ def default_dir(root: Path | str = "results") -> Path:
 
 
 NO_STORE = object()   # ResultsDir(..., store=NO_STORE): the run is not recorded in a store
-
-
-def read_rows(path: Path | str) -> tuple[list[dict], list[dict]]:
-    """(rows, events) of a ``rows.jsonl``; a torn last line (killed mid-write) is dropped."""
-    p = Path(path)
-    rows, events = [], []
-    if p.is_file():
-        for line in p.read_text(encoding="utf-8").splitlines():
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            (events if "_event" in d else rows).append(d)
-    return rows, events
 
 
 class ResultsDir:

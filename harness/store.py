@@ -490,7 +490,7 @@ def folder_doc(path: Path | str) -> tuple[dict, str]:
             raise StoreError(f"run {path}: results.json holds no rows (not a harness results file)")
         digest = hashlib.sha256(raw).hexdigest()[:32]
     elif meta and (p / "rows.jsonl").is_file():
-        from .results import read_rows
+        from .rows_file import read_rows
         rows, events = read_rows(p / "rows.jsonl")
         doc = {k: meta.get(k) for k in ("schema", "created", "command", "machine")}
         doc["rows"] = rows

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import ACTS, gemm_args
+from .checks import ACTS
 from .gemm_epilogue_tiled import epilogue, grouped_tile
 from .runtime import Spec, bind_spec
 
@@ -121,17 +121,3 @@ def check(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> str | None:
     return supports(a.shape[0], b.shape[1], a.shape[1],
                     {"a": a.stride(), "b": b.stride(), "out": out.stride()}, a.dtype,
                     {"a": a.data_ptr(), "b": b.data_ptr(), "out": out.data_ptr()})
-
-
-def gemm_epilogue_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
-                      act: str = "relu", out: torch.Tensor | None = None, *,
-                      config: dict | None = None) -> torch.Tensor:
-    """C = act(a @ b + bias) with this kernel; ``config`` from ``dispatch`` unless given.
-    ValueError naming the operand when TMA cannot address it."""
-    from . import device_facts, dispatch, interpreting
-    M, N, K, out = gemm_args(a, b, bias, act, out)
-    facts = device_facts(a.device)
-    cfg = config or dispatch.gemm_tma_config(M, N, K, facts)
-    sms = dispatch.INTERPRETER_SMS if interpreting() else facts["sms"]
-    bind_launch(a, b, bias, act, out, cfg, sms)()
-    return out
