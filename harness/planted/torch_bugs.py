@@ -118,6 +118,18 @@ def prepare_softmax_row_cap(case, inputs, out):
     return launch
 
 
+def prepare_softmax_toward_zero(case, inputs, out):
+    """BUG (rounding): fp32 softmax converted to the output dtype rounding toward zero (a truncating
+    conversion), not to nearest."""
+    (x,) = inputs
+
+    def launch():
+        y = torch.softmax(x.float(), dim=-1)
+        r = y.to(out.dtype)
+        out.copy_(torch.where(r.float() > y, torch.nextafter(r, torch.zeros_like(r)), r))
+    return launch
+
+
 def prepare_softmax_fp16_exp(case, inputs, out):
     """BUG (low-precision exp): exp evaluated in float16, the rest in fp32."""
     (x,) = inputs
