@@ -21,6 +21,7 @@ import torch
 from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
+from harness.meta_inputs import meta_gemm as _meta_gemm, meta_softmax as _meta_softmax, meta_vector_add as _meta_vector_add
 
 try:
     import triton
@@ -131,30 +132,6 @@ def compile_specs(specs, **extra) -> dict:
     out["kernels"] = {f["kernel"]: {k: f[k] for k in ("registers", "spills", "smem", "grid")} for f in facts}
     out["compile_s"] = round(sum(f["compile_s"] for f in facts), 3)
     return out | extra
-
-
-def _meta_vector_add(case):
-    off, dt = int(case.params.get("misalign", 0)), case.torch_dtype
-    x = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
-    y = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
-    return x, y, torch.empty(case.N, dtype=dt, device="meta")
-
-
-def _meta_softmax(case):
-    from harness.problems.softmax import row_pad, start_offset
-    layout = case.params.get("layout", "contiguous")
-    pad, off = row_pad(layout, case.N), start_offset(layout)
-    flat = torch.empty(off + case.M * (case.N + pad), dtype=case.torch_dtype, device="meta")
-    x = flat[off:].view(case.M, case.N + pad)[:, :case.N]
-    return x, torch.empty(case.M, case.N, dtype=case.torch_dtype, device="meta")
-
-
-def _meta_gemm(case):
-    dt = case.torch_dtype
-    a = torch.empty(case.M, case.K, dtype=dt, device="meta")
-    b = torch.empty(case.K, case.N, dtype=dt, device="meta")
-    bias = torch.empty(case.N, dtype=dt, device="meta") if int(case.params.get("bias", 1)) else None
-    return a, b, bias, case.params.get("act", "relu"), torch.empty(case.M, case.N, dtype=dt, device="meta")
 
 
 def _first_call(launch) -> float:

@@ -1,0 +1,33 @@
+"""A case's inputs and output as meta tensors: the shapes, strides and alignment the suites give
+(misaligned vector-add starts, padded and odd-offset softmax rows, bias on or off), no memory.
+What compile-only planning and compiling read in place of real tensors, in every adapter."""
+from __future__ import annotations
+
+import torch
+
+
+def meta_vector_add(case):
+    """(x, y, out)."""
+    off, dt = int(case.params.get("misalign", 0)), case.torch_dtype
+    x = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
+    y = torch.empty(case.N + off, dtype=dt, device="meta")[off:]
+    return x, y, torch.empty(case.N, dtype=dt, device="meta")
+
+
+def meta_softmax(case):
+    """(x, out), x laid out as the case's ``layout`` lays out the real input."""
+    from .problems.softmax import row_pad, start_offset
+    layout = case.params.get("layout", "contiguous")
+    pad, off = row_pad(layout, case.N), start_offset(layout)
+    flat = torch.empty(off + case.M * (case.N + pad), dtype=case.torch_dtype, device="meta")
+    x = flat[off:].view(case.M, case.N + pad)[:, :case.N]
+    return x, torch.empty(case.M, case.N, dtype=case.torch_dtype, device="meta")
+
+
+def meta_gemm(case):
+    """(a, b, bias or None, act, out)."""
+    dt = case.torch_dtype
+    a = torch.empty(case.M, case.K, dtype=dt, device="meta")
+    b = torch.empty(case.K, case.N, dtype=dt, device="meta")
+    bias = torch.empty(case.N, dtype=dt, device="meta") if int(case.params.get("bias", 1)) else None
+    return a, b, bias, case.params.get("act", "relu"), torch.empty(case.M, case.N, dtype=dt, device="meta")
