@@ -731,14 +731,19 @@ def test_compiles_are_kept_on_disk_across_processes(tmp_path):
             "c = gemm_launch.compile_gemm(torch.bfloat16, plan)\n"
             "print(json.dumps({'from_disk': c.from_disk, 's': c.compile_s, 'ptx': bool(c.ptx)}))\n")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "CUTE_DSL_ARCH": "sm_90a"}
+    # the second process may not compile at all: its cute.compile raises (a timing bound would be
+    # a timed unit test, and flaky on a loaded runner)
+    no_compile = ("import cutlass.cute as _cute\n"
+                  "def _refuse(*a, **k):\n"
+                  "    raise RuntimeError('compiled again instead of loading from disk')\n"
+                  "_cute.compile = _refuse\n")
     runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=600)
+    for prelude in ("", no_compile):
+        out = subprocess.run([sys.executable, "-c", prelude + code], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-2000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert runs[0]["from_disk"] is False and runs[1]["from_disk"] is True
-    assert runs[1]["s"] < runs[0]["s"] / 5
     assert runs[1]["ptx"]                                  # facts (registers) still available
     kept = list((tmp_path / "kernel-layers" / "cute").glob("*/*.o"))
     assert len(kept) == 1
