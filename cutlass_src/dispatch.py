@@ -193,10 +193,18 @@ SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by ele
                                         # fp32 / 32 KB 16-bit chunks (16-bit values are not kept
                                         # packed in registers, so 16 would spill)
 SOFTMAX_SPLIT_BLOCKS_PER_SM = 2
-SOFTMAX_CLUSTER_THREADS = 512
-SOFTMAX_CLUSTER_MAX = 8             # portable; 16 (non-portable) measured slower than split
-SOFTMAX_CLUSTER_CTAS_PER_SM = 2     # 512 threads x 64 registers (ptxas, both dtypes)
-SOFTMAX_CLUSTER_MIN_WAVES = 2       # M x C >= this x CTAS_PER_SM x SMs: tails amortised
+# The cluster kernel (softmax_cluster.py): T threads a CTA, at most SOFTMAX_CLUSTER_VALUES values a
+# thread in registers (one exponential each, kept in fp32), the fewest CTAs C (a power of two,
+# 2 ..SOFTMAX_CLUSTER_MAX; 16 is non-portable) that hold the row; with few rows C doubles while the
+# M x C CTAs do not cover the SMs. SOFTMAX_CLUSTER_STAGE: the loads go through shared memory by
+# cp.async (no registers held in flight) rather than straight into registers.
+SOFTMAX_CLUSTER_THREADS = 256
+SOFTMAX_CLUSTER_VALUES = 64
+SOFTMAX_CLUSTER_MAX = 16
+SOFTMAX_CLUSTER_STAGE = True
+# Rows longer than SOFTMAX_BLOCK_MAX_BYTES: "cluster" (the default while a cluster holds the row)
+# or "smem" (the row staged in one CTA's shared memory, or a cluster's), see below
+SOFTMAX_LONG = "cluster"
 # Rows longer than SOFTMAX_BLOCK_MAX_BYTES: the row staged in shared memory (softmax_smem.py) by
 # bulk copies, a CTA a row while one CTA's shared memory holds it (a pair instead where one would
 # be alone on its SM: SOFTMAX_SMEM_PAIR_MIN_CTAS), else the smallest cluster of C
@@ -249,12 +257,24 @@ def _block_threads(nvec: int, v: int) -> int:
 
 def _cluster_size(nvec: int, v: int) -> int:
     """CTAs of SOFTMAX_CLUSTER_THREADS threads a cluster needs to hold a row of ``nvec`` vectors at
-    SOFTMAX_BLOCK_VALUES values a thread (at least 2); 0 when more than SOFTMAX_CLUSTER_MAX."""
-    kmax = SOFTMAX_BLOCK_VALUES // v
-    for c in (2, 4, 8, 16):
-        if c <= SOFTMAX_CLUSTER_MAX and -(-nvec // (c * SOFTMAX_CLUSTER_THREADS)) <= kmax:
-            return c
-    return 0
+    most SOFTMAX_CLUSTER_VALUES values a thread (at least 2); 0 when more than SOFTMAX_CLUSTER_MAX."""
+    kmax = max(1, SOFTMAX_CLUSTER_VALUES // v)
+    return next((c for c in (2, 4, 8, 16) if c <= SOFTMAX_CLUSTER_MAX and
+                 -(-nvec // (c * SOFTMAX_CLUSTER_THREADS)) <= kmax), 0)
+
+
+def plan_cluster(M: int, nvec: int, v: int, sms: int, cluster: int | None = None) -> dict | None:
+    """softmax_cluster's plan for rows of ``nvec`` vectors: the fewest CTAs that hold a row
+    (``_cluster_size``), doubled while M x C < SMs (few rows: more SMs a row), or the forced
+    ``cluster``; None when no cluster of at most SOFTMAX_CLUSTER_MAX holds the row."""
+    t = SOFTMAX_CLUSTER_THREADS
+    c = cluster or _cluster_size(nvec, v)
+    if not c or c not in (2, 4, 8, 16) or -(-nvec // (c * t)) > max(1, SOFTMAX_CLUSTER_VALUES // v):
+        return None
+    while not cluster and 2 * c <= SOFTMAX_CLUSTER_MAX and M * c < sms:
+        c *= 2
+    return {"kernel": "cluster", "vec": v, "threads": t, "k": -(-nvec // (c * t)), "cluster": c,
+            "stage": SOFTMAX_CLUSTER_STAGE}
 
 
 def _smem_bytes(cap: int) -> int:
@@ -325,12 +345,12 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             if SOFTMAX_SMEM_DEFAULT and _block_threads(nvec, v) > SOFTMAX_BLOCK_DEFAULT_MAX_THREADS:
                 if sp := plan_smem(M, N, esize, sms):
                     return sp
+        elif row_bytes > SOFTMAX_BLOCK_MAX_BYTES and SOFTMAX_LONG == "cluster" and \
+                (cp := plan_cluster(M, nvec, v, sms)) and M * cp["cluster"] >= sms:
+            return cp
         elif SOFTMAX_SMEM_DEFAULT and row_bytes > SOFTMAX_BLOCK_MAX_BYTES and \
                 (sp := plan_smem(M, N, esize, sms)) and M * sp["cluster"] >= sms:
             return sp
-        elif row_bytes > SOFTMAX_BLOCK_MAX_BYTES and _cluster_size(nvec, v) * M >= \
-                SOFTMAX_CLUSTER_MIN_WAVES * SOFTMAX_CLUSTER_CTAS_PER_SM * sms:
-            kernel = "cluster"
         else:
             kernel = "split"
             t, kmax = SOFTMAX_SPLIT_THREADS, SOFTMAX_SPLIT_VECTORS[esize]
@@ -355,12 +375,10 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
         raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit one CTA's registers "
                          f"({1024 * kmax * 16} bytes)")
     if kernel == "cluster":
-        c = _cluster_size(nvec, v)
-        if c:
-            t = SOFTMAX_CLUSTER_THREADS
-            return {"kernel": "cluster", "vec": v, "threads": t, "k": _pow2(-(-nvec // (c * t))), "cluster": c}
+        if cp := plan_cluster(M, nvec, v, sms):
+            return cp
         raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit a cluster of "
-                         f"{SOFTMAX_CLUSTER_MAX} CTAs")
+                         f"{SOFTMAX_CLUSTER_MAX} CTAs ({SOFTMAX_CLUSTER_VALUES} values a thread)")
     if kernel == "split":
         t = SOFTMAX_SPLIT_THREADS
         kmax = SOFTMAX_SPLIT_VECTORS[esize]

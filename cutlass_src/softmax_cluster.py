@@ -1,28 +1,42 @@
-"""softmax, a row over a thread-block cluster of C CTAs, each CTA's share in its registers, (max,
-sum) exchanged through distributed shared memory (cute:softmax_cluster).
+"""softmax, a row over a thread-block cluster of C >= 2 CTAs, each CTA's share in its registers,
+the partial (max, sum) pairs exchanged through distributed shared memory (cute:softmax_cluster).
 
 The block kernel (``softmax_block.py``) holds a whole row in one CTA's registers; this one spreads
-the row over C CTAs of a cluster. The row is read as 16-byte vectors from the 16-byte boundary at
-or before its first element (``softmax_base``: any alignment keeps 128-bit accesses). Thread t of
-cluster rank r holds vectors (k*C + r)*T + t, k < K - a warp's loads adjacent, the C ranks' shares
-of a row equal - all loaded before the first use. Then in fp32: the CTA's max and sum of
-exp(x - max) (warp butterflies, one value per warp in shared memory); each CTA publishes its pair
-in shared memory, a cluster barrier makes the pairs visible, every CTA reads all C through DSMEM
-(``mapa`` + ``ld.shared::cluster``) and merges them, and a second barrier keeps each CTA's shared
-memory alive until every peer has read it. Last, out = exp(x - M) / S from the raw values still in
-registers. One read and one write per element. T, K, C are compile-time (from N); M, N, strides
-and alignment are run-time.
+the row over C CTAs of a cluster (C up to 16: the DSL's launch allows non-portable sizes). The
+row is read as 16-byte vectors from the 16-byte boundary at or before its first element
+(``softmax_base``: any alignment keeps 128-bit accesses). Thread t of cluster rank r holds vectors
+(k*C + r)*T + t, k < K - a warp's accesses adjacent, the C ranks' shares of a row equal (every
+rank touches the row, however short the last step).
+
+1. Load: every vector of the thread issued before the first use; with ``stage`` by ``cp.async``
+   into the thread's own slots of shared memory (no registers held while in flight; the thread
+   reads back only what it copied, so no CTA barrier), else straight into registers.
+2. One exponential per element: the thread's max m_t, e = exp(x - m_t) kept in fp32 registers,
+   s_t = sum e. Warp butterflies merge (m, s) pairs; lane 0 publishes its warp's pair as one 64-bit
+   word in shared memory.
+3. A cluster barrier (release / acquire; a CTA barrier when C = 1) makes all C x W words visible;
+   every warp reads them all (``mapa`` + ``ld.shared::cluster``), merges them in a fixed order and
+   a fixed butterfly, so every CTA gets the same (M, S). A second cluster barrier, arrived here and
+   waited at the end, keeps each CTA's shared memory alive until its peers have read it.
+4. out = e * exp(m_t - M) / S, from the registers (16-byte stores where the output row has the
+   input's phase). A thread whose values are all -inf (past the row end) contributes nothing; a
+   row of only -inf gives NaN, as torch.
+
+One read and one write of HBM per element. T, K, C, V, ``stage`` are compile-time (from N); M, N,
+strides and alignment are run-time.
 """
 from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
+from cutlass.cute.nvgpu import cpasync
 from cutlass.cutlass_dsl import T as IR, dsl_user_op
 from cutlass.memory import SmemAllocator
 
 from . import cached, compile_kernel, fake_stream, stream_args
-from .softmax_base import LOG2E, fake_rows, load_row, normalise, row_args, row_stats, row_vectors, store_row, validate
+from .softmax_base import LOG2E, fake_rows, load_row, row_args, row_vectors, store_row, validate
+from .softmax_split import merge, pack_pair, unpack_pair
 
 
 @dsl_user_op
@@ -32,52 +46,87 @@ def load_peer_f32(local: cute.Tensor, index: int, peer_rank, *, loc=None, ip=Non
     return cutlass.Float32(llvm.load(IR.f32(), remote.to_llvm_ptr(loc=loc, ip=ip), loc=loc, ip=ip))
 
 
+@dsl_user_op
+def load_peer_i64(local: cute.Tensor, index, peer_rank, *, loc=None, ip=None) -> cutlass.Int64:
+    """The 64-bit word ``local[index]`` as held by CTA ``peer_rank`` of this cluster."""
+    remote = cute.arch.map_dsmem_ptr(local.iterator + index, peer_rank, loc=loc, ip=ip)
+    return cutlass.Int64(llvm.load(IR.i64(), remote.to_llvm_ptr(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
 class SoftmaxCluster:
-    def __init__(self, threads: int, k: int, vec: int, cluster: int):
-        if cluster < 2:
-            raise ValueError(f"cluster: the cluster kernel takes C >= 2 CTAs a row, got {cluster} "
-                             f"(a CTA a row is softmax_block)")
-        self.threads, self.k, self.vec, self.cluster = threads, k, vec, cluster
+    def __init__(self, threads: int, k: int, vec: int, cluster: int, stage: bool = True):
+        if cluster < 2 or cluster > 16 or cluster & (cluster - 1):
+            raise ValueError(f"cluster: the cluster kernel takes C = 2, 4, 8 or 16 CTAs a row, got {cluster} "
+                             f"(a CTA a row is softmax_block or softmax_smem)")
+        self.threads, self.k, self.vec, self.cluster, self.stage = threads, k, vec, cluster, stage
+        self.num_warps = threads // 32
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mO: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
+        T, K, V, C, W = self.threads, self.k, self.vec, self.cluster, self.num_warps
         n = cute.size(mX, mode=[1])
-        row = bidx // self.cluster
+        row = bidx // C
         rank = cute.arch.block_idx_in_cluster()
         smem = SmemAllocator()
-        red_max = smem.allocate_tensor(cutlass.Float32, cute.make_layout(32), byte_alignment=16)
-        red_sum = smem.allocate_tensor(cutlass.Float32, cute.make_layout(32), byte_alignment=16)
-        pair = smem.allocate_tensor(cutlass.Float32, cute.make_layout(2), byte_alignment=16)
+        words = smem.allocate_tensor(cutlass.Int64, cute.make_layout(W), byte_alignment=16)
 
-        vx, phase = row_vectors(mX[row, None], self.vec)
-        vo, phase_o = row_vectors(mO[row, None], self.vec)
-        first = rank * self.threads + tidx                 # this thread's first vector
-        step = self.cluster * self.threads                   # between its vectors
-        col0 = first * self.vec - phase
-        rX = cute.make_rmem_tensor(cute.make_layout((self.vec, self.k)), mX.element_type)
-        load_row(vx, first, step, col0, step * self.vec, n, rX)
-        m, s = row_stats(rX, red_max, red_sum, self.threads // 32)
+        vx, phase = row_vectors(mX[row, None], V)
+        vo, phase_o = row_vectors(mO[row, None], V)
+        first = rank * T + tidx                           # this thread's first vector
+        step = C * T                                      # between its vectors
+        col0 = first * V - phase
+        rX = cute.make_rmem_tensor(cute.make_layout((V, K)), mX.element_type)
+        if cutlass.const_expr(self.stage):
+            sX = smem.allocate_tensor(mX.element_type, cute.make_layout((V, K * T)), byte_alignment=128)
+            g2s = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), mX.element_type, num_bits_per_copy=mX.element_type.width * V)
+            for k in cutlass.range_constexpr(K):
+                c0 = col0 + k * step * V
+                if c0 < n and c0 + V > 0:
+                    cute.copy(g2s, vx[None, first + k * step], sX[None, k * T + tidx])
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(0)              # this thread's own copies have landed
+            load_row(sX, tidx, T, col0, step * V, n, rX)
+        else:
+            load_row(vx, first, step, col0, step * V, n, rX)
 
-        if tidx == 0:
-            pair[0] = m
-            pair[1] = s
-        cute.arch.cluster_arrive()
-        cute.arch.cluster_wait()
-        g_max = -cutlass.Float32.inf
-        for r in cutlass.range_constexpr(self.cluster):
-            g_max = cute.arch.fmax(g_max, load_peer_f32(pair, 0, r))
+        # one exponential per element, relative to the thread's own max
+        x = rX.load().to(cutlass.Float32)
+        m_t = x.reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0)
+        shift = m_t
+        if m_t == -cutlass.Float32.inf:
+            shift = cutlass.Float32(0.0)                  # all -inf: e = 0, no (-inf) - (-inf)
+        e = cute.math.exp2(x * LOG2E - shift * LOG2E, fastmath=True)
+        m, s = m_t, e.reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+        for off in cutlass.range_constexpr(5):            # the warp's pairs
+            m, s = merge(m, s, cute.arch.shuffle_sync_bfly(m, 16 >> off), cute.arch.shuffle_sync_bfly(s, 16 >> off))
+        warp = cute.arch.warp_idx()
+        lane = cute.arch.lane_idx()
+        if lane == 0:
+            words[warp] = pack_pair(m, s)
+        cute.arch.cluster_arrive()                        # release: our words are written
+        cute.arch.cluster_wait()                          # acquire: every peer's are
+
+        # every warp merges all C x W words: lane j takes words j, j + 32, ... (rank-major)
+        g_max = cutlass.Float32(-cutlass.Float32.inf)
         g_sum = cutlass.Float32(0.0)
-        for r in cutlass.range_constexpr(self.cluster):
-            pm = load_peer_f32(pair, 0, r)
-            if pm != -cutlass.Float32.inf:
-                g_sum = g_sum + load_peer_f32(pair, 1, r) * cute.math.exp2((pm - g_max) * LOG2E, fastmath=True)
-        cute.arch.cluster_arrive()                          # peers may leave once we have read them
+        for i in cutlass.range_constexpr((C * W + 31) // 32):
+            idx = lane + i * 32
+            if idx < C * W:
+                pm, ps = unpack_pair(load_peer_i64(words, idx % W, idx // W))
+                g_max, g_sum = merge(g_max, g_sum, pm, ps)
+        for off in cutlass.range_constexpr(5):
+            g_max, g_sum = merge(g_max, g_sum, cute.arch.shuffle_sync_bfly(g_max, 16 >> off),
+                                 cute.arch.shuffle_sync_bfly(g_sum, 16 >> off))
+        cute.arch.cluster_arrive()                        # peers may leave once we have read them
 
-        # a row of only -inf: (-inf) - (-inf) = NaN, and NaN is torch's answer too
-        rO = cute.make_rmem_tensor(cute.make_layout((self.vec, self.k)), mO.element_type)
-        normalise(rX, g_max, cutlass.Float32(1.0) / g_sum, rO)
+        scale = cutlass.Float32(0.0)
+        if m_t != -cutlass.Float32.inf:
+            scale = cute.math.exp2(m_t * LOG2E - g_max * LOG2E, fastmath=True)
+        scale = scale * (cutlass.Float32(1.0) / g_sum)     # a row of only -inf: 0 * inf = NaN
+        rO = cute.make_rmem_tensor(cute.make_layout((V, K)), mO.element_type)
+        rO.store((e * scale).to(mO.element_type))
         store_row(mO[row, None], vo, phase_o == phase, first, step, col0, n, rO)
         cute.arch.cluster_wait()
 
@@ -89,18 +138,25 @@ class SoftmaxCluster:
 
 
 def compile_cluster(dtype, p: dict):
-    """Compile (cached) for a plan {vec, threads, k, cluster >= 2}."""
-    key = ("softmax_cluster", str(dtype), p["vec"], p["threads"], p["k"], p["cluster"])
+    """Compile (cached) for a plan {vec, threads, k, cluster >= 2, stage}."""
+    key = ("softmax_cluster", str(dtype), p["vec"], p["threads"], p["k"], p["cluster"], p.get("stage", True))
     c = cached(key)
     if c is not None:
         return c
-    return compile_kernel(key, SoftmaxCluster(p["threads"], p["k"], p["vec"], p["cluster"]),
+    return compile_kernel(key, SoftmaxCluster(p["threads"], p["k"], p["vec"], p["cluster"], p.get("stage", True)),
                           *fake_rows(dtype), fake_stream())
 
 
 def prepare_softmax_cluster(x, out, plan: dict):
     """Validate, compile (cached) the plan's kernel; returns (launch, compiled, plan)."""
     validate(x, out)
+    v = plan["vec"]
+    count = -(-(x.shape[1] + v - 1) // v)                 # vectors a row may touch, any alignment
+    if count > plan["k"] * plan["cluster"] * plan["threads"]:
+        raise ValueError(f"N={x.shape[1]}: {count} vectors a row are more than the plan's cluster holds "
+                         f"({plan['cluster']} x {plan['threads']} threads x {plan['k']})")
+    if x.shape[0] * plan["cluster"] >= 2 ** 31:
+        raise ValueError(f"x: {x.shape[0]} rows x {plan['cluster']} CTAs is over the 2^31-1 CTAs of a grid")
     comp = compile_cluster(x.dtype, plan)
     args = row_args(x, out)
     fn = comp.fn
