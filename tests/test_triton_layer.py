@@ -545,7 +545,8 @@ def test_gpu_script_dry_run():
     import sys
     sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_triton
-    assert gpu_triton.main(["--dry-run"]) == 0
+    assert gpu_triton.main(["--dry-run"]) == 0                      # the edge suite's classes
+    assert gpu_triton.main(["--dry-run", "--suite", "models", "--only", "vector_add"]) == 0
 
 
 def test_programs_per_sm_allocates_registers_per_sub_partition():
