@@ -40,10 +40,10 @@ def _esize(dtype: str) -> int:
     return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
 
-def _compile(key, build):
+def _compile(key, build, pass_configs=None):
     import tilelang_src
 
-    entry = tilelang_src.compile_kernel(key, build)
+    entry = tilelang_src.compile_kernel(key, build, pass_configs)
     _SEEN.append(entry)
     return entry
 
@@ -158,36 +158,75 @@ def _sm_simple_compile(dtype: str) -> list:
     return [_compile(("softmax", dtype), lambda: softmax.softmax_kernel(dtype))]
 
 
+# the vector kernels guard every access themselves (whole 16-byte groups, guarded edges): TileLang's
+# per-element bounds legalisation would split their vectors into element accesses
+_VECTOR_CFG = {"tl.disable_safe_memory_legalize": True}
+
+
 def _sm_compile(dtype: str, plan: dict) -> list:
     """The compiled kernels of a plan, in launch order."""
     from tilelang_src import softmax_online, softmax_rows, softmax_smem, softmax_split
 
+    if plan["kernel"] == "simple":
+        return _sm_simple_compile(dtype)
     if plan["kernel"] == "rows":
-        c, r, t = plan["cols"], plan["rows"], plan["threads"]
-        return [_compile(("softmax_rows", dtype, c, r, t), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t))]
+        c, r, t, v = plan["cols"], plan["rows"], plan["threads"], plan["vec"]
+        return [_compile(("softmax_rows", dtype, c, r, t, v), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t, v),
+                         _VECTOR_CFG)]
     tile, t = plan["tile"], plan["threads"]
+    if plan["kernel"] == "online":
+        v = plan["vec"]
+        return [_compile(("softmax_online", dtype, tile, t, v),
+                         lambda: softmax_online.softmax_online_kernel(dtype, tile, t, v), _VECTOR_CFG)]
     if plan["kernel"] == "smem":
         c = plan["cols"]
         return [_compile(("softmax_smem", dtype, c, tile, t), lambda: softmax_smem.softmax_smem_kernel(dtype, c, tile, t))]
-    if plan["kernel"] == "split":
-        return [_compile(("softmax_split_stats", dtype, tile, t),
-                         lambda: softmax_split.softmax_split_stats_kernel(dtype, tile, t)),
-                _compile(("softmax_split_write", dtype, tile, t),
-                         lambda: softmax_split.softmax_split_write_kernel(dtype, tile, t))]
-    return [_compile(("softmax_online", dtype, tile, t), lambda: softmax_online.softmax_online_kernel(dtype, tile, t))]
+    return [_compile(("softmax_split_stats", dtype, tile, t),
+                     lambda: softmax_split.softmax_split_stats_kernel(dtype, tile, t)),
+            _compile(("softmax_split_write", dtype, tile, t),
+                     lambda: softmax_split.softmax_split_write_kernel(dtype, tile, t))]
+
+
+def _sm_flat(x, out):
+    """(flat X, flat Y, off, sx, aligned) for the vector kernels: 1-D views of x's and out's rows
+    from the 16-byte boundary at or below each one's first element (``off`` elements below it),
+    or None where they cannot share one group map (different row strides or alignments, a
+    storage that does not start on 16 bytes, or indices past int32)."""
+    import torch
+
+    es = x.element_size()
+    m, n = x.shape
+    sx = x.stride(0) if m > 1 else n
+    if m > 1 and out.stride(0) != sx or sx < n:
+        return None
+    if x.data_ptr() % es or x.data_ptr() % 16 != out.data_ptr() % 16:
+        return None
+    off = x.data_ptr() % 16 // es
+    total = off + (m - 1) * sx + n
+    if total >= 2 ** 31 - 16 * m or x.storage_offset() < off or out.storage_offset() < off:
+        return None
+    if (x.data_ptr() - off * es) % 16 or (out.data_ptr() - off * es) % 16:
+        return None
+    fx = torch.as_strided(x, (total,), (1,), x.storage_offset() - off)
+    fy = torch.as_strided(out, (total,), (1,), out.storage_offset() - off)
+    return fx, fy, off, sx, off == 0 and sx % (16 // es) == 0
 
 
 def _sm_impl(kernel):
-    def plan_of(m, n, es):
+    def plan_of(m, n, es, vector_ok=True, aligned=False):
         from tilelang_src import dispatch
 
-        return dispatch.plan_softmax(m, n, es, kernel=kernel)
+        return dispatch.plan_softmax(m, n, es, kernel=kernel, vector_ok=vector_ok, aligned=aligned)
+
+    def case_aligned(case):
+        es = _esize(case.dtype)
+        return case.N % (16 // es) == 0 and not int(case.params.get("misalign", 0))
 
     def supports(case):
         if _available():
             return None
         try:
-            plan_of(case.M, case.N, _esize(case.dtype))
+            plan_of(case.M, case.N, _esize(case.dtype), aligned=case_aligned(case))
         except ValueError as e:
             return str(e)
         return None
@@ -195,7 +234,7 @@ def _sm_impl(kernel):
     def compile_only(case):
         _need()
         try:
-            plan = plan_of(case.M, case.N, _esize(case.dtype))
+            plan = plan_of(case.M, case.N, _esize(case.dtype), aligned=case_aligned(case))
         except ValueError as e:
             raise Unsupported(str(e)) from None
         return _facts(_sm_simple_compile(case.dtype) if kernel == "simple" else _sm_compile(case.dtype, plan), plan)
@@ -208,8 +247,9 @@ def _sm_impl(kernel):
             raise Unsupported("x, out: 2-D, same shape and dtype")
         if x.stride(1) != 1 or out.stride(1) != 1:
             raise Unsupported("x, out: unit column stride")
+        flat = None if kernel in ("simple", "smem", "split") else _sm_flat(x, out)
         try:
-            plan = plan_of(x.shape[0], x.shape[1], x.element_size())
+            plan = plan_of(x.shape[0], x.shape[1], x.element_size(), flat is not None, bool(flat and flat[4]))
         except ValueError as e:
             raise Unsupported(str(e)) from None
         import tilelang_src
@@ -217,6 +257,13 @@ def _sm_impl(kernel):
         dt = tilelang_src.dtype_name(x.dtype)
         entries = _sm_simple_compile(dt) if kernel == "simple" else _sm_compile(dt, plan)
         k = entries[0].kernel
+        m, n = x.shape
+        if plan["kernel"] == "rows":
+            fx, fy, off, sx, _ = flat
+            return _launch(entries, plan, lambda: k(fx, fy, m, n, sx, off))
+        if plan["kernel"] == "online":
+            fx, fy, off, sx, _ = flat
+            return _launch(entries, plan, lambda: k(fx, fy, n, sx, off, m))
         if plan["kernel"] != "split":
             return _launch(entries, plan, lambda: k(x, out))
         import torch
@@ -237,15 +284,17 @@ _SM_ROWS = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel",))
 _SM_ONLINE = Source(src(C, "softmax_online.py"), kernels=("softmax_online_kernel",))
 _SM_SMEM = Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_kernel",))
 _SM_SPLIT = Source(src(C, "softmax_split.py"), kernels=("softmax_split_stats_kernel", "softmax_split_write_kernel"))
-_SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile",))
+_SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile", "_sm_flat"))
 _SM_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_simple_compile",))
 _SM_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "_pow2_at_least"))
 for _name, _kernel, _desc, _srcs in (
-        ("softmax", None, "planned by row length: softmax_rows (whole rows in registers, several short rows "
-                          "per CTA) up to 16384 columns; longer rows: softmax_split when they cover less than "
-                          "half the SMs, else softmax_smem (row staged in shared memory, <= 220 KB) or "
-                          "softmax_online (two reads)",
-         planned_sources({"rows": _SM_ROWS, "smem": _SM_SMEM, "online": _SM_ONLINE, "split": _SM_SPLIT},
+        ("softmax", None, "planned by row length, 16-byte vectors with guarded row edges: softmax_rows "
+                          "(whole rows in registers, several short rows per CTA) up to ~16384 columns; longer "
+                          "rows: softmax_split when they cover less than half the SMs, else softmax_online "
+                          "(two reads); x and out of different strides or alignments: the twin's element "
+                          "kernel",
+         planned_sources({"rows": _SM_ROWS, "smem": _SM_SMEM, "online": _SM_ONLINE, "split": _SM_SPLIT,
+                          "simple": _SM_SIMPLE},
                          _plans.reachable("softmax"), [_SM_HOST, _SM_PLAN])),
         ("softmax_simple", "simple", "teaching twin: a CTA per row, online (max, sum) over 1024-column tiles, "
                                      "then a write pass", [_SM_SIMPLE, _SM_SIMPLE_HOST]),
