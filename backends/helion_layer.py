@@ -204,6 +204,19 @@ def _config_dict(config) -> dict:
         return {"config": str(config)}
 
 
+@contextlib.contextmanager
+def _sms_of_h200():
+    """On meta tensors (compile-only) a persistent kernel's host code asks for the SM count of a
+    device there is not: the H200's 132, for which the CPU mode compiles."""
+    import helion.runtime as rt
+    orig = rt.get_num_sm
+    rt.get_num_sm = lambda device, *a, **k: 132 if device.type == "meta" else orig(device, *a, **k)
+    try:
+        yield
+    finally:
+        rt.get_num_sm = orig
+
+
 def _record(compiled, args):
     """Run Helion's host function with a recording launcher: the Triton kernel, its grid, its
     positional arguments and its launch options, exactly as Helion would launch them."""
@@ -212,7 +225,9 @@ def _record(compiled, args):
     def launcher(kernel, grid, *kargs, **options):
         seen.append((kernel, tuple(grid), kargs, options))
 
-    compiled(*args, _launcher=launcher)
+    meta = any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in args)
+    with _sms_of_h200() if meta else contextlib.nullcontext():
+        compiled(*args, _launcher=launcher)
     if len(seen) != 1:
         raise RuntimeError(f"Helion's host code launched {len(seen)} kernels; one expected")
     return seen[0]
@@ -278,7 +293,9 @@ def generated(kernel, args, cfg: dict | None):
     return bound, config, code
 
 
-def _compile_facts(kernel, args, cfg: dict | None, **extra) -> dict:
+def _compile_facts(kernel, args, cfg: dict | None, keep_ptx: bool = False, **extra) -> dict:
+    """Compile-only facts of ``kernel`` for ``args`` (meta tensors) and ``cfg``; ``keep_ptx``: the
+    PTX text too (under "ptx")."""
     from backends.triton_layer import compile_spec
     t0 = time.perf_counter()
     bound, config, code = generated(kernel, args, cfg)
@@ -288,7 +305,8 @@ def _compile_facts(kernel, args, cfg: dict | None, **extra) -> dict:
     helion_s = time.perf_counter() - t0
     with _compilable(spec.kernel):
         facts = compile_spec(spec)
-    facts.pop("ptx", None)
+    if not keep_ptx:
+        facts.pop("ptx", None)
     facts["compile_s"] = round(facts["compile_s"] + helion_s, 3)
     facts["helion_codegen_s"] = round(helion_s, 3)
     facts["config"] = _config_dict(config)
@@ -365,6 +383,8 @@ def _prepare_default(problem):
         plan = plan_for(problem, args)
         if plan.epilogue is not None:
             return _launch_splitk(plan, args)
+        if plan.pieces is not None:
+            return _launch_pieces(plan, args)
         launch = _launch_default(plan.kernel, args, plan.config)
         launch.info.update(variant=plan.variant, rule=plan.rule)
         return launch
@@ -389,6 +409,8 @@ def _compile_default(problem):
         plan = plan_for(problem, args)
         if plan.epilogue is not None:
             return _splitk_compile_only(case, plan)
+        if plan.pieces is not None:
+            return _pieces_compile_only(plan, args)
         return _compile_facts(plan.kernel, args, plan.config, variant=plan.variant, rule=plan.rule)
     return compile_only
 
@@ -428,6 +450,8 @@ def _code_default(problem):
         plan = plan_for(problem, args)
         if plan.epilogue is not None:
             return _splitk_code(case, plan)
+        if plan.pieces is not None:
+            return [(plan.kernel, a, plan.config) for a in _piece_args(plan, args)]
         return plan.kernel, args, plan.config
     return hook
 
@@ -451,7 +475,8 @@ _PROBLEMS = {
     # description); the default counts the variants dispatch.reachable names
     "vector_add": ("vector_add.py", "vector_add", {"block": (("vector_add.py", "vector_add"),)},
                    "the twin's kernel over runtime sizes with a configuration by element size "
-                   "(dispatch rules), one masked tile a program"),
+                   "(dispatch rules); a length not a multiple of 16 as two launches, whole blocks "
+                   "(16-byte accesses) then the tail"),
     "softmax": ("softmax.py", "softmax", {"rows": (("softmax.py", "softmax"),),
                                           "online": (("softmax_online.py", "softmax_online"),)},
                 "rows that fit registers: the twin's kernel, whole rows, rows packed per program; "
@@ -462,7 +487,8 @@ _PROBLEMS = {
                                   ("gemm_epilogue_splitk.py", "splitk_epilogue"))},
                       "the twin's tiled kernel (addmm on tiles, bias + act on the fp32 accumulator) "
                       "over runtime sizes; tile by rule: few rows, else the widest tile that fills "
-                      "the SMs, narrower K steps for rows not 16-byte aligned"),
+                      "the SMs, narrower K steps for rows not 16-byte aligned; split-K (two kernels, "
+                      "deterministic) where even the narrow tiles leave SMs idle"),
 }
 
 _TWIN_DESC = {
@@ -505,6 +531,38 @@ register(problem="softmax", layer=LAYER, name="softmax_online",
     _prepare_simple("softmax", lambda: softmax_online.softmax_online))
 
 
+# -- vector add in pieces: a body of whole blocks (a length Triton knows to be a multiple of 16),
+# then the tail (dispatch.vector_add_pieces says why) ------------------------------------------
+def _piece_args(plan, args):
+    return [tuple(t[lo:hi] for t in args) for lo, hi in plan.pieces]
+
+
+def _launch_pieces(plan, args):
+    t0 = time.perf_counter()
+    launches = [_launch_default(plan.kernel, a, plan.config) for a in _piece_args(plan, args)]
+
+    def launch():
+        for one in launches:
+            one()
+    launch()
+    _sync(args[0])
+    launch.info = {"compile_s": round(time.perf_counter() - t0, 3), "variant": plan.variant,
+                   "rule": plan.rule, "config": launches[0].info["config"],
+                   "pieces": [list(p) for p in plan.pieces], "grid": [one.info["grid"] for one in launches],
+                   **{k: launches[0].info[k] for k in ("registers", "spills", "smem") if k in launches[0].info}}
+    return launch
+
+
+def _pieces_compile_only(plan, args):
+    facts = [_compile_facts(plan.kernel, a, plan.config) for a in _piece_args(plan, args)]
+    first = dict(facts[0])
+    first["kernels"] = {f"{f['kernel']}[{lo}:{hi}]": {k: f.get(k) for k in ("registers", "spills", "smem", "grid")}
+                        for f, (lo, hi) in zip(facts, plan.pieces)}
+    first["compile_s"] = round(sum(f["compile_s"] for f in facts), 3)
+    first["variant"], first["rule"], first["pieces"] = plan.variant, plan.rule, [list(p) for p in plan.pieces]
+    return first
+
+
 # -- the split-K variant: two kernels (partial sums into an fp32 workspace, then the epilogue) --
 def _splitk_plan(args):
     a, b = args[0], args[1]
@@ -525,9 +583,8 @@ def _splitk_launches(args, ws, plan=None):
 
 
 @register(problem="gemm_epilogue", layer=LAYER, name="gemm_epilogue_splitk",
-          description="split-K for few rows: K chunks summed into an fp32 workspace with atomic adds, "
-                      "then a bias + act kernel that also re-zeroes the workspace (not in the default: "
-                      "wrong sums at K chunks >= 1024 on the H200, right under the Triton interpreter)",
+          description="split-K for few output tiles: each K chunk's fp32 partial sum in its own workspace "
+                      "slice (no atomics), then a kernel that adds the slices in a fixed order, bias + act",
           sources=[Source(src(H, "gemm_epilogue_splitk.py"), kernels=("gemm_partial_sums", "splitk_epilogue"),
                           host=()),
                    Source(src(H, "dispatch.py"), kernels=(), host=("plan_gemm_splitk",))],
@@ -543,8 +600,9 @@ def prepare_gemm_epilogue_splitk(case, inputs, out):
 def _launch_splitk(plan, args):
     from triton_src.runtime import bind
     out = args[3]
-    ws = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
     t0 = time.perf_counter()
+    plan = plan or _splitk_plan(args)
+    ws = _workspace(plan, args, out.device)
     plan, launches = _splitk_launches(args, ws, plan)
     bound = []
     for kernel, kargs, cfg in launches:
@@ -564,16 +622,26 @@ def _launch_splitk(plan, args):
     return launch
 
 
+def _workspace(plan, args, device):
+    """The fp32 partial sums, one [M, N] slice per K chunk (every element written before it is read:
+    no zeroing)."""
+    a, out = args[0], args[3]
+    chunks = -(-a.shape[1] // plan.config["block_sizes"][2])
+    return torch.empty((chunks, *out.shape), dtype=torch.float32, device=device)
+
+
 def _splitk_code(case, plan=None):
-    a, b, bias, out, act = _meta_args("gemm_epilogue", case)
-    ws = torch.empty(out.shape, dtype=torch.float32, device="meta")
+    a, b, bias, out, act = args = _meta_args("gemm_epilogue", case)
+    plan = plan or _splitk_plan(args)
+    ws = _workspace(plan, args, "meta")
     return list(_splitk_launches((a, b, bias, out, act), ws, plan)[1])
 
 
 def _splitk_compile_only(case, plan=None):
     _need_import()
-    a, b, bias, out, act = _meta_args("gemm_epilogue", case)
-    ws = torch.empty(out.shape, dtype=torch.float32, device="meta")
+    a, b, bias, out, act = args = _meta_args("gemm_epilogue", case)
+    plan = plan or _splitk_plan(args)
+    ws = _workspace(plan, args, "meta")
     plan, launches = _splitk_launches((a, b, bias, out, act), ws, plan)
     facts = [_compile_facts(k, ka, c) for k, ka, c in launches]
     first = dict(facts[0])

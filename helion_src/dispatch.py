@@ -31,7 +31,16 @@ SOFTMAX: dict[str, dict] = {
     # longer rows: the online kernel, one row a program, 4096-column tiles (16 a thread at 8
     # warps); it read the row twice and beat the looped kernel's three passes on the H200
     "softmax/online": dict(block_sizes=[1, 4096, 4096], num_warps=8, num_stages=1),
+    # the same kernel on a persistent grid (Helion's pid_type): programs loop over rows, so the
+    # rows in flight (programs x row bytes) are bounded and the write pass re-reads its row from
+    # L2, not HBM; the first pass's loads are kept in L2 (evict_last), the second's not
+    "softmax/online_persistent": dict(block_sizes=[1, 8192, 8192], num_warps=16, num_stages=1,
+                                      pid_type="persistent_interleaved",
+                                      load_eviction_policies=["last", "first"]),
 }
+ONLINE_PERSISTENT = True   # long rows take softmax/online_persistent (scripts/gpu_helion.py times both)
+L2_BYTES = 50 * 2 ** 20    # the H200's L2: rows in flight are kept within L2_FRACTION of it
+L2_FRACTION = 0.5
 GEMM: dict[str, dict] = {
     # decode-like M (one row tile): a 16-row tile, narrow N tiles so that the B matrix is
     # streamed by more programs than SMs, long K tiles deep in the pipeline (split-K, the variant,
@@ -55,15 +64,19 @@ GEMM: dict[str, dict] = {
 WIDE_TILES = ("gemm/128x256", "gemm/128x128", "gemm/64x128")
 WIDE_TILES_UNALIGNED = ("gemm/128x128_unaligned", "gemm/64x128_unaligned")
 FILL = 0.9  # a tile is taken when its output tiles number at least this many waves of SMs
-# split-K for few rows: the partial-sum kernel's (M, N) tile, its K step, and the epilogue's tile;
-# the K chunk of a program comes from the rule in plan_gemm_splitk
+# split-K for few output tiles: the partial-sum kernel's (M, N) tile and its K step (the chunk, a
+# power of two, comes from the rule in splitk_chunk), and the epilogue's tile (it adds the chunks'
+# partial sums in a fixed order: the result does not depend on which program ends first)
 SPLITK: dict[str, dict] = {
-    "gemm/splitk": dict(block_sizes=[16, 64, None, 128], num_warps=4, num_stages=4),
-    "gemm/splitk_epilogue": dict(block_sizes=[16, 128], num_warps=4, num_stages=1),
+    "gemm/splitk": dict(block_sizes=[128, 128, None, 64], num_warps=8, num_stages=3),
+    "gemm/splitk_epilogue": dict(block_sizes=[32, 128], reduction_loops=[None], num_warps=4, num_stages=1),
 }
-SPLITK_WAVES = 2  # programs of the partial-sum kernel: about this many per SM
+SPLITK_MIN_CHUNK = 1024  # K of a chunk at least this: each program amortises its tile's epilogue
+SPLITK_FEW_TILES = True  # the planner takes split-K for few output tiles (scripts/gpu_helion.py)
+SPLITK_MAX_CHUNKS = 8    # the workspace (chunks x M x N fp32) stays a few times the output
 CONFIGS = {**VECTOR_ADD, **SOFTMAX, **GEMM}  # every class (for scripts/tune_helion.py)
 
+DIVISIBILITY = 16  # Triton specialises an integer argument as a multiple of 16 (or of nothing)
 # the longest row held in registers (power of two): 32 fp32 values a thread over 32 warps
 ROW_ELEMENTS = 32768
 SMALL_M = 64      # up to one 16..64-row tile: weight-streaming (GEMV-like) GEMMs
@@ -76,6 +89,8 @@ class Plan:
     config: dict      # the Helion configuration
     rule: str         # the class: a key of VECTOR_ADD, SOFTMAX or GEMM
     epilogue: tuple | None = None  # split-K: (kernel, config) of the epilogue kernel
+    # vector add: the index ranges launched one after the other (None: one launch over all)
+    pieces: tuple[tuple[int, int], ...] | None = None
 
 
 def _pow2(n: int) -> int:
@@ -90,13 +105,28 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "softmax":
         return ("rows", "online")
     if problem == "gemm_epilogue":
-        return ("tiled",)
+        return ("tiled", "splitk")
     raise ValueError(f"problem: {problem!r} has no Helion planner")
+
+
+def vector_add_pieces(n: int, block: int) -> tuple[tuple[int, int], ...] | None:
+    """A load is only as wide as its mask is provably constant: Triton knows ``i < n`` constant
+    over 16 lanes only when the length ``n`` is specialised as a multiple of 16. Any other length
+    (an odd N) makes every access of every program one element wide. So such a length is launched
+    as a body of whole blocks (a multiple of 16: full-width accesses where the pointers are 16-byte
+    aligned, and the body's end keeps the tail's start as aligned as the tensor's) and a tail of
+    less than one block (one masked program). Lengths that are multiples of 16, or shorter than a
+    block, stay one launch."""
+    if n % DIVISIBILITY == 0 or n < block:
+        return None
+    body = n - n % block
+    return ((0, body), (body, n))
 
 
 def plan_vector_add(n: int, elem: int) -> Plan:
     key = "vector_add/16bit" if elem <= 2 else "vector_add/32bit"
-    return Plan("block", tuned.vector_add, dict(VECTOR_ADD[key]), key)
+    cfg = dict(VECTOR_ADD[key])
+    return Plan("block", tuned.vector_add, cfg, key, pieces=vector_add_pieces(n, cfg["block_sizes"][0]))
 
 
 def plan_softmax(m: int, n: int, elem: int) -> Plan:
@@ -107,7 +137,20 @@ def plan_softmax(m: int, n: int, elem: int) -> Plan:
         cfg["block_sizes"] = [max(1, min(_pow2(m), 1024 // width))]
         cfg.setdefault("num_warps", min(32, max(4, width // 512)))
         return Plan("rows", tuned.softmax_rows, cfg, "softmax/rows")
-    return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
+    if not ONLINE_PERSISTENT:
+        return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
+    return Plan("online", tuned.softmax_online, online_persistent_config(n, elem), "softmax/online_persistent")
+
+
+def online_persistent_config(n: int, elem: int, sms: int = 132) -> dict:
+    """Programs per SM (Helion's num_sm_multiplier: 1, 2, 4) as many as keep every row in flight
+    within L2_FRACTION of L2; column tiles no longer than the padded row."""
+    cfg = dict(SOFTMAX["softmax/online_persistent"])
+    per_sm = int(L2_FRACTION * L2_BYTES // (sms * n * elem))
+    cfg["num_sm_multiplier"] = 4 if per_sm >= 4 else 2 if per_sm >= 2 else 1
+    tile = min(cfg["block_sizes"][1], _pow2(n))
+    cfg["block_sizes"] = [1, tile, tile]
+    return cfg
 
 
 def gemm_class(m: int, n: int = 1 << 16, aligned: bool = True, sms: int = 132) -> str:
@@ -123,20 +166,41 @@ def gemm_class(m: int, n: int = 1 << 16, aligned: bool = True, sms: int = 132) -
     return keys[-1]
 
 
+def splitk_chunk(m: int, n: int, k: int, sms: int = 132) -> int | None:
+    """The K chunk of split-K, or None (no split): when the split-K tile's output tiles are fewer
+    than FILL of the SMs, the longest power-of-two chunk whose programs (tiles x chunks) fill them,
+    at least SPLITK_MIN_CHUNK long and at most SPLITK_MAX_CHUNKS chunks; None where no such chunk
+    splits K or the tiles already fill the SMs."""
+    bm, bn = SPLITK["gemm/splitk"]["block_sizes"][:2]
+    tiles = -(-m // bm) * -(-n // bn)
+    if tiles >= FILL * sms:
+        return None
+    chunk = _pow2(k) // 2
+    while chunk >= SPLITK_MIN_CHUNK:
+        chunks = -(-k // chunk)
+        if chunks > SPLITK_MAX_CHUNKS:
+            return None
+        if tiles * chunks >= FILL * sms:
+            return chunk
+        chunk //= 2
+    return None
+
+
 def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
-    """``aligned``: the rows of A and B (and their starts) are 16-byte multiples."""
+    """``aligned``: the rows of A and B (and their starts) are 16-byte multiples. More than SMALL_M
+    rows of aligned operands whose widest tiles leave SMs idle: split-K where a chunk exists."""
+    if aligned and m > SMALL_M and SPLITK_FEW_TILES and splitk_chunk(m, n, k, sms) is not None:
+        return plan_gemm_splitk(m, n, k, elem, sms)
     key = gemm_class(m, n, aligned, sms)
     return Plan("tiled", tuned.gemm_epilogue, dict(GEMM[key]), key)
 
 
 def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132) -> Plan:
-    """K cut into power-of-two chunks so that the partial-sum programs number about
-    SPLITK_WAVES per SM; a chunk is at least two K steps."""
+    """Split-K at the chunk of ``splitk_chunk`` (or, where it finds none, the shortest chunk it
+    allows: the variant's own id takes every case)."""
     cfg = dict(SPLITK["gemm/splitk"])
+    chunk = splitk_chunk(m, n, k, sms) or max(SPLITK_MIN_CHUNK, min(_pow2(k), _pow2(-(-k // 2))))
     bm, bn, _, bk = cfg["block_sizes"]
-    tiles = -(-m // bm) * -(-n // bn)
-    splits = max(1, -(-SPLITK_WAVES * sms // tiles))
-    chunk = max(2 * bk, _pow2(-(-k // splits)))
     cfg["block_sizes"] = [bm, bn, chunk, bk]
     return Plan("splitk", gemm_epilogue_splitk.gemm_partial_sums, cfg, "gemm/splitk",
                 epilogue=(gemm_epilogue_splitk.splitk_epilogue, dict(SPLITK["gemm/splitk_epilogue"])))
