@@ -3,7 +3,7 @@ explicit-layout level) with the harness.
 
 Ids: ``gluon:<problem>`` the default (``gluon_src/dispatch.py`` plans once in ``prepare``),
 ``gluon:<problem>_simple`` the teaching twin (launched the tutorial way), and the variants
-``gluon:softmax_{rows,block,smem,split,online}``, ``gluon:gemm_epilogue_{tma,tiled}``.
+``gluon:softmax_{rows,block,smem,split,split_smem,online}``, ``gluon:gemm_epilogue_{tma,tiled,splitk}``.
 
 Gluon has no CPU interpreter: the implementations run on CUDA GPUs only (Hopper: the GEMMs use
 wgmma), and the CPU mode is ``compile_only(case)``: the very launch ``prepare`` would bind, built
@@ -41,6 +41,7 @@ if triton is not None:
         from gluon_src import gemm_epilogue_tma as gemm_tma
         from gluon_src import softmax as softmax_simple
         from gluon_src import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split
+        from gluon_src import softmax_split_smem
         from gluon_src import vector_add as vector_add_simple
         from gluon_src.epilogue import ACTS
         from gluon_src.runtime import Spec, bind_all
@@ -223,6 +224,12 @@ def _sm_cfg(variant, M, N, es, facts):
         return dispatch.softmax_online_config(M, N, es, facts)
     if variant == "split":
         return dispatch.softmax_split_config(M, N, es, facts)
+    if variant == "split_smem":
+        cfg = dispatch.softmax_split_smem_config(M, N, es, facts)
+        if cfg is None:
+            raise Unsupported(f"N = {N}: no chunk of {dispatch.SOFTMAX['split_smem_pieces']} pieces splits "
+                              f"the row over at least 2 co-resident programs")
+        return cfg
     return softmax_smem.config(N, es, dispatch.softmax_smem_warps(N, es, facts))
 
 
@@ -236,6 +243,10 @@ def _sm_supports(variant):
         if variant == "smem":
             return (softmax_smem.supports(case.N, es, dispatch.softmax_smem_warps(case.N, es, H200), H200)
                     or softmax_smem.supports_tensors(*_meta_softmax(case)))
+        if variant == "split_smem":
+            if dispatch.softmax_split_smem_config(case.M, case.N, es, H200) is None:
+                return f"N = {case.N}: too short to split over co-resident programs"
+            return softmax_split_smem.supports_tensors(*_meta_softmax(case))
         return None
     return supports
 
@@ -248,9 +259,15 @@ def _sm_specs(variant, case):
         return "simple", [Spec(softmax_simple.softmax_kernel, (M,), {"x_ptr": x, "out_ptr": out, "N": N,
                                "stride_x": x.stride(0), "stride_out": out.stride(0), "BLOCK": B}, {"num_warps": 8})]
     if variant == "default":
-        variant, cfg = dispatch.softmax_choice(M, N, es, H200, softmax_smem.supports_tensors(x, out) is None)
+        variant, cfg = dispatch.softmax_choice(M, N, es, H200, softmax_smem.supports_tensors(x, out) is None,
+                                               softmax_split_smem.supports_tensors(x, out) is None)
     else:
         cfg = _sm_cfg(variant, M, N, es, H200)
+    if variant == "split_smem":
+        slots = torch.empty(M * cfg["C"], dtype=torch.int64, device="meta")
+        per_sm = softmax_split_smem.programs_per_sm(cfg["smem"], 0, cfg["num_warps"], H200)
+        grid = softmax_split_smem.grid_for(M, cfg, per_sm, H200["sms"])
+        return variant, [softmax_split_smem.launch_spec(x, out, slots, cfg, grid)]
     if variant == "split":
         ws = torch.empty(M * cfg["C"] * 2, dtype=torch.float32, device="meta")
         return variant, dispatch.softmax_specs(variant, x, out, cfg, ws)
@@ -283,6 +300,9 @@ def _sm_prepare(variant):
             if variant == "smem":
                 launch = softmax_smem.bind_launch(x, out, cfg)
                 return variant, launch.config, launch
+            if variant == "split_smem":
+                launch = softmax_split_smem.bind_launch(x, out, cfg, dispatch.device_facts(x.device))
+                return variant, launch.config, launch
             ws = softmax_split.workspace(x, cfg) if variant == "split" else None
             launch = bind_all(dispatch.softmax_specs(variant, x, out, cfg, ws), x.device)
             launch.workspace = ws
@@ -299,6 +319,8 @@ _SM_SRC = {
     "split": Source("gluon_src/softmax_split.py", kernels=("softmax_split_partial_kernel", "softmax_split_write_kernel"),
                     host=("launch_specs", "workspace")),
     "online": Source("gluon_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("launch_spec",)),
+    "split_smem": Source("gluon_src/softmax_split_smem.py", kernels=("softmax_split_smem_kernel", "_issue"),
+                         host=("bind_launch", "launch_spec", "grid_for", "programs_per_sm")),
 }
 _SOFTMAX = {
     "default": ("softmax", "dispatcher: rows (rows <= 1024 columns, several a program), block (a row in "
@@ -317,6 +339,10 @@ _SOFTMAX = {
              [_SM_SRC["smem"]]),
     "split": ("softmax_split", "a long row over several programs: chunk partials (max, sum) through "
               "global memory between two launches, then each chunk written", [_SM_SRC["split"]]),
+    "split_smem": ("softmax_split_smem", "not yet run on a GPU: a long row's chunks staged raw in the shared "
+                   "memory of co-resident programs (cooperative grid) by cp.async, the next unit's copies in "
+                   "flight meanwhile; (max, sum) partials through global memory, one read and one write; "
+                   "rows on 16-byte boundaries", [_SM_SRC["split_smem"]]),
     "online": ("softmax_online", "persistent grid sized to L2, column tiles with a running max/sum, "
                "second pass newest tile first; any N", [_SM_SRC["online"]]),
 }

@@ -16,7 +16,7 @@ from . import device_facts, next_pow2, pow2_divisor
 from . import gemm_epilogue_splitk as gemm_splitk
 from . import gemm_epilogue_tiled as gemm_tiled
 from . import gemm_epilogue_tma as gemm_tma
-from . import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split
+from . import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split, softmax_split_smem
 from . import vector_add_unmasked
 from .runtime import bind, bind_all
 
@@ -33,7 +33,7 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "vector_add":
         return ("unmasked",)
     if problem == "softmax":
-        return ("rows", "block", "split", "smem", "online")
+        return ("rows", "block", "split", "smem", "online") + (("split_smem",) if SOFTMAX["split_smem"] else ())
     if problem == "gemm_epilogue":
         return ("tma", "tiled", "splitk")
     raise ValueError(f"problem: {problem!r} has no Gluon planner")
@@ -100,6 +100,16 @@ SOFTMAX = {
     "online_block": 4096,
     "online_warps": 8,
     "online_programs_per_sm": 4,
+    # split_smem (one read: a row's chunks staged raw in the shared memory of co-resident programs,
+    # partials through global memory) for the rows that go to online. Off: the kernel compiles
+    # for sm_90a on triton 3.6 and 3.9 but has not yet run on a GPU (scripts/gpu_gluon.py verifies
+    # and times it against online). Chunks of split_smem_pieces pieces (a piece: one 16-byte
+    # vector a thread of split_smem_warps warps): the fewest padded pieces a row, ties to the
+    # longer chunk (fewer partners), at least split_smem_min_per_sm programs an SM by shared memory
+    "split_smem": False,
+    "split_smem_warps": 8,
+    "split_smem_pieces": (4, 8),
+    "split_smem_min_per_sm": 2,
 }
 
 
@@ -138,12 +148,30 @@ def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
                                  facts["sms"] * SOFTMAX["online_programs_per_sm"])
 
 
+def softmax_split_smem_config(M: int, N: int, elem_size: int, facts: dict) -> dict | None:
+    """split_smem's chunk: of split_smem_pieces pieces, the fewest padded pieces a row (ties: the
+    longer chunk), with at least split_smem_min_per_sm programs an SM by shared memory and a row's
+    chunks at most the programs the SMs hold (registers are checked at bind, from the compiled
+    kernel). None where no chunk qualifies."""
+    S, best = SOFTMAX, None
+    lo, hi = S["split_smem_pieces"]
+    for p in range(hi, lo - 1, -1):
+        cfg = softmax_split_smem.config(N, elem_size, S["split_smem_warps"], p)
+        per_sm = softmax_split_smem.programs_per_sm(cfg["smem"], 0, cfg["num_warps"], facts)
+        if per_sm < S["split_smem_min_per_sm"] or cfg["C"] > per_sm * facts["sms"] or cfg["C"] < 2:
+            continue
+        if best is None or cfg["C"] * p < best["C"] * best["P"]:
+            best = cfg
+    return best
+
+
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
-                   smem_ok: bool = True) -> tuple[str, dict]:
+                   smem_ok: bool = True, split_smem_ok: bool = False) -> tuple[str, dict]:
     """rows (short rows, several a program); block where a full row fits the registers; split
     for long rows when the rows are too few to fill the SMs; smem where the row fits a program's
     shared memory (``smem_ok``: the tensors' rows can be read in 16-byte groups); else block up to
-    its limit; else online."""
+    its limit; else split_smem where the table enables it (``split_smem_ok``: rows on 16-byte
+    boundaries); else online."""
     facts = facts or device_facts()
     cols = max(16, next_pow2(N))
     fill = N / cols
@@ -158,6 +186,10 @@ def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
         return "smem", staged
     if cols <= SOFTMAX["block_max_cols"][elem_size]:
         return "block", softmax_block.config(N, elem_size)
+    if SOFTMAX["split_smem"] and split_smem_ok:
+        cfg = softmax_split_smem_config(M, N, elem_size, facts)
+        if cfg is not None:
+            return "split_smem", cfg
     return "online", softmax_online_config(M, N, elem_size, facts)
 
 
@@ -178,9 +210,13 @@ def plan_softmax(x, out) -> Plan:
     M, N = x.shape
     facts = device_facts(x.device)
     ok = softmax_smem.supports_tensors(x, out) is None
-    variant, cfg = softmax_choice(M, N, x.element_size(), facts, smem_ok=ok)
+    variant, cfg = softmax_choice(M, N, x.element_size(), facts, smem_ok=ok,
+                                  split_smem_ok=softmax_split_smem.supports_tensors(x, out) is None)
     if variant == "smem":
         launch = softmax_smem.bind_launch(x, out, cfg)
+        return Plan(variant, launch.config, launch)
+    if variant == "split_smem":
+        launch = softmax_split_smem.bind_launch(x, out, cfg, facts)
         return Plan(variant, launch.config, launch)
     ws = softmax_split.workspace(x, cfg) if variant == "split" else None
     launch = bind_all(softmax_specs(variant, x, out, cfg, ws), x.device)
@@ -216,6 +252,20 @@ GEMM = {
     "splitk_min_fill": 0.5,
     "splitk_min_k_steps": 4,
     "splitk_max": 8,
+    # More rows (M > few_rows_max_m) with TMA: tile and split-K factor by the model below, which
+    # adds to the tiles' MMA time and the HBM floor the operand traffic from L2 (every program
+    # loads (BLOCK_M + BLOCK_N) x K of A and B): small tiles that fill the SMs at a few hundred
+    # rows move more bytes than L2 delivers, split-K lets large tiles fill them. Off: the splitk
+    # kernel has run on the GPU only with the few-rows tile (scripts/gpu_gluon.py times the
+    # model's choices against the current rule; docs/performance.md, "Gluon / GEMM + epilogue").
+    # A split is taken only when modelled splitk_min_gain faster than the best unsplit tile (else
+    # the rule above stands). l2_bytes_per_s: what the layer's tma kernel moved from L2 in the
+    # reference run (128 x 256 tiles: 5.6 GB in 606 us at 4096 x 4096 x 14336, 2.4 GB in 275 us at
+    # 4096 x 6144 x 4096; 64 x 128 tiles: 0.70 GB in 80 us at 256 x 4096 x 14336; 8.8-9.3e12)
+    "splitk_by_model": False,
+    "splitk_min_gain": 0.15,
+    "l2_bytes_per_s": 9.0e12,
+    "splitk_launch_s": 3e-6,
 }
 
 
@@ -228,6 +278,44 @@ def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
     t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
     t_mem /= min(1.0, tiles / (GEMM["mem_min_tiles_per_sm"] * sms))
     return max(t_tiles, t_mem)
+
+
+def gemm_model_time(M: int, N: int, K: int, cfg: dict, split: int, sms: int, elem_size: int = 2) -> float:
+    """Modelled seconds of ``cfg`` with K cut in ``split`` slices: the longest of the MMA waves,
+    the HBM floor and the operand traffic from L2, plus for split > 1 the fp32 partials written
+    and read back and the reducing launch."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    steps = triton.cdiv(K, bk)
+    per = triton.cdiv(steps, split)
+    programs = triton.cdiv(M, bm) * triton.cdiv(N, bn) * triton.cdiv(steps, per)
+    waves = -(-programs // sms)
+    t_mma = waves * 2.0 * bm * bn * per * bk / (GEMM["peak_flops"] / sms * cfg["eff"])
+    t_mem = elem_size * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
+    t_mem /= min(1.0, programs / (GEMM["mem_min_tiles_per_sm"] * sms))
+    t_l2 = programs * per * bk * (bm + bn) * elem_size / GEMM["l2_bytes_per_s"]
+    t = max(t_mma, t_mem, t_l2)
+    if split > 1:
+        t += 2.0 * 4 * split * M * N / GEMM["hbm_bytes_per_s"] + GEMM["splitk_launch_s"]
+    return t
+
+
+def gemm_model_split(M: int, N: int, K: int, facts: dict, elem_size: int = 2) -> dict | None:
+    """The splitk config (a tma tile, SPLIT >= 2) of least modelled time when it beats the best
+    unsplit tma tile by at least splitk_min_gain of that tile's modelled time, else None. A split
+    keeps at least splitk_min_k_steps K steps a slice and at most splitk_max slices; ties go to
+    fewer slices, then the smaller tile."""
+    sms = facts["sms"]
+    unsplit = min(gemm_model_time(M, N, K, c, 1, sms, elem_size) for c in GEMM["tma"])
+    best = None
+    for cfg in GEMM["tma"]:
+        top = min(GEMM["splitk_max"], triton.cdiv(K, cfg["BLOCK_K"]) // GEMM["splitk_min_k_steps"])
+        for split in range(2, top + 1):
+            key = (gemm_model_time(M, N, K, cfg, split, sms, elem_size), split, cfg["BLOCK_M"] * cfg["BLOCK_N"])
+            if best is None or key < best[0]:
+                best = (key, cfg, split)
+    if best is None or best[0][0] > (1.0 - GEMM["splitk_min_gain"]) * unsplit:
+        return None
+    return dict(best[1], SPLIT=best[2])
 
 
 def gemm_splitk_config(M: int, N: int, K: int, facts: dict) -> dict:
@@ -246,6 +334,10 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None)
     kind = "tma" if tma_ok else "tiled"
     # equal times (the HBM floor): the smaller tile, which wastes less of the MMA on few rows
     cfg = min(GEMM[kind], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
+    if tma_ok and M > GEMM["few_rows_max_m"] and GEMM["splitk_by_model"]:
+        split = gemm_model_split(M, N, K, facts)
+        if split is not None:
+            return "splitk", split
     if tma_ok and M <= GEMM["few_rows_max_m"]:
         cfg = GEMM["few_rows"]
         tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])

@@ -19,7 +19,7 @@ HAS_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >=
 
 IDS = {"vector_add": {"vector_add", "vector_add_simple"},
        "softmax": {"softmax", "softmax_simple", "softmax_rows", "softmax_block", "softmax_smem",
-                   "softmax_split", "softmax_online"},
+                   "softmax_split", "softmax_split_smem", "softmax_online"},
        "gemm_epilogue": {"gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled",
                          "gemm_epilogue_splitk"}}
 
@@ -138,6 +138,79 @@ def test_smem_config_and_rules():
     assert dispatch.softmax_choice(98, 50_257, 2, H200)[0] == "split"      # 0.75 x 132 SMs rows
 
 
+def test_split_smem_rules(monkeypatch):
+    """split_smem's chunk rule on rows of several classes (16-bit and fp32, past one program's
+    shared memory, odd lengths): the fewest padded pieces, ties to the longer chunk, at least the
+    table's programs an SM by shared memory; too-short rows get none; the default takes it only
+    where the table enables it and the rows start on 16-byte boundaries."""
+    from gluon_src import H200, dispatch
+    from gluon_src import softmax_split_smem as SS
+    lo, hi = dispatch.SOFTMAX["split_smem_pieces"]
+    for N, es in ((128_256, 2), (151_936, 2), (128_256, 4), (151_936, 4), (262_147, 4), (99_999, 2), (40_001, 2)):
+        cfg = dispatch.softmax_split_smem_config(4096, N, es, H200)
+        assert cfg is not None and lo <= cfg["P"] <= hi and cfg["C"] >= 2, (N, es, cfg)
+        assert cfg["C"] * cfg["P"] * cfg["PIECE"] >= N and cfg["PIECE"] * es == 16 * 32 * cfg["num_warps"]
+        per_sm = SS.programs_per_sm(cfg["smem"], 0, cfg["num_warps"], H200)
+        assert per_sm >= dispatch.SOFTMAX["split_smem_min_per_sm"]
+        padded = cfg["C"] * cfg["P"]
+        for p in range(lo, hi + 1):     # no other chunk length pads less, none as little is longer
+            other = SS.config(N, es, cfg["num_warps"], p)
+            assert other["C"] * p > padded or (other["C"] * p == padded and p <= cfg["P"]), (N, es, p, cfg)
+    cfg = dispatch.softmax_split_smem_config(4096, 128_256, 2, H200)
+    assert (cfg["P"], cfg["C"], cfg["PIECE"]) == (7, 9, 2048)       # 63 pieces of 2048 columns exactly
+    assert dispatch.softmax_split_smem_config(4096, 3000, 2, H200) is None      # one chunk: no split
+    # the resident grid: a multiple of C, within what the SMs hold, refused below one row
+    assert SS.grid_for(4096, cfg, 4, 132) == 528 // 9 * 9 and SS.grid_for(2, cfg, 4, 132) == 18
+    with pytest.raises(ValueError, match="programs"):
+        SS.grid_for(4096, cfg, 0, 132)
+    assert SS.programs_per_sm(cfg["smem"], 40, 8, H200) == 233_472 // (cfg["smem"] + SS.RESERVED_SMEM)
+    assert SS.programs_per_sm(1024, 128, 8, H200) == 2       # 128 registers x 256 threads: half the file
+    with pytest.raises(ValueError, match="pieces"):
+        SS.config(1000, 2, 8, 0)
+    # off in the table (not yet run on a GPU): the default keeps online
+    c = lambda M, N, es, ok=True: dispatch.softmax_choice(M, N, es, H200, split_smem_ok=ok)[0]  # noqa: E731
+    assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == "online"
+    assert "split_smem" not in dispatch.reachable("softmax")
+    monkeypatch.setitem(dispatch.SOFTMAX, "split_smem", True)
+    assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == c(4096, 262_144, 4) == "split_smem"
+    assert c(4096, 128_256, 2, ok=False) == "online"
+    assert c(4096, 50_257, 2) == "smem" and c(4096, 32_000, 4) == "block" and c(3, 262_147, 4) == "split"
+    assert "split_smem" in dispatch.reachable("softmax")
+    x = torch.empty(8, 128_256, dtype=torch.bfloat16, device="meta")
+    assert SS.supports_tensors(x, torch.empty_like(x)) is None
+    odd = torch.empty(8, 128_257, dtype=torch.bfloat16, device="meta")
+    assert "16-byte" in SS.supports_tensors(odd, torch.empty_like(odd))
+
+
+def test_gemm_split_model_rules(monkeypatch):
+    """The modelled split-K rule (off in the table until the GPU times it): few C tiles over a long
+    K at a few hundred rows split with large tiles; large M, short K, few rows (their own rule) and
+    unaligned operands keep today's choice; the model's pieces behave."""
+    from gluon_src import H200, dispatch
+    G = dispatch.GEMM
+    before = {k: dispatch.gemm_choice(*k, True, H200) for k in
+              ((256, 4096, 14_336), (4096, 6144, 4096), (16, 6144, 4096), (256, 6144, 4096), (1000, 3000, 20_000))}
+    assert before[(256, 4096, 14_336)][0] == "tma"
+    monkeypatch.setitem(G, "splitk_by_model", True)
+    v, cfg = dispatch.gemm_choice(256, 4096, 14_336, True, H200)
+    assert v == "splitk" and cfg["BLOCK_M"] * cfg["BLOCK_N"] >= 128 * 128 and cfg["SPLIT"] >= 2
+    programs = triton.cdiv(256, cfg["BLOCK_M"]) * triton.cdiv(4096, cfg["BLOCK_N"]) * cfg["SPLIT"]
+    assert 0.5 * H200["sms"] <= programs <= H200["sms"]          # one wave, most SMs busy
+    assert triton.cdiv(14_336, cfg["BLOCK_K"]) // cfg["SPLIT"] >= G["splitk_min_k_steps"]
+    for k in ((4096, 6144, 4096), (16, 6144, 4096), (256, 6144, 4096)):   # enough tiles / own rule / short K
+        assert dispatch.gemm_choice(*k, True, H200) == before[k], k
+    assert dispatch.gemm_choice(256, 4096, 14_336, False, H200)[0] == "tiled"
+    # the model: splitting a one-wave grid of few tiles cuts the MMA time; the partials cost
+    big = G["tma"][0]
+    t1 = dispatch.gemm_model_time(256, 4096, 14_336, big, 1, 132)
+    t4 = dispatch.gemm_model_time(256, 4096, 14_336, big, 4, 132)
+    assert t4 < 0.5 * t1
+    t_many = dispatch.gemm_model_time(4096, 6144, 4096, big, 2, 132)
+    assert t_many > dispatch.gemm_model_time(4096, 6144, 4096, big, 1, 132)
+    monkeypatch.setitem(G, "splitk_min_gain", 1.0)                # no split can gain 100 %
+    assert dispatch.gemm_choice(256, 4096, 14_336, True, H200) == before[(256, 4096, 14_336)]
+
+
 # -- compile-only for sm_90a -----------------------------------------------------------------------
 def _ptx(problem, name, case):
     from backends import gluon_layer as G
@@ -173,6 +246,8 @@ def test_vector_add_ptx():
     ("softmax", dict(M=33, N=3001, dtype="bfloat16", layout="strided_odd"), "ld.global"),
     ("softmax_simple", dict(M=37, N=1000, layout="strided"), "ld.global"),
     ("softmax_block", dict(M=64, N=2048), "ld.global.v4"),
+    ("softmax_split_smem", dict(M=4096, N=128_256, dtype="bfloat16"), "atom.global.gpu.relaxed.exch.b64"),
+    ("softmax_split_smem", dict(M=4096, N=151_936), "cp.async.cg.shared.global"),
 ])
 def test_softmax_compiles(name, kw, must):
     assert must in _ptx("softmax", name, _case("softmax", **kw))
@@ -193,6 +268,35 @@ def test_gemm_compiles(name, kw, must):
         assert m in ptx, m
     if name == "gemm_epilogue" and kw["N"] % 8:
         assert "cp.async.bulk.tensor" not in ptx
+
+
+def test_split_smem_ptx():
+    """The exchange and the staging as the docstring says: 16-byte cp.async into shared memory,
+    16-byte shared loads and global stores, a relaxed 64-bit exchange, volatile polls, and no
+    fence (the payload is its own flag)."""
+    ptx = _ptx("softmax", "softmax_split_smem", _case("softmax", M=4096, N=128_256, dtype="bfloat16"))
+    for m in ("cp.async.cg.shared.global", "cp.async.wait_group", "ld.shared.v4", "st.global.v4",
+              "atom.global.gpu.relaxed.exch.b64", "ld.volatile.global"):
+        assert m in ptx, m
+    assert "membar" not in ptx and "fence.acq_rel" not in ptx
+
+
+def test_splitk_large_tile_compiles():
+    """The tiles the modelled split-K rule picks at a few hundred rows (128 x 256 over 8 warps,
+    128 x 128) compile for sm_90a without spills."""
+    from backends import gluon_layer as G
+    from gluon_src import H200, dispatch
+    case = _case("gemm_epilogue", M=256, N=4096, K=14_336, act="gelu")
+    a, b, bias, act, out = G._meta_gemm(case)
+    for cfg in dispatch.GEMM["tma"][:2]:
+        cfg = dict(cfg, SPLIT=4)
+        from gluon_src.gemm_epilogue_splitk import slices
+        ws = torch.empty(slices(case.K, cfg["BLOCK_K"], 4)[1] * case.M * case.N, dtype=torch.float32, device="meta")
+        for spec in dispatch.gemm_specs("splitk", a, b, bias, act, out, cfg, H200["sms"], ws):
+            f = G.compile_spec(spec)
+            assert f["registers"] and f["spills"] == 0, (cfg, f["kernel"], f["registers"], f["spills"])
+            if f["kernel"] == "gemm_splitk_partial_kernel":
+                assert "wgmma.mma_async" in f["ptx"] and "cp.async.bulk.tensor" in f["ptx"]
 
 
 def test_tma_declines_unaligned_strides():
