@@ -47,6 +47,7 @@ if ct is not None:
     from cutile_src import gemm_epilogue as gemm_simple
     from cutile_src import gemm_epilogue_splitk as gemm_splitk
     from cutile_src import gemm_epilogue_tiled as gemm_tiled
+    from cutile_src import pack as gemm_pack
     from cutile_src import softmax as softmax_simple
     from cutile_src import softmax_online, softmax_rows
     from cutile_src import vector_add as vector_add_simple
@@ -462,12 +463,17 @@ def _sm_launches(variant, x, out):
     if variant == "simple":
         t = softmax_simple.TILE
         return [(softmax_simple.softmax_kernel, (x, out, t), {})], {"variant": "simple", "TILE": t}
-    p = dispatch.plan_softmax(M, N, x.element_size(), _sms())
+    contiguous = softmax_online.flat_ok(x, out) and _address(x) % 16 == 0 and _address(out) % 16 == 0
+    p = dispatch.plan_softmax(M, N, x.element_size(), _sms(), contiguous=contiguous)
     if variant == "online" and p["variant"] != "online":
-        t = min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
-        p = {"variant": "online", "TILE": t, "grid": M, "hints": dict(dispatch.ONLINE_HINTS)}
+        flat = contiguous and (N * x.element_size()) % 16 != 0
+        t = dispatch.SOFTMAX["ONLINE_TILE"] if flat else min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
+        p = {"variant": "online", "TILE": t, "FLAT": flat, "grid": M, "hints": dict(dispatch.ONLINE_HINTS)}
     if p["variant"] == "rows":
         return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"], softmax_rows.tma_store_ok(out)),
+                 p["hints"])], p
+    if p.get("FLAT"):
+        return [(softmax_online.softmax_online_flat_kernel, softmax_online.flat_args(x, out, p["TILE"]),
                  p["hints"])], p
     return [(softmax_online.softmax_online_kernel, (x, out, p["TILE"], softmax_rows.tma_store_ok(out)),
              p["hints"])], p
@@ -506,6 +512,8 @@ def _sm_prepare(variant):
             k, _, h = launches[0]
             if cfg["variant"] == "rows":
                 launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], cfg["grid"], kernel=hinted(k, h))
+            elif cfg.get("FLAT"):
+                launch = softmax_online.bind_launch_flat(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
             else:
                 launch = softmax_online.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
         return _finish(launch, launches, cfg)
@@ -516,8 +524,11 @@ _SM = {
     "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile; occupancy "
                 "hint by the tile's live values) while a row rounds up to <= 32768 columns, online (column tiles, running max and sum, second "
                 "pass newest tile first) for longer rows",
-                planned_sources({v: Source(f"cutile_src/softmax_{v}.py", kernels=(f"softmax_{v}_kernel",),
-                                           host=("bind_launch",)) for v in ("rows", "online")},
+                planned_sources({"rows": Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",),
+                                                host=("bind_launch",)),
+                                 "online": Source("cutile_src/softmax_online.py",
+                                                  kernels=("softmax_online_kernel", "softmax_online_flat_kernel"),
+                                                  host=("bind_launch", "bind_launch_flat", "flat_args"))},
                                 _plans.reachable("softmax"),
                                 [Source("cutile_src/dispatch.py", kernels=(), host=("plan_softmax",))])),
     "simple": ("softmax_simple", "teaching twin: a program per row, online max/sum over 1024-column "
@@ -527,8 +538,10 @@ _SM = {
              "rows up to 32768 columns rounded up",
              [Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",))]),
     "online": ("softmax_online", "a program per row, column tiles with lane-wise running max and sum, "
-               "second pass newest tile first; any N",
-               [Source("cutile_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",))]),
+               "second pass newest tile first; contiguous rows of bytes not a 16-byte multiple as aligned "
+               "tiles of one flat vector (masked); any N",
+               [Source("cutile_src/softmax_online.py", kernels=("softmax_online_kernel", "softmax_online_flat_kernel"),
+                       host=("bind_launch", "bind_launch_flat", "flat_args"))]),
 }
 for _v, (_name, _desc, _src) in _SM.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,
@@ -538,12 +551,43 @@ for _v, (_name, _desc, _src) in _SM.items():
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
-def _gemm_plan(variant, M, N, K):
+def _rows16(t: torch.Tensor) -> bool:
+    """Whether every row of the 2-d ``t`` starts on a 16-byte boundary (base and row stride)."""
+    return _address(t) % 16 == 0 and (t.shape[0] <= 1 or (t.stride(0) * t.element_size()) % 16 == 0)
+
+
+def _gemm_plan(variant, a, b):
+    (M, K), N = a.shape, b.shape[1]
+    facts = {"a_rows16": _rows16(a), "b_rows16": _rows16(b)}
+    p = dispatch.plan_gemm(M, N, K, a.element_size(), _sms(), **facts)
     if variant == "tiled":
-        return dispatch.tiled_config(M, N, K, 2, _sms())
-    if variant == "splitk":
-        return dispatch.splitk_config(M, N, K, _sms(), min_split=2)
-    return dispatch.plan_gemm(M, N, K, 2, _sms())
+        p = dispatch.tiled_config(M, N, K, a.element_size(), _sms(), tma=True if p["pack"] else None) \
+            | {"pack": p["pack"]}
+    elif variant == "splitk":
+        p = dispatch.splitk_config(M, N, K, _sms(), min_split=2) | {"pack": p["pack"]}
+    return p
+
+
+def _gemm_operands(p, a, b):
+    """(a, b, pack launches, pack binds): the operands the GEMM kernel reads -- the views into
+    freshly allocated 16-byte-row buffers for those the plan packs -- and the pack launches
+    [(kernel, args, hints)] and zero-argument launches that fill them."""
+    launches, binds, ops = [], [], {"a": a, "b": b}
+    for name, cfg in p.get("pack", {}).items():
+        src = ops[name]
+        buf, view = gemm_pack.packed_buffer(src)
+        launches.append((gemm_pack.pack_rows_kernel, (src, buf, cfg["TR"], cfg["TC"]), {}))
+        if src.device.type == "cuda":
+            binds.append(gemm_pack.bind_pack(src, buf, cfg["TR"], cfg["TC"], cfg["grid"],
+                                             kernel=hinted(gemm_pack.pack_rows_kernel, {})))
+        ops[name] = view
+    return ops["a"], ops["b"], launches, binds
+
+
+def _splitk_workspace(p, M, N, device):
+    """The fp32 split-K workspace [SPLIT, M, N'], N' = N rounded up to 16 columns (64-byte
+    rows: the partials store and the reduce load whole rows wide; the reduce stores N columns)."""
+    return torch.empty((p["SPLIT"], M, -(-N // 16) * 16), dtype=torch.float32, device=device)
 
 
 def _gemm_launches(variant, a, b, bias, act, c, ws=None):
@@ -555,17 +599,19 @@ def _gemm_launches(variant, a, b, bias, act, c, ws=None):
         g = gemm_simple
         return [(g.gemm_epilogue_kernel, (a, b, bias_arg, c, hb, ac, g.TM, g.TN, g.TK), {})], \
             {"variant": "simple", "TM": g.TM, "TN": g.TN, "TK": g.TK}
-    p = _gemm_plan(variant, M, N, K)
+    p = _gemm_plan(variant, a, b)
+    a, b, packs, _ = _gemm_operands(p, a, b)
     if p["variant"] == "splitk":
         if ws is None:
-            ws = torch.empty((p["SPLIT"], M, N), dtype=torch.float32, device=c.device)
+            ws = _splitk_workspace(p, M, N, c.device)
         ok = gemm_tiled.tma_store_ok
-        return [(gemm_splitk.gemm_splitk_partial_kernel,
-                 (a, b, ws, p["KPER"], p["TM"], p["TN"], p["TK"], ok(ws)), p["hints"]),
-                (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, hb, ac, p["RM"], p["RN"], ok(c)), {})], p
-    return [(gemm_tiled.gemm_epilogue_tiled_kernel,
-             (a, b, bias_arg, c, hb, ac, p["TM"], p["TN"], p["TK"], p["GROUP"], gemm_tiled.tma_store_ok(c)),
-             p["hints"])], p
+        return packs + [(gemm_splitk.gemm_splitk_partial_kernel,
+                         (a, b, ws, p["KPER"], p["TM"], p["TN"], p["TK"], ok(ws)), p["hints"]),
+                        (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, hb, ac, p["RM"], p["RN"], ok(c)),
+                         {})], p
+    return packs + [(gemm_tiled.gemm_epilogue_tiled_kernel,
+                     (a, b, bias_arg, c, hb, ac, p["TM"], p["TN"], p["TK"], p["GROUP"], gemm_tiled.tma_store_ok(c)),
+                     p["hints"])], p
 
 
 def _gemm_compile(variant):
@@ -575,6 +621,32 @@ def _gemm_compile(variant):
         return _facts(launches) | {"config": cfg}
     compile_only.__name__ = f"compile_gemm_{variant}"
     return compile_only
+
+
+def bind_gemm(variant, a, b, bias, act: str, out):
+    """The planned launch of ``variant`` (default / tiled / splitk) on CUDA tensors: the packs of
+    unaligned operands, then the GEMM (one kernel, or split-K's two); (launch, launches, cfg)
+    with the buffers allocated here, once, outside the launch."""
+    cfg = _gemm_plan(variant, a, b)
+    a2, b2, packs, pack_binds = _gemm_operands(cfg, a, b)
+    if cfg["variant"] == "splitk":
+        kp = hinted(gemm_splitk.gemm_splitk_partial_kernel, cfg["hints"])
+        ws = _splitk_workspace(cfg, a.shape[0], b.shape[1], out.device)
+        main = gemm_splitk.bind_launch(a2, b2, bias, ACT[act], out, cfg, ws=ws,
+                                       kernels=(kp, gemm_splitk.gemm_splitk_reduce_kernel))
+    else:
+        k = hinted(gemm_tiled.gemm_epilogue_tiled_kernel, cfg["hints"])
+        main = gemm_tiled.bind_launch(a2, b2, bias, ACT[act], out, cfg, kernel=k)
+    launches, _ = _gemm_launches(variant, a, b, bias, act, out, ws=getattr(main, "workspace", None))
+    if pack_binds:
+        def launch():
+            for f in pack_binds:
+                f()
+            main()
+        launch.buffers = (a2, b2)
+    else:
+        launch = main
+    return launch, launches, cfg
 
 
 def _gemm_prepare(variant):
@@ -589,42 +661,35 @@ def _gemm_prepare(variant):
             def launch():
                 gemm_simple.gemm_epilogue(a, b, bias, act, out)
             return _finish(launch, launches, cfg)
-        cfg = _gemm_plan(variant, a.shape[0], b.shape[1], a.shape[1])
-        if cfg["variant"] == "splitk":
-            kp = hinted(gemm_splitk.gemm_splitk_partial_kernel, cfg["hints"])
-            launch = gemm_splitk.bind_launch(a, b, bias, ACT[act], out, cfg,
-                                             kernels=(kp, gemm_splitk.gemm_splitk_reduce_kernel))
-            launches, _ = _gemm_launches(variant, a, b, bias, act, out, ws=launch.workspace)
-        else:
-            k = hinted(gemm_tiled.gemm_epilogue_tiled_kernel, cfg["hints"])
-            launch = gemm_tiled.bind_launch(a, b, bias, ACT[act], out, cfg, kernel=k)
-            launches, _ = _gemm_launches(variant, a, b, bias, act, out)
+        launch, launches, cfg = bind_gemm(variant, a, b, bias, act, out)
         return _finish(launch, launches, cfg)
     return prepare
 
 
 _GT = "cutile_src/gemm_epilogue_tiled.py"
 _GS = "cutile_src/gemm_epilogue_splitk.py"
+_PACK = Source("cutile_src/pack.py", kernels=("pack_rows_kernel",), host=("packed_buffer", "bind_pack"))
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
                 "on the SMs, 8 worker warps for 128-row tiles), split-K into an fp32 workspace for few "
-                "rows; bias + activation on the accumulator tile",
+                "rows; bias + activation on the accumulator tile; an operand whose rows are not 16-byte "
+                "multiples is packed first into 16-byte rows (TMA loads)",
                 planned_sources({"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)),
                                  "splitk": Source(_GS, kernels=("gemm_splitk_partial_kernel",
                                                                 "gemm_splitk_reduce_kernel"), host=("bind_launch",))},
                                 _plans.reachable("gemm_epilogue"),
-                                [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))])),
+                                [_PACK, Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))])),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of 128 x 128 C tiles, ct.mma over "
                "zero-padded K tiles, bias + activation before the one store; any shape",
                [Source("cutile_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
                        host=("gemm_epilogue",))]),
     "tiled": ("gemm_epilogue_tiled", "1-d grid of C tiles in grouped order, tile shape by waves on the "
-              "SMs; any shape",
-              [Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",))]),
+              "SMs; unaligned operands packed first; any shape",
+              [Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)), _PACK]),
     "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace (at least 2 slices "
                "where K has 2 tiles), then one reduce + bias + activation kernel (deterministic); any shape",
                [Source(_GS, kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
-                       host=("bind_launch",))]),
+                       host=("bind_launch",)), _PACK]),
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,

@@ -85,7 +85,10 @@ def plan_vector_add(n: int, elem_size: int) -> dict:
     return {"variant": "unmasked", "TILE": tile, "grid": _cdiv(n, tile), "hints": {}}
 
 
-def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
+def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous: bool = False) -> dict:
+    """rows while a row rounds up to ROW_TILE_MAX columns, else online; online is flat (aligned
+    tiles of the contiguous rows as one vector) where x and out are contiguous and a row's bytes
+    are not a 16-byte multiple (2-byte loads otherwise), else the 2-d kernel."""
     tn = _pow2_at_least(N)
     if tn <= SOFTMAX["ROW_TILE_MAX"]:
         rows = 1
@@ -96,7 +99,20 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
         grid = min(_cdiv(M, rows), sms * hints.get("occupancy", 1))  # co-resident programs, looping
         return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": grid, "hints": hints}
     tile = min(SOFTMAX["ONLINE_TILE"], tn)
-    return {"variant": "online", "TILE": tile, "grid": M, "hints": dict(ONLINE_HINTS)}
+    flat = contiguous and (N * elem_size) % 16 != 0
+    return {"variant": "online", "TILE": tile, "FLAT": flat, "grid": M, "hints": dict(ONLINE_HINTS)}
+
+
+# pack: an operand whose rows do not start on 16-byte boundaries (K or N elements not a 16-byte
+# multiple, or a strided / offset view) is copied once a call into a buffer of 16-byte rows;
+# tileiras then loads it through TMA (otherwise 2-byte loads through registers: the
+# 16 x 50257 x 768 GEMM read B at a fraction of the bandwidth). A (TR, TC) tile a program.
+GEMM_PACK = {"TR": 8, "TC": 512, "WAVES": 8}
+
+
+def pack_config(rows: int, cols: int, sms: int = H200_SMS) -> dict:
+    tiles = _cdiv(rows, GEMM_PACK["TR"]) * _cdiv(cols, GEMM_PACK["TC"])
+    return {"TR": GEMM_PACK["TR"], "TC": GEMM_PACK["TC"], "grid": max(1, min(tiles, GEMM_PACK["WAVES"] * sms))}
 
 
 def rows_16b(K: int, N: int, elem_size: int) -> bool:
@@ -135,21 +151,38 @@ def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 
             "RM": sk["RM"], "RN": sk["RN"], "grid": tiles * split, "hints": {}}
 
 
-def tiled_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS) -> dict:
+def tiled_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
+                 tma: bool | None = None) -> dict:
     """The tiled plan: few rows take a row tile fitted to M (16..64) and 128 x 128 K x N tiles;
     otherwise the first GEMM_TILES shape that fills a wave."""
     if M <= GEMM_SPLITK["MAX_M"]:
         t = {"TM": min(64, max(16, _pow2_at_least(M))), "TN": 128, "TK": 128, "hints": {}}
     else:
-        t = gemm_tile_for(M, N, sms, rows_16b(K, N, elem_size))
+        t = gemm_tile_for(M, N, sms, rows_16b(K, N, elem_size) if tma is None else tma)
     tiles = _cdiv(M, t["TM"]) * _cdiv(N, t["TN"])
     return {"variant": "tiled", "TM": t["TM"], "TN": t["TN"], "TK": t["TK"], "GROUP": GEMM_GROUP,
             "grid": tiles, "hints": dict(t["hints"])}
 
 
-def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS) -> dict:
+def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
+              a_rows16: bool | None = None, b_rows16: bool | None = None) -> dict:
+    """split-K for few rows where the C tiles fill less than a wave, else tiled. ``a_rows16`` /
+    ``b_rows16``: whether every row of A / B starts on a 16-byte boundary (default: from K and
+    N, contiguous operands); an operand that does not is packed first (``pack``)."""
+    a16 = (K * elem_size) % 16 == 0 if a_rows16 is None else a_rows16
+    b16 = (N * elem_size) % 16 == 0 if b_rows16 is None else b_rows16
+    pack = {}
+    if not a16:
+        pack["a"] = pack_config(M, K, sms)
+    if not b16:
+        pack["b"] = pack_config(K, N, sms)
+    plan = None
     if M <= GEMM_SPLITK["MAX_M"]:
         sk = splitk_config(M, N, K, sms)
         if sk["grid"] // sk["SPLIT"] < sms and sk["SPLIT"] >= 2:
-            return sk
-    return tiled_config(M, N, K, elem_size, sms)
+            plan = sk
+    if plan is None:
+        # packed operands load through TMA like aligned ones: the TMA tile shapes are open
+        plan = tiled_config(M, N, K, elem_size, sms, tma=True if pack else None)
+    plan["pack"] = pack
+    return plan

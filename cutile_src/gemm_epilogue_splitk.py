@@ -34,12 +34,13 @@ def gemm_splitk_reduce_kernel(ws, bias, c, has_bias: int, act: int, RM: ct.Const
     ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype), allow_tma=TMA_STORE)
 
 
-def bind_launch(a, b, bias, act: int, c, cfg: dict, kernels=None):
-    """Two launches (partial, reduce) for the planned ``cfg``; the workspace is allocated here,
-    once, outside the timed launch."""
+def bind_launch(a, b, bias, act: int, c, cfg: dict, kernels=None, ws=None):
+    """Two launches (partial, reduce) for the planned ``cfg``; the workspace [SPLIT, M, >= N]
+    fp32 (allocated here unless given) is made once, outside the timed launch."""
     kp, kr = kernels or (gemm_splitk_partial_kernel, gemm_splitk_reduce_kernel)
     M, N = c.shape
-    ws = torch.empty((cfg["SPLIT"], M, N), dtype=torch.float32, device=c.device)
+    if ws is None:
+        ws = torch.empty((cfg["SPLIT"], M, N), dtype=torch.float32, device=c.device)
     bias_arg = c[0] if bias is None else bias
     tiles = -(-M // cfg["TM"]) * -(-N // cfg["TN"])
     g1, g2 = (tiles, cfg["SPLIT"], 1), (-(-M // cfg["RM"]), -(-N // cfg["RN"]), 1)

@@ -1,12 +1,16 @@
-"""GPU check of the cuTile layer (no arguments, about 2 minutes at most): writes $OUT/cutile/.
+"""GPU check of the cuTile layer (no arguments, within about 150 s): writes $OUT/cutile/.
 
-1. versions, and whether compile-only's signature (built from shapes, strides and alignment) is
-   the one a launch derives from the tensors (KernelSignature.from_kernel_args);
-2. a small sweep of the planner's choices against neighbours (vector add tile, softmax rows vs
-   online and the online tile, GEMM tile shapes / hints / split-K) with torch beside, median of
-   CUDA-event timed launches; a time guard stops it before the limit;
-3. the SASS of the default GEMM on two models shapes (does HGMMA / UTMALDG appear).
-Everything goes to $OUT/cutile/sweep.json, signatures.json, *.sass and log.txt.
+1. verify (harness.verify.verify_case against float64) of the default and the variants on cases
+   that reach every planner path: GEMM with A and/or B packed (K or N rows not 16-byte
+   multiples) on the tiled (few-row and 128-row tiles) and split-K paths, softmax rows, online
+   2-d and online flat (contiguous rows of bytes not a 16-byte multiple, rows shorter and
+   longer than a tile, an fp32 tail), strided / offset rows;
+2. timings (CUDA events, median of 20) of the candidates the rules choose between, beside the
+   old default (no pack: 2-byte loads of unaligned B) and torch eager: GEMM at N = 50257 and the
+   few-row split-K shapes; softmax rows (tile elements x occupancy x grid), online 2-d vs flat
+   and their tiles, on the models suite's softmax shapes; a time guard stops it before the limit;
+3. the SASS opcode counts of the new kernels (pack, GEMM on packed B, flat softmax).
+Everything goes to $OUT/cutile/verify.json, sweep.json, log.txt.
 """
 from __future__ import annotations
 
@@ -23,10 +27,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 T0 = time.perf_counter()
-LIMIT = 105.0
+LIMIT = 140.0
 OUT = Path(os.environ.get("OUT", "/tmp/out")) / "cutile"
 OUT.mkdir(parents=True, exist_ok=True)
 LOG = open(OUT / "log.txt", "w")
+RESULTS: list = []
 
 
 def log(*a):
@@ -36,8 +41,11 @@ def log(*a):
     LOG.flush()
 
 
+STAGE_END = [LIMIT]  # seconds after T0 at which the current stage stops
+
+
 def left() -> float:
-    return LIMIT - (time.perf_counter() - T0)
+    return min(LIMIT, STAGE_END[0]) - (time.perf_counter() - T0)
 
 
 def timed(fn, iters=20) -> float:
@@ -53,159 +61,210 @@ def timed(fn, iters=20) -> float:
     return ts[len(ts) // 2] * 1e3  # microseconds
 
 
+def record(problem, shape, label, fn, extra=None, reserve=3.0):
+    if left() < reserve:
+        log("time guard: skipped", problem, shape, label)
+        return None
+    try:
+        t1 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t1
+        us = timed(fn)
+        row = {"problem": problem, "shape": shape, "label": label, "us": round(us, 2),
+               "first_call_s": round(first, 2)} | (extra or {})
+        if "copy_us" in row:
+            row["vs_copy"] = round(row["copy_us"] / us, 3)
+        if "torch_us" in row:
+            row["vs_torch"] = round(row["torch_us"] / us, 3)
+        if "flops" in row:
+            row["tflops"] = round(row.pop("flops") / us / 1e6, 1)
+        RESULTS.append(row)
+        log(json.dumps(row))
+        return us
+    except Exception as e:
+        RESULTS.append({"problem": problem, "shape": shape, "label": label, "error": f"{type(e).__name__}: {e}"[:800]})
+        log("ERROR", problem, shape, label, traceback.format_exc()[-1500:])
+        return None
+
+
+def verify_stage():
+    from harness import problems, registry
+    from harness.case import Case
+    from harness.verify import verify_case
+    registry.load_backends()
+    out = []
+    G = [({"M": 16, "N": 50257, "K": 768}, "bf16", {"act": "none", "bias": 1}),
+         ({"M": 256, "N": 50257, "K": 768}, "fp16", {"act": "gelu", "bias": 1}),
+         ({"M": 100, "N": 333, "K": 781}, "fp16", {"act": "relu", "bias": 0}),
+         ({"M": 32, "N": 1001, "K": 4097}, "bf16", {"act": "gelu", "bias": 1}),
+         ({"M": 1823, "N": 781, "K": 333}, "bf16", {"act": "relu", "bias": 1}),
+         ({"M": 16, "N": 4096, "K": 4096}, "bf16", {"act": "none", "bias": 1})]
+    S = [({"M": 64, "N": 50257}, "bf16", {}), ({"M": 37, "N": 50257}, "fp32", {}),
+         ({"M": 3, "N": 40003}, "fp16", {}), ({"M": 1823, "N": 781}, "bf16", {}),
+         ({"M": 5, "N": 70001}, "fp32", {"layout": "strided_odd"}), ({"M": 7, "N": 1000}, "bf16", {"layout": "strided"}), ({"M": 300, "N": 2049}, "fp16", {}),
+         ({"M": 50, "N": 131072}, "bf16", {})]
+    jobs = [("gemm_epilogue", n, d, dt, p) for n in ("cutile:gemm_epilogue", "cutile:gemm_epilogue_tiled",
+                                                     "cutile:gemm_epilogue_splitk") for d, dt, p in G]
+    jobs += [("softmax", n, d, dt, p) for n in ("cutile:softmax", "cutile:softmax_online") for d, dt, p in S]
+    for prob, iid, dims, dt, params in jobs:
+        if left() < 2:
+            log("time guard: verify stops", iid, dims)
+            break
+        case = Case(prob, dims, dt, params)
+        try:
+            im = registry.get(prob, iid)
+            if im.supports(case):
+                rec = {"status": "SKIP", "reason": im.supports(case)}
+            else:
+                c = verify_case(im, problems.get(prob), case, "cuda", seeds=(0, 1))
+                info = c.details.get("info", {}) if isinstance(c.details, dict) else {}
+                rec = {"status": "PASS" if c.ok else "FAIL", "reason": c.reason, "rel_err": c.rel_err,
+                       "config": info.get("config")}
+        except Exception as e:
+            rec = {"status": "ERROR", "reason": f"{type(e).__name__}: {e}"[:600]}
+        rec.update(impl=iid, case=case.id)
+        out.append(rec)
+        log("verify", rec["status"], iid, rec["case"], json.dumps(rec.get("config"), default=str)[:300],
+            (rec.get("reason") or "")[:200])
+    (OUT / "verify.json").write_text(json.dumps(out, indent=1, default=str))
+
+
 def main():
     import cuda.tile as ct
-    from cuda.tile.compilation import CallingConvention, KernelSignature
 
     from backends import cutile_layer as L
-    from cutile_src import (dispatch, gemm_epilogue_splitk, gemm_epilogue_tiled, softmax_online,
-                            softmax_rows, vector_add_unmasked)
+    from cutile_src import dispatch, gemm_epilogue_splitk, gemm_epilogue_tiled, softmax_online, softmax_rows
     log("torch", torch.__version__, "cuda.tile", getattr(ct, "__version__", "?"),
         "device", torch.cuda.get_device_name(), "SMs", L._sms())
-    dev = "cuda"
-    results = []
+    sms, dev = L._sms(), "cuda"
+    STAGE_END[0] = 45.0
+    verify_stage()
+    STAGE_END[0] = 85.0
 
-    # 1. signatures: compile-only's vs the launch's
-    sigs = []
-    x = torch.randn(4100, device=dev, dtype=torch.float16)[3:4099]
-    xs = torch.randn(300, 780, device=dev)[:, :777]
-    a = torch.randn(64, 513, device=dev, dtype=torch.bfloat16)
-    for name, kern, args in [("va_misaligned", vector_add_unmasked.vector_add_unmasked_kernel,
-                              vector_add_unmasked.split_args(x, x, x, 4096)),
-                             ("softmax_strided", softmax_rows.softmax_rows_kernel, (xs, xs, 4, 1024, False)),
-                             ("gemm_odd_k", gemm_epilogue_tiled.gemm_epilogue_tiled_kernel,
-                              (a, a.t().contiguous(), a[0], a[:, :64].contiguous(), 1, 1, 64, 128, 64, 8, True))]:
-        for cc_name in ("cutile_python_v1", "cutile_python_v2"):
-            cc = getattr(CallingConvention, cc_name)()
-            try:
-                launch_sig = KernelSignature.from_kernel_args(kern, args, cc)
-                mine = KernelSignature([L._constraint(t, c) for t, c in zip(args, L._constant_params(kern))], cc)
-                mine = mine.with_mangled_symbol(kern._pyfunc.__name__) if hasattr(kern, "_pyfunc") else mine
-                sigs.append({"case": name, "cc": cc_name, "launch": launch_sig.symbol, "compile_only": mine.symbol,
-                             "same": launch_sig.parameters == mine.parameters,
-                             "launch_params": repr(launch_sig.parameters)[:2000]})
-            except Exception as e:
-                sigs.append({"case": name, "cc": cc_name, "error": f"{type(e).__name__}: {e}"[:500]})
-    # the launch's compile, then the export of the same signature (the adapter's facts path):
-    # a hit in cuTile's disk cache if the export is fast
-    try:
-        y = torch.randn(5000, device=dev, dtype=torch.float16)
-        t1 = time.perf_counter()
-        vector_add_unmasked.bind_launch(y, y, y, 2048)()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        f = L.compile_kernel(vector_add_unmasked.vector_add_unmasked_kernel,
-                             vector_add_unmasked.split_args(y, y, y, 2048), sass=False)
-        t3 = time.perf_counter()
-        sigs.append({"case": "launch then export", "launch_s": round(t2 - t1, 3), "export_s": round(t3 - t2, 3),
-                     "facts": {k: v for k, v in f.items() if k != "_cubin"}})
-    except Exception as e:
-        sigs.append({"case": "launch then export", "error": f"{type(e).__name__}: {e}"[:500]})
-    (OUT / "signatures.json").write_text(json.dumps(sigs, indent=1))
-    log("signatures", json.dumps([{k: s.get(k) for k in ("case", "cc", "same", "error")} for s in sigs]))
-
-    def record(problem, shape, label, fn, torch_fn=None, extra=None):
+    # GEMM: new default (pack) vs old default (no pack) vs torch; split-K neighbours
+    for M, N, K in ((16, 50257, 768), (256, 50257, 768), (4096, 50257, 768), (16, 6144, 4096), (16, 4096, 14336),
+                    (16, 8192, 28672)):
         if left() < 5:
-            log("time guard: skipped", problem, shape, label)
-            return
-        try:
-            t1 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            first = time.perf_counter() - t1
-            us = timed(fn)
-            row = {"problem": problem, "shape": shape, "label": label, "us": round(us, 2),
-                   "first_call_s": round(first, 2)} | (extra or {})
-            if "copy_us" in row:
-                row["vs_copy"] = round(row["copy_us"] / us, 3)
-            if "flops" in row:
-                row["tflops"] = round(row.pop("flops") / us / 1e6, 1)
-            if torch_fn is not None:
-                row["torch_us"] = round(timed(torch_fn), 2)
-                row["vs_torch"] = round(row["torch_us"] / us, 3)
-            results.append(row)
-            log(json.dumps(row))
-        except Exception as e:
-            results.append({"problem": problem, "shape": shape, "label": label, "error": f"{type(e).__name__}: {e}"[:800]})
-            log("ERROR", problem, shape, label, traceback.format_exc()[-1500:])
-
-    # 2a. GEMM (first: the most to learn)
-    for M, N, K in ((4096, 28672, 4096), (4096, 50257, 768), (256, 6144, 4096), (16, 6144, 4096), (16, 4096, 14336)):
+            break
         ga = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
         gb = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
         gbias = torch.randn(N, device=dev, dtype=torch.bfloat16)
         gc = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
-        tf = (lambda: torch.addmm(gbias, ga, gb))
-        plan = dispatch.plan_gemm(M, N, K, 2, L._sms())
-        cands = [("plan " + json.dumps(plan), plan)]
-        if plan["variant"] == "splitk":
-            cands.append(("tiled (few rows)", dispatch.tiled_config(M, N, K, 2, L._sms())))
-        for tm, tn, tk, h in ((128, 256, 64, {"num_worker_warps": 8}), (128, 128, 64, {"num_worker_warps": 8}),
-                              (128, 128, 64, {}), (64, 128, 64, {})):
-            if M >= 128 or tm == 64:
+        tus = round(timed(lambda: torch.addmm(gbias, ga, gb)), 2)
+        ex = {"torch_us": tus, "flops": 2 * M * N * K}
+        launch, launches, cfg = L.bind_gemm("default", ga, gb, gbias, "none", gc)
+        record("gemm_epilogue", [M, N, K], "default " + json.dumps(cfg), launch, dict(ex))
+        if cfg["pack"]:
+            sub = {k: v for k, v in cfg.items() if k != "pack"}
+            pk = cfg["pack"]["b"]
+            from cutile_src import pack as P
+            buf, view = P.packed_buffer(gb)
+            record("gemm_epilogue", [M, N, K], f"pack B alone {pk}", P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"]),
+                   {"copy_bytes": 2 * gb.numel() * 2})
+            old = dispatch.tiled_config(M, N, K, 2, sms)
+            if old["variant"] == "tiled":
+                f = gemm_epilogue_tiled.bind_launch(ga, gb, gbias, 0, gc, old,
+                                                    kernel=L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, old["hints"]))
+                record("gemm_epilogue", [M, N, K], "old default (no pack) " + json.dumps(old), f, dict(ex))
+            if M > 64:
+                alt = {"variant": "tiled", "TM": 128, "TN": 128, "TK": 64, "GROUP": 8,
+                       "grid": -(-M // 128) * -(-N // 128), "hints": {"num_worker_warps": 8}}
+                if (alt["TN"], alt["TM"]) != (sub["TN"], sub["TM"]):
+                    fk = L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, alt["hints"])
+                    main_ = gemm_epilogue_tiled.bind_launch(ga, view, gbias, 0, gc, alt, kernel=fk)
+                    packf = P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"])
+                    record("gemm_epilogue", [M, N, K], "pack + tiled 128x128x64 ww8",
+                           lambda: (packf(), main_()), dict(ex))
+            for tr, tc in ((16, 512), (4, 1024), (8, 1024)):
+                g = max(1, min(-(-K // tr) * -(-N // tc), 8 * sms))
+                record("gemm_epilogue", [M, N, K], f"pack B alone TR={tr} TC={tc} grid={g}",
+                       P.bind_pack(gb, buf, tr, tc, g), {"copy_bytes": 2 * gb.numel() * 2})
+        if M <= 64:
+            cands = []
+            for tn, tk, waves in ((128, 128, 2), (128, 64, 2), (128, 128, 4), (64, 128, 2), (256, 64, 2)):
+                tm = min(64, max(16, 1 << (M - 1).bit_length()))
                 tiles = -(-M // tm) * -(-N // tn)
-                cands.append((f"tiled {tm}x{tn}x{tk} {h}", {"variant": "tiled", "TM": tm, "TN": tn, "TK": tk,
-                                                              "GROUP": 8, "grid": tiles, "hints": h}))
-        for label, cfg in cands[:4]:
-            if cfg["variant"] == "splitk":
-                f = gemm_epilogue_splitk.bind_launch(ga, gb, gbias, 0, gc, cfg)
-            else:
-                f = gemm_epilogue_tiled.bind_launch(ga, gb, gbias, 0, gc, cfg,
-                                                    kernel=L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, cfg["hints"]))
-            record("gemm_epilogue", [M, N, K], label, f, tf, {"flops": 2 * M * N * K})
-        if (M, N, K) in ((4096, 28672, 4096), (4096, 50257, 768)) and left() > 10:
+                kt = -(-K // tk)
+                split = max(2, min(32, -(-waves * sms // tiles), kt // 4))
+                kper = -(-kt // split)
+                split = -(-kt // kper)
+                c = {"variant": "splitk", "TM": tm, "TN": tn, "TK": tk, "KPER": kper, "SPLIT": split,
+                     "RM": 16, "RN": 128, "grid": tiles * split, "hints": {}}
+                cands.append(c)
+            for c in cands:
+                if cfg["pack"]:
+                    continue
+                f = gemm_epilogue_splitk.bind_launch(ga, gb, gbias, 0, gc, c)
+                record("gemm_epilogue", [M, N, K], "splitk " + json.dumps(c), f, dict(ex))
+            t = dispatch.tiled_config(M, N, K, 2, sms)
+            if not cfg["pack"]:
+                f = gemm_epilogue_tiled.bind_launch(ga, gb, gbias, 0, gc, t,
+                                                    kernel=L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, t["hints"]))
+                record("gemm_epilogue", [M, N, K], "tiled few rows " + json.dumps(t), f, dict(ex))
+        if (M, N, K) == (256, 50257, 768):
             try:
-                launches, _ = L._gemm_launches("default", ga, gb, gbias, "none", gc)
-                k, args, h = launches[0]
-                f = L.compile_kernel(k, args, h)
-                (OUT / f"gemm_{M}x{N}x{K}.sass").write_text(L.sass_text(f["_cubin"]) or "no cuobjdump")
-                log("sass", M, N, K, json.dumps({kk: v for kk, v in f.items() if kk != "_cubin"}, default=str))
+                for k, a, h in launches:
+                    fct = L.compile_kernel(k, a, h)
+                    log("sass", M, N, K, json.dumps({kk: v for kk, v in fct.items() if kk != "_cubin"}, default=str))
             except Exception:
                 log("sass failed", traceback.format_exc()[-800:])
         del ga, gb, gc
 
-    # 2b. softmax: the plan (with its hints) against the same kernel without hints / other hints
-    R, O = softmax_rows.softmax_rows_kernel, softmax_online.softmax_online_kernel
-    for M, N, dt in ((32768, 1024, torch.bfloat16), (32768, 4096, torch.bfloat16), (4096, 32000, torch.bfloat16),
-                     (4096, 32000, torch.float32), (4096, 151936, torch.bfloat16)):
+    # softmax: the models suite's shapes; plan vs neighbours
+    R, O, F = softmax_rows.softmax_rows_kernel, softmax_online.softmax_online_kernel, softmax_online.softmax_online_flat_kernel
+    STAGE_END[0] = LIMIT
+    shapes = ((4096, 50257, torch.bfloat16), (32768, 512, torch.bfloat16), (32768, 1024, torch.bfloat16),
+              (4096, 151936, torch.bfloat16), (4096, 50257, torch.float32), (8192, 2048, torch.float16),
+              (4096, 32000, torch.bfloat16), (32768, 4096, torch.bfloat16), (4096, 128256, torch.float32))
+    for M, N, dt in shapes:
+        if left() < 8:
+            break
         xs = torch.randn(M, N, device=dev, dtype=dt)
         os_ = torch.empty_like(xs)
-        plan = dispatch.plan_softmax(M, N, xs.element_size(), L._sms())
-        copy_us = round(timed(lambda: os_.copy_(xs)), 2)  # the same bytes read and written
-        cands = []
+        copy_us = round(timed(lambda: os_.copy_(xs)), 2)
+        ex = {"copy_us": copy_us, "torch_us": round(timed(lambda: torch.softmax(xs, -1)), 2)}
+        launches, plan = L._sm_launches("default", xs, os_)
+        k, _, h = launches[0]
         if plan["variant"] == "rows":
-            r, tn = plan["ROWS"], plan["TN"]
-            every = -(-M // r)
-            for h, g in [(plan["hints"], plan["grid"]), (plan["hints"], every), ({"occupancy": 8}, every),
-                         ({"occupancy": 8}, 8 * L._sms()), ({}, every)]:
-                cands.append((f"rows ROWS={r} TN={tn} {h} grid={g}",
-                              softmax_rows.bind_launch(xs, os_, r, tn, g, kernel=L.hinted(R, h))))
-            cands.append(("online TILE=2048 occ4", softmax_online.bind_launch(xs, os_, 2048, kernel=L.hinted(O, {"occupancy": 4}))))
+            f = softmax_rows.bind_launch(xs, os_, plan["ROWS"], plan["TN"], plan["grid"], kernel=L.hinted(k, h))
+        elif plan.get("FLAT"):
+            f = softmax_online.bind_launch_flat(xs, os_, plan["TILE"], plan["grid"], kernel=L.hinted(k, h))
         else:
-            sms = L._sms()
-            for t, h, g in [(plan["TILE"], plan["hints"], plan["grid"]), (4096, {"occupancy": 2}, M),
-                            (2048, {"occupancy": 4}, 4 * sms), (1024, {"occupancy": 8}, M),
-                            (2048, {"occupancy": 2}, M)]:
-                cands.append((f"online TILE={t} {h} grid={g}",
-                              softmax_online.bind_launch(xs, os_, t, g, kernel=L.hinted(O, h))))
-        seen = set()
-        for label, f in cands:
-            if label in seen:
+            f = softmax_online.bind_launch(xs, os_, plan["TILE"], plan["grid"], kernel=L.hinted(k, h))
+        record("softmax", [M, N, str(dt)], "default " + json.dumps(plan), f, ex)
+        cands = []
+        tn = 1 << (N - 1).bit_length()
+        if tn <= 32768:
+            for elems in (4096, 8192, 16384):
+                rows = max(1, min(64, elems // tn))
+                for occ in (2, 4, 8):
+                    if rows * tn * occ > 65536:
+                        continue
+                    g = -(-M // rows)
+                    cands.append((f"rows ROWS={rows} occ={occ} grid={g}",
+                                  softmax_rows.bind_launch(xs, os_, rows, tn, g, kernel=L.hinted(R, {"occupancy": occ}))))
+        for t, occ in ((2048, 4), (4096, 2), (4096, 4), (1024, 8)):
+            if t > tn or (tn <= 32768 and t < tn // 2):
                 continue
-            seen.add(label)
-            record("softmax", [M, N, str(dt)], label, f, lambda: torch.softmax(xs, -1),
-                   {"plan": plan, "copy_us": copy_us})
+            cands.append((f"online2d TILE={t} occ={occ}", softmax_online.bind_launch(
+                xs, os_, t, kernel=L.hinted(O, {"occupancy": occ}))))
+            cands.append((f"flat TILE={t} occ={occ}", softmax_online.bind_launch_flat(
+                xs, os_, t, kernel=L.hinted(F, {"occupancy": occ}))))
+        seen = set()
+        for label, fn in cands:
+            if label not in seen and left() > 8:
+                seen.add(label)
+                record("softmax", [M, N, str(dt)], label, fn, ex)
         del xs, os_
-
-    # 2c. vector add
-    for n, dt in ((8192 * 8192, torch.bfloat16), (2 ** 27 + 1, torch.float32)):
-        xa, ya, oa = (torch.randn(n, device=dev, dtype=dt) for _ in range(3))
-        for tile in ((2048, 4096, 8192) if dt == torch.bfloat16 else (2048, 4096)):
-            f = vector_add_unmasked.bind_launch(xa, ya, oa, tile)
-            record("vector_add", [n, str(dt)], f"unmasked TILE={tile}", f, lambda: torch.add(xa, ya, out=oa))
-        del xa, ya, oa
-
-    (OUT / "sweep.json").write_text(json.dumps(results, indent=1))
+    try:
+        x = torch.empty((64, 50257), device=dev, dtype=torch.bfloat16)
+        launches, plan = L._sm_launches("default", x, torch.empty_like(x))
+        fct = L.compile_kernel(*launches[0])
+        log("sass softmax flat", json.dumps({kk: v for kk, v in fct.items() if kk != "_cubin"}, default=str))
+    except Exception:
+        log("sass failed", traceback.format_exc()[-800:])
+    (OUT / "sweep.json").write_text(json.dumps(RESULTS, indent=1))
     log("done in", round(time.perf_counter() - T0, 1), "s")
 
 
@@ -214,4 +273,5 @@ if __name__ == "__main__":
         main()
     except Exception:
         log("FAILED", traceback.format_exc())
+        (OUT / "sweep.json").write_text(json.dumps(RESULTS, indent=1))
         raise

@@ -111,9 +111,60 @@ def test_gemm_plan_waves_and_splitk():
     assert 132 <= sk["grid"] <= 2 * 132 + 48
     # short K: not worth splitting
     assert D.plan_gemm(16, 4096, 256, 2, 132)["variant"] == "tiled"
-    # N = 50257: B's rows are not 16-byte multiples, so no TMA-only 128 x 256 tile
+    # N = 50257: B's rows are not 16-byte multiples: B is packed, then the TMA tiles are open
     odd = D.plan_gemm(4096, 50257, 768, 2, 132)
-    assert (odd["TM"], odd["TN"]) == (128, 128) and odd["hints"] == {"num_worker_warps": 8}
+    assert set(odd["pack"]) == {"b"} and (odd["TM"], odd["TN"]) == (128, 256)
+    assert odd["hints"] == {"num_worker_warps": 8}
+    assert big["pack"] == {} and sk["pack"] == {}
+
+
+@needs_cutile
+def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
+    from cutile_src import dispatch as D
+    # the facts default to contiguous operands: A's rows are K elements, B's N
+    assert set(D.plan_gemm(100, 333, 781, 2)["pack"]) == {"a", "b"}
+    assert set(D.plan_gemm(100, 336, 781, 2)["pack"]) == {"a"}
+    assert set(D.plan_gemm(100, 333, 784, 2)["pack"]) == {"b"}
+    assert D.plan_gemm(100, 336, 784, 2)["pack"] == {}
+    # a strided / offset operand: the adapter's facts, whatever K and N are
+    assert set(D.plan_gemm(256, 4096, 4096, 2, a_rows16=False)["pack"]) == {"a"}
+    assert D.plan_gemm(256, 4095, 4096, 2, b_rows16=True)["pack"] == {}
+    # the pack of B on the few-row split-K path: split-K keeps its plan
+    sk = D.plan_gemm(32, 1001, 4097, 2)
+    assert sk["variant"] == "splitk" and set(sk["pack"]) == {"a", "b"}
+    # the pack's grid: its tiles, at most WAVES waves of programs, at least one
+    p = D.pack_config(768, 50257, 132)
+    assert p["grid"] == D.GEMM_PACK["WAVES"] * 132
+    assert D.pack_config(3, 5, 132)["grid"] == 1
+    # packed, the 128 x 256 TMA tile is chosen as for aligned operands; unpacked it is not
+    assert D.tiled_config(4096, 50257, 768, 2, 132, tma=True)["TN"] == 256
+    assert D.tiled_config(4096, 50257, 768, 2, 132)["TN"] == 128
+
+
+@needs_cutile
+def test_gemm_adapter_facts_and_packed_buffers():
+    from backends import cutile_layer as L
+    from cutile_src import pack
+    m = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
+    assert L._rows16(m(16, 768)) and not L._rows16(m(768, 50257))
+    assert not L._rows16(m(1 + 64 * 64)[1:].view(64, 64))  # offset base
+    assert L._rows16(m(1, 7))  # one row: only the base counts
+    buf, view = pack.packed_buffer(m(768, 50257))
+    assert buf.shape == (768, 50272) and view.shape == (768, 50257) and view.stride() == (50272, 1)
+    assert L._rows16(view)
+    ws = L._splitk_workspace({"SPLIT": 3}, 16, 50257, "meta")
+    assert ws.shape == (3, 16, 50272) and ws.dtype == torch.float32
+
+
+@needs_cutile
+def test_softmax_plan_flat_for_contiguous_unaligned_rows():
+    from cutile_src import dispatch as D
+    # 50257 bf16 columns: 100514 bytes a row, not a 16-byte multiple: flat where contiguous
+    assert D.plan_softmax(4096, 50257, 2, contiguous=True)["FLAT"] is True
+    assert D.plan_softmax(4096, 50257, 4, contiguous=True)["FLAT"] is True
+    assert D.plan_softmax(4096, 50257, 2, contiguous=False)["FLAT"] is False
+    # aligned rows keep the 2-d kernel
+    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["FLAT"] is False
 
 
 # -- signatures and compile-only -------------------------------------------------------------------
@@ -141,6 +192,7 @@ _COMPILE_CASES = [
     ("cutile:softmax_simple", problems.get("softmax").case(M=17, N=40_000, dtype="float16", layout="strided_odd")),
     ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=16, N=6144, K=4096, act="gelu")),
     ("cutile:gemm_epilogue_simple", problems.get("gemm_epilogue").case(M=127, N=65, K=129, act="gelu", bias=0)),
+    ("cutile:gemm_epilogue_splitk", problems.get("gemm_epilogue").case(M=32, N=1001, K=4097, act="relu")),
 ]
 
 
@@ -154,6 +206,8 @@ def test_compile_only_sm90(key, case):
     assert f["kernels"] and "config" in f
     if key == "cutile:gemm_epilogue":
         assert f["config"]["variant"] == "splitk" and len(f["kernels"]) == 2
+    if key == "cutile:gemm_epilogue_splitk":  # A and B packed (one pack kernel), then split-K's two
+        assert set(f["config"]["pack"]) == {"a", "b"} and len(f["kernels"]) == 3
 
 
 @needs_tileiras
@@ -167,6 +221,23 @@ def test_gemm_sass_on_hopper():
     ops = f["kernels"]["gemm_epilogue_tiled_kernel"]["sass_ops"]
     assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0
     assert f["spills"] == 0 and f["threads"] == 384
+
+
+@needs_tileiras
+def test_unaligned_rows_load_wide_after_the_pack_and_flat():
+    """N = 50257 bf16: the GEMM on packed B loads both operands through TMA (no LDG left in it)
+    and the pack stores 16 bytes a thread-instruction; the flat softmax loads through TMA."""
+    from backends import cutile_layer as L
+    if L._cuobjdump() is None:
+        pytest.skip("cuobjdump not found (pip nvidia-cuda-cuobjdump)")
+    f = _impl("cutile:gemm_epilogue").compile_only_fn(
+        problems.get("gemm_epilogue").case(M=256, N=50257, K=768, dtype="bfloat16", act="none"))
+    g, p = f["kernels"]["gemm_epilogue_tiled_kernel"]["sass_ops"], f["kernels"]["pack_rows_kernel"]["sass_ops"]
+    assert g["HGMMA"] > 0 and g["UTMALDG"] > 0 and g["LDG"] == 0 and f["spills"] == 0
+    assert p["STG"] > 0 and p["STG"] * 8 <= p["LDG"]  # 2-byte loads, 16-byte stores
+    s = _impl("cutile:softmax").compile_only_fn(problems.get("softmax").case(M=64, N=50257, dtype="bfloat16"))
+    ops = s["kernels"]["softmax_online_flat_kernel"]["sass_ops"]
+    assert ops["UTMALDG"] > 0 and ops["LDG"] == 0 and s["spills"] == 0
 
 
 @needs_tileiras

@@ -1,0 +1,40 @@
+"""cuTile row pack: copies a 2-d array whose rows are not whole 16-byte units (row stride or base
+address) into a buffer whose row stride is, so that the GEMM loads it through TMA / wide loads.
+
+An array's row stride is a fact of the whole tensor: tileiras vectorises loads (and uses TMA)
+only where every row starts on a 16-byte boundary, so B of N = 50257 bf16 columns is read with
+2-byte loads, row after row (docs/performance.md, ``## cuTile / gemm_epilogue``). The pack reads
+those rows once (2-byte loads, many in flight: a (TR, TC) tile a program) and writes them with
+wide stores; the GEMM then reads the packed copy as often as its tiles need. Columns past the
+source's are never read by the GEMM (its view of the buffer has the source's shape).
+"""
+import cuda.tile as ct
+import torch
+
+
+@ct.kernel
+def pack_rows_kernel(src, dst, TR: ct.Constant[int], TC: ct.Constant[int]):
+    num_c = ct.cdiv(src.shape[1], TC)
+    for t in range(ct.bid(0), ct.cdiv(src.shape[0], TR) * num_c, ct.num_blocks(0)):
+        i, j = t // num_c, t % num_c
+        tile = ct.load(src, index=(i, j), shape=(TR, TC), padding_mode=ct.PaddingMode.ZERO)
+        ct.store(dst, index=(i, j), tile=tile)
+
+
+def packed_buffer(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(buffer, view): a new buffer of t's rows whose columns are rounded up to a multiple of 16
+    elements (the pack stores whole buffer rows, its padding zeros, with wide stores), and the
+    view of t's shape into it (the GEMM's operand: 16-byte rows, TMA-loadable)."""
+    rows, cols = t.shape
+    buf = torch.empty((rows, -(-cols // 16) * 16), dtype=t.dtype, device=t.device)
+    return buf, buf[:, :cols]
+
+
+def bind_pack(src: torch.Tensor, dst: torch.Tensor, tr: int, tc: int, grid: int, kernel=None):
+    k = kernel or pack_rows_kernel
+    args = (src, dst, tr, tc)
+
+    def launch():
+        ct.launch(torch.cuda.current_stream(), (grid, 1, 1), k, args)
+    launch.args = args
+    return launch
