@@ -13,10 +13,11 @@ Rows:
 - ``cuda:gemm_epilogue_simple``: the teaching twin (shared-memory tiles, FMA, any shape).
 - ``cuda:gemm_epilogue_tiled``: mma.sync + ldmatrix + cp.async ring (sm_80+), any shape.
 - ``cuda:gemm_epilogue_ws``: Hopper, TMA ring + warp-specialised wgmma 128 x 256 (sm_90a).
-- ``cuda:gemm_epilogue_pingpong`` / ``_pingpong_c2``: Hopper ping-pong, TMA-store epilogue; c2 in
-  2 x 1 clusters with B multicast.
+- ``cuda:gemm_epilogue_pingpong``: Hopper ping-pong, TMA-store epilogue. (Its 2 x 1 cluster form
+  with B multicast is the planner's ``pingpong_c2`` path, for tuning runs and scripts/gpu_cuda.py:
+  the same algorithm, so no id of its own.)
 - ``cuda:gemm_epilogue_splitk``: the ws kernel with K split across CTAs (fp32 workspace from
-  prepare) and a reduction kernel that applies bias + activation once.
+  prepare) and the reduction kernel of ``gemm_epilogue_splitk.cu`` that applies bias + activation once.
 """
 from __future__ import annotations
 
@@ -144,9 +145,8 @@ SOURCES = {
     "simple": [_src("gemm_epilogue.cu", "gemm_simple_kernel")],
     "tiled": [_src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel")],
     "ws": [_src("gemm_epilogue_ws.cu", "gemm_ws_kernel")],
-    "splitk": [_src("gemm_epilogue_ws.cu", "gemm_ws_kernel", "gemm_splitk_reduce_kernel")],
+    "splitk": [_src("gemm_epilogue_ws.cu", "gemm_ws_kernel"), _src("gemm_epilogue_splitk.cu", "gemm_splitk_reduce_kernel")],
     "pingpong": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")],
-    "pingpong_c2": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")],
 }
 # the default's: the paths its planner can choose (dispatch.reachable), B's repacking included
 SOURCES["auto"] = planned_sources({**SOURCES, "repack": [_src("gemm_epilogue_ws.cu", "gemm_pad_rows_kernel")]},
@@ -161,14 +161,12 @@ DESCRIPTIONS = {
     "ws": "Hopper: TMA 4-stage ring + warp-specialised wgmma 128x256x64, persistent, fused bias+act",
     "pingpong": "Hopper ping-pong: 2 consumer WGs on alternating 128x128x64 tiles, 5-stage TMA ring, "
                 "TMA-store epilogue overlapping the other WG's wgmma, persistent, fused bias+act",
-    "pingpong_c2": "Hopper ping-pong in 2x1 clusters: each CTA of a pair loads half of the shared B tile "
-                   "and TMA-multicasts it to both",
     "splitk": "Hopper ws kernel 128x128 with K split across CTAs (fp32 partials in a workspace), then one "
               "reduction kernel applies bias + activation",
 }
 ROWS = (("auto", "gemm_epilogue"), ("simple", "gemm_epilogue_simple"), ("tiled", "gemm_epilogue_tiled"),
         ("ws", "gemm_epilogue_ws"), ("pingpong", "gemm_epilogue_pingpong"),
-        ("pingpong_c2", "gemm_epilogue_pingpong_c2"), ("splitk", "gemm_epilogue_splitk"))
+        ("splitk", "gemm_epilogue_splitk"))
 
 for _path, _name in ROWS:
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],

@@ -8,7 +8,7 @@ torch's current stream, so a CUDA-graph capture records it.
 
 Rows: ``cuda:vector_add`` (default) and ``cuda:vector_add_simple`` (twin); ``cuda:softmax``
 (default: the planner's rules), ``cuda:softmax_simple`` and the variants ``cuda:softmax_warp``,
-``_block``, ``_rows``, ``_online``, ``_cluster``, ``_split``. The GEMM rows live in
+``_block``, ``_rows``, ``_online``, ``_smem``, ``_split``. The GEMM rows live in
 ``backends/cuda_gemm.py`` (same helpers).
 
 Without a GPU the rows run nothing, but ``compile_only(case)`` returns the ``ptxas -v`` facts
@@ -459,12 +459,12 @@ def softmax_grid(plan: dispatch.Launches, M: int, N: int) -> dict:
                       f"next rows prefetched), columns 0..{N - 1}")
             kept = nrows * N
             lanes = -(-nrows // rpb) * rpb * info["groups"] * 32 if nrows else 0
-        else:  # cluster, online
+        else:  # smem, online
             c, seg = info["cluster"], info["seg"]
             r, k = divmod(b, c)
             c0, c1 = k * seg, min((k + 1) * seg, N)
             covers = (f"row {r}, columns {c0}..{c1 - 1} (cluster rank {k} of {c})" + (
-                f", {info['smem']} B slice in shared memory" if path == "cluster" else "")) if c1 > c0 else \
+                f", {info['smem']} B slice in shared memory" if path == "smem" else "")) if c1 > c0 else \
                 f"row {r}, no columns (cluster rank {k} of {c})"
             kept = max(c1 - c0, 0)
             lanes = kept
@@ -507,24 +507,25 @@ SOFTMAX_KERNEL = {"simple": ("softmax.cu", "softmax_simple_kernel"), "warp": ("s
                   "block": ("softmax_block.cu", "softmax_block_kernel"),
                   "rows": ("softmax_rows.cu", "softmax_rows_kernel"),
                   "online": ("softmax_online.cu", "softmax_online_kernel"),
-                  "cluster": ("softmax_cluster.cu", "softmax_cluster_kernel"),
+                  "smem": ("softmax_smem.cu", "softmax_smem_kernel"),
                   "split": ("softmax_split.cu", "softmax_split_kernel")}
 SOFTMAX_DESCRIPTIONS = {
-    "auto": "planner's rules: warp / rows / block by bytes in flight per SM, long rows to cluster (shared-memory "
-            "slices, any alignment) or split (cooperative, aligned fp32 rows), online as the fallback",
+    "auto": "planner's rules: warp / rows / block by bytes in flight per SM, long rows to smem (staged in the shared "
+            "memory of a CTA or a cluster of CTAs, any alignment) or split (cooperative, aligned fp32 rows), online as "
+            "the fallback",
     "simple": "teaching twin: one block per row, three sweeps (max, sum, write) over global memory",
     "warp": "one warp per row, row in registers, shuffle reductions, 16-byte loads when aligned",
     "block": "one block per row, row in registers, shuffle + shared-memory reductions",
     "online": "column tiles, running max/sum; cluster of CTAs per row merges via DSMEM (sm_90)",
     "rows": "persistent, several rows per CTA (G threads per row), next rows' loads issued before reducing",
-    "cluster": "cluster of <= 16 CTAs per row, slice held in shared memory (bulk copy + mbarrier, any row "
-               "alignment): 1 read, 1 write",
+    "smem": "the row staged raw in shared memory (bulk copy + mbarrier, any row alignment): a CTA a row while it "
+            "fits, else a cluster of <= 16 CTAs a row merging (max, sum) through DSMEM: 1 read, 1 write",
     "split": "persistent cooperative grid, C blocks per row hold 16384-column chunks in registers, (max, sum) "
              "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768)",
 }
 SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "softmax_warp"),
                 ("block", "softmax_block"), ("rows", "softmax_rows"), ("online", "softmax_online"),
-                ("cluster", "softmax_cluster"), ("split", "softmax_split"))
+                ("smem", "softmax_smem"), ("split", "softmax_split"))
 
 
 def softmax_sources(path: str, host: Source = HOST) -> list[Source]:
@@ -584,7 +585,7 @@ for _path, _name in SOFTMAX_ROWS:
     _register_softmax(_path, _name)
 
 
-_VA_KERNELS = {"vec": Source("cuda_src/vector_add_vec.cu", kernels=("vector_add_vec_kernel",), host=())}
+_VA_KERNELS = {"unmasked": Source("cuda_src/vector_add_unmasked.cu", kernels=("vector_add_unmasked_kernel",), host=())}
 VA_SOURCES = {"auto": planned_sources(_VA_KERNELS, dispatch.reachable("vector_add"), [PLANNER["vector_add"]]),
               "simple": [Source("cuda_src/vector_add.cu", kernels=("vector_add_simple_kernel",), host=())]}
 

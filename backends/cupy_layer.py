@@ -8,8 +8,8 @@ and the device's exact architecture (sm_90a on Hopper: wgmma, setmaxnreg).
 
 Rows: ``cupy:vector_add``, ``cupy:vector_add_simple``, ``cupy:softmax`` and its twin and variants,
 ``cupy:gemm_epilogue`` and its twin and variants (TMA descriptors encoded through the driver's
-``cuTensorMapEncodeTiled``); ``cupy:gemm_epilogue_pingpong_c2`` declines (its 2 x 1 cluster is a
-launch attribute, which CuPy's driver API does not pass). ``launch.info["compile_s"]`` is the NVRTC
+``cuTensorMapEncodeTiled``); a plan with a runtime cluster (the planner's ``pingpong_c2`` path: a
+launch attribute, which CuPy's driver API does not pass) declines. ``launch.info["compile_s"]`` is the NVRTC
 compile and module load time of the kernel's source file in this process (CuPy's on-disk kernel
 cache can make it short; ``info["cache"]`` says whether the cache is on).
 """
@@ -420,8 +420,6 @@ def _register_gemm(path: str, name: str):
     base = cuda_gemm._supports(path)
 
     def supports(case):
-        if path == "pingpong_c2":
-            return "2 x 1 cluster launch attribute: not available through CuPy's driver API (cuda: row has it)"
         return base(case)
 
     def compile_only(case):

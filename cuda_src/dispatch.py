@@ -46,13 +46,13 @@ PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm)
 def reachable(problem: str) -> tuple[str, ...]:
     """The paths the ``auto`` planner of ``problem`` can choose (read from its rules' tables): the
     default's lines of code count these and only these (harness.planned_sources). Softmax: the
-    resident-bytes order, then cluster, split and the online fallback (_softmax_auto); GEMM: the
+    resident-bytes order, then smem, split and the online fallback (_softmax_auto); GEMM: the
     tiled kernel (with its split-K reduction when GEMM["tiled_splitk"]), ws split-K, ping-pong, ws
     and B repacked for TMA (_gemm_auto)."""
     if problem == "vector_add":
-        return ("vec",)
+        return ("unmasked",)
     if problem == "softmax":
-        return tuple(dict.fromkeys((*SOFTMAX["order"], "cluster", "split", "online")))
+        return tuple(dict.fromkeys((*SOFTMAX["order"], "smem", "split", "online")))
     if problem == "gemm_epilogue":
         return ("tiled", "splitk", "pingpong", "ws", "repack")
     raise ValueError(f"problem: {problem!r} has no CUDA planner")

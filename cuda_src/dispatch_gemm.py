@@ -103,8 +103,9 @@ def instances() -> dict[str, list[str]]:
     out["gemm_epilogue.cu"] = [f"gemm_simple_kernel<{b}>" for b in bools]
     out["gemm_epilogue_tiled.cu"] = [f"gemm_tiled_kernel<{b}, {bm}, {va}, {vb}>" for b in bools
                                      for bm in GEMM["tiled_bms"] for va in bools for vb in bools]
-    out["gemm_epilogue_ws.cu"] = ([f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in (128, 256)]
-                                  + [f"gemm_splitk_reduce_kernel<{b}>" for b in bools] + ["gemm_pad_rows_kernel"])
+    out["gemm_epilogue_ws.cu"] = [f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in (128, 256)] + \
+        ["gemm_pad_rows_kernel"]
+    out["gemm_epilogue_splitk.cu"] = [f"gemm_splitk_reduce_kernel<{b}>" for b in bools]
     out["gemm_epilogue_pingpong.cu"] = [f"gemm_pingpong_kernel<{b}, {cm}>" for b in bools for cm in (1, 2)]
     return out
 

@@ -1,7 +1,8 @@
 """softmax plans of the CUDA C++ layer (``dispatch`` is the entry): the path by the bytes an SM
 holds in flight (rows x bytes per row of the path's resident CTAs) against
 ``SOFTMAX["resident_target"]``, by row length in bytes, alignment and M against the SM count
-(warp, rows, block; long rows to cluster or split; online as the fallback)."""
+(warp, rows, block; long rows to smem (staged in the shared memory of a CTA, or of a cluster of C
+CTAs) or split; online as the fallback)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,16 +36,17 @@ SOFTMAX = {
     "block_ept": 32,                # elements per thread of the block path
     "warp_threads": 128,
     "rows_threads": 256,
-    # cluster path: a row that fits ONE CTA's shared memory takes C = 1 (no cluster barrier, no
-    # co-scheduling of C CTAs; measured +6..12 points over C = 2/4 at 64-201 KB rows); a longer row
-    # takes the smallest C whose slices fit cluster_ctas_per_sm CTAs an SM (2: 64-76 KB slices were
-    # best at 256-304 KB bf16 rows, 38 KB slices (C = 8) lost 10 points).
-    "cluster_ctas_per_sm": 2,
-    "slice_min": 2 * 1024,          # cluster path: smallest slice worth a CTA (few rows: more CTAs a row)
-    "cluster_max": 16,              # CTAs per row (16 is a non-portable cluster size, sm_90)
-    "smem_reserve": 1024,           # static shared memory of the cluster kernel, rounded up
+    # smem path (the row staged raw in shared memory, softmax_smem.cu): a row that fits ONE CTA's
+    # shared memory takes C = 1 (a CTA a row: no cluster barrier, no co-scheduling of C CTAs;
+    # measured +6..12 points over C = 2/4 at 64-201 KB rows); a longer row takes the smallest
+    # cluster of C CTAs whose slices fit smem_ctas_per_sm CTAs an SM (2: 64-76 KB slices were best
+    # at 256-304 KB bf16 rows, 38 KB slices (C = 8) lost 10 points).
+    "smem_ctas_per_sm": 2,
+    "slice_min": 2 * 1024,          # smem path: smallest slice worth a CTA (few rows: more CTAs a row)
+    "smem_cluster_max": 16,         # CTAs per row (16 is a non-portable cluster size, sm_90)
+    "smem_reserve": 1024,           # static shared memory of the smem kernel, rounded up
     # Long rows go to the split path when their rows are 16-byte aligned, longer than this many
-    # bytes, and a split chunk (16384 elements) is at least split_min_chunk_bytes; else cluster.
+    # bytes, and a split chunk (16384 elements) is at least split_min_chunk_bytes; else smem.
     "split_min_row_bytes": 128 * 1024,
     "split_min_chunk_bytes": 64 * 1024,
     "split_chunk": 16384,           # columns per split unit (NT threads x 16384 / NT values)
@@ -60,7 +62,7 @@ SOFTMAX = {
 # tests/test_cuda_layer.py checks every instance against the build log).
 REGS = {
     "softmax_warp_kernel": 48, "softmax_block_kernel": 64, "softmax_rows_kernel": 128,
-    "softmax_cluster_kernel": 40, "softmax_split_kernel": 128, "softmax_online_kernel": 64,
+    "softmax_smem_kernel": 40, "softmax_split_kernel": 128, "softmax_online_kernel": 64,
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -72,7 +74,7 @@ SIGNATURES = {  # parameter types in order: ptr / i32 / i64 / tma (a 128-byte CU
     "softmax_block_kernel": ("ptr", "ptr", "i32", "i64", "i64"),
     "softmax_rows_kernel": ("ptr", "ptr", "i64", "i32", "i64", "i64"),
     "softmax_online_kernel": ("ptr", "ptr", "i32", "i64", "i64", "i32"),
-    "softmax_cluster_kernel": ("ptr", "ptr", "i32", "i64", "i64", "i32"),
+    "softmax_smem_kernel": ("ptr", "ptr", "i32", "i64", "i64", "i32"),
     "softmax_split_kernel": ("ptr", "ptr", "ptr", "i32", "i64", "i64", "i32", "i64", "i32"),
 }
 
@@ -89,7 +91,7 @@ def instances() -> dict[str, list[str]]:
                               for v in (1, 16 // es) for g in (4, 8, 16, 32, 64, 128, 256)]
     out["softmax_online.cu"] = [f"softmax_online_kernel<{t}, {v}, {c}>" for t, es in _types() for v in (1, 16 // es)
                                 for c in (1, 2, 4, 8)]
-    out["softmax_cluster.cu"] = [f"softmax_cluster_kernel<{t}, {c}>" for t, _ in _types() for c in (1, 2, 4, 8, 16)]
+    out["softmax_smem.cu"] = [f"softmax_smem_kernel<{t}, {c}>" for t, _ in _types() for c in (1, 2, 4, 8, 16)]
     out["softmax_split.cu"] = [f"softmax_split_kernel<{t}, {v}, {nt}>" for t, es in _types() for v in (1, 16 // es)
                                for nt in (256, 512)]
     return out
@@ -101,7 +103,7 @@ def instances() -> dict[str, list[str]]:
 _NO_CLUSTERS = ("thread-block clusters need code compiled for sm_90 or newer running on the device "
                 "(compute capability {cc}: the module's compute_80 code or an older GPU)")
 
-SOFTMAX_PATHS = ("auto", "simple", "warp", "block", "rows", "cluster", "split", "online")
+SOFTMAX_PATHS = ("auto", "simple", "warp", "block", "rows", "smem", "split", "online")
 
 
 @dataclass(frozen=True)
@@ -194,10 +196,10 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
         # two rows per group in flight: the current one and the prefetched next one
         info.update(groups=g, threads=nt, rows_per_block=rpb, blocks_per_sm=bps,
                     resident=bps * rpb * 2 * c.row_bytes)
-    elif path == "cluster":
-        cmax = S["cluster_max"] if dev.clusters else 1
+    elif path == "smem":
+        cmax = S["smem_cluster_max"] if dev.clusters else 1
         if cluster not in (0, 1, 2, 4, 8, 16):
-            raise ValueError(f"cluster: the cluster path takes 0 (default), 1, 2, 4, 8 or 16, got {cluster}")
+            raise ValueError(f"cluster: the smem path takes 0 (default), 1, 2, 4, 8 or 16 CTAs a row, got {cluster}")
         if cluster > cmax:
             raise ValueError(f"cluster: {_NO_CLUSTERS.format(cc=dev.cc)}")
         V = 16 // es  # the kernel handles any alignment with 16-byte vectors (scalar head and tail)
@@ -213,7 +215,7 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
             k = cluster
         else:
             cands = [k for k in (1, 2, 4, 8, 16) if k <= cmax]
-            target = dev.smem_per_sm // S["cluster_ctas_per_sm"] - 2 * S["smem_reserve"]
+            target = dev.smem_per_sm // S["smem_ctas_per_sm"] - 2 * S["smem_reserve"]
             k = 1 if slice_bytes(1) <= limit else \
                 next((k for k in cands if slice_bytes(k) <= target), 0) or \
                 (cmax if slice_bytes(cmax) <= limit else 0)
@@ -228,11 +230,11 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
         seg, smem = seg_of(k), slice_bytes(k)
         nt = threads or min(512, max(128, _pow2_at_least(_cdiv(seg, V * 8))))
         if nt > 512 or nt % 32:
-            raise ValueError("threads: the cluster path takes a multiple of 32 up to 512 threads per block")
-        kern = f"softmax_cluster_kernel<{T}, {k}>"
+            raise ValueError("threads: the smem path takes a multiple of 32 up to 512 threads per block")
+        kern = f"softmax_smem_kernel<{T}, {k}>"
         per_sm = max(1, min(dev.smem_per_sm // (smem + S["smem_reserve"]),
-                            _blocks_per_sm(nt, REGS["softmax_cluster_kernel"])))
-        p = Plan(kern, (M * k, 1, 1), nt, _rowargs("softmax_cluster_kernel", c, sx, sy, (("i32", seg),)), smem=smem,
+                            _blocks_per_sm(nt, REGS["softmax_smem_kernel"])))
+        p = Plan(kern, (M * k, 1, 1), nt, _rowargs("softmax_smem_kernel", c, sx, sy, (("i32", seg),)), smem=smem,
                  cluster=k, max_dynamic_smem=smem, carveout=100, nonportable_cluster=k > 8)
         info.update(vec=V, cluster=k, seg=seg, smem=smem, threads=nt, resident=per_sm * (smem - V * es))
     elif path == "split":
@@ -348,15 +350,15 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
             best = plan
     cl = None
     try:
-        cl = _softmax_path("cluster", c, sx, sy, dev, **opts)
+        cl = _softmax_path("smem", c, sx, sy, dev, **opts)
     except Decline as e:
         tried.append(str(e))
     long_row = c.row_bytes > S["split_min_row_bytes"] and S["split_chunk"] * c.es >= S["split_min_chunk_bytes"]
     if long_row and c.rows16:
         try:
             plan = _softmax_path("split", c, sx, sy, dev, **opts)
-            # enough units to cover the SMs, or at least as many CTAs as the cluster path would run
-            # (few rows: split's units spread a row over more SMs than a cluster's CTAs)
+            # enough units to cover the SMs, or at least as many CTAs as the smem path would run
+            # (few rows: split's units spread a row over more SMs than the smem path's CTAs)
             units = c.M * plan.info["parts"]
             if units >= min(dev.sms, cl.plans[0].grid[0] if cl else dev.sms):
                 return _why(plan, f"split: rows of {c.row_bytes} bytes, 16-byte aligned, {c.M} x "
@@ -364,7 +366,8 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
         except Decline as e:
             tried.append(str(e))
     if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):
-        return _why(cl, f"cluster: C = {cl.info['cluster']}, {cl.info['resident']} bytes of slices in flight per SM")
+        how = "a CTA a row" if cl.info["cluster"] == 1 else f"a cluster of C = {cl.info['cluster']} CTAs a row"
+        return _why(cl, f"smem: {how}, {cl.info['resident']} bytes of staged slices in flight per SM")
     if best is not None:
         return _why(best, f"{best.info['path']}: the most bytes in flight ({best.info['resident']}) of the paths")
     return _why(_softmax_path("online", c, sx, sy, dev, **opts), "online: " + "; ".join(tried))

@@ -1,6 +1,7 @@
-"""vector_add plans of the CUDA C++ layer (``dispatch`` is the entry): the grid-stride vector kernel
-with 16-byte accesses where x, y and out share their alignment, its unroll by the grid that
-gives every SM a block; the twin's one element a thread."""
+"""vector_add plans of the CUDA C++ layer (``dispatch`` is the entry): the default is the
+``unmasked`` algorithm (``vector_add_unmasked.cu``: a grid-stride loop of 16-byte vectors where x, y
+and out share their alignment, a scalar head and tail), its unroll by the grid that gives every SM
+a block; the twin (``vector_add.cu``) one element a thread."""
 from __future__ import annotations
 
 from .dispatch_common import CTYPE, ESIZE, H200, THREADS_PER_SM, Device, Launches, Plan, _cdiv, _types
@@ -24,7 +25,7 @@ VECTOR_ADD = {
 
 SIGNATURES = {  # parameter types in order: ptr / i32 / i64 / tma (a 128-byte CUtensorMap by value)
     "vector_add_simple_kernel": ("ptr", "ptr", "ptr", "i64"),
-    "vector_add_vec_kernel": ("ptr", "ptr", "ptr", "i64", "i64"),
+    "vector_add_unmasked_kernel": ("ptr", "ptr", "ptr", "i64", "i64"),
 }
 
 
@@ -32,7 +33,7 @@ def instances() -> dict[str, list[str]]:
     """{source file: [instance, ...]}: every kernel instance a plan can name, by source."""
     out: dict[str, list[str]] = {}
     out["vector_add.cu"] = [f"vector_add_simple_kernel<{t}>" for t, _ in _types()]
-    out["vector_add_vec.cu"] = [f"vector_add_vec_kernel<{t}, {v}, {u}>"
+    out["vector_add_unmasked.cu"] = [f"vector_add_unmasked_kernel<{t}, {v}, {u}>"
                                 for t, es in _types() for v in (1, 16 // es) for u in VECTOR_ADD["unrolls"]]
     return out
 
@@ -40,7 +41,7 @@ def instances() -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------------
 # plans
 
-VECTOR_ADD_PATHS = ("auto", "simple")
+VECTOR_ADD_PATHS = ("auto", "simple")  # auto: the unmasked kernel
 
 
 def plan_vector_add(path: str, n: int, dtype: str, x_mod16: int = 0, y_mod16: int = 0, out_mod16: int = 0,
@@ -73,7 +74,7 @@ def plan_vector_add(path: str, n: int, dtype: str, x_mod16: int = 0, y_mod16: in
     full = max(1, _cdiv(nvec, b * unroll))
     grid = min(full, dev.sms * VECTOR_ADD["blocks_per_sm"] * VECTOR_ADD["max_waves"])
     grid = max(grid, _cdiv(vec, b))  # the head and the tail (< vec elements each) need vec threads
-    kern = f"vector_add_vec_kernel<{t}, {vec}, {unroll}>"
+    kern = f"vector_add_unmasked_kernel<{t}, {vec}, {unroll}>"
     p = Plan(kern, (grid if n else 0, 1, 1), b, (("ptr", "x"), ("ptr", "y"), ("ptr", "out"), ("i64", n), ("i64", head)))
-    return Launches([p], info={"path": "vec", "kernel": kern, "vec": vec, "head": head, "unroll": unroll,
+    return Launches([p], info={"path": "unmasked", "kernel": kern, "vec": vec, "head": head, "unroll": unroll,
                                "block": b, "grid": grid})

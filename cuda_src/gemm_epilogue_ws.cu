@@ -11,8 +11,8 @@
 //
 // Split-K (splits > 1): work unit u is K range u / tiles of tile u % tiles; a unit stores its fp32
 // partial tile into the workspace ws[split][M][ldw] instead of C, and gemm_splitk_reduce_kernel
-// sums the partials and applies bias + activation once (the planner launches it right after, on the
-// same stream). With few output tiles (small M) this fills the SMs that one tile per CTA would not.
+// (gemm_epilogue_splitk.cu) sums the partials and applies bias + activation once (the planner
+// launches it right after, on the same stream). With few output tiles (small M) this fills the SMs that one tile per CTA would not.
 #include "gemm_common.cuh"
 
 namespace kl {
@@ -184,27 +184,6 @@ gemm_ws_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaD
     }
   }
 #endif
-}
-
-// Split-K fixup: C[r, c] = act(sum over s of ws[s][r][c] + bias[c]), one element per thread per
-// grid-stride step (consecutive threads on consecutive columns: coalesced). The partials are summed
-// in split order, so the result does not depend on which unit finished first.
-template <bool BF16>
-__global__ void __launch_bounds__(256) gemm_splitk_reduce_kernel(const float* __restrict__ ws, int splits, int M,
-                                                                  int N, long long ldw,
-                                                                  const u16* __restrict__ bias,
-                                                                  u16* __restrict__ C, long long ldc, int act) {
-  const long long total = (long long)M * N;
-  const long long plane = (long long)M * ldw;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-       i += (long long)gridDim.x * blockDim.x) {
-    const int r = (int)(i / N), c = (int)(i - (long long)r * N);
-    const float* p = ws + (long long)r * ldw + c;
-    float v = 0.0f;
-    for (int s = 0; s < splits; ++s) v += p[s * plane];
-    if (bias != nullptr) v += to_f32<BF16>(bias[c]);
-    C[(long long)r * ldc + c] = from_f32<BF16>(apply_act(v, act));
-  }
 }
 
 // dst[r, c] = src[r, c] for r < rows, c < cols (16-bit elements): copies B into a workspace whose

@@ -1,17 +1,20 @@
-// softmax, cluster: ONE read and ONE write of HBM for long rows, the row held in shared memory.
+// softmax, smem: ONE read and ONE write of HBM for long rows, the row staged raw in shared memory
+// (the `smem` algorithm word of every layer): a CTA a row (C = 1) while the row fits one CTA's
+// shared memory, else a thread-block cluster of C CTAs a row whose slices are staged each in its
+// CTA's shared memory, the C (max, sum) states merged through distributed shared memory.
 //
-// Grid: M * C CTAs, launched as 1-D clusters of C CTAs (compile-time __cluster_dims__; C = 16 needs
-// the non-portable cluster size allowed, which the host sets once). The CTA of cluster rank k owns
-// columns [k * seg, min(N, (k + 1) * seg)) of row blockIdx.x / C and copies them ONCE into its
-// dynamic shared memory (the raw T values), then
+// Grid: M * C CTAs, launched as 1-D clusters of C CTAs (compile-time __cluster_dims__; C = 1 runs
+// no cluster barrier and no distributed shared memory; C = 16 needs the non-portable cluster size allowed, which the host sets once). The CTA of
+// cluster rank k owns columns [k * seg, min(N, (k + 1) * seg)) of row blockIdx.x / C and copies
+// them ONCE into its dynamic shared memory (the raw T values), then
 //   pass 1  (max, sum) of its slice, online, chunk by chunk as the chunks land;
-//   merge   warp shuffles, then shared memory across warps, then the C CTA states through
+//   merge   warp shuffles, then shared memory across warps, then (C > 1) the C CTA states through
 //           distributed shared memory (cluster barrier, cluster.map_shared_rank);
 //   pass 2  exp(x - max) / sum from shared memory, written once to y.
 //
 // Any row alignment: a slice whose start is not 16-byte aligned is copied as a scalar head (fewer
 // than VEC elements, up to the first 16-byte boundary), a body of whole 16-byte vectors by the bulk
-// copy engine (cp.async.bulk, sm_90: one thread issues kChunks copies, each completing on its own
+// copy engine (cp.async.bulk, sm_90: one thread issues kSmemChunks copies, each completing on its own
 // mbarrier, so pass 1 starts on the first chunk), and a scalar tail. In shared memory the slice
 // starts `mis` elements into the buffer, so the body lands 16-byte aligned there too. Pass 2 stores
 // 16-byte vectors when y's slice has the same alignment as x's (contiguous rows of equal stride),
@@ -23,8 +26,8 @@
 
 namespace kl {
 
-constexpr int kClusterUnroll = 4;   // register path: loads in flight per thread
-constexpr int kClusterChunks = 8;   // bulk copies per slice, each on its own mbarrier
+constexpr int kSmemUnroll = 4;   // register path: loads in flight per thread
+constexpr int kSmemChunks = 8;   // bulk copies per slice, each on its own mbarrier
 
 // Vector v (16 bytes) of the 16-byte aligned shared-memory array p, read with ONE 16-byte access
 // into registers (LDS.128). Binding unpack's reference straight to shared memory instead made the
@@ -39,7 +42,7 @@ __device__ __forceinline__ R lds_vec(const T* p, int v) {
 
 template <typename T, int C>
 __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
-    softmax_cluster_kernel(const T* __restrict__ x, T* __restrict__ y, int N, i64 sx, i64 sy, int seg) {
+    softmax_smem_kernel(const T* __restrict__ x, T* __restrict__ y, int N, i64 sx, i64 sy, int seg) {
   constexpr int VEC = 16 / sizeof(T);
   typedef typename RawVec<T, VEC>::type R;
   extern __shared__ __align__(128) unsigned char kl_smem_slice[];
@@ -61,12 +64,12 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
   float m = KL_NEG_INF, s = 0.f;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __shared__ __align__(8) unsigned long long bars[kClusterChunks];
-  const int per = (nvec + kClusterChunks - 1) / kClusterChunks;  // vectors per bulk copy
+  __shared__ __align__(8) unsigned long long bars[kSmemChunks];
+  const int per = (nvec + kSmemChunks - 1) / kSmemChunks;  // vectors per bulk copy
   if (t == 0) {
-    for (int k = 0; k < kClusterChunks; ++k) mbar_init(smem_u32(&bars[k]), 1);
+    for (int k = 0; k < kSmemChunks; ++k) mbar_init(smem_u32(&bars[k]), 1);
     mbar_fence_init();  // the initialised barriers are visible to the copy engine (async proxy)
-    for (int k = 0; k < kClusterChunks; ++k) {
+    for (int k = 0; k < kSmemChunks; ++k) {
       const int v0 = k * per, v1 = min(nvec, v0 + per);
       if (v0 >= v1) break;
       const unsigned bytes = (unsigned)(v1 - v0) * 16u;
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
   }
   // Barrier: the mbarriers are initialised before any thread polls them.
   __syncthreads();
-  for (int k = 0; k < kClusterChunks; ++k) {
+  for (int k = 0; k < kSmemChunks; ++k) {
     const int v0 = k * per, v1 = min(nvec, v0 + per);
     if (v0 >= v1) break;
     while (!mbar_try_wait(smem_u32(&bars[k]), 0)) {
@@ -100,14 +103,14 @@ __global__ void __launch_bounds__(512) KL_CLUSTER_DIMS(C)
     }
   }
 #else
-  // sm_80: through registers, coalesced scalar loads, kClusterUnroll in flight per thread.
-  for (int c0 = t; c0 < len; c0 += nt * kClusterUnroll) {
-    T r[kClusterUnroll];
+  // sm_80: through registers, coalesced scalar loads, kSmemUnroll in flight per thread.
+  for (int c0 = t; c0 < len; c0 += nt * kSmemUnroll) {
+    T r[kSmemUnroll];
 #pragma unroll
-    for (int u = 0; u < kClusterUnroll; ++u)
+    for (int u = 0; u < kSmemUnroll; ++u)
       if (c0 + u * nt < len) r[u] = xs[c0 + u * nt];
 #pragma unroll
-    for (int u = 0; u < kClusterUnroll; ++u)
+    for (int u = 0; u < kSmemUnroll; ++u)
       if (c0 + u * nt < len) {
         sl[c0 + u * nt] = r[u];
         float f[1] = {to_float(r[u])};

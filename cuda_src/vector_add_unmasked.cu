@@ -1,18 +1,20 @@
-// vector_add, the tuned default: out = x + y over n elements, fp32 / fp16 / bf16 (fp32 arithmetic,
-// one rounding).
+// vector_add, unmasked (the algorithm word of every layer's default; cuda:vector_add): out = x + y
+// over n elements, fp32 / fp16 / bf16 (fp32 arithmetic, one rounding).
 //
 // Grid-stride loop over 16-byte vectors: each thread issues UNROLL independent 128-bit loads of x
 // and of y before it adds and stores, so several loads are in flight per thread. Any pointer
 // alignment works: a scalar head of fewer than VEC elements brings all three pointers to a 16-byte
 // boundary when they share the same offset modulo 16; a scalar tail covers n % VEC. When the three
 // pointers disagree modulo 16 (e.g. x and y misaligned views, out freshly allocated) the planner
-// (dispatch.py) launches the VEC = 1 instantiation: scalar, still coalesced.
+// (dispatch_vector_add.py) launches the VEC = 1 instantiation: scalar, still coalesced.
+// The body needs no element mask: every access is a whole 16-byte vector below nvec (one compare
+// per vector, no per-element predicate); only the scalar head and tail are masked element by element.
 #include "common.cuh"
 
 namespace kl {
 
 template <typename T, int VEC, int UNROLL>
-__global__ void __launch_bounds__(256) vector_add_vec_kernel(const T* __restrict__ x, const T* __restrict__ y,
+__global__ void __launch_bounds__(256) vector_add_unmasked_kernel(const T* __restrict__ x, const T* __restrict__ y,
                                                          T* __restrict__ out, i64 n, i64 head) {
   typedef typename RawVec<T, VEC>::type R;
   const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;

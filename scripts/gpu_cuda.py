@@ -238,7 +238,7 @@ def stage_time_softmax(skip):
             for p in ("warp", "rows", "block", "split", "online"):
                 cands[f"cuda:softmax_{p}"] = _impl_prep(f"cuda:softmax_{p}", case)
             for c in (1, 2, 4, 8, 16):
-                cands[f"cluster C={c}"] = _plan_prep("softmax", "cluster", case, cluster=c)
+                cands[f"smem C={c}"] = _plan_prep("softmax", "smem", case, cluster=c)
             if case.N <= 8192:   # short rows: the rows kernel's persistent grid, the block kernel's width
                 for b in (2, 3, 4, 6, 8):
                     cands[f"rows bps={b}"] = _plan_prep("softmax", "rows", case, blocks_per_sm=b)
@@ -286,7 +286,8 @@ def stage_time_gemm(skip):
 
     def extra(case):
         cands = {f"cuda:gemm_epilogue_{v}": _impl_prep(f"cuda:gemm_epilogue_{v}", case)
-                 for v in ("pingpong", "pingpong_c2", "ws", "tiled")}
+                 for v in ("pingpong", "ws", "tiled")}
+        cands["pingpong_c2"] = _plan_prep("gemm", "pingpong_c2", case)
         if case.M <= 512:
             for s in (2, 3, 4, 6, 8, 12):
                 cands[f"splitk S={s}"] = _plan_prep("gemm", "splitk", case, splits=s)

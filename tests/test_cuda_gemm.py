@@ -15,10 +15,9 @@ from harness import problems, registry
 P = problems.get("gemm_epilogue")
 ROOT = Path(__file__).resolve().parent.parent
 IDS = ("cuda:gemm_epilogue", "cuda:gemm_epilogue_simple", "cuda:gemm_epilogue_tiled", "cuda:gemm_epilogue_ws",
-       "cuda:gemm_epilogue_pingpong", "cuda:gemm_epilogue_pingpong_c2", "cuda:gemm_epilogue_splitk")
+       "cuda:gemm_epilogue_pingpong", "cuda:gemm_epilogue_splitk")
 CUPY_IDS = tuple(i.replace("cuda:", "cupy:") for i in IDS)
-HOPPER = ("cuda:gemm_epilogue_ws", "cuda:gemm_epilogue_pingpong", "cuda:gemm_epilogue_pingpong_c2",
-          "cuda:gemm_epilogue_splitk")
+HOPPER = ("cuda:gemm_epilogue_ws", "cuda:gemm_epilogue_pingpong", "cuda:gemm_epilogue_splitk")
 cuda_layer = importlib.import_module("backends.cuda_layer")
 
 
@@ -44,6 +43,26 @@ def test_registered_with_roles_and_sources():
         assert impl.sources and impl.sources[0].path.startswith("cuda_src/gemm_epilogue")
         want = "default" if i.endswith(":gemm_epilogue") else "simple" if i.endswith("_simple") else "variant"
         assert impl.role == want
+
+
+def test_one_id_per_algorithm_word_and_its_file():
+    """The split-K row's reduction lives in gemm_epilogue_splitk.cu (its id's file), beside the ws
+    kernel whose split-K mode writes the partials; the 2 x 1 cluster form of ping-pong is the
+    planner's pingpong_c2 path (tuning, GPU script), no id of its own."""
+    srcs = {s.path: s.kernels for s in _impl("cuda:gemm_epilogue_splitk").sources}
+    assert srcs["cuda_src/gemm_epilogue_splitk.cu"] == ("gemm_splitk_reduce_kernel",)
+    assert srcs["cuda_src/gemm_epilogue_ws.cu"] == ("gemm_ws_kernel",)
+    inst = dispatch.instances()
+    assert {"gemm_splitk_reduce_kernel<true>", "gemm_splitk_reduce_kernel<false>"} == set(inst["gemm_epilogue_splitk.cu"])
+    assert not any(k.startswith("gemm_splitk_reduce") for k in inst["gemm_epilogue_ws.cu"])
+    ids = {i.id for i in registry.select(problem="gemm_epilogue")}
+    assert not {"cuda:gemm_epilogue_pingpong_c2", "cupy:gemm_epilogue_pingpong_c2"} & ids
+    p = dispatch.plan_gemm("pingpong_c2", 4096, 4096, 4096)
+    assert p.plans[0].cluster == 2 and p.plans[0].cluster_launch
+    # the default's tiled split-K (M <= 64) counts the reduction's file too
+    auto = {s.path for s in _impl("cuda:gemm_epilogue").sources}
+    assert "cuda_src/gemm_epilogue_splitk.cu" in auto
+    assert dispatch.plan_gemm("auto", 16, 4096, 14336).plans[-1].kernel.startswith("gemm_splitk_reduce_kernel")
 
 
 def test_available_follows_the_build_not_the_gpu():

@@ -32,7 +32,7 @@ cuda_gemm = importlib.import_module("backends.cuda_gemm")
 cupy_layer = importlib.import_module("backends.cupy_layer")
 
 CUDA_IDS = ["cuda:vector_add", "cuda:vector_add_simple", "cuda:softmax", "cuda:softmax_simple", "cuda:softmax_warp",
-            "cuda:softmax_block", "cuda:softmax_rows", "cuda:softmax_online", "cuda:softmax_cluster",
+            "cuda:softmax_block", "cuda:softmax_rows", "cuda:softmax_online", "cuda:softmax_smem",
             "cuda:softmax_split"]
 CUPY_IDS = [i.replace("cuda:", "cupy:") for i in CUDA_IDS]
 SM80 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
@@ -131,7 +131,7 @@ def test_vector_add_unroll_fills_the_sms_first():
 def test_vector_add_unroll_pinned_for_tuning():
     """A tuning run may pin the vector path's unroll to any compiled instance: the grid follows it,
     the kernel named is compiled; anything else names ``unroll``."""
-    names = set(dispatch.instances()["vector_add_vec.cu"])
+    names = set(dispatch.instances()["vector_add_unmasked.cu"])
     for u in dispatch.VECTOR_ADD["unrolls"]:
         p = dispatch.plan_vector_add("auto", 65536, "bfloat16", unroll=u)
         assert p.info["unroll"] == u and p.plans[0].kernel in names
@@ -146,7 +146,7 @@ def _auto_rule(M, N, dt, dev=None):
     """The default's rule written from its inputs: each path's own plan (its bytes in flight per SM,
     its grid) and the SOFTMAX table -- the first path of the order (block before rows for rows of
     block_min_n..block_short_max_n columns) whose resident bytes reach its target; else split for
-    long 16-byte aligned rows when its units cover min(SMs, the cluster's CTAs); else cluster when
+    long 16-byte aligned rows when its units cover min(SMs, the smem path's CTAs); else smem when
     it holds more bytes than the best path; else the best path; else online."""
     S = dispatch.SOFTMAX
     dev = dev or dispatch.H200
@@ -173,14 +173,14 @@ def _auto_rule(M, N, dt, dev=None):
             return path
         if best is None or p.info["resident"] > best.info["resident"]:
             best = p
-    cl = plan("cluster")
+    cl = plan("smem")
     rows16 = (N * es) % 16 == 0 or M == 1
     if N * es > S["split_min_row_bytes"] and S["split_chunk"] * es >= S["split_min_chunk_bytes"] and rows16:
         sp = plan("split")
         if sp is not None and M * sp.info["parts"] >= min(dev.sms, cl.plans[0].grid[0] if cl else dev.sms):
             return "split"
     if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):
-        return "cluster"
+        return "smem"
     return best.info["path"] if best is not None else "online"
 
 
@@ -204,9 +204,38 @@ def test_default_softmax_rule_from_its_inputs(monkeypatch):
     # the table decides: without the short-row block rule, the rows kernel takes 4096 columns
     monkeypatch.setitem(dispatch.SOFTMAX, "block_short_max_n", 0)
     assert dispatch.plan_softmax("auto", 32_768, 4096, "bfloat16").info["path"] == _auto_rule(32_768, 4096, "bfloat16")
-    # sm_80: no thread-block clusters (the cluster path has C = 1 there)
+    # sm_80: no thread-block clusters (the smem path has C = 1 there)
     assert dispatch.plan_softmax("auto", 8, 1_000_000, "float32", dev=SM80).info["path"] == "split"
     assert dispatch.plan_softmax("auto", 4096, 50257, "bfloat16", dev=SM80).info.get("cluster", 1) == 1
+
+
+def test_smem_word_for_a_cta_and_for_a_cluster():
+    """One word, one algorithm (docs/DESIGN.md): the row staged raw in shared memory is ``smem``
+    whether a CTA holds it (C = 1) or a cluster of C CTAs does; its why says which. ``cluster`` is
+    no CUDA path or id (the word means slices in the registers of a cluster's CTAs, a kernel this
+    layer does not have), and the default's counted sources name softmax_smem.cu."""
+    S = dispatch.SOFTMAX
+    limit = dispatch.H200.smem_optin - S["smem_reserve"]
+    for M, N, dt in ((4096, 50257, "bfloat16"), (4096, 50257, "float32"), (300, 100_003, "float16")):
+        p = dispatch.plan_softmax("auto", M, N, dt)
+        assert N * dispatch.ESIZE[dt] <= limit and M >= dispatch.H200.sms
+        assert p.info["path"] == "smem" and p.info["cluster"] == 1 and p.plans[0].cluster == 1, (M, N, dt)
+        assert "a CTA a row" in p.info["why"] and p.plans[0].kernel.startswith("softmax_smem_kernel<")
+    for M, N, dt in ((8, 200_003, "bfloat16"), (2, 120_001, "bfloat16"), (64, 300_007, "float16")):
+        p = dispatch.plan_softmax("auto", M, N, dt)
+        k = p.info["cluster"]
+        assert p.info["path"] == "smem" and k >= 2 and p.plans[0].cluster == k, (M, N, dt, p.info)
+        assert f"a cluster of C = {k} CTAs a row" in p.info["why"]
+    assert "cluster" not in dispatch.SOFTMAX_PATHS and "smem" in dispatch.reachable("softmax")
+    ids = {i.id for i in registry.select(problem="softmax")}
+    assert {"cuda:softmax_smem", "cupy:softmax_smem"} <= ids
+    assert not {"cuda:softmax_cluster", "cupy:softmax_cluster"} & ids
+    files = {s.path for s in registry.get("softmax", "cuda:softmax").sources}
+    assert "cuda_src/softmax_smem.cu" in files and not (ROOT / "cuda_src" / "softmax_cluster.cu").exists()
+    files = {s.path for s in registry.get("vector_add", "cuda:vector_add").sources}
+    assert "cuda_src/vector_add_unmasked.cu" in files and not (ROOT / "cuda_src" / "vector_add_vec.cu").exists()
+    assert dispatch.reachable("vector_add") == ("unmasked",)
+    assert dispatch.plan_vector_add("auto", 1000, "float32").info["path"] == "unmasked"
 
 
 def test_gemm_rules():
@@ -436,7 +465,7 @@ def test_ptxas_every_instance_sm90a():
             if fam == "gemm_tiled_kernel":  # the planner's resident CTAs per SM assume these bounds
                 bm = int(k.split(",")[1])
                 assert f["registers"] <= dispatch.GEMM["tiled_regs"][bm] and f["spills"] == 0, (k, f)
-    assert facts["softmax_cluster_kernel<float, 16>"]["registers"] <= 40  # 3 CTAs x 512 threads per SM
+    assert facts["softmax_smem_kernel<float, 16>"]["registers"] <= 40  # 3 CTAs x 512 threads per SM
 
 
 @needs_build
@@ -513,10 +542,10 @@ def test_variant_reasons_and_default_declines_nothing():
     split = registry.get("softmax", "cuda:softmax_split")
     assert "32768" in split.supports(sm.case(M=2, N=4096))
     assert split.supports(sm.case(M=2, N=262144)) is None
-    cl = registry.get("softmax", "cuda:softmax_cluster")
+    cl = registry.get("softmax", "cuda:softmax_smem")
     assert cl.supports(sm.case(M=2, N=1_800_000, dtype="float16")) is None
     assert "shared memory" in cl.supports(sm.case(M=2, N=1_000_000))
-    assert registry.get("softmax", "cupy:softmax_cluster").supports(sm.case(M=2, N=1_000_000)) == \
+    assert registry.get("softmax", "cupy:softmax_smem").supports(sm.case(M=2, N=1_000_000)) == \
         cl.supports(sm.case(M=2, N=1_000_000))
     for impl_id in ("cuda:softmax", "cupy:softmax", "cuda:softmax_simple", "cuda:vector_add"):
         impl, prob = _impl(impl_id)
@@ -574,7 +603,7 @@ def _nvrtc_or_skip():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impl_id,case", [("cupy:softmax_cluster", dict(M=4096, N=50257, dtype="bfloat16")),
+@pytest.mark.parametrize("impl_id,case", [("cupy:softmax_smem", dict(M=4096, N=50257, dtype="bfloat16")),
                                           ("cupy:softmax_rows", dict(M=4096, N=1024)),
                                           ("cupy:softmax_split", dict(M=8192, N=262144)),
                                           ("cupy:softmax_simple", dict(M=3, N=5)),
@@ -689,16 +718,16 @@ def test_defaults_plan_a_runnable_path_on_other_gpus(gpu, nvrtc):
             cuda_gemm.case_gemm("ws", case, dev)
 
 
-def test_cluster_path_declines_clusters_without_sm90_code():
+def test_smem_path_declines_clusters_without_sm90_code():
     """The module's kernels off Hopper run its compute_80 PTX, which has no cluster code: the
     planner keeps one CTA a row there and a forced cluster size is refused, naming why."""
     b200 = OTHER_GPUS["b200"]
     p = dispatch.plan_softmax("auto", 4, 262147, "float32", dev=b200)
     assert all(q.cluster == 1 for q in p.plans)
     with pytest.raises(ValueError, match="clusters need code compiled for sm_90"):
-        dispatch.plan_softmax("cluster", 4, 262147, "float32", dev=b200, cluster=8)
+        dispatch.plan_softmax("smem", 4, 262147, "float32", dev=b200, cluster=8)
     from dataclasses import replace
-    assert dispatch.plan_softmax("cluster", 4, 262147, "float32", dev=replace(b200, clusters=True),
+    assert dispatch.plan_softmax("smem", 4, 262147, "float32", dev=replace(b200, clusters=True),
                                  cluster=8).plans[0].cluster == 8
 
 

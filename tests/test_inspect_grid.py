@@ -133,7 +133,7 @@ def test_inspect_errors(tmp_path, capsys):
     ("triton:vector_add", ("vector_add_unmasked_kernel.ttir", "vector_add_unmasked_kernel.ttgir",
                            "vector_add_unmasked_kernel.llir", "vector_add_unmasked_kernel.ptx")),
     ("cute:vector_add", ("cute_vector_add.ptx",)),
-    ("cuda:vector_add", ("vector_add_vec.sm_90a.ptx",)),
+    ("cuda:vector_add", ("vector_add_unmasked.sm_90a.ptx",)),
 ])
 def test_inspect_real_implementations(impl, files, tmp_path):
     """the real adapters, compiled for sm_90 without a GPU: IR files and the ptxas facts; the
