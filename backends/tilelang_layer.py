@@ -158,75 +158,90 @@ def _sm_simple_compile(dtype: str) -> list:
     return [_compile(("softmax", dtype), lambda: softmax.softmax_kernel(dtype))]
 
 
-# the vector kernels guard every access themselves (whole 16-byte groups, guarded edges): TileLang's
-# per-element bounds legalisation would split their vectors into element accesses
+# the vector kernels guard every access themselves (whole 16-byte groups, guarded row edges):
+# TileLang's per-element bounds legalisation would split their vectors into element accesses
 _VECTOR_CFG = {"tl.disable_safe_memory_legalize": True}
 
 
-def _sm_compile(dtype: str, plan: dict) -> list:
-    """The compiled kernels of a plan, in launch order."""
-    from tilelang_src import softmax_online, softmax_rows, softmax_smem, softmax_split
-
-    if plan["kernel"] == "simple":
-        return _sm_simple_compile(dtype)
-    if plan["kernel"] == "rows":
-        c, r, t, v = plan["cols"], plan["rows"], plan["threads"], plan["vec"]
-        return [_compile(("softmax_rows", dtype, c, r, t, v), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t, v),
-                         _VECTOR_CFG)]
-    tile, t = plan["tile"], plan["threads"]
-    if plan["kernel"] == "online":
-        v = plan["vec"]
-        return [_compile(("softmax_online", dtype, tile, t, v),
-                         lambda: softmax_online.softmax_online_kernel(dtype, tile, t, v), _VECTOR_CFG)]
-    if plan["kernel"] == "smem":
-        c = plan["cols"]
-        return [_compile(("softmax_smem", dtype, c, tile, t), lambda: softmax_smem.softmax_smem_kernel(dtype, c, tile, t))]
-    return [_compile(("softmax_split_stats", dtype, tile, t),
-                     lambda: softmax_split.softmax_split_stats_kernel(dtype, tile, t)),
-            _compile(("softmax_split_write", dtype, tile, t),
-                     lambda: softmax_split.softmax_split_write_kernel(dtype, tile, t))]
-
-
 def _sm_flat(x, out):
-    """(flat X, flat Y, off, sx, aligned) for the vector kernels: 1-D views of x's and out's rows
-    from the 16-byte boundary at or below each one's first element (``off`` elements below it),
-    or None where they cannot share one group map (different row strides or alignments, a
-    storage that does not start on 16 bytes, or indices past int32)."""
+    """(flat X, flat Y, off, sx, aligned) for the vector kernels: 1-D views of x's and out's
+    storage from the 16-byte boundary ``off`` elements at or below each one's first element, or
+    None where one group map cannot serve both (different row strides or 16-byte phases, a
+    storage not starting on 16 bytes, overlapping rows, indices past int32). ``aligned``: every
+    row starts on 16 bytes."""
     import torch
 
     es = x.element_size()
     m, n = x.shape
     sx = x.stride(0) if m > 1 else n
-    if m > 1 and out.stride(0) != sx or sx < n:
+    if (m > 1 and out.stride(0) != sx) or sx < n:
         return None
-    if x.data_ptr() % es or x.data_ptr() % 16 != out.data_ptr() % 16:
+    if x.data_ptr() % es or out.data_ptr() % es or x.data_ptr() % 16 != out.data_ptr() % 16:
         return None
     off = x.data_ptr() % 16 // es
     total = off + (m - 1) * sx + n
-    if total >= 2 ** 31 - 16 * m or x.storage_offset() < off or out.storage_offset() < off:
-        return None
-    if (x.data_ptr() - off * es) % 16 or (out.data_ptr() - off * es) % 16:
+    if off + (m + 8) * sx + n + 16 * 1024 >= 2 ** 31 or x.storage_offset() < off or out.storage_offset() < off:
         return None
     fx = torch.as_strided(x, (total,), (1,), x.storage_offset() - off)
     fy = torch.as_strided(out, (total,), (1,), out.storage_offset() - off)
     return fx, fy, off, sx, off == 0 and sx % (16 // es) == 0
 
 
+def _sm_compile(dtype: str, plan: dict) -> list:
+    """The compiled kernels of a plan, in launch order."""
+    from tilelang_src import softmax_online, softmax_rows, softmax_smem, softmax_split
+
+    if plan["kernel"] == "rows" and "vec" in plan:
+        c, r, t, v = plan["cols"], plan["rows"], plan["threads"], plan["vec"]
+        return [_compile(("softmax_rows_vec", dtype, c, r, t, v),
+                         lambda: softmax_rows.softmax_rows_vec_kernel(dtype, c, r, t, v), _VECTOR_CFG)]
+    if plan["kernel"] == "rows":
+        c, r, t = plan["cols"], plan["rows"], plan["threads"]
+        return [_compile(("softmax_rows", dtype, c, r, t), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t))]
+    tile, t = plan["tile"], plan["threads"]
+    if plan["kernel"] == "online" and "vec" in plan:
+        v = plan["vec"]
+        return [_compile(("softmax_online_vec", dtype, tile, t, v),
+                         lambda: softmax_online.softmax_online_vec_kernel(dtype, tile, t, v), _VECTOR_CFG)]
+    if plan["kernel"] == "smem":
+        c = plan["cols"]
+        return [_compile(("softmax_smem", dtype, c, tile, t), lambda: softmax_smem.softmax_smem_kernel(dtype, c, tile, t))]
+    if plan["kernel"] == "split":
+        return [_compile(("softmax_split_stats", dtype, tile, t),
+                         lambda: softmax_split.softmax_split_stats_kernel(dtype, tile, t)),
+                _compile(("softmax_split_write", dtype, tile, t),
+                         lambda: softmax_split.softmax_split_write_kernel(dtype, tile, t))]
+    return [_compile(("softmax_online", dtype, tile, t), lambda: softmax_online.softmax_online_kernel(dtype, tile, t))]
+
+
 def _sm_impl(kernel):
-    def plan_of(m, n, es, vector_ok=True, aligned=False):
+    vector = kernel in ("rows", "online")    # the variants' vector kernels (not yet run on a GPU)
+
+    def plan_of(m, n, es, flat_ok=False, aligned=False):
+        """The vector plan where the views allow it, else the element plan of the same kernel."""
         from tilelang_src import dispatch
 
-        return dispatch.plan_softmax(m, n, es, kernel=kernel, vector_ok=vector_ok, aligned=aligned)
+        if vector and flat_ok:
+            try:
+                return dispatch.plan_softmax(m, n, es, kernel=kernel, vector=True, aligned=aligned)
+            except ValueError:
+                pass
+        return dispatch.plan_softmax(m, n, es, kernel=kernel)
 
-    def case_aligned(case):
+    def case_flat(case):
+        """(flat_ok, aligned) of the harness's tensors for ``case``: contiguous rows, x and out
+        alike (a case with a misalignment or a row stride of its own takes the element plan's
+        compile here; prepare decides from the tensors themselves)."""
         es = _esize(case.dtype)
-        return case.N % (16 // es) == 0 and not int(case.params.get("misalign", 0))
+        plain = not int(case.params.get("misalign", 0)) and case.params.get("layout", "contiguous") in (
+            "contiguous", "contig")
+        return plain, plain and case.N % (16 // es) == 0
 
     def supports(case):
         if _available():
             return None
         try:
-            plan_of(case.M, case.N, _esize(case.dtype), aligned=case_aligned(case))
+            plan_of(case.M, case.N, _esize(case.dtype))
         except ValueError as e:
             return str(e)
         return None
@@ -234,7 +249,7 @@ def _sm_impl(kernel):
     def compile_only(case):
         _need()
         try:
-            plan = plan_of(case.M, case.N, _esize(case.dtype), aligned=case_aligned(case))
+            plan = plan_of(case.M, case.N, _esize(case.dtype), *case_flat(case))
         except ValueError as e:
             raise Unsupported(str(e)) from None
         return _facts(_sm_simple_compile(case.dtype) if kernel == "simple" else _sm_compile(case.dtype, plan), plan)
@@ -247,7 +262,7 @@ def _sm_impl(kernel):
             raise Unsupported("x, out: 2-D, same shape and dtype")
         if x.stride(1) != 1 or out.stride(1) != 1:
             raise Unsupported("x, out: unit column stride")
-        flat = None if kernel in ("simple", "smem", "split") else _sm_flat(x, out)
+        flat = _sm_flat(x, out) if vector else None
         try:
             plan = plan_of(x.shape[0], x.shape[1], x.element_size(), flat is not None, bool(flat and flat[4]))
         except ValueError as e:
@@ -257,12 +272,11 @@ def _sm_impl(kernel):
         dt = tilelang_src.dtype_name(x.dtype)
         entries = _sm_simple_compile(dt) if kernel == "simple" else _sm_compile(dt, plan)
         k = entries[0].kernel
-        m, n = x.shape
-        if plan["kernel"] == "rows":
+        if "vec" in plan:
             fx, fy, off, sx, _ = flat
-            return _launch(entries, plan, lambda: k(fx, fy, m, n, sx, off))
-        if plan["kernel"] == "online":
-            fx, fy, off, sx, _ = flat
+            m, n = x.shape
+            if plan["kernel"] == "rows":
+                return _launch(entries, plan, lambda: k(fx, fy, m, n, sx, off))
             return _launch(entries, plan, lambda: k(fx, fy, n, sx, off, m))
         if plan["kernel"] != "split":
             return _launch(entries, plan, lambda: k(x, out))
@@ -282,26 +296,31 @@ def _sm_impl(kernel):
 _SM_SIMPLE = Source(src(C, "softmax.py"), kernels=("softmax_kernel",))
 _SM_ROWS = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel",))
 _SM_ONLINE = Source(src(C, "softmax_online.py"), kernels=("softmax_online_kernel",))
+_SM_ROWS_VEC = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_vec_kernel", "softmax_rows_kernel"))
+_SM_ONLINE_VEC = Source(src(C, "softmax_online.py"), kernels=("softmax_online_vec_kernel", "softmax_online_kernel"))
+_SM_VEC_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile", "_sm_flat"))
 _SM_SMEM = Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_kernel",))
 _SM_SPLIT = Source(src(C, "softmax_split.py"), kernels=("softmax_split_stats_kernel", "softmax_split_write_kernel"))
-_SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile", "_sm_flat"))
+_SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile",))
 _SM_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_simple_compile",))
 _SM_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "_pow2_at_least"))
 for _name, _kernel, _desc, _srcs in (
-        ("softmax", None, "planned by row length, 16-byte vectors with guarded row edges: softmax_rows "
-                          "(whole rows in registers, several short rows per CTA) up to ~16384 columns; longer "
-                          "rows: softmax_split when they cover less than half the SMs, else softmax_online "
-                          "(two reads); x and out of different strides or alignments: the twin's element "
-                          "kernel",
-         planned_sources({"rows": _SM_ROWS, "smem": _SM_SMEM, "online": _SM_ONLINE, "split": _SM_SPLIT,
-                          "simple": _SM_SIMPLE},
+        ("softmax", None, "planned by row length: softmax_rows (whole rows in registers, several short rows "
+                          "per CTA) up to 16384 columns; longer rows: softmax_split when they cover less than "
+                          "half the SMs, else softmax_smem (row staged in shared memory, <= 220 KB) or "
+                          "softmax_online (two reads)",
+         planned_sources({"rows": _SM_ROWS, "smem": _SM_SMEM, "online": _SM_ONLINE, "split": _SM_SPLIT},
                          _plans.reachable("softmax"), [_SM_HOST, _SM_PLAN])),
         ("softmax_simple", "simple", "teaching twin: a CTA per row, online (max, sum) over 1024-column tiles, "
                                      "then a write pass", [_SM_SIMPLE, _SM_SIMPLE_HOST]),
-        ("softmax_rows", "rows", "whole rows in registers (cols = next power of two), reduce_max / reduce_sum "
-                                 "along the row, one read one write", [_SM_ROWS, _SM_HOST, _SM_PLAN]),
-        ("softmax_online", "online", "a CTA per row: online (max, sum) over 4096-column tiles, second read to "
-                                     "write", [_SM_ONLINE, _SM_HOST, _SM_PLAN]),
+        ("softmax_rows", "rows", "whole rows in registers, reduce_max / reduce_sum along the row, one read one "
+                                 "write, in 16-byte vectors with guarded row edges (not yet run on a GPU); the "
+                                 "element kernel where x and out differ in stride or 16-byte phase",
+         [_SM_ROWS_VEC, _SM_VEC_HOST, _SM_PLAN]),
+        ("softmax_online", "online", "a CTA per row: online (max, sum) over column tiles, second read to write, "
+                                     "in 16-byte vectors with guarded row edges (not yet run on a GPU); the "
+                                     "element kernel where x and out differ in stride or 16-byte phase",
+         [_SM_ONLINE_VEC, _SM_VEC_HOST, _SM_PLAN]),
         ("softmax_smem", "smem", "a CTA per row, the row staged raw in shared memory as pass 1 folds (max, sum) "
                                  "online; pass 2 writes from shared memory (one read, one write)",
          [_SM_SMEM, _SM_HOST, _SM_PLAN]),

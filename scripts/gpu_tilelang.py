@@ -1,15 +1,19 @@
 """GPU check of the TileLang layer's softmax vector kernels and GEMM candidates (no arguments;
 writes $OUT/tilelang/check.json, prints a summary; finishes within ~150 s).
 
-1. Compiles, in parallel worker processes (they fill TileLang's disk cache), the kernels the
-   planner in tilelang_src/dispatch.py now chooses for the models suite's softmax classes, plus
-   GEMM tile candidates beside the current default's.
-2. Verifies the default softmax (through the adapter's own ``prepare``, so the planner and the
-   flat-view path are what runs) against a float64 reference on shapes reaching every path:
-   aligned and misaligned rows, odd N, row strides, an offset view, few long rows (split), x and
-   out of different strides (the element fallback).
-3. Times (CUDA events, median of 20) the default softmax beside torch.softmax and a same-size copy,
-   and the GEMM candidates beside torch relu(addmm).
+1. Compiles, in parallel worker processes (they fill TileLang's disk cache), the kernels that the
+   default (``tilelang:softmax``, element kernels) and the vector variants (``tilelang:softmax_rows``,
+   ``tilelang:softmax_online``: 16-byte groups, guarded row edges; not yet run on a GPU) plan for
+   the models suite's softmax classes and the check shapes, plus GEMM tile candidates beside the
+   current default's 128x256x64 / 3 stages.
+2. Verifies the vector variants and the default (each through the adapter's own ``prepare``, so
+   the planner and the flat-view path are what runs) against a float64 reference on shapes
+   reaching every path: rows starting on and off 16 bytes, odd N, an offset view, x and out rows
+   of one wider buffer (same stride), x strided with out contiguous (the element fallback), one
+   row, rows of 16377 columns (the vector rows kernel's longest class).
+3. Times (CUDA events, median of 20) the default and the vector variant of its algorithm (rows for
+   rows, online for smem / online) beside torch.softmax and a same-size copy, and the GEMM
+   candidates beside torch relu(addmm).
 Nothing here is read by the rules.
 """
 from __future__ import annotations
@@ -44,15 +48,27 @@ def _case(m, n, dtype, layout="contig"):
     return problems.get("softmax").case(M=m, N=n, dtype=dtype)
 
 
+def _variant(plan_kernel):
+    """The vector variant id timed beside a default plan's kernel."""
+    return {"rows": "softmax_rows", "smem": "softmax_online", "online": "softmax_online"}.get(plan_kernel)
+
+
 def _sm_plans():
     from tilelang_src import dispatch
     es = {"float32": 4, "float16": 2, "bfloat16": 2}
     jobs = set()
     for m, n, dt, *rest in SM_TIMED + SM_VERIFY:
         layout = rest[0] if rest else "contig"
-        for aligned in ((False, True) if layout != "contig" else (n % (16 // es[dt]) == 0,)):
-            p = dispatch.plan_softmax(m, n, es[dt], vector_ok=layout != "strided", aligned=aligned)
-            jobs.add((dt, json.dumps(p, sort_keys=True)))
+        d = dispatch.plan_softmax(m, n, es[dt])
+        jobs.add((dt, json.dumps(d, sort_keys=True)))
+        for kern in ("rows", "online"):
+            try:
+                jobs.add((dt, json.dumps(dispatch.plan_softmax(m, n, es[dt], kernel=kern), sort_keys=True)))
+                for aligned in (False, True):
+                    p = dispatch.plan_softmax(m, n, es[dt], kernel=kern, vector=True, aligned=aligned)
+                    jobs.add((dt, json.dumps(p, sort_keys=True)))
+            except ValueError:
+                pass
     return sorted(jobs)
 
 
@@ -134,41 +150,51 @@ def main():
     save()
     from harness import registry
     registry.load_backends()
-    impl = registry.get("softmax", "tilelang:softmax")
+    impls = {name: registry.get("softmax", f"tilelang:{name}") for name in ("softmax", "softmax_rows", "softmax_online")}
     g = torch.Generator(device="cuda").manual_seed(0)
     left = lambda: BUDGET_S - (time.time() - T0)  # noqa: E731
 
-    def run_default(m, n, dtype, layout):
+    def prepared(name, m, n, dtype, layout):
         x, out = _tensors(m, n, dtype, layout, g)
-        launch = impl.prepare(_case(m, n, dtype), (x,), out)
+        launch = impls[name].prepare(_case(m, n, dtype), (x,), out)
         return x, out, launch
 
     for m, n, dt, layout in SM_VERIFY:
-        if left() < 40:
-            break
-        try:
-            x, out, launch = run_default(m, n, dt, layout)
-            out.fill_(float("nan"))
-            launch()
-            torch.cuda.synchronize()
-            ref = torch.softmax(x.double(), -1)
-            err = (out.double() - ref).abs().max().item()
-            tol = 2e-5 if dt == "float32" else 8e-3
-            res["softmax_verify"].append({"case": [m, n, dt, layout], "plan": launch.info.get("config"),
-                                          "max_err": err, "ok": bool(err <= tol)})
-        except Exception as e:
-            res["softmax_verify"].append({"case": [m, n, dt, layout], "error": f"{type(e).__name__}: {str(e)[:300]}"})
+        for name in ("softmax_rows", "softmax_online", "softmax"):
+            if left() < 45:
+                break
+            if name == "softmax_rows" and n > 16377:
+                continue
+            try:
+                x, out, launch = prepared(name, m, n, dt, layout)
+                out.fill_(float("nan"))
+                launch()
+                torch.cuda.synchronize()
+                ref = torch.softmax(x.double(), -1)
+                err = (out.double() - ref).abs().max().item()
+                tol = 2e-5 if dt == "float32" else 8e-3
+                res["softmax_verify"].append({"id": name, "case": [m, n, dt, layout], "plan": launch.info.get("config"),
+                                              "max_err": err, "ok": bool(err <= tol)})
+            except Exception as e:
+                res["softmax_verify"].append({"id": name, "case": [m, n, dt, layout],
+                                              "error": f"{type(e).__name__}: {str(e)[:300]}"})
         save()
     for m, n, dt in SM_TIMED:
         if left() < 25:
             break
         try:
-            x, out, launch = run_default(m, n, dt, "contig")
+            x, out, launch = prepared("softmax", m, n, dt, "contig")
             y = torch.empty_like(x)
             row = {"case": [m, n, dt], "plan": launch.info.get("config"), "us": bench(launch),
                    "torch_us": bench(lambda: torch.softmax(x, -1)), "copy_us": bench(lambda: y.copy_(x))}
             row["vs_torch"] = round(row["torch_us"] / row["us"], 3)
             row["pct_copy"] = round(100 * row["copy_us"] / row["us"], 1)
+            var = _variant(row["plan"]["kernel"])
+            if var:
+                launch_v = impls[var].prepare(_case(m, n, dt), (x,), out)
+                row["vector"] = {"id": var, "plan": launch_v.info.get("config"), "us": bench(launch_v)}
+                row["vector"]["vs_torch"] = round(row["torch_us"] / row["vector"]["us"], 3)
+                row["vector"]["pct_copy"] = round(100 * row["copy_us"] / row["vector"]["us"], 1)
             res["softmax_time"].append(row)
         except Exception as e:
             res["softmax_time"].append({"case": [m, n, dt], "error": f"{type(e).__name__}: {str(e)[:300]}"})
@@ -204,9 +230,10 @@ def main():
     bad = [v for v in res["softmax_verify"] if not v.get("ok")]
     print(f"softmax verify: {len(res['softmax_verify']) - len(bad)}/{len(res['softmax_verify'])} ok; bad: {bad}")
     for r in res["softmax_time"]:
-        print("softmax", r.get("case"), r.get("plan", {}).get("kernel") if r.get("plan") else None,
-              r.get("us"), "torch", r.get("torch_us"), "x", r.get("vs_torch"), "pct_copy", r.get("pct_copy"),
-              r.get("error", ""))
+        v = r.get("vector", {})
+        print("softmax", r.get("case"), "default", (r.get("plan") or {}).get("kernel"), r.get("us"), "x", r.get("vs_torch"),
+              "pct_copy", r.get("pct_copy"), "| vector", v.get("id"), v.get("us"), "x", v.get("vs_torch"),
+              "pct_copy", v.get("pct_copy"), "| torch", r.get("torch_us"), "copy", r.get("copy_us"), r.get("error", ""))
     for r in res["gemm"]:
         print("gemm", r["shape"], "torch", r["torch_us"], {k2: v.get("us", v.get("error")) for k2, v in r["configs"].items()})
     print("compile errors:", [c for c in res["compile"] if c["error"]], "errors:", res["errors"], "elapsed", res["elapsed_s"])

@@ -111,6 +111,84 @@ def test_plans():
         dispatch.plan_gemm(16, 4001, 4096, 2, False, kernel="tma")
 
 
+def test_softmax_vector_plans():
+    """The vector variants' plans: 16-byte groups (vec = 16 / element size); the row plus one group
+    of slack unless every row starts on 16 bytes, rounded up to the CTA's width; the default's
+    plans are the element plans (no ``vec``) until the vector kernels have run on a GPU."""
+    from tilelang_src import dispatch
+
+    for m, n, es in ((32768, 512, 2), (1823, 781, 4), (8192, 2048, 2), (64, 16377, 2), (4096, 50257, 2),
+                     (4096, 151936, 4), (3, 262_147, 4), (4, 33, 2)):
+        assert "vec" not in dispatch.plan_softmax(m, n, es)
+        for aligned in (False, True):
+            try:
+                p = dispatch.plan_softmax(m, n, es, kernel="rows", vector=True, aligned=aligned)
+            except ValueError:
+                assert n + 16 // es - 1 > dispatch.TABLE["softmax"]["max_cols"]
+                continue
+            width = p["threads"] * p["vec"]
+            assert p["vec"] == 16 // es and p["cols"] % width == 0
+            assert p["cols"] >= n + (0 if aligned else p["vec"] - 1) and p["cols"] - width < n + p["vec"] - 1
+            q = dispatch.plan_softmax(m, n, es, kernel="online", vector=True)
+            assert q["vec"] == 16 // es and q["tile"] % (q["threads"] * q["vec"]) == 0
+    assert dispatch.plan_softmax(32768, 512, 2, kernel="rows", vector=True, aligned=True)["cols"] == 512
+    assert dispatch.plan_softmax(32768, 512, 2, kernel="rows", vector=True)["cols"] == 768
+    with pytest.raises(ValueError, match="N:"):
+        dispatch.plan_softmax(4, 16_380, 2, kernel="rows", vector=True)   # 16380 + 7 > 16384
+
+
+def test_softmax_flat_views():
+    """The vector kernels' flat views (CPU tensors): element ``start + j`` of the view, start =
+    off + r * sx, is x[r, j]; the view begins on 16 bytes; x and out of different strides or
+    16-byte phases get None (the element kernel)."""
+    from backends.tilelang_layer import _sm_flat
+
+    def check(x, out):
+        got = _sm_flat(x, out)
+        assert got is not None
+        fx, fy, off, sx, aligned = got
+        assert fx.data_ptr() % 16 == 0 and fy.data_ptr() % 16 == 0 and 0 <= off < 16 // x.element_size()
+        for r in sorted({0, min(1, x.shape[0] - 1), x.shape[0] - 1}):
+            assert torch.equal(fx[off + r * sx: off + r * sx + x.shape[1]], x[r])
+            assert fy[off + r * sx: off + r * sx + x.shape[1]].data_ptr() == out[r].data_ptr()
+        return off, sx, aligned
+
+    x = torch.randn(37, 1000).to(torch.bfloat16)
+    assert check(x, torch.empty_like(x)) == (0, 1000, True)
+    x = torch.randn(37, 1001).to(torch.bfloat16)
+    assert check(x, torch.empty_like(x)) == (0, 1001, False)
+    buf, obuf = torch.randn(5 * 781 + 3), torch.empty(5 * 781 + 3)
+    x, out = buf[3:].view(5, 781), obuf[3:].view(5, 781)            # 12 bytes into 16-byte storage
+    assert check(x, out) == (3, 781, False)
+    wide, owide = torch.randn(9, 300, dtype=torch.float16), torch.empty(9, 300, dtype=torch.float16)
+    assert check(wide[:, 1:278], owide[:, 1:278]) == (1, 300, False)
+    assert _sm_flat(wide[:, 1:278], torch.empty(9, 277, dtype=torch.float16)) is None   # strides differ
+    assert _sm_flat(buf[3:].view(5, 781), torch.empty(5, 781)) is None                   # phases differ
+    one = torch.randn(1, 8).to(torch.bfloat16)
+    assert check(one, torch.empty_like(one)) == (0, 8, True)
+
+
+@needs_tl
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("impl_id,dims", [
+    ("tilelang:softmax_rows", dict(M=1823, N=781, dtype="bfloat16")),
+    ("tilelang:softmax_online", dict(M=4096, N=50257, dtype="float32")),
+])
+def test_softmax_vector_kernels_sm90a(impl_id, dims):
+    """The vector variants compile for sm_90a with no spills, and their generated CUDA moves whole
+    groups of X and Y as 16-byte vectors (uint4 / float4; ld.global.nc.v4 in the PTX) where the
+    element kernels issue only 2- or 4-byte accesses."""
+    impl = _impls()[impl_id]
+    backend = importlib.import_module("backends.tilelang_layer")
+    backend._SEEN.clear()
+    facts = impl.compile_only_fn(problems.get("softmax").case(**dims))
+    assert "vec" in facts["config"] and facts.get("spills", 0) == 0, facts
+    src = backend._SEEN[-1].source()
+    vec = "uint4" if dims["dtype"] != "float32" else "float4"
+    for buf in ("X", "Y"):
+        assert f"*({vec}*)({buf} + " in src, f"no 16-byte accesses of {buf}"
+
+
 def test_supports_declines_only_in_variants():
     impls = _impls()
     for p in PROBLEMS:

@@ -50,52 +50,57 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "vector_add":
         return ("tiled", "simple")
     if problem == "softmax":
-        return ("rows", "split", "online", "simple")
+        return ("rows", "split", "smem", "online")
     if problem == "gemm_epilogue":
         return ("tma", "tiled", "splitk")
     raise ValueError(f"problem: {problem!r} has no TileLang planner")
 
 
-def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector_ok: bool = True,
+def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector: bool = False,
                  aligned: bool = False) -> dict:
-    """The 16-byte-vector kernels where X and Y have the same row stride and alignment
-    (``vector_ok``: the adapter passes them as flat views from a 16-byte boundary); the element
-    kernel of the twin otherwise (``simple``). rows: whole rows in registers (``cols`` = the row
-    plus, unless every row starts on 16 bytes (``aligned``), one 16-byte group of slack, rounded
-    up to the CTA's vector width; short rows several to a CTA so a CTA holds ``warp_cta_cols``
-    columns); split: fewer long rows than half the SMs, C CTAs per row (C = the CTAs that fill the
-    SMs twice over, at most a chunk per tile); online: longer rows streamed twice in tiles (the
-    second read mostly from L2), a CTA per row. smem (rows staged in shared memory) stays a
-    variant: its element staging loses to online's vectors (docs/performance.md
-    ``## TileLang / softmax``)."""
+    """rows: whole rows in registers (cols = the power of two >= N, ``elems_per_thread`` fp32
+    values a thread; short rows several to a CTA so a CTA holds ``rows_cta_cols`` columns);
+    smem: longer rows staged raw in a CTA's shared memory (the row rounded up to ``smem_tile``
+    columns, at most ``smem_max_bytes``), a CTA per row, while the rows cover half the SMs;
+    online: rows longer than that streamed twice in tiles, a CTA per row, as long;
+    split: fewer long rows, C CTAs per row (C = the CTAs that fill the SMs twice over, at most a
+    chunk per tile).
+
+    ``vector``: the 16-byte-vector forms of rows and online (``vec`` elements a group; the
+    variants' kernels, not yet run on a GPU, so the default does not ask for them yet). Their
+    rows are flat spans from the 16-byte group at or below each row's start: ``cols`` then covers
+    the row plus one group of slack unless every row starts on 16 bytes (``aligned``), rounded up
+    to the CTA's width (threads x vec)."""
     t = TABLE["softmax"]
     vec = 16 // esize
-    span = n + (0 if aligned else vec - 1)
+    span = n + (0 if aligned or not vector else vec - 1)
     cols = max(_pow2_at_least(span), 32)
     if kernel is None:
-        if not vector_ok:
-            kernel = "simple"
-        elif cols <= t["max_cols"]:
+        if cols <= t["max_cols"]:
             kernel = "rows"
         elif m < SMS // 2:
             kernel = "split"
+        elif -(-n // t["smem_tile"]) * t["smem_tile"] * esize <= t["smem_max_bytes"]:
+            kernel = "smem"
         else:
             kernel = "online"
-    if kernel in ("rows", "online") and not vector_ok:
-        raise ValueError("x, out: the vector kernels need the same row stride and 16-byte alignment in x and out")
     choice = kernel
     if choice == "rows":
         if cols > t["max_cols"]:
-            raise ValueError(f"N: softmax_rows holds rows of at most {t['max_cols'] - vec + 1} columns, not {n}")
+            raise ValueError(f"N: softmax_rows holds rows of at most {t['max_cols']} columns, not {n}")
         if cols <= t["warp_cols"]:
             threads, rows = 32, max(1, min(t["warp_rows"], t["warp_cta_cols"] // cols))
         else:
             threads, rows = min(t["max_threads"], cols // t["elems_per_thread"]), 1
-        width = threads * vec
-        return {"kernel": "rows", "cols": -(-span // width) * width, "rows": rows, "threads": threads, "vec": vec}
+        if vector:
+            width = threads * vec
+            return {"kernel": "rows", "cols": -(-span // width) * width, "rows": rows, "threads": threads, "vec": vec}
+        return {"kernel": "rows", "cols": cols, "rows": rows, "threads": threads}
     if choice == "online":
         tile, threads = t["online"][4 if esize >= 4 else 2]
-        return {"kernel": "online", "tile": tile, "threads": threads, "vec": vec}
+        if vector:
+            return {"kernel": "online", "tile": tile, "threads": threads, "vec": vec}
+        return {"kernel": "online", "tile": tile, "threads": threads}
     if choice == "smem":
         scols = -(-n // t["smem_tile"]) * t["smem_tile"]
         if scols * esize > t["smem_max_bytes"]:

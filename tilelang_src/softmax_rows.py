@@ -1,22 +1,54 @@
-"""Row softmax with whole rows in registers: ``rows`` rows per CTA, one read and one write, in
-16-byte vectors.
+"""Row softmax with whole rows in registers: ``rows`` rows per CTA, one read and one write.
 
-X and Y come as flat 1-D views that start on a 16-byte boundary (the adapter builds them); row r
-is the elements [start, start + n) with start = off + r * sx. The CTA's ``rows x cols`` fragment
-maps column j to the flat element (start // vec) * vec + j, so each thread's ``vec`` neighbours
-(vec = 16 bytes / element size) form one aligned 16-byte group: a group wholly inside the row is
-one vector load (no per-element guard), and only the row's partial first and last groups take
-guarded element loads. ``cols`` covers the row plus one group of slack (a row need not start on a
-16-byte boundary). Everything outside the row reads as -inf; the same split writes the result.
-Y's rows have X's alignment (the planner checks it). fp32 math, exp as exp2 of the scaled
-difference. One compile per (dtype, cols, rows, threads); m, n, sx and off are run-time values.
+The CTA loads a ``rows x cols`` tile (``cols``, a power of two >= N, set by the planner per shape
+class; out-of-row columns and rows past M read as -inf), reduces each row's max and sum of exp
+across its threads (``T.reduce_max`` / ``T.reduce_sum`` along dim 1) and writes exp(x - max) / sum.
+Short rows share a CTA (``rows`` > 1) so a CTA still has a few KB in flight; long rows take a CTA
+each. Dynamic M, N and row strides: one compile per (dtype, cols, rows, threads). The guarded
+accesses are element loads, right at any row alignment.
+
+``softmax_rows_vec_kernel`` (the ``tilelang:softmax_rows`` variant; not yet run on a GPU) is the
+same algorithm in 16-byte vectors. X and Y come as flat 1-D views that start on a 16-byte boundary
+(the adapter builds them); row r is the elements [start, start + n), start = off + r * sx. Column
+j of the fragment maps to the flat element (start // vec) * vec + j, so each thread's ``vec``
+neighbours (vec = 16 bytes / element size) form one aligned 16-byte group: a group wholly inside
+the row is one vector load with no per-element guard, and only the row's partial first and last
+groups take guarded element loads. ``cols`` covers the row plus one group of slack where rows do
+not start on 16 bytes. The kernel guards every access itself, so it is compiled with TileLang's
+per-element bounds legalisation off (it would split the vectors). Y's rows have X's alignment
+(the adapter checks it); m, n, sx and off are run-time values.
 """
 import tilelang.language as T
 
 LOG2E = 1.4426950408889634
 
 
-def softmax_rows_kernel(dtype: str, cols: int, rows: int, threads: int, vec: int):
+def softmax_rows_kernel(dtype: str, cols: int, rows: int, threads: int):
+    M, N = T.dynamic("M"), T.dynamic("N")
+    SX, SY = T.dynamic("SX"), T.dynamic("SY")
+    f32 = "float32"
+    NEG = -T.infinity(f32)
+
+    @T.prim_func
+    def softmax_rows(X: T.StridedTensor((M, N), (SX, 1), dtype), Y: T.StridedTensor((M, N), (SY, 1), dtype)):
+        with T.Kernel(T.ceildiv(M, rows), threads=threads) as b:
+            x = T.alloc_fragment((rows, cols), f32)
+            mx = T.alloc_fragment((rows,), f32)
+            sm = T.alloc_fragment((rows,), f32)
+            for i, j in T.Parallel(rows, cols):
+                x[i, j] = T.if_then_else(b * rows + i < M and j < N, T.cast(X[b * rows + i, j], f32), NEG)
+            T.reduce_max(x, mx, dim=1)
+            for i, j in T.Parallel(rows, cols):
+                x[i, j] = T.exp2((x[i, j] - mx[i]) * LOG2E)
+            T.reduce_sum(x, sm, dim=1)
+            for i, j in T.Parallel(rows, cols):
+                if b * rows + i < M and j < N:
+                    Y[b * rows + i, j] = T.cast(x[i, j] / sm[i], dtype)
+
+    return softmax_rows
+
+
+def softmax_rows_vec_kernel(dtype: str, cols: int, rows: int, threads: int, vec: int):
     L = T.dynamic("L")
     f32 = "float32"
     NEG = -T.infinity(f32)
@@ -31,7 +63,7 @@ def softmax_rows_kernel(dtype: str, cols: int, rows: int, threads: int, vec: int
         return e, b * rows + i < m and (inside if whole else (not inside and e >= start and e < start + n))
 
     @T.prim_func
-    def softmax_rows(X: T.Tensor((L,), dtype), Y: T.Tensor((L,), dtype), m: T.int32, n: T.int32,
+    def softmax_rows_vec(X: T.Tensor((L,), dtype), Y: T.Tensor((L,), dtype), m: T.int32, n: T.int32,
                      sx: T.int32, off: T.int32):
         with T.Kernel(T.ceildiv(m, rows), threads=threads) as b:
             x = T.alloc_fragment((rows, cols), f32)
@@ -64,4 +96,4 @@ def softmax_rows_kernel(dtype: str, cols: int, rows: int, threads: int, vec: int
                 if go:
                     Y[e] = y[i, j]
 
-    return softmax_rows
+    return softmax_rows_vec
