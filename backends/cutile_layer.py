@@ -47,9 +47,9 @@ if ct is not None:
     from cutile_src import gemm_epilogue as gemm_simple
     from cutile_src import gemm_epilogue_splitk as gemm_splitk
     from cutile_src import gemm_epilogue_tiled as gemm_tiled
-    from cutile_src import pack as gemm_pack
+    from cutile_src import gemm_epilogue_pack as gemm_pack
     from cutile_src import softmax as softmax_simple
-    from cutile_src import softmax_online, softmax_rows
+    from cutile_src import softmax_online, softmax_online_flat, softmax_rows
     from cutile_src import vector_add as vector_add_simple
     from cutile_src import vector_add_unmasked
 
@@ -458,22 +458,31 @@ for _v, (_name, _desc, _src) in _VA.items():
 
 
 # -- softmax -----------------------------------------------------------------------------------
+def _sm_contiguous(x, out) -> bool:
+    """The flat kernel's condition on the tensors: x and out contiguous, 16-byte aligned bases."""
+    return softmax_online_flat.flat_ok(x, out) and _address(x) % 16 == 0 and _address(out) % 16 == 0
+
+
 def _sm_launches(variant, x, out):
     M, N = x.shape
     if variant == "simple":
         t = softmax_simple.TILE
         return [(softmax_simple.softmax_kernel, (x, out, t), {})], {"variant": "simple", "TILE": t}
-    contiguous = softmax_online.flat_ok(x, out) and _address(x) % 16 == 0 and _address(out) % 16 == 0
+    contiguous = _sm_contiguous(x, out)
     p = dispatch.plan_softmax(M, N, x.element_size(), _sms(), contiguous=contiguous)
     if variant == "online" and p["variant"] != "online":
-        flat = contiguous and (N * x.element_size()) % 16 != 0
-        t = dispatch.SOFTMAX["ONLINE_TILE"] if flat else min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
-        p = {"variant": "online", "TILE": t, "FLAT": flat, "grid": M, "hints": dict(dispatch.ONLINE_HINTS)}
+        t = min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
+        p = {"variant": "online", "TILE": t, "grid": M, "hints": dict(dispatch.ONLINE_HINTS)}
+    if variant == "online_flat":
+        # the flat kernel wherever its view exists (x and out contiguous and aligned), else the
+        # planner's choice with the flat kernel allowed
+        p = dispatch.online_flat_config(M) if contiguous else \
+            dispatch.plan_softmax(M, N, x.element_size(), _sms(), contiguous=False, flat=True)
     if p["variant"] == "rows":
         return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"], softmax_rows.tma_store_ok(out)),
                  p["hints"])], p
-    if p.get("FLAT"):
-        return [(softmax_online.softmax_online_flat_kernel, softmax_online.flat_args(x, out, p["TILE"]),
+    if p["variant"] == "online_flat":
+        return [(softmax_online_flat.softmax_online_flat_kernel, softmax_online_flat.flat_args(x, out, p["TILE"]),
                  p["hints"])], p
     return [(softmax_online.softmax_online_kernel, (x, out, p["TILE"], softmax_rows.tma_store_ok(out)),
              p["hints"])], p
@@ -497,6 +506,20 @@ def _sm_compile(variant):
     return compile_only
 
 
+def bind_softmax(variant, x, out):
+    """The planned launch of ``variant`` (default / rows / online / online_flat) on CUDA
+    tensors: (launch, launches, cfg)."""
+    launches, cfg = _sm_launches(variant, x, out)
+    k, _, h = launches[0]
+    if cfg["variant"] == "rows":
+        launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], cfg["grid"], kernel=hinted(k, h))
+    elif cfg["variant"] == "online_flat":
+        launch = softmax_online_flat.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
+    else:
+        launch = softmax_online.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
+    return launch, launches, cfg
+
+
 def _sm_prepare(variant):
     def prepare(case, inputs, out):
         _cuda_inputs(inputs)
@@ -504,44 +527,38 @@ def _sm_prepare(variant):
         softmax_args(x, out)
         if variant == "rows" and _sm_supports("rows")(case):
             raise Unsupported(_sm_supports("rows")(case))
-        launches, cfg = _sm_launches(variant, x, out)
         if variant == "simple":
+            launches, cfg = _sm_launches(variant, x, out)
+
             def launch():
                 softmax_simple.softmax(x, out)
         else:
-            k, _, h = launches[0]
-            if cfg["variant"] == "rows":
-                launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], cfg["grid"], kernel=hinted(k, h))
-            elif cfg.get("FLAT"):
-                launch = softmax_online.bind_launch_flat(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
-            else:
-                launch = softmax_online.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
+            launch, launches, cfg = bind_softmax(variant, x, out)
         return _finish(launch, launches, cfg)
     return prepare
 
 
+_SM_SRC = {"rows": Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
+           "online": Source("cutile_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",)),
+           "online_flat": Source("cutile_src/softmax_online_flat.py", kernels=("softmax_online_flat_kernel",),
+                                 host=("flat_ok", "flat_args", "bind_launch"))}
 _SM = {
     "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile; occupancy "
                 "hint by the tile's live values) while a row rounds up to <= 32768 columns, online (column tiles, running max and sum, second "
                 "pass newest tile first) for longer rows",
-                planned_sources({"rows": Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",),
-                                                host=("bind_launch",)),
-                                 "online": Source("cutile_src/softmax_online.py",
-                                                  kernels=("softmax_online_kernel", "softmax_online_flat_kernel"),
-                                                  host=("bind_launch", "bind_launch_flat", "flat_args"))},
-                                _plans.reachable("softmax"),
+                planned_sources(_SM_SRC, _plans.reachable("softmax"),
                                 [Source("cutile_src/dispatch.py", kernels=(), host=("plan_softmax",))])),
     "simple": ("softmax_simple", "teaching twin: a program per row, online max/sum over 1024-column "
                "tiles, second pass stores; any N",
                [Source("cutile_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
     "rows": ("softmax_rows", "a (ROWS, TN) tile of whole rows a program (ROWS = 1: one row as one tile); "
-             "rows up to 32768 columns rounded up",
-             [Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",))]),
+             "rows up to 32768 columns rounded up", [_SM_SRC["rows"]]),
     "online": ("softmax_online", "a program per row, column tiles with lane-wise running max and sum, "
-               "second pass newest tile first; contiguous rows of bytes not a 16-byte multiple as aligned "
-               "tiles of one flat vector (masked); any N",
-               [Source("cutile_src/softmax_online.py", kernels=("softmax_online_kernel", "softmax_online_flat_kernel"),
-                       host=("bind_launch", "bind_launch_flat", "flat_args"))]),
+               "second pass newest tile first; any N", [_SM_SRC["online"]]),
+    "online_flat": ("softmax_online_flat", "not yet run on a GPU: online over aligned 2048-element tiles "
+                    "of the contiguous rows as one vector (TMA loads where a row's bytes are not a 16-byte "
+                    "multiple), masked to the row, shared tiles stored through a masked scatter; other "
+                    "layouts: the planner's choice; any N", [_SM_SRC["online_flat"]]),
 }
 for _v, (_name, _desc, _src) in _SM.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,
@@ -557,23 +574,24 @@ def _rows16(t: torch.Tensor) -> bool:
 
 
 def _gemm_plan(variant, a, b):
+    """The plan of ``variant``; for "pack" (and a default that packs) {"variant": "pack",
+    "PACK": {operand: pack config}, "GEMM": the tiled / split-K plan on the packed operands}."""
     (M, K), N = a.shape, b.shape[1]
+    es, sms = a.element_size(), _sms()
     facts = {"a_rows16": _rows16(a), "b_rows16": _rows16(b)}
-    p = dispatch.plan_gemm(M, N, K, a.element_size(), _sms(), **facts)
     if variant == "tiled":
-        p = dispatch.tiled_config(M, N, K, a.element_size(), _sms(), tma=True if p["pack"] else None) \
-            | {"pack": p["pack"]}
-    elif variant == "splitk":
-        p = dispatch.splitk_config(M, N, K, _sms(), min_split=2) | {"pack": p["pack"]}
-    return p
+        return dispatch.tiled_config(M, N, K, es, sms)
+    if variant == "splitk":
+        return dispatch.splitk_config(M, N, K, sms, min_split=2)
+    return dispatch.plan_gemm(M, N, K, es, sms, pack=True if variant == "pack" else None, **facts)
 
 
 def _gemm_operands(p, a, b):
-    """(a, b, pack launches, pack binds): the operands the GEMM kernel reads -- the views into
-    freshly allocated 16-byte-row buffers for those the plan packs -- and the pack launches
-    [(kernel, args, hints)] and zero-argument launches that fill them."""
+    """(a, b, pack launches, pack binds): the operands the GEMM kernels read -- for those the
+    plan packs, views into freshly allocated 16-byte-row buffers -- with the pack launches
+    [(kernel, args, hints)] and the zero-argument launches that fill them (CUDA tensors)."""
     launches, binds, ops = [], [], {"a": a, "b": b}
-    for name, cfg in p.get("pack", {}).items():
+    for name, cfg in p.get("PACK", {}).items():
         src = ops[name]
         buf, view = gemm_pack.packed_buffer(src)
         launches.append((gemm_pack.pack_rows_kernel, (src, buf, cfg["TR"], cfg["TC"]), {}))
@@ -582,12 +600,6 @@ def _gemm_operands(p, a, b):
                                              kernel=hinted(gemm_pack.pack_rows_kernel, {})))
         ops[name] = view
     return ops["a"], ops["b"], launches, binds
-
-
-def _splitk_workspace(p, M, N, device):
-    """The fp32 split-K workspace [SPLIT, M, N'], N' = N rounded up to 16 columns (64-byte
-    rows: the partials store and the reduce load whole rows wide; the reduce stores N columns)."""
-    return torch.empty((p["SPLIT"], M, -(-N // 16) * 16), dtype=torch.float32, device=device)
 
 
 def _gemm_launches(variant, a, b, bias, act, c, ws=None):
@@ -599,19 +611,20 @@ def _gemm_launches(variant, a, b, bias, act, c, ws=None):
         g = gemm_simple
         return [(g.gemm_epilogue_kernel, (a, b, bias_arg, c, hb, ac, g.TM, g.TN, g.TK), {})], \
             {"variant": "simple", "TM": g.TM, "TN": g.TN, "TK": g.TK}
-    p = _gemm_plan(variant, a, b)
-    a, b, packs, _ = _gemm_operands(p, a, b)
+    cfg = _gemm_plan(variant, a, b)
+    a, b, packs, _ = _gemm_operands(cfg, a, b)
+    p = cfg.get("GEMM", cfg)
     if p["variant"] == "splitk":
         if ws is None:
-            ws = _splitk_workspace(p, M, N, c.device)
+            ws = gemm_splitk.workspace(p, M, N, c.device, pad=bool(packs))
         ok = gemm_tiled.tma_store_ok
         return packs + [(gemm_splitk.gemm_splitk_partial_kernel,
                          (a, b, ws, p["KPER"], p["TM"], p["TN"], p["TK"], ok(ws)), p["hints"]),
                         (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, hb, ac, p["RM"], p["RN"], ok(c)),
-                         {})], p
+                         {})], cfg
     return packs + [(gemm_tiled.gemm_epilogue_tiled_kernel,
                      (a, b, bias_arg, c, hb, ac, p["TM"], p["TN"], p["TK"], p["GROUP"], gemm_tiled.tma_store_ok(c)),
-                     p["hints"])], p
+                     p["hints"])], cfg
 
 
 def _gemm_compile(variant):
@@ -624,28 +637,29 @@ def _gemm_compile(variant):
 
 
 def bind_gemm(variant, a, b, bias, act: str, out):
-    """The planned launch of ``variant`` (default / tiled / splitk) on CUDA tensors: the packs of
-    unaligned operands, then the GEMM (one kernel, or split-K's two); (launch, launches, cfg)
-    with the buffers allocated here, once, outside the launch."""
+    """The planned launch of ``variant`` (default / tiled / splitk / pack) on CUDA tensors:
+    the packs of unaligned operands (pack plans), then the GEMM (one kernel, or split-K's two);
+    (launch, launches, cfg), buffers and workspace allocated here, once, outside the launch."""
     cfg = _gemm_plan(variant, a, b)
-    a2, b2, packs, pack_binds = _gemm_operands(cfg, a, b)
-    if cfg["variant"] == "splitk":
-        kp = hinted(gemm_splitk.gemm_splitk_partial_kernel, cfg["hints"])
-        ws = _splitk_workspace(cfg, a.shape[0], b.shape[1], out.device)
-        main = gemm_splitk.bind_launch(a2, b2, bias, ACT[act], out, cfg, ws=ws,
+    a2, b2, _, pack_binds = _gemm_operands(cfg, a, b)
+    p = cfg.get("GEMM", cfg)
+    if p["variant"] == "splitk":
+        kp = hinted(gemm_splitk.gemm_splitk_partial_kernel, p["hints"])
+        ws = gemm_splitk.workspace(p, a.shape[0], b.shape[1], out.device, pad=bool(pack_binds))
+        main = gemm_splitk.bind_launch(a2, b2, bias, ACT[act], out, p, ws=ws,
                                        kernels=(kp, gemm_splitk.gemm_splitk_reduce_kernel))
     else:
-        k = hinted(gemm_tiled.gemm_epilogue_tiled_kernel, cfg["hints"])
-        main = gemm_tiled.bind_launch(a2, b2, bias, ACT[act], out, cfg, kernel=k)
+        main = gemm_tiled.bind_launch(a2, b2, bias, ACT[act], out, p,
+                                      kernel=hinted(gemm_tiled.gemm_epilogue_tiled_kernel, p["hints"]))
     launches, _ = _gemm_launches(variant, a, b, bias, act, out, ws=getattr(main, "workspace", None))
-    if pack_binds:
-        def launch():
-            for f in pack_binds:
-                f()
-            main()
-        launch.buffers = (a2, b2)
-    else:
-        launch = main
+    if not pack_binds:
+        return main, launches, cfg
+
+    def launch():
+        for f in pack_binds:
+            f()
+        main()
+    launch.buffers = (a2, b2)
     return launch, launches, cfg
 
 
@@ -668,28 +682,30 @@ def _gemm_prepare(variant):
 
 _GT = "cutile_src/gemm_epilogue_tiled.py"
 _GS = "cutile_src/gemm_epilogue_splitk.py"
-_PACK = Source("cutile_src/pack.py", kernels=("pack_rows_kernel",), host=("packed_buffer", "bind_pack"))
+_G_SRC = {"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)),
+          "splitk": Source(_GS, kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
+                           host=("workspace", "bind_launch")),
+          "pack": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_rows_kernel",),
+                         host=("packed_buffer", "bind_pack"))}
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
                 "on the SMs, 8 worker warps for 128-row tiles), split-K into an fp32 workspace for few "
-                "rows; bias + activation on the accumulator tile; an operand whose rows are not 16-byte "
-                "multiples is packed first into 16-byte rows (TMA loads)",
-                planned_sources({"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)),
-                                 "splitk": Source(_GS, kernels=("gemm_splitk_partial_kernel",
-                                                                "gemm_splitk_reduce_kernel"), host=("bind_launch",))},
-                                _plans.reachable("gemm_epilogue"),
-                                [_PACK, Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))])),
+                "rows; bias + activation on the accumulator tile",
+                planned_sources(_G_SRC, _plans.reachable("gemm_epilogue"),
+                                [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))])),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of 128 x 128 C tiles, ct.mma over "
                "zero-padded K tiles, bias + activation before the one store; any shape",
                [Source("cutile_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
                        host=("gemm_epilogue",))]),
     "tiled": ("gemm_epilogue_tiled", "1-d grid of C tiles in grouped order, tile shape by waves on the "
-              "SMs; unaligned operands packed first; any shape",
-              [Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)), _PACK]),
+              "SMs; any shape", [_G_SRC["tiled"]]),
     "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace (at least 2 slices "
                "where K has 2 tiles), then one reduce + bias + activation kernel (deterministic); any shape",
-               [Source(_GS, kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
-                       host=("bind_launch",)), _PACK]),
+               [_G_SRC["splitk"]]),
+    "pack": ("gemm_epilogue_pack", "not yet run on a GPU: an operand whose rows are not 16-byte multiples "
+             "(K or N, or a strided view) is first copied into 16-byte rows, then the planned tiled / split-K "
+             "GEMM loads it through TMA; any shape",
+             [_G_SRC["pack"], _G_SRC["tiled"], _G_SRC["splitk"]]),
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,

@@ -11,6 +11,13 @@ from dataclasses import dataclass
 
 H200_SMS = 132
 
+# Variants the default may route to only once they PASSed the verify suite on the H200. Both are
+# written, compile for sm_90 here (tests/test_cutile_layer.py checks their SASS) and are
+# registered as their own ids (cutile:gemm_epilogue_pack, cutile:softmax_online_flat), but have
+# not yet run on a GPU: scripts/gpu_cutile.py verifies and times them; flip an entry to True
+# when it has passed there (the default's plan and reachable() follow).
+GPU_VERIFIED = {"pack": False, "online_flat": False}
+
 # -- vector add: elements a program's tile moves, by element size ------------------------------
 VECTOR_ADD_TILE = {4: 2048, 2: 4096}
 
@@ -74,9 +81,9 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "vector_add":
         return ("unmasked",)
     if problem == "softmax":
-        return ("rows", "online")
+        return ("rows", "online") + (("online_flat",) if GPU_VERIFIED["online_flat"] else ())
     if problem == "gemm_epilogue":
-        return ("tiled", "splitk")
+        return ("tiled", "splitk") + (("pack",) if GPU_VERIFIED["pack"] else ())
     raise ValueError(f"problem: {problem!r} has no cuTile planner")
 
 
@@ -85,10 +92,13 @@ def plan_vector_add(n: int, elem_size: int) -> dict:
     return {"variant": "unmasked", "TILE": tile, "grid": _cdiv(n, tile), "hints": {}}
 
 
-def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous: bool = False) -> dict:
-    """rows while a row rounds up to ROW_TILE_MAX columns, else online; online is flat (aligned
-    tiles of the contiguous rows as one vector) where x and out are contiguous and a row's bytes
-    are not a 16-byte multiple (2-byte loads otherwise), else the 2-d kernel."""
+def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous: bool = False,
+                 flat: bool | None = None) -> dict:
+    """rows while a row rounds up to ROW_TILE_MAX columns, else online. Online is flat (aligned
+    tiles of the contiguous rows as one vector, ``softmax_online_flat``) where x and out are
+    contiguous (and 16-byte aligned) and a row's bytes are not a 16-byte multiple (the 2-d
+    kernel reads such rows in element-wide loads); ``flat`` allows it (default: once
+    GPU_VERIFIED says so)."""
     tn = _pow2_at_least(N)
     if tn <= SOFTMAX["ROW_TILE_MAX"]:
         rows = 1
@@ -98,9 +108,17 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous
         hints = softmax_hints(rows * tn, tn)
         grid = min(_cdiv(M, rows), sms * hints.get("occupancy", 1))  # co-resident programs, looping
         return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": grid, "hints": hints}
+    allow = GPU_VERIFIED["online_flat"] if flat is None else flat
+    if allow and contiguous and (N * elem_size) % 16 != 0:
+        return online_flat_config(M)
     tile = min(SOFTMAX["ONLINE_TILE"], tn)
-    flat = contiguous and (N * elem_size) % 16 != 0
-    return {"variant": "online", "TILE": tile, "FLAT": flat, "grid": M, "hints": dict(ONLINE_HINTS)}
+    return {"variant": "online", "TILE": tile, "grid": M, "hints": dict(ONLINE_HINTS)}
+
+
+def online_flat_config(M: int) -> dict:
+    """The flat kernel: ONLINE_TILE-element tiles whatever N (a tile may hold the ends of two
+    rows; masks split it), a program a row, the online kernel's hints."""
+    return {"variant": "online_flat", "TILE": SOFTMAX["ONLINE_TILE"], "grid": M, "hints": dict(ONLINE_HINTS)}
 
 
 # pack: an operand whose rows do not start on 16-byte boundaries (K or N elements not a 16-byte
@@ -165,17 +183,20 @@ def tiled_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS
 
 
 def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
-              a_rows16: bool | None = None, b_rows16: bool | None = None) -> dict:
+              a_rows16: bool | None = None, b_rows16: bool | None = None, pack: bool | None = None) -> dict:
     """split-K for few rows where the C tiles fill less than a wave, else tiled. ``a_rows16`` /
     ``b_rows16``: whether every row of A / B starts on a 16-byte boundary (default: from K and
-    N, contiguous operands); an operand that does not is packed first (``pack``)."""
+    N, contiguous operands); an operand that does not is packed first (``pack``: the variant
+    "pack", whose ``GEMM`` is the tiled or split-K plan on the packed operands) where ``pack``
+    allows it (default: once GPU_VERIFIED says so)."""
     a16 = (K * elem_size) % 16 == 0 if a_rows16 is None else a_rows16
     b16 = (N * elem_size) % 16 == 0 if b_rows16 is None else b_rows16
-    pack = {}
-    if not a16:
-        pack["a"] = pack_config(M, K, sms)
-    if not b16:
-        pack["b"] = pack_config(K, N, sms)
+    packs = {}
+    if GPU_VERIFIED["pack"] if pack is None else pack:
+        if not a16:
+            packs["a"] = pack_config(M, K, sms)
+        if not b16:
+            packs["b"] = pack_config(K, N, sms)
     plan = None
     if M <= GEMM_SPLITK["MAX_M"]:
         sk = splitk_config(M, N, K, sms)
@@ -183,6 +204,7 @@ def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
             plan = sk
     if plan is None:
         # packed operands load through TMA like aligned ones: the TMA tile shapes are open
-        plan = tiled_config(M, N, K, elem_size, sms, tma=True if pack else None)
-    plan["pack"] = pack
+        plan = tiled_config(M, N, K, elem_size, sms, tma=True if packs else None)
+    if packs:
+        return {"variant": "pack", "PACK": packs, "GEMM": plan}
     return plan

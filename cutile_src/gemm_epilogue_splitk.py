@@ -34,13 +34,20 @@ def gemm_splitk_reduce_kernel(ws, bias, c, has_bias: int, act: int, RM: ct.Const
     ct.store(c, index=(bm, bn), tile=ct.astype(acc, c.dtype), allow_tma=TMA_STORE)
 
 
+def workspace(cfg: dict, M: int, N: int, device, pad: bool = False) -> torch.Tensor:
+    """The fp32 workspace [SPLIT, M, N]; ``pad``: N rounded up to 16 columns (64-byte rows, so
+    that the partials store and the reduce load whole rows wide)."""
+    cols = -(-N // 16) * 16 if pad else N
+    return torch.empty((cfg["SPLIT"], M, cols), dtype=torch.float32, device=device)
+
+
 def bind_launch(a, b, bias, act: int, c, cfg: dict, kernels=None, ws=None):
     """Two launches (partial, reduce) for the planned ``cfg``; the workspace [SPLIT, M, >= N]
     fp32 (allocated here unless given) is made once, outside the timed launch."""
     kp, kr = kernels or (gemm_splitk_partial_kernel, gemm_splitk_reduce_kernel)
     M, N = c.shape
     if ws is None:
-        ws = torch.empty((cfg["SPLIT"], M, N), dtype=torch.float32, device=c.device)
+        ws = workspace(cfg, M, N, c.device)
     bias_arg = c[0] if bias is None else bias
     tiles = -(-M // cfg["TM"]) * -(-N // cfg["TN"])
     g1, g2 = (tiles, cfg["SPLIT"], 1), (-(-M // cfg["RM"]), -(-N // cfg["RN"]), 1)

@@ -1,12 +1,12 @@
 """GPU check of the cuTile layer (no arguments, within about 150 s): writes $OUT/cutile/.
 
-1. verify (harness.verify.verify_case against float64) of the default and the variants on cases
-   that reach every planner path: GEMM with A and/or B packed (K or N rows not 16-byte
-   multiples) on the tiled (few-row and 128-row tiles) and split-K paths, softmax rows, online
-   2-d and online flat (contiguous rows of bytes not a 16-byte multiple, rows shorter and
-   longer than a tile, an fp32 tail), strided / offset rows;
+1. verify (harness.verify.verify_case against float64) of the variants not yet run on a GPU
+   (cutile:gemm_epilogue_pack, cutile:softmax_online_flat) on cases that reach every path: GEMM
+   with A and/or B packed (K or N rows not 16-byte multiples) on the tiled (few-row and 128-row
+   tiles) and split-K paths; flat softmax on rows shorter and longer than a tile, an fp32 tail,
+   N = 1, and strided / offset rows (the planner's 2-d kernels there); the default beside;
 2. timings (CUDA events, median of 20) of the candidates the rules choose between, beside the
-   old default (no pack: 2-byte loads of unaligned B) and torch eager: GEMM at N = 50257 and the
+   default (no pack: 2-byte loads of unaligned B) and torch eager: GEMM at N = 50257 and the
    few-row split-K shapes; softmax rows (tile elements x occupancy x grid), online 2-d vs flat
    and their tiles, on the models suite's softmax shapes; a time guard stops it before the limit;
 3. the SASS opcode counts of the new kernels (pack, GEMM on packed B, flat softmax).
@@ -103,10 +103,11 @@ def verify_stage():
     S = [({"M": 64, "N": 50257}, "bf16", {}), ({"M": 37, "N": 50257}, "fp32", {}),
          ({"M": 3, "N": 40003}, "fp16", {}), ({"M": 1823, "N": 781}, "bf16", {}),
          ({"M": 5, "N": 70001}, "fp32", {"layout": "strided_odd"}), ({"M": 7, "N": 1000}, "bf16", {"layout": "strided"}), ({"M": 300, "N": 2049}, "fp16", {}),
-         ({"M": 50, "N": 131072}, "bf16", {})]
-    jobs = [("gemm_epilogue", n, d, dt, p) for n in ("cutile:gemm_epilogue", "cutile:gemm_epilogue_tiled",
-                                                     "cutile:gemm_epilogue_splitk") for d, dt, p in G]
-    jobs += [("softmax", n, d, dt, p) for n in ("cutile:softmax", "cutile:softmax_online") for d, dt, p in S]
+         ({"M": 50, "N": 131072}, "bf16", {}), ({"M": 129, "N": 1}, "fp32", {}),
+         ({"M": 1823, "N": 781}, "fp16", {"layout": "strided"})]
+    jobs = [("gemm_epilogue", "cutile:gemm_epilogue_pack", d, dt, p) for d, dt, p in G]
+    jobs += [("softmax", "cutile:softmax_online_flat", d, dt, p) for d, dt, p in S]
+    jobs += [("gemm_epilogue", "cutile:gemm_epilogue", d, dt, p) for d, dt, p in G[:3]]
     for prob, iid, dims, dt, params in jobs:
         if left() < 2:
             log("time guard: verify stops", iid, dims)
@@ -142,7 +143,7 @@ def main():
     verify_stage()
     STAGE_END[0] = 85.0
 
-    # GEMM: new default (pack) vs old default (no pack) vs torch; split-K neighbours
+    # GEMM: the default (no pack) vs the pack variant vs torch; split-K neighbours
     for M, N, K in ((16, 50257, 768), (256, 50257, 768), (4096, 50257, 768), (16, 6144, 4096), (16, 4096, 14336),
                     (16, 8192, 28672)):
         if left() < 5:
@@ -155,31 +156,27 @@ def main():
         ex = {"torch_us": tus, "flops": 2 * M * N * K}
         launch, launches, cfg = L.bind_gemm("default", ga, gb, gbias, "none", gc)
         record("gemm_epilogue", [M, N, K], "default " + json.dumps(cfg), launch, dict(ex))
-        if cfg["pack"]:
-            sub = {k: v for k, v in cfg.items() if k != "pack"}
-            pk = cfg["pack"]["b"]
-            from cutile_src import pack as P
+        plaunch, launches, pcfg = L.bind_gemm("pack", ga, gb, gbias, "none", gc)
+        if pcfg["variant"] == "pack":
+            record("gemm_epilogue", [M, N, K], "pack " + json.dumps(pcfg), plaunch, dict(ex))
+            sub = pcfg["GEMM"]
+            pk = pcfg["PACK"]["b"]
+            from cutile_src import gemm_epilogue_pack as P
             buf, view = P.packed_buffer(gb)
             record("gemm_epilogue", [M, N, K], f"pack B alone {pk}", P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"]),
                    {"copy_bytes": 2 * gb.numel() * 2})
-            old = dispatch.tiled_config(M, N, K, 2, sms)
-            if old["variant"] == "tiled":
-                f = gemm_epilogue_tiled.bind_launch(ga, gb, gbias, 0, gc, old,
-                                                    kernel=L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, old["hints"]))
-                record("gemm_epilogue", [M, N, K], "old default (no pack) " + json.dumps(old), f, dict(ex))
-            if M > 64:
+            if M > 64 and (sub["TM"], sub["TN"]) != (128, 128):
                 alt = {"variant": "tiled", "TM": 128, "TN": 128, "TK": 64, "GROUP": 8,
                        "grid": -(-M // 128) * -(-N // 128), "hints": {"num_worker_warps": 8}}
-                if (alt["TN"], alt["TM"]) != (sub["TN"], sub["TM"]):
-                    fk = L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, alt["hints"])
-                    main_ = gemm_epilogue_tiled.bind_launch(ga, view, gbias, 0, gc, alt, kernel=fk)
-                    packf = P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"])
-                    record("gemm_epilogue", [M, N, K], "pack + tiled 128x128x64 ww8",
-                           lambda: (packf(), main_()), dict(ex))
+                fk = L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, alt["hints"])
+                main_ = gemm_epilogue_tiled.bind_launch(ga, view, gbias, 0, gc, alt, kernel=fk)
+                packf = P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"])
+                record("gemm_epilogue", [M, N, K], "pack + tiled 128x128x64 ww8", lambda: (packf(), main_()), dict(ex))
             for tr, tc in ((16, 512), (4, 1024), (8, 1024)):
                 g = max(1, min(-(-K // tr) * -(-N // tc), 8 * sms))
                 record("gemm_epilogue", [M, N, K], f"pack B alone TR={tr} TC={tc} grid={g}",
                        P.bind_pack(gb, buf, tr, tc, g), {"copy_bytes": 2 * gb.numel() * 2})
+            cfg = pcfg
         if M <= 64:
             cands = []
             for tn, tk, waves in ((128, 128, 2), (128, 64, 2), (128, 128, 4), (64, 128, 2), (256, 64, 2)):
@@ -193,12 +190,12 @@ def main():
                      "RM": 16, "RN": 128, "grid": tiles * split, "hints": {}}
                 cands.append(c)
             for c in cands:
-                if cfg["pack"]:
+                if cfg["variant"] == "pack":
                     continue
                 f = gemm_epilogue_splitk.bind_launch(ga, gb, gbias, 0, gc, c)
                 record("gemm_epilogue", [M, N, K], "splitk " + json.dumps(c), f, dict(ex))
             t = dispatch.tiled_config(M, N, K, 2, sms)
-            if not cfg["pack"]:
+            if cfg["variant"] != "pack":
                 f = gemm_epilogue_tiled.bind_launch(ga, gb, gbias, 0, gc, t,
                                                     kernel=L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, t["hints"]))
                 record("gemm_epilogue", [M, N, K], "tiled few rows " + json.dumps(t), f, dict(ex))
@@ -212,7 +209,8 @@ def main():
         del ga, gb, gc
 
     # softmax: the models suite's shapes; plan vs neighbours
-    R, O, F = softmax_rows.softmax_rows_kernel, softmax_online.softmax_online_kernel, softmax_online.softmax_online_flat_kernel
+    from cutile_src import softmax_online_flat
+    R, O, F = softmax_rows.softmax_rows_kernel, softmax_online.softmax_online_kernel, softmax_online_flat.softmax_online_flat_kernel
     STAGE_END[0] = LIMIT
     shapes = ((4096, 50257, torch.bfloat16), (32768, 512, torch.bfloat16), (32768, 1024, torch.bfloat16),
               (4096, 151936, torch.bfloat16), (4096, 50257, torch.float32), (8192, 2048, torch.float16),
@@ -224,14 +222,7 @@ def main():
         os_ = torch.empty_like(xs)
         copy_us = round(timed(lambda: os_.copy_(xs)), 2)
         ex = {"copy_us": copy_us, "torch_us": round(timed(lambda: torch.softmax(xs, -1)), 2)}
-        launches, plan = L._sm_launches("default", xs, os_)
-        k, _, h = launches[0]
-        if plan["variant"] == "rows":
-            f = softmax_rows.bind_launch(xs, os_, plan["ROWS"], plan["TN"], plan["grid"], kernel=L.hinted(k, h))
-        elif plan.get("FLAT"):
-            f = softmax_online.bind_launch_flat(xs, os_, plan["TILE"], plan["grid"], kernel=L.hinted(k, h))
-        else:
-            f = softmax_online.bind_launch(xs, os_, plan["TILE"], plan["grid"], kernel=L.hinted(k, h))
+        f, _, plan = L.bind_softmax("default", xs, os_)
         record("softmax", [M, N, str(dt)], "default " + json.dumps(plan), f, ex)
         cands = []
         tn = 1 << (N - 1).bit_length()
@@ -249,7 +240,7 @@ def main():
                 continue
             cands.append((f"online2d TILE={t} occ={occ}", softmax_online.bind_launch(
                 xs, os_, t, kernel=L.hinted(O, {"occupancy": occ}))))
-            cands.append((f"flat TILE={t} occ={occ}", softmax_online.bind_launch_flat(
+            cands.append((f"flat TILE={t} occ={occ}", softmax_online_flat.bind_launch(
                 xs, os_, t, kernel=L.hinted(F, {"occupancy": occ}))))
         seen = set()
         for label, fn in cands:
@@ -259,7 +250,7 @@ def main():
         del xs, os_
     try:
         x = torch.empty((64, 50257), device=dev, dtype=torch.bfloat16)
-        launches, plan = L._sm_launches("default", x, torch.empty_like(x))
+        launches, plan = L._sm_launches("online_flat", x, torch.empty_like(x))
         fct = L.compile_kernel(*launches[0])
         log("sass softmax flat", json.dumps({kk: v for kk, v in fct.items() if kk != "_cubin"}, default=str))
     except Exception:

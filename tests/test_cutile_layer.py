@@ -18,9 +18,10 @@ HAVE_GPU = torch.cuda.is_available()
 needs_cutile = pytest.mark.skipif(not HAVE_CUTILE, reason="cuda-tile not installed")
 IDS = {
     "vector_add": ["cutile:vector_add", "cutile:vector_add_simple"],
-    "softmax": ["cutile:softmax", "cutile:softmax_simple", "cutile:softmax_rows", "cutile:softmax_online"],
+    "softmax": ["cutile:softmax", "cutile:softmax_simple", "cutile:softmax_rows", "cutile:softmax_online",
+                "cutile:softmax_online_flat"],
     "gemm_epilogue": ["cutile:gemm_epilogue", "cutile:gemm_epilogue_simple", "cutile:gemm_epilogue_tiled",
-                      "cutile:gemm_epilogue_splitk"],
+                      "cutile:gemm_epilogue_splitk", "cutile:gemm_epilogue_pack"],
 }
 
 
@@ -111,40 +112,61 @@ def test_gemm_plan_waves_and_splitk():
     assert 132 <= sk["grid"] <= 2 * 132 + 48
     # short K: not worth splitting
     assert D.plan_gemm(16, 4096, 256, 2, 132)["variant"] == "tiled"
-    # N = 50257: B's rows are not 16-byte multiples: B is packed, then the TMA tiles are open
+    # N = 50257: B's rows are not 16-byte multiples, so no TMA-only 128 x 256 tile (the default
+    # does not pack while the pack is not verified on a GPU)
     odd = D.plan_gemm(4096, 50257, 768, 2, 132)
-    assert set(odd["pack"]) == {"b"} and (odd["TM"], odd["TN"]) == (128, 256)
+    assert odd["variant"] == "tiled" and (odd["TM"], odd["TN"]) == (128, 128)
     assert odd["hints"] == {"num_worker_warps": 8}
-    assert big["pack"] == {} and sk["pack"] == {}
+
+
+@needs_cutile
+def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
+    """The pack and the flat softmax are variants of their own until the H200 verified them:
+    the default's plan and reachable() leave them out, and take them in once GPU_VERIFIED says so."""
+    from cutile_src import dispatch as D
+    assert D.GPU_VERIFIED == {"pack": False, "online_flat": False}
+    assert "pack" not in D.reachable("gemm_epilogue") and "online_flat" not in D.reachable("softmax")
+    assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "tiled"
+    assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online"
+    monkeypatch.setitem(D.GPU_VERIFIED, "pack", True)
+    monkeypatch.setitem(D.GPU_VERIFIED, "online_flat", True)
+    assert "pack" in D.reachable("gemm_epilogue") and "online_flat" in D.reachable("softmax")
+    assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "pack"
+    assert D.plan_gemm(16, 4096, 4096, 2)["variant"] == "splitk"  # aligned: nothing to pack
+    assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online_flat"
 
 
 @needs_cutile
 def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
     from cutile_src import dispatch as D
+    P = lambda *a, **k: D.plan_gemm(*a, pack=True, **k)  # noqa: E731
     # the facts default to contiguous operands: A's rows are K elements, B's N
-    assert set(D.plan_gemm(100, 333, 781, 2)["pack"]) == {"a", "b"}
-    assert set(D.plan_gemm(100, 336, 781, 2)["pack"]) == {"a"}
-    assert set(D.plan_gemm(100, 333, 784, 2)["pack"]) == {"b"}
-    assert D.plan_gemm(100, 336, 784, 2)["pack"] == {}
+    assert set(P(100, 333, 781, 2)["PACK"]) == {"a", "b"}
+    assert set(P(100, 336, 781, 2)["PACK"]) == {"a"}
+    assert set(P(100, 333, 784, 2)["PACK"]) == {"b"}
+    assert P(100, 336, 784, 2) == D.plan_gemm(100, 336, 784, 2)  # aligned: the plain plan
     # a strided / offset operand: the adapter's facts, whatever K and N are
-    assert set(D.plan_gemm(256, 4096, 4096, 2, a_rows16=False)["pack"]) == {"a"}
-    assert D.plan_gemm(256, 4095, 4096, 2, b_rows16=True)["pack"] == {}
-    # the pack of B on the few-row split-K path: split-K keeps its plan
-    sk = D.plan_gemm(32, 1001, 4097, 2)
-    assert sk["variant"] == "splitk" and set(sk["pack"]) == {"a", "b"}
-    # the pack's grid: its tiles, at most WAVES waves of programs, at least one
-    p = D.pack_config(768, 50257, 132)
-    assert p["grid"] == D.GEMM_PACK["WAVES"] * 132
-    assert D.pack_config(3, 5, 132)["grid"] == 1
+    assert set(P(256, 4096, 4096, 2, a_rows16=False)["PACK"]) == {"a"}
+    assert P(256, 4095, 4096, 2, b_rows16=True)["variant"] == "tiled"
+    # split-K keeps its plan on packed operands
+    sk = P(32, 1001, 4097, 2)
+    assert sk["variant"] == "pack" and sk["GEMM"]["variant"] == "splitk" and set(sk["PACK"]) == {"a", "b"}
     # packed, the 128 x 256 TMA tile is chosen as for aligned operands; unpacked it is not
-    assert D.tiled_config(4096, 50257, 768, 2, 132, tma=True)["TN"] == 256
+    big = P(4096, 50257, 768, 2, 132)["GEMM"]
+    assert (big["TM"], big["TN"]) == (128, 256) and big["hints"] == {"num_worker_warps": 8}
     assert D.tiled_config(4096, 50257, 768, 2, 132)["TN"] == 128
+    # the few-row tile for 16 rows on packed B (393 C tiles: three waves, no split)
+    few = P(16, 50257, 768, 2, 132)["GEMM"]
+    assert few["variant"] == "tiled" and few["TM"] == 16
+    # the pack's grid: its tiles, at most WAVES waves of programs, at least one
+    assert D.pack_config(768, 50257, 132)["grid"] == D.GEMM_PACK["WAVES"] * 132
+    assert D.pack_config(3, 5, 132)["grid"] == 1
 
 
 @needs_cutile
 def test_gemm_adapter_facts_and_packed_buffers():
     from backends import cutile_layer as L
-    from cutile_src import pack
+    from cutile_src import gemm_epilogue_pack as pack, gemm_epilogue_splitk as sk
     m = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
     assert L._rows16(m(16, 768)) and not L._rows16(m(768, 50257))
     assert not L._rows16(m(1 + 64 * 64)[1:].view(64, 64))  # offset base
@@ -152,19 +174,20 @@ def test_gemm_adapter_facts_and_packed_buffers():
     buf, view = pack.packed_buffer(m(768, 50257))
     assert buf.shape == (768, 50272) and view.shape == (768, 50257) and view.stride() == (50272, 1)
     assert L._rows16(view)
-    ws = L._splitk_workspace({"SPLIT": 3}, 16, 50257, "meta")
-    assert ws.shape == (3, 16, 50272) and ws.dtype == torch.float32
+    assert sk.workspace({"SPLIT": 3}, 16, 50257, "meta", pad=True).shape == (3, 16, 50272)
+    assert sk.workspace({"SPLIT": 3}, 16, 50257, "meta").shape == (3, 16, 50257)
 
 
 @needs_cutile
 def test_softmax_plan_flat_for_contiguous_unaligned_rows():
     from cutile_src import dispatch as D
     # 50257 bf16 columns: 100514 bytes a row, not a 16-byte multiple: flat where contiguous
-    assert D.plan_softmax(4096, 50257, 2, contiguous=True)["FLAT"] is True
-    assert D.plan_softmax(4096, 50257, 4, contiguous=True)["FLAT"] is True
-    assert D.plan_softmax(4096, 50257, 2, contiguous=False)["FLAT"] is False
-    # aligned rows keep the 2-d kernel
-    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["FLAT"] is False
+    assert D.plan_softmax(4096, 50257, 2, contiguous=True, flat=True)["variant"] == "online_flat"
+    assert D.plan_softmax(4096, 50257, 4, contiguous=True, flat=True)["TILE"] == D.SOFTMAX["ONLINE_TILE"]
+    assert D.plan_softmax(4096, 50257, 2, contiguous=False, flat=True)["variant"] == "online"
+    # aligned rows keep the 2-d kernel, short rows the rows kernel
+    assert D.plan_softmax(4096, 128256, 2, contiguous=True, flat=True)["variant"] == "online"
+    assert D.plan_softmax(1823, 781, 2, contiguous=True, flat=True)["variant"] == "rows"
 
 
 # -- signatures and compile-only -------------------------------------------------------------------
@@ -192,7 +215,8 @@ _COMPILE_CASES = [
     ("cutile:softmax_simple", problems.get("softmax").case(M=17, N=40_000, dtype="float16", layout="strided_odd")),
     ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=16, N=6144, K=4096, act="gelu")),
     ("cutile:gemm_epilogue_simple", problems.get("gemm_epilogue").case(M=127, N=65, K=129, act="gelu", bias=0)),
-    ("cutile:gemm_epilogue_splitk", problems.get("gemm_epilogue").case(M=32, N=1001, K=4097, act="relu")),
+    ("cutile:gemm_epilogue_pack", problems.get("gemm_epilogue").case(M=32, N=1001, K=4097, act="relu")),
+    ("cutile:softmax_online_flat", problems.get("softmax").case(M=37, N=781, dtype="float32")),
 ]
 
 
@@ -206,8 +230,10 @@ def test_compile_only_sm90(key, case):
     assert f["kernels"] and "config" in f
     if key == "cutile:gemm_epilogue":
         assert f["config"]["variant"] == "splitk" and len(f["kernels"]) == 2
-    if key == "cutile:gemm_epilogue_splitk":  # A and B packed (one pack kernel), then split-K's two
-        assert set(f["config"]["pack"]) == {"a", "b"} and len(f["kernels"]) == 3
+    if key == "cutile:gemm_epilogue_pack":  # A and B packed (one pack kernel), then split-K's two
+        assert set(f["config"]["PACK"]) == {"a", "b"} and len(f["kernels"]) == 3
+    if key == "cutile:softmax_online_flat":
+        assert f["config"]["variant"] == "online_flat" and f["spills"] == 0
 
 
 @needs_tileiras
@@ -230,12 +256,13 @@ def test_unaligned_rows_load_wide_after_the_pack_and_flat():
     from backends import cutile_layer as L
     if L._cuobjdump() is None:
         pytest.skip("cuobjdump not found (pip nvidia-cuda-cuobjdump)")
-    f = _impl("cutile:gemm_epilogue").compile_only_fn(
+    f = _impl("cutile:gemm_epilogue_pack").compile_only_fn(
         problems.get("gemm_epilogue").case(M=256, N=50257, K=768, dtype="bfloat16", act="none"))
     g, p = f["kernels"]["gemm_epilogue_tiled_kernel"]["sass_ops"], f["kernels"]["pack_rows_kernel"]["sass_ops"]
     assert g["HGMMA"] > 0 and g["UTMALDG"] > 0 and g["LDG"] == 0 and f["spills"] == 0
     assert p["STG"] > 0 and p["STG"] * 8 <= p["LDG"]  # 2-byte loads, 16-byte stores
-    s = _impl("cutile:softmax").compile_only_fn(problems.get("softmax").case(M=64, N=50257, dtype="bfloat16"))
+    s = _impl("cutile:softmax_online_flat").compile_only_fn(
+        problems.get("softmax").case(M=64, N=50257, dtype="bfloat16"))
     ops = s["kernels"]["softmax_online_flat_kernel"]["sass_ops"]
     assert ops["UTMALDG"] > 0 and ops["LDG"] == 0 and s["spills"] == 0
 
