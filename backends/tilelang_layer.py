@@ -80,12 +80,13 @@ def _va_simple_compile(dtype: str):
 
 
 def _va_compile(dtype: str, plan: dict):
-    from tilelang_src import vector_add_tiled
+    from tilelang_src import vector_add_unmasked
 
     if plan["kernel"] == "simple":
         return _va_simple_compile(dtype)
     t, v, u = plan["threads"], plan["vec"], plan["unroll"]
-    return _compile(("vector_add_tiled", dtype, t, v, u), lambda: vector_add_tiled.vector_add_tiled_kernel(dtype, t, v, u))
+    return _compile(("vector_add_unmasked", dtype, t, v, u),
+                    lambda: vector_add_unmasked.vector_add_unmasked_kernel(dtype, t, v, u))
 
 
 def _va_impl(kernel):
@@ -94,15 +95,15 @@ def _va_impl(kernel):
 
         if kernel == "simple":
             return {"kernel": "simple"}
-        if kernel == "tiled" and not aligned:
-            raise ValueError("alignment: vector_add_tiled needs 16-byte aligned pointers")
+        if kernel == "unmasked" and not aligned:
+            raise ValueError("alignment: vector_add_unmasked needs 16-byte aligned pointers")
         return dispatch.plan_vector_add(n, es, aligned)
 
     def supports(case):
         if _available():
             return None
-        if kernel == "tiled" and int(case.params.get("misalign", 0)) * _esize(case.dtype) % 16:
-            return "vector_add_tiled needs 16-byte aligned pointers (misaligned views take the element kernel)"
+        if kernel == "unmasked" and int(case.params.get("misalign", 0)) * _esize(case.dtype) % 16:
+            return "vector_add_unmasked needs 16-byte aligned pointers (misaligned views take the element kernel)"
         return None
 
     def compile_only(case):
@@ -134,18 +135,18 @@ def _va_impl(kernel):
 
 
 _VA_SIMPLE = Source(src(C, "vector_add.py"), kernels=("vector_add_kernel",))
-_VA_TILED = Source(src(C, "vector_add_tiled.py"), kernels=("vector_add_tiled_kernel",))
+_VA_UNMASKED = Source(src(C, "vector_add_unmasked.py"), kernels=("vector_add_unmasked_kernel",))
 _VA_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_va_compile",))
 _VA_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_va_simple_compile",))
 _VA_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_vector_add",))
 for _name, _kernel, _desc, _srcs in (
         ("vector_add", None, "full tiles in 16-byte vectors (4 per thread per operand), guarded last tile; "
-                             "element accesses for misaligned views", planned_sources({"tiled": _VA_TILED, "simple": _VA_SIMPLE}, _plans.reachable("vector_add"),
+                             "element accesses for misaligned views", planned_sources({"unmasked": _VA_UNMASKED, "simple": _VA_SIMPLE}, _plans.reachable("vector_add"),
                                              [_VA_HOST, _VA_PLAN])),
         ("vector_add_simple", "simple", "teaching twin: T.Parallel over 1024-element tiles, guarded element "
                                         "accesses", [_VA_SIMPLE, _VA_SIMPLE_HOST]),
-        ("vector_add_tiled", "tiled", "full tiles unguarded (16-byte vectors), guarded last tile",
-         [_VA_TILED, _VA_HOST, _VA_PLAN])):
+        ("vector_add_unmasked", "unmasked", "full tiles unguarded (16-byte vectors), guarded last tile",
+         [_VA_UNMASKED, _VA_HOST, _VA_PLAN])):
     _s, _c, _p = _va_impl(_kernel)
     register(problem="vector_add", layer=LAYER, name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)

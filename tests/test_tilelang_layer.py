@@ -21,7 +21,7 @@ HAVE_GPU = torch.cuda.is_available()
 needs_tl = pytest.mark.skipif(not (HAVE_TL and HAVE_NVCC), reason="tilelang or nvcc not installed")
 PROBLEMS = ("vector_add", "softmax", "gemm_epilogue")
 IDS = {
-    "vector_add": ["vector_add", "vector_add_simple", "vector_add_tiled"],
+    "vector_add": ["vector_add", "vector_add_simple", "vector_add_unmasked"],
     "softmax": ["softmax", "softmax_simple", "softmax_rows", "softmax_online", "softmax_split",
                 "softmax_smem"],
     "gemm_epilogue": ["gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled",
@@ -196,7 +196,7 @@ def test_supports_declines_only_in_variants():
             for name in (p, f"{p}_simple"):
                 assert impls[f"tilelang:{name}"].supports(c) is None, (name, c)
     va = problems.get("vector_add")
-    assert impls["tilelang:vector_add_tiled"].supports(va.case(N=4099, dtype="float16", misalign=3))
+    assert impls["tilelang:vector_add_unmasked"].supports(va.case(N=4099, dtype="float16", misalign=3))
 
 
 @needs_tl
@@ -228,7 +228,7 @@ def test_generated_source_uses_hopper_features():
     """The pipelined GEMM's generated CUDA uses TMA loads and wgmma; the element path does not
     use TMA; the vector add's full tiles use 16-byte vectors."""
     import tilelang_src
-    from tilelang_src import dispatch, gemm_epilogue_tma, vector_add_tiled
+    from tilelang_src import dispatch, gemm_epilogue_tma, vector_add_unmasked
 
     p = dispatch.plan_gemm(4096, 4096, 4096, 2, True)
     cfg = (p["bm"], p["bn"], p["bk"], p["stages"], p["threads"])
@@ -236,7 +236,7 @@ def test_generated_source_uses_hopper_features():
         "bfloat16", True, *cfg)).source()
     assert "tma_load" in src and "wgmma" in src
     v = dispatch.plan_vector_add(1 << 20, 2, True)
-    vsrc = tilelang_src.compile_kernel(("v", v["vec"]), lambda: vector_add_tiled.vector_add_tiled_kernel(
+    vsrc = tilelang_src.compile_kernel(("v", v["vec"]), lambda: vector_add_unmasked.vector_add_unmasked_kernel(
         "float16", v["threads"], v["vec"], v["unroll"])).source()
     assert "uint4" in vsrc
 

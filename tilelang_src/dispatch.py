@@ -37,7 +37,7 @@ def plan_vector_add(n: int, esize: int, aligned: bool) -> dict:
     t = TABLE["vector_add"]
     if not aligned:
         return {"kernel": "simple"}
-    return {"kernel": "tiled", "threads": t["threads"], "vec": t["bytes_per_access"] // esize, "unroll": t["unroll"]}
+    return {"kernel": "unmasked", "threads": t["threads"], "vec": t["bytes_per_access"] // esize, "unroll": t["unroll"]}
 
 
 def _pow2_at_least(n: int) -> int:
@@ -48,7 +48,7 @@ def reachable(problem: str) -> tuple[str, ...]:
     """The kernels the planner of ``problem`` can choose unforced (``plan_*``'s ``kernel``): the
     default's lines of code count these and only these (harness.planned_sources)."""
     if problem == "vector_add":
-        return ("tiled", "simple")
+        return ("unmasked", "simple")
     if problem == "softmax":
         return ("rows", "split", "smem", "online")
     if problem == "gemm_epilogue":

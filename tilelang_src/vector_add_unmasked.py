@@ -1,4 +1,4 @@
-"""Vector add in full tiles: 16-byte vectors in every tile but the last.
+"""Vector add, unmasked: full tiles of 16-byte vectors without a guard, one guarded last tile.
 
 A CTA of ``threads`` threads covers ``threads * vec * unroll`` elements. Where the whole tile is in
 bounds the loop has no guard, so TileLang's vectoriser turns each thread's ``vec`` neighbours into
@@ -10,12 +10,12 @@ pointers (the planner sends misaligned views to the element kernel).
 import tilelang.language as T
 
 
-def vector_add_tiled_kernel(dtype: str, threads: int, vec: int, unroll: int):
+def vector_add_unmasked_kernel(dtype: str, threads: int, vec: int, unroll: int):
     N = T.dynamic("N")
     tile = threads * vec * unroll
 
     @T.prim_func
-    def vector_add_tiled(X: T.Tensor((N,), dtype), Y: T.Tensor((N,), dtype), Z: T.Tensor((N,), dtype)):
+    def vector_add_unmasked(X: T.Tensor((N,), dtype), Y: T.Tensor((N,), dtype), Z: T.Tensor((N,), dtype)):
         with T.Kernel(T.ceildiv(N, tile), threads=threads) as bx:
             base = bx * tile
             if base + tile <= N:
@@ -26,4 +26,4 @@ def vector_add_tiled_kernel(dtype: str, threads: int, vec: int, unroll: int):
                     if base + i < N:
                         Z[base + i] = X[base + i] + Y[base + i]
 
-    return vector_add_tiled
+    return vector_add_unmasked
