@@ -75,6 +75,7 @@ def test_dispatch_rules():
     assert -(-16 // bm) * -(-6144 // bn) * splits >= 132  # at least one program per SM
     assert dispatch.plan_gemm_splitk(4096, 4096, 512, 2).config["block_sizes"][2] >= 512  # no split
     assert dispatch.plan_gemm(16, 6144, 4096, 2).variant == "tiled"
+    assert dispatch.plan_gemm(256, 4096, 14336, 2).variant == "tiled"  # split-K is off by default
     assert dispatch.reachable("gemm_epilogue") == ("tiled",)
     for key, cfg in dispatch.CONFIGS.items():
         if key.startswith("gemm/"):
@@ -85,6 +86,151 @@ def test_dispatch_rules():
 
 def _case(problem, **kw):
     return problems.get(problem).case(**kw)
+
+
+@needs_helion
+def test_vector_add_pieces_rule():
+    """Lengths Triton specialises as multiples of 16, or shorter than a block: one launch. Any
+    other length: a body of whole blocks (a multiple of 16) and a tail of less than a block."""
+    from helion_src import dispatch
+    for n in (16, 4096, 1 << 24, 12345680):
+        assert dispatch.plan_vector_add(n, 2).pieces is None
+    assert dispatch.plan_vector_add(4095, 2).pieces is None      # less than one 16-bit block
+    assert dispatch.plan_vector_add(2047, 4).pieces is None
+    for n, elem in ((12345679, 2), (134217729, 4), (4097, 4), (4096 * 3 + 5, 2), (1000003, 2)):
+        plan = dispatch.plan_vector_add(n, elem)
+        block = plan.config["block_sizes"][0]
+        (lo, body), (start, end) = plan.pieces
+        assert lo == 0 and start == body and end == n
+        assert body % block == 0 and body % 16 == 0 and 0 < n - body < block
+
+
+@needs_helion
+def test_vector_add_body_has_16_byte_accesses():
+    """The defect the pieces fix, in the sm_90 PTX: over an odd length every access is one 2-byte
+    element (ld.global.b16); the body of whole blocks loads and stores 16-byte vectors."""
+    import re
+
+    from backends import helion_layer as hl
+    from helion_src import dispatch
+    n = 12345679
+    args = tuple(torch.empty(n, dtype=torch.float16, device="meta") for _ in range(3))
+    plan = dispatch.plan_vector_add(n, 2)
+
+    def accesses(a):
+        ptx = hl._compile_facts(plan.kernel, a, plan.config, keep_ptx=True)["ptx"]
+        return set(re.findall(r"(?:ld|st)\.global(?:\.[\w:]+)*", ptx))
+    single = accesses(args)
+    assert "ld.global.b16" in single and not any(".v4" in a for a in single)
+    body, tail = hl._piece_args(plan, args)
+    got = accesses(body)
+    assert "ld.global.v4.b32" in got and "st.global.v4.b32" in got and "ld.global.b16" not in got
+    assert tail[0].numel() < plan.config["block_sizes"][0]
+
+
+needs_interpreter = pytest.mark.skipif(
+    not HAVE_HELION or __import__("os").environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+    reason="runs Helion's generated Triton under Triton's interpreter (TRITON_INTERPRET=1, no GPU)")
+
+
+def _interpret(iid, problem, seed=0, **kw):
+    """``iid`` on CPU tensors under the interpreter, judged by the harness's checker. (bf16 is left
+    out: the interpreter adds bf16 values as raw bits; libdevice's exp and tanh are stubs there,
+    so the softmax and the GELU epilogue cannot run under it.)"""
+    from harness.verify import judge
+    prob, impl = problems.get(problem), _impl(iid, problem)
+    case = prob.case(**kw)
+    inputs = prob.make_inputs(case, "cpu", seed)
+    if problem == "gemm_epilogue":
+        out = torch.full((inputs[0].shape[0], inputs[1].shape[1]), float("nan"), dtype=inputs[0].dtype)
+    else:
+        out = torch.full_like(inputs[0], float("nan"))
+    launch = impl.prepare(case, inputs, out)
+    c = judge(impl, prob, case, seed, inputs, out, "cpu")
+    assert c.ok, f"{iid} {kw}: {c.reason}"
+    return launch, out
+
+
+@needs_interpreter
+@pytest.mark.parametrize("kw", [dict(N=4096 * 3 + 5, dtype="float16"), dict(N=4097, dtype="float32"),
+                                dict(N=2048 * 2 + 3, dtype="float32", misalign=1)])
+def test_vector_add_pieces_verify_under_interpreter(kw):
+    launch, _ = _interpret("helion:vector_add", "vector_add", **kw)
+    assert len(launch.info["pieces"]) == 2
+
+
+@needs_helion
+def test_splitk_rule():
+    """Split-K only where the split-K tile's output tiles leave SMs idle, with the longest power-of-
+    two chunk whose programs fill them, never shorter than SPLITK_MIN_CHUNK nor more than
+    SPLITK_MAX_CHUNKS chunks."""
+    from helion_src import dispatch as d
+    bm, bn = d.SPLITK["gemm/splitk"]["block_sizes"][:2]
+    for m, n, k in ((256, 4096, 14336), (128, 8192, 8192), (256, 6144, 4096), (16, 4096, 14336),
+                    (256, 1536, 8192), (1, 4096, 4096)):
+        chunk = d.splitk_chunk(m, n, k, 132)
+        assert chunk is not None, (m, n, k)
+        tiles, chunks = -(-m // bm) * -(-n // bn), -(-k // chunk)
+        assert chunk & (chunk - 1) == 0 and chunk >= d.SPLITK_MIN_CHUNK and chunk < k
+        assert 2 <= chunks <= d.SPLITK_MAX_CHUNKS and tiles * chunks >= d.FILL * 132
+        if chunk * 2 < k:  # the longest chunk that fills: twice as long would not
+            assert tiles * -(-k // (chunk * 2)) < d.FILL * 132
+    assert d.splitk_chunk(4096, 4096, 4096) is None      # the tiles alone fill the SMs
+    assert d.splitk_chunk(256, 4096, 768) is None        # K too short to cut into 1024-long chunks
+    assert d.splitk_chunk(64, 64, 8192) is None          # even 8 chunks of one tile leave SMs idle
+    assert d.splitk_chunk(256, 4096, 14336, sms=66) is None        # 64 tiles fill 66 SMs
+    assert d.splitk_chunk(256, 4096, 14336, sms=100) == 8192 and d.splitk_chunk(256, 4096, 14336, sms=200) == 4096
+
+
+@needs_helion
+def test_plan_gemm_takes_splitk_only_when_switched_on(monkeypatch):
+    from helion_src import dispatch as d
+    monkeypatch.setattr(d, "SPLITK_FEW_TILES", True)
+    assert d.reachable("gemm_epilogue") == ("tiled", "splitk")
+    p = d.plan_gemm(256, 4096, 14336, 2)
+    assert p.variant == "splitk" and p.config["block_sizes"][2] == d.splitk_chunk(256, 4096, 14336)
+    assert p.epilogue is not None
+    assert d.plan_gemm(4096, 4096, 4096, 2).variant == "tiled"
+    assert d.plan_gemm(256, 4096, 14336, 2, aligned=False).variant == "tiled"
+    assert d.plan_gemm(16, 4096, 14336, 2).variant == "tiled"      # few rows keep the small-M tile
+
+
+@needs_interpreter
+@pytest.mark.parametrize("kw", [dict(M=20, N=136, K=1100, dtype="float16", act="relu", bias=1),
+                                dict(M=130, N=40, K=2100, dtype="float16", act="none", bias=0)])
+def test_splitk_verify_under_interpreter(kw):
+    """Ragged M, N and a ragged last K chunk; the sum of the chunks is the same on a second run
+    (a fixed order, no atomics)."""
+    launch, out = _interpret("helion:gemm_epilogue_splitk", "gemm_epilogue", **kw)
+    first = out.clone()
+    launch()
+    assert torch.equal(first, out)
+    assert launch.info["config"]["partial"]["block_sizes"][2] < kw["K"]   # K is split
+
+
+@needs_helion
+def test_online_persistent_config_and_code(monkeypatch):
+    """The persistent online softmax (off by default): programs per SM by L2 (rows in flight within
+    L2_FRACTION of it), a persistent loop over rows in the generated code, 16-byte accesses for
+    rows of 16-byte multiples."""
+    import re
+
+    from backends import helion_layer as hl
+    from helion_src import dispatch as d
+    assert d.plan_softmax(4096, 128256, 2).rule == "softmax/online"      # off by default
+    assert d.online_persistent_config(128256, 2)["num_sm_multiplier"] == 1
+    assert d.online_persistent_config(40000, 2)["num_sm_multiplier"] == 2
+    assert d.online_persistent_config(33000, 1)["num_sm_multiplier"] == 4
+    assert d.online_persistent_config(40000, 2)["block_sizes"] == [1, 8192, 8192]
+    monkeypatch.setattr(d, "ONLINE_PERSISTENT", True)
+    plan = d.plan_softmax(4096, 128256, 2)
+    assert plan.rule == "softmax/online_persistent" and plan.variant == "online"
+    args = tuple(torch.empty(64, 128256, dtype=torch.bfloat16, device="meta") for _ in range(2))
+    code = hl.generated(plan.kernel, args, plan.config)[2]
+    assert "virtual_pid" in code and "evict_last" in code and "evict_first" in code
+    facts = hl._compile_facts(plan.kernel, args, plan.config, keep_ptx=True)
+    assert facts["spills"] == 0 and facts["grid"] == [132]
+    assert re.search(r"ld\.global[\w:.]*\.v4", facts["ptx"]) and "st.global.v4" in facts["ptx"]
 
 
 @needs_helion
@@ -99,6 +245,8 @@ def _case(problem, **kw):
     ("helion:gemm_epilogue", "gemm_epilogue", dict(M=4096, N=1001, K=136, dtype="float16", act="relu", bias=0)),
     ("helion:gemm_epilogue_simple", "gemm_epilogue", dict(M=127, N=65, K=129, dtype="float16", act="gelu")),
     ("helion:gemm_epilogue_splitk", "gemm_epilogue", dict(M=7, N=4000, K=2048, dtype="bfloat16", act="gelu")),
+    ("helion:gemm_epilogue_splitk", "gemm_epilogue", dict(M=256, N=4096, K=14336, dtype="bfloat16", act="none")),
+    ("helion:vector_add", "vector_add", dict(N=12345679, dtype="float16")),
 ])
 def test_compile_only_sm90(iid, problem, kw):
     impl = _impl(iid, problem)
