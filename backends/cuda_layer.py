@@ -521,7 +521,8 @@ SOFTMAX_DESCRIPTIONS = {
     "smem": "the row staged raw in shared memory (bulk copy + mbarrier, any row alignment): a CTA a row while it "
             "fits, else a cluster of <= 16 CTAs a row merging (max, sum) through DSMEM: 1 read, 1 write",
     "split": "persistent cooperative grid, C blocks per row hold 16384-column chunks in registers, (max, sum) "
-             "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768)",
+             "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768); few rows: 8192 / 4096-"
+             "column chunks until the units cover the SMs (those chunks not yet run on a GPU)",
 }
 SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "softmax_warp"),
                 ("block", "softmax_block"), ("rows", "softmax_rows"), ("online", "softmax_online"),

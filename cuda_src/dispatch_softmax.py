@@ -50,6 +50,13 @@ SOFTMAX = {
     "split_min_row_bytes": 128 * 1024,
     "split_min_chunk_bytes": 64 * 1024,
     "split_chunk": 16384,           # columns per split unit (NT threads x 16384 / NT values)
+    # Few long rows (M x 16384-column units < SMs: one fp32 row of 10^6 columns is 62 units for 132
+    # SMs) leave SMs idle; the shorter chunks (256 threads) spread them: the largest chunk of
+    # split_chunks whose M x parts units cover the SMs (else the smallest). The split variant
+    # (cuda:softmax_split) applies it; the default only when split_fill_sms is on, because the
+    # 8192 / 4096 chunks have not run on a GPU yet (scripts/gpu_cuda.py verifies and times them).
+    "split_chunks": (16384, 8192, 4096),
+    "split_fill_sms": False,
     "split_threads": 512,
     "split_blocks_per_sm": 2,       # the split kernel's launch bound
     "split_max_spin": 1 << 20,      # polls before a waiting split block gives up (writes NaN)
@@ -92,8 +99,8 @@ def instances() -> dict[str, list[str]]:
     out["softmax_online.cu"] = [f"softmax_online_kernel<{t}, {v}, {c}>" for t, es in _types() for v in (1, 16 // es)
                                 for c in (1, 2, 4, 8)]
     out["softmax_smem.cu"] = [f"softmax_smem_kernel<{t}, {c}>" for t, _ in _types() for c in (1, 2, 4, 8, 16)]
-    out["softmax_split.cu"] = [f"softmax_split_kernel<{t}, {v}, {nt}>" for t, es in _types() for v in (1, 16 // es)
-                               for nt in (256, 512)]
+    out["softmax_split.cu"] = [f"softmax_split_kernel<{t}, {v}, {nt}, {ch}>" for t, es in _types() for v in (1, 16 // es)
+                               for nt, ch in ((256, 16384), (512, 16384), (256, 8192), (256, 4096))]
     return out
 
 
@@ -134,7 +141,7 @@ def _rowargs(kernel_family: str, c: RowCase, sx: int, sy: int, extra=()):
 
 
 def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=0, ept=0, cluster=0,
-                  blocks_per_sm=0, max_spin=-1) -> Launches:
+                  blocks_per_sm=0, max_spin=-1, chunk=0) -> Launches:
     """One concrete path; raises Decline when the path cannot take the case, ValueError for a bad option."""
     T, es, M, N = CTYPE[c.dtype], c.es, c.M, c.N
     vec = 16 // es if c.rows16 else 1
@@ -238,24 +245,31 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
                  cluster=k, max_dynamic_smem=smem, carveout=100, nonportable_cluster=k > 8)
         info.update(vec=V, cluster=k, seg=seg, smem=smem, threads=nt, resident=per_sm * (smem - V * es))
     elif path == "split":
-        chunk = S["split_chunk"]
-        if N <= 2 * chunk:
-            raise Decline(f"N: the split path takes rows longer than {2 * chunk} columns (the block path keeps "
-                          f"shorter rows on chip in one block), got N = {N}")
+        if N <= 2 * S["split_chunk"]:
+            raise Decline(f"N: the split path takes rows longer than {2 * S['split_chunk']} columns (the block path "
+                          f"keeps shorter rows on chip in one block), got N = {N}")
         if not dev.cooperative:
             raise Decline("the split path needs cooperative launch, which this device does not support")
+        if chunk and chunk not in S["split_chunks"]:
+            raise ValueError(f"chunk: the split path's chunks are {S['split_chunks']} columns (0: by the SM count), "
+                             f"got {chunk}")
         if threads not in (0, 256, 512):
             raise ValueError(f"threads: the split path takes 256 or 512 threads per block (0: 512), got {threads}")
-        nt = threads or S["split_threads"]
-        if ept not in (0, chunk // nt):
-            raise ValueError(f"ept: the split path holds 16384 / threads = {chunk // nt} elements per thread, got {ept}")
         if cluster > 1:
             raise ValueError(f"cluster: the split path uses no clusters, got {cluster}")
         if not 0 <= blocks_per_sm <= 32:
             raise ValueError(f"blocks_per_sm: must be 0 (default 2) .. 32, got {blocks_per_sm}")
-        parts = _cdiv(N, chunk)
         bps = blocks_per_sm or S["split_blocks_per_sm"]
         cap = dev.sms * bps
+        if not chunk:   # the largest chunk whose units cover the SMs (few long rows: shorter chunks)
+            fits = [ch for ch in S["split_chunks"] if _cdiv(N, ch) <= cap]
+            chunk = next((ch for ch in fits if M * _cdiv(N, ch) >= dev.sms), fits[-1] if fits else S["split_chunk"])
+        nt = threads or (S["split_threads"] if chunk == S["split_chunk"] else 256)
+        if chunk != S["split_chunk"] and nt != 256:
+            raise ValueError(f"threads: chunks of {chunk} columns run on 256 threads, got {threads}")
+        if ept not in (0, chunk // nt):
+            raise ValueError(f"ept: the split path holds {chunk} / threads = {chunk // nt} elements per thread, got {ept}")
+        parts = _cdiv(N, chunk)
         if parts > cap:
             raise Decline(f"N: the split path needs C = {parts} co-resident blocks per row (N = {N}), "
                           f"the device holds {cap}")
@@ -263,7 +277,7 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
         if max_spin < -1:
             raise ValueError(f"max_spin: must be -1 (default 2^20 polls) or >= 0, got {max_spin}")
         spin = S["split_max_spin"] if max_spin < 0 else max_spin
-        kern = f"softmax_split_kernel<{T}, {vec}, {nt}>"
+        kern = f"softmax_split_kernel<{T}, {vec}, {nt}, {chunk}>"
         units = M * parts
         p = Plan(kern, (grid, 1, 1), nt,
                  (("ptr", "x"), ("ptr", "out"), ("ptr", "slots"), ("i32", N), ("i64", sx), ("i64", sy),
@@ -356,13 +370,19 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
     long_row = c.row_bytes > S["split_min_row_bytes"] and S["split_chunk"] * c.es >= S["split_min_chunk_bytes"]
     if long_row and c.rows16:
         try:
-            plan = _softmax_path("split", c, sx, sy, dev, **opts)
-            # enough units to cover the SMs, or at least as many CTAs as the smem path would run
-            # (few rows: split's units spread a row over more SMs than the smem path's CTAs)
+            sopts = dict(opts)
+            sopts.setdefault("chunk", 0 if S["split_fill_sms"] else S["split_chunk"])
+            plan = _softmax_path("split", c, sx, sy, dev, **sopts)
+            # enough units to cover the SMs, or at least as many CTAs as the path that would run
+            # instead: smem where it takes the row, else the online fallback (few rows: split's
+            # units spread a row over more SMs than the smem path's CTAs or online's M x <= 8)
             units = c.M * plan.info["parts"]
-            if units >= min(dev.sms, cl.plans[0].grid[0] if cl else dev.sms):
+            alt = cl or best or _softmax_path("online", c, sx, sy, dev, **opts)
+            alt_name = "smem" if cl else alt.info["path"]
+            if units >= min(dev.sms, alt.plans[0].grid[0]):
                 return _why(plan, f"split: rows of {c.row_bytes} bytes, 16-byte aligned, {c.M} x "
-                                  f"{plan.info['parts']} units")
+                                  f"{plan.info['parts']} units (>= {dev.sms} SMs or >= the {alt.plans[0].grid[0]} "
+                                  f"CTAs of {alt_name})")
         except Decline as e:
             tried.append(str(e))
     if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):

@@ -7,7 +7,9 @@ namespace kl {
 // ------------------------------------------------------------------------------------------------
 // Split: one read and one write of long rows on a persistent cooperative grid (the CUDA C++
 // counterpart of triton_src/softmax.py softmax_split_kernel). Every row is cut into C chunks of
-// kSplitChunk columns (NT threads x 16384 / NT values: 512 x 32 or 256 x 64, held in fp32 registers). Unit u = blockIdx.x +
+// CHUNK columns (NT threads x CHUNK / NT values held in fp32 registers: 16384 as 512 x 32 or 256 x
+// 64; the shorter chunks 8192 and 4096 on 256 threads spread a few long rows over more CTAs, one
+// CTA a chunk, so that M x C units cover the SMs; dispatch_softmax.py says when). Unit u = blockIdx.x +
 // k * gridDim.x (round k) is chunk u % C of row u / C. A unit loads its chunk, reduces it to
 // (m, s) = (max, sum exp(x - m)), publishes the pair as ONE 64-bit word in slot[u] (zeroed on the
 // stream before the launch), then warp 0 polls the row's C slots until none is zero, merges them
@@ -24,7 +26,7 @@ namespace kl {
 // -inf rules: a chunk of only -inf has m = -inf, s = 0 (exponentials against 0, never -inf - -inf)
 // and contributes nothing; a row of only -inf has S = 0 and gives NaN, as torch does.
 constexpr int kSplitThreads = 512;                          // default NT (256 is the other instance)
-constexpr int kSplitChunk = 16384;                           // columns per unit, NT x 16384 / NT values
+constexpr int kSplitChunk = 16384;                           // default CHUNK: columns per unit
 constexpr int kSplitMinBlocks = 2;                           // launch bound: <= 65536 / (2 NT) registers
 
 __device__ __forceinline__ void slot_store(unsigned long long* p, unsigned long long w) {
@@ -36,11 +38,12 @@ __device__ __forceinline__ unsigned long long slot_load(const unsigned long long
   return w;
 }
 
-template <typename T, int VEC, int NT = kSplitThreads>
+template <typename T, int VEC, int NT = kSplitThreads, int CHUNK = kSplitChunk>
 __global__ void __launch_bounds__(NT, kSplitMinBlocks)
     softmax_split_kernel(const T* __restrict__ x, T* __restrict__ y, unsigned long long* __restrict__ slots, int N,
                          i64 sx, i64 sy, int C, i64 n_units, int max_spin) {
-  constexpr int CH = kSplitChunk / NT / VEC;
+  static_assert(CHUNK % (NT * VEC) == 0, "CHUNK: whole vectors for every thread");
+  constexpr int CH = CHUNK / NT / VEC;
   __shared__ float red_max[32];
   __shared__ float red_sum[32];
   __shared__ float row_state[3];  // (M, S, ok) of the current round, written by warp 0
@@ -52,8 +55,8 @@ __global__ void __launch_bounds__(NT, kSplitMinBlocks)
   for (i64 u = blockIdx.x; u < n_units; u += gridDim.x) {
     const i64 row = u / C;
     const int chunk = (int)(u - row * C);
-    const int begin = chunk * kSplitChunk;  // a multiple of VEC: 16-byte aligned when rows are
-    const int len = N - begin < kSplitChunk ? N - begin : kSplitChunk;
+    const int begin = chunk * CHUNK;  // a multiple of VEC: 16-byte aligned when rows are
+    const int len = N - begin < CHUNK ? N - begin : CHUNK;
     float v[CH][VEC];
     load_row<T, VEC, CH>(x + row * sx + begin, len, t, nt, v);
 

@@ -146,15 +146,16 @@ def _auto_rule(M, N, dt, dev=None):
     """The default's rule written from its inputs: each path's own plan (its bytes in flight per SM,
     its grid) and the SOFTMAX table -- the first path of the order (block before rows for rows of
     block_min_n..block_short_max_n columns) whose resident bytes reach its target; else split for
-    long 16-byte aligned rows when its units cover min(SMs, the smem path's CTAs); else smem when
+    long 16-byte aligned rows when its units cover min(SMs, the CTAs of the path that would run
+    instead: smem, else the best path, else online); else smem when
     it holds more bytes than the best path; else the best path; else online."""
     S = dispatch.SOFTMAX
     dev = dev or dispatch.H200
     es = dispatch.ESIZE[dt]
 
-    def plan(path):
+    def plan(path, **kw):
         try:
-            return dispatch.plan_softmax(path, M, N, dt, dev=dev)
+            return dispatch.plan_softmax(path, M, N, dt, dev=dev, **kw)
         except dispatch.Decline:
             return None
     order = list(S["order"])
@@ -176,8 +177,10 @@ def _auto_rule(M, N, dt, dev=None):
     cl = plan("smem")
     rows16 = (N * es) % 16 == 0 or M == 1
     if N * es > S["split_min_row_bytes"] and S["split_chunk"] * es >= S["split_min_chunk_bytes"] and rows16:
-        sp = plan("split")
-        if sp is not None and M * sp.info["parts"] >= min(dev.sms, cl.plans[0].grid[0] if cl else dev.sms):
+        sp = plan("split", chunk=0 if S["split_fill_sms"] else S["split_chunk"])
+        alt = cl or best or plan("online")
+        if sp is not None and M * sp.info["parts"] >= min(dev.sms, alt.plans[0].grid[0]):
+            assert sp.info["seg"] == S["split_chunk"] or S["split_fill_sms"]
             return "split"
     if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):
         return "smem"
@@ -207,6 +210,59 @@ def test_default_softmax_rule_from_its_inputs(monkeypatch):
     # sm_80: no thread-block clusters (the smem path has C = 1 there)
     assert dispatch.plan_softmax("auto", 8, 1_000_000, "float32", dev=SM80).info["path"] == "split"
     assert dispatch.plan_softmax("auto", 4096, 50257, "bfloat16", dev=SM80).info.get("cluster", 1) == 1
+
+
+def test_split_chunk_by_the_sm_count(monkeypatch):
+    """Few long rows: the split variant's chunk is the largest of SOFTMAX["split_chunks"] whose
+    M x parts units cover the SMs (else the smallest that fits the co-resident grid), on 256
+    threads below 16384; the default keeps 16384 (the instance run on the H200) until
+    split_fill_sms is on, then takes the same rule. Shapes of several classes, two devices."""
+    S = dispatch.SOFTMAX
+    names = set(dispatch.instances()["softmax_split.cu"])
+    for dev in (dispatch.H200, dispatch.Device(sms=78)):
+        cap = dev.sms * S["split_blocks_per_sm"]
+        for M, N in ((1, 786_433), (1, 1_000_000), (2, 300_000), (3, 65_600), (8, 131_072), (64, 100_000),
+                     (4096, 65_537), (1, 4_000_000)):
+            try:
+                p = dispatch.plan_softmax("split", M, N, "float32", dev=dev)
+            except dispatch.Decline:
+                assert all(-(-N // ch) > cap for ch in S["split_chunks"]), (M, N)
+                continue
+            ch, parts = p.info["seg"], p.info["parts"]
+            fits = [c for c in S["split_chunks"] if -(-N // c) <= cap]
+            want = next((c for c in fits if M * -(-N // c) >= dev.sms), fits[-1])
+            assert ch == want and parts == -(-N // ch), (M, N, dev.sms, ch)
+            assert p.plans[0].block == (512 if ch == S["split_chunk"] else 256)
+            assert p.plans[0].kernel in names and p.plans[0].grid[0] <= cap
+            _check_launches(p, dev)
+            d = dispatch.plan_softmax("auto", M, N, "float32", dev=dev)
+            if d.info["path"] == "split":
+                assert d.info["seg"] == S["split_chunk"], (M, N)
+    monkeypatch.setitem(S, "split_fill_sms", True)
+    d = dispatch.plan_softmax("auto", 1, 786_433, "float32")
+    assert d.info["path"] == "split" and d.info["seg"] < S["split_chunk"] and d.info["parts"] >= dispatch.H200.sms
+    with pytest.raises(ValueError, match="chunk"):
+        dispatch.plan_softmax("split", 1, 786_433, "float32", chunk=1000)
+    with pytest.raises(ValueError, match="threads"):
+        dispatch.plan_softmax("split", 1, 786_433, "float32", chunk=4096, threads=512)
+
+
+def test_few_long_rows_split_rather_than_online():
+    """A row too long for the smem path's 16 CTAs (fp32 > ~3.7 MB) used to fall to online (M x 8
+    CTAs) unless split's units covered every SM; now split (one read, M x parts CTAs) wins where its
+    units outnumber the CTAs of the path that would run instead. Waves arithmetic on the kernels
+    the H200 ran: 1 x 10^6 fp32 is 62 split CTAs instead of 8 online ones."""
+    for M, N in ((1, 1_000_000), (2, 1_000_000), (1, 2_000_000), (3, 1_500_004)):
+        p = dispatch.plan_softmax("auto", M, N, "float32")
+        with pytest.raises(dispatch.Decline):
+            dispatch.plan_softmax("smem", M, N, "float32")
+        online = dispatch.plan_softmax("online", M, N, "float32")
+        assert p.info["path"] == "split", (M, N, p.info["why"])
+        assert p.plans[0].grid[0] > online.plans[0].grid[0] and "online" in p.info["why"]
+    # unaligned rows (M > 1, odd N) cannot split: online stays
+    assert dispatch.plan_softmax("auto", 2, 1_000_001, "float32").info["path"] == "online"
+    # too long for the co-resident grid: online
+    assert dispatch.plan_softmax("auto", 1, 5_000_000, "float32").info["path"] == "online"
 
 
 def test_smem_word_for_a_cta_and_for_a_cluster():
