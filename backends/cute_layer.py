@@ -229,7 +229,8 @@ def _softmax_impl(kernel: str | None):
 
 _ROWS_SRC = _kernel_sources("softmax_rows.py", "SoftmaxRows", "prepare_softmax_rows", "compile_rows")
 _BLOCK_SRC = _kernel_sources("softmax_block.py", "SoftmaxBlock", "prepare_softmax_block", "compile_block")
-_CLUSTER_SRC = _kernel_sources("softmax_cluster.py", "SoftmaxCluster", "prepare_softmax_cluster", "compile_cluster")
+_CLUSTER_SRC = Source(src(C, "softmax_cluster.py"), kernels=("SoftmaxCluster.kernel", "load_peer_i64"),
+                      host=("SoftmaxCluster.__call__", "prepare_softmax_cluster", "compile_cluster"))
 _SPLIT_SRC = _kernel_sources("softmax_split.py", "SoftmaxSplit", "prepare_softmax_split", "compile_split", "_slots")
 _SMEM_SRC = Source(src(C, "softmax_smem.py"), kernels=("SoftmaxSmem.kernel", "SoftmaxSmem.vector"),
                    host=("SoftmaxSmem.__call__", "prepare_softmax_smem", "compile_smem", "smem_bytes"))
@@ -242,19 +243,21 @@ _PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row
 _SMEM_PLAN_SRC = Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "row_vectors", "plan_smem",
                                                                  "_smem_bytes", "_block_threads"))
 
+# the helpers the smem kernel shares with the split and cluster kernels
+_SMEM_HELPERS = [Source(src(C, "softmax_split.py"), kernels=("bulk_g2s", "merge"), host=()),
+                 Source(src(C, "softmax_cluster.py"), kernels=("load_peer_f32",), host=())]
+
 for _name, _kernel, _desc, _srcs in (
         ("softmax", None, "planned by bytes per row: softmax_rows (<= 4 KB rows), softmax_block (a row "
                           "per CTA in registers while rows fill the GPU and 256 threads hold one), "
                           "softmax_smem (longer rows staged in the shared memory of a CTA or a cluster of "
-                          "<= 8, while the CTAs cover the SMs), "
-                          "softmax_cluster (when they do not but a cluster's registers hold the row in two "
-                          "waves), softmax_split (the rest); 16-byte accesses at any row alignment",
+                          "<= 8, while the CTAs cover the SMs), softmax_split (the rest); 16-byte "
+                          "accesses at any row alignment",
          planned_sources({"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC,
-                          "cluster": _CLUSTER_SRC,
                           # the two-pass twin's kernel: rows longer than the split grid holds
                           "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",),
                                            host=("SoftmaxSimple.__call__",))},
-                         _dispatch.reachable("softmax"), [_SM_BASE, _SMEM_PLAN_SRC])),
+                         _dispatch.reachable("softmax"), [_SM_BASE, _SMEM_PLAN_SRC, *_SMEM_HELPERS])),
         ("softmax_rows", "rows", "short rows: a warp (or a few) per row, several rows per CTA, grid-stride "
                                  "row loop with the next row's loads in flight", [_ROWS_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_block", "block", "a row per CTA held in registers, warp + block reductions",
@@ -263,16 +266,16 @@ for _name, _kernel, _desc, _srcs in (
                                    "next chunk prefetched into shared memory by bulk copies, (max, sum) "
                                    "exchanged as one 64-bit word per chunk in global memory",
          [_SPLIT_SRC, _SM_BASE, _PLAN_SRC]),
-        ("softmax_cluster", "cluster", "long rows: a thread-block cluster per row, (max, sum) exchanged "
-                                       "through distributed shared memory", [_CLUSTER_SRC, _SM_BASE, _PLAN_SRC]),
+        ("softmax_cluster", "cluster", "not yet run on a GPU: long rows over a thread-block cluster of 2-16 CTAs, "
+                                       "each CTA's share in its registers (cp.async staging), one exponential "
+                                       "per element, one (max, sum) word a warp through distributed shared memory",
+         [_CLUSTER_SRC, _SM_BASE, _PLAN_SRC,
+          Source(src(C, "softmax_split.py"), kernels=("merge", "pack_pair", "unpack_pair"), host=())]),
         ("softmax_smem", "smem", "long rows staged in shared memory: a CTA per row (or a cluster of C, (max, "
                                  "sum) exchanged through distributed shared memory), the slice copied in by "
                                  "bulk copies on 8 mbarriers, running (max, sum) as they land, one pass over "
                                  "shared memory to write",
-         [_SMEM_SRC, _SM_BASE, _SMEM_PLAN_SRC,
-          # the helpers it shares with the split and cluster kernels
-          Source(src(C, "softmax_split.py"), kernels=("bulk_g2s", "merge"), host=()),
-          Source(src(C, "softmax_cluster.py"), kernels=("load_peer_f32",), host=())])):
+         [_SMEM_SRC, _SM_BASE, _SMEM_PLAN_SRC, *_SMEM_HELPERS])):
     _sup, _co, _prep = _softmax_impl(_kernel)
     register(problem="softmax", layer="cute", name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)

@@ -164,12 +164,11 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 # -- softmax ------------------------------------------------------------------------------------
 # Kernel by bytes per row: short rows share a CTA (rows), a row per CTA while the grid has at
 # least a CTA per SM to offer and 256 threads hold the row (block; SOFTMAX_BLOCK_DEFAULT_MAX_THREADS,
-# else smem), longer rows staged in shared memory (smem, below) while its
-# M x C CTAs cover the SMs, else over a cluster of CTAs holding the row in registers (cluster)
-# while a portable cluster holds it and the M x C CTAs make SOFTMAX_CLUSTER_MIN_WAVES waves; else -
-# rows too long or too few to fill the GPU - chunks held by a persistent grid (split; one chunk per
-# row = a persistent row pipeline). Cluster beat split on every vocabulary row a cluster of <= 8
-# holds and lost where it took 16 CTAs (docs/performance.md, "CuTe DSL / softmax").
+# else smem), longer rows staged raw in shared memory (smem, below: a CTA or a cluster of C CTAs
+# a row) while its M x C CTAs cover the SMs; else - rows too long or too few to fill the GPU -
+# chunks held by a persistent grid (split; one chunk per row = a persistent row pipeline;
+# docs/performance.md, "CuTe DSL / softmax"). The cluster kernel (each CTA's slice in registers)
+# is reached only when asked for: not yet run on a GPU.
 SOFTMAX_ROWS_MAX_BYTES = 4096
 SOFTMAX_BLOCK_MAX_BYTES = 32768
 # Short rows: the SM's loads in flight are CTAs x threads x (16-byte vectors a thread holds per row
@@ -182,7 +181,7 @@ SOFTMAX_ROWS_THREADS = 256
 SOFTMAX_ROWS_CTAS_PER_SM = 4        # 1024 threads an SM: <= 64 registers (a launch bound)
 SOFTMAX_ROWS_CTAS_PER_SM_LANES16 = 3    # 16-bit rows on groups of < 32 lanes: 67-72 registers
                                         # (ptxas; 64 would spill): 48 KB in flight an SM
-SOFTMAX_BLOCK_VALUES = 32           # values per thread (block, cluster)
+SOFTMAX_BLOCK_VALUES = 32           # values per thread (block)
 # The default's block kernel up to this many threads a CTA; a row that needs more (16-bit rows of
 # 16-32 KB: 512 threads x ~50 registers, so 2 CTAs an SM, where one CTA's reduction and stores
 # leave the SM's loads idle) goes to softmax_smem (6 CTAs an SM), which measured well ahead there
@@ -193,20 +192,19 @@ SOFTMAX_SPLIT_VECTORS = {4: 16, 2: 8}   # 16-byte vectors a thread holds, by ele
                                         # fp32 / 32 KB 16-bit chunks (16-bit values are not kept
                                         # packed in registers, so 16 would spill)
 SOFTMAX_SPLIT_BLOCKS_PER_SM = 2
-# The cluster kernel (softmax_cluster.py): T threads a CTA, at most SOFTMAX_CLUSTER_VALUES values a
-# thread in registers (one exponential each, kept in fp32), the fewest CTAs C (a power of two,
-# 2 ..SOFTMAX_CLUSTER_MAX; 16 is non-portable) that hold the row; with few rows C doubles while the
-# M x C CTAs do not cover the SMs. SOFTMAX_CLUSTER_STAGE: the loads go through shared memory by
-# cp.async (no registers held in flight) rather than straight into registers.
+# The cluster kernel (softmax_cluster.py; only when asked for, not yet run on a GPU): T threads a
+# CTA, at most SOFTMAX_CLUSTER_VALUES values a thread (one exponential each, kept in fp32), the
+# fewest CTAs C (2 .. SOFTMAX_CLUSTER_MAX; 16 is non-portable) that hold the row; with few rows C
+# doubles while the M x C CTAs do not cover the SMs. SOFTMAX_CLUSTER_STAGE: the loads go through
+# shared memory by cp.async (no registers held in flight) rather than straight into registers.
+# (quack-kernels' softmax, the same mechanisms, read 92-98 % of a copy on the models suite's long
+# rows where this layer's smem kernel read 77-83 %: docs/results/h200/results.json.)
 SOFTMAX_CLUSTER_THREADS = 256
 SOFTMAX_CLUSTER_VALUES = 64
 SOFTMAX_CLUSTER_MAX = 16
 SOFTMAX_CLUSTER_STAGE = True
-# Rows longer than SOFTMAX_BLOCK_MAX_BYTES: "cluster" (the default while a cluster holds the row)
-# or "smem" (the row staged in one CTA's shared memory, or a cluster's), see below
-SOFTMAX_LONG = "cluster"
-# Rows longer than SOFTMAX_BLOCK_MAX_BYTES: the row staged in shared memory (softmax_smem.py) by
-# bulk copies, a CTA a row while one CTA's shared memory holds it (a pair instead where one would
+# Rows longer than SOFTMAX_BLOCK_MAX_BYTES: the row staged in shared memory by bulk copies, a CTA a
+# row (softmax_smem.py) while one CTA's shared memory holds it (a pair instead where one would
 # be alone on its SM: SOFTMAX_SMEM_PAIR_MIN_CTAS), else the smallest cluster of C
 # CTAs whose slices let SOFTMAX_SMEM_CTAS_PER_SM CTAs share an SM. Why: the register kernels hold
 # 64 KB of bf16 an SM (2 CTAs x 512 threads x 32 values at ~2 registers a value), and on 16-bit
@@ -255,21 +253,16 @@ def _block_threads(nvec: int, v: int) -> int:
     return next((t for t in (32, 64, 128, 256, 512, 1024) if -(-nvec // t) <= kmax), 0)
 
 
-def _cluster_size(nvec: int, v: int) -> int:
-    """CTAs of SOFTMAX_CLUSTER_THREADS threads a cluster needs to hold a row of ``nvec`` vectors at
-    most SOFTMAX_CLUSTER_VALUES values a thread (at least 2); 0 when more than SOFTMAX_CLUSTER_MAX."""
-    kmax = max(1, SOFTMAX_CLUSTER_VALUES // v)
-    return next((c for c in (2, 4, 8, 16) if c <= SOFTMAX_CLUSTER_MAX and
-                 -(-nvec // (c * SOFTMAX_CLUSTER_THREADS)) <= kmax), 0)
-
-
 def plan_cluster(M: int, nvec: int, v: int, sms: int, cluster: int | None = None) -> dict | None:
-    """softmax_cluster's plan for rows of ``nvec`` vectors: the fewest CTAs that hold a row
-    (``_cluster_size``), doubled while M x C < SMs (few rows: more SMs a row), or the forced
-    ``cluster``; None when no cluster of at most SOFTMAX_CLUSTER_MAX holds the row."""
+    """softmax_cluster's plan for rows of ``nvec`` vectors: the fewest CTAs C >= 2 of
+    SOFTMAX_CLUSTER_THREADS threads that hold a row at SOFTMAX_CLUSTER_VALUES values a
+    thread, doubled while M x C < SMs (few rows: more SMs a row), or the forced ``cluster``; None
+    when no cluster of at most SOFTMAX_CLUSTER_MAX holds the row."""
     t = SOFTMAX_CLUSTER_THREADS
-    c = cluster or _cluster_size(nvec, v)
-    if not c or c not in (2, 4, 8, 16) or -(-nvec // (c * t)) > max(1, SOFTMAX_CLUSTER_VALUES // v):
+    kmax = max(1, SOFTMAX_CLUSTER_VALUES // v)
+    c = cluster or next((c for c in (2, 4, 8, 16) if c <= SOFTMAX_CLUSTER_MAX
+                         and -(-nvec // (c * t)) <= kmax), 0)
+    if c not in (2, 4, 8, 16) or -(-nvec // (c * t)) > kmax:
         return None
     while not cluster and 2 * c <= SOFTMAX_CLUSTER_MAX and M * c < sms:
         c *= 2
@@ -321,7 +314,7 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "vector_add":
         return ("tiled",)
     if problem == "softmax":
-        return ("rows", "block") + (("smem",) if SOFTMAX_SMEM_DEFAULT else ()) + ("cluster", "split", "simple")
+        return ("rows", "block") + (("smem",) if SOFTMAX_SMEM_DEFAULT else ()) + ("split", "simple")
     if problem == "gemm_epilogue":
         return tuple(dict.fromkeys(t[0] for t in GEMM_TILES))
     raise ValueError(f"problem: {problem!r} has no CuTe DSL planner")
@@ -345,9 +338,6 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             if SOFTMAX_SMEM_DEFAULT and _block_threads(nvec, v) > SOFTMAX_BLOCK_DEFAULT_MAX_THREADS:
                 if sp := plan_smem(M, N, esize, sms):
                     return sp
-        elif row_bytes > SOFTMAX_BLOCK_MAX_BYTES and SOFTMAX_LONG == "cluster" and \
-                (cp := plan_cluster(M, nvec, v, sms)) and M * cp["cluster"] >= sms:
-            return cp
         elif SOFTMAX_SMEM_DEFAULT and row_bytes > SOFTMAX_BLOCK_MAX_BYTES and \
                 (sp := plan_smem(M, N, esize, sms)) and M * sp["cluster"] >= sms:
             return sp
@@ -377,7 +367,7 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
     if kernel == "cluster":
         if cp := plan_cluster(M, nvec, v, sms):
             return cp
-        raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit a cluster of "
+        raise ValueError(f"N={N}: a row of {row_bytes} bytes does not fit the registers of a cluster of "
                          f"{SOFTMAX_CLUSTER_MAX} CTAs ({SOFTMAX_CLUSTER_VALUES} values a thread)")
     if kernel == "split":
         t = SOFTMAX_SPLIT_THREADS

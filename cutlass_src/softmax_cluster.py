@@ -1,5 +1,11 @@
-"""softmax, a row over a thread-block cluster of C >= 2 CTAs, each CTA's share in its registers,
-the partial (max, sum) pairs exchanged through distributed shared memory (cute:softmax_cluster).
+"""softmax, a row over a thread-block cluster of C >= 2 CTAs, each CTA's share held in its
+REGISTERS, the partial (max, sum) pairs exchanged through distributed shared memory
+(cute:softmax_cluster; not yet run on a GPU, no default reaches it).
+
+Beside ``softmax_smem.py`` (each CTA's slice staged raw in shared memory by bulk copies, two
+passes over it, exponentials computed twice): here every value is read once into registers and
+exponentiated once - the mechanisms of quack-kernels' CuTe softmax (256 threads, up to 64 values
+a thread, clusters up to 16), written anew on this layer's 16-byte row access at any alignment.
 
 The block kernel (``softmax_block.py``) holds a whole row in one CTA's registers; this one spreads
 the row over C CTAs of a cluster (C up to 16: the DSL's launch allows non-portable sizes). The
@@ -14,7 +20,7 @@ rank touches the row, however short the last step).
 2. One exponential per element: the thread's max m_t, e = exp(x - m_t) kept in fp32 registers,
    s_t = sum e. Warp butterflies merge (m, s) pairs; lane 0 publishes its warp's pair as one 64-bit
    word in shared memory.
-3. A cluster barrier (release / acquire; a CTA barrier when C = 1) makes all C x W words visible;
+3. A cluster barrier (release / acquire) makes all C x W words visible;
    every warp reads them all (``mapa`` + ``ld.shared::cluster``), merges them in a fixed order and
    a fixed butterfly, so every CTA gets the same (M, S). A second cluster barrier, arrived here and
    waited at the end, keeps each CTA's shared memory alive until its peers have read it.

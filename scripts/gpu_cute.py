@@ -95,7 +95,7 @@ def softmax_candidates(M, N, es):
         cp = d.plan_cluster(M, nvec, v, sms)
         _add(out, "cluster", cp)
         if cp:
-            _add(out, "cluster_regs", {**cp, "stage": False})
+            _add(out, "cluster_no_stage", {**cp, "stage": False})
             for label, c in (("cluster_half_c", cp["cluster"] // 2), ("cluster_double_c", cp["cluster"] * 2)):
                 with tables(SOFTMAX_CLUSTER_VALUES=128):
                     p = d.plan_cluster(M, nvec, v, sms, cluster=c) if 2 <= c <= 16 else None

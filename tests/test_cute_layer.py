@@ -224,8 +224,8 @@ def test_plan_softmax_by_bytes_per_row(monkeypatch):
     assert kernel(64, 128256, 2) == "smem" and kernel(8, 50000, 2) == "split"
     p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="cluster")
     assert (p["kernel"], p["cluster"]) == ("cluster", 4) and p["threads"] * p["k"] * 4 >= 6283, p
-    monkeypatch.setattr(dispatch, "SOFTMAX_SMEM_CLUSTER_MAX", 2)   # rows no smem cluster holds: as before
-    assert kernel(4096, 128256, 4) == "cluster" and kernel(64, 128256, 2) == "split"
+    monkeypatch.setattr(dispatch, "SOFTMAX_SMEM_CLUSTER_MAX", 2)   # rows no smem cluster holds: split
+    assert kernel(4096, 128256, 4) == "split" and kernel(64, 128256, 2) == "split"
     monkeypatch.undo()
     p = dispatch.plan_softmax(4096, 50257, 2, aligned=False, sms=SMS, kernel="split")
     assert (p["parts"], p["grid"] % p["parts"]) == (4, 0)
@@ -548,6 +548,73 @@ def test_softmax_smem_ptx(M, N, dtype):
     assert ("mapa.shared::cluster" in text) == (p["cluster"] > 1)
     facts = comp.facts()
     assert facts["spills"] == 0 and facts["registers"] <= 64 and not facts.get("smem"), facts
+
+
+def test_plan_cluster_rule():
+    """softmax_cluster (asked for only; no default reaches it): the fewest CTAs C >= 2 of 256
+    threads holding a row at <= 64 values a thread, C doubled while M x C < SMs, up to 16; the
+    default's choice never is it (a sweep of row counts, lengths, dtypes, alignments)."""
+    from cutlass_src import dispatch
+
+    def plan(M, N, es, aligned=True):
+        return dispatch.plan_softmax(M, N, es, aligned, sms=SMS, kernel="cluster")
+
+    want = {(4096, 32000, 2): (2, 8), (4096, 128256, 2): (8, 8), (4096, 151936, 2): (16, 5),
+            (4096, 128256, 4): (8, 16), (4096, 151936, 4): (16, 10), (4096, 50257, 4): (4, 13),
+            (48, 65536, 2): (4, 8), (8, 200003, 2): (16, 7)}
+    for (M, N, es), (c, k) in want.items():
+        p = plan(M, N, es)
+        assert (p["cluster"], p["k"], p["threads"]) == (c, k, 256), (M, N, p)
+        assert p["cluster"] * p["threads"] * p["k"] * (16 // es) >= N and p["k"] * 16 // es <= 64
+    assert plan(2, 20000, 4)["cluster"] == 16                      # few rows: a row over more SMs
+    with pytest.raises(ValueError, match="registers of a cluster"):
+        plan(1, 786433, 4)                                         # 16 x 256 x 64 values < the row
+    for M in (1, 8, 48, 66, 100, 131, 132, 528, 4096):
+        for N in (4000, 16385, 32000, 65536, 128256, 200003, 786433):
+            for es, aligned in ((2, True), (4, False)):
+                assert dispatch.plan_softmax(M, N, es, aligned, sms=SMS)["kernel"] != "cluster", (M, N, es)
+    assert "cluster" not in dispatch.reachable("softmax")
+
+
+@needs_cute
+@pytest.mark.parametrize("stage", [True, False])
+def test_softmax_cluster_ptx(stage):
+    """The cluster kernel: every load issued before the first shuffle (cp.async.cg into shared
+    memory when staged, 128-bit global loads into registers when not), one exponential per
+    element (not two: fewer ex2 than twice the values a thread), the partials as 64-bit words
+    through DSMEM behind cluster barriers, no CTA barrier, 128-bit stores, no spills."""
+    from cutlass_src import dispatch, softmax_cluster
+
+    p = {**dispatch.plan_softmax(4096, 50257, 2, False, sms=SMS, kernel="cluster"), "stage": stage}
+    comp = softmax_cluster.compile_cluster(torch.bfloat16, p)
+    text = comp.ptx
+    body = text[text.find(".entry"):]
+    head = body[:body.find("shfl.sync.bfly")]
+    if stage:
+        assert head.count("cp.async.cg.shared.global") == p["k"] and "cp.async.wait_group" in head
+        assert "ld.global" not in body
+    else:
+        assert head.count("ld.global.v4") == p["k"] and "cp.async" not in body
+    values = p["k"] * p["vec"]
+    assert values + 20 <= body.count("ex2.approx") < 2 * values, body.count("ex2.approx")
+    assert "ld.shared::cluster.b64" in body and "mapa.shared::cluster" in body
+    assert body.count("barrier.cluster.arrive") == 2 and body.count("barrier.cluster.wait") == 2
+    assert "bar.sync" not in body and "barrier.sync" not in body
+    assert "st.global.v4" in body and comp.facts()["spills"] == 0
+
+
+def test_softmax_cluster_vectors_cover_the_row():
+    """Thread t of rank r holds vectors (k*C + r)*T + t: at any phase every vector touching the
+    row is held once, and every rank holds some (none is left with only -inf)."""
+    from cutlass_src import dispatch
+
+    for M, N, es, phase in ((4096, 151936, 2, 0), (4096, 151936, 4, 3), (8, 200003, 2, 5), (4096, 32000, 2, 7)):
+        p = dispatch.plan_softmax(M, N, es, phase == 0, sms=SMS, kernel="cluster")
+        C, T, K, V = p["cluster"], p["threads"], p["k"], 16 // es
+        touched = -(-(N + phase) // V)
+        held = [(k * C + r) * T + t for r in range(C) for k in range(K) for t in range(T)]
+        assert sorted(j for j in held if j < touched) == list(range(touched))
+        assert all(r * T < touched for r in range(C))
 
 
 @needs_cute
