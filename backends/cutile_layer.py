@@ -49,7 +49,7 @@ if ct is not None:
     from cutile_src import gemm_epilogue_tiled as gemm_tiled
     from cutile_src import gemm_epilogue_pack as gemm_pack
     from cutile_src import softmax as softmax_simple
-    from cutile_src import softmax_online, softmax_online_flat, softmax_rows
+    from cutile_src import softmax_online, softmax_online_flat, softmax_online_tma, softmax_rows, softmax_rows_tma
     from cutile_src import vector_add as vector_add_simple
     from cutile_src import vector_add_unmasked
 
@@ -470,16 +470,21 @@ def _sm_launches(variant, x, out):
         return [(softmax_simple.softmax_kernel, (x, out, t), {})], {"variant": "simple", "TILE": t}
     contiguous = _sm_contiguous(x, out)
     p = dispatch.plan_softmax(M, N, x.element_size(), _sms(), contiguous=contiguous)
-    if variant == "online" and p["variant"] != "online":
+    if variant in ("rows", "rows_tma"):  # the rows plan, with this id's kernel
+        p = dispatch.plan_softmax(M, N, x.element_size(), _sms(), tma=variant == "rows_tma")
+    if variant in ("online", "online_tma"):  # one row a program, with this id's kernel
         t = min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
-        p = {"variant": "online", "TILE": t, "grid": M, "hints": dict(dispatch.ONLINE_HINTS)}
+        p = {"variant": variant, "TILE": t, "grid": M, "hints": dict(dispatch.ONLINE_HINTS)}
     if variant == "online_flat":
         # the flat kernel wherever its view exists (x and out contiguous and aligned), else the
         # planner's choice with the flat kernel allowed
         p = dispatch.online_flat_config(M) if contiguous else \
             dispatch.plan_softmax(M, N, x.element_size(), _sms(), contiguous=False, flat=True)
-    if p["variant"] == "rows":
-        return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"], softmax_rows.tma_store_ok(out)),
+    if p["variant"] in ("rows", "rows_tma"):
+        k = softmax_rows.softmax_rows_kernel if p["variant"] == "rows" else softmax_rows_tma.softmax_rows_tma_kernel
+        return [(k, (x, out, p["ROWS"], p["TN"], softmax_rows.tma_store_ok(out)), p["hints"])], p
+    if p["variant"] == "online_tma":
+        return [(softmax_online_tma.softmax_online_tma_kernel, (x, out, p["TILE"], softmax_rows.tma_store_ok(out)),
                  p["hints"])], p
     if p["variant"] == "online_flat":
         return [(softmax_online_flat.softmax_online_flat_kernel, softmax_online_flat.flat_args(x, out, p["TILE"]),
@@ -490,8 +495,8 @@ def _sm_launches(variant, x, out):
 
 def _sm_supports(variant):
     def supports(case):
-        if variant == "rows" and (1 << max(0, (case.N - 1).bit_length())) > dispatch.SOFTMAX["ROW_TILE_MAX"]:
-            return (f"rows: N = {case.N} rounds up past {dispatch.SOFTMAX['ROW_TILE_MAX']} columns a tile "
+        if variant in ("rows", "rows_tma") and (1 << max(0, (case.N - 1).bit_length())) > dispatch.SOFTMAX["ROW_TILE_MAX"]:
+            return (f"{variant}: N = {case.N} rounds up past {dispatch.SOFTMAX['ROW_TILE_MAX']} columns a tile "
                     "(a longer row spills out of registers)")
         return None
     return supports
@@ -513,6 +518,10 @@ def bind_softmax(variant, x, out):
     k, _, h = launches[0]
     if cfg["variant"] == "rows":
         launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], cfg["grid"], kernel=hinted(k, h))
+    elif cfg["variant"] == "rows_tma":
+        launch = softmax_rows_tma.bind_launch(x, out, cfg["ROWS"], cfg["TN"], cfg["grid"], kernel=hinted(k, h))
+    elif cfg["variant"] == "online_tma":
+        launch = softmax_online_tma.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
     elif cfg["variant"] == "online_flat":
         launch = softmax_online_flat.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
     else:
@@ -525,8 +534,8 @@ def _sm_prepare(variant):
         _cuda_inputs(inputs)
         (x,) = inputs
         softmax_args(x, out)
-        if variant == "rows" and _sm_supports("rows")(case):
-            raise Unsupported(_sm_supports("rows")(case))
+        if _sm_supports(variant)(case):
+            raise Unsupported(_sm_supports(variant)(case))
         if variant == "simple":
             launches, cfg = _sm_launches(variant, x, out)
 
@@ -541,7 +550,11 @@ def _sm_prepare(variant):
 _SM_SRC = {"rows": Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_kernel",), host=("bind_launch",)),
            "online": Source("cutile_src/softmax_online.py", kernels=("softmax_online_kernel",), host=("bind_launch",)),
            "online_flat": Source("cutile_src/softmax_online_flat.py", kernels=("softmax_online_flat_kernel",),
-                                 host=("flat_ok", "flat_args", "bind_launch"))}
+                                 host=("flat_ok", "flat_args", "bind_launch")),
+           "rows_tma": Source("cutile_src/softmax_rows_tma.py", kernels=("softmax_rows_tma_kernel",),
+                              host=("bind_launch",)),
+           "online_tma": Source("cutile_src/softmax_online_tma.py", kernels=("softmax_online_tma_kernel",),
+                                host=("bind_launch",))}
 _SM = {
     "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile; occupancy "
                 "hint by the tile's live values) while a row rounds up to <= 32768 columns, online (column tiles, running max and sum, second "
@@ -559,11 +572,17 @@ _SM = {
                     "of the contiguous rows as one vector (TMA loads where a row's bytes are not a 16-byte "
                     "multiple), masked to the row, shared tiles stored through a masked scatter; other "
                     "layouts: the planner's choice; any N", [_SM_SRC["online_flat"]]),
+    "rows_tma": ("softmax_rows_tma", "not yet run on a GPU: the rows kernel with the columns past N masked "
+                 "by index, not by -inf padding, so that tileiras loads the tile through TMA; rows up to "
+                 "32768 columns rounded up", [_SM_SRC["rows_tma"]]),
+    "online_tma": ("softmax_online_tma", "not yet run on a GPU: the online kernel (a program per row) with "
+                   "the columns past N masked by index, not by -inf padding (TMA loads); any N",
+                   [_SM_SRC["online_tma"]]),
 }
 for _v, (_name, _desc, _src) in _SM.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,
              devices=("cuda",), available=available,
-             supports=_sm_supports(_v) if _v == "rows" else None,
+             supports=_sm_supports(_v) if _v in ("rows", "rows_tma") else None,
              compile_only=_sm_compile(_v) if ct else None)(_sm_prepare(_v))
 
 

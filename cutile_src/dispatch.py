@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 H200_SMS = 132
 
-# Variants the default may route to only once they PASSed the verify suite on the H200. Both are
-# written, compile for sm_90 here (tests/test_cutile_layer.py checks their SASS) and are
-# registered as their own ids (cutile:gemm_epilogue_pack, cutile:softmax_online_flat), but have
-# not yet run on a GPU: scripts/gpu_cutile.py verifies and times them; flip an entry to True
-# when it has passed there (the default's plan and reachable() follow).
-GPU_VERIFIED = {"pack": False, "online_flat": False}
+# Variants the default may route to only once they PASSed the verify suite on the H200 (and beat
+# what they replace there). They are written, compile for sm_90 here (tests/test_cutile_layer.py
+# checks their SASS) and are registered as their own ids (cutile:gemm_epilogue_pack,
+# cutile:softmax_online_flat, cutile:softmax_rows_tma, cutile:softmax_online_tma), but have not
+# yet run on a GPU: scripts/gpu_cutile.py verifies and times them; flip an entry to True when it
+# has passed there (the default's plan and reachable() follow).
+GPU_VERIFIED = {"pack": False, "online_flat": False, "rows_tma": False, "online_tma": False}
 
 # -- vector add: elements a program's tile moves, by element size ------------------------------
 VECTOR_ADD_TILE = {4: 2048, 2: 4096}
@@ -81,7 +82,9 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "vector_add":
         return ("unmasked",)
     if problem == "softmax":
-        return ("rows", "online") + (("online_flat",) if GPU_VERIFIED["online_flat"] else ())
+        rows = "rows_tma" if GPU_VERIFIED["rows_tma"] else "rows"
+        online = "online_tma" if GPU_VERIFIED["online_tma"] else "online"
+        return (rows, online) + (("online_flat",) if GPU_VERIFIED["online_flat"] else ())
     if problem == "gemm_epilogue":
         return ("tiled", "splitk") + (("pack",) if GPU_VERIFIED["pack"] else ())
     raise ValueError(f"problem: {problem!r} has no cuTile planner")
@@ -93,12 +96,13 @@ def plan_vector_add(n: int, elem_size: int) -> dict:
 
 
 def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous: bool = False,
-                 flat: bool | None = None) -> dict:
+                 flat: bool | None = None, tma: bool | None = None) -> dict:
     """rows while a row rounds up to ROW_TILE_MAX columns, else online. Online is flat (aligned
     tiles of the contiguous rows as one vector, ``softmax_online_flat``) where x and out are
     contiguous (and 16-byte aligned) and a row's bytes are not a 16-byte multiple (the 2-d
-    kernel reads such rows in element-wide loads); ``flat`` allows it (default: once
-    GPU_VERIFIED says so)."""
+    kernels read such rows in element-wide loads); ``flat`` allows it. ``tma``: the rows and
+    online kernels that mask the columns past N by index (TMA loads) instead of by the load's
+    -inf padding (register loads). Both default to what GPU_VERIFIED says."""
     tn = _pow2_at_least(N)
     if tn <= SOFTMAX["ROW_TILE_MAX"]:
         rows = 1
@@ -107,12 +111,14 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous
         rows = min(rows, _pow2_at_least(M))
         hints = softmax_hints(rows * tn, tn)
         grid = min(_cdiv(M, rows), sms * hints.get("occupancy", 1))  # co-resident programs, looping
-        return {"variant": "rows", "ROWS": rows, "TN": tn, "grid": grid, "hints": hints}
+        use_tma = GPU_VERIFIED["rows_tma"] if tma is None else tma
+        return {"variant": "rows_tma" if use_tma else "rows", "ROWS": rows, "TN": tn, "grid": grid, "hints": hints}
     allow = GPU_VERIFIED["online_flat"] if flat is None else flat
     if allow and contiguous and (N * elem_size) % 16 != 0:
         return online_flat_config(M)
     tile = min(SOFTMAX["ONLINE_TILE"], tn)
-    return {"variant": "online", "TILE": tile, "grid": M, "hints": dict(ONLINE_HINTS)}
+    use_tma = GPU_VERIFIED["online_tma"] if tma is None else tma
+    return {"variant": "online_tma" if use_tma else "online", "TILE": tile, "grid": M, "hints": dict(ONLINE_HINTS)}
 
 
 def online_flat_config(M: int) -> dict:

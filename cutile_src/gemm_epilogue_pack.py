@@ -1,5 +1,6 @@
-"""cuTile row pack: copies a 2-d array whose rows are not whole 16-byte units (row stride or base
-address) into a buffer whose row stride is, so that the GEMM loads it through TMA / wide loads.
+"""cuTile GEMM operand pack (not yet run on a GPU): copies a 2-d array whose rows are not whole
+16-byte units (row stride or base address) into a buffer whose row stride is, so that the GEMM
+loads it through TMA.
 
 An array's row stride is a fact of the whole tensor: tileiras vectorises loads (and uses TMA)
 only where every row starts on a 16-byte boundary, so B of N = 50257 bf16 columns is read with

@@ -19,7 +19,7 @@ needs_cutile = pytest.mark.skipif(not HAVE_CUTILE, reason="cuda-tile not install
 IDS = {
     "vector_add": ["cutile:vector_add", "cutile:vector_add_simple"],
     "softmax": ["cutile:softmax", "cutile:softmax_simple", "cutile:softmax_rows", "cutile:softmax_online",
-                "cutile:softmax_online_flat"],
+                "cutile:softmax_online_flat", "cutile:softmax_rows_tma", "cutile:softmax_online_tma"],
     "gemm_epilogue": ["cutile:gemm_epilogue", "cutile:gemm_epilogue_simple", "cutile:gemm_epilogue_tiled",
                       "cutile:gemm_epilogue_splitk", "cutile:gemm_epilogue_pack"],
 }
@@ -124,16 +124,22 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     """The pack and the flat softmax are variants of their own until the H200 verified them:
     the default's plan and reachable() leave them out, and take them in once GPU_VERIFIED says so."""
     from cutile_src import dispatch as D
-    assert D.GPU_VERIFIED == {"pack": False, "online_flat": False}
-    assert "pack" not in D.reachable("gemm_epilogue") and "online_flat" not in D.reachable("softmax")
+    assert not any(D.GPU_VERIFIED.values())
+    assert D.reachable("gemm_epilogue") == ("tiled", "splitk") and D.reachable("softmax") == ("rows", "online")
     assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "tiled"
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online"
-    monkeypatch.setitem(D.GPU_VERIFIED, "pack", True)
-    monkeypatch.setitem(D.GPU_VERIFIED, "online_flat", True)
-    assert "pack" in D.reachable("gemm_epilogue") and "online_flat" in D.reachable("softmax")
+    assert D.plan_softmax(4096, 1024, 2, contiguous=True)["variant"] == "rows"
+    for k in D.GPU_VERIFIED:
+        monkeypatch.setitem(D.GPU_VERIFIED, k, True)
+    assert "pack" in D.reachable("gemm_epilogue")
+    assert set(D.reachable("softmax")) == {"rows_tma", "online_tma", "online_flat"}
     assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "pack"
     assert D.plan_gemm(16, 4096, 4096, 2)["variant"] == "splitk"  # aligned: nothing to pack
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online_flat"
+    assert D.plan_softmax(4096, 50257, 2)["variant"] == "online_tma"  # strided: the 2-d kernel
+    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online_tma"
+    rows = D.plan_softmax(4096, 1024, 2, contiguous=True)
+    assert rows["variant"] == "rows_tma" and rows | {"variant": "rows"} == D.plan_softmax(4096, 1024, 2, tma=False)
 
 
 @needs_cutile
@@ -217,6 +223,8 @@ _COMPILE_CASES = [
     ("cutile:gemm_epilogue_simple", problems.get("gemm_epilogue").case(M=127, N=65, K=129, act="gelu", bias=0)),
     ("cutile:gemm_epilogue_pack", problems.get("gemm_epilogue").case(M=32, N=1001, K=4097, act="relu")),
     ("cutile:softmax_online_flat", problems.get("softmax").case(M=37, N=781, dtype="float32")),
+    ("cutile:softmax_rows_tma", problems.get("softmax").case(M=1823, N=781, dtype="bfloat16", layout="strided")),
+    ("cutile:softmax_online_tma", problems.get("softmax").case(M=17, N=40_000, dtype="float16", layout="strided_odd")),
 ]
 
 
@@ -265,6 +273,25 @@ def test_unaligned_rows_load_wide_after_the_pack_and_flat():
         problems.get("softmax").case(M=64, N=50257, dtype="bfloat16"))
     ops = s["kernels"]["softmax_online_flat_kernel"]["sass_ops"]
     assert ops["UTMALDG"] > 0 and ops["LDG"] == 0 and s["spills"] == 0
+
+
+@needs_tileiras
+def test_neg_inf_padding_rules_out_tma_loads():
+    """The evidence for the *_tma softmax variants: the same tile loaded with -inf padding
+    (rows, online) goes through registers (LDG, no UTMALDG); masked by index instead (rows_tma,
+    online_tma) tileiras loads it through TMA (UTMALDG, no LDG)."""
+    from backends import cutile_layer as L
+    if L._cuobjdump() is None:
+        pytest.skip("cuobjdump not found (pip nvidia-cuda-cuobjdump)")
+    sm = problems.get("softmax")
+    for plain, tma, case in (("rows", "rows_tma", sm.case(M=32768, N=1024, dtype="bfloat16")),
+                             ("online", "online_tma", sm.case(M=4096, N=128256, dtype="bfloat16"))):
+        a = _impl(f"cutile:softmax_{plain}").compile_only_fn(case)["kernels"][f"softmax_{plain}_kernel"]["sass_ops"]
+        b = _impl(f"cutile:softmax_{tma}").compile_only_fn(case)
+        assert b["config"]["variant"] == tma and b["spills"] == 0
+        b = b["kernels"][f"softmax_{tma}_kernel"]["sass_ops"]
+        assert a["LDG"] > 0 and a["UTMALDG"] == 0, a
+        assert b["UTMALDG"] > 0 and b["LDG"] == 0, b
 
 
 @needs_tileiras
