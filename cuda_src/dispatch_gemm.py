@@ -22,6 +22,11 @@ GEMM = {
     "group_m": 8,                   # grouped tile order of the persistent kernels
     "repack_min_m": 128,            # below this many rows, copying B to an aligned buffer costs more than it saves
     "tiled_bms": (32, 64, 128),
+    # Tile rows of the tiled kernel above the B stream (M > stream_max_m; A or B not TMA-readable,
+    # or no Hopper code): the bm of tiled_bms with the least load work on the busiest SM,
+    # ceil(tiles / SMs) x (bm + TILED_BN) elements of A and B a k-step (co-resident CTAs share an SM's
+    # load and tensor pipes; ties: the larger bm). A grid of few 128-row tiles (411 x 733: 24 CTAs
+    # for 132 SMs) takes 32-row tiles (78 CTAs); a grid that fills the SMs keeps 128 rows.
     # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
     # HBM; every split-K factor streams B at about the same rate per busy SM (sm_stream_bytes_per_s,
     # below an SM's share of HBM; docs/performance.md, "CUDA C++ / GEMM + epilogue"). The split is then chosen
@@ -235,10 +240,21 @@ def _norm_splits(kt: int, splits: int) -> tuple[int, int]:
     return (_cdiv(kt, kps) if kt else 1), kps
 
 
-def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200) -> Launches:
+def _tiled_fill_bm(g: GemmCase, dev: Device) -> tuple[int, str]:
+    """Tile rows of the tiled kernel for M > GEMM['stream_max_m'] (the rule: GEMM's comment at
+    "tiled_bms") and why."""
+    gx = _cdiv(g.N, TILED_BN)
+
+    def work(bm):
+        return _cdiv(_cdiv(g.M, bm) * gx, dev.sms) * (bm + TILED_BN)
+    bm = min(sorted(GEMM["tiled_bms"], reverse=True), key=work)
+    return bm, f"{_cdiv(g.M, bm) * gx} tiles of {bm} x {TILED_BN}: the least load work on the busiest of {dev.sms} SMs"
+
+
+def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200, bm: int = 0) -> Launches:
     va = "true" if g.tma_a() or (g.K % 8 == 0 and g.lda % 8 == 0 and g.a_mod16 == 0) else "false"
     vb = "true" if (g.N % 8 == 0 and g.ldb % 8 == 0 and g.b_mod16 == 0) else "false"
-    bm = _tiled_bm(g)
+    bm = bm or _tiled_bm(g)
     gy = _cdiv(g.M, bm)
     if gy > 65535:
         raise Decline(f"M: too large for the tiled kernel's grid (M <= {65535 * bm})")
@@ -347,10 +363,11 @@ def _hopper_why(g: GemmCase, dev: Device) -> str | None:
 def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: str = "relu", has_bias: bool = True,
               lda: int | None = None, ldb: int | None = None, ldc: int | None = None, a_mod16: int = 0,
               b_mod16: int = 0, c_mod16: int = 0, dev: Device = H200, splits: int = 0, bn: int = 0,
-              group_m: int = 0) -> Launches:
+              group_m: int = 0, bm: int = 0) -> Launches:
     """Plan C = act(A @ B + bias) for A [M, K] (row stride lda), B [K, N] (ldb), C [M, N] (ldc).
     ``path`` "auto" is the layer's default (``cuda:gemm_epilogue``); ``splits``/``bn``/``group_m``
-    pin the split-K factor, the ws tile width and the tile grouping (0: the planner's choice)."""
+    pin the split-K factor, the ws tile width and the tile grouping, ``bm`` the tiled kernel's tile
+    rows (0: the planner's choice)."""
     if path not in GEMM_PATHS:
         raise ValueError(f"path: {path!r} is not one of {', '.join(GEMM_PATHS)}")
     if dtype not in ("float16", "bfloat16"):
@@ -364,6 +381,8 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
         raise ValueError(f"lda, ldb, ldc: row strides must be >= K, N, N; got {lda}, {ldb}, {ldc}")
     if bn not in (0, 128, 256):
         raise ValueError(f"bn: the ws kernel's tile width is 128 or 256, got {bn}")
+    if bm and (bm not in GEMM["tiled_bms"] or path != "tiled"):
+        raise ValueError(f"bm: the tiled path's tile rows are one of {GEMM['tiled_bms']}, got {bm} for path {path!r}")
     g = GemmCase(M, N, K, dtype, act, bool(has_bias), lda, ldb, ldc, a_mod16 % 16, b_mod16 % 16, c_mod16 % 16)
     if M == 0 or N == 0:
         return Launches([], info={"path": path, "kernel": "", "note": "empty output: nothing to launch"})
@@ -376,7 +395,7 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
                  + (("i64", lda), ("i64", ldb), ("i64", ldc), ("i32", ACT_CODE[act])))
         return Launches([p], info={"path": "simple", "kernel": kern, "tile": (16, 16, 16)})
     if path == "tiled":
-        return _plan_tiled(g, splits or 1, dev)
+        return _plan_tiled(g, splits or 1, dev, bm)
     if path in ("ws", "pingpong", "pingpong_c2", "splitk"):
         why = _hopper_why(g, dev)
         if why:
@@ -412,11 +431,15 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
         s, swhy = _tiled_stream_splits(g, dev)
         return _why(_plan_tiled(g, s, dev), f"M = {g.M} <= {GEMM['stream_max_m']}, a stream of B: tiled; " + swhy)
     if why or not g.tma_a():
-        return _why(_plan_tiled(g), why or "A is not TMA-readable (K, lda multiples of 8 and a 16-byte base)")
+        bm, bwhy = _tiled_fill_bm(g, dev) if not stream else (_tiled_bm(g), "")
+        return _why(_plan_tiled(g, 1, dev, bm), (why or "A is not TMA-readable (K, lda multiples of 8 and a 16-byte "
+                                                        "base)") + (f": tiled, {bwhy}" if bwhy else ""))
     repack = not g.tma_b()
     if repack and g.M < GEMM["repack_min_m"]:
-        return _why(_plan_tiled(g), f"B is not TMA-readable and M = {g.M} < {GEMM['repack_min_m']}: "
-                                    "copying B would cost more than the tensor-core path saves")
+        bm, bwhy = _tiled_fill_bm(g, dev) if not stream else (_tiled_bm(g), "")
+        return _why(_plan_tiled(g, 1, dev, bm), f"B is not TMA-readable and M = {g.M} < {GEMM['repack_min_m']}: "
+                                                "copying B would cost more than the tensor-core path saves"
+                                                + (f"; tiled, {bwhy}" if bwhy else ""))
     if stream and not repack and _cdiv(g.N, TILED_BN) >= dev.sms:
         # (GEMM["tiled_splitk"] off) a B stream whose 32-row tiles alone give every SM a tile: the
         # tiled kernel, no padding rows and no split (it beat split-K at every factor there:

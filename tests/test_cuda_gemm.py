@@ -65,6 +65,44 @@ def test_one_id_per_algorithm_word_and_its_file():
     assert dispatch.plan_gemm("auto", 16, 4096, 14336).plans[-1].kernel.startswith("gemm_splitk_reduce_kernel")
 
 
+def test_tiled_tile_rows_by_the_busiest_sm():
+    """Above the B stream (M > stream_max_m) the tiled fallback (A or B not TMA-readable, or no
+    Hopper code) takes the tile rows with the least load work on the busiest SM: ceil(tiles / SMs)
+    x (bm + 128) elements a k-step, ties to the larger bm. Written from its inputs on shapes of
+    several classes (odd and small, odd and mid-size, large; H200 and an sm_80 part)."""
+    G = dispatch.GEMM
+    a100 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
+    shapes = [(411, 733, 957), (333, 777, 999), (97, 211, 389), (1000, 1000, 999), (2000, 2000, 1001),
+              (4096, 4096, 4095), (129, 65, 129), (1025, 769, 513), (700, 3001, 777), (65, 20_000, 515)]
+    seen = set()
+    for dev in (dispatch.H200, a100):
+        for M, N, K in shapes:
+            for dt in ("float16", "bfloat16"):
+                p = dispatch.plan_gemm("auto", M, N, K, dt, dev=dev)
+                assert p.info["path"] == "tiled", (M, N, K, p.info)
+                gx = -(-N // 128)
+
+                def work(bm):
+                    return -(-(-(-M // bm) * gx) // dev.sms) * (bm + 128)
+                best = min(work(b) for b in G["tiled_bms"])
+                want = max(b for b in G["tiled_bms"] if work(b) == best)
+                bm = p.info["tile"][0]
+                assert bm == want and p.plans[0].grid[:2] == (gx, -(-M // bm)), (M, N, K, dev.sms, bm)
+                seen.add(bm)
+    assert seen == set(G["tiled_bms"])      # every tile height is reached by some class
+    # few tiles of 128 rows -> more, shorter tiles; a grid that fills the SMs keeps 128 rows
+    assert dispatch.plan_gemm("auto", 411, 733, 957, "float16").plans[0].grid == (6, 13, 1)
+    assert dispatch.plan_gemm("auto", 4096, 4096, 4095, "float16").info["tile"][0] == 128
+    # the B stream (M <= 64) keeps its own rule; the tiled variant pins nothing new
+    assert dispatch.plan_gemm("auto", 33, 1001, 3000).info["tile"][0] == 64
+    assert dispatch.plan_gemm("tiled", 411, 733, 957).info["tile"][0] == 128
+    assert dispatch.plan_gemm("tiled", 411, 733, 957, bm=64).plans[0].grid == (6, 7, 1)
+    with pytest.raises(ValueError, match="bm"):
+        dispatch.plan_gemm("tiled", 411, 733, 957, bm=48)
+    with pytest.raises(ValueError, match="bm"):
+        dispatch.plan_gemm("ws", 512, 512, 512, bm=64)
+
+
 def test_available_follows_the_build_not_the_gpu():
     """Availability says whether the module is built; a missing GPU is not a reason (the rows then
     run compile_only). A broken adapter (reason for a built module, or None without one) fails."""
