@@ -350,6 +350,9 @@ def _gemm_compile(dtype: str, has_bias: bool, plan: dict) -> list:
                 _compile(("gemm_splitk_epilogue", dtype, has_bias),
                          lambda: gemm_epilogue_splitk.gemm_splitk_epilogue_kernel(dtype, has_bias))]
     tma = plan["kernel"] == "tma"
+    if plan.get("stage_bias"):
+        return [_compile(("gemm_epilogue_tma", dtype, has_bias, cfg, tma, "stage_bias"),
+                         lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, has_bias, *cfg, tma=tma, stage_bias=True))]
     return [_compile(("gemm_epilogue_tma", dtype, has_bias, cfg, tma),
                      lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, has_bias, *cfg, tma=tma))]
 
@@ -360,7 +363,7 @@ def _gemm_impl(kernel):
 
         if kernel == "simple":
             return {"kernel": "simple"}
-        return dispatch.plan_gemm(m, n, k, es, tma_ok, kernel=kernel)
+        return dispatch.plan_gemm(m, n, k, es, tma_ok, kernel=kernel, stage_bias=kernel == "tma")
 
     def case_tma_ok(case):
         return case.N * 2 % 16 == 0 and case.K * 2 % 16 == 0
@@ -450,7 +453,9 @@ for _name, _kernel, _desc, _srcs in (
         ("gemm_epilogue_simple", "simple", "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias + act "
                                            "on the accumulator fragment, no pipelining hints",
          [_GE_SIMPLE, _GE_EPI, _GE_SIMPLE_HOST]),
-        ("gemm_epilogue_tma", "tma", "T.Pipelined TMA + wgmma only (16-byte rows: N, K multiples of 8)",
+        ("gemm_epilogue_tma", "tma", "T.Pipelined TMA + wgmma only (16-byte rows: N, K multiples of 8), the "
+                                     "tile's bias slice staged in shared memory once (no spills in the "
+                                     "128x256 tile; not yet run on a GPU)",
          [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
         ("gemm_epilogue_tiled", "tiled", "the pipeline with guarded element loads instead of TMA",
          [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),

@@ -39,8 +39,14 @@ SM_VERIFY = [(1823, 781, "float32", "contig"), (1823, 781, "bfloat16", "contig")
              (5, 3, "bfloat16", "contig"), (300, 777, "bfloat16", "strided"), (300, 777, "float16", "pad"),
              (130, 20000, "bfloat16", "contig"), (130, 20001, "float32", "offset"), (3, 262147, "float32", "contig"),
              (1, 8, "bfloat16", "contig"), (64, 16377, "bfloat16", "contig"), (64, 16380, "float32", "pad")]
-GEMM_CFGS = [(128, 256, 64, 3, 256), (128, 256, 64, 4, 256), (128, 128, 64, 4, 256), (128, 256, 32, 4, 256)]
+# (config, stage_bias): the default's wide tile as it is and with the bias staged in shared memory
+# (the tilelang:gemm_epilogue_tma variant), and the staged form at 4 stages / a 128-column tile
+GEMM_CFGS = [((128, 256, 64, 3, 256), False), ((128, 256, 64, 3, 256), True), ((128, 256, 64, 4, 256), True),
+             ((128, 128, 64, 4, 256), True)]
 GEMM_SHAPES = [(4096, 28672, 4096), (4096, 6144, 4096), (256, 28672, 4096)]
+# (M, N, K, act, bias): the tma variant against torch; N = 4104 leaves a partial last tile (bias guard)
+GEMM_VERIFY = [(1000, 4104, 520, "gelu", 1), (64, 2056, 4096, "relu", 1), (4096, 4096, 4096, "none", 0),
+               (130, 264, 72, "gelu", 1)]
 
 
 def _case(m, n, dtype, layout="contig"):
@@ -76,17 +82,33 @@ def compile_job(job):
     t = time.time()
     try:
         if job[0] == "gemm":
-            import tilelang_src
-            from tilelang_src import gemm_epilogue_tma
-            cfg = job[1]
-            tilelang_src.compile_kernel(("gemm_epilogue_tma", "bfloat16", True, cfg, True),
-                                        lambda: gemm_epilogue_tma.gemm_tma_kernel("bfloat16", True, *cfg, tma=True))
+            _gemm_kernel(*job[1])
+        elif job[0] == "gemm_v":
+            _gemm_kernel(job[1], True, job[2])
         else:
             from backends import tilelang_layer as A
             A._sm_compile(job[1], json.loads(job[2]))
         return job, round(time.time() - t, 2), None
     except Exception as e:
         return job, round(time.time() - t, 2), f"{type(e).__name__}: {str(e).splitlines()[-1][:300]}"
+
+
+def _gemm_kernel(cfg, stage_bias, has_bias=True):
+    import tilelang_src
+    from tilelang_src import gemm_epilogue_tma
+    key = ("gemm_epilogue_tma", "bfloat16", has_bias, cfg, True) + (("stage_bias",) if stage_bias else ())
+    return tilelang_src.compile_kernel(key, lambda: gemm_epilogue_tma.gemm_tma_kernel(
+        "bfloat16", has_bias, *cfg, tma=True, stage_bias=stage_bias))
+
+
+def _gemm_variant_jobs():
+    """The kernels the tma variant plans for GEMM_VERIFY (compiled ahead in the pool)."""
+    from tilelang_src import dispatch
+    jobs = set()
+    for m, n, k, _act, bias in GEMM_VERIFY:
+        p = dispatch.plan_gemm(m, n, k, 2, True, kernel="tma", stage_bias=True)
+        jobs.add((("gemm_v", (p["bm"], p["bn"], p["bk"], p["stages"], p["threads"]), bool(bias))))
+    return sorted(jobs)
 
 
 def bench(fn, reps=20):
@@ -130,12 +152,12 @@ def main():
     import torch
     out_dir = Path(os.environ.get("OUT", "/tmp")) / "tilelang"
     out_dir.mkdir(parents=True, exist_ok=True)
-    res = {"compile": [], "softmax_verify": [], "softmax_time": [], "gemm": [], "errors": []}
+    res = {"compile": [], "softmax_verify": [], "softmax_time": [], "gemm_verify": [], "gemm": [], "errors": []}
 
     def save():
         (out_dir / "check.json").write_text(json.dumps(res, indent=1))
 
-    jobs = [("sm",) + j for j in _sm_plans()] + [("gemm", c) for c in GEMM_CFGS]
+    jobs = [("gemm", c) for c in GEMM_CFGS] + [("sm",) + j for j in _sm_plans()] + _gemm_variant_jobs()
     pool = ProcessPoolExecutor(max_workers=min(15, os.cpu_count() or 4), mp_context=multiprocessing.get_context("spawn"))
     futs = [pool.submit(compile_job, j) for j in jobs]
     try:
@@ -149,6 +171,7 @@ def main():
     pool.shutdown(wait=False, cancel_futures=True)
     save()
     from harness import registry
+    from harness.problems import get as problems_get
     registry.load_backends()
     impls = {name: registry.get("softmax", f"tilelang:{name}") for name in ("softmax", "softmax_rows", "softmax_online")}
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -199,8 +222,26 @@ def main():
         except Exception as e:
             res["softmax_time"].append({"case": [m, n, dt], "error": f"{type(e).__name__}: {str(e)[:300]}"})
         save()
-    import tilelang_src
-    from tilelang_src import gemm_epilogue_tma
+    tma_impl = registry.get("gemm_epilogue", "tilelang:gemm_epilogue_tma")
+    gprob = problems_get("gemm_epilogue")
+    for m, n, k, act, has_bias in GEMM_VERIFY:
+        if left() < 30:
+            break
+        try:
+            a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+            b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
+            bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if has_bias else None
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            launch = tma_impl.prepare(gprob.case(M=m, N=n, K=k, act=act, bias=has_bias, dtype="bfloat16"), (a, b, bias), c)
+            launch()
+            ref = a.float() @ b.float() + (bias.float() if has_bias else 0)
+            ref = {"none": ref, "relu": torch.relu(ref), "gelu": torch.nn.functional.gelu(ref, approximate="tanh")}[act]
+            err = ((c.float() - ref).norm() / ref.norm()).item()
+            res["gemm_verify"].append({"case": [m, n, k, act, has_bias], "plan": launch.info.get("config"),
+                                       "rel_err": err, "ok": bool(err < 1e-2)})
+        except Exception as e:
+            res["gemm_verify"].append({"case": [m, n, k, act, has_bias], "error": f"{type(e).__name__}: {str(e)[:300]}"})
+        save()
     for m, n, k in GEMM_SHAPES:
         if left() < 10:
             break
@@ -210,19 +251,19 @@ def main():
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         ref = torch.relu(torch.addmm(bias, a, b)).float()
         row = {"shape": [m, n, k], "torch_us": bench(lambda: torch.relu(torch.addmm(bias, a, b))), "configs": {}}
-        for cfg in GEMM_CFGS:
+        for cfg, staged in GEMM_CFGS:
             if left() < 6:
                 break
+            name = f"{cfg}{' stage_bias' if staged else ''}"
             try:
-                kern = tilelang_src.compile_kernel(("gemm_epilogue_tma", "bfloat16", True, cfg, True),
-                                                   lambda: gemm_epilogue_tma.gemm_tma_kernel("bfloat16", True, *cfg, tma=True))
+                kern = _gemm_kernel(cfg, staged)
                 fn = lambda: kern.kernel(a, b, bias, c, 1)  # noqa: E731
                 fn()
                 err = ((c.float() - ref).norm() / ref.norm()).item()
-                row["configs"][str(cfg)] = {"us": bench(fn), "rel_err": err, **{k2: v for k2, v in kern.facts().items()
-                                                                              if k2 in ("registers", "spills", "kernels")}}
+                row["configs"][name] = {"us": bench(fn), "rel_err": err,
+                                        **{k2: v for k2, v in kern.facts().items() if k2 in ("registers", "spills")}}
             except Exception as e:
-                row["configs"][str(cfg)] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                row["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         res["gemm"].append(row)
         save()
     res["elapsed_s"] = round(time.time() - T0, 1)
@@ -234,6 +275,8 @@ def main():
         print("softmax", r.get("case"), "default", (r.get("plan") or {}).get("kernel"), r.get("us"), "x", r.get("vs_torch"),
               "pct_copy", r.get("pct_copy"), "| vector", v.get("id"), v.get("us"), "x", v.get("vs_torch"),
               "pct_copy", v.get("pct_copy"), "| torch", r.get("torch_us"), "copy", r.get("copy_us"), r.get("error", ""))
+    gbad = [v for v in res["gemm_verify"] if not v.get("ok")]
+    print(f"gemm tma variant verify: {len(res['gemm_verify']) - len(gbad)}/{len(res['gemm_verify'])} ok; bad: {gbad}")
     for r in res["gemm"]:
         print("gemm", r["shape"], "torch", r["torch_us"], {k2: v.get("us", v.get("error")) for k2, v in r["configs"].items()})
     print("compile errors:", [c for c in res["compile"] if c["error"]], "errors:", res["errors"], "elapsed", res["elapsed_s"])

@@ -115,13 +115,19 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector: 
     raise ValueError(f"kernel: rows, smem, online, split or simple, not {kernel!r}")
 
 
-def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None) -> dict:
+def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None,
+              stage_bias: bool = False) -> dict:
     """TMA + wgmma pipeline where A's and B's rows are 16-byte multiples (TMA's stride rule) and
     the pointers are aligned; guarded element loads into the same pipeline otherwise. 64-row tiles
     for M <= 64; 256-column tiles where they still fill ``wide_fill`` of a wave (fewer, larger
     tiles: more reuse of each A and B slice), 128 columns otherwise; split K over S CTAs per tile
     where the tiles leave more than half the SMs idle (S = SMs // tiles, so the splits still fit
-    one wave)."""
+    one wave).
+
+    ``stage_bias``: the TMA pipeline reads the tile's bias slice from shared memory (staged once)
+    instead of a guarded global load per accumulator element, which spills the wide tile (the
+    ``tilelang:gemm_epilogue_tma`` variant; not yet run on a GPU, so the default does not ask
+    for it yet)."""
     g = TABLE["gemm"]
     if kernel in ("tma", "splitk") and not tma_ok:
         raise ValueError("strides: TMA needs 16-byte aligned rows (N and K multiples of 8 in 16-bit types)")
@@ -135,6 +141,8 @@ def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | No
         bm, bn, bk, stages, threads = g["tiled_narrow" if narrow else "tiled"]
     plan = {"kernel": "tma" if use_tma else "tiled", "bm": bm, "bn": bn, "bk": bk, "stages": stages,
             "threads": threads}
+    if stage_bias and use_tma:
+        plan["stage_bias"] = True
     if use_tma and kernel != "tma":
         tiles = -(-m // bm) * -(-n // bn)
         k_tiles = -(-k // bk)

@@ -7,6 +7,12 @@ warp-specialises a producer, and lowers ``T.gemm`` to wgmma on the 128-byte swiz
 annotated here. The epilogue (bias + activation) runs on the fp32 accumulator fragment in
 registers, then one store.
 
+``stage_bias=True`` (the ``tilelang:gemm_epilogue_tma`` variant; not yet run on a GPU) copies the
+tile's bias slice to shared memory once, before the K loop, and the epilogue reads it from there:
+a guarded global load of bias per accumulator element (128 a consumer thread in a 128 x 256 tile)
+is what made ptxas spill the wide tile (296 B at 240 registers a consumer thread; 0 B without
+the bias term).
+
 ``tma=False`` builds the same pipeline with guarded element loads (zero past the edges): the path
 for operands whose rows are not 16-byte multiples (N or K not a multiple of 8 in 16-bit types),
 which a TMA descriptor cannot describe.
@@ -14,13 +20,14 @@ which a TMA descriptor cannot describe.
 import tilelang.language as T
 from tilelang.layout import make_swizzled_layout
 
+from .epilogue import act as activation
 from .epilogue import bias_act
 
 PANEL = 8
 
 
 def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stages: int,
-                    threads: int, tma: bool = True):
+                    threads: int, tma: bool = True, stage_bias: bool = False):
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
 
     @T.macro
@@ -31,6 +38,10 @@ def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stage
             acc = T.alloc_fragment((bm, bn), "float32")
             T.annotate_layout({A_s: make_swizzled_layout(A_s), B_s: make_swizzled_layout(B_s)})
             T.use_swizzle(panel_size=PANEL)
+            if stage_bias and bias is not None:    # the tile's bias slice, once, zero past N
+                bias_s = T.alloc_shared((bn,), dtype)
+                for j in T.Parallel(bn):
+                    bias_s[j] = T.if_then_else(bx * bn + j < N, bias[bx * bn + j], 0)
             T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
                 if tma:
@@ -42,8 +53,12 @@ def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stage
                     for i, j in T.Parallel(bk, bn):
                         B_s[i, j] = T.if_then_else(k * bk + i < K and bx * bn + j < N, B[k * bk + i, bx * bn + j], 0)
                 T.gemm(A_s, B_s, acc)
-            for i, j in T.Parallel(bm, bn):
-                acc[i, j] = bias_act(acc[i, j], bias, bx * bn + j, N, act)
+            if stage_bias and bias is not None:
+                for i, j in T.Parallel(bm, bn):
+                    acc[i, j] = activation(acc[i, j] + T.cast(bias_s[j], "float32"), act)
+            else:
+                for i, j in T.Parallel(bm, bn):
+                    acc[i, j] = bias_act(acc[i, j], bias, bx * bn + j, N, act)
             T.copy(acc, C[by * bm, bx * bn])
 
     if has_bias:
