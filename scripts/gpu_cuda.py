@@ -1,26 +1,28 @@
 #!/usr/bin/env python3
-"""One GPU run for the CUDA C++ layer (kl_cuda) and its NVRTC twin (cupy), at most 4 minutes.
+"""One GPU run for the CUDA C++ layer (kl_cuda) and its NVRTC twin (cupy), at most 150 s.
 
 Run from the repository root on the GPU machine after the offline build
 (``python3 -m pip install -q --no-build-isolation --no-deps --no-index -e .``):
 
-    python3 scripts/gpu_cuda.py            # JSON under $OUT (default ./gpu_out), a table at the end
+    python3 scripts/gpu_cuda.py            # the edge stages; JSON under $OUT/cuda (default ./gpu_out/cuda)
     python3 scripts/gpu_cuda.py --stages verify_defaults,time_gemm_small --total 200
 
-Stages, each in a subprocess with a time budget (a crash or a hang costs that stage's current row,
-not the run: the stage is restarted after the row that crashed, at most three times):
-  verify_defaults  cuda:/cupy: default of each problem on the verify suite (3 seeds) and the models
-                   suite (1 seed); CUDA-graph capture of one launch of every cuda: GEMM row (replay
-                   into a poisoned output, then verify)
-  time_softmax     models shapes and off-suite shapes of the same classes: torch.softmax, a copy of
-                   the same bytes (the ceiling), the default (cuda, cupy) and every path the planner
-                   chooses between (cluster sizes too), interleaved, cold L2, 0.3 s cap
-  time_gemm        models shapes and off-suite shapes: torch act(addmm), the default (cuda, cupy),
-                   ping-pong, ws, split-K factors, tiled, repacked-B ws
-  time_vector_add  models shapes and two small ones: torch.add, the default, the twin, the default
-                   with each other unroll pinned (pybind11 and NVRTC)
-  verify_variants  every other cuda:/cupy: row on the verify suite (1 seed), then the models suite
-  time_gemm_small  (only with --stages) M <= 64: the default, pinned split factors of the tiled kernel
+Default stages (issue 35, the edge suite), each in a subprocess with a time budget (a crash or a
+hang costs that stage's current row, not the run: the stage is restarted after the row that
+crashed, at most three times):
+  verify_edge        cuda:/cupy: defaults on the edge suite and on off-suite shapes of its classes;
+                     the split variant (8192 / 4096-column chunks, not run on a GPU before) on few
+                     long rows; cuda:gemm_epilogue on the verify suite's GEMMs (the tile-row rule
+                     reroutes odd shapes to 32 / 64-row tiles)
+  time_edge          each edge case (and the issue's shapes of the same classes): torch eager, a copy
+                     of the same bytes, the defaults (cuda, cupy) and every candidate plan the rules
+                     choose between (softmax: split chunks, smem C, warp threads, rows CTAs/SM, block
+                     elements a thread, online; GEMM: tiled tile rows x splits, ping-pong (1 and 2x1
+                     clusters), ws, split-K factors; vector add: unroll), interleaved, cold L2
+  time_edge_compile  torch eager, torch.compile and the cuda default on the edge cases (compile
+                     paid in prepare, outside the timing), as many as the budget allows
+Older stages (--stages): verify_defaults, time_softmax, time_gemm, time_vector_add, verify_variants,
+time_gemm_small, probe_vector_add (the models suite's checks).
 Every timed launch's output is checked against the float64 reference after its timing.
 """
 from __future__ import annotations
@@ -35,10 +37,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-OUT = Path(os.environ.get("OUT") or "gpu_out")
-TOTAL_S = 230.0
+OUT = Path(os.environ.get("OUT") or "gpu_out") / "cuda"
+TOTAL_S = 145.0
 BUDGET = {"verify_defaults": 70, "time_softmax": 45, "time_gemm": 50, "time_vector_add": 12, "verify_variants": 50,
-          "time_gemm_small": 60, "probe_vector_add": 20}
+          "time_gemm_small": 60, "probe_vector_add": 20, "verify_edge": 40, "time_edge": 75, "time_edge_compile": 30}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -388,11 +390,146 @@ def stage_probe_vector_add(skip):
         _row("probe_vector_add", f"probe|{case.id}", skip, run)
 
 
-STAGES = {"verify_defaults": stage_verify_defaults, "time_softmax": stage_time_softmax,
+# -- the edge suite (issue 35) -------------------------------------------------------------------
+def _edge_cases(prob):
+    """The edge suite's cases, then off-suite shapes of the same classes (the issue's measured gaps
+    among them): results are also checked on shapes nobody shows."""
+    c = prob.case
+    extra = {
+        "softmax": lambda: [c(M=1, N=1_000_000, dtype="float32"), c(M=2, N=600_000, dtype="float32"),
+                    c(M=128, N=50_257, dtype="bfloat16"), c(M=64, N=65_536, dtype="float16"),
+                    c(M=100_000, N=64, dtype="bfloat16"),
+                    c(M=300, N=777, dtype="float16")],
+        "gemm_epilogue": lambda: [c(M=333, N=777, K=999, dtype="float16", act="gelu"),
+                          c(M=1000, N=4000, K=3000, dtype="bfloat16", act="gelu"),
+                          c(M=77, N=18_944, K=3_584, dtype="bfloat16", act="gelu"),
+                          c(M=512, N=1000, K=4000, dtype="float16", act="relu"),
+                          c(M=1000, N=1000, K=999, dtype="bfloat16", act="none"),
+                          c(M=4096, N=4096, K=128, dtype="float16", act="gelu")],
+        "vector_add": lambda: [c(N=65_537, dtype="float16"), c(N=1_000_003, dtype="bfloat16", misalign=3)],
+    }[prob.name]()
+    return prob.cases("edge") + extra
+
+
+def stage_verify_edge(skip):
+    from harness import problems, registry
+
+    registry.load_backends()
+    for name in ("softmax", "gemm_epilogue", "vector_add"):
+        prob = problems.get(name)
+        for case in _edge_cases(prob):
+            for impl_id in (f"cuda:{name}", f"cupy:{name}") + (("cuda:softmax_split",) if name == "softmax" else ()):
+                _row("verify_edge", f"{impl_id}|edge|{case.id}", skip, lambda: _verify(impl_id, case, (0,), repeat=False))
+    gp = problems.get("gemm_epilogue")
+    for case in gp.cases("verify"):
+        _row("verify_edge", f"cuda:gemm_epilogue|verify|{case.id}", skip,
+             lambda: _verify("cuda:gemm_epilogue", case, (0, 1), repeat=False))
+
+
+def _pins(kind, case, pins):
+    """name -> prepare of each pinned plan; a pin the planner declines is left out (its reason logged)."""
+    from backends import cuda_gemm, cuda_layer as cl
+    from cuda_src import dispatch
+
+    out, declined = {}, {}
+    for name, path, opts in pins:
+        try:
+            if kind == "softmax":
+                cl.case_softmax(path, case, **opts)
+            else:
+                cuda_gemm.case_gemm(path, case, **opts)
+        except (dispatch.Decline, ValueError) as e:
+            declined[name] = str(e)[:160]
+            continue
+        out[name] = _plan_prep(kind, path, case, **opts)
+    return out, declined
+
+
+def _softmax_pins(case):
+    S = __import__("cuda_src.dispatch", fromlist=["SOFTMAX"]).SOFTMAX
+    pins = [(f"split chunk={ch}", "split", {"chunk": ch}) for ch in S["split_chunks"]]
+    pins += [(f"smem C={k}", "smem", {"cluster": k}) for k in (1, 2, 4, 8, 16)]
+    pins += [(f"online C={k}", "online", {"cluster": k}) for k in (1, 2, 4, 8)]
+    if case.N <= 1024:
+        pins += [(f"warp threads={t}", "warp", {"threads": t}) for t in (32, 64, 128, 256)]
+    if case.N <= 8192:
+        pins += [(f"rows bps={b}", "rows", {"blocks_per_sm": b}) for b in (2, 3, 4, 6)]
+    if case.N <= 32768:
+        pins += [(f"block ept={e}", "block", {"ept": e}) for e in (8, 16, 32)]
+    return pins
+
+
+def _gemm_pins(case):
+    pins = [(f"tiled bm={bm} S={sp}", "tiled", {"bm": bm, "splits": sp}) for bm in (32, 64, 128) for sp in (1, 2, 4)]
+    pins += [("pingpong", "pingpong", {}), ("pingpong_c2", "pingpong_c2", {}), ("ws bn=256", "ws", {"bn": 256}),
+             ("ws bn=128", "ws", {"bn": 128})]
+    pins += [(f"splitk S={sp}", "splitk", {"splits": sp}) for sp in (2, 3, 4, 6)]
+    return pins
+
+
+def stage_time_edge(skip):
+    import torch
+
+    from backends import cuda_gemm, cuda_layer as cl
+    from harness import problems, registry
+
+    registry.load_backends()
+    for name in ("softmax", "gemm_epilogue", "vector_add"):
+        prob = problems.get(name)
+        for case in _edge_cases(prob):
+            def run(case=case, name=name, prob=prob):
+                dev = cl.device(torch.cuda.current_device())
+                cands = {"torch": _impl_prep(f"torch:{name}", case),
+                         f"cuda:{name}": _impl_prep(f"cuda:{name}", case),
+                         f"cupy:{name}": _impl_prep(f"cupy:{name}", case)}
+                declined = {}
+                if name != "gemm_epilogue":
+                    cands["copy"] = lambda inputs, out: (lambda: out.copy_(inputs[0]))
+                if name == "softmax":
+                    more, declined = _pins("softmax", case, _softmax_pins(case))
+                    plan = cl.case_softmax("auto", case, dev)
+                elif name == "gemm_epilogue":
+                    more, declined = _pins("gemm", case, _gemm_pins(case))
+                    plan = cuda_gemm.case_gemm("auto", case, dev)
+                else:
+                    from cuda_src import dispatch
+                    more = {f"cuda unroll {u}": _va_unroll_prep("cuda", u) for u in dispatch.VECTOR_ADD["unrolls"]}
+                    more["cuda:vector_add_simple"] = _impl_prep("cuda:vector_add_simple", case)
+                    plan = cl.case_vector_add("auto", case, dev)
+                cands.update(more)
+                res = _time_case(prob, case, cands)
+                info = {k: v for k, v in plan.info.items() if isinstance(v, (int, float, str, bool, list, tuple))}
+                return {"status": "TIMED", "case": case.id, "default_plan": info, "declined": declined,
+                        "results": res}
+            _row("time_edge", f"time|{case.id}", skip, run)
+
+
+def stage_time_edge_compile(skip):
+    """torch.compile beside eager and the default, compile paid in prepare (outside the timing)."""
+    from harness import problems, registry
+
+    registry.load_backends()
+    order = [("softmax", c) for c in _edge_cases(problems.get("softmax"))]
+    order += [("gemm_epilogue", c) for c in _edge_cases(problems.get("gemm_epilogue"))]
+    order += [("vector_add", c) for c in _edge_cases(problems.get("vector_add"))]
+    for name, case in order:
+        prob = problems.get(name)
+
+        def run(case=case, name=name, prob=prob):
+            t0 = time.perf_counter()
+            cands = {"torch": _impl_prep(f"torch:{name}", case), "torch.compile": _impl_prep(f"torch:{name}_compile", case),
+                     f"cuda:{name}": _impl_prep(f"cuda:{name}", case)}
+            res = _time_case(prob, case, cands)
+            return {"status": "TIMED", "case": case.id, "results": res, "wall_s": round(time.perf_counter() - t0, 2)}
+        _row("time_edge_compile", f"compile|{case.id}", skip, run)
+
+
+STAGES = {"verify_edge": stage_verify_edge, "time_edge": stage_time_edge, "time_edge_compile": stage_time_edge_compile,
+          "verify_defaults": stage_verify_defaults, "time_softmax": stage_time_softmax,
           "time_gemm": stage_time_gemm, "time_vector_add": stage_time_vector_add,
           "probe_vector_add": stage_probe_vector_add,
           "verify_variants": stage_verify_variants, "time_gemm_small": stage_time_gemm_small}
-DEFAULT_STAGES = ("verify_defaults", "time_softmax", "time_gemm", "time_vector_add", "verify_variants")
+DEFAULT_STAGES = ("verify_edge", "time_edge", "time_edge_compile")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -484,6 +621,26 @@ def table(results):
         cells += [f"{k} {v.get('check') or v.get('error')}"[:120] for k, v in res.items()
                   if not (v.get("check") or "PASS").startswith("PASS") or "error" in v]
         lines.append(f"  {r['case']} ({r.get('default_plan', {}).get('path')}): " + ", ".join(cells) + " of torch")
+    # edge: per case the defaults and the best passing candidate against the faster of torch eager
+    # and torch.compile (the compile stage's figure where it ran)
+    comp = {r.get("case"): (r.get("results") or {}).get("torch.compile", {}).get("median_s")
+            for r in results.get("time_edge_compile", [])}
+    for r in results.get("time_edge", []):
+        res = r.get("results") or {}
+        ok = {k: v["median_s"] for k, v in res.items() if v.get("median_s") and k != "copy"
+              and (v.get("check") or "PASS").startswith("PASS")}
+        ref = min(x for x in (ok.get("torch"), comp.get(r.get("case"))) if x) if ok.get("torch") else None
+        if not ref:
+            continue
+        cand = {k: v for k, v in ok.items() if k != "torch" and not k.startswith(("cuda:", "cupy:"))
+                or k.endswith("_simple")}
+        best = min(cand.items(), key=lambda kv: kv[1]) if cand else (None, None)
+        cells = [f"{k} {ref / ok[k]:.2f}x" for k in ok if k.startswith(("cuda:", "cupy:")) and not k.endswith("_simple")]
+        if best[0]:
+            cells.append(f"best {best[0]} {ref / best[1]:.2f}x")
+        bad = [k for k, v in res.items() if not (v.get("check") or "PASS").startswith("PASS")]
+        lines.append(f"  {r['case']} [{(r.get('default_plan') or {}).get('path')}] {ref * 1e6:.1f} us ref: "
+                     + ", ".join(cells) + (f"; FAIL {bad}" if bad else ""))
     return "\n".join(lines)
 
 
