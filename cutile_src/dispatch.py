@@ -62,9 +62,15 @@ GEMM_TILES = (
 )
 GEMM_GROUP = 8
 GEMM_MIN_BUSY = 0.8
-# split-K: for M <= SPLITK_MAX_M, when the C tiles fill less than a wave and K holds at least
-# SPLITK_MIN_KTILES K tiles per slice; slices chosen to make about SPLITK_WAVES waves of programs
-GEMM_SPLITK = {"MAX_M": 64, "TN": 128, "TK": 128, "MIN_KTILES": 4, "WAVES": 2, "MAX_SPLIT": 32,
+# split-K: for M <= MAX_M, where the C tiles fill at most half the program slots (SMs x PER_SM)
+# and K holds at least MIN_KTILES K tiles per slice. PER_SM: the partial kernel takes a whole SM
+# (tileiras gives it 255 registers x 256 threads and 128-206 KB of shared memory: the launch's
+# own cubin on the H200, and compile-only here; test_splitk_partial_fills_an_sm). The slices:
+# as many as keep every program in ONE wave (floor(slots / tiles)): a program an SM streams its
+# K slice at a rate of its own, so a second or third wave only adds a wave's fixed cost and
+# leaves SMs idle in its tail (the H200 reference run: 288 programs = 2.2 waves at 16 x 6144 x
+# 4096 took 33 us, 0.69 x eager; docs/performance.md, ## cuTile / gemm_epilogue).
+GEMM_SPLITK = {"MAX_M": 64, "TN": 128, "TK": 128, "MIN_KTILES": 4, "PER_SM": 1, "MAX_SPLIT": 32,
                "RM": 16, "RN": 128}
 
 
@@ -161,13 +167,14 @@ def gemm_tile_for(M: int, N: int, sms: int = H200_SMS, tma: bool = True) -> dict
 
 
 def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 1) -> dict:
-    """The split-K plan: the row tile fitted to M (16..64), slices enough for about WAVES waves of
-    programs but each at least MIN_KTILES K tiles (at least ``min_split`` where K allows), none empty."""
+    """The split-K plan: the row tile fitted to M (16..64), as many slices as one wave of
+    programs holds (SMs x PER_SM over the C tiles) but each at least MIN_KTILES K tiles, at least
+    ``min_split`` where K allows, none empty."""
     sk = GEMM_SPLITK
     tm = min(64, max(16, _pow2_at_least(M)))
     tiles = _cdiv(M, tm) * _cdiv(N, sk["TN"])
     k_tiles = _cdiv(K, sk["TK"])
-    split = min(sk["MAX_SPLIT"], _cdiv(sk["WAVES"] * sms, tiles), k_tiles // sk["MIN_KTILES"])
+    split = min(sk["MAX_SPLIT"], (sk["PER_SM"] * sms) // tiles, k_tiles // sk["MIN_KTILES"])
     split = max(1, min(k_tiles, max(split, min_split)))
     kper = _cdiv(k_tiles, split)
     split = _cdiv(k_tiles, kper)  # no empty slice
@@ -206,7 +213,7 @@ def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
     plan = None
     if M <= GEMM_SPLITK["MAX_M"]:
         sk = splitk_config(M, N, K, sms)
-        if sk["grid"] // sk["SPLIT"] < sms and sk["SPLIT"] >= 2:
+        if sk["SPLIT"] >= 2:  # tiles <= half the slots and K long enough: one wave of slices
             plan = sk
     if plan is None:
         # packed operands load through TMA like aligned ones: the TMA tile shapes are open

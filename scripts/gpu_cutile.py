@@ -199,6 +199,13 @@ def main():
                 c = {"variant": "splitk", "TM": tm, "TN": tn, "TK": tk, "KPER": kper, "SPLIT": split,
                      "RM": 16, "RN": 128, "grid": tiles * split, "hints": {"occupancy": occ} if occ > 1 else {}}
                 cands.append(c)
+            # the previous rule (about two waves of programs, rounded up: 288 at 16 x 6144 x 4096)
+            tiles, kt = -(-M // tm) * -(-N // 128), -(-K // 128)
+            split = max(1, min(32, -(-2 * sms // tiles), kt // 4))
+            kper = -(-kt // split)
+            split = -(-kt // kper)
+            cands.insert(0, {"variant": "splitk", "TM": tm, "TN": 128, "TK": 128, "KPER": kper, "SPLIT": split,
+                             "RM": 16, "RN": 128, "grid": tiles * split, "hints": {}, "rule": "previous"})
             for c in cands:
                 if cfg["variant"] == "pack":
                     continue

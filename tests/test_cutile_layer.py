@@ -104,12 +104,21 @@ def test_gemm_plan_waves_and_splitk():
     assert (lambda p: (p["TM"], p["TN"]))(D.plan_gemm(256, 4096, 14336, 2, 132)) == (64, 128)
     # 2 x 112 = 224 of 264 slots (85 %) is busy enough for the largest tile
     assert D.plan_gemm(256, 28672, 4096, 2, 132)["TN"] == 256
-    # decode: 48 C tiles, K = 4096 -> split-K, no empty slice, about two waves of programs
+    # decode: 48 C tiles, K = 4096 -> split-K, no empty slice, one wave of programs (one an SM)
     sk = D.plan_gemm(16, 6144, 4096, 2, 132)
     assert sk["variant"] == "splitk" and sk["TM"] == 16
     k_tiles = -(-4096 // sk["TK"])
     assert (sk["SPLIT"] - 1) * sk["KPER"] < k_tiles <= sk["SPLIT"] * sk["KPER"]
-    assert 132 <= sk["grid"] <= 2 * 132 + 48
+    assert 132 - 48 < sk["grid"] <= 132 and sk["SPLIT"] == 2
+    # 32 tiles: 4 slices (128 programs); 64 tiles: 2; 224 tiles (more than a wave): no split
+    assert D.plan_gemm(16, 4096, 14336, 2, 132)["SPLIT"] == 4
+    assert D.plan_gemm(16, 8192, 28672, 2, 132)["SPLIT"] == 2
+    assert D.plan_gemm(16, 28672, 4096, 2, 132)["variant"] == "tiled"
+    # 67..132 tiles: a second slice would only add a wave: tiled; the splitk id still splits
+    assert D.plan_gemm(16, 128 * 70, 4096, 2, 132)["variant"] == "tiled"
+    assert D.splitk_config(16, 128 * 70, 4096, 132, min_split=2)["SPLIT"] == 2
+    # few K tiles: at least MIN_KTILES a slice
+    assert D.plan_gemm(16, 520, 8192, 2, 132)["KPER"] == D.GEMM_SPLITK["MIN_KTILES"]
     # short K: not worth splitting
     assert D.plan_gemm(16, 4096, 256, 2, 132)["variant"] == "tiled"
     # N = 50257: B's rows are not 16-byte multiples, so no TMA-only 128 x 256 tile (the default
@@ -273,6 +282,24 @@ def test_unaligned_rows_load_wide_after_the_pack_and_flat():
         problems.get("softmax").case(M=64, N=50257, dtype="bfloat16"))
     ops = s["kernels"]["softmax_online_flat_kernel"]["sass_ops"]
     assert ops["UTMALDG"] > 0 and ops["LDG"] == 0 and s["spills"] == 0
+
+
+@needs_tileiras
+def test_splitk_partial_fills_an_sm():
+    """The fact behind GEMM_SPLITK["PER_SM"] = 1: the split-K partial kernel, as compiled for
+    the decode shapes' row tiles, needs more registers or shared memory than half an SM has
+    (65536 registers, 228 KB), so one program runs an SM and the slices fill one wave."""
+    from backends import cutile_layer as L
+    from cutile_src import dispatch as D, gemm_epilogue_splitk as S
+    assert D.GEMM_SPLITK["PER_SM"] == 1
+    for M in (16, 64):
+        p = D.splitk_config(M, 6144, 4096, 132)
+        a = torch.empty(M, 4096, dtype=torch.bfloat16, device="meta")
+        b = torch.empty(4096, 6144, dtype=torch.bfloat16, device="meta")
+        ws = torch.empty(p["SPLIT"], M, 6144, dtype=torch.float32, device="meta")
+        f = L.compile_kernel(S.gemm_splitk_partial_kernel, (a, b, ws, p["KPER"], p["TM"], p["TN"], p["TK"], True),
+                             p["hints"], sass=False)
+        assert f["registers"] * f["threads"] > 65536 // 2 or f["smem"] > 228 * 1024 // 2, f
 
 
 @needs_tileiras
