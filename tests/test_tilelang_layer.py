@@ -189,6 +189,33 @@ def test_softmax_vector_kernels_sm90a(impl_id, dims):
         assert f"*({vec}*)({buf} + " in src, f"no 16-byte accesses of {buf}"
 
 
+def test_gemm_stage_bias_plans():
+    """Only the tma variant asks for the staged bias; the default's plans are as verified."""
+    from tilelang_src import dispatch
+
+    for m, n, k in ((4096, 28672, 4096), (256, 6144, 4096), (16, 4096, 14336), (2050, 1001, 136)):
+        tma_ok = n % 8 == 0 and k % 8 == 0
+        assert "stage_bias" not in dispatch.plan_gemm(m, n, k, 2, tma_ok)
+        if tma_ok:
+            p = dispatch.plan_gemm(m, n, k, 2, tma_ok, kernel="tma", stage_bias=True)
+            assert p["kernel"] == "tma" and p["stage_bias"] is True
+    assert "stage_bias" not in dispatch.plan_gemm(2050, 1001, 136, 2, False, stage_bias=True)   # element loads
+
+
+@needs_tl
+@pytest.mark.timeout(600)
+def test_gemm_staged_bias_has_no_spills_sm90a():
+    """The tma variant's wide tile (128 x 256, two consumer warpgroups at 240 registers) compiles
+    for sm_90a without spills, its epilogue reading bias from the staged shared slice."""
+    impl = _impls()["tilelang:gemm_epilogue_tma"]
+    backend = importlib.import_module("backends.tilelang_layer")
+    backend._SEEN.clear()
+    facts = impl.compile_only_fn(problems.get("gemm_epilogue").case(M=4096, N=28672, K=4096, act="gelu", bias=1))
+    assert facts["config"]["bn"] == 256 and facts["config"].get("stage_bias") is True, facts
+    assert facts.get("spills", 0) == 0, facts
+    assert "bias_s" in backend._SEEN[-1].source()
+
+
 def test_supports_declines_only_in_variants():
     impls = _impls()
     for p in PROBLEMS:
