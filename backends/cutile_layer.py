@@ -678,7 +678,7 @@ def bind_gemm(variant, a, b, bias, act: str, out):
         for f in pack_binds:
             f()
         main()
-    launch.buffers = (a2, b2)
+    launch.buffers, launch.main = (a2, b2), main
     return launch, launches, cfg
 
 

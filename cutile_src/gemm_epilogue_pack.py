@@ -22,6 +22,20 @@ def pack_rows_kernel(src, dst, TR: ct.Constant[int], TC: ct.Constant[int]):
         ct.store(dst, index=(i, j), tile=tile)
 
 
+@ct.kernel
+def pack_rows_flat_kernel(src, dst, C: int, T: ct.Constant[int]):
+    """The same copy from a contiguous source viewed as one vector: aligned T-element tiles loaded
+    wide, each element scattered to (row, column) of the buffer (a tile spans at most two rows
+    while T <= C; elementwise stores). A candidate beside pack_rows_kernel (2-byte loads, 16-byte
+    stores): scripts/gpu_cutile.py times both."""
+    ar = ct.arange(T, dtype=ct.int32)
+    for j in range(ct.bid(0), ct.cdiv(src.shape[0], T), ct.num_blocks(0)):
+        tile = ct.load(src, index=(j,), shape=(T,))
+        row0 = (j * T) // C
+        row = ct.where(ar >= (row0 + 1) * C - j * T, row0 + 1, row0)  # lanes past row0's end
+        ct.scatter(dst, (row, j * T + ar - row * C), tile)
+
+
 def packed_buffer(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(buffer, view): a new buffer of t's rows whose columns are rounded up to a multiple of 16
     elements (the pack stores whole buffer rows, its padding zeros, with wide stores), and the
@@ -34,6 +48,19 @@ def packed_buffer(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def bind_pack(src: torch.Tensor, dst: torch.Tensor, tr: int, tc: int, grid: int, kernel=None):
     k = kernel or pack_rows_kernel
     args = (src, dst, tr, tc)
+
+    def launch():
+        ct.launch(torch.cuda.current_stream(), (grid, 1, 1), k, args)
+    launch.args = args
+    return launch
+
+
+def bind_pack_flat(src: torch.Tensor, dst: torch.Tensor, t: int, grid: int, kernel=None):
+    """pack_rows_flat_kernel on a contiguous ``src`` whose rows hold at least ``t`` elements."""
+    if not src.is_contiguous() or src.shape[1] < t:
+        raise ValueError(f"src: the flat pack needs a contiguous source of rows >= {t} elements")
+    k = kernel or pack_rows_flat_kernel
+    args = (src.view(-1), dst, src.shape[1], t)
 
     def launch():
         ct.launch(torch.cuda.current_stream(), (grid, 1, 1), k, args)

@@ -169,8 +169,12 @@ def main():
             pk = pcfg["PACK"]["b"]
             from cutile_src import gemm_epilogue_pack as P
             buf, view = P.packed_buffer(gb)
-            record("gemm_epilogue", [M, N, K], f"pack B alone {pk}", P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"]),
-                   {"copy_bytes": 2 * gb.numel() * 2})
+            p2 = P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"])
+            buf.fill_(1.0)
+            p2()
+            torch.cuda.synchronize()
+            log("pack rows exact copy:", bool(torch.equal(view, gb)), "padding zero:", bool((buf[:, N:] == 0).all()))
+            record("gemm_epilogue", [M, N, K], f"pack B alone {pk}", p2, {"copy_bytes": 2 * gb.numel() * 2})
             if M > 64 and (sub["TM"], sub["TN"]) != (128, 128):
                 alt = {"variant": "tiled", "TM": 128, "TN": 128, "TK": 64, "GROUP": 8,
                        "grid": -(-M // 128) * -(-N // 128), "hints": {"num_worker_warps": 8}}
@@ -178,6 +182,22 @@ def main():
                 main_ = gemm_epilogue_tiled.bind_launch(ga, view, gbias, 0, gc, alt, kernel=fk)
                 packf = P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"])
                 record("gemm_epilogue", [M, N, K], "pack + tiled 128x128x64 ww8", lambda: (packf(), main_()), dict(ex))
+            for t in (2048, 4096):
+                g = min(-(-gb.numel() // t), 8 * sms)
+                pf = P.bind_pack_flat(gb, buf, t, g)
+                buf.zero_()
+                pf()
+                torch.cuda.synchronize()
+                log("pack flat T=%d exact copy:" % t, bool(torch.equal(view, gb)))
+                record("gemm_epilogue", [M, N, K], f"pack B alone flat T={t} grid={g}", pf,
+                       {"copy_bytes": 2 * gb.numel() * 2})
+                if t == 2048:
+                    mainp = L.bind_gemm("pack", ga, gb, gbias, "none", gc)[0]
+                    gemm_only = getattr(mainp, "main", None)
+                    if gemm_only is not None:
+                        record("gemm_epilogue", [M, N, K], "pack flat T=2048 + the pack plan's GEMM",
+                               lambda: (pf(), gemm_only()), dict(ex))
+                        record("gemm_epilogue", [M, N, K], "the pack plan's GEMM alone (packed B)", gemm_only, dict(ex))
             for tr, tc in ((16, 512), (4, 1024), (8, 1024)):
                 g = max(1, min(-(-K // tr) * -(-N // tc), 8 * sms))
                 record("gemm_epilogue", [M, N, K], f"pack B alone TR={tr} TC={tc} grid={g}",
