@@ -368,11 +368,14 @@ def _gemm_impl(variant: str | None):
 # the family's device code lives in the base class (gemm_base.py) and the schedule files; its
 # methods are named here because the schedules reach them through ``self`` (inheritance)
 _GEMM_BASE = Source(src(C, "gemm_base.py"),
-                    kernels=("GemmSm90.make_ring", "GemmSm90.gmem_copy", "GemmSm90.copy_predicated",
+                    kernels=("GemmSm90.make_ring", "GemmSm90.copy_realign",
                              "GemmSm90.produce", "GemmSm90.mainloop", "GemmSm90.release",
-                             "GemmSm90.epilogue_parts", "GemmSm90.c_copy", "GemmSm90.splitk_fixup",
-                             "GemmSm90.epilogue", "raster", "split_range"),
+                             "GemmSm90.epilogue_parts", "GemmSm90.epilogue", "raster"),
                     host=("GemmSm90.__call__", "GemmSm90._setup", "GemmSm90.__init__"))
+# split-K's fix-up and the predicated tiled copies: bases of GemmSm90, each in the file of its id
+_SPLITK = Source(src(C, "gemm_epilogue_splitk.py"), kernels=("SplitK.splitk_fixup", "split_range"))
+_TILED = Source(src(C, "gemm_epilogue_tiled.py"),
+                kernels=("TiledCopies.gmem_copy", "TiledCopies.copy_predicated", "TiledCopies.c_copy"))
 _GEMM_EPI = Source(src(C, "epilogue.py"), kernels=("bias_act", "gelu_tanh"), host=("act_code",))
 _GEMM_HOST = [Source(src(C, "gemm_launch.py"), kernels=(), host=("prepare_gemm", "compile_gemm", "workspace",
                                                                  "validate", "operand_widths")),
@@ -380,7 +383,7 @@ _GEMM_HOST = [Source(src(C, "gemm_launch.py"), kernels=(), host=("prepare_gemm",
 _WS = Source(src(C, "gemm_epilogue_ws.py"), kernels=("GemmWS.kernel",))
 _PP = Source(src(C, "gemm_epilogue_pingpong.py"), kernels=("GemmPingpong.kernel", "GemmPingpong.step_over"))
 _GEMM_SRC = planned_sources({"ws": _WS, "pingpong": _PP}, _dispatch.reachable("gemm_epilogue"),
-                            [_GEMM_BASE, _GEMM_EPI, *_GEMM_HOST])
+                            [_GEMM_BASE, _SPLITK, _TILED, _GEMM_EPI, *_GEMM_HOST])
 
 for _name, _variant, _desc, _srcs in (
         ("gemm_epilogue", None, "planned by waves and K: persistent warp-specialised sm_90a GEMM "
@@ -389,10 +392,10 @@ for _name, _variant, _desc, _srcs in (
          _GEMM_SRC),
         ("gemm_epilogue_ws", "ws", "persistent cooperative warp-specialised: TMA producer warpgroup, two "
                                    "wgmma warpgroups on 128-row tiles, 2x1 clusters multicasting B",
-         [_WS, _GEMM_BASE, _GEMM_EPI, *_GEMM_HOST]),
+         [_WS, _GEMM_BASE, _SPLITK, _TILED, _GEMM_EPI, *_GEMM_HOST]),
         ("gemm_epilogue_pingpong", "pingpong", "persistent ping-pong: two consumer warpgroups on alternate "
                                                "tiles, one's epilogue under the other's wgmmas",
-         [_PP, _GEMM_BASE, _GEMM_EPI, *_GEMM_HOST]),
+         [_PP, _GEMM_BASE, _SPLITK, _TILED, _GEMM_EPI, *_GEMM_HOST]),
         ("gemm_epilogue_splitk", "splitk", "split-K over the family's schedules: fp32 partials in a "
                                            "workspace, the last split of a tile sums them in split order",
          _GEMM_SRC),

@@ -41,12 +41,13 @@ from cutlass.memory import SmemAllocator, get_smem_capacity_in_bytes
 from cutlass.tensor_utils import LayoutEnum
 
 from .epilogue import bias_act
+from .gemm_epilogue_splitk import SplitK, split_range
+from .gemm_epilogue_tiled import COPY_BATCH_REGS, TiledCopies  # noqa: F401  (COPY_BATCH_REGS: the producer's budget)
 
 GROUP_M = 8                 # raster: tile rows per band
 K_TILE = 64                 # 4 wgmma k-steps of 16 for 16-bit inputs
 PRODUCER_THREADS = 128      # warpgroup 0
 EPI_STAGES = 4              # staging buffers per epilogue group
-COPY_BATCH_REGS = 32        # registers a producer thread fills before it writes them to the stage
 
 
 def raster(u, cm_tiles, n_tiles, cluster_m, rank, min_fn=min):
@@ -59,11 +60,6 @@ def raster(u, cm_tiles, n_tiles, cluster_m, rank, min_fn=min):
     height = min_fn(cm_tiles - first, group)
     cm = first + (u % per_band) % height
     return cm * cluster_m + rank, (u % per_band) // height
-
-
-def split_range(s, splits, k_tiles):
-    """k-tiles [k0, k1) of split s: balanced, every split non-empty when splits <= k_tiles."""
-    return (s * k_tiles) // splits, ((s + 1) * k_tiles) // splits
 
 
 @dataclass(frozen=True)
@@ -81,11 +77,12 @@ class Ring:
         return self.bars + self.stages + i
 
 
-class GemmSm90:
+class GemmSm90(TiledCopies, SplitK):
     """Base of the family. ``loads`` = (a, b, c) kinds: "tma", "realign" (A, B) or "vN" (a
     predicated copy of N-element vectors; for C the predicated store). ``splitk`` compiles the
-    split-K fix-up (the split count is a run-time argument). Subclasses set ``pingpong`` and write
-    ``kernel``."""
+    split-K fix-up (the split count is a run-time argument; the fix-up is ``SplitK``'s, in
+    gemm_epilogue_splitk.py); the predicated tiled copies of operands TMA cannot take are
+    ``TiledCopies``' (gemm_epilogue_tiled.py). Subclasses set ``pingpong`` and write ``kernel``."""
 
     pingpong = False
 
@@ -194,45 +191,6 @@ class GemmSm90:
         return ring
 
     # ---- producer: every k-tile of every unit this CTA owns, in unit order -----------------------
-    def gmem_copy(self, dtype, vec: int, rows: int, contiguous_mode: int):
-        """The producer's tiled copy of a (rows, K_TILE) operand tile whose mode ``contiguous_mode``
-        is contiguous in memory: 128 threads, ``vec``-element accesses along that mode, a warp's
-        accesses adjacent (coalesced)."""
-        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=dtype.width * vec)
-        extent = K_TILE if contiguous_mode == 1 else rows
-        across = min(extent // vec, PRODUCER_THREADS)
-        other = PRODUCER_THREADS // across
-        if contiguous_mode == 1:
-            thr = cute.make_layout((other, across), stride=(across, 1))
-            val = cute.make_layout((1, vec))
-        else:
-            thr = cute.make_layout((across, other), stride=(1, across))
-            val = cute.make_layout((vec, 1))
-        return cute.make_tiled_copy_tv(atom, thr, val)
-
-    @cute.jit
-    def copy_predicated(self, tiled: cute.TiledCopy, t, src: cute.Tensor, coords: cute.Tensor,
-                        extent, dst: cute.Tensor, vec: cutlass.Constexpr):
-        """src -> dst for thread t of ``tiled``, vector by vector: a vector whose first element is
-        outside ``extent`` is written as zeros (vec divides the contiguous extent, so a vector is
-        wholly in or out). Batches of COPY_BATCH_REGS registers: loads first, then stores."""
-        thr = tiled.get_slice(t)
-        tS = cute.group_modes(thr.partition_S(src), 1, 3)        # (vector, rest)
-        tD = cute.group_modes(thr.partition_D(dst), 1, 3)
-        tC = cute.group_modes(thr.partition_S(coords), 1, 3)
-        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), src.element_type,
-                                   num_bits_per_copy=src.element_type.width * vec)
-        rest = cute.size(tS, mode=[1])
-        batch = min(rest, max(1, COPY_BATCH_REGS // max(1, vec * src.element_type.width // 32)))
-        regs = cute.make_rmem_tensor(cute.make_layout((vec, batch)), src.element_type)
-        for b0 in cutlass.range_constexpr(0, rest, batch):
-            regs.fill(0)
-            for i in cutlass.range_constexpr(min(batch, rest - b0)):
-                if cute.elem_less(tC[0, b0 + i], extent):
-                    cute.copy(atom, tS[None, b0 + i], regs[None, i])
-            for i in cutlass.range_constexpr(min(batch, rest - b0)):
-                cute.copy(atom, regs[None, i], tD[None, b0 + i])
-
     @cute.jit
     def copy_realign(self, t, mX: cute.Tensor, row0, col0, dst: cute.Tensor, rows_mode: cutlass.Constexpr,
                      width: cutlass.Constexpr, rows: cutlass.Constexpr, zero_tail: cutlass.Constexpr):
@@ -438,69 +396,6 @@ class GemmSm90:
         return {"r2s": r2s, "tRS_sC": thr.partition_D(sC), "tRS_acc": r2s.retile(acc),
                 "rD": cute.make_rmem_tensor_like(rD_layout, self.acc_dtype),
                 "rOut": cute.make_rmem_tensor_like(rD_layout, self.c_dtype)}
-
-    def c_copy(self, dtype):
-        """Tiled copy of one epilogue sub-tile, staging buffer -> C, for C rows that TMA cannot
-        store: ``vc``-element accesses along N, the epilogue group's threads, predicated."""
-        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=dtype.width * self.vc)
-        across = min(self.epi_tile[1] // self.vc, self.epi_threads)
-        thr = cute.make_layout((self.epi_threads // across, across), stride=(across, 1))
-        return cute.make_tiled_copy_tv(atom, thr, cute.make_layout((1, self.vc))), atom
-
-    @cute.jit
-    def splitk_fixup(self, acc: cute.Tensor, coords: cute.Tensor, rows, mWork: cute.Tensor,
-                     mCount: cute.Tensor, tile_id, split, splits, t, epi_bar, flag: cute.Tensor):
-        """Split-K: write this split's fp32 partial (fragment order: element 4j..4j+3 of thread t
-        at (j * threads + t) * 4, so a warp writes 512 contiguous bytes), count the tile's arrivals
-        (release/acquire at gpu scope, as CUTLASS's serial reduction does), and in the last split
-        to arrive sum every partial in split order into acc. Returns whether this one stores C.
-
-        Only the groups of 4 holding a row inside C (``coords``: the identity tensor partitioned
-        like acc; a group is 2 columns of rows r and r + 8) are written and read: a few-row GEMM's
-        tile is mostly padding rows. With two splits the last one adds the other's partial to its
-        own accumulators: one read of L2 instead of two, and p0 + p1 = p1 + p0 exactly, so the
-        sum is the split-order sum bit for bit."""
-        frag = cute.size(acc)
-        region = cutlass.Int64(self.epi_threads * frag)
-        flat = cute.make_tensor(acc.iterator, cute.make_layout((4, frag // 4)))
-        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), cutlass.Float32, num_bits_per_copy=128)
-        mine = cute.make_tensor((mWork.iterator + (cutlass.Int64(tile_id) * splits + split) * region
-                                 + t * 4).align(16),
-                                cute.make_layout((4, frag // 4), stride=(1, 4 * self.epi_threads)))
-        for j in cutlass.range_constexpr(frag // 4):
-            if cutlass.min(coords[4 * j][0], coords[4 * j + 2][0]) < rows:
-                cute.copy(atom, flat[None, j], mine[None, j])
-        epi_bar.arrive_and_wait()
-        if t == 0:
-            cute.arch.fence_acq_rel_gpu()
-            old = cute.arch.atomic_add(mCount.iterator + tile_id, cutlass.Int32(1), sem="relaxed", scope="gpu")
-            last = cutlass.Int32(0)
-            if old == splits - 1:
-                last = cutlass.Int32(1)
-                mCount[tile_id] = cutlass.Int32(0)             # ready for the next launch
-                cute.arch.fence_acq_rel_gpu()
-            flag[0] = last
-        epi_bar.arrive_and_wait()
-        is_last = flag[0] != 0
-        if is_last:
-            part = cute.make_rmem_tensor(cute.make_layout(4), cutlass.Float32)
-            first = cutlass.Int32(0)
-            count = cutlass.Int32(splits)
-            if splits == 2:
-                first = 1 - split                              # only the other split's partial
-                count = cutlass.Int32(1)
-            else:
-                acc.fill(0.0)
-            for s in cutlass.range(first, first + count, unroll=1):
-                theirs = cute.make_tensor((mWork.iterator + (cutlass.Int64(tile_id) * splits + s) * region
-                                           + t * 4).align(16),
-                                          cute.make_layout((4, frag // 4), stride=(1, 4 * self.epi_threads)))
-                for j in cutlass.range_constexpr(frag // 4):
-                    if cutlass.min(coords[4 * j][0], coords[4 * j + 2][0]) < rows:
-                        cute.copy(atom, theirs[None, j], part)
-                        for i in cutlass.range_constexpr(4):
-                            flat[i, j] = flat[i, j] + part[i]
-        return is_last
 
     @cute.jit
     def epilogue(self, acc: cute.Tensor, parts: dict, coords: cute.Tensor, gC: cute.Tensor, cC: cute.Tensor,
