@@ -36,6 +36,11 @@ SOFTMAX = {
     "block_ept": 32,                # elements per thread of the block path
     "warp_threads": 128,
     "rows_threads": 256,
+    # the rows kernel holds 32 elements a thread; 8 / 16 (rows of <= 64 x 8 / 16 columns: G up to 64)
+    # halve or quarter the padded slots of very short rows (N <= 64: 128 slots for 48 columns at 32).
+    # Pinned only (ept=), for tuning and scripts/gpu_cuda.py: those instances have not run on a GPU.
+    "rows_short_epts": (8, 16),
+    "rows_short_max_g": 64,
     # smem path (the row staged raw in shared memory, softmax_smem.cu): a row that fits ONE CTA's
     # shared memory takes C = 1 (a CTA a row: no cluster barrier, no co-scheduling of C CTAs;
     # measured +6..12 points over C = 2/4 at 64-201 KB rows); a longer row takes the smallest
@@ -96,6 +101,9 @@ def instances() -> dict[str, list[str]]:
                                for c in (1, 2, 4, 8, 16, 32) if 8 <= c * v <= 32]
     out["softmax_rows.cu"] = [f"softmax_rows_kernel<{t}, {v}, {32 // v}, {g}>" for t, es in _types()
                               for v in (1, 16 // es) for g in (4, 8, 16, 32, 64, 128, 256)]
+    out["softmax_rows.cu"] += [f"softmax_rows_kernel<{t}, {v}, {e // v}, {g}>" for t, es in _types()
+                               for v in (1, 16 // es) for e in SOFTMAX["rows_short_epts"] if e >= v
+                               for g in (4, 8, 16, 32, 64) if g <= SOFTMAX["rows_short_max_g"]]
     out["softmax_online.cu"] = [f"softmax_online_kernel<{t}, {v}, {c}>" for t, es in _types() for v in (1, 16 // es)
                                 for c in (1, 2, 4, 8)]
     out["softmax_smem.cu"] = [f"softmax_smem_kernel<{t}, {c}>" for t, _ in _types() for c in (1, 2, 4, 8, 16)]
@@ -186,22 +194,28 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
         if N > S["rows_max_n"]:
             raise Decline(f"N: the rows path holds a row in at most 256 threads x 32 elements: N <= {S['rows_max_n']}, "
                           f"got {N}")
-        if ept not in (0, 32):
-            raise ValueError(f"ept: the rows path uses 32 elements per thread, got {ept}")
+        if ept not in (0, 32, *S["rows_short_epts"]):
+            raise ValueError(f"ept: the rows path holds 32 elements a thread ({', '.join(map(str, S['rows_short_epts']))} "
+                             f"pinned, for short rows), got {ept}")
+        e = ept or 32
+        if e < vec:
+            raise ValueError(f"ept: {e} elements a thread is less than one {vec}-element vector")
         if threads not in (0, S["rows_threads"]):
             raise ValueError(f"threads: the rows path uses {S['rows_threads']} threads per block, got {threads}")
         if not 0 <= blocks_per_sm <= 32:
             raise ValueError(f"blocks_per_sm: must be 0 (default 2 or 3) .. 32, got {blocks_per_sm}")
-        g = max(4, _pow2_at_least(_cdiv(N, 32)))
+        g = max(4, _pow2_at_least(_cdiv(N, e)))
+        if e != 32 and g > S["rows_short_max_g"]:
+            raise Decline(f"N: {e} elements a thread hold rows of at most {S['rows_short_max_g'] * e} columns, got {N}")
         nt = S["rows_threads"]
         rpb = nt // g
         bps = blocks_per_sm or rows_min_blocks(es, vec, g)
         need = _cdiv(M, rpb)  # CTA-steps; balanced grid: every CTA runs the same number of steps
         steps = _cdiv(need, dev.sms * bps)
-        kern = f"softmax_rows_kernel<{T}, {vec}, {32 // vec}, {g}>"
+        kern = f"softmax_rows_kernel<{T}, {vec}, {e // vec}, {g}>"
         p = Plan(kern, (_cdiv(need, steps), 1, 1), nt, _rowargs("softmax_rows_kernel", c, sx, sy))
         # two rows per group in flight: the current one and the prefetched next one
-        info.update(groups=g, threads=nt, rows_per_block=rpb, blocks_per_sm=bps,
+        info.update(groups=g, threads=nt, rows_per_block=rpb, blocks_per_sm=bps, ept=e,
                     resident=bps * rpb * 2 * c.row_bytes)
     elif path == "smem":
         cmax = S["smem_cluster_max"] if dev.clusters else 1

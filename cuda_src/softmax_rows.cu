@@ -6,7 +6,7 @@ namespace kl {
 
 // ------------------------------------------------------------------------------------------------
 // Rows: persistent, several rows per CTA, G threads per row (G = 4 .. 256, a power of two), each
-// thread holding CH vectors of VEC elements (CH * VEC = 32 elements). A CTA of blockDim.x threads
+// thread holding CH vectors of VEC elements (CH * VEC = 32 elements; 8 or 16 for very short rows). A CTA of blockDim.x threads
 // works on blockDim.x / G rows per step and strides over the rows by gridDim.x * (rows per step);
 // the loads of the NEXT step's rows are issued (into a second, packed register buffer) before the
 // current rows are reduced, so every thread keeps one row's worth of loads in flight while it

@@ -454,6 +454,7 @@ def _softmax_pins(case):
         pins += [(f"warp threads={t}", "warp", {"threads": t}) for t in (32, 64, 128, 256)]
     if case.N <= 8192:
         pins += [(f"rows bps={b}", "rows", {"blocks_per_sm": b}) for b in (2, 3, 4, 6)]
+        pins += [(f"rows ept={e}", "rows", {"ept": e}) for e in S["rows_short_epts"]]   # not run on a GPU before
     if case.N <= 32768:
         pins += [(f"block ept={e}", "block", {"ept": e}) for e in (8, 16, 32)]
     return pins

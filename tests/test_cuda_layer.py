@@ -247,6 +247,34 @@ def test_split_chunk_by_the_sm_count(monkeypatch):
         dispatch.plan_softmax("split", 1, 786_433, "float32", chunk=4096, threads=512)
 
 
+def test_rows_short_ept_pins():
+    """Very short rows: the rows path takes ept 8 / 16 when pinned (tuning, the GPU script): G =
+    max(4, pow2(ceil(N / ept))) threads a row up to rows_short_max_g, the instance compiled; the
+    default keeps 32 elements a thread (the shorter ones have not run on a GPU)."""
+    S = dispatch.SOFTMAX
+    names = set(dispatch.instances()["softmax_rows.cu"])
+    for dt in ("float32", "float16", "bfloat16"):
+        for N in (17, 48, 64, 96, 128, 200, 512, 1000):
+            es = dispatch.ESIZE[dt]
+            vec = 16 // es if (N * es) % 16 == 0 else 1      # 16-byte vectors where every row is aligned
+            for e in (*S["rows_short_epts"], 32):
+                g = max(4, 1 << (-(-N // e) - 1).bit_length())
+                if e < vec or (e != 32 and g > S["rows_short_max_g"]):
+                    with pytest.raises((ValueError, dispatch.Decline)):
+                        dispatch.plan_softmax("rows", 50_000, N, dt, ept=e)
+                    continue
+                p = dispatch.plan_softmax("rows", 50_000, N, dt, ept=e)
+                assert p.info["groups"] == g and p.info["ept"] == e and p.info["rows_per_block"] == 256 // g
+                assert p.plans[0].kernel == f"softmax_rows_kernel<{dispatch.CTYPE[dt]}, {vec}, {e // vec}, {g}>"
+                assert p.plans[0].kernel in names
+                _check_launches(p, dispatch.H200)
+            auto = dispatch.plan_softmax("auto", 50_000, N, dt)
+            if auto.info["path"] == "rows":
+                assert auto.info["ept"] == 32
+    with pytest.raises(ValueError, match="ept"):
+        dispatch.plan_softmax("rows", 100, 64, "float32", ept=4)
+
+
 def test_few_long_rows_split_rather_than_online():
     """A row too long for the smem path's 16 CTAs (fp32 > ~3.7 MB) used to fall to online (M x 8
     CTAs) unless split's units covered every SM; now split (one read, M x parts CTAs) wins where its
