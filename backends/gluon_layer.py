@@ -355,8 +355,20 @@ for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
+def _wgmma_missing() -> str | None:
+    """Why the device has no wgmma (Hopper's sm_90 only: Blackwell's tensor cores take tcgen05,
+    which these kernels do not use), or None (an sm_90 device, or none: compile-only targets sm_90a)."""
+    if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] != 9:
+        major, minor = torch.cuda.get_device_capability()
+        return (f"wgmma (warpgroup_mma) is Hopper's (sm_90); this device is sm_{major}{minor}, whose tensor "
+                f"cores these Gluon GEMMs do not program (no tcgen05 path)")
+    return None
+
+
 def _gemm_supports(variant):
     def supports(case):
+        if variant != "simple" and (why := _wgmma_missing()):
+            return why
         if variant in ("tma", "splitk"):
             es = torch.empty((), dtype=case.torch_dtype).element_size()
             if case.N % (16 // es) or case.K % (16 // es):
@@ -465,7 +477,7 @@ _GEMM = {
 for _variant, (_name, _desc, _sources) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_sources,
              devices=("cuda",), available=available,
-             supports=_gemm_supports(_variant) if _variant in ("tma", "splitk") else None,
+             supports=None if _variant == "simple" else _gemm_supports(_variant),
              compile_only=_gemm_compile(_variant) if triton else None)(_gemm_prepare(_variant))
 
 

@@ -1,4 +1,5 @@
-"""GEMM + bias + activation, ``splitk``: for few rows, where the C tiles alone leave SMs idle.
+"""GEMM + bias + activation, ``splitk``: where the C tiles alone leave SMs idle (few rows; with
+``dispatch.GEMM["splitk_by_model"]``, also a few hundred rows over a long K, with large tiles).
 K is cut in SPLIT slices; program (t, s) computes tile t over slice s with the TMA ring and async
 wgmma of ``gemm_epilogue_tma`` and writes its fp32 partial to a workspace [SPLIT, M, N]; a second
 kernel sums the SPLIT partials in a fixed order (deterministic), adds the bias, applies the
