@@ -299,6 +299,21 @@ def test_splitk_large_tile_compiles():
                 assert "wgmma.mma_async" in f["ptx"] and "cp.async.bulk.tensor" in f["ptx"]
 
 
+def test_wgmma_gemms_decline_other_than_sm90(monkeypatch):
+    """On a device that is not sm_90 (a B200 faked here) the wgmma GEMMs say why not in one line;
+    the mma_v2 twin and the softmax kernels do not decline for it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (10, 0))
+    case = _case("gemm_epilogue", M=256, N=4096, K=4096)
+    for name in ("gemm_epilogue", "gemm_epilogue_tma", "gemm_epilogue_tiled", "gemm_epilogue_splitk"):
+        why = _impl("gemm_epilogue", name).supports(case)
+        assert why and "sm_90" in why and "sm_100" in why and "\n" not in why, (name, why)
+    assert not _impl("gemm_epilogue", "gemm_epilogue_simple").supports(case)
+    assert not _impl("softmax", "softmax").supports(_case("softmax", M=64, N=50_257, dtype="bfloat16"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    assert not _impl("gemm_epilogue", "gemm_epilogue").supports(case)
+
+
 def test_tma_declines_unaligned_strides():
     why = _impl("gemm_epilogue", "gemm_epilogue_tma").supports_fn(_case("gemm_epilogue", M=64, N=1001, K=136))
     assert why and "TMA" in why
