@@ -264,6 +264,34 @@ def timings() -> None:
                 row["alts"][key] = short(e)
         RESULT["timings"].append(row)
         save()
+    # few rows (their own rule, HBM-bound on B): how deep the TMA ring should be (STAGES) for the
+    # few-rows tile, unsplit and split, when time is left
+    for M, N, K in ((16, 6144, 4096), (16, 28_672, 4096)):
+        if left() < 10:
+            return
+        a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
+        bias = torch.randn(N, device=dev, dtype=torch.bfloat16)
+        out = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+        row = {"problem": "gemm_epilogue", "shape": [M, N, K, "torch.bfloat16"],
+               "torch_us": bench(lambda: torch.addmm(bias, a, b)), "alts": {}}
+        plan = dispatch.plan_gemm(a, b, bias, "none", out)
+        row["default"] = [plan.variant, {k: plan.config[k] for k in ("BLOCK_M", "BLOCK_N", "STAGES", "SPLIT") if k in plan.config},
+                          bench(plan.launch)]
+        split = dispatch.gemm_splitk_config(M, N, K, facts)["SPLIT"]
+        for stages in (4, 6, 8):
+            for v in ("tma", "splitk"):
+                if left() < 5:
+                    break
+                cfg = dict(dispatch.GEMM["few_rows"], STAGES=stages, **({"SPLIT": split} if v == "splitk" else {}))
+                try:
+                    ws = workspace(a, b, cfg) if v == "splitk" else None
+                    row["alts"][f"{v} 64x128 s{stages}" + (f" S{split}" if v == "splitk" else "")] = bench(
+                        bind_all(dispatch.gemm_specs(v, a, b, bias, "none", out, cfg, facts["sms"], ws), dev))
+                except Exception as e:
+                    row["alts"][f"{v} 64x128 s{stages}"] = short(e)
+        RESULT["timings"].append(row)
+        save()
 
 
 def main() -> None:
