@@ -412,18 +412,20 @@ def _edge_cases(prob):
 
 
 def stage_verify_edge(skip):
+    """Most informative first (a stage cut short by its budget loses the tail): the cuda: defaults,
+    the split variant's new chunks, the GEMM default on the verify suite (the tile-row rule), then
+    the cupy: defaults (NVRTC compiles each source once, cold on a fresh machine)."""
     from harness import problems, registry
 
     registry.load_backends()
-    for name in ("softmax", "gemm_epilogue", "vector_add"):
-        prob = problems.get(name)
-        for case in _edge_cases(prob):
-            for impl_id in (f"cuda:{name}", f"cupy:{name}") + (("cuda:softmax_split",) if name == "softmax" else ()):
-                _row("verify_edge", f"{impl_id}|edge|{case.id}", skip, lambda: _verify(impl_id, case, (0,), repeat=False))
-    gp = problems.get("gemm_epilogue")
-    for case in gp.cases("verify"):
-        _row("verify_edge", f"cuda:gemm_epilogue|verify|{case.id}", skip,
-             lambda: _verify("cuda:gemm_epilogue", case, (0, 1), repeat=False))
+    names = ("softmax", "gemm_epilogue", "vector_add")
+    work = [(f"cuda:{n}", "edge", c, (0,)) for n in names for c in _edge_cases(problems.get(n))]
+    work += [("cuda:softmax_split", "edge", c, (0,)) for c in _edge_cases(problems.get("softmax")) if c.N > 32768]
+    work += [("cuda:gemm_epilogue", "verify", c, (0, 1)) for c in problems.get("gemm_epilogue").cases("verify")]
+    work += [(f"cupy:{n}", "edge", c, (0,)) for n in names for c in _edge_cases(problems.get(n))]
+    for impl_id, suite, case, seeds in work:
+        _row("verify_edge", f"{impl_id}|{suite}|{case.id}", skip,
+             lambda impl_id=impl_id, case=case, seeds=seeds: _verify(impl_id, case, seeds, repeat=False))
 
 
 def _pins(kind, case, pins):
