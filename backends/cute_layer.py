@@ -94,7 +94,7 @@ def _va_align(case) -> int:
 
 def _va_compile_only(case):
     _need()
-    from cutlass_src import vector_add_tiled as va
+    from cutlass_src import vector_add_unmasked as va
 
     vec, unroll = va.access_plan(case.N, case.torch_dtype, _va_align(case))
     comp, vec = va._compile(case.torch_dtype, _va_align(case), unroll)
@@ -102,14 +102,14 @@ def _va_compile_only(case):
 
 
 @register(problem="vector_add", layer="cute", name="vector_add",
-          description="tiled copy, 128-bit vectors (narrower when misaligned), predicated tail",
-          sources=planned_sources({"tiled": _kernel_sources("vector_add_tiled.py", "VectorAdd", "prepare_vector_add",
+          description="unmasked full tiles of 128-bit vectors (narrower when misaligned), one predicated tail",
+          sources=planned_sources({"unmasked": _kernel_sources("vector_add_unmasked.py", "VectorAdd", "prepare_vector_add",
                                                             "_compile", "validate")},
                                   _dispatch.reachable("vector_add")),
           devices=("cuda",), available=_available, compile_only=_va_compile_only)
 def vector_add_prepare(case, inputs, out):
     _need()
-    from cutlass_src import vector_add_tiled as va
+    from cutlass_src import vector_add_unmasked as va
 
     launch, comp, vec, unroll = _wrap(va.prepare_vector_add, *inputs, out)
     return _prepared(launch, comp, {"threads": va.THREADS, "unroll": unroll, "vec": vec})
@@ -126,7 +126,7 @@ def _va_simple_compile_only(case):
           description="teaching twin: zipped_divide tiles, thread-value layout, predicated by an "
                       "identity tensor, one element per access",
           sources=[_kernel_sources("vector_add.py", "VectorAddSimple", "prepare_vector_add_simple", "_compile"),
-                   Source(src(C, "vector_add_tiled.py"), kernels=(), host=("validate",))],
+                   Source(src(C, "vector_add_unmasked.py"), kernels=(), host=("validate",))],
           devices=("cuda",), available=_available, compile_only=_va_simple_compile_only)
 def vector_add_simple_prepare(case, inputs, out):
     _need()

@@ -312,7 +312,7 @@ def reachable(problem: str) -> tuple[str, ...]:
     ``plan_gemm``'s schedules): the default's lines of code count these and only these
     (harness.planned_sources)."""
     if problem == "vector_add":
-        return ("tiled",)
+        return ("unmasked",)
     if problem == "softmax":
         return ("rows", "block") + (("smem",) if SOFTMAX_SMEM_DEFAULT else ()) + ("split", "simple")
     if problem == "gemm_epilogue":

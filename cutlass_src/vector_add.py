@@ -5,7 +5,7 @@ into such tiles; the thread-value layout ``(256, 4) : (1, 256)`` gives thread t 
 t + 256, t + 512, t + 768 of its CTA's tile, so each of a warp's four accesses covers adjacent
 elements (coalesced). An identity tensor partitioned the same way gives every element's index,
 and an element is touched only where that index is below N: the last, ragged tile needs no other
-code. One element per access at any alignment; the tuned kernel (``vector_add_tiled.py``) moves
+code. One element per access at any alignment; the tuned kernel (``vector_add_unmasked.py``) moves
 16 bytes per access.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _compile(dtype):
 
 def prepare_vector_add_simple(x, y, out):
     """Validate, compile (cached); returns (launch, compiled)."""
-    from .vector_add_tiled import validate
+    from .vector_add_unmasked import validate
 
     validate(x, y, out)
     comp = _compile(x.dtype)

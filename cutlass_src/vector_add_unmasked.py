@@ -1,5 +1,5 @@
-"""vector_add in the CuTe DSL, the tuned default (cute:vector_add): out = x + y, 128-bit vectorised
-tiled copies, predicated tail.
+"""vector_add in the CuTe DSL, the tuned default (cute:vector_add): out = x + y, the `unmasked`
+algorithm (docs/DESIGN.md): full tiles of 128-bit accesses without masks, one predicated tail.
 
 Each CTA owns a tile of ``THREADS * UNROLL * VEC`` elements (UNROLL from ``dispatch``: fewer
 accesses a thread for a vector too short to give every SM a CTA). The tile is viewed through the layout

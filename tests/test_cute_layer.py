@@ -514,14 +514,14 @@ def test_softmax_kernels_no_warp_sync_in_lane_zero_branch():
 def test_gemm_and_vector_add_kernels_no_warp_sync_in_lane_zero_branch():
     """The same check over the GEMM schedules (warp-specialised, ping-pong, split-K, the ragged
     loads), the GEMM twin and both vector-add kernels."""
-    from cutlass_src import dispatch, gemm_epilogue, gemm_launch, vector_add, vector_add_tiled
+    from cutlass_src import dispatch, gemm_epilogue, gemm_launch, vector_add, vector_add_unmasked
 
     dt = torch.bfloat16
     plans = [dispatch.plan_gemm(4096, 6144, 4096, sms=SMS), dispatch.plan_gemm(4096, 50257, 768, (8, 1, 1), sms=SMS),
              dispatch.plan_gemm(16, 4096, 14336, sms=SMS), dispatch.plan_gemm(256, 6144, 4096, sms=SMS, schedule="pingpong")]
     assert {p["schedule"] for p in plans} == {"ws", "pingpong"} and any(p["splits"] > 1 for p in plans)
     texts = [gemm_launch.compile_gemm(dt, p).ptx for p in plans]
-    texts += [gemm_epilogue._compile(dt).ptx, vector_add._compile(dt).ptx, vector_add_tiled._compile(dt, 16, 4)[0].ptx]
+    texts += [gemm_epilogue._compile(dt).ptx, vector_add._compile(dt).ptx, vector_add_unmasked._compile(dt, 16, 4)[0].ptx]
     for plan, text in zip(plans + ["gemm twin", "vector add twin", "vector add"], texts):
         assert text and ".entry" in text, plan
         assert lane_zero_warp_syncs(text) == [], plan
@@ -629,13 +629,13 @@ def test_twins_ptx():
 # -- input validation (runs without a GPU: checks fire before any launch) -------------------------
 @needs_cute
 def test_validation_names_the_argument():
-    from cutlass_src import gemm_launch, softmax_base, vector_add_tiled
+    from cutlass_src import gemm_launch, softmax_base, vector_add_unmasked
 
     x = torch.zeros(8)
     with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
-        vector_add_tiled.validate(x, x, x)
+        vector_add_unmasked.validate(x, x, x)
     with pytest.raises(TypeError, match="x: expected a torch.Tensor"):
-        vector_add_tiled.validate([1.0], x, x)
+        vector_add_unmasked.validate([1.0], x, x)
     with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
         softmax_base.validate(torch.zeros(2, 3), torch.zeros(2, 3))
     with pytest.raises(TypeError, match="x: expected a torch.Tensor"):
