@@ -161,7 +161,10 @@ def _sm_simple_compile(dtype: str) -> list:
 
 # the vector kernels guard every access themselves (whole 16-byte groups, guarded row edges):
 # TileLang's per-element bounds legalisation would split their vectors into element accesses
-_VECTOR_CFG = {"tl.disable_safe_memory_legalize": True}
+def _vector_cfg() -> dict:
+    from tilelang.transform import PassConfigKey
+
+    return {PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS.value: True}
 
 
 def _sm_flat(x, out):
@@ -195,7 +198,7 @@ def _sm_compile(dtype: str, plan: dict) -> list:
     if plan["kernel"] == "rows" and "vec" in plan:
         c, r, t, v = plan["cols"], plan["rows"], plan["threads"], plan["vec"]
         return [_compile(("softmax_rows_vec", dtype, c, r, t, v),
-                         lambda: softmax_rows.softmax_rows_vec_kernel(dtype, c, r, t, v), _VECTOR_CFG)]
+                         lambda: softmax_rows.softmax_rows_vec_kernel(dtype, c, r, t, v), _vector_cfg())]
     if plan["kernel"] == "rows":
         c, r, t = plan["cols"], plan["rows"], plan["threads"]
         return [_compile(("softmax_rows", dtype, c, r, t), lambda: softmax_rows.softmax_rows_kernel(dtype, c, r, t))]
@@ -203,7 +206,7 @@ def _sm_compile(dtype: str, plan: dict) -> list:
     if plan["kernel"] == "online" and "vec" in plan:
         v = plan["vec"]
         return [_compile(("softmax_online_vec", dtype, tile, t, v),
-                         lambda: softmax_online.softmax_online_vec_kernel(dtype, tile, t, v), _VECTOR_CFG)]
+                         lambda: softmax_online.softmax_online_vec_kernel(dtype, tile, t, v), _vector_cfg())]
     if plan["kernel"] == "smem":
         c = plan["cols"]
         return [_compile(("softmax_smem", dtype, c, tile, t), lambda: softmax_smem.softmax_smem_kernel(dtype, c, tile, t))]
@@ -299,7 +302,7 @@ _SM_ROWS = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel",))
 _SM_ONLINE = Source(src(C, "softmax_online.py"), kernels=("softmax_online_kernel",))
 _SM_ROWS_VEC = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_vec_kernel", "softmax_rows_kernel"))
 _SM_ONLINE_VEC = Source(src(C, "softmax_online.py"), kernels=("softmax_online_vec_kernel", "softmax_online_kernel"))
-_SM_VEC_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile", "_sm_flat"))
+_SM_VEC_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile", "_sm_flat", "_vector_cfg"))
 _SM_SMEM = Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_kernel",))
 _SM_SPLIT = Source(src(C, "softmax_split.py"), kernels=("softmax_split_stats_kernel", "softmax_split_write_kernel"))
 _SM_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile",))
