@@ -157,7 +157,9 @@ def prepare_softmax_cluster(x, out, plan: dict):
     """Validate, compile (cached) the plan's kernel; returns (launch, compiled, plan)."""
     validate(x, out)
     v = plan["vec"]
-    count = -(-(x.shape[1] + v - 1) // v)                 # vectors a row may touch, any alignment
+    es = x.element_size()
+    aligned = x.data_ptr() % 16 == 0 and (x.shape[0] == 1 or x.stride(0) * es % 16 == 0)
+    count = -(-(x.shape[1] + (0 if aligned else v - 1)) // v)   # vectors a row of x may touch
     if count > plan["k"] * plan["cluster"] * plan["threads"]:
         raise ValueError(f"N={x.shape[1]}: {count} vectors a row are more than the plan's cluster holds "
                          f"({plan['cluster']} x {plan['threads']} threads x {plan['k']})")
