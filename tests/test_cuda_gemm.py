@@ -194,7 +194,8 @@ def test_compile_only_sm90a_facts():
     assert w["registers"] and w["spills"] == 0 and w["kernel"] == "gemm_ws_kernel<true, 256>"
     assert w["smem"] > 150_000  # the 4-stage TMA ring
     m = _impl("cuda:gemm_epilogue").compile_only_fn(P.case(M=127, N=65, K=129))
-    assert m["path"] == "tiled" and m["spills"] == 0 and m["kernel"] == "gemm_tiled_kernel<true, 128, false, false>"
+    # A not TMA-readable, one 128-row tile's worth of rows: four 32-row tiles (the tile-row rule)
+    assert m["path"] == "tiled" and m["spills"] == 0 and m["kernel"] == "gemm_tiled_kernel<true, 32, false, false>"
     pp = _impl("cuda:gemm_epilogue_pingpong").compile_only_fn(P.case(M=4096, N=4096, K=4096, dtype="float16"))
     assert pp["kernel"] == "gemm_pingpong_kernel<false, 1>" and pp["registers"] <= 168
     assert pp["smem"] >= dispatch.PP_SMEM > 220_000
