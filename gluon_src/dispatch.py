@@ -104,8 +104,8 @@ SOFTMAX = {
     # partials through global memory) for the rows that go to online. Off: the kernel compiles
     # for sm_90a on triton 3.6 and 3.9 but has not yet run on a GPU (scripts/gpu_gluon.py verifies
     # and times it against online). Chunks of split_smem_pieces pieces (a piece: one 16-byte
-    # vector a thread of split_smem_warps warps): the fewest padded pieces a row, ties to the
-    # longer chunk (fewer partners), at least split_smem_min_per_sm programs an SM by shared memory
+    # vector a thread of split_smem_warps warps): the most bytes of rows in flight an SM, ties to
+    # the longer chunk (fewer partners), at least split_smem_min_per_sm programs an SM
     "split_smem": False,
     "split_smem_warps": 8,
     "split_smem_pieces": (4, 8),
@@ -149,10 +149,12 @@ def softmax_online_config(M: int, N: int, elem_size: int, facts: dict) -> dict:
 
 
 def softmax_split_smem_config(M: int, N: int, elem_size: int, facts: dict) -> dict | None:
-    """split_smem's chunk: of split_smem_pieces pieces, the fewest padded pieces a row (ties: the
-    longer chunk), with at least split_smem_min_per_sm programs an SM by shared memory and a row's
-    chunks at most the programs the SMs hold (registers are checked at bind, from the compiled
-    kernel). None where no chunk qualifies."""
+    """split_smem's chunk: of split_smem_pieces pieces, the one that keeps the most bytes of rows in
+    flight an SM (programs an SM by shared memory x the row's bytes a chunk: each program has one
+    chunk's copies in flight while it works on the other half; padded lanes are not read), ties to
+    the longer chunk (fewer partners); at least split_smem_min_per_sm programs an SM and a row's
+    chunks at most what the SMs hold (registers are checked at bind, from the compiled kernel).
+    None where no chunk qualifies (a row of one chunk needs no split)."""
     S, best = SOFTMAX, None
     lo, hi = S["split_smem_pieces"]
     for p in range(hi, lo - 1, -1):
@@ -160,9 +162,10 @@ def softmax_split_smem_config(M: int, N: int, elem_size: int, facts: dict) -> di
         per_sm = softmax_split_smem.programs_per_sm(cfg["smem"], 0, cfg["num_warps"], facts)
         if per_sm < S["split_smem_min_per_sm"] or cfg["C"] > per_sm * facts["sms"] or cfg["C"] < 2:
             continue
-        if best is None or cfg["C"] * p < best["C"] * best["P"]:
-            best = cfg
-    return best
+        flight = per_sm * N * elem_size / cfg["C"]
+        if best is None or flight > best[0]:
+            best = (flight, cfg)
+    return None if best is None else best[1]
 
 
 def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,

@@ -46,6 +46,9 @@ from .runtime import Spec, bind
 MAX_SPIN = 1 << 20
 #: bytes the driver reserves per program in an SM's shared memory
 RESERVED_SMEM = 1024
+#: shared memory the compiled kernel uses beyond its two halves (the reductions' scratch: 32 bytes
+#: on triton 3.6 and 3.9 at 8 warps), so that the planned programs an SM are the launch's
+SCRATCH_SMEM = 256
 
 
 @gluon.jit
@@ -152,7 +155,7 @@ def softmax_split_smem_kernel(x_ptr, out_ptr, slot_ptr, N, stride_x, stride_o, C
 def config(N: int, elem_size: int, num_warps: int, pieces: int) -> dict:
     """PIECE = one 16-byte vector a thread; a chunk is ``pieces`` pieces; C chunks a row (C_PAD:
     C rounded up to a power of two, at least 32: the width of the poll); the shared memory of the
-    two halves."""
+    two halves and the kernel's scratch."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps: must be a power of two from 1 to 32, got {num_warps!r}")
     if isinstance(pieces, bool) or not isinstance(pieces, int) or not 1 <= pieces <= 32:
@@ -161,7 +164,7 @@ def config(N: int, elem_size: int, num_warps: int, pieces: int) -> dict:
     piece = 32 * num_warps * vec
     C = triton.cdiv(N, piece * pieces)
     return {"PIECE": piece, "P": pieces, "VEC": vec, "C": C, "C_PAD": max(32, triton.next_power_of_2(C)),
-            "num_warps": num_warps, "smem": 2 * pieces * piece * elem_size}
+            "num_warps": num_warps, "smem": 2 * pieces * piece * elem_size + SCRATCH_SMEM}
 
 
 def programs_per_sm(smem: int, regs: int, num_warps: int, facts: dict) -> int:

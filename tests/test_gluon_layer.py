@@ -140,27 +140,35 @@ def test_smem_config_and_rules():
 
 def test_split_smem_rules(monkeypatch):
     """split_smem's chunk rule on rows of several classes (16-bit and fp32, past one program's
-    shared memory, odd lengths): the fewest padded pieces, ties to the longer chunk, at least the
-    table's programs an SM by shared memory; too-short rows get none; the default takes it only
-    where the table enables it and the rows start on 16-byte boundaries."""
+    shared memory, odd lengths): the most bytes of rows in flight an SM (programs an SM by shared
+    memory x a chunk's bytes of the row), ties to the longer chunk, at least the table's programs
+    an SM; too-short rows get none; the default takes it only where the table enables it and the
+    rows start on 16-byte boundaries."""
     from gluon_src import H200, dispatch
     from gluon_src import softmax_split_smem as SS
     lo, hi = dispatch.SOFTMAX["split_smem_pieces"]
+
+    def flight(cfg, N, es):
+        return SS.programs_per_sm(cfg["smem"], 0, cfg["num_warps"], H200) * N * es / cfg["C"]
     for N, es in ((128_256, 2), (151_936, 2), (128_256, 4), (151_936, 4), (262_147, 4), (99_999, 2), (40_001, 2)):
         cfg = dispatch.softmax_split_smem_config(4096, N, es, H200)
         assert cfg is not None and lo <= cfg["P"] <= hi and cfg["C"] >= 2, (N, es, cfg)
-        assert cfg["C"] * cfg["P"] * cfg["PIECE"] >= N and cfg["PIECE"] * es == 16 * 32 * cfg["num_warps"]
-        per_sm = SS.programs_per_sm(cfg["smem"], 0, cfg["num_warps"], H200)
-        assert per_sm >= dispatch.SOFTMAX["split_smem_min_per_sm"]
-        padded = cfg["C"] * cfg["P"]
-        for p in range(lo, hi + 1):     # no other chunk length pads less, none as little is longer
+        assert cfg["C"] * cfg["P"] * cfg["PIECE"] >= N > (cfg["C"] - 1) * cfg["P"] * cfg["PIECE"]
+        assert cfg["PIECE"] * es == 16 * 32 * cfg["num_warps"]
+        assert SS.programs_per_sm(cfg["smem"], 0, cfg["num_warps"], H200) >= dispatch.SOFTMAX["split_smem_min_per_sm"]
+        for p in range(lo, hi + 1):     # no other chunk keeps more in flight; as much only if shorter
             other = SS.config(N, es, cfg["num_warps"], p)
-            assert other["C"] * p > padded or (other["C"] * p == padded and p <= cfg["P"]), (N, es, p, cfg)
+            assert flight(other, N, es) < flight(cfg, N, es) or (
+                flight(other, N, es) == flight(cfg, N, es) and p <= cfg["P"]), (N, es, p, cfg)
     cfg = dispatch.softmax_split_smem_config(4096, 128_256, 2, H200)
-    assert (cfg["P"], cfg["C"], cfg["PIECE"]) == (7, 9, 2048)       # 63 pieces of 2048 columns exactly
+    # 128256 bf16: 5 pieces of 2048 columns (13 chunks, 42 KB a program with the scratch: 5 an SM)
+    assert (cfg["P"], cfg["C"], cfg["PIECE"]) == (5, 13, 2048)
+    assert SS.programs_per_sm(cfg["smem"], 0, 8, H200) == 5
+    # the scratch is counted: 7 pieces (57344 bytes of halves) would fit 4 an SM without it, 3 with
+    assert SS.programs_per_sm(SS.config(128_256, 2, 8, 7)["smem"], 0, 8, H200) == 3
     assert dispatch.softmax_split_smem_config(4096, 3000, 2, H200) is None      # one chunk: no split
     # the resident grid: a multiple of C, within what the SMs hold, refused below one row
-    assert SS.grid_for(4096, cfg, 4, 132) == 528 // 9 * 9 and SS.grid_for(2, cfg, 4, 132) == 18
+    assert SS.grid_for(4096, cfg, 4, 132) == 528 // 13 * 13 and SS.grid_for(2, cfg, 4, 132) == 26
     with pytest.raises(ValueError, match="programs"):
         SS.grid_for(4096, cfg, 0, 132)
     assert SS.programs_per_sm(cfg["smem"], 40, 8, H200) == 233_472 // (cfg["smem"] + SS.RESERVED_SMEM)
