@@ -138,6 +138,11 @@ class Checker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def cpu_s(self) -> float | None:
+        """CPU seconds (user + system) the checker process has used so far (Linux's /proc; None
+        elsewhere): a row's verification cost without trusting the wall clock of a loaded machine."""
+        return process_cpu_s(self.proc.pid)
+
     def check(self, problem: str, case, seed: int, inputs, output, roundings: int = 0) -> dict:
         import torch
         if isinstance(output, torch.Tensor) and output.device.type == "cpu" and not output.is_shared():
@@ -171,6 +176,17 @@ class Checker:
             pass
         if self.alive():
             self.proc.kill()
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` from /proc/<pid>/stat, or None."""
+    import os
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 _CHECKERS: dict[str, Checker] = {}

@@ -116,7 +116,10 @@ class _Recorder:
         elif ev.get("event") == "ceilings":
             self.rd.append_event("ceilings", ceilings=ev["ceilings"])
         elif ev.get("event") == "ready":   # where the wall time goes: each worker's start-up
-            self.rd.append_event("worker_ready", startup_s=ev.get("startup_s"))
+            self.rd.append_event("worker_ready", startup_s=ev.get("startup_s"),
+                                 startup_cpu_s=ev.get("startup_cpu_s"))
+        elif ev.get("event") == "done" and ev.get("cpu_s") is not None:   # a worker's CPU seconds in all
+            self.rd.append_event("worker_done", cpu_s=ev["cpu_s"], checker_cpu_s=ev.get("checker_cpu_s"))
 
     def add(self, r: dict) -> None:
         self.rows.append(r)

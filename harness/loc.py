@@ -94,6 +94,10 @@ def is_planner(path) -> bool:
 def count_impl(impl, root: Path | str = REPO_ROOT, explain: bool = False) -> dict:
     """Sum over ``impl.sources``; a line reached by several Sources counts once.
 
+    Counts are kept on disk between runs (``~/.cache/kernel-layers/loc``, see ``_cached``): keyed
+    by the Sources, the role and this counter's own code, and valid while every file the count
+    reached (and the listing of each of their folders) has the same contents.
+
     Columns: ``kernel`` (device code), ``host`` (launch/binding code outside the planner) and
     ``plan`` (host code in the planner's files, ``is_planner``: the rules and tables choosing among
     the variants). No sources (torch baselines, plugins that declare none) -> all None. With
@@ -101,6 +105,70 @@ def count_impl(impl, root: Path | str = REPO_ROOT, explain: bool = False) -> dic
     sources = tuple(getattr(impl, "sources", ()) or ())
     if not sources:
         return {"kernel": None, "host": None, "plan": None, "files": []}
+    if explain:
+        return _count_impl(impl, sources, root, explain)
+    return _cached(impl, sources, root)
+
+
+def _cache_dir() -> Path:
+    import os
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-layers" / "loc"
+
+
+def _digest(path: Path) -> str | None:
+    import hashlib
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _listing(folder: Path) -> str:
+    """The names in ``folder`` (a new module beside a reached file can change what an import reaches)."""
+    import hashlib
+    try:
+        return hashlib.sha256("\0".join(sorted(p.name for p in folder.iterdir())).encode()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _cached(impl, sources, root) -> dict:
+    """``_count_impl`` through the disk cache: the entry of (Sources, role, root, this file's
+    code) holds the count and the digest of every file it reached and of their folders' listings;
+    it is used only while all of them are unchanged, else counted afresh and rewritten."""
+    import hashlib
+    import json
+    import os
+    rootp = Path(root).resolve()
+    spec = [str(rootp), getattr(impl, "role", None), _digest(Path(__file__)),
+            [[s.path, list(s.kernels) if s.kernels is not None else None, list(s.host),
+              getattr(s, "variant", None)] for s in sources]]
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
+    path = _cache_dir() / f"{key}.json"
+    try:
+        entry = json.loads(path.read_text())
+        if entry.get("spec") == spec and all(_digest(_resolve(f, rootp)) == d for f, d in entry["files"].items()) \
+                and all(_listing(Path(d)) == h for d, h in entry["folders"].items()):
+            return dict(entry["count"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    out = _count_impl(impl, sources, root, False)
+    files = {f: _digest(_resolve(f, rootp)) for f in out["files"]}
+    if all(files.values()):
+        folders = {str(_resolve(f, rootp).parent): "" for f in out["files"]}
+        entry = {"spec": spec, "files": files, "folders": {d: _listing(Path(d)) for d in folders},
+                 "count": out}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entry))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return out
+
+
+def _count_impl(impl, sources, root, explain: bool) -> dict:
     kernel: dict[Path, set[int]] = {}
     host: dict[Path, set[int]] = {}
     files: list[str] = []
@@ -251,7 +319,7 @@ def _module(path: Path):
     return _MODS[key]
 
 
-_REACH: dict[tuple, _Reach] = {}
+_REACH: dict[tuple, tuple] = {}   # (key, stamp) -> (((file, stamp) of its files), _Reach)
 
 
 def _reach(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Reach:
@@ -259,12 +327,25 @@ def _reach(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -
     key = (str(path), kernels, host)
     files = (mod.files() if isinstance(mod, _CppFile) else None)
     stamp = tuple((str(f), f.stat().st_mtime_ns) for f in (files or [path]))
-    if (key, stamp) not in _REACH:
-        if isinstance(mod, _PyModule):
-            _REACH[(key, stamp)] = _py_reach(mod, kernels, host)
-        else:
-            _REACH[(key, stamp)] = _CppProgram(mod).analyze(kernels, host)
-    return _REACH[(key, stamp)]
+    hit = _REACH.get((key, stamp))
+    # valid while every file that contributed lines (a Python helper in an imported module too)
+    # is unchanged
+    if hit is not None and all(_stamp(f) == st for f, st in hit[0]):
+        return hit[1]
+    if isinstance(mod, _PyModule):
+        r = _py_reach(mod, kernels, host)
+    else:
+        r = _CppProgram(mod).analyze(kernels, host)
+    _REACH[(key, stamp)] = (tuple((f, _stamp(f)) for f in r.files), r)
+    return r
+
+
+def _stamp(f) -> tuple | None:
+    try:
+        st = Path(f).stat()
+        return (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
 
 
 def _closure(start: Iterable[str], refs, allowed, via: dict | None = None) -> list[str]:

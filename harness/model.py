@@ -48,6 +48,41 @@ class GPU:
     fp32: float        # FLOP/s, fp32 non-tensor (CUDA cores)
     tensor16: float    # FLOP/s, dense fp16/bf16 tensor core, fp32 accumulate
     source: str
+    #: what a planner reads of the device (torch.cuda.get_device_properties reports the same):
+    #: compute capability, SMs, shared memory an SM and a CTA (opt-in), L2 bytes, threads an SM
+    arch: "Arch | None" = None
+
+    @property
+    def sm(self) -> str:
+        """``sm_90``-style name of its compute capability ("" when unknown)."""
+        return f"sm_{self.arch.cc[0]}{self.arch.cc[1]}" if self.arch else ""
+
+
+@dataclass(frozen=True)
+class Arch:
+    cc: tuple[int, int]
+    sms: int
+    smem_per_sm: int
+    smem_optin: int
+    l2_bytes: int
+    threads_per_sm: int
+    source: str
+
+
+# CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": shared memory an
+# SM / a CTA (opt-in) and resident threads an SM for 8.0 (164 / 163 KiB, 2048), 8.9 and 12.0
+# (100 / 99 KiB, 1536), 9.0 and 10.0 (228 / 227 KiB, 2048); SMs and L2 from each GPU's datasheet
+# or architecture whitepaper (named with the GPU below)
+_CC_TABLE = "CUDA C++ Programming Guide, technical specifications per compute capability"
+_A100 = Arch((8, 0), 108, 167936, 166912, 40 * 2 ** 20, 2048, f"{_CC_TABLE}; A100 whitepaper: 108 SMs, 40 MB L2")
+_RTX4090 = Arch((8, 9), 128, 102400, 101376, 72 * 2 ** 20, 1536,
+                f"{_CC_TABLE}; Ada whitepaper (RTX 4090): 128 SMs, 72 MB L2")
+_H100 = Arch((9, 0), 132, 233472, 232448, 50 * 2 ** 20, 2048, f"{_CC_TABLE}; H100 SXM5: 132 SMs, 50 MB L2")
+_H200 = Arch((9, 0), 132, 233472, 232448, 50 * 2 ** 20, 2048, f"{_CC_TABLE}; H200 SXM: 132 SMs, 50 MB L2")
+_B200 = Arch((10, 0), 148, 233472, 232448, 126 * 2 ** 20, 2048,
+             f"{_CC_TABLE}; Blackwell datasheet (B200): 148 SMs, 126 MB L2")
+_RTX5090 = Arch((12, 0), 170, 102400, 101376, 96 * 2 ** 20, 1536,
+                f"{_CC_TABLE}; RTX Blackwell whitepaper (RTX 5090): 170 SMs, 96 MB L2")
 
 
 # Datasheet figures. The fp16/bf16 tensor figures in NVIDIA's datasheets are quoted "with
@@ -55,25 +90,31 @@ class GPU:
 GPUS: dict[str, GPU] = {
     "h100": GPU("h100", "NVIDIA H100 SXM5 80GB", 3.35e12, 67e12, 989.5e12,
                 "NVIDIA H100 Tensor Core GPU datasheet, SXM5 column: GPU memory bandwidth 3.35 TB/s; "
-                "FP32 67 TFLOPS; BF16/FP16 Tensor Core 1,979 TFLOPS with sparsity -> 989.5 dense"),
+                "FP32 67 TFLOPS; BF16/FP16 Tensor Core 1,979 TFLOPS with sparsity -> 989.5 dense",
+                arch=_H100),
     "h200": GPU("h200", "NVIDIA H200 SXM 141GB", 4.8e12, 67e12, 989.5e12,
                 "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column: GPU memory bandwidth 4.8 TB/s; "
-                "FP32 67 TFLOPS; BF16/FP16 Tensor Core 1,979 TFLOPS with sparsity -> 989.5 dense"),
+                "FP32 67 TFLOPS; BF16/FP16 Tensor Core 1,979 TFLOPS with sparsity -> 989.5 dense",
+                arch=_H200),
     "a100": GPU("a100", "NVIDIA A100 SXM4 80GB", 2.039e12, 19.5e12, 312e12,
                 "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column: GPU memory bandwidth "
-                "2,039 GB/s; FP32 19.5 TFLOPS; BF16/FP16 Tensor Core 312 TFLOPS dense (624 with sparsity)"),
+                "2,039 GB/s; FP32 19.5 TFLOPS; BF16/FP16 Tensor Core 312 TFLOPS dense (624 with sparsity)",
+                arch=_A100),
     "b200": GPU("b200", "NVIDIA B200 (HGX B200)", 7.7e12, 75e12, 2.25e15,
                 "NVIDIA HGX B200 datasheet, individual B200 GPU: 180 GB HBM3E at 7.7 TB/s; FP32 75 TFLOPS; "
-                "FP16/BF16 Tensor Core 4.5 PFLOPS with sparsity -> 2.25 dense"),
+                "FP16/BF16 Tensor Core 4.5 PFLOPS with sparsity -> 2.25 dense",
+                arch=_B200),
     # GeForce: the tensor figure with FP32 accumulate (what these GEMMs do), half the FP16-accumulate one
     "rtx4090": GPU("rtx4090", "NVIDIA GeForce RTX 4090", 1.008e12, 82.6e12, 165.2e12,
                    "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: memory bandwidth 1,008 GB/s; "
                    "peak FP32 82.6 TFLOPS; peak FP16/BF16 Tensor with FP32 accumulate 165.2 TFLOPS dense "
-                   "(330.3 with sparsity)"),
+                   "(330.3 with sparsity)",
+                   arch=_RTX4090),
     "rtx5090": GPU("rtx5090", "NVIDIA GeForce RTX 5090", 1.792e12, 104.8e12, 209.5e12,
                    "NVIDIA RTX Blackwell GPU architecture whitepaper, GeForce RTX 5090: memory bandwidth "
                    "1,792 GB/s; peak FP32 104.8 TFLOPS; peak FP16/BF16 Tensor with FP32 accumulate 209.5 "
-                   "TFLOPS dense (419 with sparsity)"),
+                   "TFLOPS dense (419 with sparsity)",
+                   arch=_RTX5090),
 }
 GPU_ALIASES = {"h100-sxm": "h100", "h100-sxm5": "h100", "h100sxm": "h100",
                "h200-sxm": "h200", "a100-sxm": "a100", "a100-sxm4": "a100", "a100-80gb": "a100",

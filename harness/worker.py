@@ -149,6 +149,15 @@ def _cpu_limit(impl, problem, case) -> str | None:
     return None
 
 
+def _cpu_now(device) -> float | None:
+    """CPU seconds used so far by this process and its checker (None when the checker's are
+    unknown): the difference over a row is its cost whatever else loads the machine."""
+    from . import checker
+    c = checker._CHECKERS.get("cuda" if str(device).startswith("cuda") else "cpu")
+    other = c.cpu_s() if c is not None else 0.0
+    return None if other is None else time.process_time() + other
+
+
 def process_task(task: dict, opts: dict, emit) -> None:
     import torch
 
@@ -207,6 +216,7 @@ def process_task(task: dict, opts: dict, emit) -> None:
             continue
         emit(event="step", task=task["id"], impl=impl.id, phase="verify")
         t0 = time.perf_counter()
+        c0 = _cpu_now(device)
         try:
             # every seed launched twice on the GPU in the verify suite (small cases: races show
             # there); a timed case repeats its first seed only - its first and last timed
@@ -238,6 +248,9 @@ def process_task(task: dict, opts: dict, emit) -> None:
         else:
             row.update(status="FAIL", kind="mismatch")
         row["verify_s"] = round(time.perf_counter() - t0, 3)
+        c1 = _cpu_now(device)
+        if c0 is not None and c1 is not None:   # this process's and its checker's CPU seconds
+            row["verify_cpu_s"] = round(c1 - c0, 3)
         if opts.get("verbose"):
             print(f"[worker] {impl.id} {case.id}: {row['status']} in {row['verify_s']:.2f}s",
                   file=sys.stderr)
@@ -364,7 +377,8 @@ def main() -> int:
     registry.load_plugins(job.get("plugins", []))
     registry.load_backends()
     # start-up (imports, plugins) is over: the parent's hang watchdog starts now
-    emit(event="ready", startup_s=round(time.perf_counter() - t_start, 2))
+    emit(event="ready", startup_s=round(time.perf_counter() - t_start, 2),
+         startup_cpu_s=round(time.process_time(), 2))
     rest = sys.stdin.read()
     if not rest.strip():   # the parent did not need this worker after all
         emit(event="done")
@@ -377,7 +391,9 @@ def main() -> int:
         emit(event="task", task=task["id"])
         process_task(task, job, emit)
         emit(event="task_done", task=task["id"])
-    emit(event="done")
+    c = checker._CHECKERS.get("cuda" if str(job.get("device")).startswith("cuda") else "cpu")
+    emit(event="done", cpu_s=round(time.process_time(), 2),
+         checker_cpu_s=c.cpu_s() if c is not None else None)
     return 0
 
 
