@@ -132,7 +132,7 @@ def candidates() -> None:
             x = (torch.randn(M, N + pad, device=dev, dtype=dt) * 4)[:, :N]
             x[1, 7:50_000] = float("-inf")
             x[2] = float("-inf")
-            x[3] *= 3000
+            x[3] *= 1000 if dt == torch.float16 else 3000      # fp16: no overflow to inf
             out = torch.full((M, N + pad), float("nan"), device=dev, dtype=dt)[:, :N]
             cfg = dispatch.softmax_split_smem_config(M, N, x.element_size(), facts)
             launch = SS.bind_launch(x, out, cfg, facts)
