@@ -26,7 +26,11 @@ GEMM = {
     # or no Hopper code): the bm of tiled_bms with the least load work on the busiest SM,
     # ceil(tiles / SMs) x (bm + TILED_BN) elements of A and B a k-step (co-resident CTAs share an SM's
     # load and tensor pipes; ties: the larger bm). A grid of few 128-row tiles (411 x 733: 24 CTAs
-    # for 132 SMs) takes 32-row tiles (78 CTAs); a grid that fills the SMs keeps 128 rows.
+    # for 132 SMs) takes 32-row tiles (78 CTAs); a grid that fills the SMs keeps 128 rows. Off
+    # (128 rows, as before) until the GPU has run it: several instances it picks (64 rows with
+    # unaligned A, 32 rows with unaligned A and aligned B) never ran on the H200; scripts/gpu_cuda.py
+    # verifies and times it with the flag on.
+    "tiled_fill_rows": False,
     # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
     # HBM; every split-K factor streams B at about the same rate per busy SM (sm_stream_bytes_per_s,
     # below an SM's share of HBM; docs/performance.md, "CUDA C++ / GEMM + epilogue"). The split is then chosen
@@ -430,13 +434,14 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
         # A and B, any device)
         s, swhy = _tiled_stream_splits(g, dev)
         return _why(_plan_tiled(g, s, dev), f"M = {g.M} <= {GEMM['stream_max_m']}, a stream of B: tiled; " + swhy)
+    fill = GEMM["tiled_fill_rows"] and not stream
     if why or not g.tma_a():
-        bm, bwhy = _tiled_fill_bm(g, dev) if not stream else (_tiled_bm(g), "")
+        bm, bwhy = _tiled_fill_bm(g, dev) if fill else (_tiled_bm(g), "")
         return _why(_plan_tiled(g, 1, dev, bm), (why or "A is not TMA-readable (K, lda multiples of 8 and a 16-byte "
                                                         "base)") + (f": tiled, {bwhy}" if bwhy else ""))
     repack = not g.tma_b()
     if repack and g.M < GEMM["repack_min_m"]:
-        bm, bwhy = _tiled_fill_bm(g, dev) if not stream else (_tiled_bm(g), "")
+        bm, bwhy = _tiled_fill_bm(g, dev) if fill else (_tiled_bm(g), "")
         return _why(_plan_tiled(g, 1, dev, bm), f"B is not TMA-readable and M = {g.M} < {GEMM['repack_min_m']}: "
                                                 "copying B would cost more than the tensor-core path saves"
                                                 + (f"; tiled, {bwhy}" if bwhy else ""))

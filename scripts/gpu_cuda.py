@@ -12,10 +12,12 @@ hang costs that stage's current row, not the run: the stage is restarted after t
 crashed, at most three times):
   verify_edge        cuda:/cupy: defaults on the edge suite and on off-suite shapes of its classes;
                      the split variant (8192 / 4096-column chunks, not run on a GPU before) on few
-                     long rows; cuda:gemm_epilogue on the verify suite's GEMMs (the tile-row rule
-                     reroutes odd shapes to 32 / 64-row tiles)
+                     long rows; cuda:gemm_epilogue on the verify suite's GEMMs; then the defaults
+                     with the planner rules still off in the tables turned on (FLAGS: GEMM
+                     "tiled_fill_rows", SOFTMAX "split_fill_sms"), on the suites they reroute
   time_edge          each edge case (and the issue's shapes of the same classes): torch eager, a copy
-                     of the same bytes, the defaults (cuda, cupy) and every candidate plan the rules
+                     of the same bytes, the defaults (cuda, cupy), the default with its FLAGS rule
+                     on ("default+<flag>") and every candidate plan the rules
                      choose between (softmax: split chunks, smem C, warp threads, rows CTAs/SM, block
                      elements a thread, online; GEMM: tiled tile rows x splits, ping-pong (1 and 2x1
                      clusters), ws, split-K factors; vector add: unroll), interleaved, cold L2
@@ -421,11 +423,59 @@ def stage_verify_edge(skip):
     names = ("softmax", "gemm_epilogue", "vector_add")
     work = [(f"cuda:{n}", "edge", c, (0,)) for n in names for c in _edge_cases(problems.get(n))]
     work += [("cuda:softmax_split", "edge", c, (0,)) for c in _edge_cases(problems.get("softmax")) if c.N > 32768]
-    work += [("cuda:gemm_epilogue", "verify", c, (0, 1)) for c in problems.get("gemm_epilogue").cases("verify")]
-    work += [(f"cupy:{n}", "edge", c, (0,)) for n in names for c in _edge_cases(problems.get(n))]
+    gv = problems.get("gemm_epilogue").cases("verify")
+    work += [("cuda:gemm_epilogue", "verify", c, (0, 1)) for c in gv]
+    # the rules still off in the tables (FLAGS), on: the kernels they would pick, verified
+    flag = [("cuda:gemm_epilogue", "verify", c, (0, 1)) for c in gv]
+    flag += [("cuda:gemm_epilogue", "edge", c, (0,)) for c in _edge_cases(problems.get("gemm_epilogue"))]
+    flag += [("cuda:softmax", "edge", c, (0,)) for c in _edge_cases(problems.get("softmax")) if c.N > 32768]
+    flag += [("cuda:softmax", "verify", c, (0,)) for c in problems.get("softmax").cases("verify") if c.N > 32768]
+    cupy = [(f"cupy:{n}", "edge", c, (0,)) for n in names for c in _edge_cases(problems.get(n))]
     for impl_id, suite, case, seeds in work:
         _row("verify_edge", f"{impl_id}|{suite}|{case.id}", skip,
              lambda impl_id=impl_id, case=case, seeds=seeds: _verify(impl_id, case, seeds, repeat=False))
+    for impl_id, suite, case, seeds in flag:
+        _row("verify_edge", f"{impl_id}+flag|{suite}|{case.id}", skip,
+             lambda impl_id=impl_id, case=case, seeds=seeds: _verify_flag_on(impl_id, case, seeds))
+    for impl_id, suite, case, seeds in cupy:
+        _row("verify_edge", f"{impl_id}|{suite}|{case.id}", skip,
+             lambda impl_id=impl_id, case=case, seeds=seeds: _verify(impl_id, case, seeds, repeat=False))
+
+
+#: table flags off until this script has run their paths: (table, key) -> what turning it on does
+FLAGS = {"softmax": ("SOFTMAX", "split_fill_sms"), "gemm_epilogue": ("GEMM", "tiled_fill_rows")}
+
+
+class _flag_on:
+    """The planner table's flag of ``problem`` on inside the block (this process only)."""
+    def __init__(self, problem):
+        from cuda_src import dispatch
+
+        self.table, self.key = getattr(dispatch, FLAGS[problem][0]), FLAGS[problem][1]
+
+    def __enter__(self):
+        self.old = self.table[self.key]
+        self.table[self.key] = True
+
+    def __exit__(self, *exc):
+        self.table[self.key] = self.old
+
+
+def _verify_flag_on(impl_id, case, seeds):
+    with _flag_on(impl_id.split(":", 1)[1]):
+        rec = _verify(impl_id, case, seeds, repeat=False)
+    rec["flag"] = FLAGS[impl_id.split(":", 1)[1]][1] + " on"
+    return rec
+
+
+def _flag_prep(impl_id, case):
+    """The default prepared with its problem's table flag on (the plan is fixed at prepare)."""
+    base = _impl_prep(impl_id, case)
+
+    def prep(inputs, out):
+        with _flag_on(impl_id.split(":", 1)[1]):
+            return base(inputs, out)
+    return prep
 
 
 def _pins(kind, case, pins):
@@ -485,6 +535,8 @@ def stage_time_edge(skip):
                 cands = {"torch": _impl_prep(f"torch:{name}", case),
                          f"cuda:{name}": _impl_prep(f"cuda:{name}", case),
                          f"cupy:{name}": _impl_prep(f"cupy:{name}", case)}
+                if name in FLAGS:   # the default with its table's pending rule on
+                    cands[f"default+{FLAGS[name][1]}"] = _flag_prep(f"cuda:{name}", case)
                 declined = {}
                 if name != "gemm_epilogue":
                     cands["copy"] = lambda inputs, out: (lambda: out.copy_(inputs[0]))

@@ -65,12 +65,17 @@ def test_one_id_per_algorithm_word_and_its_file():
     assert dispatch.plan_gemm("auto", 16, 4096, 14336).plans[-1].kernel.startswith("gemm_splitk_reduce_kernel")
 
 
-def test_tiled_tile_rows_by_the_busiest_sm():
+def test_tiled_tile_rows_by_the_busiest_sm(monkeypatch):
     """Above the B stream (M > stream_max_m) the tiled fallback (A or B not TMA-readable, or no
-    Hopper code) takes the tile rows with the least load work on the busiest SM: ceil(tiles / SMs)
-    x (bm + 128) elements a k-step, ties to the larger bm. Written from its inputs on shapes of
-    several classes (odd and small, odd and mid-size, large; H200 and an sm_80 part)."""
+    Hopper code) takes, with GEMM["tiled_fill_rows"] on, the tile rows with the least load work on
+    the busiest SM: ceil(tiles / SMs) x (bm + 128) elements a k-step, ties to the larger bm.
+    Written from its inputs on shapes of several classes (odd and small, odd and mid-size, large;
+    H200 and an sm_80 part). Off (the table's value until a GPU has run it), 128 rows as before."""
     G = dispatch.GEMM
+    assert G["tiled_fill_rows"] is False
+    assert dispatch.plan_gemm("auto", 411, 733, 957, "float16").info["tile"][0] == 128
+    assert dispatch.plan_gemm("auto", 1025, 769, 513, "bfloat16").info["tile"][0] == 128
+    monkeypatch.setitem(G, "tiled_fill_rows", True)
     a100 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
     shapes = [(411, 733, 957), (333, 777, 999), (97, 211, 389), (1000, 1000, 999), (2000, 2000, 1001),
               (4096, 4096, 4095), (129, 65, 129), (1025, 769, 513), (700, 3001, 777), (65, 20_000, 515)]
@@ -194,8 +199,7 @@ def test_compile_only_sm90a_facts():
     assert w["registers"] and w["spills"] == 0 and w["kernel"] == "gemm_ws_kernel<true, 256>"
     assert w["smem"] > 150_000  # the 4-stage TMA ring
     m = _impl("cuda:gemm_epilogue").compile_only_fn(P.case(M=127, N=65, K=129))
-    # A not TMA-readable, one 128-row tile's worth of rows: four 32-row tiles (the tile-row rule)
-    assert m["path"] == "tiled" and m["spills"] == 0 and m["kernel"] == "gemm_tiled_kernel<true, 32, false, false>"
+    assert m["path"] == "tiled" and m["spills"] == 0 and m["kernel"] == "gemm_tiled_kernel<true, 128, false, false>"
     pp = _impl("cuda:gemm_epilogue_pingpong").compile_only_fn(P.case(M=4096, N=4096, K=4096, dtype="float16"))
     assert pp["kernel"] == "gemm_pingpong_kernel<false, 1>" and pp["registers"] <= 168
     assert pp["smem"] >= dispatch.PP_SMEM > 220_000

@@ -336,8 +336,8 @@ def test_gemm_rules():
     assert ks == ["gemm_tiled_kernel<true, 32, true, false>"]
     i, ks = info(4096, 50257, 768)  # B copied to a 16-byte-strided workspace, then the ws kernel
     assert ks[0] == "gemm_pad_rows_kernel" and ks[1].startswith("gemm_ws_kernel") and i["repack"]["ld"] == 50264
-    i, ks = info(127, 65, 129)  # A not TMA-readable, one 128-row tile: four 32-row tiles (tile-row rule)
-    assert ks == ["gemm_tiled_kernel<true, 32, false, false>"]
+    i, ks = info(127, 65, 129)  # A not TMA-readable: the tiled kernel (128 rows while tiled_fill_rows is off)
+    assert ks == ["gemm_tiled_kernel<true, 128, false, false>"]
     i, ks = info(4096, 4096, 4096, dev=SM80)
     assert ks == ["gemm_tiled_kernel<true, 128, true, true>"]
     i, ks = info(4096, 4096, 4096, ldc=4100)  # C not TMA-storable: ws with its own epilogue
