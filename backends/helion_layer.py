@@ -442,8 +442,11 @@ def helion_artifacts(impl, case, art) -> None:
         art.write(f"helion_config_{name}.json", json.dumps(_config_dict(config), indent=2, default=str))
     with _watch_triton() as seen:
         facts = impl.compile_only_fn(case)
+    names: dict = {}
     for s, ck in seen:
-        _write_triton(art, ck, getattr(getattr(s, "fn", None), "__name__", None))
+        name = getattr(getattr(s, "fn", None), "__name__", None) or "kernel"
+        names[name] = names.get(name, 0) + 1  # one kernel launched twice (vector add's body, tail)
+        _write_triton(art, ck, name if names[name] == 1 else f"{name}_{names[name]}")
     art.write("compile_facts.json", json.dumps(facts, indent=2, default=str))
 
 

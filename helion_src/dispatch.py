@@ -9,6 +9,10 @@ representative shape per class (seeded with the entry here) and writes the confi
 and its time beside this one's; an entry is replaced where the autotuner's choice is faster. In
 the first bounded run (seconds per class) its choices were slower than these, so these stay.
 The main job never autotunes.
+
+Switches (below, each with its reason): VECTOR_ADD_PIECES (on), SPLITK_FEW_TILES and
+ONLINE_PERSISTENT (off until ``scripts/gpu_helion.py`` has verified and timed them on a GPU; the
+CPU tests verify them under the Triton interpreter).
 """
 from __future__ import annotations
 
@@ -82,6 +86,11 @@ SPLITK_MAX_CHUNKS = 8    # the workspace (chunks x M x N fp32) stays a few times
 CONFIGS = {**VECTOR_ADD, **SOFTMAX, **GEMM}  # every class (for scripts/tune_helion.py)
 
 DIVISIBILITY = 16  # Triton specialises an integer argument as a multiple of 16 (or of nothing)
+# vector add of a length not a multiple of 16 as body + tail (vector_add_pieces): on, because both
+# launches are the kernel and configuration that PASSed on the H200, each in a specialisation it
+# ran there (a length that is a multiple of 16; a short odd one), and the sm_90 PTX shows the body
+# with 16-byte accesses where the one launch had 2-byte ones (not yet timed on a GPU)
+VECTOR_ADD_PIECES = True
 # the longest row held in registers (power of two): 32 fp32 values a thread over 32 warps
 ROW_ELEMENTS = 32768
 SMALL_M = 64      # up to one 16..64-row tile: weight-streaming (GEMV-like) GEMMs
@@ -122,7 +131,7 @@ def vector_add_pieces(n: int, block: int) -> tuple[tuple[int, int], ...] | None:
     aligned, and the body's end keeps the tail's start as aligned as the tensor's) and a tail of
     less than one block (one masked program). Lengths that are multiples of 16, or shorter than a
     block, stay one launch."""
-    if n % DIVISIBILITY == 0 or n < block:
+    if not VECTOR_ADD_PIECES or n % DIVISIBILITY == 0 or n < block:
         return None
     body = n - n % block
     return ((0, body), (body, n))

@@ -317,3 +317,23 @@ def test_gpu_verify_suite(iid, problem):
         if not c.ok:
             bad.append(f"{case.id}: {c.reason}")
     assert not bad, "\n".join(bad)
+
+
+@needs_interpreter
+def test_online_persistent_verify_under_interpreter(monkeypatch):
+    """The persistent online softmax (programs looping over rows, a ragged last column tile, more
+    programs than rows and fewer) under the interpreter: narrower tiles and a lower register limit
+    than on the GPU keep it fast; libdevice's exp, a stub there, is Triton's exp."""
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    from helion_src import dispatch as d
+    monkeypatch.setattr(libdevice, "exp", lambda x, **kw: tl.exp(x))
+    monkeypatch.setattr(d, "ONLINE_PERSISTENT", True)
+    monkeypatch.setattr(d, "ROW_ELEMENTS", 512)
+    monkeypatch.setitem(d.SOFTMAX, "softmax/online_persistent",
+                        {**d.SOFTMAX["softmax/online_persistent"], "block_sizes": [1, 256, 256], "num_warps": 4})
+    for m in (3, 300):
+        launch, _ = _interpret("helion:softmax", "softmax", M=m, N=1001, dtype="float32")
+        per_sm = d.online_persistent_config(1001, 4)["num_sm_multiplier"]
+        assert launch.info["rule"] == "softmax/online_persistent" and launch.info["grid"] == [132 * per_sm]
