@@ -137,37 +137,56 @@ def test_supports_reasons(hopper):
                 assert _impl(i).supports(c) is None, (i, c)
 
 
-def test_models_suite_plans(monkeypatch):
-    """The default's choices on the models suite: at M = 16 the tiled kernel, split-K (tiled
-    partials + the reduction) where its N tiles leave SMs short of CTAs; the repacked B for
-    N = 50257 at large M; ping-pong for the large shapes; ws split-K at M = 256. With
-    GEMM["tiled_splitk"] off (what the gate's edit does), M = 16 returns to the ws split-K kernel."""
-    def plans():
-        out = {}
-        for case in P.cases("models"):
-            plan = cuda_layer_case(case)
-            # the bf16 + bias cases come first; fp16 / no-bias cases of the same shape keep theirs
-            out.setdefault((case.M, case.N, case.K), (plan.info["path"], [p.kernel for p in plan.plans]))
-        return out
+def _gemm_rule(M, N, K, dt="bfloat16", dev=dispatch.H200, ldc=None):
+    """The default's decision tree written from its inputs (TMA legality of A, B and C, the Hopper
+    code, M against stream_max_m and repack_min_m, the split-K factors of the two cost models) and
+    the GEMM table: the expected (path, repacked B)."""
+    G = dispatch.GEMM
+    ldc = N if ldc is None else ldc
+    g = dispatch.GemmCase(M, N, K, dt, "relu", True, K, N, ldc)
+    hopper = dev.cc == (9, 0) and dev.sm90a and K > 0
+    stream = M <= G["stream_max_m"]
+    if stream and G["tiled_splitk"]:
+        return ("tiled_splitk" if dispatch.dispatch_gemm._tiled_stream_splits(g, dev)[0] > 1 else "tiled"), False
+    if not hopper or not g.tma_a():
+        return "tiled", False
+    repack = not g.tma_b()
+    if repack and M < G["repack_min_m"]:
+        return "tiled", False
+    if stream and not repack and -(-N // 128) >= dev.sms:
+        return "tiled", False
+    s = dispatch.dispatch_gemm._stream_splits(g, dev, 128) if stream else dispatch.dispatch_gemm._choose_splits(g, dev, 128)
+    if s > 1:
+        return "splitk", repack
+    if not repack and g.tma_c():
+        return "pingpong", False
+    return "ws", repack
 
-    paths = plans()
-    tiled = "gemm_tiled_kernel<true, 32, true, true>"
-    for shape in ((16, 6144, 4096), (16, 4096, 14336), (16, 8192, 28672)):
-        assert paths[shape] == ("tiled_splitk", [tiled, "gemm_splitk_reduce_kernel<true>"]), shape
-    assert paths[(16, 28672, 4096)] == ("tiled", [tiled])  # 224 N tiles >= 132 SMs: no split
-    assert paths[(16, 50257, 768)][1] == ["gemm_tiled_kernel<true, 32, true, false>"]
-    assert paths[(4096, 50257, 768)][1][0] == "gemm_pad_rows_kernel"
-    assert paths[(4096, 28672, 4096)][0] == "pingpong"
-    assert paths[(256, 4096, 14336)][0] == "splitk"
 
-    monkeypatch.setitem(dispatch.GEMM, "tiled_splitk", False)
-    off = plans()
-    assert off[(16, 6144, 4096)][0] == "splitk" and off[(16, 6144, 4096)][1][0] == "gemm_ws_kernel<true, 128>"
-    assert off[(16, 28672, 4096)] == ("tiled", [tiled])
-    assert off[(16, 50257, 768)][1] == ["gemm_tiled_kernel<true, 32, true, false>"]
-    for shape, v in paths.items():  # M > stream_max_m: the same plans with the entry on or off
-        if shape[0] > dispatch.GEMM["stream_max_m"]:
-            assert off[shape] == v, shape
+def test_default_gemm_rule_from_its_inputs(monkeypatch):
+    """The default's path follows TMA legality, M against the table's thresholds and the split-K
+    cost models, never a shape: checked on shapes of every class (M from 1 to 8192; N and K aligned
+    and odd; few and many output tiles; an unaligned C; H200 and an sm_80 part; tiled split-K for
+    the B stream on and off)."""
+    a100 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
+    shapes = [(M, N, K) for M in (1, 16, 64, 65, 127, 256, 1000, 4096, 8192)
+              for N, K in ((6144, 4096), (50257, 768), (733, 957), (4096, 128), (1001, 136), (28672, 4096),
+                           (2048, 64), (264, 72))]
+    seen = set()
+    for on in (True, False):
+        monkeypatch.setitem(dispatch.GEMM, "tiled_splitk", on)
+        for dev in (dispatch.H200, a100):
+            for M, N, K in shapes:
+                for ldc in (None, N + 4 if N % 8 == 0 else None):
+                    p = dispatch.plan_gemm("auto", M, N, K, dev=dev, ldc=ldc)
+                    want, repack = _gemm_rule(M, N, K, dev=dev, ldc=ldc)
+                    assert p.info["path"] == want, (M, N, K, ldc, dev.sms, on, p.info.get("why"))
+                    assert (p.plans[0].kernel == "gemm_pad_rows_kernel") == repack, (M, N, K)
+                    if want in ("splitk", "tiled_splitk"):
+                        assert p.plans[-1].kernel.startswith("gemm_splitk_reduce_kernel")
+                    seen.add(want)
+    assert seen == {"tiled", "tiled_splitk", "splitk", "pingpong", "ws"}, seen
+    assert set(dispatch.reachable("gemm_epilogue")) >= {"tiled", "splitk", "pingpong", "ws", "repack"}
 
 
 def cuda_layer_case(case):
