@@ -360,12 +360,25 @@ def _gemm_compile(dtype: str, has_bias: bool, plan: dict) -> list:
                      lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, has_bias, *cfg, tma=tma))]
 
 
+def _gemm_arch_check():
+    """The pipelined GEMM kernels are Hopper kernels (TMA, wgmma, setmaxnreg: sm_90a); TileLang
+    0.1.15 does not lower them for other architectures (sm_80: the pipelined loop over a dynamic K
+    fails in codegen; sm_100: nvcc rejects the generated source), so they decline there."""
+    import tilelang_src
+
+    a = tilelang_src.arch()
+    if not a.startswith("sm_90"):
+        raise ValueError(f"arch: TileLang's pipelined GEMM kernels here are Hopper kernels (TMA + wgmma, sm_90a), "
+                         f"not {a}")
+
+
 def _gemm_impl(kernel):
     def plan_of(m, n, k, es, tma_ok):
         from tilelang_src import dispatch
 
         if kernel == "simple":
             return {"kernel": "simple"}
+        _gemm_arch_check()
         return dispatch.plan_gemm(m, n, k, es, tma_ok, kernel=kernel, stage_bias=kernel == "tma")
 
     def case_tma_ok(case):
@@ -443,7 +456,7 @@ _GE_SIMPLE = Source(src(C, "gemm_epilogue.py"), kernels=("gemm_kernel",))
 _GE_TMA = Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_kernel",))
 _GE_SPLITK = Source(src(C, "gemm_epilogue_splitk.py"),
                     kernels=("gemm_splitk_partial_kernel", "gemm_splitk_epilogue_kernel"))
-_GE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_compile",))
+_GE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_compile", "_gemm_arch_check"))
 _GE_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_simple_compile",))
 _GE_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))
 for _name, _kernel, _desc, _srcs in (
