@@ -333,7 +333,8 @@ def test_online_persistent_verify_under_interpreter(monkeypatch):
     monkeypatch.setattr(d, "ROW_ELEMENTS", 512)
     monkeypatch.setitem(d.SOFTMAX, "softmax/online_persistent",
                         {**d.SOFTMAX["softmax/online_persistent"], "block_sizes": [1, 256, 256], "num_warps": 4})
-    for m in (3, 300):
-        launch, _ = _interpret("helion:softmax", "softmax", M=m, N=1001, dtype="float32")
-        per_sm = d.online_persistent_config(1001, 4)["num_sm_multiplier"]
-        assert launch.info["rule"] == "softmax/online_persistent" and launch.info["grid"] == [132 * per_sm]
+    monkeypatch.setattr(d, "L2_BYTES", 1 << 20)   # one program an SM: 140 rows are more than programs
+    assert d.online_persistent_config(601, 4)["num_sm_multiplier"] == 1
+    for m in (3, 140):
+        launch, _ = _interpret("helion:softmax", "softmax", M=m, N=601, dtype="float32")
+        assert launch.info["rule"] == "softmax/online_persistent" and launch.info["grid"] == [132]
