@@ -207,6 +207,10 @@ def _sm_compile(dtype: str, plan: dict) -> list:
         v = plan["vec"]
         return [_compile(("softmax_online_vec", dtype, tile, t, v),
                          lambda: softmax_online.softmax_online_vec_kernel(dtype, tile, t, v), _vector_cfg())]
+    if plan["kernel"] == "smem" and "vec" in plan:
+        c, v = plan["cols"], plan["vec"]
+        return [_compile(("softmax_smem_vec", dtype, c, tile, t, v),
+                         lambda: softmax_smem.softmax_smem_vec_kernel(dtype, c, tile, t, v), _vector_cfg())]
     if plan["kernel"] == "smem":
         c = plan["cols"]
         return [_compile(("softmax_smem", dtype, c, tile, t), lambda: softmax_smem.softmax_smem_kernel(dtype, c, tile, t))]
@@ -219,7 +223,7 @@ def _sm_compile(dtype: str, plan: dict) -> list:
 
 
 def _sm_impl(kernel):
-    vector = kernel in ("rows", "online")    # the variants' vector kernels (not yet run on a GPU)
+    vector = kernel in ("rows", "smem", "online")    # the variants' vector kernels (not yet run on a GPU)
 
     def plan_of(m, n, es, flat_ok=False, aligned=False):
         """The vector plan where the views allow it, else the element plan of the same kernel."""
@@ -302,6 +306,7 @@ _SM_ROWS = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel",))
 _SM_ONLINE = Source(src(C, "softmax_online.py"), kernels=("softmax_online_kernel",))
 _SM_ROWS_VEC = Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_vec_kernel", "softmax_rows_kernel"))
 _SM_ONLINE_VEC = Source(src(C, "softmax_online.py"), kernels=("softmax_online_vec_kernel", "softmax_online_kernel"))
+_SM_SMEM_VEC = Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_vec_kernel", "softmax_smem_kernel"))
 _SM_VEC_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile", "_sm_flat", "_vector_cfg"))
 _SM_SMEM = Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_kernel",))
 _SM_SPLIT = Source(src(C, "softmax_split.py"), kernels=("softmax_split_stats_kernel", "softmax_split_write_kernel"))
@@ -325,9 +330,11 @@ for _name, _kernel, _desc, _srcs in (
                                      "in 16-byte vectors with guarded row edges (not yet run on a GPU); the "
                                      "element kernel where x and out differ in stride or 16-byte phase",
          [_SM_ONLINE_VEC, _SM_VEC_HOST, _SM_PLAN]),
-        ("softmax_smem", "smem", "a CTA per row, the row staged raw in shared memory as pass 1 folds (max, sum) "
-                                 "online; pass 2 writes from shared memory (one read, one write)",
-         [_SM_SMEM, _SM_HOST, _SM_PLAN]),
+        ("softmax_smem", "smem", "a CTA per row, the row staged raw in shared memory, then (max, sum) online "
+                                 "and the write from shared memory (one read, one write), in 16-byte vectors "
+                                 "with guarded row edges (not yet run on a GPU); the element kernel where x "
+                                 "and out differ in stride or 16-byte phase",
+         [_SM_SMEM_VEC, _SM_VEC_HOST, _SM_PLAN]),
         ("softmax_split", "split", "C CTAs per row: online (max, sum) per chunk to a workspace, then each CTA "
                                    "merges its row's C pairs and writes its chunk", [_SM_SPLIT, _SM_HOST, _SM_PLAN])):
     _s, _c, _p = _sm_impl(_kernel)

@@ -3,7 +3,7 @@ writes $OUT/tilelang/check.json, prints a summary; finishes within ~150 s).
 
 1. Compiles, in parallel worker processes (they fill TileLang's disk cache), the kernels that the
    default (``tilelang:softmax``, element kernels) and the vector variants (``tilelang:softmax_rows``,
-   ``tilelang:softmax_online``: 16-byte groups, guarded row edges; not yet run on a GPU) plan for
+   ``_smem``, ``_online``: 16-byte groups, guarded row edges; not yet run on a GPU) plan for
    the models suite's softmax classes and the check shapes, plus GEMM tile candidates beside the
    current default's 128x256x64 / 3 stages.
 2. Verifies the vector variants and the default (each through the adapter's own ``prepare``, so
@@ -11,8 +11,8 @@ writes $OUT/tilelang/check.json, prints a summary; finishes within ~150 s).
    reaching every path: rows starting on and off 16 bytes, odd N, an offset view, x and out rows
    of one wider buffer (same stride), x strided with out contiguous (the element fallback), one
    row, rows of 16377 columns (the vector rows kernel's longest class).
-3. Times (CUDA events, median of 20) the default and the vector variant of its algorithm (rows for
-   rows, online for smem / online) beside torch.softmax and a same-size copy, and the GEMM
+3. Times (CUDA events, median of 20) the default and the vector variants of its algorithm (rows for
+   rows, smem and online for smem, online for online) beside torch.softmax and a same-size copy, and the GEMM
    candidates beside torch relu(addmm).
 Nothing here is read by the rules.
 """
@@ -54,9 +54,10 @@ def _case(m, n, dtype, layout="contig"):
     return problems.get("softmax").case(M=m, N=n, dtype=dtype)
 
 
-def _variant(plan_kernel):
-    """The vector variant id timed beside a default plan's kernel."""
-    return {"rows": "softmax_rows", "smem": "softmax_online", "online": "softmax_online"}.get(plan_kernel)
+def _variants(plan_kernel):
+    """The vector variant ids timed beside a default plan's kernel."""
+    return {"rows": ["softmax_rows"], "smem": ["softmax_smem", "softmax_online"],
+            "online": ["softmax_online"]}.get(plan_kernel, [])
 
 
 def _sm_plans():
@@ -67,7 +68,9 @@ def _sm_plans():
         layout = rest[0] if rest else "contig"
         d = dispatch.plan_softmax(m, n, es[dt])
         jobs.add((dt, json.dumps(d, sort_keys=True)))
-        for kern in ("rows", "online"):
+        for kern in ("rows", "smem", "online"):
+            if kern == "smem" and n <= 16384:    # the smem variant is checked on its own class only
+                continue
             try:
                 jobs.add((dt, json.dumps(dispatch.plan_softmax(m, n, es[dt], kernel=kern), sort_keys=True)))
                 for aligned in (False, True):
@@ -107,8 +110,9 @@ def _gemm_variant_jobs():
     jobs = set()
     for m, n, k, _act, bias in GEMM_VERIFY:
         p = dispatch.plan_gemm(m, n, k, 2, True, kernel="tma", stage_bias=True)
-        jobs.add((("gemm_v", (p["bm"], p["bn"], p["bk"], p["stages"], p["threads"]), bool(bias))))
-    return sorted(jobs)
+        cfg = (p["bm"], p["bn"], p["bk"], p["stages"], p["threads"])
+        jobs.add(("gemm", (cfg, True)) if bias else ("gemm_v", cfg, False))
+    return sorted(jobs, key=repr)
 
 
 def bench(fn, reps=20):
@@ -157,7 +161,9 @@ def main():
     def save():
         (out_dir / "check.json").write_text(json.dumps(res, indent=1))
 
-    jobs = [("gemm", c) for c in GEMM_CFGS] + [("sm",) + j for j in _sm_plans()] + _gemm_variant_jobs()
+    gemm_jobs = [("gemm", c) for c in GEMM_CFGS]
+    gemm_jobs += [j for j in _gemm_variant_jobs() if j not in gemm_jobs]
+    jobs = gemm_jobs + [("sm",) + j for j in _sm_plans()]
     pool = ProcessPoolExecutor(max_workers=min(15, os.cpu_count() or 4), mp_context=multiprocessing.get_context("spawn"))
     futs = [pool.submit(compile_job, j) for j in jobs]
     try:
@@ -173,7 +179,8 @@ def main():
     from harness import registry
     from harness.problems import get as problems_get
     registry.load_backends()
-    impls = {name: registry.get("softmax", f"tilelang:{name}") for name in ("softmax", "softmax_rows", "softmax_online")}
+    impls = {name: registry.get("softmax", f"tilelang:{name}")
+             for name in ("softmax", "softmax_rows", "softmax_smem", "softmax_online")}
     g = torch.Generator(device="cuda").manual_seed(0)
     left = lambda: BUDGET_S - (time.time() - T0)  # noqa: E731
 
@@ -183,10 +190,11 @@ def main():
         return x, out, launch
 
     for m, n, dt, layout in SM_VERIFY:
-        for name in ("softmax_rows", "softmax_online", "softmax"):
+        for name in ("softmax_rows", "softmax_smem", "softmax_online", "softmax"):
             if left() < 45:
                 break
-            if name == "softmax_rows" and n > 16377:
+            es = 4 if dt == "float32" else 2
+            if (name == "softmax_rows" and n > 16377) or (name == "softmax_smem" and not 16384 < n <= 220 * 1024 // es - 4096):
                 continue
             try:
                 x, out, launch = prepared(name, m, n, dt, layout)
@@ -212,12 +220,13 @@ def main():
                    "torch_us": bench(lambda: torch.softmax(x, -1)), "copy_us": bench(lambda: y.copy_(x))}
             row["vs_torch"] = round(row["torch_us"] / row["us"], 3)
             row["pct_copy"] = round(100 * row["copy_us"] / row["us"], 1)
-            var = _variant(row["plan"]["kernel"])
-            if var:
+            row["vector"] = []
+            for var in _variants(row["plan"]["kernel"]):
                 launch_v = impls[var].prepare(_case(m, n, dt), (x,), out)
-                row["vector"] = {"id": var, "plan": launch_v.info.get("config"), "us": bench(launch_v)}
-                row["vector"]["vs_torch"] = round(row["torch_us"] / row["vector"]["us"], 3)
-                row["vector"]["pct_copy"] = round(100 * row["copy_us"] / row["vector"]["us"], 1)
+                us = bench(launch_v)
+                row["vector"].append({"id": var, "plan": launch_v.info.get("config"), "us": us,
+                                      "vs_torch": round(row["torch_us"] / us, 3),
+                                      "pct_copy": round(100 * row["copy_us"] / us, 1)})
             res["softmax_time"].append(row)
         except Exception as e:
             res["softmax_time"].append({"case": [m, n, dt], "error": f"{type(e).__name__}: {str(e)[:300]}"})
@@ -271,10 +280,9 @@ def main():
     bad = [v for v in res["softmax_verify"] if not v.get("ok")]
     print(f"softmax verify: {len(res['softmax_verify']) - len(bad)}/{len(res['softmax_verify'])} ok; bad: {bad}")
     for r in res["softmax_time"]:
-        v = r.get("vector", {})
+        vs = " ".join(f"| {v['id']} {v['us']} x{v['vs_torch']} {v['pct_copy']}%" for v in r.get("vector", []))
         print("softmax", r.get("case"), "default", (r.get("plan") or {}).get("kernel"), r.get("us"), "x", r.get("vs_torch"),
-              "pct_copy", r.get("pct_copy"), "| vector", v.get("id"), v.get("us"), "x", v.get("vs_torch"),
-              "pct_copy", v.get("pct_copy"), "| torch", r.get("torch_us"), "copy", r.get("copy_us"), r.get("error", ""))
+              "pct_copy", r.get("pct_copy"), vs, "| torch", r.get("torch_us"), "copy", r.get("copy_us"), r.get("error", ""))
     gbad = [v for v in res["gemm_verify"] if not v.get("ok")]
     print(f"gemm tma variant verify: {len(res['gemm_verify']) - len(gbad)}/{len(res['gemm_verify'])} ok; bad: {gbad}")
     for r in res["gemm"]:

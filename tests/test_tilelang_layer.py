@@ -131,6 +131,9 @@ def test_softmax_vector_plans():
             assert p["cols"] >= n + (0 if aligned else p["vec"] - 1) and p["cols"] - width < n + p["vec"] - 1
             q = dispatch.plan_softmax(m, n, es, kernel="online", vector=True)
             assert q["vec"] == 16 // es and q["tile"] % (q["threads"] * q["vec"]) == 0
+    p = dispatch.plan_softmax(4096, 50257, 2, kernel="smem", vector=True)     # 50257 + 7 columns staged
+    assert p["vec"] == 8 and p["cols"] % p["tile"] == 0 and p["cols"] >= 50257 + 7
+    assert dispatch.plan_softmax(4096, 32768, 2, kernel="smem", vector=True, aligned=True)["cols"] == 32768
     assert dispatch.plan_softmax(32768, 512, 2, kernel="rows", vector=True, aligned=True)["cols"] == 512
     assert dispatch.plan_softmax(32768, 512, 2, kernel="rows", vector=True)["cols"] == 768
     with pytest.raises(ValueError, match="N:"):
@@ -173,6 +176,7 @@ def test_softmax_flat_views():
 @pytest.mark.parametrize("impl_id,dims", [
     ("tilelang:softmax_rows", dict(M=1823, N=781, dtype="bfloat16")),
     ("tilelang:softmax_online", dict(M=4096, N=50257, dtype="float32")),
+    ("tilelang:softmax_smem", dict(M=4096, N=50257, dtype="bfloat16")),
 ])
 def test_softmax_vector_kernels_sm90a(impl_id, dims):
     """The vector variants compile for sm_90a with no spills, and their generated CUDA moves whole

@@ -66,11 +66,11 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector: 
     split: fewer long rows, C CTAs per row (C = the CTAs that fill the SMs twice over, at most a
     chunk per tile).
 
-    ``vector``: the 16-byte-vector forms of rows and online (``vec`` elements a group; the
+    ``vector``: the 16-byte-vector forms of rows, smem and online (``vec`` elements a group; the
     variants' kernels, not yet run on a GPU, so the default does not ask for them yet). Their
     rows are flat spans from the 16-byte group at or below each row's start: ``cols`` then covers
     the row plus one group of slack unless every row starts on 16 bytes (``aligned``), rounded up
-    to the CTA's width (threads x vec)."""
+    to the CTA's width (threads x vec; smem: to the tile)."""
     t = TABLE["softmax"]
     vec = 16 // esize
     span = n + (0 if aligned or not vector else vec - 1)
@@ -102,9 +102,11 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector: 
             return {"kernel": "online", "tile": tile, "threads": threads, "vec": vec}
         return {"kernel": "online", "tile": tile, "threads": threads}
     if choice == "smem":
-        scols = -(-n // t["smem_tile"]) * t["smem_tile"]
+        scols = -(-span // t["smem_tile"]) * t["smem_tile"]
         if scols * esize > t["smem_max_bytes"]:
             raise ValueError(f"N: softmax_smem stages rows of at most {t['smem_max_bytes']} bytes, not {n} x {esize}")
+        if vector:
+            return {"kernel": "smem", "cols": scols, "tile": t["smem_tile"], "threads": t["smem_threads"], "vec": vec}
         return {"kernel": "smem", "cols": scols, "tile": t["smem_tile"], "threads": t["smem_threads"]}
     if choice == "split":
         tiles = -(-n // t["split_tile"])
