@@ -646,8 +646,8 @@ def _gemm_cfg(variant, case):
 
 def _gemm_specs(variant, case, cfg=None):
     a, b, bias, act, out = _meta_gemm(case)
-    if variant in ("simple", "plain"):   # the twin's kernel (the default's "plain" path too)
-        return [dispatch.plain_spec(a, b, bias, act, out)]
+    if variant in ("simple", "plain"):   # the twin's kernel (the default's "plain" path too, its config)
+        return [dispatch.plain_spec(a, b, bias, act, out, cfg if variant == "plain" else None)]
     cfg = cfg or _gemm_cfg(variant, case)
     if variant == "tma":
         return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, H200["sms"])]
@@ -699,7 +699,8 @@ def _gemm_grid(variant):
         s = specs[0]
         M, N = case.M, case.N
         if v in ("simple", "plain"):
-            d = hgrid.tiles_2d(M, N, 128, 128, BLOCK_K=32)
+            a = s.args
+            d = hgrid.tiles_2d(M, N, a["BLOCK_M"], a["BLOCK_N"], BLOCK_K=a["BLOCK_K"])
         else:
             a = s.args
             BM, BN, GM = a["BLOCK_M"], a["BLOCK_N"], a["GROUP_M"]

@@ -135,6 +135,23 @@ def test_compile_only_models_suite_defaults(problem):
         assert facts["spills"] == 0 or ((capped or split) and facts["local_bytes"] <= few), (case.label, facts)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("problem", ["softmax", "gemm_epilogue"])
+def test_compile_only_edge_suite_defaults(problem):
+    """The edge suite's plans (few long rows, short rows, odd small GEMMs with the plain tile by
+    waves, skinny M, small K) compile for sm_90 within 255 registers, without spills beyond the
+    split register cap's allowance."""
+    prob = problems.get(problem)
+    impl = _impl(problem, problem)
+    few = 4 * dispatch.SOFTMAX["split_cap_max_spills"]
+    for case in prob.cases("edge"):
+        facts = impl.compile_only_fn(case)
+        assert facts["target"].startswith("sm_90"), case.label
+        assert 0 < facts["registers"] <= facts["config"].get("maxnreg", 255), (case.label, facts)
+        split = "CHUNK" in facts["config"]
+        assert facts["spills"] == 0 or (split and facts["local_bytes"] <= few), (case.label, facts)
+
+
 @pytest.mark.parametrize("problem,name,kw", [
     ("softmax", "softmax_simple", dict(M=4096, N=50_257)),
     ("softmax", "softmax_rows", dict(M=32_768, N=512, dtype="bfloat16")),
@@ -238,26 +255,74 @@ def test_softmax_split_values_per_thread():
             assert per_thread == dispatch.SOFTMAX["split_values_per_thread"], (es, M, N, cfg)
 
 
-def test_softmax_split_chunk_fills_lanes_and_machine():
-    small = dispatch.SOFTMAX["split_min_chunk"]
-    for es in (2, 4):   # up to split_small_max_chunks chunks: the smallest chunk, one warp
-        for N in (32_000, 50_257, 65_536, 128_256):
-            cfg = dispatch.softmax_split_config(4096, N, es, H200)
-            assert cfg["CHUNK"] == small and cfg["num_warps"] == 1 and cfg["C"] <= 64, (es, N, cfg)
-    cfg = dispatch.softmax_split_config(4096, 151_936, 2, H200)   # 75 small chunks: the fill rule
-    assert cfg["CHUNK"] == 8192 and cfg["C"] == 19 and 151_936 / (19 * 8192) > 0.9
-    assert dispatch.softmax_split_config(4096, 262_144, 4, H200)["CHUNK"] == 16_384
+def test_softmax_split_chunk_rule():
+    """The split chunk as a rule of (M, N, element size) and the SOFTMAX table, on rows of every
+    class (one row to thousands, 16- and 32-bit, lengths that fill a power of two and lengths
+    that do not): a row of at most split_small_max_chunks smallest chunks takes the smallest;
+    else the largest power of two in the dtype's range whose padded lanes are >= split_min_fill
+    data, halved while the M x C programs leave SMs idle and then while they load the SMs
+    unevenly (split_balance) and the halved chunk keeps a row within split_small_max_chunks."""
+    S, sms = dispatch.SOFTMAX, H200["sms"]
+    lo = S["split_min_chunk"]
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    even = lambda units: units / sms >= S["split_balance"] * cdiv(units, sms)  # noqa: E731
+    classes = set()
+    for es in (2, 4):
+        hi = S["split_max_chunk"][es]
+        sizes = [hi >> i for i in range(hi.bit_length()) if hi >> i >= lo]
+        for N in (16_385, 32_000, 50_257, 65_536, 100_000, 128_256, 131_073, 151_936, 200_003,
+                  262_144, 786_433):
+            for M in (1, 3, 8, 48, 132, 4096):
+                cfg = dispatch.softmax_split_config(M, N, es, H200)
+                chunk, C = cfg["CHUNK"], cfg["C"]
+                assert chunk in sizes and C == cdiv(N, chunk), (M, N, es, cfg)
+                assert cfg["num_warps"] == dispatch.split_warps(chunk, es), (M, N, es, cfg)
+                if cdiv(N, lo) <= S["split_small_max_chunks"]:
+                    assert chunk == lo, (M, N, es, cfg)
+                    classes.add("small")
+                    continue
+                fill = {c: N / (cdiv(N, c) * c) for c in sizes}
+                first = next((c for c in sizes if fill[c] >= S["split_min_fill"]), max(sizes, key=fill.get))
+                assert chunk <= first, (M, N, es, cfg)
+                if chunk < first:   # each halving had its reason
+                    up = 2 * chunk
+                    assert M * cdiv(N, up) < sms or (not even(M * cdiv(N, up))
+                                                      and C <= S["split_small_max_chunks"]), (M, N, es, cfg)
+                    classes.add("idle" if M * cdiv(N, up) < sms else "uneven")
+                else:
+                    classes.add("fill")
+                if chunk > lo:      # and it stopped for one
+                    assert M * C >= sms, (M, N, es, cfg)
+                    assert even(M * C) or cdiv(N, chunk // 2) > S["split_small_max_chunks"], (M, N, es, cfg)
+    assert classes == {"small", "fill", "idle", "uneven"}, classes   # every clause decided somewhere
     one_row = dispatch.softmax_split_config(1, 262_147, 4, H200)
     assert one_row["C"] >= 100  # a single row spread over most SMs
 
 
+def test_softmax_split_balance_is_what_the_rule_reads(monkeypatch):
+    """Few rows whose chunks load the SMs unevenly take more, smaller chunks; with split_balance
+    0 (any spread is even) the fill rule's chunk stays."""
+    M, N = 8, 200_003                          # 98 smallest chunks: past the small-chunk bound
+    cfg = dispatch.softmax_split_config(M, N, 2, H200)
+    monkeypatch.setitem(dispatch.SOFTMAX, "split_balance", 0.0)
+    unbalanced = dispatch.softmax_split_config(M, N, 2, H200)
+    assert cfg["CHUNK"] < unbalanced["CHUNK"]
+    sms = H200["sms"]
+    busiest = lambda c: -(-M * c["C"] // sms)   # noqa: E731  (chunks on the busiest SM)
+    assert busiest(cfg) * cfg["CHUNK"] < busiest(unbalanced) * unbalanced["CHUNK"]   # less work there
+
+
 def test_softmax_table_is_what_the_rules_read(monkeypatch):
-    assert dispatch.softmax_choice(4096, 50_257, 2, H200)[0] == "split"
+    """The choice follows the table: with split's co-resident bound at 0 every row longer than the
+    block kernel takes goes online; with rows_max_cols 0 short rows go to the block kernel."""
+    long_rows = [(M, N, es) for M in (8, 4096) for N in (40_000, 50_257, 100_000) for es in (2, 4)
+                 if N > dispatch.SOFTMAX["block_max_cols"][es]]
+    assert {dispatch.softmax_choice(M, N, es, H200)[0] for M, N, es in long_rows} == {"split"}
     monkeypatch.setitem(dispatch.SOFTMAX, "split_max_chunks_per_sm", 0)
-    assert dispatch.softmax_choice(4096, 50_257, 2, H200)[0] == "online"
-    assert dispatch.softmax_choice(4096, 32_000, 2, H200)[0] == "online"
+    assert {dispatch.softmax_choice(M, N, es, H200)[0] for M, N, es in long_rows} == {"online"}
+    assert {dispatch.softmax_choice(M, N, 2, H200)[0] for M in (1, 32_768) for N in (64, 512, 1000)} == {"rows"}
     monkeypatch.setitem(dispatch.SOFTMAX, "rows_max_cols", 0)
-    assert dispatch.softmax_choice(32_768, 512, 2, H200)[0] == "block"
+    assert {dispatch.softmax_choice(M, N, 2, H200)[0] for M in (1, 32_768) for N in (64, 512, 1000)} == {"block"}
 
 
 def test_split_register_cap_rule(monkeypatch):
@@ -345,38 +410,104 @@ def test_softmax_plan_on_misaligned_rows():
 
 
 def test_gemm_narrow_split_gives_every_sm_a_program():
-    sms = H200["sms"]
-    assert dispatch.gemm_narrow_config(64, 8192, 8192, H200)["SPLIT"] == 1      # 128 tiles: one wave, 97 %
-    assert dispatch.gemm_narrow_config(64, 6144, 8192, H200)["SPLIT"] == 2      # 96 tiles: split
-    for M, N, K in ((16, 6144, 4096), (16, 4096, 14_336), (1, 4096, 4096), (16, 8192, 28_672),
-                    (16, 28_672, 4096), (16, 50_257, 768), (32, 5000, 3000), (16, 520, 8192)):
+    """Few rows: unsplit exactly when the narrow tiles load the SMs evenly (the mean at least
+    narrow_balance of the busiest SM's tiles: one full wave or more counts), else the smallest
+    split (> 1) that gives every SM a program; on tile counts around one wave and on shapes of
+    several classes."""
+    sms, bal = H200["sms"], dispatch.GEMM["narrow_balance"]
+    bn = dispatch.GEMM["narrow"]["BLOCK_N"]
+    even = lambda t: t / sms >= bal * -(-t // sms)  # noqa: E731
+    shapes = [(64, t * bn, 8192) for t in (sms // 4, int(bal * sms) - 1, -(-int(bal * sms * 100) // 100),
+                                          sms, sms + 1, 2 * sms - 1, 2 * sms, 3 * sms)]
+    shapes += [(16, 6144, 4096), (16, 4096, 14_336), (1, 4096, 4096), (16, 8192, 28_672),
+               (16, 28_672, 4096), (16, 50_257, 768), (32, 5000, 3000), (16, 520, 8192), (64, 18_432, 5120)]
+    seen = set()
+    for M, N, K in shapes:
         cfg = dispatch.gemm_narrow_config(M, N, K, H200)
         tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
         S = cfg["SPLIT"]
-        if S == 1:   # unsplit only when the tiles alone load the SMs evenly (one full wave counts)
-            assert tiles / sms >= dispatch.GEMM["narrow_balance"] * -(-tiles // sms)
-        else:        # else the smallest split (> 1) that gives every SM a program
+        assert cfg["BLOCK_M"] == max(16, 1 << (M - 1).bit_length()), (M, N, K, cfg)
+        assert (S == 1) == even(tiles), (M, N, K, tiles, S)
+        if S > 1:    # the smallest split (> 1) that gives every SM a program
             assert tiles * S >= sms and (S == 2 or tiles * (S - 1) < sms), (M, N, K, S)
+        seen.add(S == 1)
+    assert seen == {True, False}
+
+
+def _gemm_options(M, N, K, tma, aligned):
+    """The roofline model's options for M > narrow_max_m, as gemm_choice's docstring states them."""
+    kind = "tma" if tma else "tiled"
+    table = dispatch.gemm_table(kind if tma or aligned else "tiled_unaligned", H200)
+    pointer = dispatch.gemm_table("tiled" if aligned else "tiled_unaligned", H200)
+    opts = [(kind, c, 1) for c in table]
+    opts += [("splitk", c, s) for c in pointer for s in dispatch._split_choices(K, c["BLOCK_K"])[1:]]
+    return opts
 
 
 def test_gemm_rules():
+    """gemm_choice as a rule of its inputs on shapes of every class: few rows (narrow rule, any
+    alignment); rows no async copy takes (the plain kernel, its tile by waves); otherwise the
+    roofline model's cheapest option among the TMA (or pointer) tiles and the split-K ones."""
+    sms = H200["sms"]
     g = lambda M, N, K, tma=True, al=True: dispatch.gemm_choice(M, N, K, tma, H200, al)  # noqa: E731
-    v, cfg = g(16, 6144, 4096)
-    assert v == "splitk" and cfg["BLOCK_M"] == 16 and cfg["SPLIT"] > 1
-    assert g(1, 1024, 512)[0] == "tiled"                                 # too short to split
-    assert g(4096, 6144, 4096)[0] == "tma"
-    v, cfg = g(4096, 50_257, 768, tma=False, al=False)
-    assert v == "plain" and cfg["BLOCK_K"] == 32                         # rows not 4-byte aligned:
-    assert cfg["num_warps"] == 4 and cfg["BLOCK_M"] == 128               # the plain kernel
     # few rows: the narrow rule decides, whatever the alignment: unsplit (the tiled kernel) when
     # the narrow tiles alone load the SMs evenly, else split-K
-    for M, N, K in ((16, 50_257, 768), (16, 6144, 4096), (64, 8192, 8192), (8, 1000, 8192)):
-        v, cfg = g(M, N, K, tma=False, al=False)
-        tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
-        even = tiles / H200["sms"] >= dispatch.GEMM["narrow_balance"] * -(-tiles // H200["sms"])
-        assert (v, cfg["SPLIT"] == 1) == (("tiled", True) if even else ("splitk", False)), (M, N, K, v, cfg)
-        assert cfg["BLOCK_N"] == dispatch.GEMM["narrow_unaligned"]["BLOCK_N"]
-    assert g(256, 4096, 14_336)[0] in ("tma", "splitk")
+    for M, N, K in ((16, 50_257, 768), (16, 6144, 4096), (64, 8192, 8192), (8, 1000, 8192), (1, 1024, 512)):
+        for tma, al in ((True, True), (False, False)):
+            v, cfg = g(M, N, K, tma, al)
+            want = dispatch.gemm_narrow_config(M, N, K, H200, al)
+            assert cfg == want and v == ("splitk" if want["SPLIT"] > 1 else "tiled"), (M, N, K, v, cfg)
+            assert cfg["BLOCK_N"] == dispatch.GEMM["narrow" if al else "narrow_unaligned"]["BLOCK_N"]
+    # the model's argmin elsewhere: decode-to-prefill, a fraction of a wave, skinny, small K
+    seen = set()
+    for M, N, K in ((256, 4096, 14_336), (4096, 6144, 4096), (512, 1000, 4000), (77, 18_944, 3584),
+                    (96, 12_288, 4096), (4096, 4096, 128), (8192, 2048, 64), (1000, 4000, 3000)):
+        for tma in (True, False):
+            v, cfg = g(M, N, K, tma)
+            opts = _gemm_options(M, N, K, tma, True)
+            cost = lambda o: dispatch._gemm_time(M, N, K, o[1], o[2], sms)  # noqa: E731
+            best = min(cost(o) for o in opts)
+            split = cfg.get("SPLIT", 1)
+            assert cost((v, cfg, split)) == best and v in {o[0] for o in opts}, (M, N, K, tma, v, cfg)
+            assert (v == "splitk") == (split > 1), (M, N, K, v, cfg)
+            seen.add(v)
+    assert seen == {"tma", "tiled", "splitk"}, seen
+
+
+def test_gemm_plain_tile_by_waves():
+    """Rows no async copy takes, M > narrow_max_m: the plain kernel; GEMM["plain"]'s tile where its
+    grid fills a wave, else the smallest plain_small tile whose grid is still one wave (fewer
+    programs than SMs either way: one program an SM, and a smaller tile's program does less)."""
+    sms = H200["sms"]
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    tiles = lambda M, N, c: cdiv(M, c["BLOCK_M"]) * cdiv(N, c["BLOCK_N"])  # noqa: E731
+    big = dispatch.GEMM["plain"]
+    seen = set()
+    for M, N in ((4096, 50_257), (256, 50_257), (2050, 1001), (1025, 769), (333, 777), (411, 733),
+                 (97, 211), (65, 65), (1000, 1001), (200, 3001), (1500, 1501)):
+        v, cfg = dispatch.gemm_choice(M, N, 999, False, H200, False)
+        assert v == "plain", (M, N, v)
+        assert {k: cfg[k] for k in ("BLOCK_K", "num_warps", "num_stages")} == \
+            {k: big[k] for k in ("BLOCK_K", "num_warps", "num_stages")}
+        tile = (cfg["BLOCK_M"], cfg["BLOCK_N"])
+        if tiles(M, N, big) >= sms:
+            assert tile == (big["BLOCK_M"], big["BLOCK_N"]), (M, N, cfg)
+        else:
+            fits = [c for c in dispatch.GEMM["plain_small"] if tiles(M, N, c) <= sms]
+            want = min(fits, key=lambda c: c["BLOCK_M"] * c["BLOCK_N"]) if fits else big
+            assert tile == (want["BLOCK_M"], want["BLOCK_N"]) and tiles(M, N, cfg) <= sms, (M, N, cfg)
+        seen.add(tile)
+    assert len(seen) == 1 + len(dispatch.GEMM["plain_small"]), seen    # every tile chosen somewhere
+
+
+def test_gemm_plain_plan_is_what_compile_only_compiles():
+    """The plain path's spec (compile-only, grid description) carries the planned tile."""
+    from backends import triton_layer as T
+    case = problems.get("gemm_epilogue").case(M=333, N=777, K=999, dtype="float16", act="gelu")
+    v, cfg = T._gemm_choice(case)
+    spec = T._gemm_specs(v, case, cfg)[0]
+    assert v == "plain" and spec.args["BLOCK_M"] == cfg["BLOCK_M"] and spec.args["BLOCK_N"] == cfg["BLOCK_N"]
+    assert tuple(spec.grid) == (-(-333 // cfg["BLOCK_M"]), -(-777 // cfg["BLOCK_N"]))
 
 
 # -- bad inputs: clear errors naming the argument --------------------------------------------------
@@ -648,11 +779,21 @@ def test_compile_only_aligned_frame_loads_16_bytes(variant, kw):
 def test_frame_rules_of_the_planner():
     """The rows kernel takes the frame on short rows only (rows_frame_max_cols); split with the
     frame holds half the values a thread (split_values_per_thread_framed)."""
-    assert dispatch.softmax_rows_config(100, 2)["FRAME"] is True
-    assert dispatch.softmax_rows_config(1000, 2)["FRAME"] is False
-    plain = dispatch.softmax_split_config(4096, 50_257, 4, H200)
-    framed = dispatch.softmax_split_config(4096, 50_257, 4, H200, framed=True)
-    assert framed["CHUNK"] == plain["CHUNK"] and framed["num_warps"] == 2 * plain["num_warps"]
+    limit = dispatch.SOFTMAX["rows_frame_max_cols"]
+    frames = set()
+    for N in (17, 100, 129, limit - 1, limit, limit + 1, 300, 781, 1000):
+        for es in (2, 4):
+            cfg = dispatch.softmax_rows_config(N, es)
+            assert cfg["FRAME"] is (cfg["BLOCK_N"] <= limit), (N, es, cfg)
+            frames.add(cfg["FRAME"])
+    assert frames == {True, False}
+    vpt, vpt_framed = dispatch.SOFTMAX["split_values_per_thread"], dispatch.SOFTMAX["split_values_per_thread_framed"]
+    for M, N, es in ((4096, 50_257, 4), (8, 200_003, 2), (1, 786_433, 4), (64, 65_537, 2)):
+        plain = dispatch.softmax_split_config(M, N, es, H200)
+        framed = dispatch.softmax_split_config(M, N, es, H200, framed=True)
+        assert framed["CHUNK"] == plain["CHUNK"], (M, N, es)
+        assert framed["CHUNK"] // (32 * framed["num_warps"]) == min(vpt_framed, framed["CHUNK"] // 32), (M, N, es)
+        assert plain["CHUNK"] // (32 * plain["num_warps"]) == min(vpt, plain["CHUNK"] // 32), (M, N, es)
 
 
 @pytest.mark.parametrize("name", ["softmax", "softmax_split"])
@@ -663,7 +804,8 @@ def test_split_reports_the_config_it_binds(name):
     case = P.case(M=2, N=17_000, dtype="float32")
     launch = _impl("softmax", name).prepare(case, P.make_inputs(case, DEV, 0), P.alloc_out(case, DEV))
     assert launch.info["config"] == launch.config
-    assert launch.config["VEC"] == 4 and launch.config["num_warps"] == 2
+    assert launch.config["VEC"] == 4   # 17,000 fp32 columns: rows 16-byte apart only every 4th
+    assert launch.config["num_warps"] == dispatch.split_warps(launch.config["CHUNK"], 4, framed=True)
 
 
 # -- another GPU: the planner with the facts of the GPUs a newcomer may have ------------------------

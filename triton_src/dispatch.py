@@ -86,6 +86,12 @@ SOFTMAX = {
     # timed, most of all in 16-bit (docs/performance.md, "Triton / softmax"). Beyond it each program polls
     # more slots than its warp's lanes cover twice, and the fill rule below chooses.
     "split_small_max_chunks": 64,
+    # Few rows: M x C programs (one chunk each) spread unevenly over the SMs (the busiest SM holds
+    # ceil(units / SMs) chunks, the mean is units / SMs) take as long as the busiest SM. While the
+    # mean is below ``split_balance`` of the busiest, the chunk is halved (more, smaller programs),
+    # as long as a row keeps at most ``split_small_max_chunks`` chunks; the GEMM's narrow_balance
+    # rule on waves (docs/performance.md, "Triton / softmax")
+    "split_balance": 0.9,
     # split's register cap (``maxnreg``): a chunk held in registers limits how many programs -
     # rows in flight - an SM holds. The launch compiles the planned kernel again under the
     # largest cap (a multiple of 8, at least ``split_cap_min_regs``) at which one SM would hold
@@ -134,6 +140,12 @@ GEMM = {
     # program an SM) and measured well below it (docs/performance.md, "Triton / GEMM + epilogue")
     "plain_unaligned": True,
     "plain": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3},
+    # ... with fewer 128 x 128 tiles than SMs (one wave, one program an SM), the smallest of these
+    # tiles whose grid is still one wave: each SM then runs one program, and the kernel takes one
+    # program's time, which shrinks with the tile (its K loop is the same length, each step moves
+    # and multiplies BLOCK_M x BLOCK_N less). Same kernel, same one-warpgroup wgmma; no split of K
+    # (docs/performance.md, "Triton / GEMM + epilogue")
+    "plain_small": ({"BLOCK_M": 64, "BLOCK_N": 128}, {"BLOCK_M": 64, "BLOCK_N": 64}),
     # M at most ``narrow_max_m``: BLOCK_M = M rounded up to a power of two (at least 16), narrow
     # tiles streaming B, K split by the smallest factor that gives every SM a program; unsplit
     # when the tiles alone load the SMs evenly (the busiest SM at most 1 / ``narrow_balance`` of
@@ -270,9 +282,19 @@ def softmax_split_config(M: int, N: int, elem_size: int, facts: dict, framed: bo
     sizes = [hi >> i for i in range(hi.bit_length()) if hi >> i >= lo]
     fill = {c: N / (triton.cdiv(N, c) * c) for c in sizes}
     chunk = next((c for c in sizes if fill[c] >= SOFTMAX["split_min_fill"]), max(sizes, key=fill.get))
-    while chunk > lo and M * triton.cdiv(N, chunk) < facts["sms"]:
+    sms = facts["sms"]
+    while chunk > lo and M * triton.cdiv(N, chunk) < sms:
+        chunk //= 2
+    while (chunk > lo and not _even(M * triton.cdiv(N, chunk), sms, SOFTMAX["split_balance"])
+           and triton.cdiv(N, chunk // 2) <= SOFTMAX["split_small_max_chunks"]):
         chunk //= 2
     return S.config(N, chunk, split_warps(chunk, elem_size, framed))
+
+
+def _even(units: int, sms: int, balance: float) -> bool:
+    """Whether ``units`` equal programs load ``sms`` SMs evenly: the mean share at least
+    ``balance`` of the busiest SM's (ceil(units / sms)); one full wave or more of them counts."""
+    return units / sms >= balance * -(-units // sms)
 
 
 def with_split_register_cap(x, out, cfg: dict, facts: dict) -> dict:
@@ -400,9 +422,26 @@ def gemm_narrow_config(M: int, N: int, K: int, facts: dict, aligned: bool = True
     cfg = fitted(cfg, facts) or cfg
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     sms = facts["sms"]
-    even = tiles / sms >= GEMM["narrow_balance"] * _waves(tiles, sms)
+    even = _even(tiles, sms, GEMM["narrow_balance"])
     splits = _split_choices(K, cfg["BLOCK_K"])
     cfg["SPLIT"] = 1 if even else next((s for s in splits if s > 1 and tiles * s >= sms), splits[-1])
+    return cfg
+
+
+def gemm_plain_config(M: int, N: int, facts: dict) -> dict:
+    """The plain kernel's config: ``GEMM["plain"]``; where its grid is under one wave (fewer tiles
+    than SMs), the smallest ``plain_small`` tile whose grid still is (one program an SM: the
+    kernel takes one program's time, and a smaller tile's program does less work)."""
+    cfg = fitted(GEMM["plain"], facts) or dict(GEMM["plain"])
+    sms = facts["sms"]
+
+    def tiles(c):
+        return triton.cdiv(M, c["BLOCK_M"]) * triton.cdiv(N, c["BLOCK_N"])
+    if tiles(cfg) < sms:
+        for small in GEMM["plain_small"]:
+            c = {**cfg, **small}
+            if tiles(c) <= sms:
+                cfg = c
     return cfg
 
 
@@ -446,7 +485,7 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     if not tma_ok and not aligned and GEMM["plain_unaligned"]:
         # rows no async copy can take: the plain kernel (masked pointer loads every K step, a 2-d
         # grid whose consecutive programs share a B column panel), the fastest measured there
-        return "plain", fitted(GEMM["plain"], facts) or dict(GEMM["plain"])
+        return "plain", gemm_plain_config(M, N, facts)
     kind = "tma" if tma_ok else "tiled"
     table = gemm_table(kind if tma_ok or aligned else "tiled_unaligned", facts)
     options = [(kind, c, 1) for c in table]
