@@ -35,7 +35,9 @@ SOFTMAX: dict[str, dict] = {
     # longer rows: the online kernel, one row a program, 4096-column tiles (16 a thread at 8
     # warps); it read the row twice and beat the looped kernel's three passes on the H200
     "softmax/online": dict(block_sizes=[1, 4096, 4096], num_warps=8, num_stages=1),
-    # the same kernel on a persistent grid (Helion's pid_type): programs loop over rows, so the
+}
+SOFTMAX_PERSISTENT: dict[str, dict] = {
+    # the online kernel on a persistent grid (Helion's pid_type): programs loop over rows, so the
     # rows in flight (programs x row bytes) are bounded and the write pass re-reads its row from
     # L2, not HBM; the first pass's loads are kept in L2 (evict_last), the second's not
     "softmax/online_persistent": dict(block_sizes=[1, 8192, 8192], num_warps=16, num_stages=1,
@@ -151,15 +153,22 @@ def plan_softmax(m: int, n: int, elem: int) -> Plan:
         cfg["block_sizes"] = [max(1, min(_pow2(m), 1024 // width))]
         cfg.setdefault("num_warps", min(32, max(4, width // 512)))
         return Plan("rows", tuned.softmax_rows, cfg, "softmax/rows")
-    if not ONLINE_PERSISTENT:
-        return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
+    return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
+
+
+def plan_softmax_persistent(m: int, n: int, elem: int) -> Plan:
+    """plan_softmax with the long rows on the persistent grid (the planner when ONLINE_PERSISTENT
+    is on: ``softmax_planner``)."""
+    plan = plan_softmax(m, n, elem)
+    if plan.variant != "online":
+        return plan
     return Plan("online", tuned.softmax_online, online_persistent_config(n, elem), "softmax/online_persistent")
 
 
 def online_persistent_config(n: int, elem: int, sms: int = 132) -> dict:
     """Programs per SM (Helion's num_sm_multiplier: 1, 2, 4) as many as keep every row in flight
     within L2_FRACTION of L2; column tiles no longer than the padded row."""
-    cfg = dict(SOFTMAX["softmax/online_persistent"])
+    cfg = dict(SOFTMAX_PERSISTENT["softmax/online_persistent"])
     per_sm = int(L2_FRACTION * L2_BYTES // (sms * n * elem))
     cfg["num_sm_multiplier"] = 4 if per_sm >= 4 else 2 if per_sm >= 2 else 1
     tile = min(cfg["block_sizes"][1], _pow2(n))
@@ -200,11 +209,26 @@ def splitk_chunk(m: int, n: int, k: int, sms: int = 132) -> int | None:
     return None
 
 
-def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
-    """``aligned``: the rows of A and B (and their starts) are 16-byte multiples. More than SMALL_M
-    rows of aligned operands whose widest tiles leave SMs idle: split-K where a chunk exists."""
-    if aligned and m > SMALL_M and SPLITK_FEW_TILES and splitk_chunk(m, n, k, sms) is not None:
+def plan_gemm_or_splitk(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
+    """plan_gemm, but split-K for more than SMALL_M rows of aligned operands whose split-K tiles
+    leave SMs idle, where a chunk exists (the planner when SPLITK_FEW_TILES is on: ``gemm_planner``)."""
+    if aligned and m > SMALL_M and splitk_chunk(m, n, k, sms) is not None:
         return plan_gemm_splitk(m, n, k, elem, sms)
+    return plan_gemm(m, n, k, elem, aligned, sms)
+
+
+def softmax_planner():
+    """The softmax planner the default calls (the switch read at each call)."""
+    return plan_softmax_persistent if ONLINE_PERSISTENT else plan_softmax
+
+
+def gemm_planner():
+    """The GEMM planner the default calls (the switch read at each call)."""
+    return plan_gemm_or_splitk if SPLITK_FEW_TILES else plan_gemm
+
+
+def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
+    """``aligned``: the rows of A and B (and their starts) are 16-byte multiples."""
     key = gemm_class(m, n, aligned, sms)
     return Plan("tiled", tuned.gemm_epilogue, dict(GEMM[key]), key)
 

@@ -187,12 +187,30 @@ def test_plan_gemm_takes_splitk_only_when_switched_on(monkeypatch):
     from helion_src import dispatch as d
     monkeypatch.setattr(d, "SPLITK_FEW_TILES", True)
     assert d.reachable("gemm_epilogue") == ("tiled", "splitk")
-    p = d.plan_gemm(256, 4096, 14336, 2)
+    plan = d.gemm_planner()
+    assert plan is d.plan_gemm_or_splitk
+    p = plan(256, 4096, 14336, 2)
     assert p.variant == "splitk" and p.config["block_sizes"][2] == d.splitk_chunk(256, 4096, 14336)
     assert p.epilogue is not None
-    assert d.plan_gemm(4096, 4096, 4096, 2).variant == "tiled"
-    assert d.plan_gemm(256, 4096, 14336, 2, aligned=False).variant == "tiled"
-    assert d.plan_gemm(16, 4096, 14336, 2).variant == "tiled"      # few rows keep the small-M tile
+    assert plan(4096, 4096, 4096, 2).variant == "tiled"
+    assert plan(256, 4096, 14336, 2, aligned=False).variant == "tiled"
+    assert plan(16, 4096, 14336, 2).variant == "tiled"      # few rows keep the small-M tile
+    assert plan(256, 4096, 768, 2).rule == d.plan_gemm(256, 4096, 768, 2).rule  # K too short to split
+
+
+@needs_helion
+def test_the_defaults_plan_source_is_the_planner_it_calls(monkeypatch):
+    """The plan LOC counts the planner the default calls: with the switches off, split-K's and the
+    persistent grid's rules are not in it."""
+    from backends import helion_layer as hl
+    from helion_src import dispatch as d
+    assert d.gemm_planner() is d.plan_gemm and d.softmax_planner() is d.plan_softmax
+    assert hl._plan_source("gemm_epilogue").host == ("plan_gemm",)
+    assert hl._plan_source("softmax").host == ("plan_softmax",)
+    monkeypatch.setattr(d, "SPLITK_FEW_TILES", True)
+    monkeypatch.setattr(d, "ONLINE_PERSISTENT", True)
+    assert hl._plan_source("gemm_epilogue").host == ("plan_gemm_or_splitk",)
+    assert hl._plan_source("softmax").host == ("plan_softmax_persistent",)
 
 
 @needs_interpreter
@@ -223,7 +241,8 @@ def test_online_persistent_config_and_code(monkeypatch):
     assert d.online_persistent_config(33000, 1)["num_sm_multiplier"] == 4
     assert d.online_persistent_config(40000, 2)["block_sizes"] == [1, 8192, 8192]
     monkeypatch.setattr(d, "ONLINE_PERSISTENT", True)
-    plan = d.plan_softmax(4096, 128256, 2)
+    assert d.softmax_planner()(4096, 2048, 2).rule == "softmax/rows"
+    plan = d.softmax_planner()(4096, 128256, 2)
     assert plan.rule == "softmax/online_persistent" and plan.variant == "online"
     args = tuple(torch.empty(64, 128256, dtype=torch.bfloat16, device="meta") for _ in range(2))
     code = hl.generated(plan.kernel, args, plan.config)[2]
@@ -331,8 +350,8 @@ def test_online_persistent_verify_under_interpreter(monkeypatch):
     monkeypatch.setattr(libdevice, "exp", lambda x, **kw: tl.exp(x))
     monkeypatch.setattr(d, "ONLINE_PERSISTENT", True)
     monkeypatch.setattr(d, "ROW_ELEMENTS", 512)
-    monkeypatch.setitem(d.SOFTMAX, "softmax/online_persistent",
-                        {**d.SOFTMAX["softmax/online_persistent"], "block_sizes": [1, 256, 256], "num_warps": 4})
+    monkeypatch.setitem(d.SOFTMAX_PERSISTENT, "softmax/online_persistent",
+                        {**d.SOFTMAX_PERSISTENT["softmax/online_persistent"], "block_sizes": [1, 256, 256], "num_warps": 4})
     monkeypatch.setattr(d, "L2_BYTES", 1 << 20)   # one program an SM: 140 rows are more than programs
     assert d.online_persistent_config(601, 4)["num_sm_multiplier"] == 1
     for m in (3, 140):
