@@ -192,6 +192,32 @@ def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, 
     return ceilings
 
 
+def _cpu_phase(args, device, impls, plan, vtasks: list[dict], rec: _Recorder, console, common: dict,
+               quiet: bool) -> None:
+    """Without a GPU nothing is timed, so nothing waits for the verify suite: its tasks and the
+    suite's cases go to one set of parallel workers (each worker's start-up - imports of every
+    layer and its checker, seconds of CPU - is paid once, and no core idles at a barrier between
+    the two). An implementation that failed the verify suite then gets the same rows as in two
+    phases: its cases' rows are replaced by 'failed the verify suite; not timed' rows."""
+    from .progress import RunProgress
+    from .runner import run_parallel
+
+    done = {row_key(r) for r in rec.rows}
+    tasks = vtasks + _todo(P.make_tasks(plan, impls, time=True, split_by_layer=True), done)
+    if tasks:
+        with RunProgress(console, sum(len(t["impls"]) for t in tasks), "verify suite + cases",
+                         quiet=quiet) as prog:
+            prog.add_tasks(tasks)
+            run_parallel(tasks, args.jobs or default_jobs(device),
+                         on_event=lambda ev: (rec.keep(ev), prog.event(ev)), **common)
+    failed_suite: dict[str, str] = {}
+    for r in rec.rows:
+        if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
+            failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
+    for r in _failed_rows_for_suite(plan, impls, failed_suite):
+        rec.add(r)   # the last row of a key wins (_dedupe, --resume)
+
+
 def _document(args, device, rows, ceilings, vendor, command: str, now, tcfg, wall_s: float) -> dict:
     """The results document: line counts and metrics attached to the rows, the run's facts."""
     from . import registry, report
@@ -288,8 +314,12 @@ def run(args, console, argv: list[str], resume: str | None = None) -> int:
             # its start-up (imports, CUDA context, checker: ~10 s) overlaps the parallel phase;
             # it touches the GPU only once it has its tasks, when the parallel workers are done
             timer = Worker(job_header(device, args.plugin, None, args.verbose))
-        failed_suite = _verify_phase(args, device, vtasks, rec, console, common, quiet)
-        ceilings = _timed_phase(args, device, impls, plan, failed_suite, rec, console, common, quiet, tcfg, timer)
+        if device == "cuda" or not common["isolate"]:
+            failed_suite = _verify_phase(args, device, vtasks, rec, console, common, quiet)
+            ceilings = _timed_phase(args, device, impls, plan, failed_suite, rec, console, common, quiet,
+                                    tcfg, timer)
+        else:
+            _cpu_phase(args, device, impls, plan, vtasks, rec, console, common, quiet)
         timer = None   # run_tasks took it, or discarded it with nothing to run
     except KeyboardInterrupt as e:
         kill_all()

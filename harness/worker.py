@@ -58,12 +58,39 @@ def base_row(impl, problem, case, phase: str = "timed") -> dict:
     return Row.of(problem, case, impl.id, impl, phase).to_dict()
 
 
+_VERSIONS: list = []
+_AVAILABLE: dict = {}   # impl key -> (its available_fn, the answer) in this process
+
+
+def _compiler_versions() -> str:
+    """The installed compilers' versions (part of every compile-facts key), read once a process:
+    importlib.metadata scans the site-packages for each package, milliseconds a call."""
+    if not _VERSIONS:
+        from importlib import metadata
+        vs = []
+        for pkg in ("triton", "nvidia-cutlass-dsl", "torch", "helion", "tilelang", "apache-tvm-ffi", "cuda-tile"):
+            try:
+                vs.append(metadata.version(pkg))
+            except metadata.PackageNotFoundError:
+                pass
+        _VERSIONS.append("".join(vs))
+    return _VERSIONS[0]
+
+
+def available(impl) -> str | None:
+    """``impl.available()`` once per worker process: a worker's packages, modules and device do
+    not change while it runs (some layers' probes cost tens of ms, asked for every row)."""
+    hit = _AVAILABLE.get(impl.key)
+    if hit is None or hit[0] is not impl.available_fn:   # (a re-registered id asks afresh)
+        hit = _AVAILABLE[impl.key] = (impl.available_fn, impl.available())
+    return hit[1]
+
+
 def _facts_cache(impl, case):
     """Where the compile facts of (implementation, case) are kept between runs: keyed by the
     content of every source file the implementation's line count reaches and by the compiler
     versions, so an edit or an upgrade recompiles. None when the sources cannot be hashed."""
     import hashlib
-    from importlib import metadata
     from pathlib import Path
 
     from . import loc
@@ -80,11 +107,7 @@ def _facts_cache(impl, case):
             h.update(p.read_bytes())
         except OSError:
             return None
-    for pkg in ("triton", "nvidia-cutlass-dsl", "torch", "helion", "tilelang", "apache-tvm-ffi", "cuda-tile"):
-        try:
-            h.update(metadata.version(pkg).encode())
-        except metadata.PackageNotFoundError:
-            pass
+    h.update(_compiler_versions().encode())
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-layers" / "compile-facts"
     return root / f"{h.hexdigest()[:32]}.json"
 
@@ -175,7 +198,7 @@ def process_task(task: dict, opts: dict, emit) -> None:
     for iid in task["impls"]:
         impl = registry.get(problem.name, iid)
         row = rows[iid] = base_row(impl, problem, case, phase)
-        reason = impl.available()
+        reason = available(impl)
         if reason:
             row.update(status="SKIP", kind="unavailable", reason=reason)
             continue
