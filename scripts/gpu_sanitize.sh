@@ -11,9 +11,9 @@ R=${R:-/tmp/res/sanitize}
 mkdir -p "$R"
 : > "$R/exits.txt"
 declare -A groups=(
-  [gemm_a]="cuda:gemm_epilogue,cuda:gemm_epilogue_pingpong,cuda:gemm_epilogue_pingpong_c2,cuda:gemm_epilogue_simple"
+  [gemm_a]="cuda:gemm_epilogue,cuda:gemm_epilogue_pingpong,cuda:gemm_epilogue_simple"
   [gemm_b]="cuda:gemm_epilogue_splitk,cuda:gemm_epilogue_tiled,cuda:gemm_epilogue_ws"
-  [rows]="cuda:softmax,cuda:softmax_block,cuda:softmax_cluster,cuda:softmax_online,cuda:softmax_rows,cuda:softmax_simple,cuda:softmax_warp,cuda:vector_add,cuda:vector_add_simple"
+  [rows]="cuda:softmax,cuda:softmax_block,cuda:softmax_smem,cuda:softmax_online,cuda:softmax_rows,cuda:softmax_simple,cuda:softmax_warp,cuda:vector_add,cuda:vector_add_simple"
 )
 run() {  # name, command...
   local name=$1; shift

@@ -1,4 +1,4 @@
-// Minimal program for the synccheck report on softmax_cluster_kernel<__half, 16> (docs/sanitizer.md):
+// Minimal program for the synccheck report on softmax_smem_kernel<__half, 16> (docs/sanitizer.md):
 // does compute-sanitizer's synccheck report "Missing wait" on an mbarrier protocol that is correct
 // by construction, and under which launch shapes?
 //
