@@ -579,9 +579,11 @@ _SM = {
                    "the columns past N masked by index, not by -inf padding (TMA loads); any N",
                    [_SM_SRC["online_tma"]]),
 }
+#: built, not yet run on a GPU: candidates for scripts/gpu_cutile.py, no ids of the tool yet
+CANDIDATES = ("online_flat", "rows_tma", "online_tma", "pack")
 for _v, (_name, _desc, _src) in _SM.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,
-             devices=("cuda",), available=available,
+             devices=("cuda",), available=available, candidate=_v in CANDIDATES,
              supports=_sm_supports(_v) if _v in ("rows", "rows_tma") else None,
              compile_only=_sm_compile(_v) if ct else None)(_sm_prepare(_v))
 
@@ -728,7 +730,7 @@ _GEMM = {
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,
-             devices=("cuda",), available=available,
+             devices=("cuda",), available=available, candidate=_v in CANDIDATES,
              compile_only=_gemm_compile(_v) if ct else None)(_gemm_prepare(_v))
 
 

@@ -3,7 +3,7 @@ explicit-layout level) with the harness.
 
 Ids: ``gluon:<problem>`` the default (``gluon_src/dispatch.py`` plans once in ``prepare``),
 ``gluon:<problem>_simple`` the teaching twin (launched the tutorial way), and the variants
-``gluon:softmax_{rows,block,smem,split,split_smem,online}``, ``gluon:gemm_epilogue_{tma,tiled,splitk}``.
+``gluon:softmax_{rows,block,smem,split,online}`` (and the candidate ``softmax_split_smem``, not yet run on a GPU), ``gluon:gemm_epilogue_{tma,tiled,splitk}``.
 
 Gluon has no CPU interpreter: the implementations run on CUDA GPUs only (Hopper: the GEMMs use
 wgmma), and the CPU mode is ``compile_only(case)``: the very launch ``prepare`` would bind, built
@@ -348,8 +348,9 @@ _SOFTMAX = {
 }
 
 for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
+    # split_smem: built, not yet run on a GPU: a candidate for scripts/gpu_gluon.py, no id yet
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_sources,
-             devices=("cuda",), available=available,
+             devices=("cuda",), available=available, candidate=_variant == "split_smem",
              supports=None if _variant in ("default", "simple") else _sm_supports(_variant),
              compile_only=_sm_compile(_variant) if triton else None)(_sm_prepare(_variant))
 

@@ -461,6 +461,7 @@ def _gemm_impl(kernel):
 _GE_EPI = Source(src(C, "epilogue.py"), kernels=("act", "bias_act"))
 _GE_SIMPLE = Source(src(C, "gemm_epilogue.py"), kernels=("gemm_kernel",))
 _GE_TMA = Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_kernel",))
+_GE_TILED = Source(src(C, "gemm_epilogue_tiled.py"), kernels=("load_tiles_guarded",))
 _GE_SPLITK = Source(src(C, "gemm_epilogue_splitk.py"),
                     kernels=("gemm_splitk_partial_kernel", "gemm_splitk_epilogue_kernel"))
 _GE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_compile", "_gemm_arch_check"))
@@ -471,7 +472,7 @@ for _name, _kernel, _desc, _srcs in (
                                 "swizzled shared layouts, rastered CTAs, bias + act on the accumulator fragment; "
                                 "split-K when the tiles leave half the SMs idle; guarded element loads where N "
                                 "or K is not a multiple of 8",
-         planned_sources({"tma": _GE_TMA, "tiled": _GE_TMA, "splitk": _GE_SPLITK}, _plans.reachable("gemm_epilogue"),
+         planned_sources({"tma": _GE_TMA, "tiled": [_GE_TMA, _GE_TILED], "splitk": _GE_SPLITK}, _plans.reachable("gemm_epilogue"),
                          [_GE_EPI, _GE_HOST, _GE_PLAN])),
         ("gemm_epilogue_simple", "simple", "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias + act "
                                            "on the accumulator fragment, no pipelining hints",
@@ -481,7 +482,7 @@ for _name, _kernel, _desc, _srcs in (
                                      "128x256 tile; not yet run on a GPU)",
          [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
         ("gemm_epilogue_tiled", "tiled", "the pipeline with guarded element loads instead of TMA",
-         [_GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
+         [_GE_TILED, _GE_TMA, _GE_EPI, _GE_HOST, _GE_PLAN]),
         ("gemm_epilogue_splitk", "splitk", "split-K (>= 2 splits): pipelined TMA + wgmma partials in fp32 "
                                            "planes, a second kernel sums them in order and applies bias + act",
          [_GE_SPLITK, _GE_EPI, _GE_HOST, _GE_PLAN])):

@@ -168,6 +168,7 @@ class Implementation:
 
 
 _IMPLS: dict[str, Implementation] = {}
+_CANDIDATES: dict[str, Implementation] = {}   # built, not yet run on a GPU (register(candidate=True))
 _current_origin: list[str] = []
 
 
@@ -175,10 +176,14 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
              sources: Sequence[Source] = (), devices: Sequence[str] = ("cuda", "cpu"),
              available: Callable | None = None, supports: Callable | None = None,
              compile_only: Callable | None = None, baseline: bool = False,
-             role: str | None = None, **extra):
+             role: str | None = None, candidate: bool = False, **extra):
     """Decorator registering ``prepare(case, inputs, out) -> launch`` as ``layer:name`` for ``problem``.
 
-    A plugin's implementation runs wherever its tensors are (``devices`` defaults to both)."""
+    A plugin's implementation runs wherever its tensors are (``devices`` defaults to both).
+
+    ``candidate=True`` keeps a kernel that no GPU has run yet out of the registry: it is no
+    implementation of the tool (no id in ``list``, ``verify`` or ``compare``, no word rule) until a
+    GPU run verifies it; only the layer's GPU script reaches it, by ``get(..., candidates=True)``."""
     from . import problems
 
     problems.get(problem)  # ValueError naming an unknown problem
@@ -199,6 +204,9 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
                               role=role or role_of(problem, name, baseline),
                               origin=_current_origin[-1] if _current_origin else fn.__module__,
                               extra=dict(extra))
+        if candidate:
+            _CANDIDATES[impl.key] = impl
+            return fn
         if impl.key in _IMPLS and _IMPLS[impl.key].origin != impl.origin:
             raise ValueError(f"register: {impl.id} ({problem}) from {impl.origin} clashes with the "
                              f"{impl.id} registered by {_IMPLS[impl.key].origin}; choose another name")
@@ -305,9 +313,17 @@ def select(problem: str | None = None, layer: str | None = None,
     return sorted(impls, key=lambda i: (i.problem, layer_info(i.layer).order, i.layer, i.name))
 
 
-def get(problem: str, impl_id: str) -> Implementation:
+def candidates() -> list[Implementation]:
+    """The kernels registered with ``candidate=True`` (built, not yet run on a GPU)."""
+    load_backends()
+    return list(_CANDIDATES.values())
+
+
+def get(problem: str, impl_id: str, candidates: bool = False) -> Implementation:
     load_backends()
     key = f"{problem}/{impl_id}"
+    if candidates and key not in _IMPLS and key in _CANDIDATES:
+        return _CANDIDATES[key]
     if key not in _IMPLS:
         raise ValueError(f"impl: {impl_id!r} is not registered for problem {problem!r}")
     return _IMPLS[key]

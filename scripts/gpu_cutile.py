@@ -118,7 +118,7 @@ def verify_stage():
             break
         case = Case(prob, dims, dt, params)
         try:
-            im = registry.get(prob, iid)
+            im = registry.get(prob, iid, candidates=True)
             if im.supports(case):
                 rec = {"status": "SKIP", "reason": im.supports(case)}
             else:

@@ -86,7 +86,7 @@ def checks() -> None:
         ("gemm_epilogue", "gemm_epilogue_splitk", [dict(M=16, N=520, K=8192, act="none"), dict(M=1, N=1024, K=512, act="gelu")]),
     ]
     for problem, name, cases in todo:
-        impl = registry.get(problem, f"gluon:{name}")
+        impl = registry.get(problem, f"gluon:{name}", candidates=True)
         for kw in cases:
             if left() < 60:
                 RESULT["errors"].append("checks: out of time")
@@ -165,7 +165,7 @@ def candidates() -> None:
               [dict(M=256, N=4096, K=14_336, act="gelu"), dict(M=200, N=1000, K=8192, act="relu"),
                dict(M=256, N=8192, K=28_672, act="none", bias=0)]))
     for table, key, problem, name, cases in flags:
-        impl = registry.get(problem, f"gluon:{name}")
+        impl = registry.get(problem, f"gluon:{name}", candidates=True)
         table[key] = True
         try:
             for kw in cases:

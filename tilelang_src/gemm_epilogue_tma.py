@@ -13,15 +13,15 @@ a guarded global load of bias per accumulator element (128 a consumer thread in 
 is what made ptxas spill the wide tile (296 B at 240 registers a consumer thread; 0 B without
 the bias term).
 
-``tma=False`` builds the same pipeline with guarded element loads (zero past the edges): the path
-for operands whose rows are not 16-byte multiples (N or K not a multiple of 8 in 16-bit types),
-which a TMA descriptor cannot describe.
+``tma=False`` builds the same pipeline with the ``tiled`` variant's guarded element loads
+(``gemm_epilogue_tiled.py``): the path for operands whose rows are not 16-byte multiples.
 """
 import tilelang.language as T
 from tilelang.layout import make_swizzled_layout
 
 from .epilogue import act as activation
 from .epilogue import bias_act
+from .gemm_epilogue_tiled import load_tiles_guarded
 
 PANEL = 8
 
@@ -47,11 +47,8 @@ def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stage
                 if tma:
                     T.copy(A[by * bm, k * bk], A_s)
                     T.copy(B[k * bk, bx * bn], B_s)
-                else:   # element loads, zero past the edges
-                    for i, j in T.Parallel(bm, bk):
-                        A_s[i, j] = T.if_then_else(by * bm + i < M and k * bk + j < K, A[by * bm + i, k * bk + j], 0)
-                    for i, j in T.Parallel(bk, bn):
-                        B_s[i, j] = T.if_then_else(k * bk + i < K and bx * bn + j < N, B[k * bk + i, bx * bn + j], 0)
+                else:   # the tiled variant's guarded element loads (gemm_epilogue_tiled.py)
+                    load_tiles_guarded(A, B, A_s, B_s, M, N, K, by, bx, k, bm, bn, bk)
                 T.gemm(A_s, B_s, acc)
             if stage_bias and bias is not None:
                 for i, j in T.Parallel(bm, bn):
