@@ -85,6 +85,8 @@ class GemmSm90(TiledCopies, SplitK):
     ``TiledCopies``' (gemm_epilogue_tiled.py). Subclasses set ``pingpong`` and write ``kernel``."""
 
     pingpong = False
+    k_tile = K_TILE                          # read by the bases (TiledCopies), which import nothing back
+    producer_threads = PRODUCER_THREADS
 
     def __init__(self, tile_mn=(128, 256), loads=("tma", "tma", "tma"), cluster_m: int = 1, splitk: bool = False):
         self.tile_m, self.tile_n = tile_mn

@@ -22,7 +22,7 @@ class TiledCopies:
         """The producer's tiled copy of a (rows, K_TILE) operand tile whose mode ``contiguous_mode``
         is contiguous in memory: 128 threads, ``vec``-element accesses along that mode, a warp's
         accesses adjacent (coalesced)."""
-        from .gemm_base import K_TILE, PRODUCER_THREADS
+        K_TILE, PRODUCER_THREADS = self.k_tile, self.producer_threads   # the family's (gemm_base.py)
 
         atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=dtype.width * vec)
         extent = K_TILE if contiguous_mode == 1 else rows
