@@ -1,0 +1,104 @@
+"""The product's import graph has no circle (docs/DESIGN.md: planning is one-way; kernel folders
+import no harness code): every import between the product's own modules, at module level or
+inside a function, read from the sources with ``ast``."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("harness", "backends", "kltools", "cuda_src", "triton_src", "cutlass_src", "gluon_src",
+            "helion_src", "tilelang_src", "cutile_src")
+
+
+def _module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_of(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+            if "__pycache__" not in p.parts and (ROOT / pkg).is_dir()}
+
+
+def _imports(mod: str, path: Path, known: set[str]) -> set[str]:
+    """The product modules ``mod`` imports (a name imported from a package counts as its submodule
+    where one exists, else as the package)."""
+    pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in known:
+                    out.add(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1] if pkg else []
+                base = ".".join(base + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for a in node.names:
+                sub = f"{base}.{a.name}" if base else a.name
+                if sub in known:
+                    out.add(sub)
+                elif base in known:
+                    out.add(base)
+    out.discard(mod)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, comps, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return comps
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    known = set(mods)
+    # a package's __init__ re-exporting its submodules is not an edge back from them
+    return {m: {d for d in _imports(m, p, known) if not (p.name == "__init__.py" and d.startswith(m + "."))}
+            for m, p in mods.items()}
+
+
+def test_no_import_circle():
+    cycles = _cycles(_graph())
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_a_planted_circle():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(g) == [["a", "b", "c"]]
+
+
+def test_kernel_folders_import_no_harness_code():
+    g = _graph()
+    bad = [f"{m} -> {d}" for m, deps in g.items() if m.split(".")[0].endswith("_src")
+           for d in deps if d.split(".")[0] == "harness"]
+    assert not bad, bad
