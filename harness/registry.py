@@ -181,9 +181,12 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
 
     A plugin's implementation runs wherever its tensors are (``devices`` defaults to both).
 
-    ``candidate=True`` keeps a kernel that no GPU has run yet out of the registry: it is no
-    implementation of the tool (no id in ``list``, ``verify`` or ``compare``, no word rule) until a
-    GPU run verifies it; only the layer's GPU script reaches it, by ``get(..., candidates=True)``."""
+    ``candidate=True`` keeps an experiment out of the registry: a kernel no GPU has run yet whose
+    place among the layer's ids is not settled (a mechanism that may become a config of an
+    existing id once measured). It is no implementation of the tool (no id in ``list``,
+    ``verify`` or ``compare``, no word rule); only the layer's GPU script reaches it, by
+    ``get(..., candidates=True)``. A registered variant whose code no GPU has run yet says so in
+    its description."""
     from . import problems
 
     problems.get(problem)  # ValueError naming an unknown problem
