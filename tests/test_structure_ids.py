@@ -42,7 +42,28 @@ def design_words() -> dict[str, dict[str, str]]:
 
 
 def _kernel_impls():
-    return [i for i in registry.all_impls() if i.layer not in NOT_KERNEL_LAYERS and i.role != "library"]
+    """The built-in layers' implementations: registered by an adapter of ``backends.ADAPTERS`` (a
+    plugin or a selftest's planted bug, loaded by an earlier test of the same process, is not one)."""
+    import backends
+    adapters = {f"backends.{m}" for m in backends.ADAPTERS}
+    return [i for i in registry.all_impls() if i.origin in adapters and i.layer not in NOT_KERNEL_LAYERS
+            and i.role != "library"]
+
+
+def test_only_the_built_in_layers_are_checked():
+    """A plugin's implementation in the registry (as after a plugin or selftest test) is not held to
+    the built-in layers' naming rule, and the built-in ones still are."""
+    from harness import register
+
+    @register(problem="softmax", layer="plantedlayer", name="softmax_not_a_word")
+    def _prepare(case, inputs, out):  # pragma: no cover - never launched
+        raise AssertionError
+    try:
+        ids = {i.id for i in _kernel_impls()}
+        assert "plantedlayer:softmax_not_a_word" not in ids
+        assert any(i.startswith("cuda:") for i in ids) and any(i.startswith("triton:") for i in ids)
+    finally:
+        registry._IMPLS.pop("softmax/plantedlayer:softmax_not_a_word", None)
 
 
 def test_design_word_list_is_complete_and_says_what_each_word_means():
