@@ -112,11 +112,13 @@ def _cached_compile(src: str, names: list[str], opts: list[str]) -> tuple[bytes,
 
     from cupy_backends.cuda.libs import nvrtc
 
+    from kltools.cache import cache_dir
+
     h = hashlib.sha256()
     for f in sorted(CUDA_SRC.glob("*.cu*")):
         h.update(f.name.encode() + f.read_bytes())
     h.update(json.dumps([src, names, [o for o in opts if not o.startswith("-I")], list(nvrtc.getVersion())]).encode())
-    cache = Path(os.path.expanduser("~")) / ".cache" / "kernel-layers" / "nvrtc"
+    cache = cache_dir("nvrtc")
     stem = cache / f"{Path(src).stem}-{h.hexdigest()[:20]}"
     if stem.with_suffix(".cubin").is_file() and stem.with_suffix(".json").is_file():
         return stem.with_suffix(".cubin").read_bytes(), json.loads(stem.with_suffix(".json").read_text())

@@ -213,8 +213,8 @@ def _disk_dir() -> str | None:
     is then called exactly like the compiled function (torch tensors in)."""
     if not use_tvm_ffi():
         return None
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(root, "kernel-layers", "cute", _source_digest()[:24])
+    from kltools.cache import cache_dir
+    path = str(cache_dir("cute", _source_digest()[:24]))
     try:
         os.makedirs(path, exist_ok=True)
     except OSError:

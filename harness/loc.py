@@ -111,8 +111,8 @@ def count_impl(impl, root: Path | str = REPO_ROOT, explain: bool = False) -> dic
 
 
 def _cache_dir() -> Path:
-    import os
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-layers" / "loc"
+    from kltools.cache import cache_dir
+    return cache_dir("loc")
 
 
 def _digest(path: Path) -> str | None:

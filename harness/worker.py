@@ -108,8 +108,8 @@ def _facts_cache(impl, case):
         except OSError:
             return None
     h.update(_compiler_versions().encode())
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-layers" / "compile-facts"
-    return root / f"{h.hexdigest()[:32]}.json"
+    from kltools.cache import cache_dir
+    return cache_dir("compile-facts") / f"{h.hexdigest()[:32]}.json"
 
 
 def _compile_only(impl, case, row) -> None:
@@ -172,11 +172,16 @@ def _cpu_limit(impl, problem, case) -> str | None:
     return None
 
 
+def _checker_of(device):
+    """This process's checker for ``device`` (started by the first check), or None."""
+    from . import checker
+    return checker._CHECKERS.get("cuda" if str(device).startswith("cuda") else "cpu")
+
+
 def _cpu_now(device) -> float | None:
     """CPU seconds used so far by this process and its checker (None when the checker's are
     unknown): the difference over a row is its cost whatever else loads the machine."""
-    from . import checker
-    c = checker._CHECKERS.get("cuda" if str(device).startswith("cuda") else "cpu")
+    c = _checker_of(device)
     other = c.cpu_s() if c is not None else 0.0
     return None if other is None else time.process_time() + other
 
@@ -414,7 +419,7 @@ def main() -> int:
         emit(event="task", task=task["id"])
         process_task(task, job, emit)
         emit(event="task_done", task=task["id"])
-    c = checker._CHECKERS.get("cuda" if str(job.get("device")).startswith("cuda") else "cpu")
+    c = _checker_of(job.get("device"))
     emit(event="done", cpu_s=round(time.process_time(), 2),
          checker_cpu_s=c.cpu_s() if c is not None else None)
     return 0
