@@ -257,8 +257,8 @@ def _elem(case) -> int:
 
 def _first_call(launch) -> float:
     """The first launch's seconds (the JIT compile on a GPU). Under the interpreter there is no
-    compile, and a first call would only interpret the whole kernel once more (about 40 % of this
-    layer's CPU time in a CPU-mode compare): 0.0, and the harness's own launches run it."""
+    compile, and a first call would only interpret the whole kernel once more (a large share of
+    this layer's CPU time in a CPU-mode compare): 0.0, and the harness's own launches run it."""
     if interpreting():
         return 0.0
     t0 = time.perf_counter()

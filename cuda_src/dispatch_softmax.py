@@ -42,10 +42,9 @@ SOFTMAX = {
     "rows_short_epts": (8, 16),
     "rows_short_max_g": 64,
     # smem path (the row staged raw in shared memory, softmax_smem.cu): a row that fits ONE CTA's
-    # shared memory takes C = 1 (a CTA a row: no cluster barrier, no co-scheduling of C CTAs;
-    # measured +6..12 points over C = 2/4 at 64-201 KB rows); a longer row takes the smallest
-    # cluster of C CTAs whose slices fit smem_ctas_per_sm CTAs an SM (2: 64-76 KB slices were best
-    # at 256-304 KB bf16 rows, 38 KB slices (C = 8) lost 10 points).
+    # shared memory takes C = 1 (a CTA a row: no cluster barrier, no co-scheduling of C CTAs); a
+    # longer row takes the smallest cluster of C CTAs whose slices fit smem_ctas_per_sm CTAs an SM
+    # (the measurements behind both: docs/performance.md, "CUDA C++ / softmax").
     "smem_ctas_per_sm": 2,
     "slice_min": 2 * 1024,          # smem path: smallest slice worth a CTA (few rows: more CTAs a row)
     "smem_cluster_max": 16,         # CTAs per row (16 is a non-portable cluster size, sm_90)

@@ -197,8 +197,8 @@ SOFTMAX_SPLIT_BLOCKS_PER_SM = 2
 # fewest CTAs C (2 .. SOFTMAX_CLUSTER_MAX; 16 is non-portable) that hold the row; with few rows C
 # doubles while the M x C CTAs do not cover the SMs. SOFTMAX_CLUSTER_STAGE: the loads go through
 # shared memory by cp.async (no registers held in flight) rather than straight into registers.
-# (quack-kernels' softmax, the same mechanisms, read 92-98 % of a copy on the models suite's long
-# rows where this layer's smem kernel read 77-83 %: docs/results/h200/results.json.)
+# (quack-kernels' softmax has the same mechanisms and leads this layer's smem kernel on long rows:
+# docs/performance.md, "CuTe DSL / softmax".)
 SOFTMAX_CLUSTER_THREADS = 256
 SOFTMAX_CLUSTER_VALUES = 64
 SOFTMAX_CLUSTER_MAX = 16
