@@ -69,10 +69,16 @@ def _jit_of(kernel):
 
 
 def compile_triton_spec(spec: dict):
-    """Compile one ``triton_kernels`` entry for sm_90 (no GPU needed); returns the CompiledKernel."""
+    """Compile one ``triton_kernels`` entry for sm_90 (no GPU needed); returns the CompiledKernel.
+    The compile runs under the Triton layer's ``_compiler_mode``, as every other sm_90 compile in
+    this process does: an interpreted launch earlier in the process (TRITON_INTERPRET=1) can leave
+    ``triton.language.core`` patched with the interpreter's builtins, which the code generator
+    cannot compile (a CompilationError at the kernel's first ``*``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    from backends.triton_layer import _compiler_mode
 
     jf = _jit_of(spec["kernel"])
     names = list(jf.arg_names)
@@ -88,13 +94,11 @@ def compile_triton_spec(spec: dict):
             raise ValueError(f"triton_kernels: no type for argument {n!r} of {jf.__name__} "
                              f"(give it in 'signature' or 'constexprs')")
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in spec.get("aligned", ())}
-    try:
-        src = ASTSource(fn=jf, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
-                        attrs=attrs)
-    except (TypeError, AssertionError):
-        src = ASTSource(fn=jf, signature=sig, constexprs=consts, attrs=attrs)
+    src = ASTSource(fn=jf, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
+                    attrs=attrs)
     opts = {"num_warps": int(spec.get("num_warps", 4)), "num_stages": int(spec.get("num_stages", 3))}
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    with _compiler_mode():
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
 def triton_artifacts(impl, case, art: Artifacts) -> None:

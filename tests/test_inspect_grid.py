@@ -6,11 +6,14 @@ import json
 import shutil
 
 import pytest
+import triton
+import triton.language as tl
 from pathlib import Path
 
 from harness import grid as G
 from harness import inspect_cmd, registry
 from harness.registry import Implementation, Source
+from triton_src import interpreting
 
 
 def cli(module, argv, capsys):
@@ -103,6 +106,26 @@ def test_inspect_triton_kernels_hook(fake_impl, tmp_path, capsys):
         assert f"add_kernel.{ext}" in names
     if rep["ptxas"]:  # a ptxas that takes Triton's PTX was found
         assert rep["ptxas"]["add_kernel"]["registers"] > 0
+
+
+@triton.jit
+def _zeros_kernel(out_ptr, BLOCK: tl.constexpr):
+    """Calls a standard-library @triton.jit helper (tl.zeros): under the interpreter that nested
+    call patches triton.language.core and never undoes it (triton 3.9)."""
+    tl.store(out_ptr + tl.arange(0, BLOCK), tl.zeros([BLOCK], tl.float32))
+
+
+@pytest.mark.skipif(not interpreting(), reason="the leak comes from Triton's CPU interpreter")
+def test_inspect_triton_kernels_hook_after_an_interpreted_launch(fake_impl, tmp_path, capsys,
+                                                                 monkeypatch):
+    """An interpreted launch earlier in the process (as test_helion_layer's runs) must not break
+    the hook's sm_90 compile; a fresh Triton cache makes the compile really run."""
+    import torch
+    out = torch.full((16,), float("nan"))
+    _zeros_kernel[(1,)](out, BLOCK=16)
+    assert torch.equal(out, torch.zeros(16))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    test_inspect_triton_kernels_hook(fake_impl, tmp_path / "out", capsys)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
