@@ -34,9 +34,15 @@ class ResultsError(ValueError):
 _SEQ = itertools.count()
 
 
-def default_dir(root: Path | str = "results") -> Path:
-    """``root/<UTC time>-<pid>-<n>-<random>``: unique within a process by its counter, across
-    processes by the pid, and across hosts sharing a folder by the random part."""
+#: where run folders go without --out: ``results/`` under the current directory
+DEFAULT_ROOT = Path("results")
+
+
+def default_dir(root: Path | str | None = None) -> Path:
+    """``root/<UTC time>-<pid>-<n>-<random>`` (``root``: ``DEFAULT_ROOT`` when None): unique within
+    a process by its counter, across processes by the pid, and across hosts sharing a folder by the
+    random part."""
+    root = DEFAULT_ROOT if root is None else root
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return Path(root) / f"{now}-{os.getpid()}-{next(_SEQ)}-{secrets.token_hex(3)}"
 

@@ -12,9 +12,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PL = ROOT / "tests" / "plugins"
 
 
-def cli(*args, timeout=900):
+def _env():
+    """The checkout on PYTHONPATH: the subprocess runs in a tmp folder, so a default results/ (the
+    store, a run folder) lands there and never in the checkout."""
+    import os
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def cli(*args, cwd, timeout=900):
     r = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                       cwd=ROOT, timeout=timeout)
+                       cwd=cwd, env=_env(), timeout=timeout)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -96,9 +103,9 @@ def test_bad_input_one_line_exit_2(args, msg, capsys):
     assert "Traceback" not in err and len(err.splitlines()) <= 2
 
 
-def test_crash_and_hang_are_isolated():
+def test_crash_and_hang_are_isolated(tmp_path):
     rc, out, err = cli("verify", "--plugin", str(PL / "crash.py"), "--layer", "crash", "--problem",
-                       "vector_add", "--set", "N=1000", "--timeout", "15", "--format", "json")
+                       "vector_add", "--set", "N=1000", "--timeout", "15", "--format", "json", cwd=tmp_path)
     rows = {r["impl"]: r for r in json.loads(out)}
     assert rc == 1
     assert rows["crash:abort"]["status"] == "FAIL" and "crashed the worker: signal 6" in rows["crash:abort"]["reason"]
@@ -123,6 +130,20 @@ def test_compare_cpu_mode_writes_results(tmp_path, capsys):
     assert (out / "results.csv").read_text().startswith("problem,phase,case,dtype,impl")
     assert "| problem |" in (out / "results.md").read_text()
     assert "no GPU (CPU mode): nothing timed" in text and "verification against the float64 reference" in text
+
+
+def test_a_test_run_writes_nothing_into_the_checkouts_results(default_results, capsys):
+    """compare without --out or --store, in the test process: its run folder and its store row
+    land under the test's tmp folder (conftest's default_results), the checkout's results/ is
+    left as it was (the same fixture fails any test that writes there)."""
+    from conftest import results_snapshot
+    before = results_snapshot()
+    rc = main(["compare", "--layer", "torch", "--problem", "vector_add", "--set", "N=1000",
+               "--no-verify-suite", "--no-isolate", "--device", "cpu"])
+    assert rc == 0, capsys.readouterr().err
+    assert results_snapshot() == before
+    assert (default_results / "runs.sqlite").is_file()
+    assert [p for p in default_results.iterdir() if (p / "results.json").is_file()]
 
 
 def test_compare_failed_verify_suite_is_not_timed(tmp_path, capsys):
@@ -169,7 +190,7 @@ def test_default_result_folders_are_unique():
 
 def test_plain_progress_one_line_per_row_and_summary(tmp_path):
     rc, out, err = cli("compare", "--layer", "torch", "--problem", "vector_add", "--suite", "smoke",
-                       "--no-verify-suite", "--device", "cpu", "--out", str(tmp_path / "r"))
+                       "--no-verify-suite", "--device", "cpu", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert rc == 0, err
     lines = [l for l in err.splitlines() if l.startswith("[")]
     assert len(lines) == 3 and lines[-1].startswith("[3/3 ") and "torch:vector_add" in lines[0]
@@ -205,7 +226,7 @@ def test_interrupt_keeps_rows_and_resume_finishes(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "harness", "compare", "--plugin", str(PL / "slow.py"),
                           "--impl", "slow:vector_add", "--problem", "vector_add", "--suite", "verify",
                           "--no-verify-suite", "--device", "cpu", "--out", str(out)],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = _t.time() + 300
     while _t.time() < deadline:
         rows = out / "rows.jsonl"
@@ -220,7 +241,7 @@ def test_interrupt_keeps_rows_and_resume_finishes(tmp_path):
     assert kept >= 2 and "finished row(s) kept" in err
     doc = json.loads((out / "results.json").read_text())
     assert doc["interrupted"] and len(doc["rows"]) == kept
-    rc, _, err = cli("compare", "--resume", str(out))
+    rc, _, err = cli("compare", "--resume", str(out), cwd=tmp_path)
     assert rc == 0, err
     doc = json.loads((out / "results.json").read_text())
     assert not (out / "INTERRUPTED").exists() and "interrupted" not in doc
