@@ -83,11 +83,6 @@ def _times(fn, reps: int) -> list[float]:
     return sorted(times)
 
 
-def _median_time(fn, reps: int) -> float:
-    t = _times(fn, reps)
-    return t[len(t) // 2]
-
-
 def _rate(amount: float, times: list[float]) -> dict:
     """Rate from the median time, its best, and the relative spread (IQR / median)."""
     n = len(times)

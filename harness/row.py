@@ -52,13 +52,3 @@ class Row:
         extra = d.pop("extra")
         d.update(extra)
         return d
-
-
-def set_status(row: dict, status: str, kind: str, reason: str = "") -> dict:
-    """Mark a row dict (validating the words), keeping its other fields."""
-    if status not in STATUSES:
-        raise ValueError(f"status: {status!r} is not one of {STATUSES}")
-    if kind not in KINDS:
-        raise ValueError(f"kind: {kind!r} is not one of {KINDS}")
-    row.update(status=status, kind=kind, reason=reason)
-    return row

@@ -137,56 +137,73 @@ def test_supports_reasons(hopper):
                 assert _impl(i).supports(c) is None, (i, c)
 
 
-def _gemm_rule(M, N, K, dt="bfloat16", dev=dispatch.H200, ldc=None):
-    """The default's decision tree written from its inputs (TMA legality of A, B and C, the Hopper
-    code, M against stream_max_m and repack_min_m, the split-K factors of the two cost models) and
-    the GEMM table: the expected (path, repacked B)."""
-    G = dispatch.GEMM
-    ldc = N if ldc is None else ldc
-    g = dispatch.GemmCase(M, N, K, dt, "relu", True, K, N, ldc)
-    hopper = dev.cc == (9, 0) and dev.sm90a and K > 0
-    stream = M <= G["stream_max_m"]
-    if stream and G["tiled_splitk"]:
-        return ("tiled_splitk" if dispatch.dispatch_gemm._tiled_stream_splits(g, dev)[0] > 1 else "tiled"), False
-    if not hopper or not g.tma_a():
-        return "tiled", False
-    repack = not g.tma_b()
-    if repack and M < G["repack_min_m"]:
-        return "tiled", False
-    if stream and not repack and -(-N // 128) >= dev.sms:
-        return "tiled", False
-    s = dispatch.dispatch_gemm._stream_splits(g, dev, 128) if stream else dispatch.dispatch_gemm._choose_splits(g, dev, 128)
-    if s > 1:
-        return "splitk", repack
-    if not repack and g.tma_c():
-        return "pingpong", False
-    return "ws", repack
+A100 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
 
 
-def test_default_gemm_rule_from_its_inputs(monkeypatch):
-    """The default's path follows TMA legality, M against the table's thresholds and the split-K
-    cost models, never a shape: checked on shapes of every class (M from 1 to 8192; N and K aligned
-    and odd; few and many output tiles; an unaligned C; H200 and an sm_80 part; tiled split-K for
-    the B stream on and off)."""
-    a100 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
+def test_default_gemm_on_cases_with_known_answers(monkeypatch):
+    """The path of cases worked out by hand from TMA legality (16-byte row strides of A, B, C), the
+    Hopper code, M against the table's stream_max_m (64) and repack_min_m (128), and the tile
+    counts against the SMs: (M, N, K, ldc) -> (path, B repacked)."""
+    known = [
+        ((4096, 6144, 4096, None), "pingpong", False),   # A, B, C TMA-legal, 1536 tiles: no split
+        ((16, 6144, 4096, None), "tiled_splitk", False),  # a stream of B (M <= 64): tiled, K split
+        ((64, 28672, 4096, None), "tiled", False),       # ... 224 tiles of 64 x 128 >= 132 SMs: no split
+        ((65, 28672, 4096, None), "pingpong", False),    # M > 64: the Hopper path
+        ((256, 4096, 14_336, None), "splitk", False),    # 32 tiles of a long K: split-K on ws
+        ((4096, 50_257, 768, None), "ws", True),         # B rows of 50257 bf16: copied to 16-byte rows
+        ((127, 50_257, 768, None), "tiled", False),      # ... but not for M < 128 rows
+        ((4096, 733, 957, None), "tiled", False),        # K = 957: A's rows are not TMA-readable
+        ((4096, 6144, 4096, 6148), "ws", False),         # C's rows not 16-byte aligned: no TMA store
+    ]
+    for (M, N, K, ldc), path, repack in known:
+        p = dispatch.plan_gemm("auto", M, N, K, ldc=ldc)
+        assert p.info["path"] == path, (M, N, K, ldc, p.info.get("why"))
+        assert (p.plans[0].kernel == "gemm_pad_rows_kernel") == repack, (M, N, K, ldc)
+    # sm_80 has no Hopper code: the tiled kernel, K split for a stream of B
+    assert dispatch.plan_gemm("auto", 4096, 6144, 4096, dev=A100).info["path"] == "tiled"
+    assert dispatch.plan_gemm("auto", 16, 6144, 4096, dev=A100).info["path"] == "tiled_splitk"
+    # the table decides: without tiled split-K, a stream of B splits K on the ws kernel
+    monkeypatch.setitem(dispatch.GEMM, "tiled_splitk", False)
+    assert dispatch.plan_gemm("auto", 16, 6144, 4096).info["path"] == "splitk"
+
+
+def test_default_gemm_invariants(monkeypatch):
+    """On shapes of every class (M from 1 to 8192; N and K aligned and odd; few and many output
+    tiles; an unaligned C; H200 and an sm_80 part; tiled split-K on and off): every case gets a
+    plan whose launches are well-formed; the Hopper paths (splitk, pingpong, ws) only on sm_90a and
+    only with TMA-readable A; B is repacked exactly when a Hopper path meets B rows that are not
+    16-byte aligned; pingpong only with a TMA-storable C; a split plan ends with its reduction;
+    every path is taken somewhere."""
     shapes = [(M, N, K) for M in (1, 16, 64, 65, 127, 256, 1000, 4096, 8192)
               for N, K in ((6144, 4096), (50257, 768), (733, 957), (4096, 128), (1001, 136), (28672, 4096),
-                           (2048, 64), (264, 72))]
+                           (2048, 64), (264, 72), (4096, 14_336))]
     seen = set()
     for on in (True, False):
         monkeypatch.setitem(dispatch.GEMM, "tiled_splitk", on)
-        for dev in (dispatch.H200, a100):
+        for dev in (dispatch.H200, A100):
             for M, N, K in shapes:
                 for ldc in (None, N + 4 if N % 8 == 0 else None):
                     p = dispatch.plan_gemm("auto", M, N, K, dev=dev, ldc=ldc)
-                    want, repack = _gemm_rule(M, N, K, dev=dev, ldc=ldc)
-                    assert p.info["path"] == want, (M, N, K, ldc, dev.sms, on, p.info.get("why"))
-                    assert (p.plans[0].kernel == "gemm_pad_rows_kernel") == repack, (M, N, K)
-                    if want in ("splitk", "tiled_splitk"):
-                        assert p.plans[-1].kernel.startswith("gemm_splitk_reduce_kernel")
-                    seen.add(want)
+                    path, kernels = p.info["path"], [q.kernel for q in p.plans]
+                    seen.add(path)
+                    _check_gemm_launches(p, dev)
+                    hopper = path in ("splitk", "pingpong", "ws")
+                    assert not hopper or (dev.sm90a and K % 8 == 0), (M, N, K, dev.sms, path)
+                    assert (kernels[0] == "gemm_pad_rows_kernel") == (hopper and N % 8 != 0), (M, N, K, path)
+                    assert path != "pingpong" or (ldc or N) % 8 == 0, (M, N, K, ldc)
+                    assert ("splitk" in path) == kernels[-1].startswith("gemm_splitk_reduce_kernel"), kernels
+                    assert path != "tiled_splitk" or on, (M, N, K)
     assert seen == {"tiled", "tiled_splitk", "splitk", "pingpong", "ws"}, seen
     assert set(dispatch.reachable("gemm_epilogue")) >= {"tiled", "splitk", "pingpong", "ws", "repack"}
+
+
+def _check_gemm_launches(launches, dev):
+    names = {n for v in dispatch.instances().values() for n in v}
+    for p in launches.plans:
+        assert p.kernel in names, p.kernel
+        gx, gy, gz = p.grid
+        assert 1 <= gx < 2 ** 31 and 1 <= gy <= 65535 and 1 <= gz <= 65535, p
+        assert 1 <= p.block <= 1024 and p.block % 32 == 0 and 0 <= p.smem <= dev.smem_optin, p
 
 
 def cuda_layer_case(case):

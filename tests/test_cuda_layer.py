@@ -142,74 +142,102 @@ def test_vector_add_unroll_pinned_for_tuning():
             dispatch.plan_vector_add("auto", 65536, "bfloat16", unroll=bad)
 
 
-def _auto_rule(M, N, dt, dev=None):
-    """The default's rule written from its inputs: each path's own plan (its bytes in flight per SM,
-    its grid) and the SOFTMAX table -- the first path of the order (block before rows for rows of
-    block_min_n..block_short_max_n columns) whose resident bytes reach its target; else split for
-    long 16-byte aligned rows when its units cover min(SMs, the CTAs of the path that would run
-    instead: smem, else the best path, else online); else smem when
-    it holds more bytes than the best path; else the best path; else online."""
-    S = dispatch.SOFTMAX
-    dev = dev or dispatch.H200
+def _stride(N, dt, odd):
+    """A row stride >= N whose rows start 16-byte aligned (``odd``: never aligned)."""
     es = dispatch.ESIZE[dt]
-
-    def plan(path, **kw):
-        try:
-            return dispatch.plan_softmax(path, M, N, dt, dev=dev, **kw)
-        except dispatch.Decline:
-            return None
-    order = list(S["order"])
-    short_block = S["block_min_n"] <= N <= S["block_short_max_n"]
-    if short_block:
-        order.remove("block")
-        order.insert(order.index("rows"), "block")
-    best = None
-    for path in order:
-        p = plan(path)
-        if p is None:
-            continue
-        target = (S["warp_resident_target"] if path == "warp" else
-                  S["block_resident_target"] if path == "block" and short_block else S["resident_target"])
-        if p.info["resident"] >= target:
-            return path
-        if best is None or p.info["resident"] > best.info["resident"]:
-            best = p
-    cl = plan("smem")
-    rows16 = (N * es) % 16 == 0 or M == 1
-    if N * es > S["split_min_row_bytes"] and S["split_chunk"] * es >= S["split_min_chunk_bytes"] and rows16:
-        sp = plan("split", chunk=0 if S["split_fill_sms"] else S["split_chunk"])
-        alt = cl or best or plan("online")
-        if sp is not None and M * sp.info["parts"] >= min(dev.sms, alt.plans[0].grid[0]):
-            assert sp.info["seg"] == S["split_chunk"] or S["split_fill_sms"]
-            return "split"
-    if cl is not None and (best is None or cl.info["resident"] > best.info["resident"]):
-        return "smem"
-    return best.info["path"] if best is not None else "online"
+    return (N if N * es % 16 else N + 1) if odd else -(-N * es // 16) * 16 // es
 
 
-def test_default_softmax_rule_from_its_inputs(monkeypatch):
-    """softmax: the path follows bytes in flight per SM, row bytes, alignment and M, never N alone;
-    checked as a rule on shapes of every class (short, medium, LM-head and very long rows; few,
-    some and many rows; fp32 and 16-bit; aligned and odd N) and on the table's edges."""
-    S = dispatch.SOFTMAX
-    shapes = [(M, N) for M in (1, 2, 7, 265, 4096, 32_768)
-              for N in (128, 512, 1024, 1500, 2048, 4096, 8192, 32_000, 50_257, 98_432, 128_256,
-                        151_936, 262_147, S["block_min_n"], S["block_short_max_n"], S["block_short_max_n"] + 1)]
-    seen = set()
-    for dt in ("float32", "float16", "bfloat16"):
-        for M, N in shapes:
-            got = dispatch.plan_softmax("auto", M, N, dt).info["path"]
-            assert got == _auto_rule(M, N, dt), (M, N, dt, got)
-            seen.add(got)
-    assert dispatch.plan_softmax("auto", 2, 5_000_000 * 2, "float32").info["path"] == _auto_rule(2, 10_000_000, "float32") == "online"
-    seen.add("online")
-    assert seen == set(dispatch.reachable("softmax")), seen   # the paths it reaches are reachable's
-    # the table decides: without the short-row block rule, the rows kernel takes 4096 columns
-    monkeypatch.setitem(dispatch.SOFTMAX, "block_short_max_n", 0)
-    assert dispatch.plan_softmax("auto", 32_768, 4096, "bfloat16").info["path"] == _auto_rule(32_768, 4096, "bfloat16")
+def _auto(M, N, dt, odd=False, dev=None):
+    """cuda:softmax's plan of M rows of N columns, ``_stride`` apart."""
+    sx = _stride(N, dt, odd)
+    return dispatch.plan_softmax("auto", M, N, dt, sx=sx, sy=sx, dev=dev or dispatch.H200)
+
+
+def test_default_softmax_on_cases_with_known_answers(monkeypatch):
+    """The path of cases worked out by hand from the SOFTMAX table (H200: 132 SMs, 227 KiB of
+    shared memory a CTA): bytes of rows in flight per SM against the targets, long rows staged in
+    shared memory or split over co-resident blocks, online when neither holds the row."""
+    known = [
+        # a warp a row, 4 rows a CTA, 10 CTAs an SM: 10 x 4 x 4000 B = 160 KiB >= 32 KiB
+        ((4096, 1000, "float32", False), "warp", None),
+        # 512-byte rows: warps hold 20 KiB < 32 KiB; the rows kernel 3 CTAs x 64 rows x 2 x 512 B
+        ((4096, 128, "float32", False), "rows", None),
+        # 1025..4096 columns: the block path first, on 32 KiB: 8 CTAs x 8 KiB
+        ((4096, 4096, "bfloat16", False), "block", None),
+        # 8192 fp32 columns: the rows kernel, 2 CTAs x 1 row x 2 in flight x 32 KiB = 128 KiB
+        ((4096, 8192, "float32", False), "rows", None),
+        # LM head, bf16: 297 KiB rows exceed a CTA's shared memory; slices of 4 fit 2 CTAs an SM
+        ((4096, 151_936, "bfloat16", False), "smem", 4),
+        # the same in fp32, 16-byte aligned: 594 KiB rows, 64 KiB split chunks, 4096 x 10 units
+        ((4096, 151_936, "float32", False), "split", None),
+        # ... rows not 16-byte aligned never split: staged over 8 CTAs
+        ((4096, 151_936, "float32", True), "smem", 8),
+        # one 4 MB row: more than 16 CTAs' shared memory; 62 split units > online's 8 CTAs
+        ((1, 1_000_000, "float32", False), "split", None),
+        # two such rows, not aligned: no split, no smem: online over a cluster of 8
+        ((2, 1_000_000, "float32", True), "online", 8),
+        # 16-bit: a split chunk of 16384 is 32 KiB < 64 KiB, so a 2 MB row is staged over 16 CTAs
+        ((4096, 1_000_000, "bfloat16", False), "smem", 16),
+        # 8 MB rows: beyond 16 CTAs' shared memory, and 16-bit rows do not split
+        ((4096, 4_000_000, "bfloat16", False), "online", 8),
+        # 40 MB rows: 611 split chunks > the 264 co-resident blocks
+        ((4096, 10_000_000, "float32", False), "online", 8),
+    ]
+    for (M, N, dt, odd), path, cluster in known:
+        info = _auto(M, N, dt, odd).info
+        assert info["path"] == path, (M, N, dt, odd, info["path"])
+        if cluster is not None:
+            assert info["cluster"] == cluster, (M, N, dt, odd, info["cluster"])
     # sm_80: no thread-block clusters (the smem path has C = 1 there)
-    assert dispatch.plan_softmax("auto", 8, 1_000_000, "float32", dev=SM80).info["path"] == "split"
-    assert dispatch.plan_softmax("auto", 4096, 50257, "bfloat16", dev=SM80).info.get("cluster", 1) == 1
+    assert _auto(8, 1_000_000, "float32", dev=SM80).info["path"] == "split"
+    assert _auto(4096, 50257, "bfloat16", dev=SM80).info.get("cluster", 1) == 1
+    # the table decides: without the short-row block rule, the rows kernel takes 4096 bf16
+    # columns (3 CTAs x 2 rows x 2 in flight x 8 KiB = 96 KiB, the resident target)
+    assert _auto(32_768, 4096, "bfloat16").info["path"] == "block"
+    monkeypatch.setitem(dispatch.SOFTMAX, "block_short_max_n", 0)
+    assert _auto(32_768, 4096, "bfloat16").info["path"] == "rows"
+
+
+def test_default_softmax_invariants():
+    """On shapes of every class (1 to 32768 rows; 1 to 10^7 columns, the table's edges; fp32 and
+    16-bit; aligned and odd rows; H200 and sm_80): a plan of a path reachable() names, whose own
+    plan (the path asked for by name, with the same chunk / cluster) takes the case and launches
+    the same kernel on the same grid; split only for 16-byte aligned rows; once no path but online
+    holds a row, no longer row is held either; fewer rows never take a smaller smem cluster; and
+    every reachable path is taken somewhere."""
+    S = dispatch.SOFTMAX
+    Ns = sorted({1, 17, 128, 512, 1000, 1024, 1500, 2048, 4096, 4097, 8192, 8193, 20_000, 32_000, 32_768,
+                 32_769, 50_257, 98_432, 128_256, 151_936, 262_147, 1_000_000, 4_000_000, 10_000_000,
+                 S["block_min_n"], S["block_short_max_n"], S["block_short_max_n"] + 1})
+    Ms = (1, 2, 7, 64, 132, 265, 4096, 32_768)
+    seen = set()
+    for dev in (dispatch.H200, SM80):
+        for dt in ("float32", "float16", "bfloat16"):
+            for odd in (False, True):
+                online_from, smem_k = None, {}
+                for N in Ns:
+                    for M in Ms:
+                        p = _auto(M, N, dt, odd, dev)
+                        path = p.info["path"]
+                        seen.add(path)
+                        assert path in dispatch.reachable("softmax"), path
+                        _check_launches(p, dev)
+                        opts = {"chunk": p.info["seg"]} if path == "split" else \
+                               {"cluster": p.info["cluster"]} if path in ("smem", "online") else {}
+                        sx = _stride(N, dt, odd)
+                        own = dispatch.plan_softmax(path, M, N, dt, sx=sx, sy=sx, dev=dev, **opts)
+                        assert [(q.kernel, q.grid) for q in own.plans] == [(q.kernel, q.grid) for q in p.plans]
+                        if path == "split":
+                            assert not odd or M == 1, (M, N, dt)
+                        if path == "smem":   # M ascending: the cluster never grows with more rows
+                            assert p.info["cluster"] <= smem_k.get(N, 16), (M, N, dt, odd)
+                            smem_k[N] = p.info["cluster"]
+                    if online_from is None and all(_auto(M, N, dt, odd, dev).info["path"] == "online" for M in Ms):
+                        online_from = N
+                    elif online_from is not None:
+                        assert all(_auto(M, N, dt, odd, dev).info["path"] == "online" for M in Ms), (N, dt)
+    assert seen == set(dispatch.reachable("softmax")), seen
 
 
 def test_split_chunk_by_the_sm_count(monkeypatch):
@@ -680,7 +708,7 @@ def _nvrtc_or_skip():
         from cupy_backends.cuda.libs import nvrtc
 
         nvrtc.getVersion()
-    except Exception as e:
+    except (ImportError, OSError, RuntimeError) as e:   # the library is missing or does not load
         pytest.skip(f"no libnvrtc here ({type(e).__name__}); pip install nvidia-cuda-nvrtc")
     if cupy_layer._include_dirs_nogpu() == [str(cupy_layer.CUDA_SRC)]:
         pytest.skip("no CUDA headers")
