@@ -31,3 +31,37 @@ ADAPTERS = tuple(m for _, mods in LAYERS for m in mods)
 def src(*parts: str) -> str:
     """Path of a kernel source file, relative to the repository root (for the LOC counter)."""
     return str(Path(*parts))
+
+
+def planner_rules(package: str):
+    """``<package>/dispatch.py`` on a machine without its layer's package: the module's tables,
+    switches and rules, with the kernel modules it imports (relative imports) and any import that
+    fails bound to None. An adapter reads only the rules at registration (``reachable``, which
+    planner the switches pick), so a machine without the package registers the same ids with the
+    same sources (and lines of code) as one with it; nothing here plans a launch."""
+    import ast
+    import sys
+    import types
+
+    path = ROOT / package / "dispatch.py"
+    tree = ast.parse(path.read_text(), str(path))
+    mod = types.ModuleType(f"{package}.dispatch")
+    body = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "module", None) != "__future__":
+            names = [a.asname or a.name.split(".")[0] for a in node.names]
+            try:
+                if getattr(node, "level", 0):
+                    raise ImportError("a kernel module of the layer")
+                exec(compile(ast.Module([node], []), str(path), "exec"), mod.__dict__)
+            except ImportError:
+                mod.__dict__.update(dict.fromkeys(names))
+            continue
+        body.append(node)
+    tree.body = body
+    sys.modules[mod.__name__] = mod    # while it runs: dataclasses look their module up
+    try:
+        exec(compile(tree, str(path), "exec"), mod.__dict__)
+    finally:
+        del sys.modules[mod.__name__]
+    return mod

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from backends import planner_rules
 from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
@@ -52,9 +53,8 @@ if triton is not None:
 LAYER = "gluon"
 
 
-def _reachable(problem: str, table: dict) -> tuple[str, ...]:
-    """The variants the planner can choose (every one of ``table`` when Gluon cannot be imported)."""
-    return dispatch.reachable(problem) if triton is not None else tuple(table)
+if triton is None:   # the rules alone: the ids and their sources as with Gluon
+    dispatch = planner_rules("gluon_src")
 
 
 def available() -> str | None:
@@ -326,7 +326,7 @@ _SOFTMAX = {
     "default": ("softmax", "dispatcher: rows (rows <= 1024 columns, several a program), block (a row in "
                 "registers), split (long rows, too few to fill the SMs), smem (long rows staged in a "
                 "program's shared memory by cp.async when they fit it), online (longer rows)",
-                planned_sources(_SM_SRC, _reachable("softmax", _SM_SRC),
+                planned_sources(_SM_SRC, dispatch.reachable("softmax"),
                                 [_DISPATCH_SRC, Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),
     "simple": ("softmax_simple", "teaching twin: a program a row, column tiles with a running max/sum, "
                "then a second pass that writes; any N",
@@ -456,7 +456,7 @@ _GEMM = {
     "default": ("gemm_epilogue", "dispatcher: tma (persistent, TMA ring + wgmma) when A, B and C allow "
                 "16-byte TMA strides, else tiled (masked loads into NVMMA shared memory + wgmma); splitk "
                 "for few rows whose tiles leave SMs idle; tile config by waves on the SMs",
-                planned_sources(_GEMM_SRC, _reachable("gemm_epilogue", _GEMM_SRC),
+                planned_sources(_GEMM_SRC, dispatch.reachable("gemm_epilogue"),
                                 [_GEMM_SRC["epilogue"],
                                  Source("gluon_src/dispatch.py", kernels=(), host=("plan_gemm", "gemm_specs")),
                                  Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),

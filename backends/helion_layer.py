@@ -32,7 +32,7 @@ from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
 
-from . import src
+from . import planner_rules, src
 
 LAYER = "helion"
 H = "helion_src"
@@ -49,6 +49,10 @@ try:
 except Exception as e:  # pragma: no cover - depends on the machine
     helion = None
     _IMPORT_ERROR = f"helion not importable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+if helion is None:   # the rules alone: the ids and their sources as with helion
+    dispatch = planner_rules(H)
 
 
 def _import_error() -> str | None:
@@ -517,7 +521,7 @@ def _twin_kernel(problem):
 for _p, (_file, _kname, _variants, _desc) in _PROBLEMS.items():
     _vsrc = {v: [Source(src(H, f), kernels=(k,), host=()) for f, k in fks] for v, fks in _variants.items()}
     register(problem=_p, layer=LAYER, name=_p, description=_desc,
-             sources=planned_sources(_vsrc, dispatch.reachable(_p) if helion else tuple(_vsrc),
+             sources=planned_sources(_vsrc, dispatch.reachable(_p),
                                      [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)), _plan_source(_p)]),
              devices=("cuda",), available=available,
              compile_only=_compile_default(_p) if helion else None,
