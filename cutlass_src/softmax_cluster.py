@@ -1,6 +1,7 @@
 """softmax, a row over a thread-block cluster of C >= 2 CTAs, each CTA's share held in its
 REGISTERS, the partial (max, sum) pairs exchanged through distributed shared memory
-(cute:softmax_cluster; not yet run on a GPU, no default reaches it).
+(the candidate cute:softmax_cluster: rewritten after it FAILed the verify suite on the H200; no
+default reaches it).
 
 Beside ``softmax_smem.py`` (each CTA's slice staged raw in shared memory by bulk copies, two
 passes over it, exponentials computed twice): here every value is read once into registers and

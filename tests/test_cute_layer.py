@@ -24,10 +24,12 @@ PROBLEMS = ("vector_add", "softmax", "gemm_epilogue")
 IDS = {
     "vector_add": ["cute:vector_add", "cute:vector_add_simple"],
     "softmax": ["cute:softmax", "cute:softmax_simple", "cute:softmax_rows", "cute:softmax_block",
-                "cute:softmax_split", "cute:softmax_cluster", "cute:softmax_smem"],
+                "cute:softmax_split", "cute:softmax_smem"],
     "gemm_epilogue": ["cute:gemm_epilogue", "cute:gemm_epilogue_simple", "cute:gemm_epilogue_ws",
                       "cute:gemm_epilogue_pingpong", "cute:gemm_epilogue_splitk", "cute:gemm_epilogue_tiled"],
 }
+#: register(candidate=True): built and compiled here, no id of the tool until a GPU verifies them
+CANDIDATES = {"softmax": ["cute:softmax_cluster"]}
 SMS = 132
 
 
@@ -43,6 +45,8 @@ def test_registered_ids_and_roles():
     for p in PROBLEMS:
         assert got[f"{p}/cute:{p}"] == "default"
         assert got[f"{p}/cute:{p}_simple"] == "simple"
+    cands = {i.key for i in registry.candidates() if i.layer == "cute"}
+    assert cands == {f"{p}/{i}" for p, ids in CANDIDATES.items() for i in ids}
 
 
 def test_unavailable_reason_when_package_missing(monkeypatch):
@@ -353,7 +357,7 @@ def test_plan_softmax_every_suite_case():
 
 # -- compile-only for sm_90a: every default on every verify + models case ------------------------
 def _facts(problem, impl_id, case):
-    facts = registry.get(problem, impl_id).compile_only_fn(case)
+    facts = registry.get(problem, impl_id, candidates=True).compile_only_fn(case)
     assert facts["compile_s"] >= 0 and facts.get("registers"), facts     # ptxas -v on the DSL's PTX
     return facts
 
@@ -387,9 +391,10 @@ VARIANT_CASES = {
 
 
 @needs_cute
-@pytest.mark.parametrize("problem,impl_id", [(p, i) for p, ids in IDS.items() for i in ids if i != f"cute:{p}"])
+@pytest.mark.parametrize("problem,impl_id", [(p, i) for table in (IDS, CANDIDATES) for p, ids in table.items()
+                                             for i in ids if i != f"cute:{p}"])
 def test_compile_variants_and_twins(problem, impl_id):
-    im = registry.get(problem, impl_id)
+    im = registry.get(problem, impl_id, candidates=True)
     n = 0
     for kw in VARIANT_CASES[problem]:
         case = problems.get(problem).case(**kw)
