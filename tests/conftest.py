@@ -60,3 +60,58 @@ def default_results(monkeypatch, tmp_path_factory):
     after = results_snapshot()
     wrote = sorted(n for n, t in after.items() if before.get(n) != t)
     assert not wrote, f"this test wrote into the checkout's results/: {wrote}"
+
+
+#: seeds of a GPU test's verify_case: the main job verifies with three; a GPU test checks that an
+#: implementation passes the verify suite at all, on one seed whose launch runs twice (a race, an
+#: unwritten element or a stale buffer still shows), so `pytest -m gpu` fits one 10-minute call
+GPU_SEEDS = (0,)
+
+
+def _compile_group(jobs):
+    """compile_only of each (problem, impl id, case) in turn, in one worker: a kernel two cases
+    share is compiled once (the layers cache it in-process). The failures, one line each."""
+    from harness import registry
+    failed = []
+    for problem, impl_id, case in jobs:
+        try:
+            registry.get(problem, impl_id, candidates=True).compile_only_fn(case)
+        except Exception as e:   # reported by compile_ahead; the test's own prepare raises it again
+            failed.append(f"{impl_id} {case.id}: {type(e).__name__}: {str(e).strip()[:200]}")
+    return failed
+
+
+def compile_ahead(jobs, budget_s: float = 240.0) -> list[str]:
+    """Compile ``jobs`` ((problem, impl id, case), through each implementation's compile_only) in
+    parallel worker processes, so that the layers' disk caches (TileLang's kernel cache, the CuTe
+    DSL's exported kernels) hold them before a GPU test prepares them one after the other: the
+    compiles of a layer's verify suite take minutes serially, and the GPU machine's cores sit idle
+    meanwhile. The jobs of one implementation, dtype and bias (the cases that share kernels) go to
+    one worker. Workers still busy after ``budget_s`` are stopped (the test compiles what is left
+    itself). Returns the jobs that failed, one line each (the test's own prepare raises them)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
+
+    jobs = list(dict.fromkeys(jobs))
+    groups: dict = {}
+    for problem, impl_id, case in jobs:
+        groups.setdefault((problem, impl_id, case.dtype, case.params.get("bias")), []).append((problem, impl_id, case))
+    if not groups:
+        return []
+    workers = min(len(groups), max(1, (os.cpu_count() or 2) - 1), 15)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    futures = [pool.submit(_compile_group, g) for g in sorted(groups.values(), key=len, reverse=True)]
+    failed = []
+    try:
+        for f in as_completed(futures, timeout=budget_s):
+            failed += f.result()
+    except TimeoutError:
+        failed.append(f"compile_ahead: {sum(not f.done() for f in futures)} of {len(groups)} groups "
+                      f"still compiling after {budget_s:.0f} s: stopped")
+    finally:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+    print(f"compile_ahead: {len(groups)} groups of {len(jobs)} compiles on {workers} workers; "
+          f"failed: {failed or 'none'}")
+    return failed

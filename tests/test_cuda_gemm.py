@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cuda_src import dispatch
+from conftest import GPU_SEEDS  # noqa: E402
 from harness import problems, registry
 
 P = problems.get("gemm_epilogue")
@@ -256,7 +257,7 @@ def test_verify_suite(impl_id):
     for case in P.cases("verify"):
         if impl.supports(case):
             continue
-        chk = verify_case(impl, P, case, "cuda")
+        chk = verify_case(impl, P, case, "cuda", seeds=GPU_SEEDS)
         assert chk.ok, f"{case.label}: {chk.reason}"
 
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from cuda_src import dispatch
+from conftest import GPU_SEEDS  # noqa: E402
 from harness import problems, registry
 from harness.errors import Unsupported
 
@@ -742,7 +743,7 @@ def test_verify_suite_on_gpu(impl_id):
     for case in prob.cases("verify"):
         if impl.supports(case):
             continue
-        c = verify_case(impl, prob, case, "cuda")
+        c = verify_case(impl, prob, case, "cuda", seeds=GPU_SEEDS)
         if not c.ok:
             failures.append(f"{case.id}: {c.reason}")
     assert not failures, "\n".join(failures)

@@ -14,6 +14,7 @@ import torch
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
+from conftest import compile_ahead, GPU_SEEDS  # noqa: E402
 from harness import problems, registry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -668,10 +669,18 @@ def test_access_widths():
 
 
 # -- on a GPU: the verify suite, split-K and the split softmax ---------------------------------
+@pytest.fixture(scope="module")
+def compiled_ahead():
+    """Every kernel of the verify suites, compiled in parallel first (the DSL's compiles of 13 ids'
+    suites take minutes serially; the exported kernels on disk are loaded by the tests)."""
+    compile_ahead([(p, i, c) for p, ids in IDS.items() for i in ids for c in problems.get(p).cases("verify")
+                   if not registry.get(p, i).supports(c)])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HAVE_GPU and HAVE_CUTE), reason="needs a CUDA GPU and the CuTe DSL")
 @pytest.mark.parametrize("problem,impl_id", [(p, i) for p, ids in IDS.items() for i in ids])
-def test_verify_suite_gpu(problem, impl_id):
+def test_verify_suite_gpu(problem, impl_id, compiled_ahead):
     from harness.verify import verify_case
 
     prob, im = problems.get(problem), registry.get(problem, impl_id)
@@ -681,7 +690,7 @@ def test_verify_suite_gpu(problem, impl_id):
         if why:
             assert im.role != "default", f"{impl_id} declined {case.id}: {why}"
             continue
-        c = verify_case(im, prob, case, "cuda", seeds=(0, 1))
+        c = verify_case(im, prob, case, "cuda", seeds=GPU_SEEDS)
         if not c.ok:
             bad.append(f"{case.id}: {c.reason}")
     assert not bad, "\n".join(bad)

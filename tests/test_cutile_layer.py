@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import GPU_SEEDS  # noqa: E402
 from harness import problems, registry
 
 HAVE_CUTILE = importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.tile") is not None
@@ -382,7 +383,7 @@ def test_gpu_verify_suite(key):
         why = impl.supports(case) if hasattr(impl, "supports") else None
         if why:
             continue
-        chk = verify_case(impl, prob, case, "cuda")
+        chk = verify_case(impl, prob, case, "cuda", seeds=GPU_SEEDS)
         if not chk.ok:
             bad.append((case, chk.reason))
     assert not bad, bad[:5]

@@ -11,6 +11,7 @@ import torch
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton.experimental.gluon")
 
+from conftest import GPU_SEEDS  # noqa: E402
 from harness import problems, registry  # noqa: E402
 from harness.verify import verify_case  # noqa: E402
 
@@ -342,7 +343,7 @@ def test_defaults_and_twins_on_the_verify_suite(problem):
     for name in (problem, f"{problem}_simple"):
         impl = _impl(problem, name)
         for case in prob.cases("verify"):
-            c = verify_case(impl, prob, case, "cuda", seeds=(0,), repeat=True)
+            c = verify_case(impl, prob, case, "cuda", seeds=GPU_SEEDS)
             if not c.ok:
                 bad.append(f"{name} {case.label}: {c.reason}")
     assert not bad, "\n".join(bad)

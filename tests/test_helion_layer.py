@@ -8,6 +8,7 @@ import importlib.util
 import pytest
 import torch
 
+from conftest import GPU_SEEDS  # noqa: E402
 from harness import problems, registry
 
 HAVE_HELION = importlib.util.find_spec("helion") is not None
@@ -332,7 +333,7 @@ def test_gpu_verify_suite(iid, problem):
     bad = []
     for case in prob.cases("verify"):
         assert not impl.supports(case), f"{iid} declined {case.id}"
-        c = verify_case(impl, prob, case, "cuda", seeds=(0, 1))
+        c = verify_case(impl, prob, case, "cuda", seeds=GPU_SEEDS)
         if not c.ok:
             bad.append(f"{case.id}: {c.reason}")
     assert not bad, "\n".join(bad)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import compile_ahead, GPU_SEEDS  # noqa: E402
 from harness import problems, registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,41 +273,59 @@ def test_generated_source_uses_hopper_features():
     assert "uint4" in vsrc
 
 
+def _extra_cases(problem):
+    """Cases that reach the long-row kernels with many rows (the verify suite's long rows are few)."""
+    prob = problems.get(problem)
+    if problem == "softmax":
+        return [prob.case(M=256, N=20_000, layout="strided_odd"),
+                prob.case(M=200, N=50_257, dtype="bfloat16", kind="neginf"),
+                prob.case(M=96, N=70_001, dtype="float16", layout="strided")]
+    if problem == "gemm_epilogue":
+        return [prob.case(M=64, N=4096, K=4096, act="gelu", dtype="bfloat16")]
+    return []
+
+
+def _gpu_jobs(problem):
+    """(implementation, case) of the GPU tests: the default and the twin on the verify suite, every
+    variant on the verify suite and the extra cases it takes."""
+    impls, prob = _impls(), problems.get(problem)
+    jobs = [(impls[f"tilelang:{n}"], c) for n in IDS[problem][:2] for c in prob.cases("verify")]
+    jobs += [(impls[f"tilelang:{n}"], c) for n in IDS[problem][2:]
+             for c in prob.cases("verify") + _extra_cases(problem) if not impls[f"tilelang:{n}"].supports(c)]
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def compiled_ahead():
+    """Every kernel the GPU tests run, compiled in parallel first (TileLang's disk cache keeps them;
+    serially, nvcc takes minutes over these suites)."""
+    compile_ahead([(i.problem, i.id, c) for p in PROBLEMS for i, c in _gpu_jobs(p)])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")
-@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("problem", PROBLEMS)
-def test_verify_suite_gpu(problem):
+def test_verify_suite_gpu(problem, compiled_ahead):
+    """The default and the twin on every verify case (neither declines one)."""
     from harness.verify import verify_case
 
-    impls = _impls()
     prob = problems.get(problem)
-    for name in (problem, f"{problem}_simple"):
-        for case in prob.cases("verify"):
-            chk = verify_case(impls[f"tilelang:{name}"], prob, case, "cuda")
-            assert chk.ok, (name, case, chk.reason)
+    for impl, case in _gpu_jobs(problem):
+        if impl.name in IDS[problem][:2]:
+            chk = verify_case(impl, prob, case, "cuda", seeds=GPU_SEEDS)
+            assert chk.ok, (impl.id, case, chk.reason)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")
-@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("problem", PROBLEMS)
-def test_variants_gpu(problem):
+def test_variants_gpu(problem, compiled_ahead):
     """Every variant on the verify cases it takes, plus cases that reach the long-row kernels with
-    many rows (the verify suite's long rows are few)."""
+    many rows."""
     from harness.verify import verify_case
 
-    impls = _impls()
     prob = problems.get(problem)
-    extra = {"softmax": lambda: [prob.case(M=256, N=20_000, layout="strided_odd"),
-                                 prob.case(M=200, N=50_257, dtype="bfloat16", kind="neginf"),
-                                 prob.case(M=96, N=70_001, dtype="float16", layout="strided")],
-             "gemm_epilogue": lambda: [prob.case(M=64, N=4096, K=4096, act="gelu", dtype="bfloat16")],
-             "vector_add": list}[problem]()   # built for this problem only (a softmax case is no GEMM's)
-    for name in IDS[problem][2:]:
-        impl = impls[f"tilelang:{name}"]
-        for case in prob.cases("verify") + extra:
-            if impl.supports(case):
-                continue
-            chk = verify_case(impl, prob, case, "cuda")
-            assert chk.ok, (name, case, chk.reason)
+    for impl, case in _gpu_jobs(problem):
+        if impl.name not in IDS[problem][:2]:
+            chk = verify_case(impl, prob, case, "cuda", seeds=GPU_SEEDS)
+            assert chk.ok, (impl.id, case, chk.reason)
