@@ -147,180 +147,232 @@ def _rowargs(kernel_family: str, c: RowCase, sx: int, sy: int, extra=()):
     return (("ptr", "x"), ("ptr", "out"), ("i32", c.N), ("i64", sx), ("i64", sy)) + tuple(extra)
 
 
+def _one_launch(p: Plan, info: dict) -> Launches:
+    return Launches([p], info=dict(info, kernel=p.kernel, grid=p.grid[0]))
+
+
+def _path_simple(c: RowCase, sx: int, sy: int, dev: Device, info: dict, **_) -> Launches:
+    p = Plan(f"softmax_simple_kernel<{CTYPE[c.dtype]}>", (c.M, 1, 1), SOFTMAX["simple_threads"],
+             _rowargs("", c, sx, sy))
+    info.update(threads=p.block, grid=c.M, resident=0)
+    return Launches([p], info=dict(info, kernel=p.kernel))
+
+
+def _path_warp(c: RowCase, sx: int, sy: int, dev: Device, info: dict, threads=0, **_) -> Launches:
+    S, N, vec = SOFTMAX, c.N, info["vec"]
+    if N > S["warp_max_n"]:
+        raise Decline(f"N: the warp-per-row path takes N <= {S['warp_max_n']}, got {N}")
+    chunks = _pow2_at_least(_cdiv(N, 32 * vec))
+    nt = threads or S["warp_threads"]
+    if nt > 256 or nt % 32:
+        raise ValueError("threads: the warp path takes a multiple of 32 up to 256 threads (8 rows) per block")
+    rpb = nt // 32
+    kern = f"softmax_warp_kernel<{CTYPE[c.dtype]}, {vec}, {chunks}>"
+    bps = _blocks_per_sm(nt, REGS["softmax_warp_kernel"])
+    p = Plan(kern, (_cdiv(c.M, rpb), 1, 1), nt, _rowargs("softmax_warp_kernel", c, sx, sy))
+    info.update(chunks=chunks, threads=nt, rows_per_block=rpb, resident=bps * rpb * c.row_bytes)
+    return _one_launch(p, info)
+
+
+def _path_block(c: RowCase, sx: int, sy: int, dev: Device, info: dict, threads=0, ept=0, **_) -> Launches:
+    S, N, vec = SOFTMAX, c.N, info["vec"]
+    if N > S["block_max_n"]:
+        raise Decline(f"N: the block-per-row path holds at most {S['block_max_n']} columns in registers, got {N}")
+    if ept not in (0, 8, 16, 32):
+        raise ValueError(f"ept: elements per thread must be 0 (default), 8, 16 or 32, got {ept}")
+    e = ept or S["block_ept"]
+    nt = (_cdiv(N, e) + 31) // 32 * 32
+    while nt > 1024 and e < 32:
+        e *= 2
+        nt = (_cdiv(N, e) + 31) // 32 * 32
+    e = max(e, vec)
+    if threads:
+        if threads * e < N or threads % 32 or threads > 1024:
+            raise ValueError(f"threads: {threads} x {e} elements per thread cannot hold N = {N}")
+        nt = threads
+    kern = f"softmax_block_kernel<{CTYPE[c.dtype]}, {vec}, {e // vec}>"
+    p = Plan(kern, (c.M, 1, 1), nt, _rowargs("softmax_block_kernel", c, sx, sy))
+    bps = _blocks_per_sm(nt, REGS["softmax_block_kernel"])
+    info.update(chunks=e // vec, threads=nt, resident=bps * c.row_bytes)
+    return _one_launch(p, info)
+
+
+def _path_rows(c: RowCase, sx: int, sy: int, dev: Device, info: dict, threads=0, ept=0, blocks_per_sm=0,
+               **_) -> Launches:
+    S, N, vec = SOFTMAX, c.N, info["vec"]
+    if N > S["rows_max_n"]:
+        raise Decline(f"N: the rows path holds a row in at most 256 threads x 32 elements: N <= {S['rows_max_n']}, "
+                      f"got {N}")
+    if ept not in (0, 32, *S["rows_short_epts"]):
+        raise ValueError(f"ept: the rows path holds 32 elements a thread ({', '.join(map(str, S['rows_short_epts']))} "
+                         f"pinned, for short rows), got {ept}")
+    e = ept or 32
+    if e < vec:
+        raise ValueError(f"ept: {e} elements a thread is less than one {vec}-element vector")
+    if threads not in (0, S["rows_threads"]):
+        raise ValueError(f"threads: the rows path uses {S['rows_threads']} threads per block, got {threads}")
+    if not 0 <= blocks_per_sm <= 32:
+        raise ValueError(f"blocks_per_sm: must be 0 (default 2 or 3) .. 32, got {blocks_per_sm}")
+    g = max(4, _pow2_at_least(_cdiv(N, e)))
+    if e != 32 and g > S["rows_short_max_g"]:
+        raise Decline(f"N: {e} elements a thread hold rows of at most {S['rows_short_max_g'] * e} columns, got {N}")
+    nt = S["rows_threads"]
+    rpb = nt // g
+    bps = blocks_per_sm or rows_min_blocks(c.es, vec, g)
+    need = _cdiv(c.M, rpb)  # CTA-steps; balanced grid: every CTA runs the same number of steps
+    steps = _cdiv(need, dev.sms * bps)
+    kern = f"softmax_rows_kernel<{CTYPE[c.dtype]}, {vec}, {e // vec}, {g}>"
+    p = Plan(kern, (_cdiv(need, steps), 1, 1), nt, _rowargs("softmax_rows_kernel", c, sx, sy))
+    # two rows per group in flight: the current one and the prefetched next one
+    info.update(groups=g, threads=nt, rows_per_block=rpb, blocks_per_sm=bps, ept=e,
+                resident=bps * rpb * 2 * c.row_bytes)
+    return _one_launch(p, info)
+
+
+def _smem_cluster(c: RowCase, dev: Device, cluster: int, slice_bytes) -> int:
+    """The smem path's CTAs a row: ``cluster`` when pinned; else one while a CTA's shared memory
+    holds the row, the smallest cluster whose slices fit smem_ctas_per_sm CTAs an SM, and more
+    CTAs a row while few rows leave SMs idle."""
+    S = SOFTMAX
+    cmax = S["smem_cluster_max"] if dev.clusters else 1
+    if cluster:
+        return cluster
+    limit = dev.smem_optin - S["smem_reserve"]
+    cands = [k for k in (1, 2, 4, 8, 16) if k <= cmax]
+    target = dev.smem_per_sm // S["smem_ctas_per_sm"] - 2 * S["smem_reserve"]
+    k = 1 if slice_bytes(1) <= limit else \
+        next((k for k in cands if slice_bytes(k) <= target), 0) or \
+        (cmax if slice_bytes(cmax) <= limit else 0)
+    if not k:
+        raise Decline(f"N: a row of {c.N * c.es} bytes does not fit {cmax} CTAs' shared memory ({limit} bytes each)")
+    # few rows: more CTAs per row, so that M x C CTAs cover the SMs, while slices stay worth a CTA
+    while k < cmax and c.M * k < dev.sms and slice_bytes(2 * k) >= S["slice_min"]:
+        k *= 2
+    return k
+
+
+def _path_smem(c: RowCase, sx: int, sy: int, dev: Device, info: dict, threads=0, cluster=0, **_) -> Launches:
+    S, N, es = SOFTMAX, c.N, c.es
+    cmax = S["smem_cluster_max"] if dev.clusters else 1
+    if cluster not in (0, 1, 2, 4, 8, 16):
+        raise ValueError(f"cluster: the smem path takes 0 (default), 1, 2, 4, 8 or 16 CTAs a row, got {cluster}")
+    if cluster > cmax:
+        raise ValueError(f"cluster: {_NO_CLUSTERS.format(cc=dev.cc)}")
+    V = 16 // es  # the kernel handles any alignment with 16-byte vectors (scalar head and tail)
+    limit = dev.smem_optin - S["smem_reserve"]
+
+    def seg_of(k):
+        return _cdiv(_cdiv(N, k), V) * V
+
+    def slice_bytes(k):
+        return _cdiv((seg_of(k) + V) * es, 16) * 16
+
+    k = _smem_cluster(c, dev, cluster, slice_bytes)
+    if slice_bytes(k) > limit:
+        raise Decline(f"cluster: {k} CTAs x {limit} bytes of shared memory cannot hold N = {N} "
+                      f"({slice_bytes(k)} bytes per CTA)")
+    seg, smem = seg_of(k), slice_bytes(k)
+    nt = threads or min(512, max(128, _pow2_at_least(_cdiv(seg, V * 8))))
+    if nt > 512 or nt % 32:
+        raise ValueError("threads: the smem path takes a multiple of 32 up to 512 threads per block")
+    kern = f"softmax_smem_kernel<{CTYPE[c.dtype]}, {k}>"
+    per_sm = max(1, min(dev.smem_per_sm // (smem + S["smem_reserve"]),
+                        _blocks_per_sm(nt, REGS["softmax_smem_kernel"])))
+    p = Plan(kern, (c.M * k, 1, 1), nt, _rowargs("softmax_smem_kernel", c, sx, sy, (("i32", seg),)), smem=smem,
+             cluster=k, max_dynamic_smem=smem, carveout=100, nonportable_cluster=k > 8)
+    info.update(vec=V, cluster=k, seg=seg, smem=smem, threads=nt, resident=per_sm * (smem - V * es))
+    return _one_launch(p, info)
+
+
+def _split_options(c: RowCase, dev: Device, threads, ept, cluster, blocks_per_sm, chunk):
+    """The split path's checked options: (blocks per SM, chunk, threads)."""
+    S, N, M = SOFTMAX, c.N, c.M
+    if chunk and chunk not in S["split_chunks"]:
+        raise ValueError(f"chunk: the split path's chunks are {S['split_chunks']} columns (0: by the SM count), "
+                         f"got {chunk}")
+    if threads not in (0, 256, 512):
+        raise ValueError(f"threads: the split path takes 256 or 512 threads per block (0: 512), got {threads}")
+    if cluster > 1:
+        raise ValueError(f"cluster: the split path uses no clusters, got {cluster}")
+    if not 0 <= blocks_per_sm <= 32:
+        raise ValueError(f"blocks_per_sm: must be 0 (default 2) .. 32, got {blocks_per_sm}")
+    bps = blocks_per_sm or S["split_blocks_per_sm"]
+    cap = dev.sms * bps
+    if not chunk:   # the largest chunk whose units cover the SMs (few long rows: shorter chunks)
+        fits = [ch for ch in S["split_chunks"] if _cdiv(N, ch) <= cap]
+        chunk = next((ch for ch in fits if M * _cdiv(N, ch) >= dev.sms), fits[-1] if fits else S["split_chunk"])
+    nt = threads or (S["split_threads"] if chunk == S["split_chunk"] else 256)
+    if chunk != S["split_chunk"] and nt != 256:
+        raise ValueError(f"threads: chunks of {chunk} columns run on 256 threads, got {threads}")
+    if ept not in (0, chunk // nt):
+        raise ValueError(f"ept: the split path holds {chunk} / threads = {chunk // nt} elements per thread, got {ept}")
+    return bps, chunk, nt
+
+
+def _path_split(c: RowCase, sx: int, sy: int, dev: Device, info: dict, threads=0, ept=0, cluster=0,
+                blocks_per_sm=0, max_spin=-1, chunk=0) -> Launches:
+    S, N, M, vec = SOFTMAX, c.N, c.M, info["vec"]
+    if N <= 2 * S["split_chunk"]:
+        raise Decline(f"N: the split path takes rows longer than {2 * S['split_chunk']} columns (the block path "
+                      f"keeps shorter rows on chip in one block), got N = {N}")
+    if not dev.cooperative:
+        raise Decline("the split path needs cooperative launch, which this device does not support")
+    bps, chunk, nt = _split_options(c, dev, threads, ept, cluster, blocks_per_sm, chunk)
+    cap = dev.sms * bps
+    parts = _cdiv(N, chunk)
+    if parts > cap:
+        raise Decline(f"N: the split path needs C = {parts} co-resident blocks per row (N = {N}), "
+                      f"the device holds {cap}")
+    grid = min(M * parts, cap // parts * parts)
+    if max_spin < -1:
+        raise ValueError(f"max_spin: must be -1 (default 2^20 polls) or >= 0, got {max_spin}")
+    spin = S["split_max_spin"] if max_spin < 0 else max_spin
+    kern = f"softmax_split_kernel<{CTYPE[c.dtype]}, {vec}, {nt}, {chunk}>"
+    units = M * parts
+    p = Plan(kern, (grid, 1, 1), nt,
+             (("ptr", "x"), ("ptr", "out"), ("ptr", "slots"), ("i32", N), ("i64", sx), ("i64", sy),
+              ("i32", parts), ("i64", units), ("i32", spin)),
+             cooperative=True, zero=("slots",))
+    info.update(parts=parts, chunks=chunk // nt // vec, threads=nt, seg=chunk, blocks_per_sm=bps,
+                resident=bps * chunk * c.es)
+    return Launches([p], workspace={"slots": units * 8}, info=dict(info, kernel=kern, grid=grid))
+
+
+def _path_online(c: RowCase, sx: int, sy: int, dev: Device, info: dict, threads=0, cluster=0, **_) -> Launches:
+    S, N, vec = SOFTMAX, c.N, info["vec"]
+    k = cluster
+    if k == 16:
+        raise ValueError("cluster: the online path takes 0 (default), 1, 2, 4 or 8, got 16")
+    if not k:
+        b = c.row_bytes
+        slice_ = S["online_slice"]
+        k = 1 if b <= slice_ else 2 if b <= 2 * slice_ else 4 if b <= 4 * slice_ else 8
+    if k > 1 and not dev.clusters:
+        if cluster > 1:
+            raise ValueError(f"cluster: {_NO_CLUSTERS.format(cc=dev.cc)}")
+        k = 1
+    nt = threads or S["online_threads"]
+    if nt > 512:
+        raise ValueError("threads: the online path takes at most 512 threads per block")
+    seg = _cdiv(_cdiv(N, k), vec) * vec
+    kern = f"softmax_online_kernel<{CTYPE[c.dtype]}, {vec}, {k}>"
+    p = Plan(kern, (c.M * k, 1, 1), nt, _rowargs("softmax_online_kernel", c, sx, sy, (("i32", seg),)), cluster=k)
+    info.update(cluster=k, seg=seg, threads=nt, resident=0)
+    return _one_launch(p, info)
+
+
+_PATHS = {"simple": _path_simple, "warp": _path_warp, "block": _path_block, "rows": _path_rows,
+          "smem": _path_smem, "split": _path_split, "online": _path_online}
+
+
 def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=0, ept=0, cluster=0,
                   blocks_per_sm=0, max_spin=-1, chunk=0) -> Launches:
     """One concrete path; raises Decline when the path cannot take the case, ValueError for a bad option."""
-    T, es, M, N = CTYPE[c.dtype], c.es, c.M, c.N
-    vec = 16 // es if c.rows16 else 1
-    S = SOFTMAX
-    info = {"path": path, "vec": vec}
-    if path == "simple":
-        p = Plan(f"softmax_simple_kernel<{T}>", (M, 1, 1), S["simple_threads"], _rowargs("", c, sx, sy))
-        info.update(threads=p.block, grid=M, resident=0)
-        return Launches([p], info=dict(info, kernel=p.kernel))
-    if path == "warp":
-        if N > S["warp_max_n"]:
-            raise Decline(f"N: the warp-per-row path takes N <= {S['warp_max_n']}, got {N}")
-        chunks = _pow2_at_least(_cdiv(N, 32 * vec))
-        nt = threads or S["warp_threads"]
-        if nt > 256 or nt % 32:
-            raise ValueError("threads: the warp path takes a multiple of 32 up to 256 threads (8 rows) per block")
-        rpb = nt // 32
-        kern = f"softmax_warp_kernel<{T}, {vec}, {chunks}>"
-        bps = _blocks_per_sm(nt, REGS["softmax_warp_kernel"])
-        p = Plan(kern, (_cdiv(M, rpb), 1, 1), nt, _rowargs("softmax_warp_kernel", c, sx, sy))
-        info.update(chunks=chunks, threads=nt, rows_per_block=rpb, resident=bps * rpb * c.row_bytes)
-    elif path == "block":
-        if N > S["block_max_n"]:
-            raise Decline(f"N: the block-per-row path holds at most {S['block_max_n']} columns in registers, got {N}")
-        if ept not in (0, 8, 16, 32):
-            raise ValueError(f"ept: elements per thread must be 0 (default), 8, 16 or 32, got {ept}")
-        e = ept or S["block_ept"]
-        nt = (_cdiv(N, e) + 31) // 32 * 32
-        while nt > 1024 and e < 32:
-            e *= 2
-            nt = (_cdiv(N, e) + 31) // 32 * 32
-        e = max(e, vec)
-        if threads:
-            if threads * e < N or threads % 32 or threads > 1024:
-                raise ValueError(f"threads: {threads} x {e} elements per thread cannot hold N = {N}")
-            nt = threads
-        kern = f"softmax_block_kernel<{T}, {vec}, {e // vec}>"
-        p = Plan(kern, (M, 1, 1), nt, _rowargs("softmax_block_kernel", c, sx, sy))
-        bps = _blocks_per_sm(nt, REGS["softmax_block_kernel"])
-        info.update(chunks=e // vec, threads=nt, resident=bps * c.row_bytes)
-    elif path == "rows":
-        if N > S["rows_max_n"]:
-            raise Decline(f"N: the rows path holds a row in at most 256 threads x 32 elements: N <= {S['rows_max_n']}, "
-                          f"got {N}")
-        if ept not in (0, 32, *S["rows_short_epts"]):
-            raise ValueError(f"ept: the rows path holds 32 elements a thread ({', '.join(map(str, S['rows_short_epts']))} "
-                             f"pinned, for short rows), got {ept}")
-        e = ept or 32
-        if e < vec:
-            raise ValueError(f"ept: {e} elements a thread is less than one {vec}-element vector")
-        if threads not in (0, S["rows_threads"]):
-            raise ValueError(f"threads: the rows path uses {S['rows_threads']} threads per block, got {threads}")
-        if not 0 <= blocks_per_sm <= 32:
-            raise ValueError(f"blocks_per_sm: must be 0 (default 2 or 3) .. 32, got {blocks_per_sm}")
-        g = max(4, _pow2_at_least(_cdiv(N, e)))
-        if e != 32 and g > S["rows_short_max_g"]:
-            raise Decline(f"N: {e} elements a thread hold rows of at most {S['rows_short_max_g'] * e} columns, got {N}")
-        nt = S["rows_threads"]
-        rpb = nt // g
-        bps = blocks_per_sm or rows_min_blocks(es, vec, g)
-        need = _cdiv(M, rpb)  # CTA-steps; balanced grid: every CTA runs the same number of steps
-        steps = _cdiv(need, dev.sms * bps)
-        kern = f"softmax_rows_kernel<{T}, {vec}, {e // vec}, {g}>"
-        p = Plan(kern, (_cdiv(need, steps), 1, 1), nt, _rowargs("softmax_rows_kernel", c, sx, sy))
-        # two rows per group in flight: the current one and the prefetched next one
-        info.update(groups=g, threads=nt, rows_per_block=rpb, blocks_per_sm=bps, ept=e,
-                    resident=bps * rpb * 2 * c.row_bytes)
-    elif path == "smem":
-        cmax = S["smem_cluster_max"] if dev.clusters else 1
-        if cluster not in (0, 1, 2, 4, 8, 16):
-            raise ValueError(f"cluster: the smem path takes 0 (default), 1, 2, 4, 8 or 16 CTAs a row, got {cluster}")
-        if cluster > cmax:
-            raise ValueError(f"cluster: {_NO_CLUSTERS.format(cc=dev.cc)}")
-        V = 16 // es  # the kernel handles any alignment with 16-byte vectors (scalar head and tail)
-        limit = dev.smem_optin - S["smem_reserve"]
-
-        def seg_of(k):
-            return _cdiv(_cdiv(N, k), V) * V
-
-        def slice_bytes(k):
-            return _cdiv((seg_of(k) + V) * es, 16) * 16
-
-        if cluster:
-            k = cluster
-        else:
-            cands = [k for k in (1, 2, 4, 8, 16) if k <= cmax]
-            target = dev.smem_per_sm // S["smem_ctas_per_sm"] - 2 * S["smem_reserve"]
-            k = 1 if slice_bytes(1) <= limit else \
-                next((k for k in cands if slice_bytes(k) <= target), 0) or \
-                (cmax if slice_bytes(cmax) <= limit else 0)
-            if not k:
-                raise Decline(f"N: a row of {N * es} bytes does not fit {cmax} CTAs' shared memory ({limit} bytes each)")
-            # few rows: more CTAs per row, so that M x C CTAs cover the SMs, while slices stay worth a CTA
-            while k < cmax and M * k < dev.sms and slice_bytes(2 * k) >= S["slice_min"]:
-                k *= 2
-        if slice_bytes(k) > limit:
-            raise Decline(f"cluster: {k} CTAs x {limit} bytes of shared memory cannot hold N = {N} "
-                          f"({slice_bytes(k)} bytes per CTA)")
-        seg, smem = seg_of(k), slice_bytes(k)
-        nt = threads or min(512, max(128, _pow2_at_least(_cdiv(seg, V * 8))))
-        if nt > 512 or nt % 32:
-            raise ValueError("threads: the smem path takes a multiple of 32 up to 512 threads per block")
-        kern = f"softmax_smem_kernel<{T}, {k}>"
-        per_sm = max(1, min(dev.smem_per_sm // (smem + S["smem_reserve"]),
-                            _blocks_per_sm(nt, REGS["softmax_smem_kernel"])))
-        p = Plan(kern, (M * k, 1, 1), nt, _rowargs("softmax_smem_kernel", c, sx, sy, (("i32", seg),)), smem=smem,
-                 cluster=k, max_dynamic_smem=smem, carveout=100, nonportable_cluster=k > 8)
-        info.update(vec=V, cluster=k, seg=seg, smem=smem, threads=nt, resident=per_sm * (smem - V * es))
-    elif path == "split":
-        if N <= 2 * S["split_chunk"]:
-            raise Decline(f"N: the split path takes rows longer than {2 * S['split_chunk']} columns (the block path "
-                          f"keeps shorter rows on chip in one block), got N = {N}")
-        if not dev.cooperative:
-            raise Decline("the split path needs cooperative launch, which this device does not support")
-        if chunk and chunk not in S["split_chunks"]:
-            raise ValueError(f"chunk: the split path's chunks are {S['split_chunks']} columns (0: by the SM count), "
-                             f"got {chunk}")
-        if threads not in (0, 256, 512):
-            raise ValueError(f"threads: the split path takes 256 or 512 threads per block (0: 512), got {threads}")
-        if cluster > 1:
-            raise ValueError(f"cluster: the split path uses no clusters, got {cluster}")
-        if not 0 <= blocks_per_sm <= 32:
-            raise ValueError(f"blocks_per_sm: must be 0 (default 2) .. 32, got {blocks_per_sm}")
-        bps = blocks_per_sm or S["split_blocks_per_sm"]
-        cap = dev.sms * bps
-        if not chunk:   # the largest chunk whose units cover the SMs (few long rows: shorter chunks)
-            fits = [ch for ch in S["split_chunks"] if _cdiv(N, ch) <= cap]
-            chunk = next((ch for ch in fits if M * _cdiv(N, ch) >= dev.sms), fits[-1] if fits else S["split_chunk"])
-        nt = threads or (S["split_threads"] if chunk == S["split_chunk"] else 256)
-        if chunk != S["split_chunk"] and nt != 256:
-            raise ValueError(f"threads: chunks of {chunk} columns run on 256 threads, got {threads}")
-        if ept not in (0, chunk // nt):
-            raise ValueError(f"ept: the split path holds {chunk} / threads = {chunk // nt} elements per thread, got {ept}")
-        parts = _cdiv(N, chunk)
-        if parts > cap:
-            raise Decline(f"N: the split path needs C = {parts} co-resident blocks per row (N = {N}), "
-                          f"the device holds {cap}")
-        grid = min(M * parts, cap // parts * parts)
-        if max_spin < -1:
-            raise ValueError(f"max_spin: must be -1 (default 2^20 polls) or >= 0, got {max_spin}")
-        spin = S["split_max_spin"] if max_spin < 0 else max_spin
-        kern = f"softmax_split_kernel<{T}, {vec}, {nt}, {chunk}>"
-        units = M * parts
-        p = Plan(kern, (grid, 1, 1), nt,
-                 (("ptr", "x"), ("ptr", "out"), ("ptr", "slots"), ("i32", N), ("i64", sx), ("i64", sy),
-                  ("i32", parts), ("i64", units), ("i32", spin)),
-                 cooperative=True, zero=("slots",))
-        info.update(parts=parts, chunks=chunk // nt // vec, threads=nt, seg=chunk, blocks_per_sm=bps,
-                    resident=bps * chunk * es)
-        return Launches([p], workspace={"slots": units * 8}, info=dict(info, kernel=kern, grid=grid))
-    elif path == "online":
-        k = cluster
-        if k == 16:
-            raise ValueError("cluster: the online path takes 0 (default), 1, 2, 4 or 8, got 16")
-        if not k:
-            b = c.row_bytes
-            slice_ = S["online_slice"]
-            k = 1 if b <= slice_ else 2 if b <= 2 * slice_ else 4 if b <= 4 * slice_ else 8
-        if k > 1 and not dev.clusters:
-            if cluster > 1:
-                raise ValueError(f"cluster: {_NO_CLUSTERS.format(cc=dev.cc)}")
-            k = 1
-        nt = threads or S["online_threads"]
-        if nt > 512:
-            raise ValueError("threads: the online path takes at most 512 threads per block")
-        seg = _cdiv(_cdiv(N, k), vec) * vec
-        kern = f"softmax_online_kernel<{T}, {vec}, {k}>"
-        p = Plan(kern, (M * k, 1, 1), nt, _rowargs("softmax_online_kernel", c, sx, sy, (("i32", seg),)), cluster=k)
-        info.update(cluster=k, seg=seg, threads=nt, resident=0)
-    else:
+    if path not in _PATHS:
         raise ValueError(f"path: {path!r} is not one of {', '.join(SOFTMAX_PATHS)}")
-    return Launches([p], info=dict(info, kernel=p.kernel, grid=p.grid[0]))
+    info = {"path": path, "vec": 16 // c.es if c.rows16 else 1}
+    return _PATHS[path](c, sx, sy, dev, info, threads=threads, ept=ept, cluster=cluster,
+                        blocks_per_sm=blocks_per_sm, max_spin=max_spin, chunk=chunk)
 
 
 def plan_softmax(path: str, M: int, N: int, dtype: str, sx: int | None = None, sy: int | None = None,
