@@ -144,6 +144,133 @@ def _first_index(n: int, bad_of_chunk) -> int:
     return 0
 
 
+class _Flat:
+    """The output and the reference (bound, systematic part) as flat views on the reference's
+    device, with the per-chunk mismatch masks the passes and the first-offender search share."""
+
+    def __init__(self, case, out, ref, bound, systematic):
+        self.case, self.shape = case, tuple(ref.shape)
+        self.o = out.detach().to(device=ref.device).reshape(-1)
+        self.r = ref.reshape(-1)
+        self.b = bound.reshape(-1) if bound is not None else None
+        self.s = systematic.reshape(-1) if systematic is not None else None
+        self.n = self.r.numel()
+        self.f64 = dict(dtype=torch.float64, device=ref.device)
+
+    def nan_mismatch(self, i, j):
+        return torch.isnan(self.o[i:j]) != torch.isnan(self.r[i:j])
+
+    def inf_mismatch(self, i, j):
+        o, r = self.o[i:j], self.r[i:j]
+        oi, ri = torch.isinf(o), torch.isinf(r)
+        return (oi != ri) | (oi & ri & (torch.sign(o) != torch.sign(r)))
+
+
+def _form_failure(case, out, ref) -> Check | None:
+    if not isinstance(out, torch.Tensor):
+        return Check(False, f"output is {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(ref.shape):
+        return Check(False, f"output shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
+    if out.dtype != case.torch_dtype:
+        return Check(False, f"output dtype {out.dtype} != expected {case.torch_dtype}")
+    return None
+
+
+def _first_pass(f: _Flat, bias):
+    """Pass 1 over the chunks: NaN/inf mismatch counts, norms, extremes (for the constant-output
+    guard), and the bias sample. Returns (counts, sums, extremes) as lists."""
+    counts = torch.zeros(3, dtype=torch.int64, device=f.r.device)  # NaN mismatches, inf mismatches, finite
+    sums = torch.zeros(4, **f.f64)            # sum r^2, sum e^2, max |e|, sum (round(r) - r)^2
+    ext = torch.tensor([math.inf, -math.inf, math.inf, -math.inf], **f.f64)  # min/max of r, of o (finite r)
+    n_chunks = -(-f.n // CHUNK)
+    bias_step = max(1, -(-n_chunks // BIAS_MAX_CHUNKS))
+    for k, i in enumerate(range(0, f.n, CHUNK)):
+        j = min(f.n, i + CHUNK)
+        o = f.o[i:j].to(torch.float64)
+        r = f.r[i:j]
+        counts[0] += f.nan_mismatch(i, j).sum()
+        counts[1] += f.inf_mismatch(i, j).sum()
+        fin = torch.isfinite(r)
+        counts[2] += fin.sum()
+        e = torch.where(fin, o - r, 0.0)
+        rz = torch.where(fin, r, 0.0)
+        sums[0] += (rz * rz).sum()
+        sums[1] += (e * e).sum()
+        sums[2] = torch.maximum(sums[2], e.abs().max())
+        # the error of the best output the dtype can hold: the reference rounded to it
+        rr = torch.where(fin, r.to(f.case.torch_dtype).to(torch.float64) - r, 0.0)
+        sums[3] += (rr * rr).sum()
+        ext[0] = torch.minimum(ext[0], torch.where(fin, r, math.inf).min())
+        ext[1] = torch.maximum(ext[1], torch.where(fin, r, -math.inf).max())
+        ext[2] = torch.minimum(ext[2], torch.where(fin, o, math.inf).min())
+        ext[3] = torch.maximum(ext[3], torch.where(fin, o, -math.inf).max())
+        if bias is not None and k % bias_step == 0:
+            # the error against the correctly rounded reference: rounding itself is no bias, also
+            # where a binade holds only a few representable values (fp16 subnormals), whose
+            # rounding errors need not average out
+            rf, ef = r[fin], (o - r - rr)[fin]
+            if rf.numel() and bool(torch.isfinite(ef).all()):
+                bias.add(rf, ef, f.s[i:j][fin] if f.s is not None else None)
+    return counts.tolist(), sums.tolist(), ext.tolist()
+
+
+def _position_failure(f: _Flat, nan_bad: int, inf_bad: int) -> Check | None:
+    """NaN or inf where the reference has none (or the reverse): the count and the first."""
+    if nan_bad:
+        first = _first_index(f.n, f.nan_mismatch)
+        what = ("NaN where the reference is finite (unwritten or poisoned output?)"
+                if bool(torch.isnan(f.o[first])) else "finite where the reference is NaN")
+        where = _index(first, f.shape)
+        return Check(False, f"{nan_bad} element(s) {what}; first at {where}", first_bad=where,
+                     max_abs_err=float("nan"))
+    if inf_bad:
+        where = _index(_first_index(f.n, f.inf_mismatch), f.shape)
+        return Check(False, f"{inf_bad} element(s) with inf where the reference differs; "
+                            f"first at {where}", first_bad=where, max_abs_err=float("inf"))
+    return None
+
+
+def _element_failure(f: _Flat, allowed_of, what: str, max_abs: float, rel: float):
+    """Pass 2: every element against its bound. (a Check for the first offender or None, the
+    largest error / bound ratio)."""
+    def over_of(i, j):
+        o, r = f.o[i:j].to(torch.float64), f.r[i:j]
+        return torch.isfinite(r) & ((o - r).abs() > allowed_of(i, j, o, r))
+
+    over = torch.zeros((), dtype=torch.int64, device=f.r.device)
+    ratio_max = torch.zeros((), **f.f64)
+    for i in range(0, f.n, CHUNK):
+        j = min(f.n, i + CHUNK)
+        o, r = f.o[i:j].to(torch.float64), f.r[i:j]
+        fin = torch.isfinite(r)
+        allowed = allowed_of(i, j, o, r)
+        err = (o - r).abs()
+        over += (fin & (err > allowed)).sum()
+        ratio_max = torch.maximum(ratio_max, torch.where(fin, err / allowed.clamp_min(1e-300), 0.0).max())
+    over_n, worst_ratio = int(over), float(ratio_max)
+    if not over_n:
+        return None, worst_ratio
+    first = _first_index(f.n, over_of)
+    where = _index(first, f.shape)
+    got, want = float(f.o[first]), float(f.r[first])
+    allowed = float(allowed_of(first, first + 1, f.o[first:first + 1].to(torch.float64), f.r[first:first + 1])[0])
+    return Check(False, f"{over_n} element(s) outside {what}; first at {where}: got {got:.9g}, "
+                        f"expected {want:.9g} (allowed error {allowed:.3g})", max_abs, rel, where), worst_ratio
+
+
+def _bias_verdict(bias, worst_ratio: float, max_abs: float, rel: float) -> Check:
+    worst = bias.worst() if bias is not None else None
+    details = {"bias": worst} if worst else {}
+    details["worst_ratio"] = worst_ratio
+    if worst and worst["fails"]:
+        return Check(False, f"systematic error: in the {worst['n']} elements with reference in "
+                            f"{worst['bin']} the mean error is {worst['mean_err']:.3g} "
+                            f"(t = {worst['t']:.1f}; unbiased rounding stays under "
+                            f"{worst['floor']:.3g}): a different function or precision?",
+                     max_abs, rel, details=details)
+    return Check(True, "", max_abs, rel, details=details)
+
+
 def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | None = None,
                  systematic: torch.Tensor | None = None) -> Check:
     """Compare ``out`` with the float64 ``ref``.
@@ -157,78 +284,17 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
     and the first offending element is searched for only when a count says there is one. The bias
     test reads at most ``BIAS_MAX_CHUNKS`` chunks, evenly spaced over the output (2^26 elements
     test a bias far below its floor; sorting billions of values for it would cost seconds)."""
-    if not isinstance(out, torch.Tensor):
-        return Check(False, f"output is {type(out).__name__}, not a tensor")
-    if tuple(out.shape) != tuple(ref.shape):
-        return Check(False, f"output shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
-    if out.dtype != case.torch_dtype:
-        return Check(False, f"output dtype {out.dtype} != expected {case.torch_dtype}")
+    bad = _form_failure(case, out, ref)
+    if bad:
+        return bad
     tol = problem.tolerance(case.dtype)
-    shape = tuple(ref.shape)
-    o_all = out.detach().to(device=ref.device).reshape(-1)
-    r_all = ref.reshape(-1)
-    b_all = bound.reshape(-1) if bound is not None else None
-    s_all = systematic.reshape(-1) if systematic is not None else None
-    n = r_all.numel()
-    f64 = dict(dtype=torch.float64, device=ref.device)
-
-    def nan_mismatch(i, j):
-        return torch.isnan(o_all[i:j]) != torch.isnan(r_all[i:j])
-
-    def inf_mismatch(i, j):
-        o, r = o_all[i:j], r_all[i:j]
-        oi, ri = torch.isinf(o), torch.isinf(r)
-        return (oi != ri) | (oi & ri & (torch.sign(o) != torch.sign(r)))
-
-    # pass 1: NaN/inf positions, norms, extremes (for the constant-output guard), bias sample
-    counts = torch.zeros(3, dtype=torch.int64, device=ref.device)  # NaN mismatches, inf mismatches, finite
-    sums = torch.zeros(4, **f64)            # sum r^2, sum e^2, max |e|, sum (round(r) - r)^2
-    ext = torch.tensor([math.inf, -math.inf, math.inf, -math.inf], **f64)  # min/max of r, of o (finite r)
+    f = _Flat(case, out, ref, bound, systematic)
     bias = _BiasStats(case.dtype) if getattr(problem, "bias_check", True) and (
         bound is not None or not getattr(problem, "derives_bound", False)) else None
-    n_chunks = -(-n // CHUNK)
-    bias_step = max(1, -(-n_chunks // BIAS_MAX_CHUNKS))
-    for k, i in enumerate(range(0, n, CHUNK)):
-        j = min(n, i + CHUNK)
-        o = o_all[i:j].to(torch.float64)
-        r = r_all[i:j]
-        counts[0] += nan_mismatch(i, j).sum()
-        counts[1] += inf_mismatch(i, j).sum()
-        fin = torch.isfinite(r)
-        counts[2] += fin.sum()
-        e = torch.where(fin, o - r, 0.0)
-        rz = torch.where(fin, r, 0.0)
-        sums[0] += (rz * rz).sum()
-        sums[1] += (e * e).sum()
-        sums[2] = torch.maximum(sums[2], e.abs().max())
-        # the error of the best output the dtype can hold: the reference rounded to it
-        rr = torch.where(fin, r.to(case.torch_dtype).to(torch.float64) - r, 0.0)
-        sums[3] += (rr * rr).sum()
-        ext[0] = torch.minimum(ext[0], torch.where(fin, r, math.inf).min())
-        ext[1] = torch.maximum(ext[1], torch.where(fin, r, -math.inf).max())
-        ext[2] = torch.minimum(ext[2], torch.where(fin, o, math.inf).min())
-        ext[3] = torch.maximum(ext[3], torch.where(fin, o, -math.inf).max())
-        if bias is not None and k % bias_step == 0:
-            # the error against the correctly rounded reference: rounding itself is no bias, also
-            # where a binade holds only a few representable values (fp16 subnormals), whose
-            # rounding errors need not average out
-            rf, ef = r[fin], (o - r - rr)[fin]
-            if rf.numel() and bool(torch.isfinite(ef).all()):
-                bias.add(rf, ef, s_all[i:j][fin] if s_all is not None else None)
-
-    nan_bad, inf_bad, n_fin = (int(v) for v in counts.tolist())
-    sum_r2, sum_e2, max_abs, sum_round2 = sums.tolist()
-    if nan_bad:
-        first = _first_index(n, nan_mismatch)
-        what = ("NaN where the reference is finite (unwritten or poisoned output?)"
-                if bool(torch.isnan(o_all[first])) else "finite where the reference is NaN")
-        where = _index(first, shape)
-        return Check(False, f"{nan_bad} element(s) {what}; first at {where}", first_bad=where,
-                     max_abs_err=float("nan"))
-    if inf_bad:
-        where = _index(_first_index(n, inf_mismatch), shape)
-        return Check(False, f"{inf_bad} element(s) with inf where the reference differs; "
-                            f"first at {where}", first_bad=where, max_abs_err=float("inf"))
+    (nan_bad, inf_bad, n_fin), (sum_r2, sum_e2, max_abs, sum_round2), ext = _first_pass(f, bias)
+    bad = _position_failure(f, int(nan_bad), int(inf_bad))
+    if bad:
+        return bad
     if n_fin == 0:
         return Check(True, "no finite elements to compare", 0.0, 0.0)
     ref_norm, err_norm = math.sqrt(sum_r2), math.sqrt(sum_e2)
@@ -241,60 +307,28 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
     rel_bound = max(tol.rel_norm, ROUNDING_NORM_FACTOR * rel_round)
 
     # Guard: an all-zero or constant output where the reference is neither.
-    rmin, rmax, omin, omax = ext.tolist()
+    rmin, rmax, omin, omax = ext
     if n_fin > 1 and rmin != rmax and omin == omax:
         kind = "all zero" if omin == 0.0 else f"constant ({omin:g})"
         return Check(False, f"output is {kind} where the reference is not", max_abs, rel)
 
-    rms = math.sqrt(sum_r2 / n_fin)
-    atol = max(tol.atol_floor, tol.atol_rms * rms)
+    atol = max(tol.atol_floor, tol.atol_rms * math.sqrt(sum_r2 / n_fin))
 
     def allowed_of(i, j, o, r):
-        if b_all is not None:
-            return b_all[i:j] + _half_ulp(torch.maximum(r.abs(), o.abs()), case.dtype)
+        if f.b is not None:
+            return f.b[i:j] + _half_ulp(torch.maximum(r.abs(), o.abs()), case.dtype)
         return atol + tol.rtol * r.abs()
 
-    def over_of(i, j):
-        o, r = o_all[i:j].to(torch.float64), r_all[i:j]
-        return torch.isfinite(r) & ((o - r).abs() > allowed_of(i, j, o, r))
-
-    # pass 2: every element against its bound; the largest error / bound ratio
-    over = torch.zeros((), dtype=torch.int64, device=ref.device)
-    ratio_max = torch.zeros((), **f64)
-    for i in range(0, n, CHUNK):
-        j = min(n, i + CHUNK)
-        o, r = o_all[i:j].to(torch.float64), r_all[i:j]
-        fin = torch.isfinite(r)
-        allowed = allowed_of(i, j, o, r)
-        err = (o - r).abs()
-        over += (fin & (err > allowed)).sum()
-        ratio_max = torch.maximum(ratio_max, torch.where(fin, err / allowed.clamp_min(1e-300), 0.0).max())
-    over_n, worst_ratio = int(over), float(ratio_max)
-    if over_n:
-        first = _first_index(n, over_of)
-        where = _index(first, shape)
-        got, want = float(o_all[first]), float(r_all[first])
-        allowed = float(allowed_of(first, first + 1, o_all[first:first + 1].to(torch.float64),
-                                   r_all[first:first + 1])[0])
-        what = (f"their bound (fp32 accumulation + half an ulp of {case.dtype})" if b_all is not None
-                else f"atol={atol:.3g} + rtol={tol.rtol:.3g}*|ref|")
-        return Check(False, f"{over_n} element(s) outside {what}; first at {where}: got {got:.9g}, "
-                            f"expected {want:.9g} (allowed error {allowed:.3g})",
-                     max_abs, rel, where)
+    what = (f"their bound (fp32 accumulation + half an ulp of {case.dtype})" if f.b is not None
+            else f"atol={atol:.3g} + rtol={tol.rtol:.3g}*|ref|")
+    bad, worst_ratio = _element_failure(f, allowed_of, what, max_abs, rel)
+    if bad:
+        return bad
     if rel > rel_bound:
         floor = (f" (the correctly rounded reference's own error is {rel_round:.3g})"
                  if rel_bound > tol.rel_norm else "")
         return Check(False, f"relative error norm {rel:.3g} > {rel_bound:.3g}{floor}", max_abs, rel)
-    worst = bias.worst() if bias is not None else None
-    details = {"bias": worst} if worst else {}
-    details["worst_ratio"] = worst_ratio
-    if worst and worst["fails"]:
-        return Check(False, f"systematic error: in the {worst['n']} elements with reference in "
-                            f"{worst['bin']} the mean error is {worst['mean_err']:.3g} "
-                            f"(t = {worst['t']:.1f}; unbiased rounding stays under "
-                            f"{worst['floor']:.3g}): a different function or precision?",
-                     max_abs, rel, details=details)
-    return Check(True, "", max_abs, rel, details=details)
+    return _bias_verdict(bias, worst_ratio, max_abs, rel)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
