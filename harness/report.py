@@ -23,26 +23,98 @@ def _fmt_time(s: float | None) -> str:
     return f"{s:.3f} s"
 
 
-def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str | None,
-                l2_bytes: int = 0, model_gpu: str | None = None) -> None:
-    """Fill gbps / tflops / % of ceiling / speed-up / model columns of every timed row, after
-    failing the rows that are faster than the hardware allows (``mark_implausible``)."""
-    from . import problems, registry
-    from .case import Case
-    from .machine import datasheet_for
+def _baseline_times(rows: list[dict]) -> dict[tuple, tuple]:
+    """(problem, case id) -> (median seconds, impl) of the baseline's timed PASS row."""
+    from . import registry
 
-    mark_implausible(rows, ceilings, gpu, l2_bytes)
-    try:
-        from . import model as _model
-    except Exception:  # the model module is optional for the comparison
-        _model = None
-    ds = datasheet_for(gpu)
-    base_time: dict[tuple, float] = {}
+    base_time: dict[tuple, tuple] = {}
     baseline_ids = {i.key for i in registry.all_impls() if i.baseline}
     for r in rows:
         is_base = r.get("role") == "baseline" or f"{r['problem']}/{r['impl']}" in baseline_ids
         if r.get("time") and is_base and r["status"] == "PASS" and r.get("phase", "timed") == "timed":
             base_time[(r["problem"], r["case"]["id"])] = (r["time"]["median_s"], r["impl"])
+    return base_time
+
+
+def _modelled_only(r: dict, p, case, model_gpu: str | None, _model) -> None:
+    """An untimed row: what its case would take on a named GPU (modelled, no measurement)."""
+    if model_gpu and _model is not None and r.get("phase", "timed") == "timed":
+        try:
+            g = _model.gpu_by_name(model_gpu)
+            peak = g.fp32 if case.dtype == "float32" else g.tensor16
+            r["model_ideal_s"] = _model.ideal_time(p.name, case, g.bw, peak)
+            r["model_gpu"] = g.key
+        except Exception as e:
+            r["model_note"] = f"model failed: {e}"
+
+
+def _ceiling_metrics(r: dict, p, dt: str, t: float, ceilings: dict | None, ds) -> None:
+    """% of the same-size copy timed beside the row, of the run's large streams / vendor GEMM,
+    and of the datasheet."""
+    if p.metric == "GB/s":
+        # % of a copy of the same bytes and read:write mix timed beside the row in the same
+        # run (launch-bound where the row is); never the large copy under another name
+        cc = r.get("copy_ceiling") or {}
+        if cc.get("per_s"):
+            r["pct_ceiling"] = 100 * r["traffic_bytes"] / t / cc["per_s"]
+            r["ceiling_mix"] = cc.get("mix")
+    if ceilings:
+        if p.metric == "GB/s":
+            bw = ceiling_bw(ceilings, p.mix)
+            if bw:
+                # % of the large (1 GiB class) stream of the same mix: the HBM share
+                r["pct_hbm"] = 100 * r["traffic_bytes"] / t / bw
+                r.setdefault("ceiling_mix", None)
+                r["hbm_mix"] = p.mix if (ceilings.get("stream_bytes_per_s") or {}).get(p.mix) else "1:1"
+        elif p.metric == "TFLOP/s" and (ceilings.get("gemm_flops_per_s") or {}).get(dt):
+            r["pct_ceiling"] = 100 * r["flops"] / t / ceilings["gemm_flops_per_s"][dt]
+        if p.metric == "TFLOP/s" and ceilings.get("copy_bytes_per_s"):
+            r["pct_hbm"] = 100 * r["traffic_bytes"] / t / ceilings["copy_bytes_per_s"]
+    if ds:
+        if p.metric == "GB/s":
+            r["pct_datasheet"] = 100 * r["traffic_bytes"] / t / ds.bw
+        else:
+            r["pct_datasheet"] = 100 * r["flops"] / t / (ds.fp32 if dt == "float32" else ds.tensor16)
+
+
+def _model_metrics(r: dict, p, case, t: float, ceilings: dict | None, ds, _model) -> None:
+    """The model's ideal time and measured / ideal: the run's measured ceilings where there are
+    (copy; vendor GEMM per 16-bit dtype), the datasheet otherwise (fp32 arithmetic is never
+    measured: datasheet)."""
+    from . import registry
+
+    dt = case.dtype
+    ds_peak = (ds.fp32 if dt == "float32" else ds.tensor16) if ds else None
+    bw = (ceilings or {}).get("copy_bytes_per_s") or (ds.bw if ds else None)
+    peak = ((ceilings or {}).get("gemm_flops_per_s") or {}).get(dt) or ds_peak
+    if not (bw and peak):
+        return
+    try:
+        impl = registry.get(p.name, r["impl"])
+        variant = _model.variant_of(impl)
+    except Exception:
+        variant = None
+    try:
+        ideal = _model.ideal_time(p.name, case, bw, peak, variant=variant)
+        r["model_variant"] = variant or "fused"
+        r["model_ideal_s"] = ideal
+        r["measured_over_ideal"] = t / ideal if ideal else None
+    except Exception as e:
+        r["model_note"] = f"model failed: {e}"
+
+
+def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str | None,
+                l2_bytes: int = 0, model_gpu: str | None = None) -> None:
+    """Fill gbps / tflops / % of ceiling / speed-up / model columns of every timed row, after
+    failing the rows that are faster than the hardware allows (``mark_implausible``)."""
+    from . import model as _model
+    from . import problems
+    from .case import Case
+    from .machine import datasheet_for
+
+    mark_implausible(rows, ceilings, gpu, l2_bytes)
+    ds = datasheet_for(gpu)
+    base_time = _baseline_times(rows)
     for r in rows:
         t = (r.get("time") or {}).get("median_s") if r["status"] == "PASS" else None
         p = problems.get(r["problem"])
@@ -52,43 +124,11 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
                   "speedup_vs_baseline", "model_ideal_s", "measured_over_ideal"):
             r.setdefault(k, None)
         if not t:
-            if model_gpu and _model is not None and r.get("phase", "timed") == "timed":
-                try:  # what this case would take on a named GPU (modelled, no measurement)
-                    g = _model.gpu_by_name(model_gpu)
-                    peak = g.fp32 if case.dtype == "float32" else g.tensor16
-                    r["model_ideal_s"] = _model.ideal_time(p.name, case, g.bw, peak)
-                    r["model_gpu"] = g.key
-                except Exception as e:
-                    r["model_note"] = f"model failed: {e}"
+            _modelled_only(r, p, case, model_gpu, _model)
             continue
         r["gbps"] = r["traffic_bytes"] / t / 1e9
         r["tflops"] = r["flops"] / t / 1e12 if r["flops"] else None
-        dt = case.dtype
-        if p.metric == "GB/s":
-            # % of a copy of the same bytes and read:write mix timed beside the row in the same
-            # run (launch-bound where the row is); never the large copy under another name
-            cc = r.get("copy_ceiling") or {}
-            if cc.get("per_s"):
-                r["pct_ceiling"] = 100 * r["traffic_bytes"] / t / cc["per_s"]
-                r["ceiling_mix"] = cc.get("mix")
-        if ceilings:
-            if p.metric == "GB/s":
-                bw = ceiling_bw(ceilings, p.mix)
-                if bw:
-                    # % of the large (1 GiB class) stream of the same mix: the HBM share
-                    r["pct_hbm"] = 100 * r["traffic_bytes"] / t / bw
-                    r.setdefault("ceiling_mix", None)
-                    r["hbm_mix"] = p.mix if (ceilings.get("stream_bytes_per_s") or {}).get(p.mix) else "1:1"
-            elif p.metric == "TFLOP/s" and (ceilings.get("gemm_flops_per_s") or {}).get(dt):
-                r["pct_ceiling"] = 100 * r["flops"] / t / ceilings["gemm_flops_per_s"][dt]
-            if p.metric == "TFLOP/s" and ceilings.get("copy_bytes_per_s"):
-                r["pct_hbm"] = 100 * r["traffic_bytes"] / t / ceilings["copy_bytes_per_s"]
-        ds_peak = (ds.fp32 if dt == "float32" else ds.tensor16) if ds else None
-        if ds:
-            if p.metric == "GB/s":
-                r["pct_datasheet"] = 100 * r["traffic_bytes"] / t / ds.bw
-            else:
-                r["pct_datasheet"] = 100 * r["flops"] / t / ds_peak
+        _ceiling_metrics(r, p, case.dtype, t, ceilings, ds)
         v = vendor.get(case.id)
         if v and v.get("flops_per_s"):
             r["pct_vendor_same_shape"] = 100 * r["flops"] / t / v["flops_per_s"]
@@ -96,24 +136,7 @@ def add_metrics(rows: list[dict], ceilings: dict | None, vendor: dict, gpu: str 
         if b:
             r["speedup_vs_baseline"] = b[0] / t
             r["baseline_impl"] = b[1]
-        if _model is not None:
-            # the run's measured ceilings where there are (copy; vendor GEMM per 16-bit dtype),
-            # the datasheet otherwise (fp32 arithmetic is never measured: datasheet)
-            bw = (ceilings or {}).get("copy_bytes_per_s") or (ds.bw if ds else None)
-            peak = ((ceilings or {}).get("gemm_flops_per_s") or {}).get(dt) or ds_peak
-            if bw and peak:
-                try:
-                    impl = registry.get(p.name, r["impl"])
-                    variant = _model.variant_of(impl)
-                except Exception:
-                    variant = None
-                try:
-                    ideal = _model.ideal_time(p.name, case, bw, peak, variant=variant)
-                    r["model_variant"] = variant or "fused"
-                    r["model_ideal_s"] = ideal
-                    r["measured_over_ideal"] = t / ideal if ideal else None
-                except Exception as e:
-                    r["model_note"] = f"model failed: {e}"
+        _model_metrics(r, p, case, t, ceilings, ds, _model)
 
 
 def ceiling_bw(ceilings: dict | None, mix: str) -> float | None:
