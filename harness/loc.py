@@ -614,6 +614,25 @@ def _module_file(importer: Path, dotted: str, level: int) -> Path | None:
     return None
 
 
+def _py_spans(here: Path, unit, kernel_nodes, host_nodes, via: dict, hvia: dict):
+    """(kernel labels, host labels, spans with the reason each is counted) of a reach."""
+    def label(node):
+        return node[1] if node[0] == here else f"{_display(node[0], REPO_ROOT)}:{node[1]}"
+
+    def why(node, parents, named):
+        p = parents.get(node)
+        kind = "table" if unit(node).is_table else ("class" if unit(node).is_class else "function")
+        if p is None:
+            return f"{kind} named as {named} of the Source {_display(here, REPO_ROOT)}"
+        return f"{kind} reached from {label(p)}"
+
+    spans = [(path, unit((path, n)).first, unit((path, n)).last, "kernel", label((path, n)),
+              why((path, n), via, "kernels")) for path, n in kernel_nodes]
+    spans += [(path, unit((path, n)).first, unit((path, n)).last, "host", label((path, n)),
+               why((path, n), hvia, "host")) for path, n in host_nodes]
+    return tuple(label(n) for n in kernel_nodes), tuple(label(n) for n in host_nodes), tuple(spans)
+
+
 def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Reach:
     """Kernel and host units reached from the named entry points of ``mod``, across files."""
     for arg, names in (("kernels", kernels or ()), ("host", host)):
@@ -678,23 +697,8 @@ def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str
             u.decorated_kernel and not (path == here and n in host)))
         hlines[path] = hlines[path] - klines.get(path, set()) - dev
     files = [here] + [p for p in dict.fromkeys(list(klines) + list(hlines)) if p != here]
-
-    def label(node):
-        return node[1] if node[0] == here else f"{_display(node[0], REPO_ROOT)}:{node[1]}"
-
-    def why(node, parents, named):
-        p = parents.get(node)
-        kind = "table" if unit(node).is_table else ("class" if unit(node).is_class else "function")
-        if p is None:
-            return f"{kind} named as {named} of the Source {_display(here, REPO_ROOT)}"
-        return f"{kind} reached from {label(p)}"
-
-    spans = [(path, unit((path, n)).first, unit((path, n)).last, "kernel", label((path, n)),
-              why((path, n), via, "kernels")) for path, n in kernel_nodes]
-    spans += [(path, unit((path, n)).first, unit((path, n)).last, "host", label((path, n)),
-               why((path, n), hvia, "host")) for path, n in host_nodes]
-    return _Reach(klines, hlines, tuple(label(n) for n in kernel_nodes),
-                  tuple(label(n) for n in host_nodes), tuple(files), tuple(spans))
+    klabels, hlabels, spans = _py_spans(here, unit, kernel_nodes, host_nodes, via, hvia)
+    return _Reach(klines, hlines, klabels, hlabels, tuple(files), spans)
 
 
 # -- C++ / CUDA --------------------------------------------------------------------------------
@@ -708,6 +712,74 @@ _QUALIFIERS = {"const", "volatile", "noexcept", "override", "final", "throw", "r
                "mutable", "try"}
 
 
+def _blank(buf: list, a: int, b: int, keep_quotes: bool = False) -> None:
+    """Spaces over buf[a:b], newlines kept (``keep_quotes``: a literal keeps its two quotes)."""
+    for k in range(a, b):
+        if buf[k] != "\n":
+            buf[k] = " "
+    if keep_quotes and b - a >= 2:
+        buf[a] = buf[b - 1] = '"'
+
+
+def _line_comment_end(text: str, i: int) -> int:
+    """End of the ``//`` comment at ``i``: the newline, past backslash-newline continuations."""
+    n, j = len(text), i
+    while j < n and text[j] != "\n":
+        if text[j] == "\\" and j + 1 < n and text[j + 1] == "\n":
+            j += 2
+            continue
+        j += 1
+    return j
+
+
+def _block_comment_end(text: str, i: int) -> int:
+    j = text.find("*/", i + 2)
+    return len(text) if j < 0 else j + 2
+
+
+def _directive_end(text: str, i: int, code: list) -> int:
+    """End of the preprocessor directive at ``i`` (to the end of the line, with continuations);
+    the comments inside it are blanked in ``code``."""
+    n, j = len(text), i
+    while j < n and text[j] != "\n":
+        if text[j] == "\\" and j + 1 < n and text[j + 1] == "\n":
+            j += 2
+            continue
+        if text.startswith("//", j) or text.startswith("/*", j):
+            k = _line_comment_end(text, j) if text[j + 1] == "/" else _block_comment_end(text, j)
+            _blank(code, j, k)
+            j = k
+            continue
+        if text[j] in "\"'":
+            j = _skip_quoted(text, j)
+            continue
+        j += 1
+    return j
+
+
+def _number_end(text: str, i: int) -> int:
+    n, j = len(text), i + 1
+    while j < n and (text[j].isalnum() or text[j] in "_.'" or (text[j] in "+-" and text[j - 1] in "eEpP")):
+        j += 1
+    return j
+
+
+def _word_end(text: str, i: int, masked: list) -> int:
+    """End of the identifier at ``i``, or of the string literal it prefixes (blanked in ``masked``)."""
+    n = len(text)
+    m = _IDENT.match(text, i)
+    j = m.end()
+    word = m.group()
+    if j < n and text[j] == '"' and word in _RAW_PREFIXES:
+        end = _skip_raw(text, j)
+    elif j < n and text[j] in "\"'" and word in _STR_PREFIXES:
+        end = _skip_quoted(text, j)
+    else:
+        return j
+    _blank(masked, i, end, keep_quotes=True)
+    return end
+
+
 def _lex_cpp(text: str) -> tuple[str, str]:
     """Return (code, masked), both the same length as ``text`` with newlines kept.
 
@@ -716,14 +788,6 @@ def _lex_cpp(text: str) -> tuple[str, str]:
     n = len(text)
     code = list(text)
     masked = list(text)
-
-    def blank(buf, a, b, keep_quotes=False):
-        for k in range(a, b):
-            if buf[k] != "\n":
-                buf[k] = " "
-        if keep_quotes and b - a >= 2:
-            buf[a] = buf[b - 1] = '"'
-
     i = 0
     line_start = True          # only whitespace since the last (unspliced) newline
     while i < n:
@@ -731,92 +795,32 @@ def _lex_cpp(text: str) -> tuple[str, str]:
         if c == "\n":
             line_start = True
             i += 1
-            continue
-        if c in " \t\r\f\v":
+        elif c in " \t\r\f\v":
             i += 1
-            continue
-        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
+        elif c == "\\" and i + 1 < n and text[i + 1] == "\n":
             i += 2
-            continue
-        if c == "/" and text.startswith("//", i):
-            j = i
-            while j < n and text[j] != "\n":
-                if text[j] == "\\" and j + 1 < n and text[j + 1] == "\n":
-                    j += 2
-                    continue
-                j += 1
-            blank(code, i, j)
-            blank(masked, i, j)
+        elif c == "/" and (text.startswith("//", i) or text.startswith("/*", i)):
+            j = _line_comment_end(text, i) if text[i + 1] == "/" else _block_comment_end(text, i)
+            _blank(code, i, j)
+            _blank(masked, i, j)
             i = j
-            continue
-        if c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            blank(code, i, j)
-            blank(masked, i, j)
-            i = j
-            continue
-        if c == "#" and line_start:
-            # a directive: to the end of the line (with continuations), comments inside stripped
-            j = i
-            while j < n and text[j] != "\n":
-                if text[j] == "\\" and j + 1 < n and text[j + 1] == "\n":
-                    j += 2
-                    continue
-                if text.startswith("//", j):
-                    k = j
-                    while k < n and text[k] != "\n":
-                        if text[k] == "\\" and k + 1 < n and text[k + 1] == "\n":
-                            k += 2
-                            continue
-                        k += 1
-                    blank(code, j, k)
-                    j = k
-                    continue
-                if text.startswith("/*", j):
-                    k = text.find("*/", j + 2)
-                    k = n if k < 0 else k + 2
-                    blank(code, j, k)
-                    j = k
-                    continue
-                if text[j] in "\"'":
-                    j = _skip_quoted(text, j)
-                    continue
-                j += 1
-            blank(masked, i, j)
+        elif c == "#" and line_start:
+            j = _directive_end(text, i, code)
+            _blank(masked, i, j)
             i = j
             line_start = False
-            continue
-        line_start = False
-        if c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
-            j = i + 1
-            while j < n and (text[j].isalnum() or text[j] in "_.'" or
-                             (text[j] in "+-" and text[j - 1] in "eEpP")):
-                j += 1
-            i = j
-            continue
-        if c.isalpha() or c == "_":
-            m = _IDENT.match(text, i)
-            j = m.end()
-            word = m.group()
-            if j < n and text[j] == '"' and word in _RAW_PREFIXES:
-                end = _skip_raw(text, j)
-                blank(masked, i, end, keep_quotes=True)
+        else:
+            line_start = False
+            if c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
+                i = _number_end(text, i)
+            elif c.isalpha() or c == "_":
+                i = _word_end(text, i, masked)
+            elif c in "\"'":
+                end = _skip_quoted(text, i)
+                _blank(masked, i, end, keep_quotes=True)
                 i = end
-                continue
-            if j < n and text[j] in "\"'" and word in _STR_PREFIXES:
-                end = _skip_quoted(text, j)
-                blank(masked, i, end, keep_quotes=True)
-                i = end
-                continue
-            i = j
-            continue
-        if c in "\"'":
-            end = _skip_quoted(text, i)
-            blank(masked, i, end, keep_quotes=True)
-            i = end
-            continue
-        i += 1
+            else:
+                i += 1
     return "".join(code), "".join(masked)
 
 
