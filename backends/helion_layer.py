@@ -55,10 +55,6 @@ if helion is None:   # the rules alone: the ids and their sources as with helion
     dispatch = planner_rules(H)
 
 
-def _import_error() -> str | None:
-    return _IMPORT_ERROR
-
-
 def available() -> str | None:
     if _IMPORT_ERROR:
         return _IMPORT_ERROR

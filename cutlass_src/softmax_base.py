@@ -22,11 +22,6 @@ from . import cutlass_dtype
 LOG2E = 1.4426950408889634
 
 
-def vec_elems(torch_dtype) -> int:
-    """Elements in 16 bytes."""
-    return 16 // torch.empty((), dtype=torch_dtype).element_size()
-
-
 def vec_copy_atom(elem_type, vec: int):
     """Copy atom moving ``vec`` elements of ``elem_type`` per access (register <-> memory)."""
     return cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), elem_type, num_bits_per_copy=elem_type.width * vec)

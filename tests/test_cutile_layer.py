@@ -4,7 +4,6 @@ facts, input validation, and on a GPU the verify suite of every cuTile implement
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 from pathlib import Path
 

@@ -6,7 +6,6 @@ that the metrics and the roofline model use.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -171,10 +170,6 @@ def generator(device, seed: int) -> torch.Generator:
 
 def randn(shape, g: torch.Generator, device, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
-
-
-def geomspace_pow2(lo: int, hi: int, step: int = 1) -> list[int]:
-    return [2 ** e for e in range(int(math.log2(lo)), int(math.log2(hi)) + 1, step)]
 
 
 _REGISTRY: dict[str, Problem] = {}
