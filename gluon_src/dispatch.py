@@ -274,8 +274,9 @@ GEMM = {
     # and written at HBM speed), then the tma kernel, C stored from registers where TMA cannot write
     # it; taken where that models faster than the tiled kernel, whose K steps wait on their loads:
     # rounds of tiled_resident programs an SM x K steps x tiled_step_s (2048 x 2047 x 2048: 1 x 64
-    # steps, 131 us; 555 x 1234 x 777: 1 x 25, 32 us; docs/performance.md, "Gluon / GEMM +
-    # epilogue"). Off until a GPU has run it (gluon:gemm_epilogue_next has it on).
+    # steps, 131 us; 555 x 1234 x 777: 1 x 25, 32 us;
+    # docs/performance.md, "Gluon / GEMM + epilogue"). Off until a GPU has run it
+    # (gluon:gemm_epilogue_next has it on).
     "stage_unaligned": False,
     "tiled_step_s": 1.6e-6,
     "tiled_resident": 2,
