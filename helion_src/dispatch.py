@@ -281,13 +281,14 @@ def splitk_chunk(m: int, n: int, k: int, cfg: dict, sms: int = 132) -> int | Non
 
 
 def plan_gemm_next(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
-    """The tile of ``gemm_tile``; TMA (Helion's tensor-descriptor indexing) for every operand
-    whose rows are 16-byte multiples (Helion keeps pointer loads for the others): the pointer path
-    proves 16-byte loads only for row strides that are multiples of 16 elements (3000 columns:
-    2-byte loads, and 984 spilled registers in the 128 x 256 tile); split-K (``splitk_chunk``)
-    where the tiles leave SMs idle."""
+    """The tile of ``gemm_tile``; where A and B have 16-byte rows and starts, TMA (Helion's
+    tensor-descriptor indexing; Helion keeps pointer accesses for a tensor whose strides do not
+    allow it): the pointer path proves 16-byte loads only for row strides that are multiples of
+    16 elements (3000 columns: 2-byte loads, and 984 spilled registers in the 128 x 256 tile);
+    split-K (``splitk_chunk``) where the tiles leave SMs idle."""
     key, cfg = gemm_tile(m, n, aligned, sms)
-    cfg["indexing"] = "tensor_descriptor"
+    if aligned:   # (Helion 1.4 checks descriptor strides, not the start: the planner does)
+        cfg["indexing"] = "tensor_descriptor"
     chunk = splitk_chunk(m, n, k, cfg, sms)
     if chunk is None:
         return Plan("tiled", tuned.gemm_epilogue, cfg, key)

@@ -28,7 +28,7 @@ def softmax_online_frame(xf: torch.Tensor, of: torch.Tensor, m: int, n: int, sx:
         total = hl.zeros([rows], dtype=torch.float32)
         for cols in hl.tile(groups * v):
             c = cols.index[None, :]
-            g = c // v * v
+            g = (cols.index // v * v)[None, :]
             x = hl.load(xf, [base + c], extra_mask=(g + v > lead) & (g < lead + n))
             x = torch.where((c >= lead) & (c < lead + n), x.to(torch.float32), float("-inf"))
             new = torch.maximum(mx, torch.amax(x, dim=1))
@@ -38,7 +38,7 @@ def softmax_online_frame(xf: torch.Tensor, of: torch.Tensor, m: int, n: int, sx:
             mx = new
         for cols in hl.tile(groups * v):
             c = cols.index[None, :]
-            g = c // v * v
+            g = (cols.index // v * v)[None, :]
             x = hl.load(xf, [base + c], extra_mask=(g + v > lead) & (g < lead + n))
             y = (torch.exp(x.to(torch.float32) - mx[:, None]) / total[:, None]).to(of.dtype)
             inside = (c >= lead) & (c < lead + n)

@@ -22,10 +22,11 @@ def softmax_rows(xf: torch.Tensor, of: torch.Tensor, m: int, n: int, sx: int, so
         start = rows.index * sx + lx              # each row's first element in xf
         base = start // v * v                     # the 16-byte boundary at or before it
         lead = (start - base)[:, None]            # frame positions before the row
-        obase = (rows.index * so + lo) // v * v   # the output row's frame (the same lead)
-        c = hl.arange(width)[None, :]
-        g = c // v * v                            # the first position of each 16-byte group
+        pos = hl.arange(width)
+        c = pos[None, :]
+        g = (pos // v * v)[None, :]               # the first position of each 16-byte group
         inside = (c >= lead) & (c < lead + n)
+        obase = (rows.index * so + lo) // v * v   # the output row's frame (the same lead)
         x = hl.load(xf, [base[:, None] + c], extra_mask=(g + v > lead) & (g < lead + n))
         x = torch.where(inside, x.to(torch.float32), float("-inf"))
         e = torch.exp(x - torch.amax(x, dim=1, keepdim=True))

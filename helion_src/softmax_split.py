@@ -30,7 +30,7 @@ def softmax_split_stats(xf: torch.Tensor, wmax: torch.Tensor, wsum: torch.Tensor
         total = hl.zeros([rows], dtype=torch.float32)
         for cols in hl.tile(part.begin * chunk_groups * v, (part.begin + 1) * chunk_groups * v):
             c = cols.index[None, :]
-            g = c // v * v
+            g = (cols.index // v * v)[None, :]
             x = hl.load(xf, [base + c], extra_mask=(g + v > lead) & (g < lead + n))
             x = torch.where((c >= lead) & (c < lead + n), x.to(torch.float32), float("-inf"))
             new = torch.maximum(mx, torch.amax(x, dim=1))
@@ -56,7 +56,7 @@ def softmax_split_norm(xf: torch.Tensor, of: torch.Tensor, wmax: torch.Tensor, w
         obase = ((rows.index * so + lo) // v * v)[:, None]
         for cols in hl.tile(part.begin * chunk_groups * v, (part.begin + 1) * chunk_groups * v):
             c = cols.index[None, :]
-            g = c // v * v
+            g = (cols.index // v * v)[None, :]
             x = hl.load(xf, [base + c], extra_mask=(g + v > lead) & (g < lead + n))
             y = (torch.exp(x.to(torch.float32) - mx[:, None]) / total[:, None]).to(of.dtype)
             inside = (c >= lead) & (c < lead + n)
