@@ -171,8 +171,10 @@ def plan_for(problem, args, pending: bool = False):
         return dispatch.plan_vector_add(x.numel(), x.element_size())
     if problem == "softmax":
         x, out = args
-        return dispatch.softmax_planner(pending)(x.shape[0], x.shape[1], x.element_size(),
-                                                 framed=frame.frame_args(x, out) is not None, sms=_sms(x))
+        planner = dispatch.softmax_planner(pending)
+        facts = ({"framed": frame.frame_args(x, out) is not None, "sms": _sms(x)}
+                 if planner is dispatch.plan_softmax_next else {})
+        return planner(x.shape[0], x.shape[1], x.element_size(), **facts)
     a, b = args[0], args[1]
     return dispatch.gemm_planner(pending)(a.shape[0], b.shape[1], a.shape[1], a.element_size(),
                                           aligned=all(_rows16(t) for t in (a, b)), sms=_sms(a))
@@ -595,17 +597,17 @@ def _launches(plan, args) -> list[tuple]:
         # one fp32 [M, N] slice per K chunk, every element written before it is read: no zeroing
         ws = torch.empty((chunks, *out.shape), dtype=torch.float32, device=out.device)
         return [(plan.kernel, (a, b, ws), plan.config), (plan.epilogue[0], (ws, bias, out, act), plan.epilogue[1])]
-    if not plan.frame:
+    if plan.frame is None:
         return [(plan.kernel, args, plan.config)]
     x, out = args
     f, (m, n) = frame.frame_args(x, out), x.shape
     if plan.variant == "split":
-        chunk, chunks = plan.extra["chunk_groups"], plan.extra["chunks"]
+        chunk, chunks = plan.frame["chunk_groups"], plan.frame["chunks"]
         wmax, wsum = (torch.empty(m, chunks, dtype=torch.float32, device=x.device) for _ in range(2))
         return [(plan.kernel, (f["xf"], wmax, wsum, n, f["sx"], f["lx"], chunk, f["v"]), plan.config),
                 (plan.epilogue[0], (f["xf"], f["of"], wmax, wsum, n, f["sx"], f["so"], f["lx"], f["lo"], chunk,
                                     f["v"]), plan.epilogue[1])]
-    kargs = (f["xf"], f["of"], m, n, f["sx"], f["so"], f["lx"], f["lo"], f["v"], *(plan.extra or {}).values())
+    kargs = (f["xf"], f["of"], m, n, f["sx"], f["so"], f["lx"], f["lo"], f["v"], *plan.frame.values())
     return [(plan.kernel, kargs, plan.config)]
 
 

@@ -119,8 +119,7 @@ class Plan:
     epilogue: tuple | None = None  # split-K / split: (kernel, config) of the second kernel
     # vector add: the index ranges launched one after the other (None: one launch over all)
     pieces: tuple[tuple[int, int], ...] | None = None
-    frame: bool = False            # the kernel takes the aligned frame's arguments (frame.py)
-    extra: dict | None = None      # the kernel's other arguments (constexprs, chunking)
+    frame: dict | None = None      # the aligned frame's kernels (frame.py): their other arguments
 
 
 def _pow2(n: int) -> int:
@@ -171,20 +170,14 @@ def plan_vector_add(n: int, elem: int) -> Plan:
     return Plan("block", tuned.vector_add, cfg, key, pieces=vector_add_pieces(n, cfg["block_sizes"][0]))
 
 
-def _row_warps(width: int) -> int:
-    """One warp per 512 positions of a program's tile, 4 to 32."""
-    return min(32, max(4, width // 512))
-
-
-def plan_softmax(m: int, n: int, elem: int, framed: bool = False, sms: int = 132) -> Plan:
-    """Whole rows in registers up to ROW_ELEMENTS columns, else the online kernel (``framed`` and
-    ``sms``: the arguments of plan_softmax_next, unused)."""
+def plan_softmax(m: int, n: int, elem: int) -> Plan:
+    """Whole rows in registers up to ROW_ELEMENTS columns, else the online kernel."""
     width = _pow2(n)
     if width <= ROW_ELEMENTS:
         cfg = dict(SOFTMAX["softmax/rows"])
         # about 1024 elements a program: short rows are packed several to a program
         cfg["block_sizes"] = [max(1, min(_pow2(m), 1024 // width))]
-        cfg.setdefault("num_warps", _row_warps(width))
+        cfg.setdefault("num_warps", min(32, max(4, width // 512)))
         return Plan("rows", tuned.softmax_rows, cfg, "softmax/rows")
     return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
 
@@ -211,17 +204,17 @@ def plan_softmax_next(m: int, n: int, elem: int, framed: bool = True, sms: int =
         per = -(-span // chunks)
         cols = -(-per // tile) * tile   # positions a chunk: whole column tiles
         cfg["block_sizes"] = [tile]
-        extra = {"chunk_groups": cols // v, "chunks": -(-span // cols)}
+        chunking = {"chunk_groups": cols // v, "chunks": -(-span // cols)}
         return Plan("split", softmax_split.softmax_split_stats, cfg, "softmax/split",
-                    epilogue=(softmax_split.softmax_split_norm, dict(cfg)), frame=True, extra=extra)
+                    epilogue=(softmax_split.softmax_split_norm, dict(cfg)), frame=chunking)
     width = _pow2(span)
     if width <= ROW_ELEMENTS:
         rows = max(1, min(_pow2(m), ROWS_PACK // width))
-        cfg = dict(SOFTMAX_FRAME["softmax/rows_frame"], block_sizes=[rows], num_warps=_row_warps(rows * width))
-        return Plan("rows", softmax_rows.softmax_rows, cfg, "softmax/rows_frame", frame=True,
-                    extra={"width": width})
+        warps = min(32, max(4, rows * width // 512))   # one a 512 positions, as plan_softmax
+        cfg = dict(SOFTMAX_FRAME["softmax/rows_frame"], block_sizes=[rows], num_warps=warps)
+        return Plan("rows", softmax_rows.softmax_rows, cfg, "softmax/rows_frame", frame={"width": width})
     return Plan("online", softmax_online_frame.softmax_online_frame, dict(SOFTMAX_FRAME["softmax/online_frame"]),
-                "softmax/online_frame", frame=True)
+                "softmax/online_frame", frame={})
 
 
 def gemm_class(m: int, n: int = 1 << 16, aligned: bool = True, sms: int = 132) -> str:

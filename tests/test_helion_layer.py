@@ -251,15 +251,15 @@ def test_pending_softmax_rules():
     longer: the online frame kernel; no frame: today's planner."""
     from helion_src import dispatch as d
     p = d.plan_softmax_next(2, 2_000_000, 4)
-    chunk = p.extra["chunk_groups"] * 4
+    chunk = p.frame["chunk_groups"] * 4
     assert p.variant == "split" and chunk % p.config["block_sizes"][0] == 0
-    assert p.extra["chunks"] == -(-2_000_004 // chunk) and 2 * p.extra["chunks"] >= 132
+    assert p.frame["chunks"] == -(-2_000_004 // chunk) and 2 * p.frame["chunks"] >= 132
     assert d.plan_softmax_next(96, 100_000, 2).variant == "split"
     assert d.plan_softmax_next(4096, 50257, 2).variant == "online"
     assert d.plan_softmax_next(1000, 32769, 2).rule == "softmax/online_frame"
     rows = d.plan_softmax_next(50000, 200, 2)
-    assert rows.variant == "rows" and rows.extra == {"width": 256} and rows.config["block_sizes"] == [8]
-    assert d.plan_softmax_next(4096, 32760, 2).extra == {"width": 32768}
+    assert rows.variant == "rows" and rows.frame == {"width": 256} and rows.config["block_sizes"] == [8]
+    assert d.plan_softmax_next(4096, 32760, 2).frame == {"width": 32768}
     assert d.plan_softmax_next(3, 100, 4).config["block_sizes"] == [4]
     assert d.plan_softmax_next(4096, 50257, 2, framed=False).rule == "softmax/online"
     assert d.split_chunks(4096, 50257, 2) == 1 and d.split_chunks(1, 4096, 2) == 1
