@@ -4,7 +4,10 @@ Ids: ``helion:<problem>`` the default (``helion_src/dispatch.py`` picks the kern
 configuration by rules over shape classes; the kernels take runtime sizes, so one compile serves a
 class), ``helion:<problem>_simple`` the teaching twin (the plain Helion kernel with Helion's default
 configuration and its default static shapes: one compile per shape), ``helion:softmax_online`` the
-online softmax variant with Helion's default configuration.
+online softmax variant with Helion's default configuration, ``helion:gemm_epilogue_splitk``
+split-K on every case. Candidates (``register(candidate=True)``, reached by the GPU checks):
+``helion:softmax_next`` and ``helion:gemm_epilogue_next``, the default with dispatch's pending
+switches (SOFTMAX_NEXT, GEMM_NEXT) on.
 
 Nothing here autotunes: every kernel is declared with ``autotune_effort="none"`` and the default's
 configuration comes from dispatch (``scripts/tune_helion.py`` is the offline autotuner).
@@ -43,7 +46,7 @@ try:
     from helion_src import dispatch, frame, tuned
     from helion_src import gemm_epilogue as gemm_simple
     from helion_src import softmax as softmax_simple
-    from helion_src import gemm_epilogue_splitk, softmax_online
+    from helion_src import softmax_online
     from helion_src import vector_add as va_simple
     _IMPORT_ERROR = None
 except Exception as e:  # pragma: no cover - depends on the machine
@@ -651,6 +654,16 @@ def _splitk_plan(args):
     return dispatch.plan_gemm_splitk(a.shape[0], b.shape[1], a.shape[1], a.element_size(), _sms(a))
 
 
+def _splitk_compile_only(case):
+    args = _meta_args("gemm_epilogue", case)
+    return _plan_compile_only(_splitk_plan(args), args)
+
+
+def _splitk_code(case):
+    args = _meta_args("gemm_epilogue", case)
+    return _launches(_splitk_plan(args), args)
+
+
 @register(problem="gemm_epilogue", layer=LAYER, name="gemm_epilogue_splitk",
           description="split-K for few output tiles: each K chunk's fp32 partial sum in its own workspace "
                       "slice (no atomics), then a kernel that adds the slices in a fixed order, bias + act",
@@ -658,9 +671,7 @@ def _splitk_plan(args):
                           host=()),
                    Source(src(H, "dispatch.py"), kernels=(), host=("plan_gemm_splitk",))],
           devices=("cuda",), available=available,
-          compile_only=(lambda case: _plan_compile_only(_splitk_plan(a := _meta_args("gemm_epilogue", case)), a))
-          if helion else None,
-          helion_code=lambda case: _launches(_splitk_plan(a := _meta_args("gemm_epilogue", case)), a))
+          compile_only=_splitk_compile_only if helion else None, helion_code=_splitk_code)
 def prepare_gemm_epilogue_splitk(case, inputs, out):
     _need_import()
     _check_device(inputs)
