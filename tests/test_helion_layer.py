@@ -421,10 +421,11 @@ def test_input_validation():
 @pytest.mark.parametrize("iid,problem", [
     ("helion:vector_add", "vector_add"), ("helion:softmax", "softmax"), ("helion:gemm_epilogue", "gemm_epilogue"),
     ("helion:vector_add_simple", "vector_add"), ("helion:softmax_simple", "softmax"),
-    ("helion:gemm_epilogue_simple", "gemm_epilogue")])
+    ("helion:gemm_epilogue_simple", "gemm_epilogue"), ("helion:softmax_next", "softmax"),
+    ("helion:gemm_epilogue_next", "gemm_epilogue")])
 def test_gpu_verify_suite(iid, problem):
     from harness.verify import verify_case
-    prob, impl = problems.get(problem), registry.get(problem, iid)
+    prob, impl = problems.get(problem), registry.get(problem, iid, candidates=True)
     bad = []
     for case in prob.cases("verify"):
         assert not impl.supports(case), f"{iid} declined {case.id}"
