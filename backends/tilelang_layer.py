@@ -400,7 +400,7 @@ _SM_NEXT = {"rows": Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_ker
 _SM_NEXT_COMMON = [Source("backends/tilelang_layer.py", kernels=(),
                           host=("_sm_next_compile", "_sm_next_launch", "_sm_flat", "_sm_facts", "_vector_cfg")),
                    Source(src(C, "dispatch.py"), kernels=(),
-                          host=("plan_softmax_next", "_plan_rows", "_plan_smem", "_slice_cols", "_pow2_at_least"))]
+                          host=("plan_softmax_next", "_plan_rows", "_plan_smem", "_pow2_at_least"))]
 
 
 def _sm_sources(word: str | None, nxt: bool) -> list:

@@ -189,28 +189,22 @@ def _plan_rows(m: int, cols: int, vec: int, aligned: bool) -> dict:
 
 
 def _plan_smem(m: int, n: int, esize: int) -> dict | None:
-    """A cluster of C CTAs a row (C a power of two), each a slice of at most ``slice_bytes``;
-    more CTAs a row while the grid would cover fewer than all SMs; None where C would pass
-    ``max_cluster`` or the grid would still cover fewer than half the SMs (``split``'s rows).
-    A slice's columns are rounded up to a class (``_slice_cols``): few compiles, little waste."""
+    """A cluster of C CTAs a row (C a power of two), each holding a slice of at most ``cols``
+    elements: ``slice_bytes`` rounded down to the CTA's width (threads x 16 bytes), the same for
+    every row length, so the class is (dtype, C) and a slice's length is a run-time value; more
+    CTAs a row while the grid would cover fewer than all SMs; None where C would pass
+    ``max_cluster`` or the grid would still cover fewer than half the SMs (``split``'s rows)."""
     t = TABLE["softmax_next"]
-    cluster = _pow2_at_least(-(-n * esize // t["slice_bytes"]))
-    while cluster <= t["max_cluster"]:
-        cols = _slice_cols(n, cluster, 16 // esize, t["smem_threads"])
-        if cols * esize <= t["slice_bytes"] and (m * cluster >= SMS or cluster == t["max_cluster"]):
-            break
+    vec = 16 // esize
+    width = t["smem_threads"] * vec
+    cols = t["slice_bytes"] // esize // width * width
+    cluster = 1
+    while cluster <= t["max_cluster"] and (-(-n // (cluster * vec)) * vec > cols or
+                                           (m * cluster < SMS and cluster < t["max_cluster"])):
         cluster *= 2
     if cluster > t["max_cluster"] or m * cluster < SMS // 2:
         return None
     return {"kernel": "smem", "cols": cols, "threads": t["smem_threads"], "cluster": cluster}
-
-
-def _slice_cols(n: int, cluster: int, vec: int, threads: int) -> int:
-    """The columns of one CTA's slice: its share of the row's whole groups, rounded up to an
-    eighth of a power of two and to the CTA's width (threads x 16 bytes)."""
-    per = -(-n // cluster)
-    step = max(threads * vec, _pow2_at_least(per) // 8)
-    return -(-per // step) * step
 
 
 def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None) -> dict:

@@ -51,12 +51,16 @@ def softmax_rows_kernel(dtype: str, cols: int, rows: int, threads: int, tpr: int
                 T.assume(N % vec == 0)
                 T.assume(SX % vec == 0)
                 T.assume(SY % vec == 0)
+            raw = T.alloc_fragment((rows, cols), dtype)
             x = T.alloc_fragment((rows, cols), f32)
-            T.annotate_layout({x: row_layout(rows, cols, threads, tpr, vec)})
+            T.annotate_layout({raw: row_layout(rows, cols, threads, tpr, vec), x: row_layout(rows, cols, threads, tpr, vec)})
             mx = T.alloc_fragment((rows,), f32)
             sm = T.alloc_fragment((rows,), f32)
+            for i, j in T.Parallel(rows, cols):     # every load issued before the first is used
+                if b * rows + i < M and j < N:
+                    raw[i, j] = X[b * rows + i, j]
             for i, j in T.Parallel(rows, cols):
-                x[i, j] = T.if_then_else(b * rows + i < M and j < N, T.cast(X[b * rows + i, j], f32), NEG)
+                x[i, j] = T.if_then_else(b * rows + i < M and j < N, T.cast(raw[i, j], f32), NEG)
             T.reduce_max(x, mx, dim=1)
             for i, j in T.Parallel(rows, cols):
                 x[i, j] = T.exp2((x[i, j] - mx[i]) * LOG2E)

@@ -5,11 +5,10 @@ too small.
 CTA c of row r's cluster takes the c-th slice of the row's whole 16-byte groups
 (``row_groups.bounds``) and:
 
-1. loads its slice into shared memory in 16-byte vectors, every load of the slice issued before
-   the first is used (the tile loop is unrolled), folding each value into a per-thread running
-   max on the way; past the slice it stores -inf;
+1. copies its slice into shared memory with ``cp.async``, 16 bytes a thread a tile, every copy
+   of the slice in flight at once (no registers staged; a copy past the slice is skipped);
 2. reduces the max over the CTA, then walks its shared slice once more for the sum of
-   exp(x - max) (the same thread reads back the same addresses it wrote: no barrier);
+   exp(x - max) (each thread reads back the groups it copied; past the slice is masked);
 3. with a cluster: publishes its (max, sum) pair to ``W[r, c]``, meets its peers at the cluster
    barrier (``T.cluster_sync``: arrive with release, wait with acquire semantics, so the pairs
    written before it are visible after it) and merges the ``cluster`` pairs;
@@ -45,21 +44,24 @@ def softmax_smem_kernel(dtype: str, cols: int, threads: int, cluster: int, edges
             T.annotate_layout({part: vector_layout(tile, vec)})
             mx = T.alloc_local((1,), f32)
             s = T.alloc_local((1,), f32)
-            tx = T.get_thread_binding()
             c, r = bx % cluster, bx // cluster
             start = off + r * sx
             ga, gb = bounds(start, n, vec)
             per = T.ceildiv(T.max(gb - ga, 0), cluster * vec) * vec    # this CTA's slice, whole groups
             lo = ga + c * per
             hi = T.min(lo + per, gb)
+            tx = T.get_thread_binding()
+            for t in T.unroll(cols // tile):        # thread tx copies group tx of every tile
+                g = t * tile + tx * vec
+                T.ptx_cp_async(T.tvm_access_ptr(T.type_annotation(dtype), row.data, g, vec, 2),
+                               T.tvm_access_ptr(T.type_annotation(dtype), X.data, lo + g, vec, 1), vec, lo + g < hi)
+            T.ptx_commit_group()
+            T.ptx_wait_group(0)
+            T.sync_threads()
             T.fill(part, NEG)
-            T.fill(row, T.cast(NEG, dtype))    # (an else branch would hoist the load out of its guard)
-            for t in T.unroll(cols // tile):
-                for j in T.Parallel(tile):
-                    if lo + t * tile + j < hi:
-                        row[t * tile + j] = X[lo + t * tile + j]
-                for j in T.Parallel(tile):     # a loop of its own: 16-byte loads (not fp32's 4 lanes)
-                    part[j] = T.max(part[j], T.cast(row[t * tile + j], f32))
+            for t in T.serial(T.ceildiv(hi - lo, tile)):
+                for j in T.Parallel(tile):      # past the slice the copy left zeros: masked
+                    part[j] = T.max(part[j], T.if_then_else(lo + t * tile + j < hi, T.cast(row[t * tile + j], f32), NEG))
             T.reduce_max(part, red, dim=0)
             mx[0] = red[0]
             if edges:
@@ -69,7 +71,8 @@ def softmax_smem_kernel(dtype: str, cols: int, threads: int, cluster: int, edges
             T.fill(part, 0.0)
             for t in T.serial(T.ceildiv(hi - lo, tile)):
                 for j in T.Parallel(tile):
-                    part[j] += T.exp2((T.cast(row[t * tile + j], f32) - shift) * LOG2E)
+                    if lo + t * tile + j < hi:
+                        part[j] += T.exp2((T.cast(row[t * tile + j], f32) - shift) * LOG2E)
             T.reduce_sum(part, red, dim=0)
             s[0] = red[0]
             if edges:

@@ -50,6 +50,7 @@ def softmax_split_stats_kernel(dtype: str, threads: int, units: int, edges: bool
     def softmax_split_stats(X: T.Tensor((L,), dtype), W: T.Tensor((R, C, 2), f32), m: T.int32, n: T.int32,
                             sx: T.int32, off: T.int32):
         with T.Kernel(C, m, threads=threads) as (c, r):
+            raw = T.alloc_fragment((threads, width), dtype)
             x = T.alloc_fragment((threads, width), f32)
             tm = T.alloc_fragment((threads,), f32)        # this tile's max, then its sum, a thread
             pm = T.alloc_fragment((threads,), f32)        # running max, a thread
@@ -57,16 +58,17 @@ def softmax_split_stats_kernel(dtype: str, threads: int, units: int, edges: bool
             red = T.alloc_fragment((1,), f32)
             mx = T.alloc_local((1,), f32)
             s = T.alloc_local((1,), f32)
-            T.annotate_layout({x: thread_rows(threads, width, vec)})
+            T.annotate_layout({raw: thread_rows(threads, width, vec), x: thread_rows(threads, width, vec)})
             start = off + r * sx
             ga, gb, lo, hi = chunk(start, n, c, C, vec)
             T.fill(pm, NEG)
             T.fill(ps, 0.0)
             for t in T.serial(T.ceildiv(hi - lo, tile)):
-                T.fill(x, NEG)                 # (an else branch would hoist the load out of its guard)
-                for i, k in T.Parallel(threads, width):
+                for i, k in T.Parallel(threads, width):     # every load issued before the first is used
                     if lo + t * tile + tile_offset(i, k, threads, vec) < hi:
-                        x[i, k] = T.cast(X[lo + t * tile + tile_offset(i, k, threads, vec)], f32)
+                        raw[i, k] = X[lo + t * tile + tile_offset(i, k, threads, vec)]
+                for i, k in T.Parallel(threads, width):
+                    x[i, k] = T.if_then_else(lo + t * tile + tile_offset(i, k, threads, vec) < hi, T.cast(raw[i, k], f32), NEG)
                 T.reduce_max(x, tm, dim=1)
                 for i in T.Parallel(threads):
                     tm[i] = T.max(tm[i], pm[i])
