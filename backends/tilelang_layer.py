@@ -237,25 +237,35 @@ def _sm_online_vec_compile(dtype: str, plan: dict) -> list:
                      lambda: softmax_online.softmax_online_vec_kernel(dtype, tile, t, v), _vector_cfg())]
 
 
+def _sm_rows_compile(dtype: str, plan: dict) -> list:
+    from tilelang_src import softmax_rows
+
+    cfg = (plan["cols"], plan["rows"], plan["threads"], plan["tpr"], plan["aligned"])
+    return [_compile(("softmax_rows", dtype) + cfg, lambda: softmax_rows.softmax_rows_kernel(dtype, *cfg))]
+
+
+def _sm_smem_compile(dtype: str, plan: dict) -> list:
+    from tilelang_src import softmax_smem
+
+    cfg = (plan["cols"], plan["threads"], plan["cluster"], plan["edges"])
+    return [_compile(("softmax_smem", dtype) + cfg, lambda: softmax_smem.softmax_smem_kernel(dtype, *cfg),
+                     _vector_cfg())]
+
+
+def _sm_split_compile(dtype: str, plan: dict) -> list:
+    from tilelang_src import softmax_split
+
+    cfg = (plan["threads"], plan["units"], plan["edges"])
+    return [_compile(("softmax_split_stats", dtype) + cfg,
+                     lambda: softmax_split.softmax_split_stats_kernel(dtype, *cfg), _vector_cfg()),
+            _compile(("softmax_split_write", dtype) + cfg,
+                     lambda: softmax_split.softmax_split_write_kernel(dtype, *cfg), _vector_cfg())]
+
+
 def _sm_next_compile(dtype: str, plan: dict) -> list:
     """The pending plans' compiled kernels, in launch order: one compile per (kernel, class)."""
-    from tilelang_src import softmax_rows, softmax_smem, softmax_split
-
-    k = plan["kernel"]
-    if k == "rows":
-        cfg = (plan["cols"], plan["rows"], plan["threads"], plan["tpr"], plan["aligned"])
-        return [_compile(("softmax_rows", dtype) + cfg, lambda: softmax_rows.softmax_rows_kernel(dtype, *cfg))]
-    if k == "smem":
-        cfg = (plan["cols"], plan["threads"], plan["cluster"], plan["edges"])
-        return [_compile(("softmax_smem", dtype) + cfg, lambda: softmax_smem.softmax_smem_kernel(dtype, *cfg),
-                         _vector_cfg())]
-    if k == "split":
-        cfg = (plan["threads"], plan["units"], plan["edges"])
-        return [_compile(("softmax_split_stats", dtype) + cfg,
-                         lambda: softmax_split.softmax_split_stats_kernel(dtype, *cfg), _vector_cfg()),
-                _compile(("softmax_split_write", dtype) + cfg,
-                         lambda: softmax_split.softmax_split_write_kernel(dtype, *cfg), _vector_cfg())]
-    return _sm_simple_compile(dtype)
+    build = {"rows": _sm_rows_compile, "smem": _sm_smem_compile, "split": _sm_split_compile}.get(plan["kernel"])
+    return build(dtype, plan) if build else _sm_simple_compile(dtype)
 
 
 def _sm_next_launch(entries, plan, x, out):
@@ -334,7 +344,10 @@ def _sm_impl(kernel, nxt):
             return _sm_online_vec_compile(dt, plan)
         if kernel == "simple":
             return _sm_simple_compile(dt)
-        return _sm_next_compile(dt, plan) if use_next() else _sm_compile(dt, plan)
+        if not use_next():
+            return _sm_compile(dt, plan)
+        own = {"rows": _sm_rows_compile, "smem": _sm_smem_compile, "split": _sm_split_compile}
+        return own[kernel](dt, plan) if kernel in own else _sm_next_compile(dt, plan)
 
     def supports(case):
         if _available():
@@ -392,13 +405,16 @@ _SM_TODAY_COMMON = [Source("backends/tilelang_layer.py", kernels=(), host=("_sm_
 # the pending plans (tilelang:softmax_next): 16-byte kernels by alignment class
 _SM_GROUPS = Source(src(C, "row_groups.py"), kernels=("bounds", "edge_index", "edge_max", "edge_sum", "edge_write",
                                                       "vector_layout"))
-_SM_NEXT = {"rows": Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel", "row_layout")),
-            "smem": [Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_kernel",)), _SM_GROUPS],
+_SM_NEXT = {"rows": [Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel", "row_layout")),
+                     Source("backends/tilelang_layer.py", kernels=(), host=("_sm_rows_compile",))],
+            "smem": [Source(src(C, "softmax_smem.py"), kernels=("softmax_smem_kernel",)), _SM_GROUPS,
+                     Source("backends/tilelang_layer.py", kernels=(), host=("_sm_smem_compile",))],
             "split": [Source(src(C, "softmax_split.py"), kernels=("softmax_split_stats_kernel", "softmax_split_write_kernel",
-                                                                  "thread_rows", "tile_offset", "chunk")), _SM_GROUPS],
+                                                                  "thread_rows", "tile_offset", "chunk")), _SM_GROUPS,
+                      Source("backends/tilelang_layer.py", kernels=(), host=("_sm_split_compile",))],
             "simple": [_SM_SIMPLE, _SM_SIMPLE_HOST]}
 _SM_NEXT_COMMON = [Source("backends/tilelang_layer.py", kernels=(),
-                          host=("_sm_next_compile", "_sm_next_launch", "_sm_flat", "_sm_facts", "_vector_cfg")),
+                          host=("_sm_next_launch", "_sm_flat", "_sm_facts", "_vector_cfg")),
                    Source(src(C, "dispatch.py"), kernels=(),
                           host=("plan_softmax_next", "_plan_rows", "_plan_smem", "_pow2_at_least"))]
 
@@ -408,7 +424,8 @@ def _sm_sources(word: str | None, nxt: bool) -> list:
     with the host and planner code of today's or the pending plans."""
     table, common = (_SM_NEXT, _SM_NEXT_COMMON) if nxt else (_SM_TODAY, _SM_TODAY_COMMON)
     if word is None:
-        return planned_sources(table, _plans.reachable("softmax", nxt), common)
+        planner = [Source("backends/tilelang_layer.py", kernels=(), host=("_sm_next_compile",))] if nxt else []
+        return planned_sources(table, _plans.reachable("softmax", nxt), common + planner)
     srcs = table[word]
     return (list(srcs) if isinstance(srcs, list) else [srcs]) + common
 
@@ -475,24 +492,33 @@ def _gemm_compile(dtype: str, has_bias: bool, plan: dict) -> list:
                      lambda: gemm_epilogue_tma.gemm_tma_kernel(dtype, has_bias, *cfg, tma=tma))]
 
 
+def _gemm_staged_compile(dtype: str, plan: dict) -> list:
+    from tilelang_src import gemm_epilogue_tma
+
+    cfg = (plan["bm"], plan["bn"], plan["bk"], plan["stages"], plan["threads"], plan["aligned_n"])
+    return [_compile(("gemm_epilogue_staged", dtype) + cfg, lambda: gemm_epilogue_tma.gemm_tma_staged_kernel(dtype, *cfg))]
+
+
+def _gemm_splitk_next_compile(dtype: str, plan: dict) -> list:
+    from tilelang_src import gemm_epilogue_splitk
+
+    cfg = (plan["bm"], plan["bn"], plan["bk"], plan["stages"], plan["threads"])
+    return [_compile(("gemm_splitk_partial", dtype, cfg), lambda: gemm_epilogue_splitk.gemm_splitk_partial_kernel(dtype, *cfg)),
+            _compile(("gemm_splitk_sum", dtype), lambda: gemm_epilogue_splitk.gemm_splitk_sum_kernel(dtype))]
+
+
+def _gemm_pack_compile(dtype: str, plan: dict) -> list:
+    from tilelang_src import gemm_epilogue_tma
+
+    return [_compile(("gemm_pack", dtype), lambda: gemm_epilogue_tma.pack_kernel(dtype))] if plan["pack"] else []
+
+
 def _gemm_next_compile(dtype: str, plan: dict) -> list:
     """The pending plans' compiled kernels: the main kernel(s), then the pack kernel where an
     operand is packed. Bias and activation are run-time values: one compile per (dtype, tile,
     C's alignment class)."""
-    from tilelang_src import gemm_epilogue_splitk, gemm_epilogue_tma
-
-    cfg = (plan["bm"], plan["bn"], plan["bk"], plan["stages"], plan["threads"])
-    if plan["kernel"] == "splitk":
-        out = [_compile(("gemm_splitk_partial", dtype, cfg),
-                        lambda: gemm_epilogue_splitk.gemm_splitk_partial_kernel(dtype, *cfg)),
-               _compile(("gemm_splitk_sum", dtype), lambda: gemm_epilogue_splitk.gemm_splitk_sum_kernel(dtype))]
-    else:
-        al = plan["aligned_n"]
-        out = [_compile(("gemm_epilogue_staged", dtype, cfg, al),
-                        lambda: gemm_epilogue_tma.gemm_tma_staged_kernel(dtype, *cfg, al))]
-    if plan["pack"]:
-        out.append(_compile(("gemm_pack", dtype), lambda: gemm_epilogue_tma.pack_kernel(dtype)))
-    return out
+    main = _gemm_splitk_next_compile if plan["kernel"] == "splitk" else _gemm_staged_compile
+    return main(dtype, plan) + _gemm_pack_compile(dtype, plan)
 
 
 def _gemm_next_launch(entries, plan, a, b, bias, out, code):
@@ -592,7 +618,11 @@ def _gemm_impl(kernel, nxt):
     def compiled(dt, has_bias, plan):
         if kernel == "simple":
             return _gemm_simple_compile(dt, has_bias)
-        return _gemm_next_compile(dt, plan) if use_next() else _gemm_compile(dt, has_bias, plan)
+        if not use_next():
+            return _gemm_compile(dt, has_bias, plan)
+        if kernel == "tma":
+            return _gemm_staged_compile(dt, plan) + _gemm_pack_compile(dt, plan)
+        return _gemm_next_compile(dt, plan)
 
     def supports(case):
         if _available():
@@ -655,12 +685,14 @@ _GE_TODAY_COMMON = [_GE_EPI, Source("backends/tilelang_layer.py", kernels=(),
                                     host=("_gemm_compile", "_gemm_today_launch", "_gemm_arch_check", "_gemm_facts")),
                     Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))]
 _GE_PACK = Source(src(C, "gemm_epilogue_tma.py"), kernels=("pack_kernel",))
-_GE_NEXT = {"tma": [Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_staged_kernel",)), _GE_PACK],
+_GE_NEXT = {"tma": [Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_staged_kernel",)), _GE_PACK,
+                    Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_staged_compile", "_gemm_pack_compile"))],
             "splitk": [Source(src(C, "gemm_epilogue_splitk.py"),
-                              kernels=("gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")), _GE_PACK]}
+                              kernels=("gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")), _GE_PACK,
+                       Source("backends/tilelang_layer.py", kernels=(),
+                              host=("_gemm_splitk_next_compile", "_gemm_pack_compile"))]}
 _GE_NEXT_COMMON = [_GE_ACT, Source("backends/tilelang_layer.py", kernels=(),
-                                   host=("_gemm_next_compile", "_gemm_next_launch", "_gemm_arch_check",
-                                         "_gemm_facts")),
+                                   host=("_gemm_next_launch", "_gemm_arch_check", "_gemm_facts")),
                    Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm_next", "_tile_by_waves"))]
 
 
@@ -669,7 +701,8 @@ def _ge_sources(word: str | None, nxt: bool) -> list:
     the host and planner code of today's or the pending plans."""
     table, common = (_GE_NEXT, _GE_NEXT_COMMON) if nxt else (_GE_TODAY, _GE_TODAY_COMMON)
     if word is None:
-        return planned_sources(table, _plans.reachable("gemm_epilogue", nxt), common)
+        planner = [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))] if nxt else []
+        return planned_sources(table, _plans.reachable("gemm_epilogue", nxt), common + planner)
     srcs = table[word]
     return (list(srcs) if isinstance(srcs, list) else [srcs]) + common
 
