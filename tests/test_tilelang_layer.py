@@ -273,6 +273,22 @@ def test_gemm_staged_kernel_sm90a():
     assert facts["config"]["pack"] == ("b",) and "tma_store" not in backend._SEEN[0].source()
 
 
+@needs_tl
+@pytest.mark.timeout(600)
+def test_compile_cache_in_the_project_folder_and_cubin_facts(tmp_path, monkeypatch):
+    """A compile lands in TileLang's kernel cache under the project's cache folder (so emptying
+    that folder empties it), and a launch's facts (registers) come from the cubin TileLang built."""
+    import tilelang_src
+    from tilelang_src import vector_add_unmasked
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    entry = tilelang_src.compile_kernel(("cache-test", 64, 8, 3), lambda: vector_add_unmasked.vector_add_unmasked_kernel(
+        "float16", 64, 8, 3))
+    assert any((tmp_path / "kernel-layers" / "tilelang" / "kernels").rglob("*.so")), list(tmp_path.rglob("*"))
+    facts = entry.launch_facts()
+    assert 0 < facts["registers"] <= 255 and facts["stack"] == 0, facts
+
+
 def test_supports_declines_only_in_variants():
     impls = _impls()
     for p in PROBLEMS:
