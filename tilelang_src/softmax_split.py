@@ -111,18 +111,29 @@ def softmax_split_write_kernel(dtype: str, threads: int, units: int, edges: bool
                             m: T.int32, n: T.int32, sx: T.int32, off: T.int32):
         with T.Kernel(C, m, threads=threads) as (c, r):
             x = T.alloc_fragment((threads, width), dtype)
+            part = T.alloc_fragment((threads,), f32)
+            red = T.alloc_fragment((1,), f32)
             mx = T.alloc_local((1,), f32)
             s = T.alloc_local((1,), f32)
             T.annotate_layout({x: thread_rows(threads, width, vec)})
             start = off + r * sx
             ga, gb, lo, hi = chunk(start, n, c, C, vec)
-            mx[0] = NEG
-            for k in T.serial(C):
-                mx[0] = T.max(mx[0], T.if_then_else(W[r, k, 1] > 0, W[r, k, 0], NEG))
-            s[0] = 0.0
-            for k in T.serial(C):   # a chunk with nothing in it has (shift, 0): it adds nothing
-                s[0] += T.if_then_else(W[r, k, 1] > 0, W[r, k, 1] * T.exp2((W[r, k, 0] - mx[0]) * LOG2E), 0.0)
-            s[0] = 1.0 / s[0]
+            T.fill(part, NEG)            # the C pairs merged by the whole CTA, a pair a thread
+            for q in T.serial(T.ceildiv(C, threads)):
+                for i in T.Parallel(threads):
+                    if q * threads + i < C:
+                        if W[r, q * threads + i, 1] > 0:
+                            part[i] = T.max(part[i], W[r, q * threads + i, 0])
+            T.reduce_max(part, red, dim=0)
+            mx[0] = red[0]
+            T.fill(part, 0.0)
+            for q in T.serial(T.ceildiv(C, threads)):
+                for i in T.Parallel(threads):   # a chunk with nothing in it has (shift, 0): it adds nothing
+                    if q * threads + i < C:
+                        if W[r, q * threads + i, 1] > 0:
+                            part[i] += W[r, q * threads + i, 1] * T.exp2((W[r, q * threads + i, 0] - mx[0]) * LOG2E)
+            T.reduce_sum(part, red, dim=0)
+            s[0] = 1.0 / red[0]
             for t in T.serial(T.ceildiv(hi - lo, tile)):
                 for i, k in T.Parallel(threads, width):
                     if lo + t * tile + tile_offset(i, k, threads, vec) < hi:
