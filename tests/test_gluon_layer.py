@@ -294,6 +294,32 @@ def test_split_smem_ptx():
     assert "membar" not in ptx and "fence.acq_rel" not in ptx
 
 
+def test_next_units_ptx():
+    """The pending switches (gluon:softmax_next): rows of whole 16-byte groups the compiler cannot
+    prove so (200 fp16 columns: rows kernel; 3000 fp16 columns: block) move in 128-bit accesses
+    and no narrower ones, where today's default moves 2 bytes an access; rows that are not whole
+    16-byte groups (1000 x 781 fp32) are left as they were; long rows past shared memory go to
+    split_smem."""
+    from backends import gluon_layer as G
+    from gluon_src import dispatch
+
+    def ptx(**kw):
+        case = _case("softmax", **kw)
+        return "\n".join(G.compile_spec(s)["ptx"] for s in G._sm_specs("default", case)[1])
+
+    narrow = re.compile(r"(ld|st)\.global\.(b16|b32|u16|f32)\b")
+    today = ptx(M=50_000, N=200, dtype="float16")
+    assert narrow.search(today) and ".v4" not in today
+    odd = ptx(M=1000, N=781)
+    with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
+        for kw in (dict(M=50_000, N=200, dtype="float16"), dict(M=100, N=3960, dtype="float16")):
+            assert dispatch.softmax_choice(kw["M"], kw["N"], 2)[0] in ("rows", "block"), kw
+            text = ptx(**kw)
+            assert "ld.global.v4" in text and "st.global.v4" in text and not narrow.search(text), kw
+        assert ptx(M=1000, N=781) == odd
+    assert _impl("softmax", "softmax_next").compile_only_fn(_case("softmax", M=4096, N=128_256, dtype="bfloat16"))["variant"] == "split_smem"
+
+
 def test_splitk_large_tile_compiles():
     """The tiles the modelled split-K rule picks at a few hundred rows (128 x 256 over 8 warps,
     128 x 128) compile for sm_90a without spills."""
