@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kClusterThreads, 2) KL_CLUSTER_DIMS(C)
     }
   float m = mt, s = st;
   warp_online_merge(m, s);
-  if (lane == 0) part[warp] = make_float2(m, s);
+  if (lane == 0) part[warp] = float2{m, s};
 
   // 3. the cluster's C x W pairs, merged alike in every warp of every CTA
   float gm = KL_NEG_INF, gs = 0.f;

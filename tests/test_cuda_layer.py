@@ -44,7 +44,7 @@ def _problem(impl_id):
 
 def _impl(impl_id):
     p = _problem(impl_id)
-    return registry.get(p, impl_id), problems.get(p)
+    return registry.get(p, impl_id, candidates=True), problems.get(p)
 
 
 def _built() -> bool:
@@ -746,6 +746,9 @@ def _nvrtc_or_skip():
                                           ("cupy:softmax_rows", dict(M=4096, N=1024)),
                                           ("cupy:softmax_split", dict(M=8192, N=262144)),
                                           ("cupy:softmax_simple", dict(M=3, N=5)),
+                                          ("cupy:softmax_cluster", dict(M=4096, N=128256, dtype="bfloat16")),
+                                          ("cupy:softmax_next", dict(M=17, N=40000, dtype="float16",
+                                                                     layout="strided_odd")),
                                           ("cupy:vector_add", dict(N=98432))])
 def test_cupy_kernels_compile_under_nvrtc(impl_id, case):
     """The same source through NVRTC (no GPU needed): the planned instance compiles, 0 spills."""
