@@ -25,8 +25,9 @@ rank touches the row, however short the last step).
    word in shared memory.
 3. A cluster barrier (release / acquire) makes all C x W words visible;
    every warp reads them all (``mapa`` + ``ld.shared::cluster``), merges them in a fixed order and
-   a fixed butterfly, so every CTA gets the same (M, S). A second cluster barrier, arrived here and
-   waited at the end, keeps each CTA's shared memory alive until its peers have read it.
+   a fixed butterfly, so every CTA gets the same (M, S). A second cluster barrier, arrived here
+   (relaxed: the merge consumed the words) and waited at the end, keeps each CTA's shared memory
+   alive until its peers have read it.
 4. out = e * exp(m_t - M) / S, from the registers (16-byte stores where the output row has the
    input's phase). A thread whose values are all -inf (past the row end) contributes nothing; a
    row of only -inf gives NaN, as torch.
@@ -128,7 +129,8 @@ class SoftmaxCluster:
         for off in cutlass.range_constexpr(5):
             g_max, g_sum = merge(g_max, g_sum, cute.arch.shuffle_sync_bfly(g_max, 16 >> off),
                                  cute.arch.shuffle_sync_bfly(g_sum, 16 >> off))
-        cute.arch.cluster_arrive()                        # peers may leave once we have read them
+        cute.arch.cluster_arrive_relaxed()                # peers may leave once we have read them
+                                                          # (values consumed above: no release)
 
         scale = cutlass.Float32(0.0)
         if m_t != -cutlass.Float32.inf:
