@@ -151,14 +151,16 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     for k in D.GPU_VERIFIED:
         monkeypatch.setitem(D.GPU_VERIFIED, k, True)
     assert "pack" in D.reachable("gemm_epilogue")
-    assert set(D.reachable("softmax")) == {"rows_tma", "online_tma", "online_flat"}
+    assert set(D.reachable("softmax")) == {"rows_tma", "online_tma", "online_flat", "split"}
     assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "pack"
     assert D.plan_gemm(16, 4096, 4096, 2)["variant"] == "splitk"  # aligned: nothing to pack
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online_flat"
-    assert D.plan_softmax(4096, 50257, 2)["variant"] == "online_tma"  # strided: the 2-d kernel
+    assert D.plan_softmax(4096, 50257, 2)["variant"] == "online"  # strided odd rows: no TMA, no flat view
     assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online_tma"
     rows = D.plan_softmax(4096, 1024, 2, contiguous=True)
-    assert rows["variant"] == "rows_tma" and rows | {"variant": "rows"} == D.plan_softmax(4096, 1024, 2, tma=False)
+    assert rows["variant"] == "rows_tma" and rows["LATENCY"] == D.ROWS_LATENCY
+    assert {k: v for k, v in rows.items() if k != "LATENCY"} | {"variant": "rows"} == D.rows_config(4096, 1024)
+    assert D.plan_softmax(8, 200_003, 2)["variant"] == "split"
 
 
 @needs_cutile
@@ -204,15 +206,52 @@ def test_gemm_adapter_facts_and_packed_buffers():
 
 
 @needs_cutile
-def test_softmax_plan_flat_for_contiguous_unaligned_rows():
+def test_softmax_next_plan_by_class():
+    """The rules behind softmax_next, each a rule of the case's facts (NEXT: every switch on)."""
     from cutile_src import dispatch as D
-    # 50257 bf16 columns: 100514 bytes a row, not a 16-byte multiple: flat where contiguous
-    assert D.plan_softmax(4096, 50257, 2, contiguous=True, flat=True)["variant"] == "online_flat"
-    assert D.plan_softmax(4096, 50257, 4, contiguous=True, flat=True)["TILE"] == D.SOFTMAX["ONLINE_TILE"]
-    assert D.plan_softmax(4096, 50257, 2, contiguous=False, flat=True)["variant"] == "online"
-    # aligned rows keep the 2-d kernel, short rows the rows kernel
-    assert D.plan_softmax(4096, 128256, 2, contiguous=True, flat=True)["variant"] == "online"
-    assert D.plan_softmax(1823, 781, 2, contiguous=True, flat=True)["variant"] == "rows"
+    P = lambda M, N, es, **k: D.plan_softmax(M, N, es, 132, switches=D.NEXT, **k)  # noqa: E731
+    # few long rows (fewer than two rows an SM): split, whatever the alignment
+    for M, N, es in ((1, 786_433, 4), (8, 200_003, 2), (48, 65_536, 2), (96, 100_000, 2), (2, 2_000_000, 4),
+                     (263, 10_000, 4)):
+        p = P(M, N, es)
+        assert p["variant"] == "split", (M, N)
+        assert (p["C"] - 1) * p["CHUNK"] < N <= p["C"] * p["CHUNK"] and p["CP"] >= p["C"] > 0
+        assert p["CP"] & (p["CP"] - 1) == 0 and p["C"] <= D.SPLIT["MAX_PARTS"]
+        # the units fill two programs an SM, unless the chunk is already at its floor
+        assert M * p["C"] >= 2 * 132 or p["CHUNK"] == D.SPLIT["MIN_CHUNK"]
+        assert p["grid"] <= M * p["C"]
+    assert P(264, 10_000, 4)["variant"] == "rows_tma"     # two rows an SM: a row a program is enough
+    assert P(100, 8184, 4)["variant"] == "rows_tma"       # too short to cut
+    # rows with TMA only where the rows are 16-byte multiples and the tile fits beside its mask
+    assert P(4096, 1000, 2, rows16=False)["variant"] == "rows"
+    assert P(4096, 32_000, 2)["variant"] == "rows_tma" and P(4096, 32_000, 4)["variant"] == "rows"
+    assert P(4096, 16_384, 4)["variant"] == "rows_tma"
+    # long rows: flat for contiguous rows that are no 16-byte multiple, else online_tma (aligned),
+    # else the -inf padding kernel
+    assert P(4096, 50_257, 2, contiguous=True)["variant"] == "online_flat"
+    assert P(4096, 50_257, 2)["variant"] == "online"
+    assert P(4096, 128_256, 2, contiguous=True)["variant"] == "online_tma"
+    assert P(4096, 128_256, 2, rows16=False)["variant"] == "online"
+    assert P(2 ** 31 // 50_000, 50_001, 2, contiguous=True)["variant"] == "online"  # 32-bit offsets
+
+
+@needs_cutile
+def test_online_programs_keep_rows_in_l2():
+    """online_tma / online_flat: the most programs an SM whose rows in flight fit half of L2."""
+    from cutile_src import dispatch as D
+    l2 = 50 * 2 ** 20
+    for N, es in ((32_768 + 8, 2), (50_257, 2), (50_257, 4), (128_256, 2), (151_936, 4), (40_000, 2)):
+        p = D.online_config(4096, N, es, 132, l2, "online_tma")
+        occ = p["hints"]["occupancy"]
+        in_flight = occ * 132 * N * es
+        assert p["grid"] == occ * 132
+        if in_flight <= l2 / 2:
+            bigger = [o for o in D.ONLINE["OCCUPANCY"] if o > occ]
+            assert all(o * 132 * N * es > l2 / 2 for o in bigger), (N, es)
+        else:   # not even one a SM fits: the fallback
+            assert occ == D.ONLINE["NO_FIT"] and 132 * N * es > l2 / 2
+        assert p["LATENCY"] == D.ONLINE["LATENCY"][es] and 1 <= p["LATENCY"] <= 10
+    assert D.online_config(3, 100_000, 2)["grid"] == 3   # never more programs than rows
 
 
 # -- signatures and compile-only -------------------------------------------------------------------
