@@ -652,7 +652,8 @@ def _gemm_plan(variant, a, b):
         return dispatch.tiled_config(M, N, K, es, sms)
     if variant == "splitk":
         return dispatch.splitk_config(M, N, K, sms, min_split=2)
-    return dispatch.plan_gemm(M, N, K, es, sms, pack=True if variant == "pack" else None, **facts)
+    sw = {"default": None, "pack": dict(dispatch.GPU_VERIFIED, pack=True), "next": dispatch.NEXT}[variant]
+    return dispatch.plan_gemm(M, N, K, es, sms, switches=sw, **facts)
 
 
 def _gemm_operands(p, a, b):
@@ -756,12 +757,12 @@ _G_SRC = {"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("b
                            host=("workspace", "bind_launch")),
           "pack": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_rows_kernel",),
                          host=("packed_buffer", "bind_pack"))}
+_G_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))]
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
                 "on the SMs, 8 worker warps for 128-row tiles), split-K into an fp32 workspace for few "
                 "rows; bias + activation on the accumulator tile",
-                planned_sources(_G_SRC, _plans.reachable("gemm_epilogue"),
-                                [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))])),
+                planned_sources(_G_SRC, _plans.reachable("gemm_epilogue"), _G_PLAN)),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of 128 x 128 C tiles, ct.mma over "
                "zero-padded K tiles, bias + activation before the one store; any shape",
                [Source("cutile_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),
@@ -775,6 +776,10 @@ _GEMM = {
              "(K or N, or a strided view) is first copied into 16-byte rows, then the planned tiled / split-K "
              "GEMM loads it through TMA; any shape",
              [_G_SRC["pack"], _G_SRC["tiled"], _G_SRC["splitk"]]),
+    "next": ("gemm_epilogue_next", "not yet run on a GPU: the default's planner with every pending rule on "
+             "(operands whose rows are no 16-byte multiples packed first; a persistent grid of one program an "
+             "SM where the tiles outnumber the SMs)",
+             planned_sources(_G_SRC, _plans.reachable("gemm_epilogue", _plans.NEXT), _G_PLAN)),
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,

@@ -23,7 +23,9 @@ H200_SMS = 132
 #   online_tma   online masked by column index: TMA loads, the grid and hints by L2 (softmax_online_tma)
 #   online_flat  contiguous rows whose bytes are no 16-byte multiple: aligned 1-d tiles (softmax_online_flat)
 #   pack         GEMM operands whose rows are no 16-byte multiples are packed first (gemm_epilogue_pack)
-GPU_VERIFIED = {"split": False, "rows_tma": False, "online_tma": False, "online_flat": False, "pack": False}
+#   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
+GPU_VERIFIED = {"split": False, "rows_tma": False, "online_tma": False, "online_flat": False, "pack": False,
+                "persistent": False}
 NEXT = dict.fromkeys(GPU_VERIFIED, True)
 
 
@@ -267,29 +269,33 @@ def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 
 
 
 def tiled_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
-                 tma: bool | None = None) -> dict:
+                 tma: bool | None = None, persistent: bool = False) -> dict:
     """The tiled plan: few rows take a row tile fitted to M (16..64) and 128 x 128 K x N tiles;
-    otherwise the first GEMM_TILES shape that fills a wave."""
+    otherwise the first GEMM_TILES shape that fills a wave. ``persistent``: one program an SM
+    (every tile shape compiles to one program an SM: 168-255 registers x 256-384 threads, 108-231
+    KB of shared memory) looping over the tiles in grouped order, so that a program's TMA
+    producer loads the next tile's operands while its consumers finish the last one's epilogue."""
     if M <= GEMM_SPLITK["MAX_M"]:
         t = {"TM": min(64, max(16, _pow2_at_least(M))), "TN": 128, "TK": 128, "hints": {}}
     else:
         t = gemm_tile_for(M, N, sms, rows_16b(K, N, elem_size) if tma is None else tma)
     tiles = _cdiv(M, t["TM"]) * _cdiv(N, t["TN"])
     return {"variant": "tiled", "TM": t["TM"], "TN": t["TN"], "TK": t["TK"], "GROUP": GEMM_GROUP,
-            "grid": tiles, "hints": dict(t["hints"])}
+            "grid": min(tiles, sms) if persistent else tiles, "hints": dict(t["hints"])}
 
 
 def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
-              a_rows16: bool | None = None, b_rows16: bool | None = None, pack: bool | None = None) -> dict:
+              a_rows16: bool | None = None, b_rows16: bool | None = None, switches: dict | None = None) -> dict:
     """split-K for few rows where the C tiles fill less than a wave, else tiled. ``a_rows16`` /
     ``b_rows16``: whether every row of A / B starts on a 16-byte boundary (default: from K and
-    N, contiguous operands); an operand that does not is packed first (``pack``: the variant
-    "pack", whose ``GEMM`` is the tiled or split-K plan on the packed operands) where ``pack``
-    allows it (default: once GPU_VERIFIED says so)."""
+    N, contiguous operands); with the ``pack`` switch an operand that does not is packed first
+    (the variant "pack", whose ``GEMM`` is the tiled or split-K plan on the packed operands);
+    ``persistent``: the tiled plan's grid (see tiled_config). ``switches``: default GPU_VERIFIED."""
+    sw = _switches(switches)
     a16 = (K * elem_size) % 16 == 0 if a_rows16 is None else a_rows16
     b16 = (N * elem_size) % 16 == 0 if b_rows16 is None else b_rows16
     packs = {}
-    if GPU_VERIFIED["pack"] if pack is None else pack:
+    if sw["pack"]:
         if not a16:
             packs["a"] = pack_config(M, K, sms)
         if not b16:
@@ -301,7 +307,8 @@ def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
             plan = sk
     if plan is None:
         # packed operands load through TMA like aligned ones: the TMA tile shapes are open
-        plan = tiled_config(M, N, K, elem_size, sms, tma=True if packs else None)
+        plan = tiled_config(M, N, K, elem_size, sms, tma=True if packs else a16 and b16,
+                            persistent=sw["persistent"])
     if packs:
         return {"variant": "pack", "PACK": packs, "GEMM": plan}
     return plan

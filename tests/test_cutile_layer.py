@@ -166,7 +166,7 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
 @needs_cutile
 def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
     from cutile_src import dispatch as D
-    P = lambda *a, **k: D.plan_gemm(*a, pack=True, **k)  # noqa: E731
+    P = lambda *a, **k: D.plan_gemm(*a, switches=dict(D.GPU_VERIFIED, pack=True), **k)  # noqa: E731
     # the facts default to contiguous operands: A's rows are K elements, B's N
     assert set(P(100, 333, 781, 2)["PACK"]) == {"a", "b"}
     assert set(P(100, 336, 781, 2)["PACK"]) == {"a"}
@@ -188,6 +188,24 @@ def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
     # the pack's grid: its tiles, at most WAVES waves of programs, at least one
     assert D.pack_config(768, 50257, 132)["grid"] == D.GEMM_PACK["WAVES"] * 132
     assert D.pack_config(3, 5, 132)["grid"] == 1
+
+
+@needs_cutile
+def test_gemm_persistent_grid_switch():
+    """persistent: one program an SM where the tiles outnumber the SMs, the same tiles; the
+    default's grid is one program a tile while the switch is off."""
+    from cutile_src import dispatch as D
+    for M, N, K in ((3000, 3000, 3000), (4096, 50257, 768), (555, 1234, 777), (256, 6144, 4096), (64, 32000, 4096)):
+        off = D.plan_gemm(M, N, K, 2, 132)
+        on = D.plan_gemm(M, N, K, 2, 132, switches=dict(D.GPU_VERIFIED, persistent=True))
+        assert {k: v for k, v in on.items() if k != "grid"} == {k: v for k, v in off.items() if k != "grid"}
+        if off["variant"] == "tiled":
+            tiles = -(-M // off["TM"]) * -(-N // off["TN"])
+            assert off["grid"] == tiles and on["grid"] == min(tiles, 132)
+    nxt = D.plan_gemm(3000, 3000, 3000, 2, 132, switches=D.NEXT)
+    assert nxt["grid"] == 132 and (nxt["TM"], nxt["TN"]) == (128, 128)  # 576 tiles: 87 % of 5 waves
+    nxt = D.plan_gemm(2048, 2047, 2048, 2, 132, switches=D.NEXT)        # B packed: the TMA tile
+    assert nxt["variant"] == "pack" and set(nxt["PACK"]) == {"b"} and nxt["GEMM"]["TN"] == 256
 
 
 @needs_cutile
