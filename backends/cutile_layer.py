@@ -183,7 +183,7 @@ def array_constraint(t: torch.Tensor):
     shape_div = tuple(16 if int(n) % 16 == 0 else 1 for n in t.shape)
     extent = sum((n - 1) * s for n, s in zip(t.shape, strides)) + 1
     idx = ct.int32 if max(list(t.shape) + [extent]) < 2 ** 31 else ct.int64
-    return ArrayConstraint(getattr(ct, DTYPES[t.dtype]), t.dim(), index_dtype=idx,
+    return ArrayConstraint(getattr(ct, str(t.dtype).removeprefix("torch.")), t.dim(), index_dtype=idx,
                            stride_lower_bound_incl=0, alias_groups=(), may_alias_internally=False,
                            stride_constant=const, stride_divisible_by=div, shape_divisible_by=shape_div,
                            base_addr_divisible_by=16 if _address(t) % 16 == 0 else 1)
@@ -496,8 +496,10 @@ def _sm_plan(variant, x, out) -> dict:
         return dispatch.rows_config(M, N, sms, tma=variant == "rows_tma")
     if variant == "online":
         return dispatch.online_plain_config(M, N)
-    if variant == "split":
-        return dispatch.split_config(M, N, sms)
+    if variant == "split":  # resident where the default's facts allow it (long aligned rows), else launches
+        p = dispatch.plan_softmax(M, N, es, sms, contiguous, _l2(), dict.fromkeys(dispatch.NEXT, False) |
+                                  {"split": True, "resident": True}, rows16=_rows16(x) and _rows16(out))
+        return p if p["variant"] == "split" else dispatch.split_config(M, N, sms)
     if variant == "online_tma" or dispatch.flat_fits(M, N, contiguous):
         return dispatch.online_config(M, N, es, sms, _l2(), variant)
     # online_flat where no flat view exists: the planner's choice with every pending rule on
@@ -518,6 +520,10 @@ def _sm_launches(p, x, out):
     if v == "online_flat":
         return [(softmax_online_flat.softmax_online_flat_kernel,
                  softmax_online_flat.flat_args(x, out, p["TILE"], p["LATENCY"]), h)]
+    if v == "split" and p["MODE"] == "resident":
+        bufs = softmax_split.partials(x.shape[0], p["C"], x.device, resident=True)
+        return [(softmax_split.softmax_split_resident_kernel,
+                 (x, out, *bufs, p["MAX_SPIN"], p["CHUNK"], p["CP"], ok), h)]
     if v == "split":
         mx, sm = softmax_split.partials(x.shape[0], p["C"], x.device)
         return [(softmax_split.softmax_split_stats_kernel, (x, mx, sm, p["CHUNK"]), h),
@@ -561,9 +567,9 @@ def bind_softmax(variant, x, out):
         launch = softmax_online_tma.bind_launch(x, out, p["TILE"], p["LATENCY"], g, kernel=k)
     elif v == "online_flat":
         launch = softmax_online_flat.bind_launch(x, out, p["TILE"], p["LATENCY"], g, kernel=k)
-    elif v == "split":
-        launch = softmax_split.bind_launch(x, out, p, kernels=(k, hinted(launches[1][0], p["hints"])),
-                                           bufs=launches[0][1][1:3])
+    elif v == "split":  # the launches' own buffers (resident: the counts after the partials)
+        launch = softmax_split.bind_launch(x, out, p, kernels=[hinted(kk, p["hints"]) for kk, _, _ in launches],
+                                           bufs=launches[-1][1][2:5 if p["MODE"] == "resident" else 4])
     else:
         launch = softmax_online.bind_launch(x, out, p["TILE"], g, kernel=k)
     return launch, launches, p
@@ -600,7 +606,8 @@ _SM_SRC = {"rows": Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_k
            "online_tma": Source("cutile_src/softmax_online_tma.py", kernels=("softmax_online_tma_kernel",),
                                 host=("bind_launch",)),
            "split": Source("cutile_src/softmax_split.py",
-                           kernels=("softmax_split_stats_kernel", "softmax_split_norm_kernel"),
+                           kernels=("softmax_split_stats_kernel", "softmax_split_norm_kernel",
+                                    "softmax_split_resident_kernel"),
                            host=("partials", "bind_launch"))}
 _SM_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_softmax",))]
 _SM = {
@@ -625,11 +632,14 @@ _SM = {
     "online_tma": ("softmax_online_tma", "not yet run on a GPU: the online kernel with the columns past N "
                    "masked by index (TMA loads), a latency hint, one exp a lane in pass 1, the programs an "
                    "SM by the rows in flight against L2; any N", [_SM_SRC["online_tma"]]),
-    "split": ("softmax_split", "not yet run on a GPU: a row cut into chunks over many programs; pass 1 "
-              "stores each chunk's (max, sum), pass 2 (a second launch) combines the row's partials and "
-              "writes its chunk (the re-read from L2 for few rows); any N", [_SM_SRC["split"]]),
+    "split": ("softmax_split", "not yet run on a GPU: a row cut into chunks over many programs, each "
+              "chunk's (max, sum) exchanged through global memory; long rows that are 16-byte multiples in "
+              "one launch on a co-resident grid (chunks kept in registers, the row's count polled: one read), "
+              "else two launches (the second re-reads its chunk, from L2 for few rows); any N",
+              [_SM_SRC["split"]]),
     "next": ("softmax_next", "not yet run on a GPU: the default's planner with every pending rule on "
-             "(split for few long rows, rows_tma, online_tma by L2, online_flat for unaligned contiguous rows)",
+             "(split for few long rows and, resident, for long aligned rows; rows_tma; online_flat for "
+             "unaligned contiguous rows)",
              planned_sources(_SM_SRC, _plans.reachable("softmax", _plans.NEXT), _SM_PLAN)),
 }
 #: built, not yet run on a GPU: candidates (registry.get(..., candidates=True)), no ids of the tool yet

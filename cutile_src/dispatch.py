@@ -22,10 +22,12 @@ H200_SMS = 132
 #   rows_tma     rows masked by column index: TMA loads (softmax_rows_tma)
 #   online_tma   online masked by column index: TMA loads, the grid and hints by L2 (softmax_online_tma)
 #   online_flat  contiguous rows whose bytes are no 16-byte multiple: aligned 1-d tiles (softmax_online_flat)
+#   resident     long rows that are 16-byte multiples: one launch of the split kernel on a co-resident
+#                grid (softmax_split, MODE resident: one read, one write)
 #   pack         GEMM operands whose rows are no 16-byte multiples are packed first (gemm_epilogue_pack)
 #   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
-GPU_VERIFIED = {"split": False, "rows_tma": False, "online_tma": False, "online_flat": False, "pack": False,
-                "persistent": False}
+GPU_VERIFIED = {"split": False, "rows_tma": False, "online_tma": False, "online_flat": False, "resident": False,
+                "pack": False, "persistent": False}
 NEXT = dict.fromkeys(GPU_VERIFIED, True)
 
 
@@ -65,6 +67,12 @@ ONLINE = {"TILE": 2048, "OCCUPANCY": (4, 2, 1), "L2_SHARE": 0.5, "NO_FIT": 2, "L
 # chunk's hints by softmax_hints, co-resident programs looping over the units.
 SPLIT = {"ROWS_PER_SM": 2, "MIN_N": 8192, "CHUNK": 4096, "MIN_CHUNK": 1024, "MAX_PARTS": 1024,
          "UNITS_PER_SM": 2}
+# resident split: long rows cut into chunks of CHUNK_BYTES held in registers (8 worker warps: one
+# program an SM, 168 registers x 384 threads; SASS: no spills at 16384 bf16 or 8192 fp32 columns,
+# 8-24 bytes a thread at twice those), a grid of one program an SM (so that all are resident:
+# the exchange polls), MAX_SPIN polls of the row's count before a unit gives up and writes NaN
+# (a poll is an L2 round trip, ~1 us: about a second against waits of a few us).
+RESIDENT = {"CHUNK_BYTES": 32768, "HINTS": {"num_worker_warps": 8}, "MAX_SPIN": 1 << 20}
 H200_L2 = 50 * 2 ** 20
 # rows_tma: the loads' latency hint (0: tileiras's own; the SASS shows no consistent effect on
 # the rows kernel's pipeline: scripts/gpu_cutile.py times 0 against 10)
@@ -121,10 +129,10 @@ def reachable(problem: str, switches: dict | None = None) -> tuple[str, ...]:
     sw = _switches(switches)
     if problem == "vector_add":
         return ("unmasked",)
-    if problem == "softmax":
-        return (("rows_tma",) if sw["rows_tma"] else ("rows",)) + \
-            (("online_tma",) if sw["online_tma"] else ("online",)) + \
-            (("online_flat",) if sw["online_flat"] else ()) + (("split",) if sw["split"] else ())
+    if problem == "softmax":   # the -inf padding kernels stay for rows TMA cannot load
+        return ("rows",) + (("rows_tma",) if sw["rows_tma"] else ()) + ("online",) + \
+            (("online_tma",) if sw["online_tma"] and not sw["resident"] else ()) + \
+            (("online_flat",) if sw["online_flat"] else ()) + (("split",) if sw["split"] or sw["resident"] else ())
     if problem == "gemm_epilogue":
         return ("tiled", "splitk") + (("pack",) if sw["pack"] else ())
     raise ValueError(f"problem: {problem!r} has no cuTile planner")
@@ -153,6 +161,8 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous
         return rows_config(M, N, sms, tma=sw["rows_tma"] and tma and rows_tma_fits(N, elem_size))
     if sw["online_flat"] and (N * elem_size) % 16 != 0 and flat_fits(M, N, contiguous):
         return online_config(M, N, elem_size, sms, l2, "online_flat")
+    if sw["resident"] and tma and _cdiv(N * elem_size, RESIDENT["CHUNK_BYTES"]) <= sms:
+        return resident_config(M, N, elem_size, sms)
     if sw["online_tma"] and tma:
         return online_config(M, N, elem_size, sms, l2, "online_tma")
     return online_plain_config(M, N)
@@ -204,6 +214,17 @@ def online_config(M: int, N: int, elem_size: int, sms: int = H200_SMS, l2: int =
             "hints": {"occupancy": occ}}
 
 
+def resident_config(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
+    """The split kernel's resident mode: chunks of RESIDENT's bytes, C = cdiv(N, CHUNK) <= SMs
+    units a row (the no-deadlock condition), a grid of one program an SM (at most the units)."""
+    chunk = RESIDENT["CHUNK_BYTES"] // elem_size
+    parts = _cdiv(N, chunk)
+    if parts > sms:
+        raise ValueError(f"N: {N} columns need {parts} resident programs a row, more than {sms} SMs")
+    return {"variant": "split", "MODE": "resident", "CHUNK": chunk, "C": parts, "CP": _pow2_at_least(parts),
+            "MAX_SPIN": RESIDENT["MAX_SPIN"], "grid": min(M * parts, sms), "hints": dict(RESIDENT["HINTS"])}
+
+
 def split_config(M: int, N: int, sms: int = H200_SMS) -> dict:
     """The split plan: CHUNK columns a unit (see SPLIT), C chunks a row, CP >= C (a power of two:
     the partials' tile), co-resident programs (by the chunk's hints) looping over M x C units."""
@@ -215,7 +236,7 @@ def split_config(M: int, N: int, sms: int = H200_SMS) -> dict:
         chunk *= 2
     parts = _cdiv(N, chunk)
     hints = softmax_hints(chunk, chunk)
-    return {"variant": "split", "CHUNK": chunk, "C": parts, "CP": _pow2_at_least(parts),
+    return {"variant": "split", "MODE": "launches", "CHUNK": chunk, "C": parts, "CP": _pow2_at_least(parts),
             "grid": min(M * parts, sms * hints.get("occupancy", 1)), "hints": hints}
 
 
