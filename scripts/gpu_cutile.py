@@ -162,8 +162,27 @@ SM_SHAPES = [  # (M, N, dtype): a class each
 def softmax_neighbours(L, xs, os_, plan):
     """(label, launch) of the knobs around the next plan's rule for this shape."""
     from cutile_src import dispatch as D, softmax_online_flat as F, softmax_online_tma as O, softmax_rows_tma as R
+    from cutile_src import softmax_split as S
     out = []
     v = plan["variant"]
+    if v == "split":
+        resident = plan["MODE"] == "resident"
+        k = S.softmax_split_resident_kernel if resident else None
+        for f in (2, 0.5):
+            ch = int(plan["CHUNK"] * f)
+            parts = -(-xs.shape[1] // ch)
+            if parts > 132 and resident or ch < 512:
+                continue
+            cfg = plan | {"CHUNK": ch, "C": parts, "CP": 1 << (parts - 1).bit_length(),
+                          "grid": min(xs.shape[0] * parts, plan["grid"] if resident else 528)}
+            cfg["hints"] = plan["hints"] if resident else D.softmax_hints(ch, ch)
+            ks = [L.hinted(k, cfg["hints"])] if resident else [L.hinted(kk, cfg["hints"]) for kk in
+                                                               (S.softmax_split_stats_kernel, S.softmax_split_norm_kernel)]
+            out.append((f"split {cfg}", S.bind_launch(xs, os_, cfg, kernels=ks)))
+        if resident:
+            p = D.online_config(*xs.shape, xs.element_size(), 132, L._l2(), "online_tma")
+            out.append((f"online_tma {p}", O.bind_launch(xs, os_, p["TILE"], p["LATENCY"], p["grid"],
+                                                        kernel=L.hinted(O.softmax_online_tma_kernel, p["hints"]))))
     if v == "rows_tma":
         for rows_x, lat in ((1, 10), (2, 0), (2, 10)):
             rows = min(plan["ROWS"] * rows_x, 64)
