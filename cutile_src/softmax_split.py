@@ -111,8 +111,7 @@ def bind_launch(x: torch.Tensor, out: torch.Tensor, cfg: dict, kernels=None, buf
     grid = (cfg["grid"], 1, 1)
     if resident:
         k = (kernels or (softmax_split_resident_kernel,))[0]
-        args = [(x, out, *bufs, cfg["MAX_SPIN"], cfg["CHUNK"], cfg["CP"], tma_store_ok(out))]
-        steps = [(k, args[0])]
+        steps = [(k, (x, out, *bufs, cfg["MAX_SPIN"], cfg["CHUNK"], cfg["CP"], tma_store_ok(out)))]
     else:
         ks, kn = kernels or (softmax_split_stats_kernel, softmax_split_norm_kernel)
         steps = [(ks, (x, *bufs, cfg["CHUNK"])), (kn, (x, out, *bufs, cfg["CHUNK"], cfg["CP"], tma_store_ok(out)))]

@@ -103,7 +103,10 @@ SM_CASES = [({"M": 1, "N": 1}, "float32", {}), ({"M": 129, "N": 1}, "float32", {
             ({"M": 64, "N": 1000}, "float16", {"kind": "large"}), ({"M": 4099, "N": 33}, "bfloat16", {"layout": "strided_odd"}),
             ({"M": 2048, "N": 2050}, "float16", {}), ({"M": 300, "N": 70_001}, "float32", {}),
             ({"M": 300, "N": 50_257}, "bfloat16", {}), ({"M": 300, "N": 40_000}, "bfloat16", {"kind": "neginf"}),
-            ({"M": 8, "N": 200_003}, "bfloat16", {})]
+            ({"M": 8, "N": 200_003}, "bfloat16", {}),
+            # resident split: units straddling programs and rounds, a strided aligned layout, fp32
+            ({"M": 300, "N": 40_000}, "bfloat16", {"layout": "strided"}), ({"M": 264, "N": 131_072}, "float32", {}),
+            ({"M": 333, "N": 65_536}, "float16", {"kind": "large"})]
 GEMM_CASES = [({"M": 16, "N": 50257, "K": 768}, "bfloat16", {"act": "none", "bias": 1}),
               ({"M": 1, "N": 17, "K": 33}, "float16", {"act": "gelu", "bias": 1}),
               ({"M": 127, "N": 65, "K": 129}, "bfloat16", {"act": "relu", "bias": 1}),
