@@ -175,10 +175,24 @@ GEMM = {
     "plain_step_s": 1.6e-6,
     "plain_resident": 2,
     "launch_s": 3e-6,
+    # A partial last wave (3000^3 on 128 x 256 tiles: 288 tiles = 2.18 waves, the third 18 %
+    # full; 200 x 13824 x 5120: 108 tiles, 0.82 of one): "streamk" runs whole waves
+    # data-parallel and spreads the last full wave plus the partial one evenly over the SMs by K
+    # steps, so the busiest SM does tiles / SMs tiles' work instead of ceil(tiles / SMs); its cost
+    # is a program's fp32 partial tile written and the owner's reads of its tile's partials
+    # (streamk_l2_bytes_per_s, an SM's share of what the tma kernel drew from L2), and
+    # streamk_segments pipeline restarts of streamk_restart_s. Taken
+    # where it models streamk_min_gain faster than every other plan. Off until a GPU has run it
+    # (triton:gemm_epilogue_next has it on; docs/performance.md, "Triton / GEMM + epilogue").
+    "streamk": False,
+    "streamk_min_gain": 0.05,
+    "streamk_l2_bytes_per_s": 9.0e12 / 132,
+    "streamk_segments": 3,
+    "streamk_restart_s": 1e-6,
 }
 
 #: the switches the next default turns on (triton:gemm_epilogue_next, a candidate until a GPU has run it)
-GEMM_NEXT = {"stage_unaligned": True}
+GEMM_NEXT = {"stage_unaligned": True, "streamk": True}
 
 #: programs of the persistent TMA grid under the interpreter (so that its tile loop runs)
 INTERPRETER_SMS = 4
@@ -392,6 +406,31 @@ def _gemm_time(M, N, K, cfg: dict, split: int, sms: int) -> float:
     return max(t_tiles, t_mem) + t_ws
 
 
+def streamk_time(M: int, N: int, K: int, cfg: dict, sms: int) -> float | None:
+    """Seconds the model gives the streamk kernel with ``cfg``: tiles / SMs tiles' MMA time (no
+    rounding up: the last waves' K steps are shared evenly), or the HBM floor, plus the fix-up: a
+    program's partial written, the owner's reads of the partials of its tile (one where there are
+    at least as many tiles as SMs, about SMs / tiles where fewer) and the pipeline restarts of
+    a program's segments; None where whole waves leave nothing to share."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    if tiles % sms == 0 or tiles * triton.cdiv(K, cfg["BLOCK_K"]) < sms:
+        return None
+    per_sm = GEMM["peak_flops"] / sms * cfg["eff"]
+    t_tiles = tiles / sms * 2.0 * bm * bn * K / per_sm
+    t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
+    partials = 1 + -(-sms // tiles)
+    fix = partials * 4.0 * bm * bn / GEMM["streamk_l2_bytes_per_s"] + GEMM["streamk_segments"] * GEMM["streamk_restart_s"]
+    return max(t_tiles, t_mem) + fix
+
+
+def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> tuple[float, dict] | None:
+    """(modelled seconds, tma config) of the fastest streamk plan, or None where none applies."""
+    found = [(t, c) for c in gemm_table("tma", facts)
+             if (t := streamk_time(M, N, K, c, facts["sms"])) is not None]
+    return min(found, key=lambda tc: tc[0]) if found else None
+
+
 def _split_choices(K: int, block_k: int) -> list[int]:
     steps = triton.cdiv(K, block_k)
     top = max(1, min(GEMM["splitk_max"], steps // GEMM["splitk_min_k_steps"]))
@@ -500,6 +539,10 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
         cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return ("splitk" if cfg["SPLIT"] > 1 else "tiled"), cfg
     variant, cfg = _gemm_unstaged(M, N, K, tma_ok, facts, aligned)
+    if tma_ok and G["streamk"] and (sk := gemm_streamk_config(M, N, K, facts)) is not None:
+        t_now = _gemm_time(M, N, K, cfg, cfg.get("SPLIT", 1), facts["sms"])
+        if sk[0] < (1.0 - G["streamk_min_gain"]) * t_now:
+            return "streamk", dict(sk[1])
     if tma_ok or copies is None or not G["stage_unaligned"] or not tma_available(facts):
         return variant, cfg
     sms = facts["sms"]
@@ -558,6 +601,9 @@ def plan_gemm(a, b, bias, act: str, out, G: dict = GEMM) -> Plan:
         return Plan(variant, cfg, bind_spec(plain_spec(a, b, bias, act, out, cfg), a.device))
     if variant == "stage":
         return Plan(variant, cfg, gemm_epilogue_tma.bind_staged_launch(a, b, bias, act, out, cfg, sms))
+    if variant == "streamk":
+        from . import gemm_epilogue_streamk
+        return Plan(variant, cfg, gemm_epilogue_streamk.bind_launch(a, b, bias, act, out, cfg, sms))
     if variant == "tma":
         launch = gemm_epilogue_tma.bind_launch(a, b, bias, act, out, cfg, sms)
     elif variant == "splitk":
