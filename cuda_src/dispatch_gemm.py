@@ -71,12 +71,20 @@ GEMM = {
     # registers per thread of the tiled kernel by tile rows (upper bounds of the ptxas figures for
     # sm_90a and sm_80; tests/test_cuda_layer.py checks every instance against the build log)
     "tiled_regs": {32: 64, 64: 80, 128: 128},
+    # One pass (no split) on TMA-legal operands: the tile by the busiest SM's work, ping-pong's
+    # 128 x 128 or ws's 128 x 256 / 128 x 192, each at its rate (peak_flops) over the wave
+    # efficiency of its tiles (_pp_time, _ws_time). 128 x 192 fills the waves of grids off the
+    # 256-column grid: 3000^3 takes 24 x 16 = 384 tiles (2.91 waves of 132) where 128 x 128 left
+    # 576 (4.36: the fifth wave 36 % full) and 128 x 256 288 (2.18). Off (ping-pong wherever C is
+    # TMA-storable, as before) until a GPU has run it (cuda:gemm_epilogue_next has it on).
+    "tile_by_waves": False,
 }
 
 # the switches the next default turns on (cuda:gemm_epilogue_next, a candidate until a GPU has run it)
-GEMM_NEXT = {"tiled_fill_rows": True, "stage_unaligned": True}
+GEMM_NEXT = {"tiled_fill_rows": True, "stage_unaligned": True, "tile_by_waves": True}
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
+WS_BNS = (128, 192, 256)      # the ws kernel's tile widths (instances)
 PP_BM, PP_BN, PP_BK, PP_STAGES, PP_THREADS = 128, 128, 64, 5, 384
 TILED_BN, TILED_BK, TILED_STAGES, TILED_THREADS = 128, 32, 4, 256
 SMEM_PER_CTA_RESERVED = 1024   # shared memory the system keeps per resident CTA (sm_80 and later)
@@ -98,7 +106,7 @@ SIMPLE_TILE = 16
 
 
 def ws_smem(bn: int) -> int:
-    stages = 4 if bn == 256 else 6
+    stages = {256: 4, 192: 5}.get(bn, 6)
     return stages * (WS_BM * WS_BK * 2 + (bn // 64) * WS_BK * 64 * 2) + 2 * stages * 8 + 1024
 
 
@@ -128,7 +136,7 @@ def instances() -> dict[str, list[str]]:
     out["gemm_epilogue.cu"] = [f"gemm_simple_kernel<{b}>" for b in bools]
     out["gemm_epilogue_tiled.cu"] = [f"gemm_tiled_kernel<{b}, {bm}, {va}, {vb}>" for b in bools
                                      for bm in GEMM["tiled_bms"] for va in bools for vb in bools]
-    out["gemm_epilogue_ws.cu"] = [f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in (128, 256)] + \
+    out["gemm_epilogue_ws.cu"] = [f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in WS_BNS] + \
         ["gemm_pad_rows_kernel", "gemm_stage_rows_kernel"]
     out["gemm_epilogue_splitk.cu"] = [f"gemm_splitk_reduce_kernel<{b}>" for b in bools]
     out["gemm_epilogue_pingpong.cu"] = [f"gemm_pingpong_kernel<{b}, {cm}>" for b in bools for cm in (1, 2)]
@@ -422,6 +430,19 @@ def _plan_pingpong(g: GemmCase, dev: Device, cm: int = 1, group_m: int = 0, a: t
                                "c_store": "tma" if g.tma_c() else "plain 16-byte"})
 
 
+def _plan_by_waves(g: GemmCase, dev: Device, G: dict) -> Launches:
+    """One pass on TMA-legal A and B: ping-pong 128 x 128 (C TMA-storable, or its plain stores
+    with G["stage_unaligned"]) or ws 128 x BN, whichever models fastest (GEMM["tile_by_waves"])."""
+    options = [(_pp_time(g, dev), "pingpong 128 x 128", 0)] if g.tma_c() or G["stage_unaligned"] else []
+    # ws 128 x 128 is no one-pass choice: ping-pong runs the same tile with its epilogue hidden
+    options += [(_ws_time(g, dev, bn, 1), f"ws 128 x {bn}", bn) for bn in sorted(WS_BNS, reverse=True) if bn > 128]
+    t, what, bn = min(options, key=lambda o: o[0])   # ties: the first (ping-pong, then the wider tile)
+    plan = _plan_ws(g, dev, bn) if bn else _plan_pingpong(g, dev)
+    tiles = plan.info["units"]
+    return _why(plan, f"{what}: {tiles} tiles on {dev.sms} SMs ({tiles / dev.sms:.2f} waves), the least modelled "
+                      f"time ({t * 1e6:.1f} us) of " + ", ".join(f"{w} {u * 1e6:.1f}" for u, w, _ in options))
+
+
 def _hopper_why(g: GemmCase, dev: Device) -> str | None:
     if dev.cc != (9, 0):
         return f"needs an sm_90 (Hopper) GPU for wgmma/TMA; this device is sm_{dev.cc[0]}{dev.cc[1]}"
@@ -452,8 +473,8 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
     lda, ldb, ldc = (K if lda is None else lda), (N if ldb is None else ldb), (N if ldc is None else ldc)
     if lda < max(K, 1) or ldb < max(N, 1) or ldc < max(N, 1):
         raise ValueError(f"lda, ldb, ldc: row strides must be >= K, N, N; got {lda}, {ldb}, {ldc}")
-    if bn not in (0, 128, 256):
-        raise ValueError(f"bn: the ws kernel's tile width is 128 or 256, got {bn}")
+    if bn not in (0,) + WS_BNS:
+        raise ValueError(f"bn: the ws kernel's tile width is one of {WS_BNS}, got {bn}")
     if bm and (bm not in GEMM["tiled_bms"] or path != "tiled"):
         raise ValueError(f"bm: the tiled path's tile rows are one of {GEMM['tiled_bms']}, got {bm} for path {path!r}")
     g = GemmCase(M, N, K, dtype, act, bool(has_bias), lda, ldb, ldc, a_mod16 % 16, b_mod16 % 16, c_mod16 % 16)
@@ -537,6 +558,8 @@ def _gemm_auto(g: GemmCase, dev: Device, G: dict = GEMM) -> Launches:
                         ldb=_cdiv(g.N, 8) * 8 if repack else None)
         why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs" + \
             (f" (M = {g.M} <= {GEMM['stream_max_m']}: a B stream, fewest k-tiles on the busiest SM)" if stream else "")
+    elif not repack and G["tile_by_waves"]:
+        return _plan_by_waves(g, dev, G)
     elif not repack and (g.tma_c() or G["stage_unaligned"]):
         return _why(_plan_pingpong(g, dev), "pingpong: A, B and C are TMA-legal" if g.tma_c() else
                     "pingpong: A and B are TMA-legal, C by plain 16-byte stores")

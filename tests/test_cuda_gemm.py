@@ -208,7 +208,31 @@ def test_kernel_sources_have_the_instructions():
 
 def test_smem_figures_fit_the_device():
     assert dispatch.PP_SMEM <= dispatch.H200.smem_optin and dispatch.ws_smem(256) <= dispatch.H200.smem_optin
-    assert dispatch.ws_smem(128) <= dispatch.H200.smem_optin
+    assert dispatch.ws_smem(128) <= dispatch.H200.smem_optin and dispatch.ws_smem(192) <= dispatch.H200.smem_optin
+
+
+def test_next_tile_by_waves():
+    """GEMM_NEXT's tile_by_waves: a one-pass plan on TMA-legal operands is ping-pong 128 x 128 or ws
+    128 x 192 / 128 x 256, whichever has the least modelled time (rate over the wave efficiency of
+    its tiles; ties to ping-pong); the default never takes ws 128 x 192. 3000^3 (576 tiles of
+    128 x 128 = 4.36 waves, 384 of 128 x 192 = 2.91) takes 128 x 192."""
+    D = dispatch.dispatch_gemm
+    for M, N, K in ((3000, 3000, 3000), (4096, 4096, 4096), (1000, 3000, 4000), (8192, 8192, 8192),
+                    (4096, 28672, 4096), (2048, 2048, 2048), (4096, 4096, 128)):
+        for dt in ("float16", "bfloat16"):
+            auto, nxt = dispatch.plan_gemm("auto", M, N, K, dt), dispatch.plan_gemm("next", M, N, K, dt)
+            assert auto.info["tile"][1] != 192
+            if nxt.info["path"] not in ("pingpong", "ws"):
+                assert nxt.info["path"] == auto.info["path"]     # split-K: the same rule
+                continue
+            g = D.GemmCase(M, N, K, dt, "relu", True, K, N, N)
+            times = {("pingpong", 128): D._pp_time(g, dispatch.H200),
+                     **{("ws", bn): D._ws_time(g, dispatch.H200, bn, 1) for bn in (256, 192)}}
+            got = times[(nxt.info["path"], nxt.info["tile"][1])]
+            assert got == min(times.values()), (M, N, K, nxt.info)
+            assert nxt.info["path"] == "pingpong" or got < times[("pingpong", 128)]
+    assert dispatch.plan_gemm("next", 3000, 3000, 3000, "float16", "gelu").plans[0].kernel == \
+        "gemm_ws_kernel<false, 192>"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (or the build log) for sm_90a facts")
