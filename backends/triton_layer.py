@@ -656,7 +656,10 @@ def _gemm_cfg(variant, case):
 
 
 def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> dict:
-    """The streamk variant's config: the planner's streamk choice, else its tma config."""
+    """The streamk variant's config: the planner's streamk choice (narrow tiles for few rows), else
+    its tma config."""
+    if M <= dispatch.GEMM["narrow_max_m"] and (narrow := dispatch.gemm_streamk_narrow_config(M, N, K, facts)):
+        return narrow
     sk = dispatch.gemm_streamk_config(M, N, K, facts)
     return dict(sk[1]) if sk else dispatch.gemm_tma_config(M, N, K, facts)
 

@@ -567,14 +567,16 @@ def _gemm_ref(a, b, bias, act):
 def test_gemm_streamk_kernel():
     """The streamk kernel under the interpreter on grids small enough that every path runs: whole
     waves then shared ones (300 x 520 x 200 on 4 programs: 15 tiles, 8 data-parallel), only shared
-    tiles with several programs a tile (129 x 264 x 72), ragged K and edges, no bias; C matches
+    tiles with several programs a tile (129 x 264 x 72), the narrow tile of few rows (7 x 264 x 1024),
+    ragged K and edges, no bias; C matches
     float64, and the flags are all down again, so a second launch is right too."""
     from triton_src import gemm_epilogue_streamk as S
     g = torch.Generator().manual_seed(3)
     for M, N, K, i, sms, act, dt in ((300, 520, 200, 1, 4, "gelu", torch.float16),
                                      (129, 264, 72, 1, 4, "relu", torch.bfloat16),
-                                     (640, 136, 456, 3, 7, "none", torch.float16)):
-        cfg = dict(dispatch.GEMM["tma"][i])
+                                     (640, 136, 456, 3, 7, "none", torch.float16),
+                                     (7, 264, 1024, None, 4, "gelu", torch.bfloat16)):
+        cfg = dict(dispatch.GEMM["tma"][i]) if i is not None else dispatch.gemm_streamk_narrow_config(M, N, K, {**H200, "sms": sms})
         a, b = torch.randn(M, K, generator=g).to(dt), torch.randn(K, N, generator=g).to(dt)
         bias = torch.randn(N, generator=g).to(dt) if act != "none" else None
         out = torch.full((M, N), float("nan"), dtype=dt)
@@ -608,6 +610,10 @@ def test_gemm_streamk_rule_of_next():
                 (1 - G["streamk_min_gain"]) * dispatch._gemm_time(M, N, K, c0, c0.get("SPLIT", 1), sms)
         else:
             assert (v, cfg) == (v0, c0)
+    for M, N, K in ((1, 11008, 4096), (16, 6144, 4096), (64, 32000, 4096), (7, 4000, 2048)):
+        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)     # few rows, TMA: narrow streamk
+        assert v == "streamk" and cfg["BLOCK_M"] == max(16, 1 << (M - 1).bit_length()), (M, cfg)
+        assert dispatch.gemm_choice(M, N, K, False, H200, G=G)[0] != "streamk"
     assert dispatch.gemm_choice(3000, 3000, 3000, True, H200, G=G)[0] == "streamk"
     assert dispatch.gemm_choice(2048, 8448, 1024, True, H200, G=G)[0] != "streamk"   # 16 x 33 = 4 x 132 tiles
     assert {"streamk", "tma"} <= seen

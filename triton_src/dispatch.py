@@ -185,6 +185,14 @@ GEMM = {
     # where it models streamk_min_gain faster than every other plan. Off until a GPU has run it
     # (triton:gemm_epilogue_next has it on; docs/performance.md, "Triton / GEMM + epilogue").
     "streamk": False,
+    # ... and at most narrow_max_m rows (a stream of B) with TMA-legal operands, always: the K
+    # steps of narrow tiles (BLOCK_M = M rounded up to a power of two, at least 16) shared evenly
+    # over the SMs in one launch, where the narrow rule's split-K needs a second (the reduction,
+    # ~3 us of a ~20 us GEMM) and its unsplit grids leave part of a wave idle. 3 loads of 36 KB in
+    # flight an SM (16 x 128 + 128 x 128 elements a stage): Little's law wants ~32 KB an SM for
+    # 4 TB/s at ~1 us
+    "streamk_narrow": {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_stages": 4, "num_warps": 4,
+                       "EPILOGUE_SUBTILE": False, "FLATTEN": True, "WARP_SPECIALIZE": False, "eff": 1.0},
     "streamk_min_gain": 0.05,
     "streamk_l2_bytes_per_s": 9.0e12 / 132,
     "streamk_segments": 3,
@@ -431,6 +439,16 @@ def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> tuple[float, dic
     return min(found, key=lambda tc: tc[0]) if found else None
 
 
+def gemm_streamk_narrow_config(M: int, N: int, K: int, facts: dict) -> dict | None:
+    """The streamk config for few rows (GEMM["streamk_narrow"], BLOCK_M = M rounded up to a power
+    of two, at least 16), or None where its tiles hold fewer K steps than there are SMs."""
+    cfg = fitted({**GEMM["streamk_narrow"], "BLOCK_M": max(16, next_pow2(M))}, facts)
+    if cfg is None or triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]) \
+            * triton.cdiv(K, cfg["BLOCK_K"]) < facts["sms"]:
+        return None
+    return cfg
+
+
 def _split_choices(K: int, block_k: int) -> list[int]:
     steps = triton.cdiv(K, block_k)
     top = max(1, min(GEMM["splitk_max"], steps // GEMM["splitk_min_k_steps"]))
@@ -527,8 +545,8 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict, aligned: bool = True
 
 def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
                 aligned: bool = True, copies: tuple | None = None, G: dict = GEMM) -> tuple[str, dict]:
-    """tiled, tma, splitk, plain or stage, and the config. Few rows: narrow tiles, split-K when the
-    tiles alone leave SMs idle. Otherwise the roofline model picks among the tile configs (TMA ones
+    """tiled, tma, splitk, plain, stage or streamk, and the config. Few rows: narrow tiles, split-K
+    when the tiles alone leave SMs idle (with G["streamk"] and TMA: streamk on narrow tiles). Otherwise the roofline model picks among the tile configs (TMA ones
     when the operands allow TMA, else the pointer kernel's: shorter K steps when rows are not
     4-byte aligned, see GEMM) and split factors; with G["stage_unaligned"] and ``copies`` (the
     element counts of the operands a staged TMA launch copies; None: no TMA here) the staged TMA
@@ -536,6 +554,8 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     facts = facts or device_facts()
     tma_ok = tma_ok and tma_available(facts)
     if M <= GEMM["narrow_max_m"]:
+        if tma_ok and G["streamk"] and (sk := gemm_streamk_narrow_config(M, N, K, facts)) is not None:
+            return "streamk", sk
         cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return ("splitk" if cfg["SPLIT"] > 1 else "tiled"), cfg
     variant, cfg = _gemm_unstaged(M, N, K, tma_ok, facts, aligned)
