@@ -410,7 +410,9 @@ def _gemm_specs(variant, case):
 def _gemm_cfg(variant, M, N, K, facts):
     if variant == "splitk":
         return dispatch.gemm_splitk_config(M, N, K, facts)
-    if variant == "streamk":   # the planner's streamk choice, else the tma config
+    if variant == "streamk":   # the planner's streamk choice (the few_rows tile for few rows), else the tma config
+        if M <= dispatch.GEMM["few_rows_max_m"]:
+            return dict(dispatch.GEMM["few_rows"])
         sk = dispatch.gemm_streamk_config(M, N, K, facts)
         return dict(sk[1]) if sk else _gemm_cfg("tma", M, N, K, facts)
     return dict(min(dispatch.GEMM[variant], key=lambda c: (dispatch._gemm_time(M, N, K, c, facts["sms"]),

@@ -292,7 +292,9 @@ GEMM = {
     # (streamk_l2_bytes_per_s: an SM's share of l2_bytes_per_s) and streamk_segments pipeline
     # restarts. Taken where it models streamk_min_gain faster than the plan it would replace. Off
     # until a GPU has run it (gluon:gemm_epilogue_next has it on; the same rule as Triton's;
-    # docs/performance.md, "Gluon / GEMM + epilogue").
+    # docs/performance.md, "Gluon / GEMM + epilogue"). Few rows (at most few_rows_max_m) with TMA:
+    # always, on the few_rows tile (the B stream shared evenly in one launch; split-K's reduction
+    # is a second launch, ~3 us of a ~20 us GEMM).
     "streamk": False,
     "streamk_min_gain": 0.05,
     "streamk_l2_bytes_per_s": 9.0e12 / 132,
@@ -392,6 +394,10 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     copies; None: no TMA here), "stage" above few_rows_max_m rows where it models faster."""
     facts = facts or device_facts()
     variant, cfg = _gemm_choice_unstaged(M, N, K, tma_ok, facts)
+    if tma_ok and G["streamk"] and M <= GEMM["few_rows_max_m"] and triton.cdiv(N, GEMM["few_rows"]["BLOCK_N"]) \
+            * triton.cdiv(K, GEMM["few_rows"]["BLOCK_K"]) >= facts["sms"]:
+        # few rows: the B stream shared evenly over the SMs in one launch (split-K needs a second)
+        return "streamk", dict(GEMM["few_rows"])
     if variant == "tma" and G["streamk"] and M > GEMM["few_rows_max_m"] \
             and (sk := gemm_streamk_config(M, N, K, facts)) is not None \
             and sk[0] < (1.0 - G["streamk_min_gain"]) * _gemm_time(M, N, K, cfg, facts["sms"]):

@@ -320,7 +320,7 @@ def test_gemm_streamk_rule_of_next():
     G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
     sms = H200["sms"]
     for M, N, K in ((3000, 3000, 3000), (4096, 4096, 4096), (256, 28672, 4096), (2048, 8448, 1024),
-                    (16, 6144, 4096), (5000, 5000, 5000)):
+                    (5000, 5000, 5000)):
         v0, c0 = dispatch.gemm_choice(M, N, K, True, H200)
         v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)
         assert v0 != "streamk" and not c0.get("NEXT_PROLOGUE")
@@ -332,6 +332,9 @@ def test_gemm_streamk_rule_of_next():
             assert cfg == {**c0, "NEXT_PROLOGUE": True}
     assert dispatch.gemm_choice(3000, 3000, 3000, True, H200, G=G)[0] == "streamk"
     assert dispatch.gemm_choice(2048, 8448, 1024, True, H200, G=G)[0] == "tma"
+    for M in (1, 16, 64):      # few rows with TMA: streamk on the few_rows tile; without TMA: as before
+        assert dispatch.gemm_choice(M, 6144, 4096, True, H200, G=G) == ("streamk", dispatch.GEMM["few_rows"])
+        assert dispatch.gemm_choice(M, 6144, 4096, False, H200, G=G) == dispatch.gemm_choice(M, 6144, 4096, False, H200)
 
 
 def test_gemm_streamk_compiles():
