@@ -78,10 +78,16 @@ GEMM = {
     # 576 (4.36: the fifth wave 36 % full) and 128 x 256 288 (2.18). Off (ping-pong wherever C is
     # TMA-storable, as before) until a GPU has run it (cuda:gemm_epilogue_next has it on).
     "tile_by_waves": False,
+    # GELU by ex2.approx and a fast division (kernel act code 3) instead of libm's tanhf, whose
+    # ~20 instructions and branches an element run outside the mainloop in ws's epilogue (the CuTe
+    # layer's rcp.approx form: 8192^3 GELU 532 -> 710 TFLOP/s, docs/performance.md, "CuTe DSL /
+    # GEMM + epilogue"). Off until a GPU has run it (cuda:gemm_epilogue_next has it on).
+    "gelu_exp2": False,
 }
+ACT_GELU_EXP2 = 3   # the kernels' act code of GELU by ex2.approx (gemm_common.cuh)
 
 # the switches the next default turns on (cuda:gemm_epilogue_next, a candidate until a GPU has run it)
-GEMM_NEXT = {"tiled_fill_rows": True, "stage_unaligned": True, "tile_by_waves": True}
+GEMM_NEXT = {"tiled_fill_rows": True, "stage_unaligned": True, "tile_by_waves": True, "gelu_exp2": True}
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
 WS_BNS = (128, 192, 256)      # the ws kernel's tile widths (instances)
@@ -163,6 +169,11 @@ class GemmCase:
     a_mod16: int = 0
     b_mod16: int = 0
     c_mod16: int = 0
+    gelu_exp2: bool = False   # GELU by ex2.approx (GEMM["gelu_exp2"])
+
+    @property
+    def act_code(self) -> int:
+        return ACT_GELU_EXP2 if self.gelu_exp2 and self.act == "gelu" else ACT_CODE[self.act]
 
     @property
     def bf16(self) -> str:
@@ -296,7 +307,7 @@ def _add_splitk_reduce(out: Launches, g: GemmCase, dev: Device, splits: int) -> 
     total = g.M * g.N
     out.plans.append(Plan(f"gemm_splitk_reduce_kernel<{g.bf16}>", (max(1, min(_cdiv(total, 256), dev.sms * 8)), 1, 1),
                           256, (("ptr", "ws"), ("i32", splits), ("i32", g.M), ("i32", g.N), ("i64", ldw),
-                                ("ptr", "bias"), ("ptr", "c"), ("i64", g.ldc), ("i32", ACT_CODE[g.act]))))
+                                ("ptr", "bias"), ("ptr", "c"), ("i64", g.ldc), ("i32", g.act_code))))
     return out
 
 
@@ -336,7 +347,7 @@ def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200, bm: int = 0) -
     gx = _cdiv(g.N, TILED_BN)
     p = Plan(kern, (gx, gy, splits), TILED_THREADS,
              (("ptr", "a"), ("ptr", "b"), ("ptr", "bias"), ("ptr", "c")) + _gemm_common_args(g)
-             + (("i64", g.lda), ("i64", g.ldb), ("i64", g.ldc), ("i32", ACT_CODE[g.act]), ("i32", g.pair_ok()),
+             + (("i64", g.lda), ("i64", g.ldb), ("i64", g.ldc), ("i32", g.act_code), ("i32", g.pair_ok()),
                 ("i32", kps), ("ptr", "ws" if splits > 1 else 0), ("i64", _splitk_ldw(g) if splits > 1 else 0)),
              smem=smem, max_dynamic_smem=smem)
     out = Launches([p], info={"path": "tiled", "kernel": kern, "tile": (bm, TILED_BN, TILED_BK),
@@ -358,7 +369,7 @@ def _plan_ws(g: GemmCase, dev: Device, bn: int = 256, splits: int = 1, b_buf: st
     grid = min(units, dev.sms)
     ldw = _splitk_ldw(g)
     smem = ws_smem(bn)
-    code = ACT_CODE[g.act]
+    code = g.act_code
     main = Plan(f"gemm_ws_kernel<{g.bf16}, {bn}>", (grid, 1, 1), WS_THREADS,
                 (("tma", (a_buf, g.M, g.K, lda, WS_BM, 64)), ("tma", (b_buf, g.K, g.N, ldb, WS_BK, 64)),
                  ("ptr", "bias"), ("ptr", "c")) + _gemm_common_args(g)
@@ -422,7 +433,7 @@ def _plan_pingpong(g: GemmCase, dev: Device, cm: int = 1, group_m: int = 0, a: t
     desc_c = ("tma", ("c", g.M, g.N, g.ldc, PP_BM, 64)) if g.tma_c() else desc_a
     p = Plan(kern, (cm * n, 1, 1), PP_THREADS,
              (desc_a, ("tma", (b_buf, g.K, g.N, ldb, PP_BK, 64)), desc_c, ("ptr", "bias")) + _gemm_common_args(g)
-             + (("i32", ACT_CODE[g.act]), ("i32", tiles_m), ("i32", tiles_n), ("i32", group_m or GEMM["group_m"]),
+             + (("i32", g.act_code), ("i32", tiles_m), ("i32", tiles_n), ("i32", group_m or GEMM["group_m"]),
                 ("ptr", "c"), ("i64", g.ldc), ("i32", int(g.tma_c()))),
              smem=PP_SMEM, max_dynamic_smem=PP_SMEM, cluster=cm, cluster_launch=cm > 1)
     return Launches([p], info={"path": "pingpong" if cm == 1 else "pingpong_c2", "kernel": kern,
@@ -508,7 +519,8 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
         if not g.tma_c():
             raise Decline(f"the TMA store needs 16-byte aligned rows and base of c: ldc % 8 == 0 (ldc={ldc})")
         return _plan_pingpong(g, dev, 2 if path == "pingpong_c2" else 1, group_m=group_m)
-    return _gemm_auto(g, dev, {**GEMM, **GEMM_NEXT} if path == "next" else GEMM)
+    G = {**GEMM, **GEMM_NEXT} if path == "next" else GEMM
+    return _gemm_auto(replace(g, gelu_exp2=G["gelu_exp2"]), dev, G)
 
 
 def _gemm_auto(g: GemmCase, dev: Device, G: dict = GEMM) -> Launches:
