@@ -80,8 +80,9 @@ GEMM = {
     "tile_by_waves": False,
     # GELU by ex2.approx and a fast division (kernel act code 3) instead of libm's tanhf, whose
     # ~20 instructions and branches an element run outside the mainloop in ws's epilogue (the CuTe
-    # layer's rcp.approx form: 8192^3 GELU 532 -> 710 TFLOP/s, docs/performance.md, "CuTe DSL /
-    # GEMM + epilogue"). Off until a GPU has run it (cuda:gemm_epilogue_next has it on).
+    # layer's rcp.approx form took 8192^3 GELU from 532 to 710 TFLOP/s;
+    # docs/performance.md, "CUDA C++ / GEMM + epilogue"). Off until a GPU has run it
+    # (cuda:gemm_epilogue_next has it on).
     "gelu_exp2": False,
 }
 ACT_GELU_EXP2 = 3   # the kernels' act code of GELU by ex2.approx (gemm_common.cuh)
