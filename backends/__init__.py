@@ -17,7 +17,7 @@ LAYERS = (
     ("torch", ("torch_layer",)),
     ("cuda", ("cuda_layer", "cuda_gemm", "cuda_inspect")),
     ("cupy", ("cupy_layer",)),
-    ("triton", ("triton_layer", "triton_inspect")),
+    ("triton", ("triton_layer", "triton_inspect", "triton_attention")),
     ("gluon", ("gluon_layer",)),
     ("cute", ("cute_layer", "cute_inspect")),
     ("helion", ("helion_layer",)),
