@@ -299,9 +299,6 @@ def specs_for(problem: str, variant: str, case, cfg=None) -> list:
     """The launch specs of ``variant`` ("default", "simple" or an algorithm word) of ``problem``
     for ``case`` on meta tensors, with ``cfg`` instead of dispatch's configuration if given:
     what compile_only compiles (and what a script can compile ahead, in parallel)."""
-    if problem == "attention":
-        from .triton_attention import attention_specs
-        return attention_specs(variant, case, cfg)
     if problem == "vector_add":
         return [_va_simple_spec(case) if variant == "simple" else _va_default_spec(case, cfg)]
     if problem == "softmax":
