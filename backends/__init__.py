@@ -18,7 +18,7 @@ LAYERS = (
     ("cuda", ("cuda_layer", "cuda_gemm", "cuda_inspect")),
     ("cupy", ("cupy_layer",)),
     ("triton", ("triton_layer", "triton_inspect", "triton_attention")),
-    ("gluon", ("gluon_layer",)),
+    ("gluon", ("gluon_layer", "gluon_attention")),
     ("cute", ("cute_layer", "cute_inspect")),
     ("helion", ("helion_layer",)),
     ("tilelang", ("tilelang_layer",)),

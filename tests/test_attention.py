@@ -233,3 +233,32 @@ def test_triton_compile_only_for_sm90():
     facts = registry.get("attention", "triton:attention").compile_only_fn(case)
     assert facts["target"] == "sm_90a" and facts["spills"] == 0 and facts["variant"] == "tma"
     assert facts["smem"] <= 232448
+
+
+# -- Gluon: compiled for sm_90a on the CPU, run on a Hopper GPU ----------------------------------------
+def _gluon_or_skip():
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except Exception as e:
+        pytest.skip(f"no Gluon: {e}")
+
+
+@pytest.mark.parametrize("iid", ["gluon:attention_simple"])
+def test_gluon_rows_compile_for_sm90(iid):
+    _gluon_or_skip()
+    impl = registry.get("attention", iid)
+    for case in (P.cases("smoke")[1], P.cases("models")[4]):
+        facts = impl.compile_only_fn(case)
+        assert facts["target"] == "sm_90a" and facts["spills"] == 0, (case.id, facts)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("iid", ["gluon:attention_simple"])
+def test_gluon_rows_on_the_gpu(iid):
+    _gluon_or_skip()
+    impl = registry.get("attention", iid)
+    if impl.available():
+        pytest.skip(impl.available())
+    for case in P.cases("smoke") + P.cases("verify"):
+        c = verify_case(impl, P, case, "cuda")
+        assert c.ok, (iid, case.id, c.reason)
