@@ -1,5 +1,6 @@
 """Gluon adapter, attention: the teaching twin ``gluon:attention_simple`` (``gluon_src/attention.py``,
-launched the tutorial way). Gluon has no CPU interpreter: the CPU mode compiles it for sm_90a
+launched the tutorial way) and the default ``gluon:attention`` (``gluon_src/dispatch_attention.py``
+plans once in ``prepare``). Gluon has no CPU interpreter: the CPU mode compiles them for sm_90a
 (``compile_only``). The layer's shared glue (availability, the sm_90a compile of a launch spec) is
 ``backends.gluon_layer``'s; this file holds only what attention adds.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from harness import Source, register
+from harness import Source, planned_sources, register
 from harness.meta_inputs import meta_attention
 
 from . import gluon_layer as G
@@ -15,6 +16,7 @@ from . import gluon_layer as G
 if G.triton is not None:
     import triton
 
+    from gluon_src import H200, attention_tma, dispatch_attention
     from gluon_src import attention as attention_simple
     from gluon_src.runtime import Spec
 
@@ -46,3 +48,31 @@ def prepare_attention_simple(case, inputs, out):
     G._check_device(inputs)
     q, k, v = inputs
     return G._twin(attention_simple.attention, q, k, v, case.params["causal"], out)
+
+
+VARIANT_SOURCES = {"tma": [Source("gluon_src/attention_tma.py", kernels=("attention_tma_kernel",),
+                                  host=("launch_spec", "check"))]}
+PLANNER_SOURCES = [Source("gluon_src/dispatch_attention.py", kernels=(), host=("plan_attention",)),
+                   Source("gluon_src/runtime.py", kernels=(), host=("bind",))]
+
+
+def default_spec(case):
+    """The default's launch for ``case`` on meta tensors, planned as for an H200."""
+    q, k, v, out = meta_attention(case)
+    _, cfg = dispatch_attention.attention_choice(case.B, case.Hq, case.Sq, case.D, q.element_size(), H200)
+    return attention_tma.launch_spec(q, k, v, out, case.params["causal"], cfg)
+
+
+@register(problem="attention", layer=G.LAYER, name="attention",
+          description="not yet run on a GPU: TMA loads into a ring of K / V stages with an mbarrier each, "
+                      "S = Q K^T and O += P V on wgmma (P from registers), online softmax in the log2 "
+                      "domain, masks only on edge blocks, causal blocks skipped (longest first); 128 or "
+                      "64 query rows by waves, stages by shared memory",
+          sources=planned_sources(VARIANT_SOURCES, dispatch_attention.reachable("attention") if G.triton
+                                  else tuple(VARIANT_SOURCES), PLANNER_SOURCES),
+          devices=("cuda",), available=G.available,
+          compile_only=(lambda case: G.compile_specs([default_spec(case)], variant="tma")) if G.triton else None)
+def prepare_attention(case, inputs, out):
+    G._check_device(inputs)
+    q, k, v = inputs
+    return G._planned(lambda: dispatch_attention.plan_attention(q, k, v, out, case.params["causal"]))

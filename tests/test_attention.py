@@ -243,7 +243,7 @@ def _gluon_or_skip():
         pytest.skip(f"no Gluon: {e}")
 
 
-@pytest.mark.parametrize("iid", ["gluon:attention_simple"])
+@pytest.mark.parametrize("iid", ["gluon:attention", "gluon:attention_simple"])
 def test_gluon_rows_compile_for_sm90(iid):
     _gluon_or_skip()
     impl = registry.get("attention", iid)
@@ -253,7 +253,7 @@ def test_gluon_rows_compile_for_sm90(iid):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("iid", ["gluon:attention_simple"])
+@pytest.mark.parametrize("iid", ["gluon:attention", "gluon:attention_simple"])
 def test_gluon_rows_on_the_gpu(iid):
     _gluon_or_skip()
     impl = registry.get("attention", iid)
