@@ -18,7 +18,7 @@ from . import triton_layer as T
 if T.triton is not None:
     import triton
 
-    from triton_src import H200, attention_tma, dispatch_attention
+    from triton_src import H200, attention_split, attention_tma, device_facts, dispatch_attention
     from triton_src import attention as attention_simple
     from triton_src.runtime import Spec
 
@@ -28,14 +28,41 @@ if T.triton is not None:
 INTERPRETER_MAX_FLOPS = 1 << 26
 
 VARIANT_SOURCES = {"tma": [Source("triton_src/attention_tma.py", kernels=("attention_tma_kernel",),
-                                  host=("bind_launch",))]}
+                                  host=("bind_launch",))],
+                   "split": [Source("triton_src/attention_split.py",
+                                    kernels=("attention_split_kernel", "attention_combine_kernel"),
+                                    host=("bind_launch",))]}
 PLANNER_SOURCES = [Source("triton_src/dispatch_attention.py", kernels=(), host=("plan_attention",)),
                    Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))]
 
 
-def default_sources() -> list:
-    reach = dispatch_attention.reachable("attention") if T.triton is not None else tuple(VARIANT_SOURCES)
+def default_sources(A=None) -> list:
+    reach = dispatch_attention.reachable("attention", A) if T.triton is not None else tuple(VARIANT_SOURCES)
     return planned_sources(VARIANT_SOURCES, reach, PLANNER_SOURCES)
+
+
+def _table(variant: str):
+    """The planner's table a row plans with: today's, the candidate ``next``'s (its pending
+    switches on), or the ``split`` variant's (split wherever the grid leaves room to)."""
+    A = dispatch_attention.ATTENTION
+    if variant == "next":
+        return {**A, **dispatch_attention.ATTENTION_NEXT}
+    if variant == "split":
+        return {**A, "split": True, "split_below_waves": float("inf")}
+    return A
+
+
+def _choice(variant: str, B, Hq, Sq, Sk, D, es, facts):
+    """(variant, config) of a row on a case; Unsupported where the ``split`` variant has nothing
+    to split (the grid already fills the SMs ``split_target_waves`` times, or too few key blocks)."""
+    A = _table(variant)
+    if variant == "split":
+        cfg = dispatch_attention.attention_split_config(B, Hq, Sq, Sk, D, es, facts, A)
+        if cfg is None:
+            raise Unsupported("nothing to split: the grid already fills the SMs, or the key axis has "
+                              f"fewer than {2 * A['split_min_blocks']} blocks")
+        return "split", cfg
+    return dispatch_attention.attention_choice(B, Hq, Sq, Sk, D, es, facts, A)
 
 
 def _simple_spec(case):
@@ -55,14 +82,20 @@ def attention_specs(variant: str, case, cfg=None) -> list:
     if variant == "simple":
         return [_simple_spec(case)]
     q, k, v, out = meta_attention(case)
-    name, c = dispatch_attention.attention_choice(case.B, case.Hq, case.Sq, case.Sk, case.D,
-                                                  q.element_size(), H200)
+    name, c = _choice(variant, case.B, case.Hq, case.Sq, case.Sk, case.D, q.element_size(), H200)
+    if name == "split":
+        part, lse = attention_split.workspace(q, (cfg or c)["SPLITS"], "meta")
+        return attention_split.launch_specs(q, k, v, out, case.params["causal"], cfg or c, part, lse)
     return [attention_tma.launch_spec(q, k, v, out, case.params["causal"], cfg or c)]
 
 
 def _compile(variant):
     def compile_only(case):
-        return T.compile_specs(attention_specs(variant, case), **({"variant": "tma"} if variant == "default" else {}))
+        if variant == "simple":
+            return T.compile_specs(attention_specs(variant, case))
+        q = meta_attention(case)[0]
+        name = _choice(variant, case.B, case.Hq, case.Sq, case.Sk, case.D, q.element_size(), H200)[0]
+        return T.compile_specs(attention_specs(variant, case), variant=name)
     compile_only.__name__ = f"attention_compile_{variant}"
     return compile_only
 
@@ -80,13 +113,16 @@ def _prepare(variant):
             launch.info = {"compile_s": round(T._first_call(launch), 3)}
             return launch
         t0 = time.perf_counter()
+        B, Hq, Sq, D = q.shape
+        facts = device_facts(q.device)
+        name, cfg = _choice(variant, B, Hq, Sq, k.shape[2], D, q.element_size(), facts)
         try:
-            plan = dispatch_attention.plan_attention(q, k, v, out, causal)
+            cfg, launch = dispatch_attention.bind_variant(name, q, k, v, out, causal, cfg)
         except ValueError as e:
             raise Unsupported(str(e)) from None
-        secs = time.perf_counter() - t0 + T._first_call(plan.launch)
-        plan.launch.info = T._info(secs, plan.config, plan.launch, variant=plan.variant, config=dict(plan.config))
-        return plan.launch
+        secs = time.perf_counter() - t0 + T._first_call(launch)
+        launch.info = T._info(secs, cfg, launch, variant=name, config=dict(cfg))
+        return launch
     return prepare
 
 
@@ -102,7 +138,19 @@ _ATTENTION = {
                "any case", [Source("triton_src/attention.py", kernels=("attention_kernel",), host=("attention",))]),
 }
 
-for _variant, (_name, _desc, _sources) in _ATTENTION.items():
+_CANDIDATES = {
+    "split": ("attention_split", "candidate, not yet run on a GPU: the key axis split over programs "
+              "(TMA loop of the default over a range of key blocks, fp32 partials and their "
+              "log-sum-exp), then a combine kernel; only where the grid leaves SMs idle",
+              VARIANT_SOURCES["split"]),
+    "next": ("attention_next", "candidate, not yet run on a GPU: the default with its pending switches "
+             "on (split the key axis where the grid leaves SMs idle)",
+             default_sources({**dispatch_attention.ATTENTION, **dispatch_attention.ATTENTION_NEXT})
+             if T.triton is not None else []),
+}
+
+for _variant, (_name, _desc, _sources) in (_ATTENTION | _CANDIDATES).items():
     register(problem="attention", layer=T.LAYER, name=_name, description=_desc, sources=_sources,
              devices=("cuda", "cpu"), cpu_max_flops=INTERPRETER_MAX_FLOPS, available=T.available,
-             compile_only=T._compile_only(_compile(_variant)) if T.triton else None)(_prepare(_variant))
+             compile_only=T._compile_only(_compile(_variant)) if T.triton else None,
+             candidate=_variant in _CANDIDATES)(_prepare(_variant))

@@ -262,3 +262,34 @@ def test_gluon_rows_on_the_gpu(iid):
     for case in P.cases("smoke") + P.cases("verify"):
         c = verify_case(impl, P, case, "cuda")
         assert c.ok, (iid, case.id, c.reason)
+
+
+# -- Triton candidates (not yet run on a GPU): the key axis split, and the default with it on ------
+def test_split_rule_is_a_switch_and_reads_the_grid():
+    pytest.importorskip("triton")
+    from triton_src import H200
+    from triton_src.dispatch_attention import ATTENTION, ATTENTION_NEXT, attention_choice, reachable
+    assert not ATTENTION["split"] and reachable("attention") == ("tma",)
+    nxt = {**ATTENTION, **ATTENTION_NEXT}
+    assert reachable("attention", nxt) == ("tma", "split")
+    # a 64-query chunk of 4 x 32 heads against 8k keys: 128 programs < 132 SMs -> split
+    v, cfg = attention_choice(4, 32, 64, 8192, 128, 2, H200, nxt)
+    assert v == "split" and cfg["SPLITS"] >= 2
+    assert cfg["SPLITS"] * cfg["BLOCKS_PER_SPLIT"] * cfg["BLOCK_N"] >= 8192
+    assert (cfg["SPLITS"] - 1) * cfg["BLOCKS_PER_SPLIT"] * cfg["BLOCK_N"] < 8192   # no empty range
+    # ... never with the switch off, on a full grid, or with too few key blocks
+    assert attention_choice(4, 32, 64, 8192, 128, 2, H200)[0] == "tma"
+    assert attention_choice(4, 32, 4096, 4096, 128, 2, H200, nxt)[0] == "tma"
+    assert attention_choice(1, 4, 16, 200, 128, 2, H200, nxt)[0] == "tma"
+
+
+@pytest.mark.parametrize("iid", ["triton:attention_split", "triton:attention_next"])
+def test_triton_candidates_pass(iid):
+    pytest.importorskip("triton")
+    impl = registry.get("attention", iid, candidates=True)
+    assert impl.description.startswith("candidate, not yet run on a GPU")
+    for kw in (dict(B=1, Hq=4, Hkv=1, Sq=16, Sk=1100, D=64, causal=1),
+               dict(B=2, Hq=2, Hkv=1, Sq=3, Sk=600, D=64, causal=1, layout="bshd"),
+               dict(B=1, Hq=2, Hkv=2, Sq=70, Sk=900, D=128, dtype="float16")):
+        c = verify_case(impl, P, _case(**kw), DEV, seeds=(0,))
+        assert c.ok, (iid, kw, c.reason)

@@ -30,13 +30,24 @@ ATTENTION = {
     # bytes of an SM's shared memory a program cannot have: the driver's 1 KB a block, and
     # Triton's pipeline barriers
     "smem_reserve": 2048,
+    # few query blocks (``split``, off until a GPU has timed it): when the programs of the grid
+    # are fewer than ``split_below_waves`` x SMs, cut the key axis into ranges of at least
+    # ``split_min_blocks`` key blocks, as many as bring the programs to ``split_target_waves``
+    # x SMs; a combine kernel of ``combine_m`` rows a program merges the ranges
+    "split": False,
+    "split_below_waves": 1.0,
+    "split_target_waves": 2.0,
+    "split_min_blocks": 4,
+    "combine_m": 64,
 }
+#: the switches of the candidate ``triton:attention_next`` (today's default with them on)
+ATTENTION_NEXT = {"split": True}
 
 
-def reachable(problem: str) -> tuple[str, ...]:
+def reachable(problem: str, A=None) -> tuple[str, ...]:
     """The variants the attention planner can choose (the default's lines of code count these)."""
     if problem == "attention":
-        return ("tma",)
+        return ("tma",) + (("split",) if (A or ATTENTION)["split"] else ())
     raise ValueError(f"problem: {problem!r} is not planned here")
 
 
@@ -56,16 +67,42 @@ def attention_tma_config(B: int, Hq: int, Sq: int, D: int, elem_size: int, facts
             "num_stages": stages}
 
 
+def attention_split_config(B: int, Hq: int, Sq: int, Sk: int, D: int, elem_size: int, facts: dict,
+                           A=None) -> dict | None:
+    """The ``split`` configuration where the rule takes it (see ATTENTION), else None."""
+    A = A or ATTENTION
+    cfg = attention_tma_config(B, Hq, Sq, D, elem_size, facts, A)
+    programs = -(-Sq // cfg["BLOCK_M"]) * B * Hq
+    if not A["split"] or programs >= A["split_below_waves"] * facts["sms"]:
+        return None
+    blocks = -(-Sk // cfg["BLOCK_N"])
+    splits = min(-(-int(A["split_target_waves"] * facts["sms"]) // programs), blocks // A["split_min_blocks"])
+    if splits < 2:
+        return None
+    per = -(-blocks // splits)
+    return {**cfg, "SPLITS": -(-blocks // per), "BLOCKS_PER_SPLIT": per, "COMBINE_M": A["combine_m"]}
+
+
 def attention_choice(B: int, Hq: int, Sq: int, Sk: int, D: int, elem_size: int, facts: dict,
                      A=None) -> tuple[str, dict]:
+    split = attention_split_config(B, Hq, Sq, Sk, D, elem_size, facts, A)
+    if split is not None:
+        return "split", split
     return "tma", attention_tma_config(B, Hq, Sq, D, elem_size, facts, A)
 
 
+def bind_variant(variant: str, q, k, v, out, causal: int, cfg: dict):
+    from . import attention_split, attention_tma, interpreting
+    if interpreting():
+        cfg = {**cfg, "num_stages": 1}
+    module = attention_split if variant == "split" else attention_tma
+    return cfg, module.bind_launch(q, k, v, out, causal, cfg)
+
+
 def plan_attention(q, k, v, out, causal: int, A=None) -> Plan:
-    from . import attention_tma, device_facts, interpreting
+    from . import device_facts
     B, Hq, Sq, D = q.shape
     facts = device_facts(q.device)
     variant, cfg = attention_choice(B, Hq, Sq, k.shape[2], D, q.element_size(), facts, A)
-    if interpreting():
-        cfg = {**cfg, "num_stages": 1}
-    return Plan(variant, cfg, attention_tma.bind_launch(q, k, v, out, causal, cfg))
+    cfg, launch = bind_variant(variant, q, k, v, out, causal, cfg)
+    return Plan(variant, cfg, launch)
