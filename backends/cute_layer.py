@@ -281,6 +281,30 @@ for _name, _kernel, _desc, _srcs in (
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)
 
 
+def _sm_next(fn):
+    """``fn`` of the default, planned with the pending switches on (``dispatch.SOFTMAX_NEXT``)."""
+    def call(*args):
+        with _dispatch.switched(_dispatch.SOFTMAX_NEXT):
+            return fn(*args)
+    return call
+
+
+with _dispatch.switched(_dispatch.SOFTMAX_NEXT):
+    _NEXT_SRC = planned_sources({"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC,
+                                 "cluster": _CLUSTER_SRC,
+                                 "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",),
+                                                  host=("SoftmaxSimple.__call__",))},
+                                _dispatch.reachable("softmax"), [_SM_BASE, _SMEM_PLAN_SRC, *_SMEM_HELPERS,
+                                Source(src(C, "softmax_split.py"), kernels=("pack_pair", "unpack_pair"), host=())])
+# the candidate that times tomorrow's default beside today's (not yet run on a GPU)
+_sup, _co, _prep = map(_sm_next, _softmax_impl(None))
+register(problem="softmax", layer="cute", name="softmax_next", candidate=True,
+         description="candidate: the default with the switches of dispatch.SOFTMAX_NEXT on (rows over 32 KB "
+                     "to softmax_cluster while a cluster holds the row and M x C CTAs cover the SMs); not yet "
+                     "run on a GPU", sources=_NEXT_SRC, devices=("cuda",), available=_available,
+         supports=_sup, compile_only=_co)(_prep)
+
+
 def _sm_simple_compile_only(case):
     _need()
     from cutlass_src import softmax as sm
