@@ -17,8 +17,8 @@ LAYERS = (
     ("torch", ("torch_layer",)),
     ("cuda", ("cuda_layer", "cuda_gemm", "cuda_inspect")),
     ("cupy", ("cupy_layer",)),
-    ("triton", ("triton_layer", "triton_inspect")),
-    ("gluon", ("gluon_layer",)),
+    ("triton", ("triton_layer", "triton_inspect", "triton_attention")),
+    ("gluon", ("gluon_layer", "gluon_attention")),
     ("cute", ("cute_layer", "cute_inspect")),
     ("helion", ("helion_layer",)),
     ("tilelang", ("tilelang_layer",)),
@@ -33,19 +33,19 @@ def src(*parts: str) -> str:
     return str(Path(*parts))
 
 
-def planner_rules(package: str):
-    """``<package>/dispatch.py`` on a machine without its layer's package: the module's tables,
-    switches and rules, with the kernel modules it imports (relative imports) and any import that
-    fails bound to None. An adapter reads only the rules at registration (``reachable``, which
+def planner_rules(package: str, module: str = "dispatch"):
+    """``<package>/<module>.py`` (a planner) on a machine without its layer's package: the
+    module's tables, switches and rules, with the kernel modules it imports (relative imports) and
+    any import that fails bound to None. An adapter reads only the rules at registration (``reachable``, which
     planner the switches pick), so a machine without the package registers the same ids with the
     same sources (and lines of code) as one with it; nothing here plans a launch."""
     import ast
     import sys
     import types
 
-    path = ROOT / package / "dispatch.py"
+    path = ROOT / package / f"{module}.py"
     tree = ast.parse(path.read_text(), str(path))
-    mod = types.ModuleType(f"{package}.dispatch")
+    mod = types.ModuleType(f"{package}.{module}")
     body = []
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "module", None) != "__future__":
