@@ -30,7 +30,9 @@ IDS = {
                       "cute:gemm_epilogue_pingpong", "cute:gemm_epilogue_splitk", "cute:gemm_epilogue_tiled"],
 }
 #: register(candidate=True): built and compiled here, no id of the tool until a GPU verifies them
-CANDIDATES = {"softmax": ["cute:softmax_cluster"]}
+#: (the ``_next`` ids: the default with dispatch's pending switches on)
+CANDIDATES = {"softmax": ["cute:softmax_cluster", "cute:softmax_next"],
+              "gemm_epilogue": ["cute:gemm_epilogue_next"]}
 SMS = 132
 
 
