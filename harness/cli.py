@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("compare", help="verify, then time and tabulate (the main job)")
-    _selectors(p, "models", "roles to run (default: baseline,default - each layer's default "
-                            "implementation beside the torch baseline; all: every variant too)")
+    _selectors(p, "models", "roles to run (default: baseline,library,default - each layer's "
+                            "default implementation beside the torch baseline and the libraries; "
+                            "all: every variant too)")
     p.add_argument("--out", help="output folder, new or empty (default results/<time>-<pid>-<random>)")
     p.add_argument("--resume", metavar="DIR", help="finish the interrupted run in DIR (its own "
                    "arguments are used; the rows it finished are kept)")

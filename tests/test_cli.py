@@ -184,7 +184,14 @@ def test_plain_progress_one_line_per_row_and_summary(tmp_path):
         json.loads(l, parse_constant=lambda c: pytest.fail(c))
 
 
-def test_compare_default_selects_defaults_and_baselines(tmp_path, capsys):
+def test_compare_default_selects_defaults_baselines_and_libraries(tmp_path, capsys, monkeypatch):
+    from harness import plan as P
+    roles = {i.id: i.role for i in P.select(P.Selection(["vector_add"], roles=P.COMPARE_ROLES))}
+    assert set(roles.values()) == {"baseline", "library", "default"}
+    assert "torch:vector_add_compile" in roles and "cuda:vector_add_simple" not in roles
+    # compare without --roles runs COMPARE_ROLES (here without the libraries: torch.compile's first
+    # compile on a CPU takes a minute)
+    monkeypatch.setattr(P, "COMPARE_ROLES", ("baseline", "default"))
     rc = main(["compare", "--problem", "vector_add", "--suite", "smoke", "--no-verify-suite",
                "--device", "cpu", "--no-isolate", "--out", str(tmp_path / "r"), "--format", "json",
                "--set", "N=100"])
