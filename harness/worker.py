@@ -126,11 +126,12 @@ def _compile_only(impl, case, row) -> None:
             facts = fn(case) or {}
             facts.setdefault("compile_s", round(time.perf_counter() - t0, 3))
             if cache is not None:
+                from kltools.cache import write_atomic
+
+                from .jsonsafe import dumps
                 try:
-                    cache.parent.mkdir(parents=True, exist_ok=True)
-                    from .jsonsafe import dumps
-                    cache.write_text(dumps(facts))
-                except (OSError, TypeError, ValueError):
+                    write_atomic(cache, dumps(facts))
+                except (TypeError, ValueError):
                     pass
         row["compile"] = facts
         row["compiled_for"] = facts.get("arch", "sm_90a")
