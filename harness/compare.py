@@ -141,24 +141,69 @@ def _verify_tasks(args, device, impls, plan, done: set) -> list[dict]:
     return vtasks + (_preverify_tasks(plan, impls, done) if device == "cuda" else [])
 
 
+def compile_jobs(args) -> int:
+    """Processes of the compile-ahead pool: one a core unless ``--compile-jobs`` says (0: none)."""
+    n = getattr(args, "compile_jobs", None)
+    return (os.cpu_count() or 1) if n is None else int(n)
+
+
+def _gpu_compiles_ahead(device: str) -> bool:
+    """Whether the pool can build what the GPU runs: compile_only targets sm_90(a)."""
+    if device != "cuda":
+        return False
+    import torch
+    return tuple(torch.cuda.get_device_capability()) == (9, 0)
+
+
+def _pool(args, device, tasks: list[dict], mode: str, common: dict, on_event):
+    """The compile-ahead pool for ``tasks`` (``harness.ahead``), started; None when off."""
+    from .ahead import Pool, plan_units
+
+    n = compile_jobs(args)
+    if n <= 0 or not common["isolate"] or (mode == "compile" and not _gpu_compiles_ahead(device)):
+        return None
+    units = plan_units(tasks, mode)
+    if not units:
+        return None
+    return Pool(units, n, device=device, plugins=args.plugin, timeout_s=common["timeout_s"],
+                on_event=on_event, verbose=args.verbose).start()
+
+
+def _pool_done(pool, rec: "_Recorder") -> None:
+    """Wait for the pool and record what it did (``compile_ahead`` event of rows.jsonl)."""
+    if pool is None:
+        return
+    pool.wait()
+    rec.rd.append_event("compile_ahead", **pool.summary())
+
+
+def _suite_failures(rows) -> dict[str, str]:
+    failed: dict[str, str] = {}
+    for r in rows:
+        if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
+            failed.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
+    return failed
+
+
 def _verify_phase(args, device, tasks: list[dict], rec: _Recorder, console, common: dict,
                   quiet: bool) -> dict[str, str]:
-    """Runs the parallel phase's tasks; returns the implementations that failed the verify suite
-    ({key: why})."""
+    """Runs the parallel phase's tasks (each sent to a GPU worker once the pool has compiled what
+    it needs); returns the implementations that failed the verify suite ({key: why})."""
     from .progress import RunProgress
     from .runner import run_parallel
 
-    failed_suite: dict[str, str] = {}
     if tasks:
         title = "verify suite" + (" + timed cases' verification" if any(t.get("preverify") for t in tasks) else "")
         with RunProgress(console, sum(len(t["impls"]) for t in tasks), title, quiet=quiet) as prog:
             prog.add_tasks(tasks)
-            run_parallel(tasks, args.jobs or default_jobs(device),
-                         on_event=lambda ev: (rec.keep(ev), prog.event(ev)), **common)
-        for r in rec.rows:
-            if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
-                failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
-    return failed_suite
+            on_ev = lambda ev: (rec.keep(ev), prog.event(ev))  # noqa: E731
+            pool = _pool(args, device, tasks, "compile", common, on_ev)
+            prog.expect_units(len(pool.units) if pool else 0)
+            try:
+                run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, gate=pool, **common)
+            finally:
+                _pool_done(pool, rec)
+    return _suite_failures(rec.rows)
 
 
 def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, console, common: dict,
@@ -208,12 +253,19 @@ def _cpu_phase(args, device, impls, plan, vtasks: list[dict], rec: _Recorder, co
         with RunProgress(console, sum(len(t["impls"]) for t in tasks), "verify suite + cases",
                          quiet=quiet) as prog:
             prog.add_tasks(tasks)
-            run_parallel(tasks, args.jobs or default_jobs(device),
-                         on_event=lambda ev: (rec.keep(ev), prog.event(ev)), **common)
-    failed_suite: dict[str, str] = {}
-    for r in rec.rows:
-        if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
-            failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
+            on_ev = lambda ev: (rec.keep(ev), prog.event(ev))  # noqa: E731
+            # the rows of what cannot run on the CPU (compiled for sm_90a) come from the pool;
+            # the workers run the rest
+            pool = _pool(args, device, tasks, "row", common, on_ev)
+            prog.expect_units(len(pool.units) if pool else 0)
+            if pool is not None:
+                tasks = [dict(t, impls=[i for i in t["impls"] if pool.key(t, i) not in pool.units]) for t in tasks]
+                tasks = [t for t in tasks if t["impls"]]
+            try:
+                run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
+            finally:
+                _pool_done(pool, rec)
+    failed_suite = _suite_failures(rec.rows)
     for r in _failed_rows_for_suite(plan, impls, failed_suite):
         rec.add(r)   # the last row of a key wins (_dedupe, --resume)
 

@@ -169,7 +169,7 @@ def test_default_result_folders_are_unique():
 
 def test_plain_progress_one_line_per_row_and_summary(tmp_path):
     rc, out, err = cli("compare", "--layer", "torch", "--problem", "vector_add", "--suite", "smoke",
-                       "--no-verify-suite", "--device", "cpu", "--out", str(tmp_path / "r"))
+                       "--roles", "baseline", "--no-verify-suite", "--device", "cpu", "--out", str(tmp_path / "r"))
     assert rc == 0, err
     lines = [l for l in err.splitlines() if l.startswith("[")]
     assert len(lines) == 3 and lines[-1].startswith("[3/3 ") and "torch:vector_add" in lines[0]
