@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 
 from . import plan as P
 from .args import problems_arg, setup
@@ -93,6 +94,17 @@ class _Recorder:
         self.vendor = {e["case"]: e["data"] for e in events if e["_event"] == "vendor"}
         self.pre: dict = {}   # (impl, case id) -> a timed case's verification row, pending its timing
         self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+        self.facts: list[dict] = []   # where this invocation's wall time went (harness.wall)
+
+    def note(self, kind: str, **data) -> None:
+        """A fact of this invocation's wall time (a phase, a worker's start-up, the pool), kept
+        for the results and recorded in rows.jsonl."""
+        self.facts.append({"_event": kind, **data})
+        self.rd.append_event(kind, **data)
+
+    def since(self) -> float:
+        return round(time.monotonic() - self.t0, 2)
 
     def keep(self, ev) -> None:
         """One event at a time (parallel workers' threads), none after an interrupt: the rows in
@@ -116,10 +128,13 @@ class _Recorder:
         elif ev.get("event") == "ceilings":
             self.rd.append_event("ceilings", ceilings=ev["ceilings"])
         elif ev.get("event") == "ready":   # where the wall time goes: each worker's start-up
-            self.rd.append_event("worker_ready", startup_s=ev.get("startup_s"),
-                                 startup_cpu_s=ev.get("startup_cpu_s"))
+            self.note("worker_ready", startup_s=ev.get("startup_s"), startup_cpu_s=ev.get("startup_cpu_s"),
+                      at_s=self.since())
         elif ev.get("event") == "done" and ev.get("cpu_s") is not None:   # a worker's CPU seconds in all
-            self.rd.append_event("worker_done", cpu_s=ev["cpu_s"], checker_cpu_s=ev.get("checker_cpu_s"))
+            self.note("worker_done", cpu_s=ev["cpu_s"], checker_cpu_s=ev.get("checker_cpu_s"))
+        elif ev.get("event") == "timed_case":
+            self.note("timed_case", case=ev["case"], prepare_s=ev["prepare_s"], sample_s=ev["sample_s"],
+                      rows=ev["rows"])
 
     def add(self, r: dict) -> None:
         self.rows.append(r)
@@ -174,7 +189,9 @@ def _pool_done(pool, rec: "_Recorder") -> None:
     if pool is None:
         return
     pool.wait()
-    rec.rd.append_event("compile_ahead", **pool.summary())
+    t1 = pool.stats.get("t1")
+    rec.note("compile_ahead", **pool.summary(),
+             done_at_s=round(rec.since() - (time.monotonic() - t1), 1) if t1 is not None else None)
 
 
 def _suite_failures(rows) -> dict[str, str]:
@@ -193,6 +210,7 @@ def _verify_phase(args, device, tasks: list[dict], rec: _Recorder, console, comm
     from .runner import run_parallel
 
     if tasks:
+        start = rec.since()
         title = "verify suite" + (" + timed cases' verification" if any(t.get("preverify") for t in tasks) else "")
         with RunProgress(console, sum(len(t["impls"]) for t in tasks), title, quiet=quiet) as prog:
             prog.add_tasks(tasks)
@@ -203,6 +221,7 @@ def _verify_phase(args, device, tasks: list[dict], rec: _Recorder, console, comm
                 run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, gate=pool, **common)
             finally:
                 _pool_done(pool, rec)
+        rec.note("phase", name="parallel", start_s=start, end_s=rec.since(), jobs=args.jobs or default_jobs(device))
     return _suite_failures(rec.rows)
 
 
@@ -220,6 +239,7 @@ def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, 
     tasks = _todo(P.make_tasks(plan, ok_impls, time=True, split_by_layer=not gpu), done)
     tasks = _with_preverified(tasks, rec.pre)
     ceilings = rec.ceilings
+    start = rec.since()
     with RunProgress(console, sum(len(t["impls"]) for t in tasks),
                      "timed cases" if gpu else "cases", quiet=quiet) as prog:
         prog.add_tasks(tasks)
@@ -231,6 +251,7 @@ def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, 
         else:
             res = run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
         ceilings = ceilings or res.ceilings
+    rec.note("phase", name="timed" if gpu else "cases", start_s=start, end_s=rec.since())
     for r in _failed_rows_for_suite(plan, impls, failed_suite):
         if row_key(r) not in done:
             rec.add(r)
@@ -250,6 +271,7 @@ def _cpu_phase(args, device, impls, plan, vtasks: list[dict], rec: _Recorder, co
     done = {row_key(r) for r in rec.rows}
     tasks = vtasks + _todo(P.make_tasks(plan, impls, time=True, split_by_layer=True), done)
     if tasks:
+        start = rec.since()
         with RunProgress(console, sum(len(t["impls"]) for t in tasks), "verify suite + cases",
                          quiet=quiet) as prog:
             prog.add_tasks(tasks)
@@ -265,6 +287,7 @@ def _cpu_phase(args, device, impls, plan, vtasks: list[dict], rec: _Recorder, co
                 run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
             finally:
                 _pool_done(pool, rec)
+        rec.note("phase", name="parallel", start_s=start, end_s=rec.since(), jobs=args.jobs or default_jobs(device))
     failed_suite = _suite_failures(rec.rows)
     for r in _failed_rows_for_suite(plan, impls, failed_suite):
         rec.add(r)   # the last row of a key wins (_dedupe, --resume)
@@ -387,6 +410,8 @@ def run(args, console, argv: list[str], resume: str | None = None) -> int:
     rows = rec.finished()
     doc = _document(args, device, rows, ceilings, rec.vendor, command, now, tcfg,
                     round(_time.monotonic() - t_start, 1))
+    from .wall import breakdown
+    doc["wall"] = breakdown(rows, rec.facts, doc["wall_s"])
     _write(doc, rd, rows, interrupted, args.plot, console)
     _print(doc, args.format, rd, console)
     if interrupted:

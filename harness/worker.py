@@ -330,6 +330,7 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     cfg = timing.TimingConfig(**opts.get("timing", {}))
     emit(event="step", task=task["id"], impl=",".join(i.id for i in passed), phase="time")
     seed = 0
+    t0 = time.perf_counter()
     inputs = verify.share_inputs(problem.make_inputs(case, device, seed), device)
     targets, impls = {}, {}
     for impl in passed:
@@ -358,6 +359,7 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     if copy is not None:
         launches["__copy__"] = copy
     errors: dict[str, str] = {}
+    t1 = time.perf_counter()
     try:
         stats = timing.time_launches(launches, cfg, device, check=check, errors=errors)
     except Exception as e:  # the GPU itself failed (a sync raised): blame every row of the case
@@ -369,6 +371,9 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
             emit(event="fatal", task=task["id"], impl=",".join(targets), row=None)
             sys.exit(3)
         stats = {}
+    # where the timed phase's wall time goes (harness.wall): preparing (compiles, loads) and sampling
+    emit(event="timed_case", task=task["id"], case=case.id, prepare_s=round(t1 - t0, 3),
+         sample_s=round(time.perf_counter() - t1, 3), rows=len(targets))
     for k, msg in errors.items():
         if k in rows:
             kind = "timed-mismatch" if "fails verification" in msg else "timing-error"
