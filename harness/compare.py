@@ -177,6 +177,10 @@ def _pool(args, device, tasks: list[dict], mode: str, common: dict, on_event):
     n = compile_jobs(args)
     if n <= 0 or not common["isolate"] or (mode == "compile" and not _gpu_compiles_ahead(device)):
         return None
+    if mode == "compile":   # what each GPU worker needs first is compiled first
+        from .runner import partition
+        bins = partition(tasks, args.jobs or default_jobs(device))
+        tasks = [b[i] for i in range(max(map(len, bins), default=0)) for b in bins if i < len(b)]
     units = plan_units(tasks, mode)
     if not units:
         return None
