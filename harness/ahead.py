@@ -126,8 +126,12 @@ class Pool(Gate):
         return len(self.results) >= len(self.units)
 
     def ready(self, task: dict) -> bool:
+        """Every unit of ``task`` is done (or no pool process is left to do it: the worker then
+        compiles for itself)."""
         with self.cond:
-            return all(k in self.results for k in self._keys(task))
+            if all(k in self.results for k in self._keys(task)):
+                return True
+        return not any(t.is_alive() for t in self.threads)
 
     def prepare(self, task: dict) -> tuple[dict | None, list[dict]]:
         """The task with what was compiled ahead (``ahead``), without the implementations whose
@@ -186,6 +190,12 @@ class Pool(Gate):
     def _drive(self) -> None:
         """Runs units on one process at a time; a unit that kills its process or hangs is that
         unit's failure, and a fresh process takes the next."""
+        try:
+            self._work()
+        except Exception as e:   # a broken pool must not hold the workers: say why, let them compile
+            print(f"compile-ahead pool: {type(e).__name__}: {e}", file=sys.stderr)
+
+    def _work(self) -> None:
         w, loaded = None, set()
         while not _STOPPING.is_set():
             unit = self.queue.take(loaded)
@@ -241,7 +251,10 @@ class Pool(Gate):
                     sys.stderr.write(line)
                 continue
             last = time.monotonic()
-            ev = json.loads(line)
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
             if ev.get("event") == "ready":
                 w.ready = True
             elif ev.get("event") == "unit_done" and unit is not None and ev.get("unit") == unit["id"]:
