@@ -17,13 +17,15 @@ CPU tests verify them under the Triton interpreter).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
+from typing import TYPE_CHECKING
 
-
-def _kernels(name: str):
-    """The kernel module ``tuned`` or ``gemm_epilogue_splitk``, imported when a plan names a
-    kernel (the rules and tables above need no helion: registering the layer imports none)."""
-    return import_module(f"{__package__}.{name}")
+if TYPE_CHECKING:
+    from . import gemm_epilogue_splitk, tuned
+else:   # the kernel modules import helion: loaded when a plan first names a kernel, so the rules
+    # and tables (and registering the layer's rows) need no helion
+    from . import lazy_module
+    globals().update(gemm_epilogue_splitk=lazy_module(f"{__package__}.gemm_epilogue_splitk"),
+                     tuned=lazy_module(f"{__package__}.tuned"))
 
 # Plain data: the configuration of each shape class (the rules below name the class).
 VECTOR_ADD: dict[str, dict] = {
@@ -147,7 +149,7 @@ def vector_add_pieces(n: int, block: int) -> tuple[tuple[int, int], ...] | None:
 def plan_vector_add(n: int, elem: int) -> Plan:
     key = "vector_add/16bit" if elem <= 2 else "vector_add/32bit"
     cfg = dict(VECTOR_ADD[key])
-    return Plan("block", _kernels("tuned").vector_add, cfg, key, pieces=vector_add_pieces(n, cfg["block_sizes"][0]))
+    return Plan("block", tuned.vector_add, cfg, key, pieces=vector_add_pieces(n, cfg["block_sizes"][0]))
 
 
 def plan_softmax(m: int, n: int, elem: int) -> Plan:
@@ -157,8 +159,8 @@ def plan_softmax(m: int, n: int, elem: int) -> Plan:
         # about 1024 elements a program: short rows are packed several to a program
         cfg["block_sizes"] = [max(1, min(_pow2(m), 1024 // width))]
         cfg.setdefault("num_warps", min(32, max(4, width // 512)))
-        return Plan("rows", _kernels("tuned").softmax_rows, cfg, "softmax/rows")
-    return Plan("online", _kernels("tuned").softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
+        return Plan("rows", tuned.softmax_rows, cfg, "softmax/rows")
+    return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
 
 
 def plan_softmax_persistent(m: int, n: int, elem: int) -> Plan:
@@ -167,7 +169,7 @@ def plan_softmax_persistent(m: int, n: int, elem: int) -> Plan:
     plan = plan_softmax(m, n, elem)
     if plan.variant != "online":
         return plan
-    return Plan("online", _kernels("tuned").softmax_online, online_persistent_config(n, elem), "softmax/online_persistent")
+    return Plan("online", tuned.softmax_online, online_persistent_config(n, elem), "softmax/online_persistent")
 
 
 def online_persistent_config(n: int, elem: int, sms: int = 132) -> dict:
@@ -235,7 +237,7 @@ def gemm_planner():
 def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
     """``aligned``: the rows of A and B (and their starts) are 16-byte multiples."""
     key = gemm_class(m, n, aligned, sms)
-    return Plan("tiled", _kernels("tuned").gemm_epilogue, dict(GEMM[key]), key)
+    return Plan("tiled", tuned.gemm_epilogue, dict(GEMM[key]), key)
 
 
 def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132) -> Plan:
@@ -245,5 +247,5 @@ def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132) -> Plan:
     chunk = splitk_chunk(m, n, k, sms) or max(SPLITK_MIN_CHUNK, min(_pow2(k), _pow2(-(-k // 2))))
     bm, bn, _, bk = cfg["block_sizes"]
     cfg["block_sizes"] = [bm, bn, chunk, bk]
-    return Plan("splitk", _kernels("gemm_epilogue_splitk").gemm_partial_sums, cfg, "gemm/splitk",
-                epilogue=(_kernels("gemm_epilogue_splitk").splitk_epilogue, dict(SPLITK["gemm/splitk_epilogue"])))
+    return Plan("splitk", gemm_epilogue_splitk.gemm_partial_sums, cfg, "gemm/splitk",
+                epilogue=(gemm_epilogue_splitk.splitk_epilogue, dict(SPLITK["gemm/splitk_epilogue"])))
