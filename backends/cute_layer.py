@@ -281,6 +281,30 @@ for _name, _kernel, _desc, _srcs in (
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)
 
 
+def _sm_next(fn):
+    """``fn`` of the default, planned with the pending switches on (``dispatch.SOFTMAX_NEXT``)."""
+    def call(*args):
+        with _dispatch.switched(_dispatch.SOFTMAX_NEXT):
+            return fn(*args)
+    return call
+
+
+with _dispatch.switched(_dispatch.SOFTMAX_NEXT):
+    _NEXT_SRC = planned_sources({"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC,
+                                 "cluster": _CLUSTER_SRC,
+                                 "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",),
+                                                  host=("SoftmaxSimple.__call__",))},
+                                _dispatch.reachable("softmax"), [_SM_BASE, _SMEM_PLAN_SRC, *_SMEM_HELPERS,
+                                Source(src(C, "softmax_split.py"), kernels=("pack_pair", "unpack_pair"), host=())])
+# the candidate that times tomorrow's default beside today's (not yet run on a GPU)
+_sup, _co, _prep = map(_sm_next, _softmax_impl(None))
+register(problem="softmax", layer="cute", name="softmax_next", candidate=True,
+         description="candidate: the default with the switches of dispatch.SOFTMAX_NEXT on (rows over 32 KB "
+                     "to softmax_cluster while a cluster holds the row and M x C CTAs cover the SMs); not yet "
+                     "run on a GPU", sources=_NEXT_SRC, devices=("cuda",), available=_available,
+         supports=_sup, compile_only=_co)(_prep)
+
+
 def _sm_simple_compile_only(case):
     _need()
     from cutlass_src import softmax as sm
@@ -323,11 +347,10 @@ _GEMM_VARIANTS = {
 
 
 def _gemm_impl(variant: str | None):
-    opts = _GEMM_VARIANTS[variant]
-
     def plan_for(M, N, K, widths):
         from cutlass_src import dispatch
 
+        opts = dispatch.GEMM_NEXT if variant == "next" else _GEMM_VARIANTS[variant]
         return dispatch.plan_gemm(M, N, K, widths, **opts)
 
     def supports(case):
@@ -379,7 +402,7 @@ _TILED = Source(src(C, "gemm_epilogue_tiled.py"),
 _GEMM_EPI = Source(src(C, "epilogue.py"), kernels=("bias_act", "gelu_tanh"), host=("act_code",))
 _GEMM_HOST = [Source(src(C, "gemm_launch.py"), kernels=(), host=("prepare_gemm", "compile_gemm", "workspace",
                                                                  "validate", "operand_widths")),
-              Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))]
+              Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm", "plan_search"))]
 _WS = Source(src(C, "gemm_epilogue_ws.py"), kernels=("GemmWS.kernel",))
 _PP = Source(src(C, "gemm_epilogue_pingpong.py"), kernels=("GemmPingpong.kernel", "GemmPingpong.step_over"))
 _GEMM_SRC = planned_sources({"ws": _WS, "pingpong": _PP}, _dispatch.reachable("gemm_epilogue"),
@@ -404,6 +427,15 @@ for _name, _variant, _desc, _srcs in (
     _sup, _co, _prep = _gemm_impl(_variant)
     register(problem="gemm_epilogue", layer="cute", name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)
+
+# a candidate (not yet run on a GPU): the default with dispatch.GEMM_NEXT's switches on
+_sup, _co, _prep = _gemm_impl("next")
+register(problem="gemm_epilogue", layer="cute", name="gemm_epilogue_next", candidate=True,
+         description="candidate, not yet run on a GPU: the default with its pending switches on (A / B rows TMA "
+                     "cannot read copied to 16-byte rows, then TMA loads)",
+         sources=_GEMM_SRC + [Source(src(C, "gemm_stage.py"), kernels=("StageRows.kernel",),
+                                     host=("stage_launch", "compile_stage", "staged"))],
+         devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)
 
 
 def _gemm_simple_compile_only(case):

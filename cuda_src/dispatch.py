@@ -31,14 +31,16 @@ from .dispatch_common import (ACT_CODE, CTYPE, DTYPE_CODE, ESIZE, H200, REGS_PER
                               THREADS_PER_SM, Decline, Device, Launches, Plan, family)
 from .dispatch_gemm import (GEMM, GEMM_PATHS, PP_SMEM, SIMPLE_TILE, SMEM_PER_CTA_RESERVED,  # noqa: E402
                             GemmCase, plan_gemm, tiled_ctas_per_sm, tiled_smem, ws_smem)
-from .dispatch_softmax import REGS, SOFTMAX, SOFTMAX_PATHS, RowCase, plan_softmax, rows_min_blocks  # noqa: E402
+from .dispatch_softmax import (REGS, SOFTMAX, SOFTMAX_NEXT, SOFTMAX_PATHS, RowCase, plan_softmax,  # noqa: E402
+                               rows_min_blocks, switched)
 from .dispatch_vector_add import VECTOR_ADD, VECTOR_ADD_PATHS, plan_vector_add  # noqa: E402
 
 __all__ = ["ACT_CODE", "ALIGN", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM", "GEMM_PATHS", "H200", "PP_SMEM", "REGS",
-           "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_PATHS",
-           "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase", "Launches", "Plan",
-           "RowCase", "emit_instances", "family", "instances", "pack", "plan_gemm", "plan_softmax",
-           "plan_vector_add", "reachable", "rows_min_blocks", "source_of", "tiled_ctas_per_sm", "tiled_smem", "ws_smem"]
+           "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT",
+           "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase",
+           "Launches", "Plan", "RowCase", "emit_instances", "family", "instances", "pack", "plan_gemm",
+           "plan_softmax", "plan_vector_add", "reachable", "rows_min_blocks", "source_of", "switched",
+           "tiled_ctas_per_sm", "tiled_smem", "ws_smem"]
 
 PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm)
 
@@ -52,7 +54,8 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "vector_add":
         return ("unmasked",)
     if problem == "softmax":
-        return tuple(dict.fromkeys((*SOFTMAX["order"], "smem", "split", "online")))
+        return tuple(dict.fromkeys((*SOFTMAX["order"], *(("cluster",) if SOFTMAX["cluster_long"] else ()),
+                                    "smem", "split", "online")))
     if problem == "gemm_epilogue":
         return ("tiled", "splitk", "pingpong", "ws", "repack")
     raise ValueError(f"problem: {problem!r} has no CUDA planner")

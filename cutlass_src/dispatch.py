@@ -6,6 +6,8 @@ environment.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 DEFAULT_SMS = 132            # H100 SXM / H200; the real count is read from the GPU when present
 
 # -- vector add ---------------------------------------------------------------------------------
@@ -57,6 +59,23 @@ GEMM_CLUSTER_MIN_WAVES = 1.0    # 2x1 clusters (B multicast) once the grid is fu
 # loads from the boundary before each row segment, shifted into place in registers) or "vector"
 # (a predicated copy of the widest aligned vectors: down to 2-byte accesses, 8 x the instructions)
 GEMM_RAGGED_LOAD = "realign"
+# Above GEMM_STAGE_MIN_M rows, an A or B whose rows TMA cannot read may instead be copied once a
+# call into a workspace of 16-byte rows (gemm_stage.py) and loaded by TMA: taken where the model's
+# time of the TMA plan plus the copies (bytes read and written at GEMM_HBM_GBPS, GEMM_STAGE_LAUNCH_US
+# each) beats the ragged plan's modelled time x GEMM_RAGGED_SLOWDOWN (what the realign loads
+# measured against the model: 2048 x 2047 x 2048 91.5 us against 23.9, 555 x 1234 x 777 35.6
+# against 8.2; docs/performance.md, "CuTe DSL / GEMM + epilogue"). Off until a GPU has run it:
+# cute:gemm_epilogue_next plans with GEMM_NEXT.
+GEMM_STAGE_MIN_M = 64
+GEMM_STAGE_LAUNCH_US = 3.0
+GEMM_RAGGED_SLOWDOWN = 4.0
+# Tiles offered beside GEMM_TILES with ``wide`` (GEMM_NEXT): ws 128 x 192 (77 FLOP per byte of
+# shared memory, between 128 x 128's 64 and 128 x 256's 85: weight between theirs). A grid off the
+# 256-column grid can then fill its waves: 3000^3 takes 24 x 16 = 384 tiles (2.91 waves of 132)
+# where 128 x 256 left 288 (2.18: the third wave 18 % full) and 128 x 128 576 (4.36). The cost
+# model picks it on the busiest SM's work like every other tile. Off until a GPU has run it.
+GEMM_TILES_WIDE = (("ws", 128, 192, 0.97),)
+GEMM_NEXT = {"stage": True, "wide": True}
 K_TILE = 64
 
 
@@ -112,12 +131,43 @@ def gemm_time_us(M: int, N: int, K: int, tm: int, tn: int, weight: float, splits
 
 
 def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
-              min_splits: int = 1, tma: bool = True) -> dict:
+              min_splits: int = 1, tma: bool = True, stage: bool = False, wide: bool = False) -> dict:
+    """plan_search's plan; with ``stage`` (GEMM_NEXT) and more than GEMM_STAGE_MIN_M rows, the A / B
+    rows TMA cannot read copied to 16-byte rows (plan["stage"]: the operands) where that models
+    faster (see GEMM_STAGE_MIN_M); with ``wide`` (GEMM_NEXT) GEMM_TILES_WIDE among the tiles where
+    that models GEMM_TIE faster."""
+    tiles = GEMM_TILES
+    plan = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, tiles)
+    if wide:   # a wide tile only where it models GEMM_TIE faster than the table's best
+        wider = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, GEMM_TILES + GEMM_TILES_WIDE)
+        if _plan_us(M, N, K, wider, sms) < (1 - GEMM_TIE) * _plan_us(M, N, K, plan, sms):
+            plan, tiles = wider, GEMM_TILES + GEMM_TILES_WIDE
+    ragged = [op for op, w in zip("ab", widths[:2]) if w < 8]
+    if not (stage and tma and ragged and M > GEMM_STAGE_MIN_M):
+        return plan
+    wide_w = tuple(8 if op in ragged else w for op, w in zip("abc", widths))
+    staged = plan_search(M, N, K, wide_w, sms, schedule, min_splits, tma, tiles)
+    t_now = _plan_us(M, N, K, plan, sms) * GEMM_RAGGED_SLOWDOWN
+    copies = sum(4 * (M * K if op == "a" else K * N) for op in ragged)
+    t_stage = _plan_us(M, N, K, staged, sms) + copies / (GEMM_HBM_GBPS * 1e3) + GEMM_STAGE_LAUNCH_US * len(ragged)
+    if t_stage >= t_now:
+        return plan
+    return {**staged, "stage": ragged, "model_us": round(t_stage, 1)}
+
+
+def _plan_us(M: int, N: int, K: int, plan: dict, sms: int | None) -> float:
+    tm, tn = plan["tile"]
+    weight = next(w for s, m, n, w in GEMM_TILES + GEMM_TILES_WIDE if (s, m, n) == (plan["schedule"], tm, tn))
+    return gemm_time_us(M, N, K, tm, tn, weight, plan["splits"], sms or num_sms())
+
+
+def plan_search(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
+                min_splits: int = 1, tma: bool = True, tiles_table=GEMM_TILES) -> dict:
     """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
 
     ``widths``: the widest access (elements) A's, B's and C's rows allow; 8 (16 bytes) means TMA,
     else A and B load by GEMM_RAGGED_LOAD and C stores by a predicated copy of that width
-    (``tma=False``: predicated copies everywhere). Among GEMM_TILES (64-row tiles when M <= 64,
+    (``tma=False``: predicated copies everywhere). Among ``tiles_table`` (64-row tiles when M <= 64,
     else 128-row ones; ``schedule`` restricts them) and split counts 1..GEMM_MAX_SPLITS (each split
     >= GEMM_MIN_KTILES_PER_SPLIT k-tiles; at least ``min_splits``), the lowest gemm_time_us;
     among those within GEMM_TIE of it, the best wave_efficiency(tiles * splits), then the fewest
@@ -137,7 +187,7 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
         raise ValueError(f"K={K}: {k_tiles} k-tiles of {K_TILE} cannot make {min_splits} splits of at least "
                          f"{GEMM_MIN_KTILES_PER_SPLIT}")
     found = []
-    for order, (sched, tm, tn, weight) in enumerate(GEMM_TILES):
+    for order, (sched, tm, tn, weight) in enumerate(tiles_table):
         if (tm == 64) != (M <= 64) or (schedule and sched != schedule):
             continue
         tiles = -(-M // tm) * -(-N // tn)
@@ -168,7 +218,7 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 # a row) while its M x C CTAs cover the SMs; else - rows too long or too few to fill the GPU -
 # chunks held by a persistent grid (split; one chunk per row = a persistent row pipeline;
 # docs/performance.md, "CuTe DSL / softmax"). The cluster kernel (each CTA's slice in registers)
-# is reached only when asked for: not yet run on a GPU.
+# is reached only when asked for or with SOFTMAX_CLUSTER_LONG: not yet run on a GPU.
 SOFTMAX_ROWS_MAX_BYTES = 4096
 SOFTMAX_BLOCK_MAX_BYTES = 32768
 # Short rows: the SM's loads in flight are CTAs x threads x (16-byte vectors a thread holds per row
@@ -203,6 +253,10 @@ SOFTMAX_CLUSTER_THREADS = 256
 SOFTMAX_CLUSTER_VALUES = 64
 SOFTMAX_CLUSTER_MAX = 16
 SOFTMAX_CLUSTER_STAGE = True
+# Whether the default sends rows longer than SOFTMAX_BLOCK_MAX_BYTES to the cluster kernel (while
+# a cluster holds the row and the M x C CTAs cover the SMs) before the smem kernel. Off: not yet
+# run on a GPU; on in SOFTMAX_NEXT
+SOFTMAX_CLUSTER_LONG = False
 # Rows longer than SOFTMAX_BLOCK_MAX_BYTES: the row staged in shared memory by bulk copies, a CTA a
 # row (softmax_smem.py) while one CTA's shared memory holds it (a pair instead where one would
 # be alone on its SM: SOFTMAX_SMEM_PAIR_MIN_CTAS), else the smallest cluster of C
@@ -233,6 +287,21 @@ SOFTMAX_SMEM_DEFAULT = True             # whether the default takes smem for lon
 SOFTMAX_SMEM_THREADS_PER_SM = 1536
 SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM = 768
 SOFTMAX_SMEM_MAX_THREADS = 512
+# The switches built on the CPU and waiting for a GPU: the candidate cute:softmax_next plans with
+# these tables set (``switched``), so one run times today's default beside it
+SOFTMAX_NEXT = {"SOFTMAX_CLUSTER_LONG": True}
+
+
+@contextmanager
+def switched(changes: dict):
+    """This module's tables set to ``changes`` while the block runs (a candidate's planning)."""
+    table = globals()
+    saved = {k: table[k] for k in changes}
+    table.update(changes)
+    try:
+        yield
+    finally:
+        table.update(saved)
 
 
 def _pow2(k: int) -> int:
@@ -314,7 +383,8 @@ def reachable(problem: str) -> tuple[str, ...]:
     if problem == "vector_add":
         return ("unmasked",)
     if problem == "softmax":
-        return ("rows", "block") + (("smem",) if SOFTMAX_SMEM_DEFAULT else ()) + ("split", "simple")
+        return (("rows", "block") + (("cluster",) if SOFTMAX_CLUSTER_LONG else ())
+                + (("smem",) if SOFTMAX_SMEM_DEFAULT else ()) + ("split", "simple"))
     if problem == "gemm_epilogue":
         return tuple(dict.fromkeys(t[0] for t in GEMM_TILES))
     raise ValueError(f"problem: {problem!r} has no CuTe DSL planner")
@@ -338,6 +408,9 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             if SOFTMAX_SMEM_DEFAULT and _block_threads(nvec, v) > SOFTMAX_BLOCK_DEFAULT_MAX_THREADS:
                 if sp := plan_smem(M, N, esize, sms):
                     return sp
+        elif SOFTMAX_CLUSTER_LONG and row_bytes > SOFTMAX_BLOCK_MAX_BYTES and \
+                (cp := plan_cluster(M, nvec, v, sms)) and M * cp["cluster"] >= sms:
+            return cp
         elif SOFTMAX_SMEM_DEFAULT and row_bytes > SOFTMAX_BLOCK_MAX_BYTES and \
                 (sp := plan_smem(M, N, esize, sms)) and M * sp["cluster"] >= sms:
             return sp

@@ -8,6 +8,7 @@ compile-only mode uses it); ``plan_*`` adds the tensors' own facts (alignment) a
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import triton
@@ -110,7 +111,26 @@ SOFTMAX = {
     "split_smem_warps": 8,
     "split_smem_pieces": (4, 8),
     "split_smem_min_per_sm": 2,
+    # rows and block: rows of whole 16-byte groups the compiler cannot prove so (N and the strides
+    # multiples of 16 bytes, not of 16 elements: 200 fp16 columns) take N and the strides in 16-byte
+    # units (``softmax_block.units``), so their accesses are 128-bit instead of 2-byte. Off: not
+    # yet run on a GPU
+    "units": False,
 }
+#: the switches built on the CPU and waiting for a GPU: the candidate ``gluon:softmax_next`` plans
+#: with SOFTMAX updated by these (``switched``), so one run times today's default beside it
+SOFTMAX_NEXT = {"units": True, "split_smem": True}
+
+
+@contextmanager
+def switched(table: dict, changes: dict):
+    """``table`` with ``changes`` applied while the block runs (a candidate's planning), restored after."""
+    saved = {k: table[k] for k in changes}
+    table.update(changes)
+    try:
+        yield table
+    finally:
+        table.update(saved)
 
 
 def softmax_smem_warps(N: int, elem_size: int, facts: dict) -> int:
@@ -178,17 +198,19 @@ def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
     facts = facts or device_facts()
     cols = max(16, next_pow2(N))
     fill = N / cols
+    units = {"UNITS": SOFTMAX["units"]}
     if N <= SOFTMAX["rows_max_cols"]:
-        return "rows", softmax_rows.config(N, elem_size, SOFTMAX["rows_warps"], SOFTMAX["rows_values_per_thread"])
+        return "rows", {**softmax_rows.config(N, elem_size, SOFTMAX["rows_warps"], SOFTMAX["rows_values_per_thread"]),
+                        **units}
     if cols <= SOFTMAX["block_pref_max_cols"][elem_size] and fill >= SOFTMAX["block_min_fill"]:
-        return "block", softmax_block.config(N, elem_size)
+        return "block", {**softmax_block.config(N, elem_size), **units}
     if M < SOFTMAX["split_max_rows_per_sm"] * facts["sms"] and N >= SOFTMAX["split_min_cols"]:
         return "split", softmax_split_config(M, N, elem_size, facts)
     staged = softmax_smem_config(M, N, elem_size, facts) if smem_ok else None
     if staged is not None:
         return "smem", staged
     if cols <= SOFTMAX["block_max_cols"][elem_size]:
-        return "block", softmax_block.config(N, elem_size)
+        return "block", {**softmax_block.config(N, elem_size), **units}
     if SOFTMAX["split_smem"] and split_smem_ok:
         cfg = softmax_split_smem_config(M, N, elem_size, facts)
         if cfg is not None:
@@ -269,7 +291,41 @@ GEMM = {
     "splitk_min_gain": 0.15,
     "l2_bytes_per_s": 9.0e12,
     "splitk_launch_s": 3e-6,
+    # Rows TMA cannot address (N = 2047, K = 777), more than few_rows_max_m rows: "stage" copies
+    # each A or B TMA cannot read into a workspace of 16-byte rows (a launch each, its bytes read
+    # and written at HBM speed), then the tma kernel, C stored from registers where TMA cannot write
+    # it; taken where that models faster than the tiled kernel, whose K steps wait on their loads:
+    # rounds of tiled_resident programs an SM x K steps x tiled_step_s (2048 x 2047 x 2048: 1 x 64
+    # steps, 131 us; 555 x 1234 x 777: 1 x 25, 32 us;
+    # docs/performance.md, "Gluon / GEMM + epilogue"). Off until a GPU has run it
+    # (gluon:gemm_epilogue_next has it on).
+    "stage_unaligned": False,
+    "tiled_step_s": 1.6e-6,
+    "tiled_resident": 2,
+    # tma's NEXT_PROLOGUE: each tile's first STAGES - 1 loads issued before the previous tile's
+    # epilogue (the ring is empty once its last MMA retired), so a program's tiles do not each
+    # start on an empty ring (a TMA round trip, ~1 us, a tile: 5 tiles an SM at 3000^3 on
+    # 128 x 128). Off until a GPU has run it (gluon:gemm_epilogue_next has it on).
+    "next_prologue": False,
+    # A partial last wave (3000^3: 288 tiles of 128 x 256 = 2.18 waves, 576 of 128 x 128 =
+    # 4.36): "streamk" runs whole waves data-parallel and shares the last full wave plus the
+    # partial one evenly over the SMs by K steps (the busiest SM: tiles / SMs tiles' work, not
+    # ceil(tiles / SMs)), for one fp32 partial written and the owner's reads of its tile's partials
+    # (streamk_l2_bytes_per_s: an SM's share of l2_bytes_per_s) and streamk_segments pipeline
+    # restarts. Taken where it models streamk_min_gain faster than the plan it would replace. Off
+    # until a GPU has run it (gluon:gemm_epilogue_next has it on; the same rule as Triton's;
+    # docs/performance.md, "Gluon / GEMM + epilogue"). Few rows (at most few_rows_max_m) with TMA:
+    # always, on the few_rows tile (the B stream shared evenly in one launch; split-K's reduction
+    # is a second launch, ~3 us of a ~20 us GEMM).
+    "streamk": False,
+    "streamk_min_gain": 0.05,
+    "streamk_l2_bytes_per_s": 9.0e12 / 132,
+    "streamk_segments": 3,
+    "streamk_restart_s": 1e-6,
 }
+
+#: the switches the next default turns on (gluon:gemm_epilogue_next, a candidate until a GPU has run it)
+GEMM_NEXT = {"stage_unaligned": True, "next_prologue": True, "streamk": True}
 
 
 def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
@@ -281,6 +337,28 @@ def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
     t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
     t_mem /= min(1.0, tiles / (GEMM["mem_min_tiles_per_sm"] * sms))
     return max(t_tiles, t_mem)
+
+
+def streamk_time(M: int, N: int, K: int, cfg: dict, sms: int) -> float | None:
+    """Modelled seconds of the streamk kernel with ``cfg``: tiles / SMs tiles' MMA time (the last
+    waves' K steps shared evenly), or the HBM floor, plus a program's partial written, the owner's
+    reads of its tile's partials (one with as many tiles as SMs, about SMs / tiles with fewer)
+    and the segments' pipeline restarts; None where whole waves leave nothing to share."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    if tiles % sms == 0 or tiles * triton.cdiv(K, cfg["BLOCK_K"]) < sms:
+        return None
+    t_tiles = tiles / sms * 2.0 * bm * bn * K / (GEMM["peak_flops"] / sms * cfg["eff"])
+    t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
+    partials = 1 + -(-sms // tiles)
+    fix = partials * 4.0 * bm * bn / GEMM["streamk_l2_bytes_per_s"] + GEMM["streamk_segments"] * GEMM["streamk_restart_s"]
+    return max(t_tiles, t_mem) + fix
+
+
+def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> tuple[float, dict] | None:
+    """(modelled seconds, tma config) of the fastest streamk plan, or None where none applies."""
+    found = [(t, c) for c in GEMM["tma"] if (t := streamk_time(M, N, K, c, facts["sms"])) is not None]
+    return min(found, key=lambda tc: tc[0]) if found else None
 
 
 def gemm_model_time(M: int, N: int, K: int, cfg: dict, split: int, sms: int, elem_size: int = 2) -> float:
@@ -329,11 +407,37 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict) -> dict:
     return cfg
 
 
-def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None) -> tuple[str, dict]:
+def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None, copies: tuple | None = None,
+                G: dict = GEMM) -> tuple[str, dict]:
     """tma when TMA can address A, B and C, else tiled; the tile config by the roofline model
     (whole waves of tiles at the config's share of an SM's peak, or the HBM floor, whichever is
-    longer: few tiles leave SMs idle, so smaller tiles win there; ties go to the smaller tile)."""
+    longer: few tiles leave SMs idle, so smaller tiles win there; ties go to the smaller tile).
+    With G["stage_unaligned"] and ``copies`` (element counts of the operands a staged launch
+    copies; None: no TMA here), "stage" above few_rows_max_m rows where it models faster."""
     facts = facts or device_facts()
+    variant, cfg = _gemm_choice_unstaged(M, N, K, tma_ok, facts)
+    if tma_ok and G["streamk"] and M <= GEMM["few_rows_max_m"] and triton.cdiv(N, GEMM["few_rows"]["BLOCK_N"]) \
+            * triton.cdiv(K, GEMM["few_rows"]["BLOCK_K"]) >= facts["sms"]:
+        # few rows: the B stream shared evenly over the SMs in one launch (split-K needs a second)
+        return "streamk", dict(GEMM["few_rows"])
+    if variant == "tma" and G["streamk"] and M > GEMM["few_rows_max_m"] \
+            and (sk := gemm_streamk_config(M, N, K, facts)) is not None \
+            and sk[0] < (1.0 - G["streamk_min_gain"]) * _gemm_time(M, N, K, cfg, facts["sms"]):
+        return "streamk", dict(sk[1])
+    if variant == "tma" and G["next_prologue"]:
+        cfg = {**cfg, "NEXT_PROLOGUE": True}
+    if variant != "tiled" or copies is None or not G["stage_unaligned"] or M <= GEMM["few_rows_max_m"]:
+        return variant, cfg
+    programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    t_tiled = -(-programs // (facts["sms"] * G["tiled_resident"])) * triton.cdiv(K, cfg["BLOCK_K"]) * G["tiled_step_s"]
+    tma = min(GEMM["tma"], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
+    t_stage = _gemm_time(M, N, K, tma, facts["sms"]) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["splitk_launch_s"]
+                                                            for n in copies)
+    tma = {**tma, "NEXT_PROLOGUE": True} if G["next_prologue"] else tma
+    return ("stage", dict(tma)) if t_stage < t_tiled else (variant, cfg)
+
+
+def _gemm_choice_unstaged(M: int, N: int, K: int, tma_ok: bool, facts: dict) -> tuple[str, dict]:
     kind = "tma" if tma_ok else "tiled"
     # equal times (the HBM floor): the smaller tile, which wastes less of the MMA on few rows
     cfg = min(GEMM[kind], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
@@ -352,6 +456,11 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None)
 
 
 def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None) -> list:
+    if variant == "streamk":
+        from . import gemm_epilogue_streamk
+        return [gemm_epilogue_streamk.launch_spec(a, b, bias, act, out, cfg, sms, ws)]
+    if variant == "stage":
+        return gemm_tma.staged_specs(a, b, bias, act, out, cfg, sms)
     if variant == "splitk":
         return gemm_splitk.launch_specs(a, b, bias, act, out, gemm_splitk.workspace(a, b, cfg) if ws is None else ws, cfg)
     if variant == "tma":
@@ -359,11 +468,13 @@ def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None)
     return [gemm_tiled.launch_spec(a, b, bias, act, out, cfg)]
 
 
-def plan_gemm(a, b, bias, act: str, out) -> Plan:
+def plan_gemm(a, b, bias, act: str, out, G: dict = GEMM) -> Plan:
+    """The default's plan (``G``: the GEMM table, or GEMM with GEMM_NEXT's switches on)."""
     M, K = a.shape
     N = b.shape[1]
     facts = device_facts(a.device)
-    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts)
+    copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
+    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts, copies, G)
     ws = gemm_splitk.workspace(a, b, cfg) if variant == "splitk" else None
     launch = bind_all(gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"], ws), a.device)
     launch.workspace = ws

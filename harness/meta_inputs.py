@@ -31,3 +31,15 @@ def meta_gemm(case):
     b = torch.empty(case.K, case.N, dtype=dt, device="meta")
     bias = torch.empty(case.N, dtype=dt, device="meta") if int(case.params.get("bias", 1)) else None
     return a, b, bias, case.params.get("act", "relu"), torch.empty(case.M, case.N, dtype=dt, device="meta")
+
+
+def meta_attention(case):
+    """(q, k, v, out), q / k / v laid out as the case's ``layout`` lays out the real inputs."""
+    dt, B, D = case.torch_dtype, case.B, case.D
+
+    def tensor(h, s):
+        if case.params.get("layout", "bhsd") == "bshd":
+            return torch.empty(B, s, h, D, dtype=dt, device="meta").transpose(1, 2)
+        return torch.empty(B, h, s, D, dtype=dt, device="meta")
+    return (tensor(case.Hq, case.Sq), tensor(case.Hkv, case.Sk), tensor(case.Hkv, case.Sk),
+            torch.empty(B, case.Hq, case.Sq, D, dtype=dt, device="meta"))

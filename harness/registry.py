@@ -177,6 +177,7 @@ class Implementation:
 _IMPLS: dict[str, Implementation] = {}
 _CANDIDATES: dict[str, Implementation] = {}   # built, not yet run on a GPU (register(candidate=True))
 _current_origin: list[str] = []
+_admitting = False   # admit_candidates() was called: a candidate registered later is admitted too
 
 
 def register(problem: str, layer: str, name: str, *, description: str = "",
@@ -216,7 +217,8 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
                               extra=dict(extra), adapter=_adapter_of(fn))
         if candidate:
             _CANDIDATES[impl.key] = impl
-            return fn
+            if not _admitting or impl.key in _IMPLS:
+                return fn
         if impl.key in _IMPLS and _IMPLS[impl.key].origin != impl.origin:
             raise ValueError(f"register: {impl.id} ({problem}) from {impl.origin} clashes with the "
                              f"{impl.id} registered by {_IMPLS[impl.key].origin}; choose another name")
@@ -365,3 +367,19 @@ def get(problem: str, impl_id: str, candidates: bool = False) -> Implementation:
     if key not in _IMPLS:
         raise ValueError(f"impl: {impl_id!r} is not registered for problem {problem!r}")
     return _IMPLS[key]
+
+
+def admit_candidates() -> list[Implementation]:
+    """Move every candidate into the registry of this process (``python -m harness check`` does
+    this in its own process and, through the plugin ``harness/admit_candidates.py``, in each of
+    its workers), so that a GPU run can verify and time the experiments beside the ids; a candidate
+    registered later (an adapter imported after this, as a worker imports only those of its rows)
+    is admitted as it registers. Returns the candidates admitted now."""
+    global _admitting
+    _admitting = True
+    admitted = []
+    for key, impl in list(_CANDIDATES.items()):
+        if key not in _IMPLS:
+            _IMPLS[key] = impl
+            admitted.append(impl)
+    return admitted

@@ -99,6 +99,54 @@ def _plan_gemm(M, N, K, **kw):
                               sms=SMS, **kw)
 
 
+def test_plan_gemm_stage_rule_of_next():
+    """cute:gemm_epilogue_next (GEMM_NEXT: stage): above GEMM_STAGE_MIN_M rows, the A / B rows TMA
+    cannot read are staged (plan["stage"], their loads "tma", C unchanged) exactly when the TMA
+    plan's modelled time plus the copies (4 bytes an element at GEMM_HBM_GBPS, a launch each)
+    beats the ragged plan's modelled time x GEMM_RAGGED_SLOWDOWN; never without the switch, for
+    aligned operands, or at few rows."""
+    from cutlass_src import dispatch
+    seen = set()
+    for M, N, K in ((2048, 2047, 2048), (555, 1234, 777), (411, 733, 957), (97, 211, 389), (65, 20_000, 515),
+                    (4096, 50_257, 768), (1025, 769, 512), (300, 4096, 4095), (33, 1001, 3000), (512, 1024, 1024)):
+        base = _plan_gemm(M, N, K)
+        p = _plan_gemm(M, N, K, **dispatch.GEMM_NEXT)
+        assert "stage" not in base
+        ragged = [op for op, kind in zip("ab", base["loads"]) if kind != "tma"]
+        if not ragged or M <= dispatch.GEMM_STAGE_MIN_M:
+            assert p == base, (M, N, K)
+            continue
+        from cutlass_src.gemm_launch import access_elems
+        w = (access_elems(2 * K), access_elems(2 * N), access_elems(2 * N))
+        staged = dispatch.plan_search(M, N, K, tuple(8 if op in ragged else x for op, x in zip("abc", w)), sms=SMS)
+        t_stage = dispatch._plan_us(M, N, K, staged, SMS) + sum(4 * (M * K if op == "a" else K * N) for op in ragged) \
+            / (dispatch.GEMM_HBM_GBPS * 1e3) + dispatch.GEMM_STAGE_LAUNCH_US * len(ragged)
+        want = t_stage < dispatch._plan_us(M, N, K, base, SMS) * dispatch.GEMM_RAGGED_SLOWDOWN
+        assert (p.get("stage") == ragged) == want, (M, N, K, p)
+        if want:
+            assert p["loads"][:2] == ["tma", "tma"] and p["loads"][2] == base["loads"][2]
+        seen.add(want)
+    assert True in seen
+
+
+def test_plan_gemm_wide_rule_of_next():
+    """GEMM_NEXT's wide: ws 128 x 192 joins the tiles only where the search with it models GEMM_TIE
+    faster than the table's best; never without the switch. 3000^3 (128 x 192: 384 tiles, 2.91
+    waves) takes it; 8192^3 (128 x 256: 2048 tiles, full waves) keeps 128 x 256."""
+    from cutlass_src import dispatch
+    for M, N, K in ((3000, 3000, 3000), (8192, 8192, 8192), (4096, 28672, 4096), (1000, 3000, 4000),
+                    (5000, 5000, 5000), (16, 6144, 4096), (256, 28672, 4096)):
+        base = _plan_gemm(M, N, K)
+        p = _plan_gemm(M, N, K, wide=True)
+        assert base["tile"] != [128, 192]
+        if p["tile"] == [128, 192]:
+            assert dispatch._plan_us(M, N, K, p, SMS) < (1 - dispatch.GEMM_TIE) * dispatch._plan_us(M, N, K, base, SMS)
+        else:
+            assert p == base, (M, N, K, p)
+    assert _plan_gemm(3000, 3000, 3000, **dispatch.GEMM_NEXT)["tile"] == [128, 192]
+    assert _plan_gemm(8192, 8192, 8192, **dispatch.GEMM_NEXT)["tile"] == [128, 256]
+
+
 def test_vector_add_unroll_fills_the_sms(monkeypatch):
     """Four 128-bit accesses a thread while that still gives every SM a CTA; one for a short
     vector (65536 bf16: 32 CTAs instead of 8), whatever its alignment."""
@@ -425,6 +473,10 @@ def test_gemm_ptx_paths():
     text = ptx(split)
     assert "atom.global.add" in text or "red.global.add" in text
     assert "fence.acq_rel.gpu" in text and f"wgmma.mma_async.sync.aligned.m64n{split['tile'][1]}k16" in text
+    wide = dispatch.plan_gemm(3000, 3000, 3000, sms=SMS, wide=True)      # GEMM_NEXT's 128 x 192
+    text = ptx(wide)
+    assert wide["tile"] == [128, 192] and "wgmma.mma_async.sync.aligned.m64n192k16" in text
+    assert "cp.async.bulk.tensor" in text and "multicast::cluster" in text
 
 
 @needs_cute
@@ -576,6 +628,30 @@ def test_plan_cluster_rule():
     assert "cluster" not in dispatch.reachable("softmax")
 
 
+def test_next_sends_long_rows_to_the_cluster_kernel():
+    """The pending switch (cute:softmax_next, SOFTMAX_CLUSTER_LONG): a row over 32 KB goes to the
+    cluster kernel where a cluster holds it and its M x C CTAs cover the SMs, else as before
+    (short rows, few rows of long rows: split; rows past 16 CTAs' registers); the switch is
+    restored after the block."""
+    from cutlass_src import dispatch
+
+    def kernel(M, N, es, aligned=True):
+        return dispatch.plan_softmax(M, N, es, aligned, sms=SMS)["kernel"]
+
+    today = {(M, N, es): kernel(M, N, es) for M in (8, 48, 4096) for N in (512, 4096, 32000, 128256, 786433)
+             for es in (2, 4)}
+    with dispatch.switched(dispatch.SOFTMAX_NEXT):
+        assert "cluster" in dispatch.reachable("softmax")
+        for (M, N, es), was in today.items():
+            p = dispatch.plan_softmax(M, N, es, True, sms=SMS)
+            held = dispatch.plan_cluster(M, dispatch.row_vectors(N, es, True), 16 // es, SMS)
+            if N * es > dispatch.SOFTMAX_BLOCK_MAX_BYTES and held and M * held["cluster"] >= SMS:
+                assert p == held, (M, N, es, p)
+            else:
+                assert p["kernel"] == was, (M, N, es, p)
+    assert not dispatch.SOFTMAX_CLUSTER_LONG and "cluster" not in dispatch.reachable("softmax")
+
+
 @needs_cute
 @pytest.mark.parametrize("stage", [True, False])
 def test_softmax_cluster_ptx(stage):
@@ -601,6 +677,13 @@ def test_softmax_cluster_ptx(stage):
     assert body.count("barrier.cluster.arrive") == 2 and body.count("barrier.cluster.wait") == 2
     assert "bar.sync" not in body and "barrier.sync" not in body
     assert "st.global.v4" in body and comp.facts()["spills"] == 0
+    # each exponent is a difference scaled by log2(e) (x - m) * L, never x * L - m * L: ptxas fuses
+    # the latter into an fma whose per-thread rounding of m * L fails fp32 rows of values ~1e4
+    defs = {reg: (op, args) for op, reg, args in re.findall(r"^\s*([a-z][\w.]*)\s+(%r\d+), ([^;]*);", body, re.M)}
+    for src in re.findall(r"ex2\.approx\.ftz\.f32\s+%r\d+, (%r\d+);", body):
+        op, args = defs[src]
+        assert op == "mul.f32" and args.endswith("0f3FB8AA3B"), (src, op, args)
+        assert not defs[args.split(",")[0]][0].startswith(("mul", "fma")), (src, args)
 
 
 def test_softmax_cluster_vectors_cover_the_row():

@@ -325,6 +325,35 @@ def test_softmax_table_is_what_the_rules_read(monkeypatch):
     assert {dispatch.softmax_choice(M, N, 2, H200)[0] for M in (1, 32_768) for N in (64, 512, 1000)} == {"block"}
 
 
+def test_softmax_next_units():
+    """The pending switch ``units`` (triton:softmax_next): rows of whole 16-byte groups Triton
+    cannot prove so take N and the strides in 16-byte units, so the rows kernel (200 fp16 columns)
+    and the block kernel (3000 bf16 columns) move 128-bit accesses only, with no edge pass, where
+    today's default takes the aligned frame; a row that is no whole number of groups (781 fp32)
+    compiles as before; under the switch the candidate's outputs match float64."""
+    from backends.triton_layer import _sm_spec, compile_spec
+    from harness.problems import elem_size
+    narrow = re.compile(r"(ld|st)\.global\.(b16|b32|u16|f32)\b")
+
+    def ptx(**kw):
+        case = problems.get("softmax").case(**kw)
+        return compile_spec(_sm_spec(dispatch.softmax_choice(case.M, case.N, elem_size(case.dtype), H200)[0], case))["ptx"]
+
+    assert narrow.search(ptx(M=50_000, N=200, dtype="float16"))
+    odd = ptx(M=1000, N=781)
+    with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
+        for kw in (dict(M=50_000, N=200, dtype="float16"), dict(M=1000, N=3000, dtype="bfloat16")):
+            text = ptx(**kw)
+            assert "ld.global.v4" in text and "st.global.v4" in text and not narrow.search(text), kw
+        assert ptx(M=1000, N=781) == odd
+    prob = problems.get("softmax")
+    impl = registry.get("softmax", "triton:softmax_next", candidates=True)
+    for kw in (dict(M=37, N=200, dtype="float16"), dict(M=5, N=3000, dtype="bfloat16", layout="strided"),
+               dict(M=9, N=100, kind="neginf")):
+        c = verify_case(impl, prob, prob.case(**kw), DEV, seeds=(0,), repeat=False)
+        assert c.ok, (kw, c.reason)
+
+
 def test_split_register_cap_rule(monkeypatch):
     """The cap tried is the largest multiple of 8 below the kernel's registers at which an SM holds
     more of its programs (never at or above the uncapped count: ptxas takes a cap as a hint and
@@ -508,6 +537,115 @@ def test_gemm_plain_plan_is_what_compile_only_compiles():
     spec = T._gemm_specs(v, case, cfg)[0]
     assert v == "plain" and spec.args["BLOCK_M"] == cfg["BLOCK_M"] and spec.args["BLOCK_N"] == cfg["BLOCK_N"]
     assert tuple(spec.grid) == (-(-333 // cfg["BLOCK_M"]), -(-777 // cfg["BLOCK_N"]))
+
+
+def test_gemm_stage_rule_of_next():
+    """triton:gemm_epilogue_next (GEMM_NEXT on): above narrow_max_m rows, where TMA cannot address
+    every operand, "stage" (the copies of A / B TMA cannot read, then the TMA kernel) exactly when
+    its modelled time - the TMA config's roofline plus, per copy, its bytes read and written at
+    HBM speed and a launch - beats the unstaged choice's (the plain kernel: rounds of
+    plain_resident programs an SM x K steps x plain_step_s; else the roofline). Off in GEMM, the
+    choice is unchanged; no TMA (sm_80): never staged; few rows: the narrow rule."""
+    G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
+    sms, cdiv = H200["sms"], lambda a, b: -(-a // b)  # noqa: E731
+    seen = set()
+    for M, N, K in ((2048, 2047, 2048), (555, 1234, 777), (411, 733, 957), (97, 211, 389), (70, 47, 33),
+                    (4096, 50_257, 768), (90, 37, 64), (1025, 770, 513), (300, 4096, 4095)):
+        al = dispatch.gemm_aligned(2, min(8, 1 << (K & -K).bit_length() - 1), min(8, 1 << (N & -N).bit_length() - 1))
+        copies = tuple(n for n, ok in ((M * K, K % 8 == 0), (K * N, N % 8 == 0)) if not ok)
+        v0, c0 = dispatch.gemm_choice(M, N, K, False, H200, al, copies)
+        v, cfg = dispatch.gemm_choice(M, N, K, False, H200, al, copies, G)
+        assert v0 != "stage" and dispatch.gemm_choice(M, N, K, False, OTHER_GPUS["a100"], al, copies, G)[0] != "stage"
+        if v0 == "plain":
+            t0 = cdiv(cdiv(M, c0["BLOCK_M"]) * cdiv(N, c0["BLOCK_N"]), sms * G["plain_resident"]) \
+                * cdiv(K, c0["BLOCK_K"]) * G["plain_step_s"]
+        else:
+            t0 = dispatch._gemm_time(M, N, K, c0, c0.get("SPLIT", 1), sms)
+        tma = dispatch.gemm_tma_config(M, N, K, H200)
+        t = dispatch._gemm_time(M, N, K, tma, 1, sms) + sum(4 * n / G["hbm_bytes_per_s"] + G["launch_s"] for n in copies)
+        assert (v == "stage") == (t < t0) and (v, cfg) == (("stage", tma) if t < t0 else (v0, c0)), (M, N, K, v, v0)
+        seen.add(v)
+    assert {"stage", "plain"} <= seen, seen
+    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, False, (2048 * 2047,), G)[1] == \
+        dispatch.gemm_narrow_config(16, 2047, 2048, H200, False)
+
+
+def test_gemm_stage_specs():
+    """The staged plan's launches (what compile-only compiles): the TMA kernel (named first) with
+    C stored from registers where TMA cannot write it, and the copy of each operand TMA cannot
+    read into rows of a multiple of 8 elements."""
+    from backends import triton_layer as T
+    case = problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")
+    v, cfg = T._gemm_variant("next", case)
+    specs = T._gemm_specs(v, case, cfg)
+    assert v == "stage" and [s.kernel.__name__ if hasattr(s.kernel, "__name__") else s.kernel.fn.__name__
+                             for s in specs][0] == "gemm_epilogue_tma_kernel"
+    main, copy = specs
+    assert main.args["C_TMA"] is False and main.args["c_desc"] is None and main.args["stride_cm"] == 2047
+    assert copy.args["stride_d"] % 8 == 0 and copy.args["cols"] == 2047 and copy.args["rows"] == 2048
+
+
+def _gemm_ref(a, b, bias, act):
+    y = a.double() @ b.double() + (bias.double() if bias is not None else 0.0)
+    if act == "gelu":
+        return 0.5 * y * (1 + torch.tanh(0.7978845608028654 * (y + 0.044715 * y ** 3)))
+    return y.clamp_min(0) if act == "relu" else y
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the interpreter's small grids; the GPU runs the verify suite")
+def test_gemm_streamk_kernel():
+    """The streamk kernel under the interpreter on grids small enough that every path runs: whole
+    waves then shared ones (300 x 520 x 200 on 4 programs: 15 tiles, 8 data-parallel), only shared
+    tiles with several programs a tile (129 x 264 x 72), the narrow tile of few rows (7 x 264 x 1024),
+    ragged K and edges, no bias; C matches
+    float64, and the flags are all down again, so a second launch is right too."""
+    from triton_src import gemm_epilogue_streamk as S
+    g = torch.Generator().manual_seed(3)
+    for M, N, K, i, sms, act, dt in ((300, 520, 200, 1, 4, "gelu", torch.float16),
+                                     (129, 264, 72, 1, 4, "relu", torch.bfloat16),
+                                     (640, 136, 456, 3, 7, "none", torch.float16),
+                                     (7, 264, 1024, None, 4, "gelu", torch.bfloat16)):
+        cfg = dict(dispatch.GEMM["tma"][i]) if i is not None else dispatch.gemm_streamk_narrow_config(M, N, K, {**H200, "sms": sms})
+        a, b = torch.randn(M, K, generator=g).to(dt), torch.randn(K, N, generator=g).to(dt)
+        bias = torch.randn(N, generator=g).to(dt) if act != "none" else None
+        out = torch.full((M, N), float("nan"), dtype=dt)
+        launch = S.bind_launch(a, b, bias, act, out, cfg, sms)
+        tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
+        assert S.dp_tiles(tiles, S.programs_for(M, N, K, cfg, sms)) < tiles
+        ref = _gemm_ref(a, b, bias, act)
+        for _ in range(2):
+            out.fill_(float("nan"))
+            launch()
+            assert not out.isnan().any() and ((out.double() - ref).norm() / ref.norm()) < 1e-2, (M, N, K)
+            assert not launch.workspace[1].any()
+
+
+def test_gemm_streamk_rule_of_next():
+    """GEMM_NEXT's streamk: off in GEMM; on, taken only where tiles leave a partial last wave, and
+    then modelled streamk_min_gain faster than the plan it replaces; 3000^3 (128 x 256 tiles: 288
+    on 132 SMs, 2.18 waves) takes it, whole-wave grids do not."""
+    G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
+    sms, cdiv = H200["sms"], lambda a, b: -(-a // b)  # noqa: E731
+    seen = set()
+    for M, N, K in ((3000, 3000, 3000), (4096, 4096, 4096), (8192, 8192, 8192), (256, 28672, 4096),
+                    (2048, 8448, 1024), (200, 13824, 5120), (5000, 5000, 5000), (1000, 4000, 3000)):
+        v0, c0 = dispatch.gemm_choice(M, N, K, True, H200)
+        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)
+        assert v0 != "streamk"
+        seen.add(v)
+        if v == "streamk":
+            tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
+            assert tiles % sms and dispatch.streamk_time(M, N, K, cfg, sms) < \
+                (1 - G["streamk_min_gain"]) * dispatch._gemm_time(M, N, K, c0, c0.get("SPLIT", 1), sms)
+        else:
+            assert (v, cfg) == (v0, c0)
+    for M, N, K in ((1, 11008, 4096), (16, 6144, 4096), (64, 32000, 4096), (7, 4000, 2048)):
+        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)     # few rows, TMA: narrow streamk
+        assert v == "streamk" and cfg["BLOCK_M"] == max(16, 1 << (M - 1).bit_length()), (M, cfg)
+        assert dispatch.gemm_choice(M, N, K, False, H200, G=G)[0] != "streamk"
+    assert dispatch.gemm_choice(3000, 3000, 3000, True, H200, G=G)[0] == "streamk"
+    assert dispatch.gemm_choice(2048, 8448, 1024, True, H200, G=G)[0] != "streamk"   # 16 x 33 = 4 x 132 tiles
+    assert {"streamk", "tma"} <= seen
 
 
 # -- bad inputs: clear errors naming the argument --------------------------------------------------
