@@ -63,5 +63,6 @@ def _cuda_ptx(nvcc, impl, cus, flags, gen: Path, art: Artifacts) -> None:
                              f"{impl.id} uses {', '.join(s.kernels)}")
 
 
-describe_layer("cuda", order=1, colour="#2ca02c", artifacts=cuda_artifacts, ptxas_named_kernels=True)
+describe_layer("cuda", order=1, colour="#2ca02c", artifacts=cuda_artifacts, ptxas_named_kernels=True,
+               compile_ahead=False)   # built at install time: nothing to compile ahead on a GPU
 describe_layer("cupy", order=2, colour="#17becf", artifacts=cuda_artifacts, ptxas_named_kernels=True)

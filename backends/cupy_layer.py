@@ -9,9 +9,10 @@ and the device's exact architecture (sm_90a on Hopper: wgmma, setmaxnreg).
 Rows: ``cupy:vector_add``, ``cupy:vector_add_simple``, ``cupy:softmax`` and its twin and variants,
 ``cupy:gemm_epilogue`` and its twin and variants (TMA descriptors encoded through the driver's
 ``cuTensorMapEncodeTiled``); a plan with a runtime cluster (the planner's ``pingpong_c2`` path: a
-launch attribute, which CuPy's driver API does not pass) declines. ``launch.info["compile_s"]`` is the NVRTC
-compile and module load time of the kernel's source file in this process (CuPy's on-disk kernel
-cache can make it short; ``info["cache"]`` says whether the cache is on).
+launch attribute, which CuPy's driver API does not pass) declines. NVRTC compiles one kernel instance
+at a time (``compile_instance``; sizes are arguments, so one cubin serves every shape of a plan),
+kept on disk in the kltools cache; ``launch.info["compile_s"]`` is what this prepare spent compiling
+or loading (0 for an instance this process already holds).
 """
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def _require():
 
 # -- NVRTC modules ------------------------------------------------------------------------------
 def include_dirs() -> list[str]:
-    """cuda_src and the CUDA headers (cuda_fp16.h, cuda_bf16.h, cooperative_groups.h)."""
+    """cuda_src and the CUDA headers (cuda_fp16.h, cuda_bf16.h, cooperative_groups.h); no GPU needed."""
     dirs = [str(CUDA_SRC)]
     cands = []
     try:
@@ -94,8 +95,9 @@ def include_dirs() -> list[str]:
 
 
 def nvrtc_options(arch: str) -> list[str]:
-    """NVRTC options for one architecture ("90a", "80"...): the nvcc build's flags (NVRTC_FLAGS)."""
-    return list(NVRTC_FLAGS) + [f"-arch=sm_{arch}"] + [f"-I{d}" for d in include_dirs()]
+    """NVRTC options for one architecture ("90a", "80"...): the nvcc build's flags (NVRTC_FLAGS) and
+    ptxas's report (registers, spills: the compile facts of the cubin that runs)."""
+    return list(NVRTC_FLAGS) + [f"-arch=sm_{arch}", "-Xptxas=-v"] + [f"-I{d}" for d in include_dirs()]
 
 
 def device_arch(dev: int) -> str:
@@ -104,69 +106,76 @@ def device_arch(dev: int) -> str:
     return f"{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
 
 
-def _cached_compile(src: str, names: list[str], opts: list[str]) -> tuple[bytes, dict]:
-    """(cubin, {instance: lowered name}) of one source, from NVRTC or from the on-disk cache (keyed
-    by every cuda_src file, the options, the names and the NVRTC version)."""
-    import hashlib
+def _source_digest() -> bytes:
+    """Every cuda_src file (a kernel's source and the headers it includes), read once a process."""
+    if "digest" not in _state:
+        import hashlib
+
+        h = hashlib.sha256()
+        for f in sorted(CUDA_SRC.glob("*.cu*")):
+            h.update(f.name.encode() + f.read_bytes())
+        _state["digest"] = h.digest()
+    return _state["digest"]
+
+
+def compile_instance(kernel: str, arch: str) -> dict:
+    """One kernel instance (``softmax_rows_kernel<float, 4, 32, 8>``) compiled by NVRTC for
+    ``sm_<arch>``: {"cubin", "lowered", "log", "compile_s", "cached"}. One compile per instance:
+    sizes are kernel arguments, so every shape a plan sends to this instance runs the same cubin.
+    Kept on disk (kltools cache ``nvrtc/``), keyed by the cuda_src sources, the instance, the
+    architecture, the options and the NVRTC version; a process with no GPU (a compile-ahead
+    worker) fills the entry the GPU's process loads. Needs libnvrtc, no GPU."""
+    import base64
     import json
 
     from cupy_backends.cuda.libs import nvrtc
 
-    from kltools.cache import cache_dir
+    from kltools.cache import cache_dir, key, write_atomic
 
-    h = hashlib.sha256()
-    for f in sorted(CUDA_SRC.glob("*.cu*")):
-        h.update(f.name.encode() + f.read_bytes())
-    h.update(json.dumps([src, names, [o for o in opts if not o.startswith("-I")], list(nvrtc.getVersion())]).encode())
-    cache = cache_dir("nvrtc")
-    stem = cache / f"{Path(src).stem}-{h.hexdigest()[:20]}"
-    if stem.with_suffix(".cubin").is_file() and stem.with_suffix(".json").is_file():
-        return stem.with_suffix(".cubin").read_bytes(), json.loads(stem.with_suffix(".json").read_text())
+    src = dispatch.source_of(kernel)
+    opts = nvrtc_options(arch)
+    k = key(_source_digest(), kernel, [o for o in opts if not o.startswith("-I")], tuple(nvrtc.getVersion()))
+    path = cache_dir("nvrtc", f"{Path(src).stem}-{k[:24]}.json")
+    t0 = time.perf_counter()
+    try:
+        entry = json.loads(path.read_text())
+        return {**entry, "cubin": base64.b64decode(entry["cubin"]), "compile_s": time.perf_counter() - t0,
+                "cached": True}
+    except (OSError, ValueError, KeyError):
+        pass
     prog = nvrtc.createProgram((CUDA_SRC / src).read_text(), src, [], [])
     try:
-        for n in names:
-            nvrtc.addNameExpression(prog, n)
+        nvrtc.addNameExpression(prog, f"kl::{kernel}")
         try:
             nvrtc.compileProgram(prog, opts)
         except Exception as e:
-            raise RuntimeError(f"NVRTC compile of {src} failed: {e}: {nvrtc.getProgramLog(prog)[:2000]}") from None
+            raise RuntimeError(f"NVRTC compile of {kernel} ({src}) failed: {e}: "
+                               f"{nvrtc.getProgramLog(prog)[:2000]}") from None
+        entry = {"lowered": nvrtc.getLoweredName(prog, f"kl::{kernel}"), "log": nvrtc.getProgramLog(prog),
+                 "arch": f"sm_{arch}"}
         cubin = nvrtc.getCUBIN(prog)
-        lowered = {n[len("kl::"):]: nvrtc.getLoweredName(prog, n) for n in names}
     finally:
         nvrtc.destroyProgram(prog)
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        stem.with_suffix(".json").write_text(json.dumps(lowered))
-        stem.with_suffix(".cubin").write_bytes(cubin)
-    except OSError:
-        pass  # a read-only home: compile again next time
-    return cubin, lowered
+    write_atomic(path, json.dumps({**entry, "cubin": base64.b64encode(cubin).decode()}))
+    return {**entry, "cubin": cubin, "compile_s": time.perf_counter() - t0, "cached": False}
 
 
 def get_kernel(kernel: str, dev: int | None = None):
-    """(function handle, NVRTC compile + load seconds of its source) for a planned instance.
-
-    The first request of a source file compiles it for the device's exact architecture with every
-    instance the planner can pick from it (one NVRTC run, name expressions for all of them; cached on
-    disk), and loads the cubin on the device."""
+    """(function handle, seconds this call spent compiling or loading it) for a planned instance:
+    ``compile_instance`` for the device's exact architecture, loaded once per process and device."""
     import cupy
 
     dev = cupy.cuda.Device().id if dev is None else dev
-    src = dispatch.source_of(kernel)
-    key = (src, dev)
-    if key not in _modules:
-        names = [f"kl::{k}" for k in dispatch.instances()[src]]
-        opts = nvrtc_options(device_arch(dev))
-        t0 = time.perf_counter()
-        cubin, lowered = _cached_compile(src, names, opts)
-        with cupy.cuda.Device(dev):
-            mod = cupy.cuda.function.Module()
-            mod.load(cubin)
-        _modules[key] = (mod, time.perf_counter() - t0, lowered, {})
-    mod, dt, lowered, fns = _modules[key]
-    if kernel not in fns:
-        fns[kernel] = mod.get_function(lowered[kernel])
-    return fns[kernel], dt
+    key = (kernel, dev)
+    if key in _modules:
+        return _modules[key][1], 0.0
+    t0 = time.perf_counter()
+    entry = compile_instance(kernel, device_arch(dev))
+    with cupy.cuda.Device(dev):
+        mod = cupy.cuda.function.Module()
+        mod.load(entry["cubin"])
+    _modules[key] = (mod, mod.get_function(entry["lowered"]))
+    return _modules[key][1], time.perf_counter() - t0
 
 
 def _encode_tma(dtype_code: int):
@@ -212,7 +221,8 @@ class _Launcher:
                 if p.cluster_launch:
                     raise Unsupported("a 2 x 1 cluster given as a launch attribute: CuPy's driver API has no "
                                       "cuLaunchKernelEx")
-                fn, self.compile_s = get_kernel(p.kernel, dev)
+                fn, secs = get_kernel(p.kernel, dev)
+                self.compile_s = getattr(self, "compile_s", 0.0) + secs
                 func = fn.ptr
                 # CU_FUNC_ATTRIBUTE_ MAX_DYNAMIC_SHARED_SIZE_BYTES = 8, PREFERRED_SHARED_MEMORY_CARVEOUT = 9,
                 # NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14 (set once per function, only ever raised)
@@ -261,8 +271,10 @@ def _make(launches: dispatch.Launches, pointers: dict, dev: int, dtype_code: int
     def launch():
         run(raw(dev))
 
-    info = {"compile_s": getattr(run, "compile_s", 0.0), "config": _config(launches),
-            "cache": "off" if os.environ.get("CUPY_CACHE_IN_MEMORY") else "on (~/.cupy/kernel_cache)"}
+    from kltools.cache import cache_dir
+
+    info = {"compile_s": round(getattr(run, "compile_s", 0.0), 4), "config": _config(launches),
+            "cache": str(cache_dir("nvrtc"))}
     if launches.plans:
         try:
             from cupy_backends.cuda.api import driver
@@ -321,7 +333,8 @@ def vector_add(x, y, out=None, path: str = "auto", **opts):
 # -- compile facts without a GPU -------------------------------------------------------------------
 def compile_only_nvrtc(kernel: str, config: dict | None = None) -> dict:
     """ptxas facts of one instance compiled by NVRTC for sm_90a (NVRTC's own ptxas, ``-Xptxas=-v``:
-    the facts come from the compiler that builds the cupy rows); needs libnvrtc, no GPU."""
+    the facts come from the compile that builds the cupy rows, and fill the cache the GPU run
+    loads on an sm_90a GPU); needs libnvrtc, no GPU."""
     try:
         from cupy_backends.cuda.libs import nvrtc
 
@@ -332,37 +345,14 @@ def compile_only_nvrtc(kernel: str, config: dict | None = None) -> dict:
 
     from backends.cuda_layer import demangle
 
-    src = dispatch.source_of(kernel)
-    key = ("facts", src, kernel)
-    if key not in _modules:
-        prog = nvrtc.createProgram((CUDA_SRC / src).read_text(), src, [], [])
-        try:
-            nvrtc.addNameExpression(prog, f"kl::{kernel}")
-            opts = list(NVRTC_FLAGS) + ["-arch=sm_90a", "-Xptxas=-v"] + [f"-I{d}" for d in _include_dirs_nogpu()]
-            t0 = time.perf_counter()
-            try:
-                nvrtc.compileProgram(prog, opts)
-            except Exception as e:
-                raise RuntimeError(f"NVRTC compile of {src} failed: {e}: {nvrtc.getProgramLog(prog)[:2000]}") from None
-            _modules[key] = (nvrtc.getProgramLog(prog), time.perf_counter() - t0)
-        finally:
-            nvrtc.destroyProgram(prog)
-    log, dt = _modules[key]
-    per = {demangle(k): v for k, v in parse_ptxas_log(log).items()}
+    entry = compile_instance(kernel, "90a")
+    per = {demangle(k): v for k, v in parse_ptxas_log(entry["log"]).items()}
     if kernel not in per:
         raise Unsupported(f"NVRTC's ptxas log names no {kernel}")
     facts = summarize({kernel: per[kernel]})
-    facts.update(compile_s=dt, config=config or {}, arch="sm_90a", kernel=kernel,
+    facts.update(compile_s=round(entry["compile_s"], 3), config=config or {}, arch="sm_90a", kernel=kernel,
                  facts_from="NVRTC -arch=sm_90a -Xptxas=-v")
     return facts
-
-
-def _include_dirs_nogpu() -> list[str]:
-    dirs = [str(CUDA_SRC)]
-    for d in ("/usr/local/cuda/include", "/usr/local/cuda/include/cccl"):
-        if os.path.isdir(d):
-            dirs.append(d)
-    return dirs
 
 
 # -- registration --------------------------------------------------------------------------------

@@ -34,24 +34,40 @@ import torch
 from harness import Source, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
+from helion_src import frame  # torch only (the aligned frame's arguments): no helion
 
 from . import planner_rules, src
 
 LAYER = "helion"
 H = "helion_src"
 
-try:
-    import helion
-    import helion_src  # noqa: F401
-    from helion_src import dispatch, frame, tuned
-    from helion_src import gemm_epilogue as gemm_simple
-    from helion_src import softmax as softmax_simple
-    from helion_src import softmax_online
-    from helion_src import vector_add as va_simple
-    _IMPORT_ERROR = None
-except Exception as e:  # pragma: no cover - depends on the machine
-    helion = None
-    _IMPORT_ERROR = f"helion not importable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+class _Lazy:
+    """A module imported on its first attribute access: registering the layer's rows imports
+    neither helion nor its kernels (a worker that never runs a Helion row never pays for them)."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        import importlib
+        return getattr(importlib.import_module(self._name), attr)
+
+    def __bool__(self) -> bool:
+        return _IMPORT_ERROR is None
+
+
+def _probe() -> str | None:
+    """Why helion cannot be used here (None: it is installed); cheap: no import."""
+    import importlib.util
+    return None if importlib.util.find_spec("helion") else "helion not importable: helion is not installed"
+
+
+_IMPORT_ERROR = _probe()
+helion = _Lazy("helion")
+dispatch, tuned = _Lazy("helion_src.dispatch"), _Lazy("helion_src.tuned")
+gemm_simple, softmax_simple = _Lazy("helion_src.gemm_epilogue"), _Lazy("helion_src.softmax")
+softmax_online, va_simple = _Lazy("helion_src.softmax_online"), _Lazy("helion_src.vector_add")
 
 
 if helion is None:   # the rules alone: the ids and their sources as with helion
@@ -63,6 +79,10 @@ def available() -> str | None:
         return _IMPORT_ERROR
     if not torch.cuda.is_available():
         return "no CUDA GPU (the CPU mode compiles Helion's generated Triton for sm_90: compile_only)"
+    try:
+        helion.Config   # noqa: B018  (the import itself, once: a broken install says why here)
+    except Exception as e:
+        return f"helion not importable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     return None
 
 

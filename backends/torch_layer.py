@@ -15,14 +15,18 @@ torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
 torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
 
 _compiled: dict = {}
-# one compiled graph per shape (dynamic=False): raise dynamo's per-function recompile limit so that a
-# sweep of sizes never falls back silently to eager execution
-for _knob in ("recompile_limit", "cache_size_limit"):
-    try:
-        if hasattr(torch._dynamo.config, _knob):
-            setattr(torch._dynamo.config, _knob, max(getattr(torch._dynamo.config, _knob), 256))
-    except Exception:  # pragma: no cover
-        pass
+
+
+def _raise_recompile_limits() -> None:
+    """One compiled graph per shape (dynamic=False): raise dynamo's per-function recompile limit so
+    that a sweep of sizes never falls back silently to eager execution. Done at the first compile:
+    importing dynamo costs a second, which registering these rows must not."""
+    for knob in ("recompile_limit", "cache_size_limit"):
+        try:
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, max(getattr(torch._dynamo.config, knob), 256))
+        except Exception:  # pragma: no cover
+            pass
 
 
 def _compile(key, fn):
@@ -32,6 +36,8 @@ def _compile(key, fn):
     benchmark of torch.compile should show). On the CPU, where this only has to be correct and
     inductor's C++ compiles are slow, torch's default automatic-dynamic shapes keep it to a few
     compiles per sweep."""
+    if not _compiled:
+        _raise_recompile_limits()
     if key not in _compiled:
         dynamic = False if key[-1] == "cuda" else None
         try:

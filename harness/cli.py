@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("compare", help="verify, then time and tabulate (the main job)")
-    _selectors(p, "models", "roles to run (default: baseline,default - each layer's default "
-                            "implementation beside the torch baseline; all: every variant too)")
+    _selectors(p, "models", "roles to run (default: baseline,library,default - each layer's "
+                            "default implementation beside the torch baseline and the libraries; "
+                            "all: every variant too)")
     p.add_argument("--out", help="output folder, new or empty (default results/<time>-<pid>-<random>)")
     p.add_argument("--resume", metavar="DIR", help="finish the interrupted run in DIR (its own "
                    "arguments are used; the rows it finished are kept)")
@@ -56,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-samples", type=_positive(int, "--min-samples"), default=15)
     p.add_argument("--no-verify-suite", action="store_true",
                    help="skip the verify suite before timing (each timed case is still verified)")
+    p.add_argument("--compile-jobs", type=_positive(int, "--compile-jobs", allow_zero=True), default=None,
+                   help="processes of the compile-ahead pool (default: one a core; 0: none, each worker "
+                        "compiles what it runs)")
     p.add_argument("--no-ceilings", action="store_true", help="do not measure copy/GEMM ceilings")
     p.add_argument("--no-raw", action="store_true", help="leave raw samples out of the JSON")
     p.add_argument("--plot", action="store_true", help="write PNG plots into the output folder")

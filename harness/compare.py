@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 
 from . import plan as P
 from .args import problems_arg, setup
@@ -93,6 +94,17 @@ class _Recorder:
         self.vendor = {e["case"]: e["data"] for e in events if e["_event"] == "vendor"}
         self.pre: dict = {}   # (impl, case id) -> a timed case's verification row, pending its timing
         self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+        self.facts: list[dict] = []   # where this invocation's wall time went (harness.wall)
+
+    def note(self, kind: str, **data) -> None:
+        """A fact of this invocation's wall time (a phase, a worker's start-up, the pool), kept
+        for the results and recorded in rows.jsonl."""
+        self.facts.append({"_event": kind, **data})
+        self.rd.append_event(kind, **data)
+
+    def since(self) -> float:
+        return round(time.monotonic() - self.t0, 2)
 
     def keep(self, ev) -> None:
         """One event at a time (parallel workers' threads), none after an interrupt: the rows in
@@ -116,10 +128,13 @@ class _Recorder:
         elif ev.get("event") == "ceilings":
             self.rd.append_event("ceilings", ceilings=ev["ceilings"])
         elif ev.get("event") == "ready":   # where the wall time goes: each worker's start-up
-            self.rd.append_event("worker_ready", startup_s=ev.get("startup_s"),
-                                 startup_cpu_s=ev.get("startup_cpu_s"))
+            self.note("worker_ready", startup_s=ev.get("startup_s"), startup_cpu_s=ev.get("startup_cpu_s"),
+                      at_s=self.since())
         elif ev.get("event") == "done" and ev.get("cpu_s") is not None:   # a worker's CPU seconds in all
-            self.rd.append_event("worker_done", cpu_s=ev["cpu_s"], checker_cpu_s=ev.get("checker_cpu_s"))
+            self.note("worker_done", cpu_s=ev["cpu_s"], checker_cpu_s=ev.get("checker_cpu_s"))
+        elif ev.get("event") == "timed_case":
+            self.note("timed_case", case=ev["case"], prepare_s=ev["prepare_s"], sample_s=ev["sample_s"],
+                      rows=ev["rows"])
 
     def add(self, r: dict) -> None:
         self.rows.append(r)
@@ -141,24 +156,77 @@ def _verify_tasks(args, device, impls, plan, done: set) -> list[dict]:
     return vtasks + (_preverify_tasks(plan, impls, done) if device == "cuda" else [])
 
 
+def compile_jobs(args) -> int:
+    """Processes of the compile-ahead pool: one a core unless ``--compile-jobs`` says (0: none)."""
+    n = getattr(args, "compile_jobs", None)
+    return (os.cpu_count() or 1) if n is None else int(n)
+
+
+def _gpu_compiles_ahead(device: str) -> bool:
+    """Whether the pool can build what the GPU runs: compile_only targets sm_90(a)."""
+    if device != "cuda":
+        return False
+    import torch
+    return tuple(torch.cuda.get_device_capability()) == (9, 0)
+
+
+def _pool(args, device, tasks: list[dict], mode: str, common: dict, on_event):
+    """The compile-ahead pool for ``tasks`` (``harness.ahead``), started; None when off."""
+    from .ahead import Pool, plan_units
+
+    n = compile_jobs(args)
+    if n <= 0 or not common["isolate"] or (mode == "compile" and not _gpu_compiles_ahead(device)):
+        return None
+    if mode == "compile":   # what each GPU worker needs first is compiled first
+        from .runner import partition
+        bins = partition(tasks, args.jobs or default_jobs(device))
+        tasks = [b[i] for i in range(max(map(len, bins), default=0)) for b in bins if i < len(b)]
+    units = plan_units(tasks, mode)
+    if not units:
+        return None
+    return Pool(units, n, device=device, plugins=args.plugin, timeout_s=common["timeout_s"],
+                on_event=on_event, verbose=args.verbose).start()
+
+
+def _pool_done(pool, rec: "_Recorder") -> None:
+    """Wait for the pool and record what it did (``compile_ahead`` event of rows.jsonl)."""
+    if pool is None:
+        return
+    pool.wait()
+    t1 = pool.stats.get("t1")
+    rec.note("compile_ahead", **pool.summary(),
+             done_at_s=round(rec.since() - (time.monotonic() - t1), 1) if t1 is not None else None)
+
+
+def _suite_failures(rows) -> dict[str, str]:
+    failed: dict[str, str] = {}
+    for r in rows:
+        if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
+            failed.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
+    return failed
+
+
 def _verify_phase(args, device, tasks: list[dict], rec: _Recorder, console, common: dict,
                   quiet: bool) -> dict[str, str]:
-    """Runs the parallel phase's tasks; returns the implementations that failed the verify suite
-    ({key: why})."""
+    """Runs the parallel phase's tasks (each sent to a GPU worker once the pool has compiled what
+    it needs); returns the implementations that failed the verify suite ({key: why})."""
     from .progress import RunProgress
     from .runner import run_parallel
 
-    failed_suite: dict[str, str] = {}
     if tasks:
+        start = rec.since()
         title = "verify suite" + (" + timed cases' verification" if any(t.get("preverify") for t in tasks) else "")
         with RunProgress(console, sum(len(t["impls"]) for t in tasks), title, quiet=quiet) as prog:
             prog.add_tasks(tasks)
-            run_parallel(tasks, args.jobs or default_jobs(device),
-                         on_event=lambda ev: (rec.keep(ev), prog.event(ev)), **common)
-        for r in rec.rows:
-            if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
-                failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
-    return failed_suite
+            on_ev = lambda ev: (rec.keep(ev), prog.event(ev))  # noqa: E731
+            pool = _pool(args, device, tasks, "compile", common, on_ev)
+            prog.expect_units(len(pool.units) if pool else 0)
+            try:
+                run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, gate=pool, **common)
+            finally:
+                _pool_done(pool, rec)
+        rec.note("phase", name="parallel", start_s=start, end_s=rec.since(), jobs=args.jobs or default_jobs(device))
+    return _suite_failures(rec.rows)
 
 
 def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, console, common: dict,
@@ -175,6 +243,7 @@ def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, 
     tasks = _todo(P.make_tasks(plan, ok_impls, time=True, split_by_layer=not gpu), done)
     tasks = _with_preverified(tasks, rec.pre)
     ceilings = rec.ceilings
+    start = rec.since()
     with RunProgress(console, sum(len(t["impls"]) for t in tasks),
                      "timed cases" if gpu else "cases", quiet=quiet) as prog:
         prog.add_tasks(tasks)
@@ -186,6 +255,7 @@ def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, 
         else:
             res = run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
         ceilings = ceilings or res.ceilings
+    rec.note("phase", name="timed" if gpu else "cases", start_s=start, end_s=rec.since())
     for r in _failed_rows_for_suite(plan, impls, failed_suite):
         if row_key(r) not in done:
             rec.add(r)
@@ -205,15 +275,24 @@ def _cpu_phase(args, device, impls, plan, vtasks: list[dict], rec: _Recorder, co
     done = {row_key(r) for r in rec.rows}
     tasks = vtasks + _todo(P.make_tasks(plan, impls, time=True, split_by_layer=True), done)
     if tasks:
+        start = rec.since()
         with RunProgress(console, sum(len(t["impls"]) for t in tasks), "verify suite + cases",
                          quiet=quiet) as prog:
             prog.add_tasks(tasks)
-            run_parallel(tasks, args.jobs or default_jobs(device),
-                         on_event=lambda ev: (rec.keep(ev), prog.event(ev)), **common)
-    failed_suite: dict[str, str] = {}
-    for r in rec.rows:
-        if r.get("phase") == "verify-suite" and r["status"] == "FAIL":
-            failed_suite.setdefault(f"{r['problem']}/{r['impl']}", f"{r['case']['id']}: {r['reason']}")
+            on_ev = lambda ev: (rec.keep(ev), prog.event(ev))  # noqa: E731
+            # the rows of what cannot run on the CPU (compiled for sm_90a) come from the pool;
+            # the workers run the rest
+            pool = _pool(args, device, tasks, "row", common, on_ev)
+            prog.expect_units(len(pool.units) if pool else 0)
+            if pool is not None:
+                tasks = [dict(t, impls=[i for i in t["impls"] if pool.key(t, i) not in pool.units]) for t in tasks]
+                tasks = [t for t in tasks if t["impls"]]
+            try:
+                run_parallel(tasks, args.jobs or default_jobs(device), on_event=on_ev, **common)
+            finally:
+                _pool_done(pool, rec)
+        rec.note("phase", name="parallel", start_s=start, end_s=rec.since(), jobs=args.jobs or default_jobs(device))
+    failed_suite = _suite_failures(rec.rows)
     for r in _failed_rows_for_suite(plan, impls, failed_suite):
         rec.add(r)   # the last row of a key wins (_dedupe, --resume)
 
@@ -335,6 +414,8 @@ def run(args, console, argv: list[str], resume: str | None = None) -> int:
     rows = rec.finished()
     doc = _document(args, device, rows, ceilings, rec.vendor, command, now, tcfg,
                     round(_time.monotonic() - t_start, 1))
+    from .wall import breakdown
+    doc["wall"] = breakdown(rows, rec.facts, doc["wall_s"])
     _write(doc, rd, rows, interrupted, args.plot, console)
     _print(doc, args.format, rd, console)
     if interrupted:

@@ -116,7 +116,7 @@ def run(args) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from .args import _positive, _selectors
     p = subparsers.add_parser("crosscheck", help="the harness timer against CUPTI kernel durations (GPU)")
-    _selectors(p, "models", "roles (default: baseline,default)")
+    _selectors(p, "models", "roles (default: baseline,library,default)")
     p.add_argument("--reps", type=_positive(int, "--reps"), default=30, help="timed launches per row")
     p.add_argument("--out", help="write the rows as JSON here")
     p.set_defaults(func=lambda a: run(a))

@@ -138,7 +138,6 @@ def _cached(impl, sources, root) -> dict:
     it is used only while all of them are unchanged, else counted afresh and rewritten."""
     import hashlib
     import json
-    import os
     rootp = Path(root).resolve()
     spec = [str(rootp), getattr(impl, "role", None), _digest(Path(__file__)),
             [[s.path, list(s.kernels) if s.kernels is not None else None, list(s.host),
@@ -158,13 +157,8 @@ def _cached(impl, sources, root) -> dict:
         folders = {str(_resolve(f, rootp).parent): "" for f in out["files"]}
         entry = {"spec": spec, "files": files, "folders": {d: _listing(Path(d)) for d in folders},
                  "count": out}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(entry))
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        from kltools.cache import write_atomic
+        write_atomic(path, json.dumps(entry))
     return out
 
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from .registry import ROLES
 
 # What ``compare`` runs unless told otherwise: each layer's default implementation beside the
-# torch baseline (the headline question). ``--roles`` or ``--impl`` widen it.
-COMPARE_ROLES = ("baseline", "default")
+# torch baseline and the library rows (torch.compile, quack, Liger: what a user would pick
+# instead) - the headline question. ``--roles`` or ``--impl`` widen it.
+COMPARE_ROLES = ("baseline", "library", "default")
 
 
 class PlanError(ValueError):

@@ -50,6 +50,10 @@ class LayerInfo:
     ptxas_named_kernels: bool = False
     #: why the layer has no kernel source to inspect (a library's own kernels)
     no_source: str | None = None
+    #: whether compile_only(case) fills the disk cache the GPU's prepare reads (on an sm_90 GPU),
+    #: so that compare's compile-ahead pool builds the layer's kernels on every CPU core
+    #: (harness.ahead); off for a layer built at install time or whose GPU path compiles anew
+    compile_ahead: bool = True
 
 
 _LAYER_INFO: dict[str, LayerInfo] = {}
@@ -144,6 +148,9 @@ class Implementation:
     role: str = "variant"  # baseline | default | simple | variant (see the module docstring)
     origin: str = ""  # module or plugin file that registered it
     extra: dict = field(default_factory=dict)
+    #: the ``backends`` module whose import registered it (None: a plugin); a worker process
+    #: imports only the adapters of the implementations it runs (``load_backends(modules)``)
+    adapter: str | None = None
 
     @property
     def id(self) -> str:
@@ -170,6 +177,7 @@ class Implementation:
 _IMPLS: dict[str, Implementation] = {}
 _CANDIDATES: dict[str, Implementation] = {}   # built, not yet run on a GPU (register(candidate=True))
 _current_origin: list[str] = []
+_admitting = False   # admit_candidates() was called: a candidate registered later is admitted too
 
 
 def register(problem: str, layer: str, name: str, *, description: str = "",
@@ -206,10 +214,11 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
                               compile_only_fn=compile_only, baseline=baseline,
                               role=role or role_of(problem, name, baseline),
                               origin=_current_origin[-1] if _current_origin else fn.__module__,
-                              extra=dict(extra))
+                              extra=dict(extra), adapter=_adapter_of(fn))
         if candidate:
             _CANDIDATES[impl.key] = impl
-            return fn
+            if not _admitting or impl.key in _IMPLS:
+                return fn
         if impl.key in _IMPLS and _IMPLS[impl.key].origin != impl.origin:
             raise ValueError(f"register: {impl.id} ({problem}) from {impl.origin} clashes with the "
                              f"{impl.id} registered by {_IMPLS[impl.key].origin}; choose another name")
@@ -221,27 +230,51 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
 
 # -- loading -----------------------------------------------------------------------------------
 _loaded_backends = False
+_loaded_modules: set[str] = set()
+_loading: list[str] = []     # the adapter being imported now (Implementation.adapter)
 BACKEND_ERRORS: dict[str, str] = {}
 
 
-def load_backends() -> None:
-    """Import every adapter ``backends.ADAPTERS`` declares; one whose file is missing or fails to
-    import is recorded in ``BACKEND_ERRORS``, not fatal."""
+def load_backends(modules=None) -> None:
+    """Import every adapter ``backends.ADAPTERS`` declares (``modules``: only these, e.g.
+    ``["backends.cute_layer"]`` - what a worker that runs only those rows needs); one whose file
+    is missing or fails to import is recorded in ``BACKEND_ERRORS``, not fatal."""
     global _loaded_backends
     if _loaded_backends:
         return
-    _loaded_backends = True
     import backends
 
     here = Path(backends.__file__).parent
+    wanted = None if modules is None else {m.rsplit(".", 1)[-1] for m in modules}
     for mod in backends.ADAPTERS:
+        if (wanted is not None and mod not in wanted) or mod in _loaded_modules:
+            continue
+        _loaded_modules.add(mod)
         if not (here / f"{mod}.py").is_file():
             BACKEND_ERRORS[mod] = f"declared in backends.ADAPTERS but backends/{mod}.py does not exist"
             continue
+        _loading.append(f"backends.{mod}")
         try:
             importlib.import_module(f"backends.{mod}")
         except Exception as e:
             BACKEND_ERRORS[mod] = f"{type(e).__name__}: {e}"
+        finally:
+            _loading.pop()
+    _loaded_backends = wanted is None
+
+
+def _adapter_of(fn) -> str | None:
+    """The adapter module registering ``fn``: its own module when that is one of ``backends``
+    (also when another adapter's import brought it in), else the adapter being loaded."""
+    mod = getattr(fn, "__module__", "") or ""
+    if mod.startswith("backends.") and not _current_origin:
+        return mod
+    return _loading[-1] if _loading and not _current_origin else None
+
+
+def adapters_of(impls) -> list[str]:
+    """The adapter modules that register ``impls`` (what a worker running them imports)."""
+    return sorted({i.adapter for i in impls if i.adapter})
 
 
 class PluginError(ValueError):
@@ -251,12 +284,15 @@ class PluginError(ValueError):
 _loaded_plugins: dict[str, str] = {}
 
 
-def load_plugin(path: str | Path) -> None:
-    """Execute a plugin file so that its ``@register`` calls land in the registry."""
+def load_plugin(path: str | Path, with_backends: bool = True) -> None:
+    """Execute a plugin file so that its ``@register`` calls land in the registry (after the
+    built-ins: a plugin cannot take over one of their ids; ``with_backends=False`` in a worker,
+    whose parent checked that already and which imports only the adapters it needs)."""
     p = Path(path)
     if not p.is_file():
         raise PluginError(f"--plugin: no such file: {path}")
-    load_backends()  # built-ins first: a plugin cannot take over one of their ids
+    if with_backends:
+        load_backends()
     key = str(p.resolve())
     if key in _loaded_plugins:
         return
@@ -280,10 +316,10 @@ def load_plugin(path: str | Path) -> None:
     _loaded_plugins[key] = modname
 
 
-def load_plugins(paths) -> None:
+def load_plugins(paths, with_backends: bool = True) -> None:
     """``load_plugin`` for each of ``paths`` (the ``--plugin`` options of any command)."""
     for p in paths or ():
-        load_plugin(p)
+        load_plugin(p, with_backends)
 
 
 def all_impls() -> list[Implementation]:
@@ -323,8 +359,9 @@ def candidates() -> list[Implementation]:
 
 
 def get(problem: str, impl_id: str, candidates: bool = False) -> Implementation:
-    load_backends()
     key = f"{problem}/{impl_id}"
+    if key not in _IMPLS:   # (a worker loads only its adapters: those of its rows)
+        load_backends()
     if candidates and key not in _IMPLS and key in _CANDIDATES:
         return _CANDIDATES[key]
     if key not in _IMPLS:
@@ -335,9 +372,11 @@ def get(problem: str, impl_id: str, candidates: bool = False) -> Implementation:
 def admit_candidates() -> list[Implementation]:
     """Move every candidate into the registry of this process (``python -m harness check`` does
     this in its own process and, through the plugin ``harness/admit_candidates.py``, in each of
-    its workers), so that a GPU run can verify and time the experiments beside the ids. Returns
-    the candidates admitted."""
-    load_backends()
+    its workers), so that a GPU run can verify and time the experiments beside the ids; a candidate
+    registered later (an adapter imported after this, as a worker imports only those of its rows)
+    is admitted as it registers. Returns the candidates admitted now."""
+    global _admitting
+    _admitting = True
     admitted = []
     for key, impl in list(_CANDIDATES.items()):
         if key not in _IMPLS:

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"<!-- report (?P<args>[^>]*?) -->\n(?P<body>.*?)<!-- /report -->", re.S)
 FIGURE = re.compile(r"\d+(?:\.\d+)?\s*(?:%|GB/s|TB/s|TFLOP/s|µs|us\b)")
-SECTIONS = ("summary", "cases", "verify", "machine", "loc")
+SECTIONS = ("summary", "cases", "verify", "machine", "loc", "wall")
 
 
 def load(path: str | Path) -> dict:
@@ -52,6 +52,9 @@ def render(doc: dict, section: str = "summary", problems=None, impls=None,
     from . import summary as S
     from .report import _case_label, _fmt_time, _sig
 
+    if section == "wall":
+        from .wall import render as render_wall
+        return render_wall(doc.get("wall"))
     rows = [dict(r) for r in doc["rows"] if (not problems or r["problem"] in problems)
             and (not impls or r["impl"] in impls)]
     _count_now(rows)

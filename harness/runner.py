@@ -80,21 +80,28 @@ def _partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
     return bins
 
 
+def modules_of(tasks: list[dict]) -> list[str]:
+    """The adapter modules a worker running ``tasks`` imports (a worker that never runs TileLang
+    does not import it)."""
+    from . import registry
+    return registry.adapters_of(registry.get(t["problem"], i) for t in tasks for i in t["impls"])
+
+
 def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
     """``run_tasks`` over ``jobs`` workers at once, tasks grouped by layer, problem and dtype
-    (a worker keeps the compile caches of its groups warm; a group larger than an even share of
-    the tasks is cut, so a layer with slow compiles, such as the CuTe DSL's GEMMs, spreads over
-    several workers). Not for timing: it needs the GPU to itself."""
+    (a worker keeps the compile caches of its groups warm and imports only their adapters; a group
+    larger than an even share of the tasks is cut, so a layer with slow compiles, such as the CuTe
+    DSL's GEMMs, spreads over several workers). Not for timing: it needs the GPU to itself."""
     jobs = max(1, int(jobs))
     if jobs == 1 or len(tasks) < 2 or not kw.get("isolate", True):
-        return run_tasks(tasks, **kw)
+        return run_tasks(tasks, **kw, modules=modules_of(tasks) if kw.get("isolate", True) else None)
     bins = partition(tasks, jobs)
     kw.setdefault("threads", max(1, (os.cpu_count() or 1) // len(bins)))
     results: list[RunResult | BaseException] = [None] * len(bins)  # type: ignore[list-item]
 
     def work(i):
         try:
-            results[i] = run_tasks(bins[i], **kw)
+            results[i] = run_tasks(bins[i], **kw, modules=modules_of(bins[i]))
         except BaseException as e:  # surfaced in the main thread
             results[i] = e
 
@@ -115,34 +122,39 @@ def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
     return res
 
 
-HEADER_KEYS = ("device", "plugins", "threads", "verbose")
+HEADER_KEYS = ("device", "plugins", "threads", "verbose", "modules")
 
 
-def job_header(device: str, plugins=(), threads: int | None = None, verbose: bool = False) -> dict:
+def job_header(device: str, plugins=(), threads: int | None = None, verbose: bool = False,
+               modules=None) -> dict:
     """What a worker needs to start (imports, plugins, its checker) before it is given tasks
-    (``HEADER_KEYS``)."""
-    return dict(zip(HEADER_KEYS, (device, [str(p) for p in plugins], threads, verbose)))
+    (``HEADER_KEYS``); ``modules``: the adapters to import (None: all)."""
+    return dict(zip(HEADER_KEYS, (device, [str(p) for p in plugins], threads, verbose,
+                                  None if modules is None else sorted(modules))))
 
 
 class Worker:
-    """A worker process, started at once with the job's header: it imports, loads the plugins and
-    starts its checker, then waits for its tasks (``give``). Starting one ahead of time hides its
-    start-up (seconds of imports and CUDA context) behind other work, as compare does for the
-    timing worker during the parallel phase."""
+    """A worker process (``python -m <module>``), started at once with the job's header: it
+    imports, loads the plugins and starts its checker, then waits for the rest of the job
+    (``start``) and its tasks, one a line (``send``; ``close`` when there are no more). Starting
+    one ahead of time hides its start-up (seconds of imports and CUDA context) behind other work,
+    as compare does for the timing worker during the parallel phase."""
 
-    def __init__(self, header: dict):
+    def __init__(self, header: dict, module: str = "harness.worker", env: dict | None = None):
         self.header = {k: header.get(k) for k in HEADER_KEYS}
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        full = dict(os.environ)
+        full["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [full.get("PYTHONPATH")] if p])
+        full.setdefault("PYTHONUNBUFFERED", "1")
         if self.header["device"] == "cpu":
-            env["TRITON_INTERPRET"] = "1"
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE,
+            full["TRITON_INTERPRET"] = "1"
+        full.update(env or {})
+        self.proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env, cwd=str(ROOT))
+                                     env=full, cwd=str(ROOT))
         with _LIVE_LOCK:
             _LIVE.add(self.proc)
         self.q: queue.Queue = queue.Queue()
+        self.closed = False
         threading.Thread(target=_reader, args=(self.proc.stdout, self.q, "out"), daemon=True).start()
         threading.Thread(target=_reader, args=(self.proc.stderr, self.q, "err"), daemon=True).start()
         self._send(json.dumps(self.header) + "\n")
@@ -155,18 +167,36 @@ class Worker:
             self.proc.stdin.write(text)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
-            pass   # the worker died in start-up: its output and exit code tell the reader why
+            pass   # the worker died: its output and exit code tell the reader why
 
-    def give(self, job: dict) -> None:
-        """The rest of the job (tasks, ceilings, timing); the worker runs it and exits."""
-        self._send(json.dumps({k: v for k, v in job.items() if k not in self.header}))
+    def start(self, job: dict) -> None:
+        """The rest of the job (timing, ceilings...): everything but the header and the tasks."""
+        self._send(json.dumps({k: v for k, v in job.items() if k not in self.header and k != "tasks"}) + "\n")
+
+    def send(self, task: dict) -> None:
+        self._send(json.dumps(task) + "\n")
+
+    def close(self) -> None:
+        """No more tasks: the worker finishes those it has and exits."""
+        if not self.closed:
+            self.closed = True
+            try:
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+
+    def reap(self) -> None:
+        """Wait for the process to end (killed after 30 s) and forget it."""
         try:
-            self.proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(self.proc)
 
     def discard(self) -> None:
-        """Not needed after all (nothing to time, or the run stopped): end it, quietly."""
+        """Not needed after all (nothing to run, or the run stopped): end it, quietly."""
         try:
             self.proc.kill()
             self.proc.wait(timeout=30)
@@ -182,137 +212,216 @@ def _reader(stream, q, tag):
     q.put((tag, None))
 
 
-def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None = None,
-              ceilings: bool = False, timeout_s: float = 600.0, isolate: bool = True,
-              keep_raw: bool = True, on_event=None, verbose: bool = False,
-              threads: int | None = None, prestarted: "Worker | None" = None) -> RunResult:
-    """Run ``tasks`` and return every row. ``on_event(event)`` sees progress events.
-    ``threads``: torch's CPU threads in the worker (and its checker), so that parallel workers
-    do not oversubscribe the cores. ``prestarted``: a ``Worker`` started earlier with the same
-    device, plugins, threads and verbosity (its start-up overlapped other work); it takes the
-    tasks, and a restart after a crash starts a fresh one."""
-    res = RunResult()
-    job_base = job_header(device, plugins, threads, verbose)
-    job_base.update(timing=timing or {}, keep_raw=keep_raw)
-    if not isolate:
-        return _run_inline(tasks, job_base, ceilings, res, on_event)
+class Gate:
+    """When a task may go to a worker: at once (this class); the compile-ahead pool's gate
+    (``harness.ahead``) holds a task until what it needs is compiled. ``prepare`` returns the
+    task as it is sent (with what was compiled ahead) and the rows of implementations already
+    settled (a compile that crashed the pool's process is that implementation's FAIL)."""
 
-    remaining = list(tasks)
-    want_ceilings = ceilings
-    restarts = 0
-    while (remaining or want_ceilings) and not _STOPPING.is_set():
-        job = dict(job_base, tasks=remaining, ceilings=want_ceilings)
-        if prestarted is not None and prestarted.matches(job_base):
-            w, prestarted = prestarted, None   # only the first worker: a restart starts afresh
+    def ready(self, task: dict) -> bool:
+        return True
+
+    def prepare(self, task: dict) -> tuple[dict | None, list[dict]]:
+        return task, []
+
+
+FEED_AHEAD = 2   # tasks a worker holds beyond the one it runs: it never waits for the parent
+
+
+@dataclass
+class _Life:
+    """What one worker process did before it ended (a Lane may need several)."""
+    inflight: list = field(default_factory=list)   # tasks sent, not finished
+    done: set = field(default_factory=set)
+    current: str | None = None                     # the task and implementation it was on
+    impl: str | None = None
+    rows: list = field(default_factory=list)       # the current task's rows so far
+    fatal: dict | None = None
+    timed_out: bool = False
+    ready: bool = False
+    last: float = field(default_factory=time.monotonic)
+    stderr: deque = field(default_factory=lambda: deque(maxlen=40))
+
+
+class Lane:
+    """Tasks run in order of readiness on one worker process at a time. When the process dies
+    (segfault, illegal address that breaks the CUDA context) or goes silent past the timeout, the
+    implementation it was on is reported as CRASH/TIMEOUT for that case, and a fresh process
+    continues with the rest."""
+
+    def __init__(self, tasks: list[dict], job: dict, *, timeout_s: float, on_event=None,
+                 verbose: bool = False, gate: Gate | None = None, prestarted: Worker | None = None,
+                 ceilings: bool = False):
+        self.pending = list(tasks)
+        self.job, self.timeout_s, self.on_event, self.verbose = job, timeout_s, on_event, verbose
+        self.gate = gate or Gate()
+        self.prestarted, self.want_ceilings = prestarted, ceilings
+        self.res = RunResult()
+
+    def run(self) -> RunResult:
+        while (self.pending or self.want_ceilings) and not _STOPPING.is_set():
+            w = self._worker()
+            life = self._drive(w)
+            w.reap()
+            self.want_ceilings = False  # measured once per run; a failed measurement is not retried
+            self.pending = [t for t in life.inflight if t["id"] not in life.done] + self.pending
+            if not self.pending or _STOPPING.is_set():   # done, or killed by an interrupt: nobody to blame
+                break
+            self._blame(life, w.proc.returncode)
+        if self.prestarted is not None:   # nothing was left to run (or a different header): not needed
+            self.prestarted.discard()
+        return self.res
+
+    def _worker(self) -> Worker:
+        w = self.prestarted
+        if w is not None and w.matches(self.job):
+            self.prestarted = None    # only the first process: a restart starts afresh
         else:
-            w = Worker(job_base)
-        w.give(job)
-        proc, q = w.proc, w.q
-        stderr_tail: deque = deque(maxlen=40)
-        current_task, current_impl, task_rows = None, None, []
-        done_tasks: set = set()
-        last = time.monotonic()
-        closed = 0
-        fatal = None
-        timed_out = False
-        ready = False
+            w = Worker(self.job)
+        w.start(dict(self.job, ceilings=self.want_ceilings))
+        return w
+
+    def _emit(self, ev: dict) -> None:
+        if self.on_event and not _STOPPING.is_set():
+            self.on_event(ev)
+
+    def _feed(self, w: Worker, life: _Life) -> None:
+        """Send the first ready tasks while the worker holds fewer than FEED_AHEAD + 1; close its
+        input when nothing is left to send."""
+        while len(life.inflight) <= FEED_AHEAD and self.pending and not w.closed:
+            i = next((i for i, t in enumerate(self.pending) if self.gate.ready(t)), None)
+            if i is None:
+                return
+            task, rows = self.gate.prepare(self.pending.pop(i))
+            for r in rows:   # settled before it ran (a compile that crashed the pool's process)
+                self.res.rows.append(r)
+                self._emit({"event": "row", "row": r})
+            if task is None:
+                continue
+            if not life.inflight:
+                life.last = time.monotonic()   # the watchdog counts from work given, not from idling
+            life.inflight.append(task)
+            w.send(task)
+        if not self.pending and not life.inflight:
+            w.close()
+
+    def _drive(self, w: Worker) -> _Life:
+        life, closed = _Life(), 0
         while closed < 2:
+            self._feed(w, life)
             try:
-                tag, line = q.get(timeout=1.0)
+                tag, line = w.q.get(timeout=0.2)
             except queue.Empty:
                 # start-up (importing torch, the DSLs, the plugins) gets its own, longer allowance
-                limit = timeout_s if ready else max(timeout_s, STARTUP_TIMEOUT_S)
-                if time.monotonic() - last > limit:
-                    timed_out = True
-                    proc.kill()
+                limit = self.timeout_s if life.ready else max(self.timeout_s, STARTUP_TIMEOUT_S)
+                busy = life.inflight or not life.ready or self.want_ceilings
+                if busy and time.monotonic() - life.last > limit:
+                    life.timed_out = True
+                    w.proc.kill()
+                    break
+                if _STOPPING.is_set():
                     break
                 continue
             if line is None:
                 closed += 1
-                continue
-            if tag == "err":
-                stderr_tail.append(line.rstrip())
-                res.log.append(line.rstrip())
-                if verbose:
+            elif tag == "err":
+                life.stderr.append(line.rstrip())
+                self.res.log.append(line.rstrip())
+                if self.verbose:
                     sys.stderr.write(line)
-                continue
-            last = time.monotonic()
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                res.log.append(line.rstrip())
-                continue
-            kind = ev.get("event")
-            if kind == "ready":
-                ready = True
-            elif kind == "ceilings":
-                res.ceilings = ev["ceilings"]
-                want_ceilings = False
-            elif kind == "task":
-                current_task, current_impl, task_rows = ev["task"], None, []
-            elif kind == "step":
-                current_impl = ev["impl"]
-            elif kind == "row":
-                task_rows.append(ev["row"])
-            elif kind == "vendor":
-                res.vendor[ev["case"]] = {"time": ev["time"], "flops_per_s": ev["flops_per_s"]}
-            elif kind == "task_done":
-                res.rows.extend(task_rows)
-                done_tasks.add(ev["task"])
-                current_task, current_impl, task_rows = None, None, []
-            elif kind == "fatal":
-                fatal = ev
-            if on_event and not _STOPPING.is_set():
-                on_event(ev)
+            else:
+                life.last = time.monotonic()
+                self._event(line, life)
+        return life
+
+    def _event(self, line: str, life: _Life) -> None:
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        with _LIVE_LOCK:
-            _LIVE.discard(proc)
-        want_ceilings = False  # measured once per run; a failed measurement is not retried
-        remaining = [t for t in remaining if t["id"] not in done_tasks]
-        if not remaining or _STOPPING.is_set():   # done, or killed by an interrupt: nobody to blame
-            break
-        # The worker stopped early: blame the implementation it was running.
-        task = next((t for t in remaining if t["id"] == current_task), None)
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            self.res.log.append(line.rstrip())
+            return
+        kind = ev.get("event")
+        if kind == "ready":
+            life.ready = True
+        elif kind == "ceilings":
+            self.res.ceilings = ev["ceilings"]
+            self.want_ceilings = False
+        elif kind == "task":
+            life.current, life.impl, life.rows = ev["task"], None, []
+        elif kind == "step":
+            life.impl = ev["impl"]
+        elif kind == "row":
+            life.rows.append(ev["row"])
+        elif kind == "vendor":
+            self.res.vendor[ev["case"]] = {"time": ev["time"], "flops_per_s": ev["flops_per_s"]}
+        elif kind == "task_done":
+            self.res.rows.extend(life.rows)
+            life.done.add(ev["task"])
+            life.inflight = [t for t in life.inflight if t["id"] != ev["task"]]
+            life.current, life.impl, life.rows = None, None, []
+        elif kind == "fatal":
+            life.fatal = ev
+        self._emit(ev)
+
+    def _blame(self, life: _Life, code) -> None:
+        """The process stopped early: FAIL the implementation it was on (crash, or timeout: then
+        also that implementation's other cases of the problem), and requeue the rest."""
+        task = next((t for t in self.pending if t["id"] == life.current), None)
         if task is None:
-            tail = " | ".join(list(stderr_tail)[-5:])
-            raise RuntimeError(f"worker exited (code {proc.returncode}) before starting a task: {tail}")
-        blamed = [i for i in (current_impl or "").split(",") if i] or list(task["impls"])
-        tail = _crash_message(stderr_tail, proc.returncode)
+            tail = " | ".join(list(life.stderr)[-5:])
+            raise RuntimeError(f"worker exited (code {code}) before starting a task: {tail}")
+        blamed = [i for i in (life.impl or "").split(",") if i] or list(task["impls"])
+        msg = _crash_message(life.stderr, code)
         for iid in blamed:
-            row = (fatal or {}).get("row") if fatal and fatal.get("impl") == iid else None
+            row = (life.fatal or {}).get("row") if life.fatal and life.fatal.get("impl") == iid else None
             if row is None:
                 row = _blank_row(task, iid)
-                if timed_out:
+                if life.timed_out:
                     row.update(status="FAIL", kind="timeout",
-                               reason=f"no progress for {timeout_s:g} s: killed (hang?)")
+                               reason=f"no progress for {self.timeout_s:g} s: killed (hang?)")
                 else:
-                    row.update(status="FAIL", kind="crash", reason=f"crashed the worker: {tail}")
-            res.rows.append(row)
-            if on_event:
-                on_event({"event": "row", "row": row})
+                    row.update(status="FAIL", kind="crash", reason=f"crashed the worker: {msg}")
+            self._add(row)
         rest = [i for i in task["impls"] if i not in blamed]
-        others = [t for t in remaining if t["id"] != task["id"]]
-        if timed_out:
-            # a hang costs the whole timeout each time: do not try the same implementation again
-            for t in others:
-                for iid in [i for i in t["impls"] if i in blamed and t["problem"] == task["problem"]]:
-                    row = _blank_row(t, iid)
-                    row.update(status="FAIL", kind="timeout",
-                               reason=f"not run: hung on {task['case']['id']} earlier in this run")
-                    res.rows.append(row)
-                    if on_event:
-                        on_event({"event": "row", "row": row})
-                t["impls"] = [i for i in t["impls"] if not (i in blamed and t["problem"] == task["problem"])]
-            others = [t for t in others if t["impls"]]
-        remaining = ([dict(task, impls=rest)] if rest else []) + others
-        restarts += 1
-    if prestarted is not None:   # nothing was left to run (or a different header): not needed
-        prestarted.discard()
-    return res
+        others = [t for t in self.pending if t["id"] != task["id"]]
+        if life.timed_out:
+            others = self._drop_hung(others, blamed, task)
+        self.pending = ([dict(task, impls=rest)] if rest else []) + others
+
+    def _drop_hung(self, others: list[dict], blamed: list[str], task: dict) -> list[dict]:
+        """A hang costs the whole timeout each time: the same implementation is not tried again
+        on the problem's other cases (each gets a FAIL row saying why)."""
+        for t in others:
+            for iid in [i for i in t["impls"] if i in blamed and t["problem"] == task["problem"]]:
+                row = _blank_row(t, iid)
+                row.update(status="FAIL", kind="timeout",
+                           reason=f"not run: hung on {task['case']['id']} earlier in this run")
+                self._add(row)
+            t["impls"] = [i for i in t["impls"] if not (i in blamed and t["problem"] == task["problem"])]
+        return [t for t in others if t["impls"]]
+
+    def _add(self, row: dict) -> None:
+        self.res.rows.append(row)
+        self._emit({"event": "row", "row": row})
+
+
+def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None = None,
+              ceilings: bool = False, timeout_s: float = 600.0, isolate: bool = True,
+              keep_raw: bool = True, on_event=None, verbose: bool = False,
+              threads: int | None = None, prestarted: "Worker | None" = None,
+              gate: Gate | None = None, modules=None) -> RunResult:
+    """Run ``tasks`` and return every row. ``on_event(event)`` sees progress events.
+    ``threads``: torch's CPU threads in the worker (and its checker), so that parallel workers
+    do not oversubscribe the cores. ``prestarted``: a ``Worker`` started earlier with the same
+    device, plugins, threads, verbosity and modules (its start-up overlapped other work); it takes
+    the tasks, and a restart after a crash starts a fresh one. ``gate``: when a task may be sent
+    (``Gate``). ``modules``: the adapters the worker imports (None: all)."""
+    job = job_header(device, plugins, threads, verbose, modules)
+    job.update(timing=timing or {}, keep_raw=keep_raw)
+    if not isolate:
+        return _run_inline(tasks, job, ceilings, RunResult(), on_event)
+    return Lane(tasks, job, timeout_s=timeout_s, on_event=on_event, verbose=verbose, gate=gate,
+                prestarted=prestarted, ceilings=ceilings).run()
 
 
 def _crash_message(tail, code) -> str:

@@ -126,11 +126,12 @@ def _compile_only(impl, case, row) -> None:
             facts = fn(case) or {}
             facts.setdefault("compile_s", round(time.perf_counter() - t0, 3))
             if cache is not None:
+                from kltools.cache import write_atomic
+
+                from .jsonsafe import dumps
                 try:
-                    cache.parent.mkdir(parents=True, exist_ok=True)
-                    from .jsonsafe import dumps
-                    cache.write_text(dumps(facts))
-                except (OSError, TypeError, ValueError):
+                    write_atomic(cache, dumps(facts))
+                except (TypeError, ValueError):
                     pass
         row["compile"] = facts
         row["compiled_for"] = facts.get("arch", "sm_90a")
@@ -186,107 +187,121 @@ def _cpu_now(device) -> float | None:
     return None if other is None else time.process_time() + other
 
 
-def process_task(task: dict, opts: dict, emit) -> None:
-    import torch
+def settle(impl, problem, case, device: str, phase: str) -> dict:
+    """The row of ``impl`` on ``case`` as far as it is decided before anything runs: SKIP when
+    unavailable, unsupported, or not runnable on this device (then compiled where the layer can,
+    except in the verify suite); ``status`` None when it is to be verified here. The compile-ahead
+    pool settles the rows of GPU-only implementations in the CPU mode with this same function."""
+    row = base_row(impl, problem, case, phase)
+    reason = available(impl)
+    if reason:
+        row.update(status="SKIP", kind="unavailable", reason=reason)
+        return row
+    try:
+        reason = impl.supports(case)
+    except Exception as e:
+        reason = f"supports() raised {_first_line(e)}"
+    if reason:
+        row.update(status="SKIP", kind="unsupported", reason=reason)
+        return row
+    if device not in impl.devices:
+        compiled = _skip_compiled(impl, case, row, "needs-gpu", "needs a GPU (this machine has none)",
+                                  compile=phase != "verify-suite")
+        if compiled:
+            row["kind"] = "compile-only"
+        if row.get("compile_note"):
+            row["reason"] += f"; {row['compile_note']}"
+        return row
+    over = _cpu_limit(impl, problem, case) if device == "cpu" else None
+    if over:
+        _skip_compiled(impl, case, row, "too-large-for-cpu", f"not executed: {over}",
+                       compile=phase != "verify-suite")
+    return row
 
-    from . import problems, registry, verify
+
+_VERDICT_KEYS = ("status", "kind", "reason", "max_abs_err", "rel_err", "bias", "worst_ratio", "verify_s",
+                 "compile")
+
+
+def _verify_one(task, impl, problem, case, device, row, emit) -> bool:
+    """Verify ``impl`` on ``case`` (several seeds) into ``row``; True when it passed. A launch that
+    broke the CUDA context reports a fatal event and ends this process."""
+    from . import verify
+
+    phase = task.get("phase", "timed")
+    emit(event="step", task=task["id"], impl=impl.id, phase="verify")
+    t0 = time.perf_counter()
+    c0 = _cpu_now(device)
+    try:
+        # every seed launched twice on the GPU in the verify suite (small cases: races show
+        # there); a timed case repeats its first seed only - its first and last timed
+        # launches are checked too, and its outputs are the largest to compare
+        check = verify.verify_case(impl, problem, case, device, seeds=tuple(task.get("seeds", verify.SEEDS)),
+                                   repeat=(device == "cuda" and phase == "verify-suite"))
+    except Unsupported as e:  # from prepare: the implementation declines this case
+        row.update(status="SKIP", kind="unsupported", reason=str(e))
+        return False
+    except Exception as e:
+        broken = cuda_context_broken(device)
+        row.update(status="FAIL", kind="error", reason=f"raised {_first_line(e)}",
+                   traceback=traceback.format_exc()[-3000:])
+        if broken:
+            row.update(kind="crash", reason=f"crashed the CUDA context: {broken}")
+            emit(event="fatal", task=task["id"], impl=impl.id, row=row)
+            sys.exit(3)
+        return False
+    row["compile"] = {**row.get("compile", {}), **check.details.get("info", {})}
+    row["compile"].setdefault("first_call_s", round(check.details.get("first_call_s", 0.0), 4))
+    ahead = (task.get("ahead") or {}).get(impl.id)
+    if ahead and ahead.get("compile_s") is not None:   # what the compile-ahead pool spent on it
+        row["compile"]["ahead_s"] = ahead["compile_s"]
+    row.update(max_abs_err=check.max_abs_err, rel_err=check.rel_err, reason=check.reason)
+    if check.details.get("bias"):
+        row["bias"] = check.details["bias"]
+    if check.details.get("worst_ratio") is not None:
+        row["worst_ratio"] = check.details["worst_ratio"]
+    row.update(status="PASS", kind="verified") if check.ok else row.update(status="FAIL", kind="mismatch")
+    row["verify_s"] = round(time.perf_counter() - t0, 3)
+    c1 = _cpu_now(device)
+    if c0 is not None and c1 is not None:   # this process's and its checker's CPU seconds
+        row["verify_cpu_s"] = round(c1 - c0, 3)
+    return check.ok
+
+
+def process_task(task: dict, opts: dict, emit) -> None:
+    """Settle, verify and (a timed task on the GPU) time each implementation of the task on its
+    case; emit one row each."""
+    from . import problems, registry
     from .case import Case
 
     problem = problems.get(task["problem"])
     case = Case.from_json(task["case"])
     device = opts["device"]
-    seeds = tuple(task.get("seeds", verify.SEEDS))
-    phase = task.get("phase", "timed")
-    do_time = bool(task.get("time")) and device == "cuda"
     rows: dict[str, dict] = {}
-    runnable = []
-    for iid in task["impls"]:
-        impl = registry.get(problem.name, iid)
-        row = rows[iid] = base_row(impl, problem, case, phase)
-        reason = available(impl)
-        if reason:
-            row.update(status="SKIP", kind="unavailable", reason=reason)
-            continue
-        try:
-            reason = impl.supports(case)
-        except Exception as e:
-            reason = f"supports() raised {_first_line(e)}"
-        if reason:
-            row.update(status="SKIP", kind="unsupported", reason=reason)
-            continue
-        if device not in impl.devices:
-            compiled = _skip_compiled(impl, case, row, "needs-gpu", "needs a GPU (this machine has none)",
-                                      compile=phase != "verify-suite")
-            if compiled:
-                row["kind"] = "compile-only"
-            if row.get("compile_note"):
-                row["reason"] += f"; {row['compile_note']}"
-            continue
-        over = _cpu_limit(impl, problem, case) if device == "cpu" else None
-        if over:
-            _skip_compiled(impl, case, row, "too-large-for-cpu", f"not executed: {over}",
-                           compile=phase != "verify-suite")
-            continue
-        runnable.append(impl)
-
     passed = []
     verified = task.get("verified") or {}
-    for impl in runnable:
-        row = rows[impl.id]
+    for iid in task["impls"]:
+        impl = registry.get(problem.name, iid)
+        row = rows[iid] = settle(impl, problem, case, device, task.get("phase", "timed"))
+        if row["status"] is not None:
+            continue
         pre = verified.get(impl.id)
         if pre is not None and pre.get("status") == "PASS":
             # verified (three seeds) by a parallel worker before the timed phase: its verdict
-            for k in ("status", "kind", "reason", "max_abs_err", "rel_err", "bias", "worst_ratio",
-                      "verify_s", "compile"):
-                if k in pre:
-                    row[k] = pre[k]
+            row.update({k: pre[k] for k in _VERDICT_KEYS if k in pre})
             passed.append(impl)
-            continue
-        emit(event="step", task=task["id"], impl=impl.id, phase="verify")
-        t0 = time.perf_counter()
-        c0 = _cpu_now(device)
-        try:
-            # every seed launched twice on the GPU in the verify suite (small cases: races show
-            # there); a timed case repeats its first seed only - its first and last timed
-            # launches are checked too, and its outputs are the largest to compare
-            check = verify.verify_case(impl, problem, case, device, seeds=seeds,
-                                       repeat=(device == "cuda" and phase == "verify-suite"))
-        except Unsupported as e:  # from prepare: the implementation declines this case
-            row.update(status="SKIP", kind="unsupported", reason=str(e))
-            continue
-        except Exception as e:
-            broken = cuda_context_broken(device)
-            row.update(status="FAIL", kind="error", reason=f"raised {_first_line(e)}",
-                       traceback=traceback.format_exc()[-3000:])
-            if broken:
-                row.update(kind="crash", reason=f"crashed the CUDA context: {broken}")
-                emit(event="fatal", task=task["id"], impl=impl.id, row=row)
-                sys.exit(3)
-            continue
-        row["compile"] = {**row.get("compile", {}), **check.details.get("info", {})}
-        row["compile"].setdefault("first_call_s", round(check.details.get("first_call_s", 0.0), 4))
-        row.update(max_abs_err=check.max_abs_err, rel_err=check.rel_err, reason=check.reason)
-        if check.details.get("bias"):
-            row["bias"] = check.details["bias"]
-        if check.details.get("worst_ratio") is not None:
-            row["worst_ratio"] = check.details["worst_ratio"]
-        if check.ok:
-            row.update(status="PASS", kind="verified")
+        elif _verify_one(task, impl, problem, case, device, row, emit):
             passed.append(impl)
-        else:
-            row.update(status="FAIL", kind="mismatch")
-        row["verify_s"] = round(time.perf_counter() - t0, 3)
-        c1 = _cpu_now(device)
-        if c0 is not None and c1 is not None:   # this process's and its checker's CPU seconds
-            row["verify_cpu_s"] = round(c1 - c0, 3)
-        if opts.get("verbose"):
-            print(f"[worker] {impl.id} {case.id}: {row['status']} in {row['verify_s']:.2f}s",
-                  file=sys.stderr)
+        if opts.get("verbose") and row.get("verify_s") is not None:
+            print(f"[worker] {impl.id} {case.id}: {row['status']} in {row['verify_s']:.2f}s", file=sys.stderr)
+    _finish_task(task, opts, emit, problem, case, device, passed, rows)
 
+
+def _finish_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     if task.get("preverify"):
         for impl in passed:   # verified; the timed phase times it (and keeps this verdict)
             rows[impl.id]["pending_timing"] = True
-    if do_time and passed:
+    if task.get("time") and device == "cuda" and passed:
         _time_task(task, opts, emit, problem, case, device, passed, rows)
     elif task.get("time") and device != "cuda":
         for r in rows.values():
@@ -300,6 +315,7 @@ def process_task(task: dict, opts: dict, emit) -> None:
         import gc
         gc.collect()
         if device == "cuda":
+            import torch
             torch.cuda.empty_cache()
 
 
@@ -314,6 +330,7 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     cfg = timing.TimingConfig(**opts.get("timing", {}))
     emit(event="step", task=task["id"], impl=",".join(i.id for i in passed), phase="time")
     seed = 0
+    t0 = time.perf_counter()
     inputs = verify.share_inputs(problem.make_inputs(case, device, seed), device)
     targets, impls = {}, {}
     for impl in passed:
@@ -342,6 +359,7 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     if copy is not None:
         launches["__copy__"] = copy
     errors: dict[str, str] = {}
+    t1 = time.perf_counter()
     try:
         stats = timing.time_launches(launches, cfg, device, check=check, errors=errors)
     except Exception as e:  # the GPU itself failed (a sync raised): blame every row of the case
@@ -353,6 +371,9 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
             emit(event="fatal", task=task["id"], impl=",".join(targets), row=None)
             sys.exit(3)
         stats = {}
+    # where the timed phase's wall time goes (harness.wall): preparing (compiles, loads) and sampling
+    emit(event="timed_case", task=task["id"], case=case.id, prepare_s=round(t1 - t0, 3),
+         sample_s=round(time.perf_counter() - t1, 3), rows=len(targets))
     for k, msg in errors.items():
         if k in rows:
             kind = "timed-mismatch" if "fails verification" in msg else "timing-error"
@@ -380,42 +401,51 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
             rows[k]["timing_mode"] = cfg.mode
 
 
-def main() -> int:
-    t_start = time.perf_counter()
-    events = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # implementation prints, C-level ones too, go to stderr
-    sys.stdout = sys.stderr
-    emit = _Emitter(events)
-    # the job's header (runner.HEADER_KEYS) comes first, alone on a line: start-up needs no more;
-    # the tasks follow once the parent has them (it may start a worker ahead of time)
-    job = json.loads(sys.stdin.readline())
+def _start(job: dict, emit, t_start: float) -> None:
+    """Start-up from the job's header (runner.HEADER_KEYS): threads, the checker, the plugins and
+    the adapters of the rows this worker runs (``modules``; every adapter when not given)."""
     if job.get("device") == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     if job.get("threads"):
         import torch
         torch.set_num_threads(int(job["threads"]))
         os.environ["KL_CHECKER_THREADS"] = str(int(job["threads"]))
-    from . import registry
-
-    from . import tamper
+    from . import registry, tamper
 
     tamper.baseline()  # before any backend or plugin code runs in this process
     from . import checker
     checker.get(job.get("device", "cpu"))  # its interpreter starts (imports torch) while we load
-    registry.load_plugins(job.get("plugins", []))
-    registry.load_backends()
+    registry.load_plugins(job.get("plugins", []), with_backends=job.get("modules") is None)
+    registry.load_backends(job.get("modules"))
     # start-up (imports, plugins) is over: the parent's hang watchdog starts now
     emit(event="ready", startup_s=round(time.perf_counter() - t_start, 2),
          startup_cpu_s=round(time.process_time(), 2))
-    rest = sys.stdin.read()
-    if not rest.strip():   # the parent did not need this worker after all
+
+
+def main() -> int:
+    """Protocol: the header (one line), then the rest of the job (one line: timing, ceilings; none
+    when the parent did not need this worker after all), then one task a line until the end of
+    the input, each answered by its events as it finishes (the parent sends tasks as they become
+    ready: compiled ahead, say)."""
+    t_start = time.perf_counter()
+    events = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # implementation prints, C-level ones too, go to stderr
+    sys.stdout = sys.stderr
+    emit = _Emitter(events)
+    job = json.loads(sys.stdin.readline())
+    _start(job, emit, t_start)
+    rest = sys.stdin.readline()
+    if not rest.strip():
         emit(event="done")
         return 0
     job.update(json.loads(rest))
     if job.get("ceilings"):
         from .machine import measure_ceilings
         emit(event="ceilings", ceilings=measure_ceilings())
-    for task in job["tasks"]:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        task = json.loads(line)
         emit(event="task", task=task["id"])
         process_task(task, job, emit)
         emit(event="task_done", task=task["id"])

@@ -19,8 +19,16 @@ interpreter and check their sm_90 PTX).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from . import frame, gemm_epilogue_splitk, softmax_online_frame, softmax_rows, softmax_split, tuned
+if TYPE_CHECKING:
+    from . import gemm_epilogue_splitk, softmax_online_frame, softmax_rows, softmax_split, tuned
+else:   # the kernel modules import helion: loaded when a plan first names a kernel, so the rules
+    # and tables (and registering the layer's rows) need no helion
+    from . import lazy_module
+    globals().update({m: lazy_module(f"{__package__}.{m}") for m in (
+        "gemm_epilogue_splitk", "softmax_online_frame", "softmax_rows", "softmax_split", "tuned")})
+from . import frame   # torch only
 
 # Plain data: the configuration of each shape class (the rules below name the class).
 VECTOR_ADD: dict[str, dict] = {

@@ -9,7 +9,8 @@
 #                                                      suites, worst error/bound ratio and bias statistics),
 #                                                      crosscheck (harness timer vs CUPTI) on a few rows
 #   bash scripts/gpu_session.sh compare                the default `python -m harness compare`, cold (empty
-#                                                      compile caches) and warm, wall time of each
+#                                                      compile caches) and warm: the wall time of each and
+#                                                      where it went (phases, compile ahead, verify, timing)
 #   bash scripts/gpu_session.sh tests                  pytest -m gpu, compute-sanitizer on the CUDA kernels
 #   bash scripts/gpu_session.sh layers L [L..]         per layer L: verify (verify suite, every role) and a
 #                                                      short compare of its default and twin beside torch on
@@ -76,16 +77,25 @@ EOF
     python3 -m harness crosscheck --problem softmax --set M=64 --set N=1024 --reps 30 --out "$R/cross_small.json" >> "$R/cross.txt" 2>&1
     log "crosscheck done"; grep -v Warning "$R/cross.txt" | tail -30 ;;
   compare)
-    # cold: no compile cache of any layer (Triton, torch.compile, the CuTe DSL's file cache, NVRTC
-    # cubins, compile facts); the CUDA module itself is built at install time
-    rm -rf ~/.triton/cache /tmp/torchinductor_* /tmp/cutlass_python_cache* ~/.cache/kernel-layers 2>/dev/null
-    s=$(date +%s)
-    timeout ${KL_COLD_LIMIT:-420} python3 -m harness compare --out "$R/cold" "$@" > "$R/cold.txt" 2>&1
-    log "cold: exit $? in $(( $(date +%s) - s )) s"
-    s=$(date +%s)
-    timeout ${KL_WARM_LIMIT:-170} python3 -m harness compare --out "$R/warm" "$@" > "$R/warm.txt" 2>&1
-    log "warm: exit $? in $(( $(date +%s) - s )) s"
-    grep -v "^\[" "$R/cold.txt" | tail -60 ;;
+    # cold: no compile cache of any layer (Triton, torch.compile, the CuTe DSL's own file cache,
+    # TileLang's, cuTile's, and the kltools folder: NVRTC cubins, exported CuTe DSL kernels, compile
+    # facts, line counts); the CUDA module itself is built at install time. Then warm: the same
+    # command again. Prints both wall times and where each run's time went (report --section wall).
+    rm -rf ~/.triton/cache /tmp/torchinductor_* /tmp/cutlass_python_cache* ~/.cache/kernel-layers \
+      ~/.tilelang/cache ~/.cache/cutile-python "$R/wall.txt" 2>/dev/null
+    for run in cold warm; do
+      limit=$([ $run = cold ] && echo ${KL_COLD_LIMIT:-400} || echo ${KL_WARM_LIMIT:-180})
+      s=$(date +%s)
+      timeout $limit python3 -m harness compare --out "$R/$run" "$@" > "$R/$run.txt" 2>&1
+      rc=$?
+      echo "$run $rc $(( $(date +%s) - s ))" >> "$R/wall.txt"
+      log "$run: exit $rc in $(( $(date +%s) - s )) s (limit $limit s)"
+    done
+    grep -v "^\[" "$R/cold.txt" | grep -E "passed|FAIL" | tail -5
+    while read -r run rc secs; do
+      echo "== $run: $secs s wall (exit $rc)"
+      python3 -m harness report "$R/$run" --section wall 2>&1 | tail -12
+    done < "$R/wall.txt" ;;
   tests)
     timeout ${KL_TESTS_LIMIT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 120 "$@" > "$R/pytest_gpu.txt" 2>&1
     log "pytest -m gpu exit $?"; tail -15 "$R/pytest_gpu.txt"

@@ -190,7 +190,8 @@ def test_default_result_folders_are_unique():
 
 def test_plain_progress_one_line_per_row_and_summary(tmp_path):
     rc, out, err = cli("compare", "--layer", "torch", "--problem", "vector_add", "--suite", "smoke",
-                       "--no-verify-suite", "--device", "cpu", "--out", str(tmp_path / "r"), cwd=tmp_path)
+                       "--roles", "baseline", "--no-verify-suite", "--device", "cpu", "--out", str(tmp_path / "r"),
+                       cwd=tmp_path)
     assert rc == 0, err
     lines = [l for l in err.splitlines() if l.startswith("[")]
     assert len(lines) == 3 and lines[-1].startswith("[3/3 ") and "torch:vector_add" in lines[0]
@@ -205,7 +206,14 @@ def test_plain_progress_one_line_per_row_and_summary(tmp_path):
         json.loads(l, parse_constant=lambda c: pytest.fail(c))
 
 
-def test_compare_default_selects_defaults_and_baselines(tmp_path, capsys):
+def test_compare_default_selects_defaults_baselines_and_libraries(tmp_path, capsys, monkeypatch):
+    from harness import plan as P
+    roles = {i.id: i.role for i in P.select(P.Selection(["vector_add"], roles=P.COMPARE_ROLES))}
+    assert set(roles.values()) == {"baseline", "library", "default"}
+    assert "torch:vector_add_compile" in roles and "cuda:vector_add_simple" not in roles
+    # compare without --roles runs COMPARE_ROLES (here without the libraries: torch.compile's first
+    # compile on a CPU takes a minute)
+    monkeypatch.setattr(P, "COMPARE_ROLES", ("baseline", "default"))
     rc = main(["compare", "--problem", "vector_add", "--suite", "smoke", "--no-verify-suite",
                "--device", "cpu", "--no-isolate", "--out", str(tmp_path / "r"), "--format", "json",
                "--set", "N=100"])

@@ -766,7 +766,7 @@ def _nvrtc_or_skip():
         nvrtc.getVersion()
     except (ImportError, OSError, RuntimeError) as e:   # the library is missing or does not load
         pytest.skip(f"no libnvrtc here ({type(e).__name__}); pip install nvidia-cuda-nvrtc")
-    if cupy_layer._include_dirs_nogpu() == [str(cupy_layer.CUDA_SRC)]:
+    if not any(os.path.isfile(os.path.join(d, "cuda_fp16.h")) for d in cupy_layer.include_dirs()):
         pytest.skip("no CUDA headers")
 
 
@@ -785,6 +785,43 @@ def test_cupy_kernels_compile_under_nvrtc(impl_id, case):
     impl, prob = _impl(impl_id)
     f = impl.compile_only_fn(prob.case(**case))
     assert f["registers"] > 0 and f["spills"] == 0 and f["facts_from"].startswith("NVRTC")
+
+
+def _compile_in_child(cache_home, kernel, barrier, results):
+    os.environ["XDG_CACHE_HOME"] = cache_home
+    mod = importlib.import_module("backends.cupy_layer")
+    barrier.wait(timeout=300)
+    e = mod.compile_instance(kernel, "90a")
+    results.put((e["cubin"], e["lowered"], e["cached"]))
+
+
+def test_nvrtc_cache_one_entry_per_instance_safe_under_concurrent_compiles(tmp_path, monkeypatch):
+    """Two processes compile the same instance at the same moment: both get the whole cubin, the
+    cache holds one complete entry (no temporary file left), and a third call reads it back."""
+    import multiprocessing as mp
+
+    _nvrtc_or_skip()
+    kernel = "vector_add_simple_kernel<float>"
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_compile_in_child, args=(str(tmp_path), kernel, barrier, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert got[0][:2] == got[1][:2] and got[0][0][:4] == b"\x7fELF"
+    folder = tmp_path / "kernel-layers" / "nvrtc"
+    files = sorted(p.name for p in folder.iterdir())
+    assert len(files) == 1 and files[0].startswith("vector_add-") and files[0].endswith(".json"), files
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    again = cupy_layer.compile_instance(kernel, "90a")
+    assert again["cached"] and (again["cubin"], again["lowered"]) == got[0][:2]
+    # another instance of the source is another entry (sizes are arguments, never part of a key)
+    cupy_layer.compile_instance("vector_add_simple_kernel<__half>", "90a")
+    assert len(list(folder.iterdir())) == 2
 
 
 # -- GPU ----------------------------------------------------------------------------------------

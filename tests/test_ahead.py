@@ -1,0 +1,105 @@
+"""The compile-ahead pool (harness.ahead): the same rows as workers that compile for themselves,
+a crash inside a pool compile blamed on its implementation, units kept to few processes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import ahead, runner
+from harness import plan as P
+from harness.cli import main
+
+PLUGIN = str(Path(__file__).parent / "plugins" / "compile_crash.py")
+# every kind of CPU-mode row: runs (torch, Triton's interpreter), compiled for sm_90a (cuda, cute),
+# unavailable here (cupy)
+IMPLS = ("torch:vector_add", "triton:vector_add", "cuda:vector_add", "cute:vector_add", "cupy:vector_add")
+
+
+def _rows(path):
+    rows = json.loads((path / "results.json").read_text())["rows"]
+    return {(r["phase"], r["impl"], r["case"]["id"]):
+            (r["status"], r["kind"], r["reason"], (r.get("compile") or {}).get("config")) for r in rows}
+
+
+def _compare(tmp_path, name, *extra):
+    args = ["compare", "--problem", "vector_add", "--suite", "smoke", "--device", "cpu", "--format", "json",
+            "--out", str(tmp_path / name), *extra]
+    for i in IMPLS:
+        args += ["--impl", i]
+    assert main(args) == 0
+    return _rows(tmp_path / name)
+
+
+def test_pool_rows_equal_the_workers_own(tmp_path, capsys):
+    """Same rows, statuses, reasons and chosen configurations with the pool (the rows of what
+    cannot run on the CPU settled there) and without (each worker compiles what it reaches)."""
+    pooled = _compare(tmp_path, "pool")
+    serial = _compare(tmp_path, "serial", "--compile-jobs", "0")
+    capsys.readouterr()
+    assert pooled == serial
+    assert {v[1] for v in pooled.values()} >= {"verified", "compile-only", "unavailable"}
+    events = [json.loads(l) for l in (tmp_path / "pool" / "rows.jsonl").read_text().splitlines() if '"_event"' in l]
+    pool = [e for e in events if e["_event"] == "compile_ahead"]
+    assert pool and pool[0]["units"] == sum(1 for k in pooled if k[1].split(":")[0] in ("cuda", "cute", "cupy"))
+
+
+def test_a_crash_in_a_pool_compile_fails_that_row_and_the_run_goes_on(tmp_path, capsys):
+    rc = main(["compare", "--problem", "vector_add", "--suite", "smoke", "--no-verify-suite", "--device", "cpu",
+               "--plugin", PLUGIN, "--impl", "aheadcrash:gpu_only", "--impl", "torch:vector_add",
+               "--format", "json", "--out", str(tmp_path / "r")])
+    capsys.readouterr()
+    rows = _rows(tmp_path / "r")
+    assert rc == 1
+    crashed = rows[("timed", "aheadcrash:gpu_only", "vector_add[N=1000,float16]")]
+    assert crashed[:2] == ("FAIL", "crash") and "crashed the compile-ahead process: signal 6" in crashed[2]
+    others = [v for k, v in rows.items() if k[1] == "aheadcrash:gpu_only" and k[2] != "vector_add[N=1000,float16]"]
+    assert len(others) == 2 and all(v[1] == "compile-only" and v[3] for v in others)
+    assert {v[0] for k, v in rows.items() if k[1] == "torch:vector_add"} == {"PASS"}
+
+
+def test_gate_holds_tasks_until_compiled_and_drops_a_crashed_compile(capsys):
+    """A GPU run's gate, exercised on the CPU: each task goes to its worker once its units are
+    compiled; the implementation whose compile crashed the pool's process is FAIL on that case,
+    the other implementations of the task run."""
+    from harness import registry
+    registry.load_plugin(PLUGIN)
+    impls = P.select(P.Selection(problems=["vector_add"], impls=["aheadcrash:anywhere", "torch:vector_add"]))
+    tasks = P.make_tasks(P.plan_cases(["vector_add"], "smoke", None, []), impls, phase="timed")
+    units = ahead.plan_units(tasks, "compile")
+    assert [u["impl"] for u in units] == ["aheadcrash:anywhere"] * 3     # torch has no compile_only
+    seen = []
+    pool = ahead.Pool(units, 2, device="cpu", plugins=[PLUGIN], on_event=seen.append).start()
+    res = runner.run_tasks(tasks, device="cpu", plugins=[PLUGIN], gate=pool, on_event=seen.append)
+    pool.wait()
+    rows = {(r["impl"], r["case"]["id"]): r for r in res.rows}
+    bad = rows[("aheadcrash:anywhere", "vector_add[N=1000,float16]")]
+    assert bad["status"] == "FAIL" and bad["kind"] == "crash" and "compile-ahead process" in bad["reason"]
+    assert rows[("torch:vector_add", "vector_add[N=1000,float16]")]["status"] == "PASS"
+    assert sum(r["status"] == "PASS" for r in res.rows) == 5
+    compiled = [i for i, e in enumerate(seen) if e.get("event") == "compiled"]
+    started = [i for i, e in enumerate(seen) if e.get("event") == "task"]
+    assert len(compiled) == 3 and pool.summary()["units"] == 3
+    # a task's worker starts it only after its unit is compiled: the first task waits for one unit
+    assert started and compiled[0] < started[0]
+
+
+def test_queue_keeps_a_layer_on_few_processes():
+    units = [{"layer": L, "id": f"{L}{i}"} for L in ("a", "b") for i in range(4)]
+    q = ahead._Queue(units)
+    first, second = q.take(set()), q.take(set())
+    assert {first["layer"], second["layer"]} == {"a", "b"}    # two processes: one layer each
+    assert q.take({first["layer"]})["layer"] == first["layer"]  # then each stays on its layer
+    while (u := q.take({"a"})) is not None and u["layer"] == "a":
+        pass
+    assert u is not None and u["layer"] == "b"               # layer a done: it helps with b
+
+
+@pytest.mark.parametrize("mode,expected", [("row", 2), ("compile", 1)])
+def test_units_once_per_case_and_phase(mode, expected):
+    """A compile serves both phases of a case; a row is per phase."""
+    case = {"id": "vector_add[N=5,float32]", "dims": {"N": 5}, "dtype": "float32", "params": {}}
+    tasks = [{"id": f"t{i}", "problem": "vector_add", "case": case, "impls": ["cute:vector_add"], "phase": ph}
+             for i, ph in enumerate(("verify-suite", "timed"))]
+    assert len(ahead.plan_units(tasks, mode)) == expected

@@ -1,0 +1,25 @@
+"""harness.wall: where a compare run's wall time went, from its rows and the parent's notes."""
+from harness.wall import breakdown, render
+
+
+def test_breakdown_sums_rows_and_notes_and_renders_phase_shares():
+    rows = [{"kind": "verified", "verify_s": 3.0, "compile": {"first_call_s": 1.0}},
+            {"kind": "verified", "verify_s": 2.0, "compile": {"first_call_s": 0.5}},
+            {"kind": "compile-only", "compile": {"compile_s": 4.0}},
+            {"kind": "compile-only", "compile": {"compile_s": 9.0, "from_cache": True}}]
+    facts = [{"_event": "phase", "name": "parallel", "start_s": 1.0, "end_s": 31.0},
+             {"_event": "phase", "name": "timed", "start_s": 31.0, "end_s": 51.0},
+             {"_event": "compile_ahead", "processes": 16, "units": 40, "cpu_s": 300.0, "wall_s": 25.0,
+              "done_at_s": 26.0},
+             {"_event": "worker_ready", "startup_s": 2.0, "startup_cpu_s": 1.5},
+             {"_event": "worker_done", "cpu_s": 10.0, "checker_cpu_s": 4.0},
+             {"_event": "timed_case", "case": "c", "prepare_s": 1.5, "sample_s": 6.0, "rows": 3}]
+    w = breakdown(rows, facts, 60.0)
+    assert w["phases"]["parallel"]["s"] == 30.0 and w["phases"]["timed"]["s"] == 20.0
+    assert w["rows"] == {"n": 4, "compile_only_s": 4.0, "first_call_s": 1.5, "verify_s": 3.5}
+    assert w["timed"] == {"cases": 1, "prepare_s": 1.5, "sample_s": 6.0}
+    assert w["compile_ahead"]["units"] == 40 and w["workers"]["cpu_s"] == 10.0
+    text = render(w)
+    assert "parallel phase: 30.0 s (50 %)" in text and "timed phase: 20.0 s (33 %)" in text
+    assert "40 unit(s) on 16 process(es)" in text and "sampling 6.0 s" in text
+    assert "no wall-time breakdown" in render(None)
