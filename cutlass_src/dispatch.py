@@ -320,6 +320,72 @@ def reachable(problem: str) -> tuple[str, ...]:
     raise ValueError(f"problem: {problem!r} has no CuTe DSL planner")
 
 
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
+def _src(file: str, kernels: tuple, host: tuple = ()):
+    from kltools.plan import Source
+    return (Source(f"cutlass_src/{file}", kernels=kernels, host=host),)
+
+
+def _kernel_class(file: str, cls: str, *host: str):
+    """A CuTe kernel class: its @cute.kernel method, and as host its @cute.jit launcher and the
+    named host functions."""
+    return _src(file, (f"{cls}.kernel",), (f"{cls}.__call__", *host))
+
+
+#: the variants the defaults plan among, by algorithm word: kernel files, entry points and the host
+#: entries that bind them ("simple": the two-pass twin's kernel, for rows longer than split holds)
+VARIANTS = {
+    "vector_add": {"unmasked": _kernel_class("vector_add_unmasked.py", "VectorAdd", "prepare_vector_add",
+                                             "_compile", "validate")},
+    "softmax": {"rows": _kernel_class("softmax_rows.py", "SoftmaxRows", "prepare_softmax_rows", "compile_rows"),
+                "block": _kernel_class("softmax_block.py", "SoftmaxBlock", "prepare_softmax_block", "compile_block"),
+                "smem": _src("softmax_smem.py", ("SoftmaxSmem.kernel", "SoftmaxSmem.vector"),
+                             ("SoftmaxSmem.__call__", "prepare_softmax_smem", "compile_smem", "smem_bytes")),
+                "split": _kernel_class("softmax_split.py", "SoftmaxSplit", "prepare_softmax_split", "compile_split",
+                                       "_slots"),
+                "simple": _src("softmax.py", ("SoftmaxSimple.kernel",), ("SoftmaxSimple.__call__",))},
+    # the schedules; split-K's fix-up and the predicated copies are modes of the family's base
+    # (bases reached through ``self``): a plan names them where its splits and loads use them
+    "gemm_epilogue": {"ws": _src("gemm_epilogue_ws.py", ("GemmWS.kernel",)),
+                      "pingpong": _src("gemm_epilogue_pingpong.py", ("GemmPingpong.kernel", "GemmPingpong.step_over"))},
+}
+GEMM_MODES = {"splitk": _src("gemm_epilogue_splitk.py", ("SplitK.splitk_fixup", "split_range")),
+              "tiled": _src("gemm_epilogue_tiled.py", ("TiledCopies.gmem_copy", "TiledCopies.copy_predicated",
+                                                        "TiledCopies.c_copy"))}
+
+
+def _widths(facts) -> tuple[int, int, int]:
+    """Widest access for A, B and C in elements (``gemm_launch.operand_widths`` on facts)."""
+    def width(*qs):
+        a = 16
+        for q in qs:
+            while a > 2 and int(q) % a:
+                a //= 2
+        return a // 2
+    ops, M, N, K = facts.operands, facts.M, facts.N, facts.K
+    return (width(K * 2, ops["a"].strides[0] * 2 if M > 1 else 16, ops["a"].addr16),
+            width(N * 2, ops["b"].strides[0] * 2 if K > 1 else 16, ops["b"].addr16),
+            width(N * 2, ops["out"].strides[0] * 2 if M > 1 else 16, ops["out"].addr16))
+
+
+def plan(problem: str, facts):
+    """The default's plan (``cute:<problem>``) for one case given as ``kltools.plan.Facts``: the
+    kernel (softmax), the schedule (GEMM: with split-K's fix-up and the predicated copies where its
+    splits and loads take them) and the configuration ``plan_softmax`` / ``plan_gemm`` give."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    sms = facts.device.sms
+    if problem == "vector_add":
+        return make_plan(problem, "unmasked", VARIANTS, {"unroll": VECTOR_ADD_UNROLL})
+    if problem == "softmax":
+        cfg = plan_softmax(facts.M, facts.N, facts.esize, facts.rows16("x", "out"), sms)
+        return make_plan(problem, cfg["kernel"], VARIANTS, cfg)
+    cfg = plan_gemm(facts.M, facts.N, facts.K, _widths(facts), sms)
+    modes = (("splitk",) if cfg["splits"] > 1 else ()) + (("tiled",) if set(cfg["loads"]) - {"tma"} else ())
+    srcs = VARIANTS[problem][cfg["schedule"]] + tuple(s for m in modes for s in GEMM_MODES[m])
+    return make_plan(problem, cfg["schedule"], VARIANTS, cfg, sources=srcs)
+
+
 def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | None = None,
                  kernel: str | None = None) -> dict:
     """The kernel and its configuration for an M x N softmax of ``esize``-byte elements; ``aligned``:

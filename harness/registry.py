@@ -82,20 +82,8 @@ def role_of(problem: str, name: str, baseline: bool = False) -> str:
     return "variant"
 
 
-@dataclass(frozen=True)
-class Source:
-    """Where the LOC counter looks: a file, its kernel entry points and its host entry points.
-
-    Kernel lines = the named kernels (or, in Python, every ``@triton.jit`` / ``@cute.kernel`` /
-    ``@cute.jit`` function when ``kernels`` is None) plus the device helpers they call; host
-    lines = the named host functions plus the host helpers they call.
-    """
-
-    path: str
-    kernels: tuple[str, ...] | None = None
-    host: tuple[str, ...] = ()
-    #: the planner's variant this Source is counted for (set by ``planned_sources``)
-    variant: str | None = None
+# where the LOC counter looks (the kernel folders name their variants' files with it too)
+from kltools.plan import Source  # noqa: E402
 
 
 def planned_sources(variants, reachable, common=()) -> list[Source]:

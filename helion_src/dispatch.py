@@ -125,6 +125,43 @@ def reachable(problem: str) -> tuple[str, ...]:
     raise ValueError(f"problem: {problem!r} has no Helion planner")
 
 
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
+def _src(file: str, *kernels: str):
+    from kltools.plan import Source
+    return tuple(Source(f"helion_src/{file}", kernels=(k,)) for k in kernels)
+
+
+#: the variants the defaults plan among, by algorithm word: the kernel files and functions (the
+#: adapter, backends/helion_layer.py, binds every plan: Helion compiles and launches the kernel)
+VARIANTS = {
+    "vector_add": {"block": _src("vector_add.py", "vector_add")},
+    "softmax": {"rows": _src("softmax.py", "softmax"), "online": _src("softmax_online.py", "softmax_online")},
+    "gemm_epilogue": {"tiled": _src("gemm_epilogue.py", "gemm_epilogue"),
+                      "splitk": _src("gemm_epilogue_splitk.py", "gemm_partial_sums", "splitk_epilogue")},
+}
+
+
+def plan(problem: str, facts):
+    """The default's plan (``helion:<problem>``) for one case given as ``kltools.plan.Facts``: the
+    planner the switches select now (``softmax_planner``, ``gemm_planner``), its class and Helion
+    configuration."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    if problem == "vector_add":
+        p = plan_vector_add(facts.N, facts.esize)
+    elif problem == "softmax":
+        p = softmax_planner()(facts.M, facts.N, facts.esize)
+    else:
+        # rows of A and B on 16-byte boundaries: each row stride and start (one row included)
+        aligned = all(o.strides[0] * facts.esize % 16 == 0 and o.addr16 == 0
+                      for o in (facts.operands["a"], facts.operands["b"]))
+        p = gemm_planner()(facts.M, facts.N, facts.K, facts.esize, aligned=aligned, sms=facts.device.sms)
+    cfg = {"rule": p.rule, "config": dict(p.config)}
+    if p.pieces:
+        cfg["pieces"] = [list(r) for r in p.pieces]
+    return make_plan(problem, p.variant, VARIANTS, cfg, why=p.rule)
+
+
 def vector_add_pieces(n: int, block: int) -> tuple[tuple[int, int], ...] | None:
     """A load is only as wide as its mask is provably constant: Triton knows ``i < n`` constant
     over 16 lanes only when the length ``n`` is specialised as a multiple of 16. Any other length

@@ -31,6 +31,48 @@ TABLE = {
 }
 
 
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
+def _src(file: str, *kernels: str):
+    from kltools.plan import Source
+    return (Source(f"tilelang_src/{file}", kernels=kernels),)
+
+
+#: the variants the defaults plan among, by algorithm word: the kernel builders' files and names
+#: (the adapter, backends/tilelang_layer.py, compiles and binds every plan). "simple": the twin's
+#: element kernel, which the vector add takes for misaligned views; "tiled": the TMA kernel's
+#: pipeline fed by guarded element loads
+VARIANTS = {
+    "vector_add": {"unmasked": _src("vector_add_unmasked.py", "vector_add_unmasked_kernel"),
+                   "simple": _src("vector_add.py", "vector_add_kernel")},
+    "softmax": {"rows": _src("softmax_rows.py", "softmax_rows_kernel"),
+                "split": _src("softmax_split.py", "softmax_split_stats_kernel", "softmax_split_write_kernel"),
+                "smem": _src("softmax_smem.py", "softmax_smem_kernel"),
+                "online": _src("softmax_online.py", "softmax_online_kernel")},
+    "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_kernel"),
+                      "tiled": _src("gemm_epilogue_tma.py", "gemm_tma_kernel")
+                      + _src("gemm_epilogue_tiled.py", "load_tiles_guarded"),
+                      "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel",
+                                     "gemm_splitk_epilogue_kernel")},
+}
+
+
+def plan(problem: str, facts):
+    """The default's plan (``tilelang:<problem>``) for one case given as ``kltools.plan.Facts``:
+    ``plan_*``'s kernel and configuration on the case's sizes and its operands' alignment."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    ops, es = facts.operands, facts.esize
+    if problem == "vector_add":
+        cfg = plan_vector_add(facts.N, es, all(ops[n].addr16 == 0 for n in ("x", "y", "out")))
+    elif problem == "softmax":
+        cfg = plan_softmax(facts.M, facts.N, es)
+    else:
+        tma_ok = facts.N * es % 16 == 0 and facts.K * es % 16 == 0 and \
+            all(ops[n].addr16 == 0 for n in ("a", "b", "out"))
+        cfg = plan_gemm(facts.M, facts.N, facts.K, es, tma_ok)
+    return make_plan(problem, cfg["kernel"], VARIANTS, cfg)
+
+
 def plan_vector_add(n: int, esize: int, aligned: bool) -> dict:
     """16-byte vectors in full tiles where every pointer is 16-byte aligned; element accesses
     (the twin's kernel) otherwise."""
