@@ -26,10 +26,11 @@ from backends import cuda_gemm
 from backends.cuda_layer import (DTYPE_CODE, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config, case_softmax,
                                  case_vector_add, check_softmax, check_vector_add, dev_index, softmax_grid,
                                  softmax_launches, softmax_sources, softmax_supports, vector_add_grid,
-                                 vector_add_launches, VA_SOURCES)
+                                 vector_add_launches, va_sources)
 from cuda_src import dispatch
 from harness import Source, register
 from harness.errors import Unsupported
+from kltools.loc_marks import compile_step
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_SRC = ROOT / "cuda_src"
@@ -104,6 +105,7 @@ def device_arch(dev: int) -> str:
     return f"{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
 
 
+@compile_step
 def _cached_compile(src: str, names: list[str], opts: list[str]) -> tuple[bytes, dict]:
     """(cubin, {instance: lowered name}) of one source, from NVRTC or from the on-disk cache (keyed
     by every cuda_src file, the options, the names and the NVRTC version)."""
@@ -143,6 +145,7 @@ def _cached_compile(src: str, names: list[str], opts: list[str]) -> tuple[bytes,
     return cubin, lowered
 
 
+@compile_step
 def get_kernel(kernel: str, dev: int | None = None):
     """(function handle, NVRTC compile + load seconds of its source) for a planned instance.
 
@@ -399,7 +402,7 @@ for _path, _name in SOFTMAX_ROWS:
 
 def _register_vector_add(path: str, name: str, description: str):
     @register(problem="vector_add", layer="cupy", name=name, description="NVRTC of cuda_src: " + description,
-              sources=[*VA_SOURCES[path], HOST], devices=("cuda",), available=available,
+              sources=va_sources(path, [HOST]), devices=("cuda",), available=available,
               compile_only=lambda case: compile_only_nvrtc(case_vector_add(path, case).kernel,
                                                            _config(case_vector_add(path, case))),
               grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))
@@ -431,7 +434,7 @@ def _register_gemm(path: str, name: str):
         return compile_only_nvrtc(plan.kernel, _config(plan))
 
     @register(problem="gemm_epilogue", layer="cupy", name=name, description="NVRTC of cuda_src: " +
-              cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.SOURCES[path] + [HOST],
+              cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.sources(path, [HOST]),
               devices=("cuda",), available=available, supports=supports, compile_only=compile_only)
     def prepare(case, inputs, out):
         _require()

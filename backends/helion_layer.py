@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
 
@@ -479,6 +479,18 @@ def _plan_source(problem) -> Source:
     return Source(src(H, "dispatch.py"), kernels=(), host=(name,))
 
 
+def _default_sources(problem, variants):
+    """The default's Sources, derived from its planner (``harness.planned``), then the runtime-size
+    kernels' wrapper; every variant (and the planner the switches select) when Helion cannot be
+    imported."""
+    binders = ("_launch_default", "_launch_pieces") if problem == "vector_add" else ("_launch_default",)
+    common = [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
+              Source("backends/helion_layer.py", kernels=(), host=binders)]   # the binding of a plan
+    if helion:
+        return planned(dispatch.plan, problem, common)
+    return planned_sources(variants, tuple(variants), common + [_plan_source(problem)])
+
+
 _PROBLEMS = {
     # problem: (twin file, twin kernel name, the default's variants {variant: ((file, kernel), ...)},
     # description); the default counts the variants dispatch.reachable names
@@ -517,8 +529,7 @@ def _twin_kernel(problem):
 for _p, (_file, _kname, _variants, _desc) in _PROBLEMS.items():
     _vsrc = {v: [Source(src(H, f), kernels=(k,), host=()) for f, k in fks] for v, fks in _variants.items()}
     register(problem=_p, layer=LAYER, name=_p, description=_desc,
-             sources=planned_sources(_vsrc, dispatch.reachable(_p) if helion else tuple(_vsrc),
-                                     [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)), _plan_source(_p)]),
+             sources=_default_sources(_p, _vsrc),
              devices=("cuda",), available=available,
              compile_only=_compile_default(_p) if helion else None,
              helion_code=_code_default(_p))(_prepare_default(_p))

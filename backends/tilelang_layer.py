@@ -10,10 +10,11 @@ writes the generated CUDA source and PTX.
 """
 from __future__ import annotations
 
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from tilelang_src import dispatch as _plans   # plain Python: the planner's reachable kernels
 from harness.errors import Unsupported
 from harness.registry import describe_layer
+from kltools.loc_marks import compile_step
 
 from . import src
 
@@ -40,6 +41,7 @@ def _esize(dtype: str) -> int:
     return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
 
+@compile_step
 def _compile(key, build, pass_configs=None):
     import tilelang_src
 
@@ -141,8 +143,7 @@ _VA_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_va_si
 _VA_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_vector_add",))
 for _name, _kernel, _desc, _srcs in (
         ("vector_add", None, "full tiles in 16-byte vectors (4 per thread per operand), guarded last tile; "
-                             "element accesses for misaligned views", planned_sources({"unmasked": _VA_UNMASKED, "simple": _VA_SIMPLE}, _plans.reachable("vector_add"),
-                                             [_VA_HOST, _VA_PLAN])),
+                             "element accesses for misaligned views", planned(_plans.plan, "vector_add", [_VA_HOST])),
         ("vector_add_simple", "simple", "teaching twin: T.Parallel over 1024-element tiles, guarded element "
                                         "accesses", [_VA_SIMPLE, _VA_SIMPLE_HOST]),
         ("vector_add_unmasked", "unmasked", "full tiles unguarded (16-byte vectors), guarded last tile",
@@ -318,8 +319,7 @@ for _name, _kernel, _desc, _srcs in (
                           "per CTA) up to 16384 columns; longer rows: softmax_split when they cover less than "
                           "half the SMs, else softmax_smem (row staged in shared memory, <= 220 KB) or "
                           "softmax_online (two reads)",
-         planned_sources({"rows": _SM_ROWS, "smem": _SM_SMEM, "online": _SM_ONLINE, "split": _SM_SPLIT},
-                         _plans.reachable("softmax"), [_SM_HOST, _SM_PLAN])),
+         planned(_plans.plan, "softmax", [_SM_HOST])),
         ("softmax_simple", "simple", "teaching twin: a CTA per row, online (max, sum) over 1024-column tiles, "
                                      "then a write pass", [_SM_SIMPLE, _SM_SIMPLE_HOST]),
         ("softmax_rows", "rows", "whole rows in registers, reduce_max / reduce_sum along the row, one read one "
@@ -472,8 +472,7 @@ for _name, _kernel, _desc, _srcs in (
                                 "swizzled shared layouts, rastered CTAs, bias + act on the accumulator fragment; "
                                 "split-K when the tiles leave half the SMs idle; guarded element loads where N "
                                 "or K is not a multiple of 8",
-         planned_sources({"tma": _GE_TMA, "tiled": [_GE_TMA, _GE_TILED], "splitk": _GE_SPLITK}, _plans.reachable("gemm_epilogue"),
-                         [_GE_EPI, _GE_HOST, _GE_PLAN])),
+         planned(_plans.plan, "gemm_epilogue", [_GE_EPI, _GE_HOST])),
         ("gemm_epilogue_simple", "simple", "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias + act "
                                            "on the accumulator fragment, no pipelining hints",
          [_GE_SIMPLE, _GE_EPI, _GE_SIMPLE_HOST]),

@@ -68,6 +68,10 @@ def instances() -> dict[str, list[str]]:
     return {src: names for m in PROBLEMS for src, names in m.instances().items()}
 
 
+#: each kernel family's source file (from the instance tables)
+KERNEL_FILE = {family(k): src for src, names in instances().items() for k in names}
+
+
 def source_of(kernel: str) -> str:
     for src, names in instances().items():
         if kernel in names:
@@ -172,7 +176,7 @@ def plan(problem: str, facts):
     word = _WORD.get(path, path)
     if ls.plans and word not in VARIANTS[problem]:
         raise ValueError(f"plan: path {path!r} of {problem} is no word of VARIANTS")
-    srcs = tuple(dict.fromkeys(Source(f"cuda_src/{source_of(p.kernel)}", kernels=(family(p.kernel),))
+    srcs = tuple(dict.fromkeys(Source(f"cuda_src/{KERNEL_FILE[family(p.kernel)]}", kernels=(family(p.kernel),))
                                for p in ls.plans))
     if not ls.plans:   # an empty output: nothing to launch
         word = next(iter(VARIANTS[problem]))

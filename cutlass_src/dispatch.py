@@ -339,8 +339,10 @@ VARIANTS = {
                                              "_compile", "validate")},
     "softmax": {"rows": _kernel_class("softmax_rows.py", "SoftmaxRows", "prepare_softmax_rows", "compile_rows"),
                 "block": _kernel_class("softmax_block.py", "SoftmaxBlock", "prepare_softmax_block", "compile_block"),
+                # with the helpers it shares with the split and cluster kernels
                 "smem": _src("softmax_smem.py", ("SoftmaxSmem.kernel", "SoftmaxSmem.vector"),
-                             ("SoftmaxSmem.__call__", "prepare_softmax_smem", "compile_smem", "smem_bytes")),
+                             ("SoftmaxSmem.__call__", "prepare_softmax_smem", "compile_smem", "smem_bytes"))
+                + _src("softmax_split.py", ("bulk_g2s", "merge")) + _src("softmax_cluster.py", ("load_peer_f32",)),
                 "split": _kernel_class("softmax_split.py", "SoftmaxSplit", "prepare_softmax_split", "compile_split",
                                        "_slots"),
                 "simple": _src("softmax.py", ("SoftmaxSimple.kernel",), ("SoftmaxSimple.__call__",))},

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import torch
 
+from kltools.loc_marks import interpreter_flag
 
+
+@interpreter_flag
 def interpreting() -> bool:
     """True when Triton runs kernels with its CPU interpreter (Triton's own ``interpret`` knob)."""
     import triton

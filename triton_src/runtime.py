@@ -18,6 +18,8 @@ from typing import Callable, NamedTuple
 import torch
 import triton.language as tl  # noqa: F401 - the interpreter patches the tl visible from ``spawn``
 
+from kltools.loc_marks import interpreter_only
+
 from . import interpreting
 
 
@@ -112,6 +114,7 @@ def driver_occupancy(compiled, num_warps: int) -> int | None:
     return int(blocks.value) if rc == 0 else None
 
 
+@interpreter_only
 def interpret_concurrently(kernel, n_programs: int, *args, **kwargs) -> None:
     """One interpreter launch of ``kernel`` on a grid of ``n_programs`` whose programs run at the
     same time, one Python thread each (the interpreter itself runs them one after another, which
