@@ -144,8 +144,7 @@ def _cached(impl, sources, root) -> dict:
             [[s.path, list(s.kernels) if s.kernels is not None else None, list(s.host),
               getattr(s, "variant", None)] for s in sources]]
     if _is_planned(impl):   # derived from what the planner ran and the layer's other kernels
-        spec += [_digest(Path(__file__).with_name("loc_plan.py")), impl.sources.trace_key(),
-                 sorted([str(f), k] for f, k in _layer_kernels(impl.layer))]
+        spec += [_digest(Path(__file__).with_name("loc_plan.py")), impl.sources.trace_key(impl.layer)]
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
     path = _cache_dir() / f"{key}.json"
     try:
@@ -237,39 +236,14 @@ def _count_impl(impl, sources, root, explain: bool) -> dict:
 
 
 def _is_planned(impl) -> bool:
-    from .loc_plan import PlannedSources
-    return isinstance(getattr(impl, "sources", None), PlannedSources)
+    """A default registered with ``harness.planned`` (``harness.loc_plan.PlannedSources``)."""
+    return hasattr(getattr(impl, "sources", None), "derived")
 
 
 def _derived(impl) -> dict:
-    """What a planned default's count needs beyond its Sources: the plan column's lines (what its
-    planner ran), their explanation, and the policy of the reach -- the planner's units, and the
-    kernels of the layer's other variants, are no host code; the files of variants its planner
-    never chose count nowhere."""
-    from . import loc_plan
-    ps = impl.sources
-    ps._resolve()
-    plan, spans = loc_plan.plan_lines(ps.ran)
-    chosen = {_resolve(s.path, REPO_ROOT) for s in ps}
-    dead = {_resolve(s.path, REPO_ROOT) for w, srcs in ps.variants.items() if w not in ps.choices
-            for s in srcs} - chosen
-    barrier = set(loc_plan.planner_units(ps.plan, ps.ran)) | _layer_kernels(impl.layer)
-    return {"plan": plan, "spans": spans, "policy": _Policy(frozenset(barrier), frozenset(dead))}
-
-
-def _layer_kernels(layer: str) -> set:
-    """(file, name) of every kernel entry point a registered implementation (or candidate) of
-    ``layer`` names: the host reach of a default never counts one (the default's own are kernel
-    lines; another variant's count nowhere in it)."""
-    from . import registry
-    out = set()
-    for i in registry.all_impls() + registry.candidates():
-        if i.layer != layer or _is_planned(i):
-            continue
-        for s in i.sources:
-            if s.kernels and s.path.endswith(PY_SUFFIXES):
-                out |= {(_resolve(s.path, REPO_ROOT), k) for k in s.kernels}
-    return out
+    """What a planned default's count needs beyond its Sources (``PlannedSources.derived``): the
+    plan column's lines and their explanation, and the ``_Policy`` of the reach."""
+    return impl.sources.derived(impl.layer)
 
 
 def explain_text(impl, root: Path | str = REPO_ROOT) -> str:

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .loc import REPO_ROOT, TOOL_PACKAGES, _module
+from .loc import PY_SUFFIXES, REPO_ROOT, TOOL_PACKAGES, _module, _Policy, _resolve
 
 __all__ = ["PlannedSources", "planned", "plan_lines", "planner_units"]
 
@@ -96,10 +96,40 @@ class PlannedSources(Sequence):
         mod = sys.modules.get(getattr(self.plan, "__module__", ""), None)
         return dict(getattr(mod, "VARIANTS", {}).get(self.problem, {}))
 
-    def trace_key(self) -> list:
-        """What the count depends on beyond the files it reads: the lines that ran."""
+    def trace_key(self, layer: str) -> list:
+        """What the count depends on beyond the files it reads: the lines that ran, and the
+        kernels the layer's other ids name."""
         self._resolve()
-        return sorted([str(f), sorted(ls)] for f, ls in self.ran.items())
+        return [sorted([str(f), sorted(ls)] for f, ls in self.ran.items()),
+                sorted([str(f), k] for f, k in _layer_kernels(layer))]
+
+    def derived(self, layer: str) -> dict:
+        """What the count needs beyond the Sources: the plan column's lines (what the planner
+        ran), their explanation, and the policy of the reach -- the planner's units and the
+        kernels of the layer's other ids are no host code; the files of variants the planner
+        never chose count nowhere."""
+        self._resolve()
+        plan, spans = plan_lines(self.ran)
+        chosen = {_resolve(s.path, REPO_ROOT) for s in self}
+        dead = {_resolve(s.path, REPO_ROOT) for w, srcs in self.variants.items() if w not in self.choices
+                for s in srcs} - chosen
+        barrier = set(planner_units(self.plan, self.ran)) | _layer_kernels(layer)
+        return {"plan": plan, "spans": spans, "policy": _Policy(frozenset(barrier), frozenset(dead))}
+
+
+def _layer_kernels(layer: str) -> set:
+    """(file, name) of every kernel entry point a registered implementation (or candidate) of
+    ``layer`` names: the host reach of a default never counts one (the default's own are kernel
+    lines; another variant's count nowhere in it)."""
+    from . import registry
+    out = set()
+    for i in registry.all_impls() + registry.candidates():
+        if i.layer != layer or isinstance(i.sources, PlannedSources):
+            continue
+        for s in i.sources:
+            if s.kernels and s.path.endswith(PY_SUFFIXES):
+                out |= {(_resolve(s.path, REPO_ROOT), k) for k in s.kernels}
+    return out
 
 
 def _traced(fn):

@@ -211,26 +211,49 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
 # -- loading -----------------------------------------------------------------------------------
 _loaded_backends = False
 BACKEND_ERRORS: dict[str, str] = {}
+#: the entry-point group that names adapter packages (pyproject.toml, [project.entry-points]):
+#: the harness imports no layer by name; a package of another distribution may add layers too
+ADAPTER_GROUP = "kernel_layers.adapters"
+
+
+def adapter_packages() -> list[str]:
+    """The adapter packages to load, in order: the ``kernel_layers.adapters`` entry points of the
+    installed distributions, and -- run from a checkout, where the installed metadata may be
+    older or missing -- the same table of the checkout's ``pyproject.toml``."""
+    from importlib.metadata import entry_points
+
+    names = [ep.value for ep in entry_points(group=ADAPTER_GROUP)]
+    pp = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pp.is_file():
+        import tomllib
+        table = tomllib.loads(pp.read_text()).get("project", {}).get("entry-points", {})
+        names += list(table.get(ADAPTER_GROUP, {}).values())
+    return list(dict.fromkeys(names))
 
 
 def load_backends() -> None:
-    """Import every adapter ``backends.ADAPTERS`` declares; one whose file is missing or fails to
-    import is recorded in ``BACKEND_ERRORS``, not fatal."""
+    """Import every adapter module the adapter packages declare (each package's ``ADAPTERS``, in
+    order); one whose file is missing or fails to import is recorded in ``BACKEND_ERRORS``, not
+    fatal."""
     global _loaded_backends
     if _loaded_backends:
         return
     _loaded_backends = True
-    import backends
-
-    here = Path(backends.__file__).parent
-    for mod in backends.ADAPTERS:
-        if not (here / f"{mod}.py").is_file():
-            BACKEND_ERRORS[mod] = f"declared in backends.ADAPTERS but backends/{mod}.py does not exist"
-            continue
+    for pkg_name in adapter_packages():
         try:
-            importlib.import_module(f"backends.{mod}")
+            pkg = importlib.import_module(pkg_name)
         except Exception as e:
-            BACKEND_ERRORS[mod] = f"{type(e).__name__}: {e}"
+            BACKEND_ERRORS[pkg_name] = f"{type(e).__name__}: {e}"
+            continue
+        here = Path(pkg.__file__).parent
+        for mod in getattr(pkg, "ADAPTERS", ()):
+            if not (here / f"{mod}.py").is_file():
+                BACKEND_ERRORS[mod] = f"declared in {pkg_name}.ADAPTERS but {pkg_name}/{mod}.py does not exist"
+                continue
+            try:
+                importlib.import_module(f"{pkg_name}.{mod}")
+            except Exception as e:
+                BACKEND_ERRORS[mod] = f"{type(e).__name__}: {e}"
 
 
 class PluginError(ValueError):
