@@ -88,7 +88,7 @@ def _warn_backend_errors() -> None:
     from . import registry
     registry.load_backends()
     for mod, err in registry.BACKEND_ERRORS.items():
-        print(f"warning: adapter {mod} not loaded, its implementations are missing: "
+        print(f"warning: adapter backends/{mod}.py not loaded, its implementations are missing: "
               f"{err}", file=sys.stderr)
 
 

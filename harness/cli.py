@@ -121,7 +121,7 @@ def cmd_list(args, console) -> int:
                   "[green]yes[/green]" if i["available"] else f"[yellow]no[/yellow]: {i['reason']}")
     console.print(t)
     for mod, err in data["backend_errors"].items():
-        console.print(f"[yellow]adapter {mod} not loaded: {err}[/yellow]")
+        console.print(f"[yellow]adapter backends/{mod}.py not loaded: {err}[/yellow]")
     return 0
 
 
