@@ -535,9 +535,9 @@ SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "sof
 
 
 def softmax_sources(path: str, host=None) -> list[Source]:
-    """A path's kernel and the launcher's host code; the default's (``auto``) from the paths its
-    planner can choose (``dispatch.reachable``; the planner itself is the plan column, reached
-    from the launcher's build_launch)."""
+    """A path's kernel and the launcher's host code (``host``: the layer's LAUNCHER unless given);
+    the default's (``auto``) derived from its planner (``harness.planned``: the kernels
+    ``dispatch.plan`` launches over the suites' cases; the lines it ran are the plan column)."""
     hosts = LAUNCHER if host is None else (list(host) if isinstance(host, (list, tuple)) else [host])
     srcs = {p: Source(f"cuda_src/{f}", kernels=(k,), host=()) for p, (f, k) in SOFTMAX_KERNEL.items()}
     if path == "auto":   # derived: the kernels dispatch.plan chooses over the suites' cases

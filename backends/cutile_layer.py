@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from cutile_src import dispatch as _plans   # plain Python: the planner's reachable variants
+from cutile_src import dispatch as _plans   # plain Python: the defaults' planner (harness.planned)
 from harness import Source, planned, register
 from harness.errors import Unsupported
 from kltools.loc_marks import compile_step

@@ -493,7 +493,7 @@ def _default_sources(problem, variants):
 
 _PROBLEMS = {
     # problem: (twin file, twin kernel name, the default's variants {variant: ((file, kernel), ...)},
-    # description); the default counts the variants dispatch.reachable names
+    # description); the default counts the variants dispatch.plan chooses (harness.planned)
     "vector_add": ("vector_add.py", "vector_add", {"block": (("vector_add.py", "vector_add"),)},
                    "the twin's kernel over runtime sizes with a configuration by element size "
                    "(dispatch rules); a length not a multiple of 16 as two launches, whole blocks "

@@ -337,7 +337,7 @@ def _va_grid(spec_fn):
 
 
 # -- lines of code: each variant's Sources, the planner's (harness.loc) -------------------------
-# A default counts the variants its planner can choose (dispatch.reachable) plus the planner and
+# Without Triton a default counts every variant (planned_sources) plus the planner and
 # the runtime; each variant's own row counts its Sources alone.
 _GEMM_SRC = "triton_src/gemm_epilogue_{}.py"
 VARIANT_SOURCES = {

@@ -38,24 +38,10 @@ __all__ = ["ACT_CODE", "ALIGN", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM", "GEMM_PA
            "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_PATHS",
            "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase", "Launches", "Plan",
            "RowCase", "emit_instances", "family", "instances", "pack", "plan_gemm", "plan_softmax",
-           "plan_vector_add", "plan", "reachable", "VARIANTS", "rows_min_blocks", "source_of", "tiled_ctas_per_sm", "tiled_smem", "ws_smem"]
+           "plan_vector_add", "plan", "VARIANTS", "rows_min_blocks", "source_of", "tiled_ctas_per_sm", "tiled_smem", "ws_smem"]
 
 PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm)
 
-
-def reachable(problem: str) -> tuple[str, ...]:
-    """The paths the ``auto`` planner of ``problem`` can choose (read from its rules' tables): the
-    default's lines of code count these and only these (harness.planned_sources). Softmax: the
-    resident-bytes order, then smem, split and the online fallback (_softmax_auto); GEMM: the
-    tiled kernel (with its split-K reduction when GEMM["tiled_splitk"]), ws split-K, ping-pong, ws
-    and B repacked for TMA (_gemm_auto)."""
-    if problem == "vector_add":
-        return ("unmasked",)
-    if problem == "softmax":
-        return tuple(dict.fromkeys((*SOFTMAX["order"], "smem", "split", "online")))
-    if problem == "gemm_epilogue":
-        return ("tiled", "splitk", "pingpong", "ws", "repack")
-    raise ValueError(f"problem: {problem!r} has no CUDA planner")
 
 # ---------------------------------------------------------------------------------------------------
 # kernel instances (the module's table and NVRTC's name expressions) and argument signatures

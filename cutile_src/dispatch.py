@@ -16,7 +16,7 @@ H200_SMS = 132
 # checks their SASS) and are registered as their own ids (cutile:gemm_epilogue_pack,
 # cutile:softmax_online_flat, cutile:softmax_rows_tma, cutile:softmax_online_tma), but have not
 # yet run on a GPU: scripts/gpu_cutile.py verifies and times them; flip an entry to True when it
-# has passed there (the default's plan and reachable() follow).
+# has passed there (the default's plan, and so its lines of code, follow).
 GPU_VERIFIED = {"pack": False, "online_flat": False, "rows_tma": False, "online_tma": False}
 
 # -- vector add: elements a program's tile moves, by element size ------------------------------
@@ -80,20 +80,6 @@ def _pow2_at_least(n: int) -> int:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose (``plan_*``'s ``variant``): the
-    default's lines of code count these and only these (harness.planned_sources)."""
-    if problem == "vector_add":
-        return ("unmasked",)
-    if problem == "softmax":
-        rows = "rows_tma" if GPU_VERIFIED["rows_tma"] else "rows"
-        online = "online_tma" if GPU_VERIFIED["online_tma"] else "online"
-        return (rows, online) + (("online_flat",) if GPU_VERIFIED["online_flat"] else ())
-    if problem == "gemm_epilogue":
-        return ("tiled", "splitk") + (("pack",) if GPU_VERIFIED["pack"] else ())
-    raise ValueError(f"problem: {problem!r} has no cuTile planner")
 
 
 # -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------

@@ -307,19 +307,6 @@ def plan_smem(M: int, N: int, esize: int, sms: int, cluster: int | None = None) 
             "ctas_per_sm": min(per_sm_ctas, 2048 // threads)}
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose unforced (``plan_softmax``'s kernels,
-    ``plan_gemm``'s schedules): the default's lines of code count these and only these
-    (harness.planned_sources)."""
-    if problem == "vector_add":
-        return ("unmasked",)
-    if problem == "softmax":
-        return ("rows", "block") + (("smem",) if SOFTMAX_SMEM_DEFAULT else ()) + ("split", "simple")
-    if problem == "gemm_epilogue":
-        return tuple(dict.fromkeys(t[0] for t in GEMM_TILES))
-    raise ValueError(f"problem: {problem!r} has no CuTe DSL planner")
-
-
 # -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
 def _src(file: str, kernels: tuple, host: tuple = ()):
     from kltools.plan import Source

@@ -27,18 +27,6 @@ class Plan(NamedTuple):
     launch: object
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose (``softmax_choice``, ``gemm_choice``):
-    the default's lines of code count these and only these (harness.planned_sources)."""
-    if problem == "vector_add":
-        return ("unmasked",)
-    if problem == "softmax":
-        return ("rows", "block", "split", "smem", "online") + (("split_smem",) if SOFTMAX["split_smem"] else ())
-    if problem == "gemm_epilogue":
-        return ("tma", "tiled", "splitk")
-    raise ValueError(f"problem: {problem!r} has no Gluon planner")
-
-
 # -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ---------
 def _src(file: str, kernels: tuple, host: tuple = ("launch_spec",)):
     from kltools.plan import Source

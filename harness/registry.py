@@ -87,10 +87,10 @@ from kltools.plan import Source  # noqa: E402
 
 
 def planned_sources(variants, reachable, common=()) -> list[Source]:
-    """A default's Sources derived from its planner (the LOC rule, harness.loc): the Sources of
-    each variant in ``reachable`` -- the set the layer's dispatch says its planner can choose for
-    the problem (e.g. ``dispatch.reachable("softmax")``) -- then ``common`` (the host and planner
-    Sources every variant shares). A variant the planner can never choose is not counted.
+    """A default's Sources from a list of the variants it may run: the Sources of each variant in
+    ``reachable``, then ``common`` (the host and planner Sources every variant shares). What a
+    layer whose planner cannot be imported (its package missing) counts; a layer's default is
+    derived from its planner instead (``harness.planned``, harness/loc_plan.py).
 
     ``variants`` maps a variant name to its Source or Sources (a table of every variant the layer
     has); a reachable variant missing from it is a ValueError naming it."""

@@ -113,18 +113,6 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose (``Plan.variant`` of ``plan_*``): the
-    default's lines of code count these and only these (harness.planned_sources)."""
-    if problem == "vector_add":
-        return ("block",)
-    if problem == "softmax":
-        return ("rows", "online")
-    if problem == "gemm_epilogue":
-        return ("tiled", "splitk") if SPLITK_FEW_TILES else ("tiled",)
-    raise ValueError(f"problem: {problem!r} has no Helion planner")
-
-
 # -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
 def _src(file: str, *kernels: str):
     from kltools.plan import Source

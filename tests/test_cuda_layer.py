@@ -203,7 +203,7 @@ def test_default_softmax_rule_from_its_inputs(monkeypatch):
             seen.add(got)
     assert dispatch.plan_softmax("auto", 2, 5_000_000 * 2, "float32").info["path"] == _auto_rule(2, 10_000_000, "float32") == "online"
     seen.add("online")
-    assert seen == set(dispatch.reachable("softmax")), seen   # the paths it reaches are reachable's
+    assert seen == set(dispatch.VARIANTS["softmax"]), seen   # the paths it reaches are the words it plans among
     # the table decides: without the short-row block rule, the rows kernel takes 4096 columns
     monkeypatch.setitem(dispatch.SOFTMAX, "block_short_max_n", 0)
     assert dispatch.plan_softmax("auto", 32_768, 4096, "bfloat16").info["path"] == _auto_rule(32_768, 4096, "bfloat16")
@@ -310,7 +310,7 @@ def test_smem_word_for_a_cta_and_for_a_cluster():
         k = p.info["cluster"]
         assert p.info["path"] == "smem" and k >= 2 and p.plans[0].cluster == k, (M, N, dt, p.info)
         assert f"a cluster of C = {k} CTAs a row" in p.info["why"]
-    assert "cluster" not in dispatch.SOFTMAX_PATHS and "smem" in dispatch.reachable("softmax")
+    assert "cluster" not in dispatch.SOFTMAX_PATHS and "smem" in dispatch.VARIANTS["softmax"]
     ids = {i.id for i in registry.select(problem="softmax")}
     assert {"cuda:softmax_smem", "cupy:softmax_smem"} <= ids
     assert not {"cuda:softmax_cluster", "cupy:softmax_cluster"} & ids
@@ -318,7 +318,7 @@ def test_smem_word_for_a_cta_and_for_a_cluster():
     assert "cuda_src/softmax_smem.cu" in files and not (ROOT / "cuda_src" / "softmax_cluster.cu").exists()
     files = {s.path for s in registry.get("vector_add", "cuda:vector_add").sources}
     assert "cuda_src/vector_add_unmasked.cu" in files and not (ROOT / "cuda_src" / "vector_add_vec.cu").exists()
-    assert dispatch.reachable("vector_add") == ("unmasked",)
+    assert tuple(dispatch.VARIANTS["vector_add"]) == ("unmasked",)
     assert dispatch.plan_vector_add("auto", 1000, "float32").info["path"] == "unmasked"
 
 

@@ -244,7 +244,7 @@ def test_softmax_rule_from_its_inputs():
         assert c(4096, r, es) == "rows" and c(4096, r + 1, es) != "rows"
         assert c(4096, bmax, es) == "block" and c(4096, bmax + 1, es) in ("split", "online")
         assert c(64, longest, es) == "split" and c(64, longest + 1, es) == "online"
-    assert seen == set(dispatch.reachable("softmax")), seen   # every reachable variant, no other
+    assert seen == set(dispatch.VARIANTS["softmax"]), seen   # every variant it plans among, no other
 
 
 def test_softmax_split_values_per_thread():
@@ -839,7 +839,7 @@ def test_defaults_plan_within_other_gpus(gpu):
             assert dispatch.gemm_smem(cfg) <= limit, (gpu, case.id, variant, cfg)
         for case in problems.get("softmax").cases(suite):
             assert dispatch.softmax_choice(case.M, case.N, case.torch_dtype.itemsize, facts)[0] in \
-                dispatch.reachable("softmax")
+                dispatch.VARIANTS["softmax"]
         for case in problems.get("vector_add").cases(suite):
             assert dispatch.vector_add_choice(case.N, case.torch_dtype.itemsize)[0] == "unmasked"
 

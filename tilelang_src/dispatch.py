@@ -86,18 +86,6 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The kernels the planner of ``problem`` can choose unforced (``plan_*``'s ``kernel``): the
-    default's lines of code count these and only these (harness.planned_sources)."""
-    if problem == "vector_add":
-        return ("unmasked", "simple")
-    if problem == "softmax":
-        return ("rows", "split", "smem", "online")
-    if problem == "gemm_epilogue":
-        return ("tma", "tiled", "splitk")
-    raise ValueError(f"problem: {problem!r} has no TileLang planner")
-
-
 def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector: bool = False,
                  aligned: bool = False) -> dict:
     """rows: whole rows in registers (cols = the power of two >= N, ``elems_per_thread`` fp32

@@ -226,19 +226,6 @@ def plan(problem: str, facts):
 
 
 # -- vector add --------------------------------------------------------------------------------
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose (``vector_add_choice``,
-    ``softmax_choice``, ``gemm_choice``): the default's lines of code count these and only these
-    (harness.planned_sources); tests/test_triton_layer.py checks the choices against it."""
-    if problem == "vector_add":
-        return ("unmasked",)
-    if problem == "softmax":
-        return ("rows", "block", "split", "online")
-    if problem == "gemm_epilogue":
-        return ("tiled", "tma", "splitk") + (("plain",) if GEMM["plain_unaligned"] else ())
-    raise ValueError(f"problem: {problem!r} has no Triton planner")
-
-
 def vector_add_choice(n: int, elem_size: int) -> tuple[str, dict]:
     from . import vector_add_unmasked as V
     return "unmasked", V.config(n, elem_size, VECTOR_ADD["bytes_per_thread"], VECTOR_ADD["num_warps"])
