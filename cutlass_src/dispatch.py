@@ -112,8 +112,9 @@ def gemm_time_us(M: int, N: int, K: int, tm: int, tn: int, weight: float, splits
 
 
 def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
-              min_splits: int = 1, tma: bool = True) -> dict:
-    """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
+              min_splits: int = 1, tma: bool = True, probe: bool = True) -> dict:
+    """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM
+    (``probe=False``: the resident clusters from ``sms`` alone, no GPU asked: ``plan``).
 
     ``widths``: the widest access (elements) A's, B's and C's rows allow; 8 (16 bytes) means TMA,
     else A and B load by GEMM_RAGGED_LOAD and C stores by a predicated copy of that width
@@ -157,7 +158,7 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
             and tiles >= GEMM_CLUSTER_MIN_WAVES * sms):
         cluster_m = 2
     return {"schedule": sched, "tile": [tm, tn], "cluster_m": cluster_m, "splits": splits,
-            "loads": list(loads), "max_clusters": max_clusters(cluster_m), "tiles": tiles,
+            "loads": list(loads), "max_clusters": max_clusters(cluster_m) if probe else sms // cluster_m, "tiles": tiles,
             "waves": round(tiles * splits / sms, 3)}
 
 
@@ -369,7 +370,7 @@ def plan(problem: str, facts):
     if problem == "softmax":
         cfg = plan_softmax(facts.M, facts.N, facts.esize, facts.rows16("x", "out"), sms)
         return make_plan(problem, cfg["kernel"], VARIANTS, cfg)
-    cfg = plan_gemm(facts.M, facts.N, facts.K, _widths(facts), sms)
+    cfg = plan_gemm(facts.M, facts.N, facts.K, _widths(facts), sms, probe=False)
     modes = (("splitk",) if cfg["splits"] > 1 else ()) + (("tiled",) if set(cfg["loads"]) - {"tma"} else ())
     srcs = VARIANTS[problem][cfg["schedule"]] + tuple(s for m in modes for s in GEMM_MODES[m])
     return make_plan(problem, cfg["schedule"], VARIANTS, cfg, sources=srcs)

@@ -177,3 +177,17 @@ def test_facts_read_sizes_and_reject_unknown_ones():
     with pytest.raises(AttributeError):
         f.K
     assert Device(name="other", sms=78) != H200
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_plan_asks_no_gpu(layer, monkeypatch):
+    """``plan`` reads the facts' device, never the machine's: its answer (and so the lines of code
+    derived from it) is the same with and without a GPU."""
+    import torch
+    d = planner(layer)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("is_available") or False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: asked.append("device_count") or 0)
+    for problem, case in all_cases():
+        d.plan(problem, case_facts(case))
+    assert not asked, asked
