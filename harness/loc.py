@@ -230,7 +230,7 @@ def _count_impl(impl, sources, root, explain: bool) -> dict:
             if not mine:
                 continue
             seen |= {(f, n) for n in mine}
-            rows.append((_display(f, root), first, last, col, unit, why, len(mine)))
+            rows.append((_display(f, root), first, last, col, unit, why, len(mine), sorted(mine)))
         out["spans"] = rows
     return out
 
@@ -246,15 +246,21 @@ def _derived(impl) -> dict:
     return impl.sources.derived(impl.layer)
 
 
-def explain_text(impl, root: Path | str = REPO_ROOT) -> str:
-    """``loc IMPL --explain``: every counted span, its column and why it counts, then the sums."""
+def explain_text(impl, root: Path | str = REPO_ROOT, lines: bool = False) -> str:
+    """``loc IMPL --explain``: every counted span, its column and why it counts, then the sums;
+    ``lines``: under each span, every counted line with its number and text."""
     c = count_impl(impl, root, explain=True)
     if c["kernel"] is None:
         return f"{impl.id}: no sources registered (a library call): no lines counted"
     out = [f"{impl.id} ({impl.problem}, {impl.role}): kernel {c['kernel']} / host {c['host']} / "
            f"plan {c['plan']}"]
-    for f, first, last, col, unit, why, n in sorted(c["spans"], key=lambda r: (r[3], r[0], r[1])):
+    if c.get("choices"):
+        out.append("  plan() over every suite's case: " + ", ".join(f"{w} {n}" for w, n in sorted(c["choices"].items())))
+    for f, first, last, col, unit, why, n, nums in sorted(c["spans"], key=lambda r: (r[3], r[0], r[1])):
         out.append(f"  {f}:{first}-{last}  {col:6s} {n:4d}  {unit}: {why}")
+        if lines:
+            text = _resolve(f, root).read_text(encoding="utf-8", errors="replace").splitlines()
+            out += [f"      {k:5d}  {text[k - 1]}" for k in nums]
     return "\n".join(out)
 
 
@@ -265,6 +271,7 @@ def add_parser(subparsers):
     p.add_argument("impl", nargs="+", help="implementation id layer:name (several allowed)")
     p.add_argument("--problem", default=None, help="needed when the id exists for several problems")
     p.add_argument("--explain", action="store_true", help="every counted span, its column and why")
+    p.add_argument("--lines", action="store_true", help="with --explain: every counted line, under its span")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE")
     p.set_defaults(func=_main)
     return p
@@ -280,7 +287,7 @@ def _main(args) -> int:
                              + (f" for problem {args.problem!r}" if args.problem else ""))
         for impl in impls:
             if args.explain:
-                print(explain_text(impl))
+                print(explain_text(impl, lines=args.lines))
             else:
                 c = count_impl(impl)
                 print(f"{impl.id} ({impl.problem}): kernel {c['kernel']} / host {c['host']} / plan {c['plan']}")

@@ -415,7 +415,7 @@ def _counted_text(impl):
     from harness.loc import REPO_ROOT
     c = count_impl(impl, explain=True)
     per_file: dict[str, set[int]] = {}
-    for f, first, last, _col, _unit, _why, _n in c.get("spans", []):
+    for f, first, last, *_ in c.get("spans", []):
         per_file.setdefault(f, set()).update(range(first, last + 1))
     for f, lines in per_file.items():
         text = (REPO_ROOT / f).read_text().splitlines()
@@ -642,3 +642,17 @@ def test_the_cuda_launcher_counts_for_cuda_as_cupys_for_cupy():
     assert "backends/cupy_layer.py" in explain_text(registry.get("softmax", "cupy:softmax"))
 
 
+
+
+def test_explain_lists_every_counted_line_with_its_reason():
+    """``loc IMPL --explain --lines``: every counted line is printed, under the span (and reason)
+    that counts it, and the printed lines add up to the columns."""
+    from harness import registry
+    from harness.loc import explain_text
+    impl = registry.get("softmax", "cutile:softmax")
+    c = count_impl(impl, explain=True)
+    text = explain_text(impl, lines=True)
+    counted = [ln for ln in text.splitlines() if ln.startswith("      ")]
+    assert len(counted) == c["kernel"] + c["host"] + c["plan"]
+    assert "plan() over every suite's case: online" in text
+    assert any("def softmax_online_kernel" in ln for ln in counted)
