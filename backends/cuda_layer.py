@@ -504,9 +504,6 @@ HOST = Source("backends/cuda_layer.py", kernels=(), host=("make_launcher", "buil
 #: what every row of the layer runs to launch a plan: the binding above (Python) and the module's
 #: generic launcher it calls (C++, bindings.cpp): the host column of every cuda:* row
 LAUNCHER = [HOST, Source("cuda_src/bindings.cpp", kernels=(), host=("Launch", "lookup", "set_attributes", "encode_tma"))]
-#: each problem's planner entry (the plan column of a default; a module a problem, harness.loc)
-PLANNER = {p: Source(f"cuda_src/dispatch_{p}.py", kernels=(), host=(f"plan_{'gemm' if p == 'gemm_epilogue' else p}",))
-           for p in ("vector_add", "softmax", "gemm_epilogue")}
 
 SOFTMAX_KERNEL = {"simple": ("softmax.cu", "softmax_simple_kernel"), "warp": ("softmax_warp.cu", "softmax_warp_kernel"),
                   "block": ("softmax_block.cu", "softmax_block_kernel"),

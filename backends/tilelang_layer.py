@@ -10,7 +10,7 @@ writes the generated CUDA source and PTX.
 """
 from __future__ import annotations
 
-from harness import Source, planned, planned_sources, register
+from harness import Source, planned, register
 from tilelang_src import dispatch as _plans   # plain Python: the defaults' planner (harness.planned)
 from harness.errors import Unsupported
 from harness.registry import describe_layer
