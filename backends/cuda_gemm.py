@@ -18,6 +18,9 @@ Rows:
   the same algorithm, so no id of its own.)
 - ``cuda:gemm_epilogue_splitk``: the ws kernel with K split across CTAs (fp32 workspace from
   prepare) and the reduction kernel of ``gemm_epilogue_splitk.cu`` that applies bias + activation once.
+- ``cuda:gemm_epilogue_next`` (a candidate, not yet run on a GPU): the default with the switches of
+  ``dispatch_gemm.GEMM_NEXT`` on (operands TMA cannot read staged to 16-byte rows, ping-pong's plain
+  stores for any C, the tiled kernel's tile rows by SM load).
 """
 from __future__ import annotations
 
@@ -89,7 +92,7 @@ def _supports(path: str):
     def supports(case):
         if case.dtype not in ("float16", "bfloat16"):
             return f"fp16/bf16 only (got {case.dtype})"
-        if path == "auto":
+        if path in ("auto", "next"):
             return None
         try:
             case_gemm(path, case)
@@ -152,9 +155,15 @@ SOURCES = {
 
 def sources(path: str, hosts) -> list:
     """A row's Sources: the default's derived from its planner (harness.planned: the kernels
-    dispatch.plan launches over the suites' cases, B's repacking included), else the path's
-    kernels; then ``hosts`` (the launcher)."""
-    return planned(dispatch.plan, "gemm_epilogue", hosts) if path == "auto" else SOURCES[path] + list(hosts)
+    dispatch.plan launches over the suites' cases, B's repacking included); the candidate
+    ``next`` (the default with its pending switches on) every path's kernels, B's repacking and
+    staging included; else the path's kernels; then ``hosts`` (the launcher)."""
+    if path == "auto":
+        return planned(dispatch.plan, "gemm_epilogue", hosts)
+    if path == "next":
+        return [s for k in ("tiled", "ws", "splitk", "pingpong") for s in SOURCES[k]] + \
+            [_src("gemm_epilogue_ws.cu", "gemm_pad_rows_kernel", "gemm_stage_rows_kernel")] + list(hosts)
+    return SOURCES[path] + list(hosts)
 
 DESCRIPTIONS = {
     "auto": "planner's rules: small M tiled mma.sync + split-K filling the SMs' resident CTAs, ping-pong where "
@@ -167,12 +176,19 @@ DESCRIPTIONS = {
                 "TMA-store epilogue overlapping the other WG's wgmma, persistent, fused bias+act",
     "splitk": "Hopper ws kernel 128x128 with K split across CTAs (fp32 partials in a workspace), then one "
               "reduction kernel applies bias + activation",
+    "next": "candidate, not yet run on a GPU: the default with its pending switches on (unaligned A / B staged "
+            "to 16-byte rows for the TMA kernels, ping-pong's plain 16-byte stores for any C, tiled tile rows "
+            "by SM load)",
 }
 ROWS = (("auto", "gemm_epilogue"), ("simple", "gemm_epilogue_simple"), ("tiled", "gemm_epilogue_tiled"),
         ("ws", "gemm_epilogue_ws"), ("pingpong", "gemm_epilogue_pingpong"),
         ("splitk", "gemm_epilogue_splitk"))
 
-for _path, _name in ROWS:
+#: built, not yet run on a GPU: reached by the layer's GPU check (registry.get(..., candidates=True))
+CANDIDATE_ROWS = (("next", "gemm_epilogue_next"),)
+
+for _path, _name in ROWS + CANDIDATE_ROWS:
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
              sources=sources(_path, LAUNCHER), devices=("cuda",), available=available,
-             supports=_supports(_path), compile_only=_compile_only(_path))(_prepare(_path))
+             supports=_supports(_path), compile_only=_compile_only(_path),
+             candidate=(_path, _name) in CANDIDATE_ROWS)(_prepare(_path))

@@ -421,7 +421,7 @@ _register_vector_add("auto", "vector_add", "grid-stride, 16-byte loads, scalar h
 _register_vector_add("simple", "vector_add_simple", "teaching twin: one element per thread, grid-stride loop")
 
 
-def _register_gemm(path: str, name: str):
+def _register_gemm(path: str, name: str, candidate: bool = False):
     base = cuda_gemm._supports(path)
 
     def supports(case):
@@ -435,10 +435,11 @@ def _register_gemm(path: str, name: str):
 
     @register(problem="gemm_epilogue", layer="cupy", name=name, description="NVRTC of cuda_src: " +
               cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.sources(path, [HOST]),
-              devices=("cuda",), available=available, supports=supports, compile_only=compile_only)
+              devices=("cuda",), available=available, supports=supports, compile_only=compile_only,
+              candidate=candidate)
     def prepare(case, inputs, out):
         _require()
-        if (why := supports(case)) and path != "auto":
+        if (why := supports(case)) and path not in ("auto", "next"):
             raise Unsupported(why)
         a, b, bias, act = cuda_gemm.check_gemm(case, inputs, out)
         di = dev_index(a)
@@ -455,3 +456,5 @@ def _register_gemm(path: str, name: str):
 
 for _path, _name in cuda_gemm.ROWS:
     _register_gemm(_path, _name)
+for _path, _name in cuda_gemm.CANDIDATE_ROWS:
+    _register_gemm(_path, _name, candidate=True)

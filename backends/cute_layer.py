@@ -317,11 +317,10 @@ _GEMM_VARIANTS = {
 
 
 def _gemm_impl(variant: str | None):
-    opts = _GEMM_VARIANTS[variant]
-
     def plan_for(M, N, K, widths):
         from cutlass_src import dispatch
 
+        opts = dispatch.GEMM_NEXT if variant == "next" else _GEMM_VARIANTS[variant]
         return dispatch.plan_gemm(M, N, K, widths, **opts)
 
     def supports(case):
@@ -373,7 +372,7 @@ _TILED = Source(src(C, "gemm_epilogue_tiled.py"),
 _GEMM_EPI = Source(src(C, "epilogue.py"), kernels=("bias_act", "gelu_tanh"), host=("act_code",))
 _GEMM_HOST = [Source(src(C, "gemm_launch.py"), kernels=(), host=("prepare_gemm", "compile_gemm", "workspace",
                                                                  "validate", "operand_widths")),
-              Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))]
+              Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm", "plan_search"))]
 _WS = Source(src(C, "gemm_epilogue_ws.py"), kernels=("GemmWS.kernel",))
 _PP = Source(src(C, "gemm_epilogue_pingpong.py"), kernels=("GemmPingpong.kernel", "GemmPingpong.step_over"))
 # the default's: the schedules (with split-K's fix-up and the predicated copies) its planner
@@ -399,6 +398,15 @@ for _name, _variant, _desc, _srcs in (
     _sup, _co, _prep = _gemm_impl(_variant)
     register(problem="gemm_epilogue", layer="cute", name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)
+
+# a candidate (not yet run on a GPU): the default with dispatch.GEMM_NEXT's switches on
+_sup, _co, _prep = _gemm_impl("next")
+register(problem="gemm_epilogue", layer="cute", name="gemm_epilogue_next", candidate=True,
+         description="candidate, not yet run on a GPU: the default with its pending switches on (A / B rows TMA "
+                     "cannot read copied to 16-byte rows, then TMA loads)",
+         sources=_GEMM_SRC + [Source(src(C, "gemm_stage.py"), kernels=("StageRows.kernel",),
+                                     host=("stage_launch", "compile_stage", "staged"))],
+         devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)
 
 
 def _gemm_simple_compile_only(case):

@@ -392,8 +392,11 @@ def _gemm_specs(variant, case):
                                 "stride_bk": b.stride(0), "stride_cm": out.stride(0), "BLOCK_M": BM,
                                 "BLOCK_N": BN, "BLOCK_K": BK, "HAS_BIAS": bias is not None, "ACT": ACTS[act]},
                                {"num_warps": 4})]
-    if variant == "default":
-        variant, cfg = dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200)
+    if variant in ("default", "next"):
+        G = {**dispatch.GEMM, **dispatch.GEMM_NEXT} if variant == "next" else dispatch.GEMM
+        copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
+        variant, cfg = dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200,
+                                            copies, G)
     else:
         cfg = _gemm_cfg(variant, case.M, case.N, case.K, H200)
     ws = None
@@ -429,8 +432,9 @@ def _gemm_prepare(variant):
             raise ValueError(f"act: must be one of {', '.join(ACTS)}, got {act!r}")
         if variant == "simple":
             return _twin(gemm_simple.gemm_epilogue, a, b, bias, act, out)
-        if variant == "default":
-            return _planned(lambda: dispatch.plan_gemm(a, b, bias, act, out))
+        if variant in ("default", "next"):
+            G = {**dispatch.GEMM, **dispatch.GEMM_NEXT} if variant == "next" else dispatch.GEMM
+            return _planned(lambda: dispatch.plan_gemm(a, b, bias, act, out, G))
 
         def make():
             if variant in ("tma", "splitk") and (why := gemm_tma.check(a, b, out)):
@@ -478,12 +482,19 @@ _GEMM = {
               "double-buffered NVMMA shared memory, async wgmma; any shape",
               [_GEMM_SRC["tiled"], _GEMM_SRC["epilogue"]]),
 }
+# a candidate (not yet run on a GPU): the default with dispatch.GEMM_NEXT's switches on
+_GEMM["next"] = ("gemm_epilogue_next", "candidate, not yet run on a GPU: the default with its pending switches "
+                 "on (A / B rows TMA cannot read copied to 16-byte rows, then the tma kernel, C stored from "
+                 "registers where TMA cannot write it)",
+                 _GEMM["default"][2] + [Source("gluon_src/gemm_epilogue_tma.py", kernels=("stage_rows_kernel",),
+                                               host=("staged_specs", "stage_spec", "staged"))])
 
 for _variant, (_name, _desc, _sources) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_sources,
              devices=("cuda",), available=available,
              supports=None if _variant == "simple" else _gemm_supports(_variant),
-             compile_only=_gemm_compile(_variant) if triton else None)(_gemm_prepare(_variant))
+             compile_only=_gemm_compile(_variant) if triton else None,
+             candidate=_variant == "next")(_gemm_prepare(_variant))
 
 
 def _artifacts(impl, case, art):

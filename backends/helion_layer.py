@@ -4,7 +4,10 @@ Ids: ``helion:<problem>`` the default (``helion_src/dispatch.py`` picks the kern
 configuration by rules over shape classes; the kernels take runtime sizes, so one compile serves a
 class), ``helion:<problem>_simple`` the teaching twin (the plain Helion kernel with Helion's default
 configuration and its default static shapes: one compile per shape), ``helion:softmax_online`` the
-online softmax variant with Helion's default configuration.
+online softmax variant with Helion's default configuration, ``helion:gemm_epilogue_splitk``
+split-K on every case. Candidates (``register(candidate=True)``, reached by the GPU checks):
+``helion:softmax_next`` and ``helion:gemm_epilogue_next``, the default with dispatch's pending
+switches (SOFTMAX_NEXT, GEMM_NEXT) on.
 
 Nothing here autotunes: every kernel is declared with ``autotune_effort="none"`` and the default's
 configuration comes from dispatch (``scripts/tune_helion.py`` is the offline autotuner).
@@ -40,10 +43,10 @@ H = "helion_src"
 try:
     import helion
     import helion_src  # noqa: F401
-    from helion_src import dispatch, tuned
+    from helion_src import dispatch, frame, tuned
     from helion_src import gemm_epilogue as gemm_simple
     from helion_src import softmax as softmax_simple
-    from helion_src import gemm_epilogue_splitk, softmax_online
+    from helion_src import softmax_online
     from helion_src import vector_add as va_simple
     _IMPORT_ERROR = None
 except Exception as e:  # pragma: no cover - depends on the machine
@@ -163,17 +166,21 @@ def _meta_args(problem, case):
     return (a, b, bias, torch.empty(case.M, case.N, dtype=dt, device="meta"), case.params.get("act", "relu"))
 
 
-def plan_for(problem, args):
-    """dispatch's plan for these kernel arguments."""
+def plan_for(problem, args, pending: bool = False):
+    """dispatch's plan for these kernel arguments (``pending``: with the pending rules on, the
+    candidates ``helion:<problem>_next``)."""
     if problem == "vector_add":
         x = args[0]
         return dispatch.plan_vector_add(x.numel(), x.element_size())
     if problem == "softmax":
-        x = args[0]
-        return dispatch.softmax_planner()(x.shape[0], x.shape[1], x.element_size())
+        x, out = args
+        planner = dispatch.softmax_planner(pending)
+        facts = ({"framed": frame.frame_args(x, out) is not None, "sms": _sms(x)}
+                 if planner is dispatch.plan_softmax_next else {})
+        return planner(x.shape[0], x.shape[1], x.element_size(), **facts)
     a, b = args[0], args[1]
-    return dispatch.gemm_planner()(a.shape[0], b.shape[1], a.shape[1], a.element_size(),
-                              aligned=all(_rows16(t) for t in (a, b)), sms=_sms(a))
+    return dispatch.gemm_planner(pending)(a.shape[0], b.shape[1], a.shape[1], a.element_size(),
+                                          aligned=all(_rows16(t) for t in (a, b)), sms=_sms(a))
 
 
 def _rows16(t) -> bool:
@@ -207,17 +214,26 @@ def _config_dict(config) -> dict:
 
 
 @contextlib.contextmanager
-def _sms_of_h200():
-    """On meta tensors (compile-only) or CPU tensors (the interpreter) a persistent kernel's host
-    code asks for the SM count of a device there is not: the H200's 132, for which the CPU mode
-    compiles."""
+def _as_h200(args):
+    """Without a GPU, Helion is asked about the H200 the CPU mode compiles for: on meta tensors
+    (compile-only) or CPU tensors (the interpreter) a persistent kernel's host code asks for the
+    SM count (132); on meta tensors, whether the device has TMA (Helion asks the current CUDA
+    device; sm_90 has it), so that tensor-descriptor indexing is generated as on the H200. The
+    interpreter keeps Helion's own answer (pointer indexing)."""
+    import helion._compat as compat
     import helion.runtime as rt
-    orig = rt.get_num_sm
+    tensors = [t for t in args if isinstance(t, torch.Tensor)]
+    if all(t.device.type == "cuda" for t in tensors):
+        yield
+        return
+    orig, orig_td = rt.get_num_sm, compat._supports_tensor_descriptor
     rt.get_num_sm = lambda device, *a, **k: orig(device, *a, **k) if device.type == "cuda" else 132
+    if any(t.device.type == "meta" for t in tensors):
+        compat._supports_tensor_descriptor = lambda: True
     try:
         yield
     finally:
-        rt.get_num_sm = orig
+        rt.get_num_sm, compat._supports_tensor_descriptor = orig, orig_td
 
 
 def _record(compiled, args):
@@ -228,8 +244,7 @@ def _record(compiled, args):
     def launcher(kernel, grid, *kargs, **options):
         seen.append((kernel, tuple(grid), kargs, options))
 
-    meta = any(isinstance(t, torch.Tensor) and t.device.type != "cuda" for t in args)
-    with _sms_of_h200() if meta else contextlib.nullcontext():
+    with _as_h200(args):
         compiled(*args, _launcher=launcher)
     if len(seen) != 1:
         raise RuntimeError(f"Helion's host code launched {len(seen)} kernels; one expected")
@@ -289,7 +304,7 @@ def _spec(recorded):
 
 def generated(kernel, args, cfg: dict | None):
     """(bound kernel, Config, generated Triton source) for ``args`` and ``cfg``."""
-    with _quiet():
+    with _quiet(), _as_h200(args):
         bound = kernel.bind(tuple(args))
         config = _config(bound, cfg)
         code = bound.to_triton_code(config)
@@ -302,7 +317,7 @@ def _compile_facts(kernel, args, cfg: dict | None, keep_ptx: bool = False, **ext
     from backends.triton_layer import compile_spec
     t0 = time.perf_counter()
     bound, config, code = generated(kernel, args, cfg)
-    with _quiet():
+    with _quiet(), _as_h200(args):
         compiled = bound.compile_config(config, allow_print=False)
     spec = _spec(_record(compiled, args))
     helion_s = time.perf_counter() - t0
@@ -322,6 +337,8 @@ def _launch_default(kernel, args, cfg: dict):
     """Compile ``kernel`` for ``cfg`` and bind its one Triton launch (see the module docstring)."""
     from triton_src.runtime import bind
     t0 = time.perf_counter()
+    if cfg.get("indexing") == "tensor_descriptor":
+        _descriptor_allocator()
     with _quiet():
         bound = kernel.bind(tuple(args))
         config = helion.Config(**cfg)
@@ -339,6 +356,18 @@ def _launch_default(kernel, args, cfg: dict):
     launch.info = {"compile_s": round(secs, 3), "config": _config_dict(config), "grid": list(spec.grid),
                    **facts}
     return launch
+
+
+def _descriptor_allocator() -> None:
+    """Tensor descriptors made on the device need scratch memory from Triton's allocator, which
+    Helion's own launcher installs on its first launch; the default launches Triton's launcher
+    directly, so it installs one (torch's caching allocator) where none is set."""
+    import triton
+    from triton.runtime import _allocation
+    current = _allocation._allocator
+    current = current.get() if hasattr(current, "get") else current
+    if isinstance(current, _allocation.NullAllocator):
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
 def _sync(t) -> None:
@@ -378,20 +407,13 @@ def _args(problem, case, inputs, out):
     return (a, b, bias, out, act)
 
 
-def _prepare_default(problem):
+def _prepare_default(problem, pending: bool = False):
     def prepare(case, inputs, out):
         _need_import()
         _check_device(inputs)
         args = _args(problem, case, inputs, out)
-        plan = plan_for(problem, args)
-        if plan.epilogue is not None:
-            return _launch_splitk(plan, args)
-        if plan.pieces is not None:
-            return _launch_pieces(plan, args)
-        launch = _launch_default(plan.kernel, args, plan.config)
-        launch.info.update(variant=plan.variant, rule=plan.rule)
-        return launch
-    prepare.__name__ = f"prepare_{problem}"
+        return _launch_plan(plan_for(problem, args, pending), args)
+    prepare.__name__ = f"prepare_{problem}{'_next' if pending else ''}"
     return prepare
 
 
@@ -405,16 +427,11 @@ def _prepare_simple(problem, kernel_of):
     return prepare
 
 
-def _compile_default(problem):
+def _compile_default(problem, pending: bool = False):
     def compile_only(case):
         _need_import()
         args = _meta_args(problem, case)
-        plan = plan_for(problem, args)
-        if plan.epilogue is not None:
-            return _splitk_compile_only(case, plan)
-        if plan.pieces is not None:
-            return _pieces_compile_only(plan, args)
-        return _compile_facts(plan.kernel, args, plan.config, variant=plan.variant, rule=plan.rule)
+        return _plan_compile_only(plan_for(problem, args, pending), args)
     return compile_only
 
 
@@ -450,15 +467,10 @@ def helion_artifacts(impl, case, art) -> None:
     art.write("compile_facts.json", json.dumps(facts, indent=2, default=str))
 
 
-def _code_default(problem):
+def _code_default(problem, pending: bool = False):
     def hook(case):
         args = _meta_args(problem, case)
-        plan = plan_for(problem, args)
-        if plan.epilogue is not None:
-            return _splitk_code(case, plan)
-        if plan.pieces is not None:
-            return [(plan.kernel, a, plan.config) for a in _piece_args(plan, args)]
-        return plan.kernel, args, plan.config
+        return _launches(plan_for(problem, args, pending), args)
     return hook
 
 
@@ -483,9 +495,8 @@ def _default_sources(problem, variants):
     """The default's Sources, derived from its planner (``harness.planned``), then the runtime-size
     kernels' wrapper; every variant (and the planner the switches select) when Helion cannot be
     imported."""
-    binders = ("_launch_default", "_launch_pieces") if problem == "vector_add" else ("_launch_default",)
     common = [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
-              Source("backends/helion_layer.py", kernels=(), host=binders)]   # the binding of a plan
+              Source("backends/helion_layer.py", kernels=(), host=("_launch_plan",))]   # the binding of a plan
     if helion:
         return planned(dispatch.plan, problem, common)
     return planned_sources(variants, tuple(variants), common + [_plan_source(problem)])
@@ -526,8 +537,25 @@ def _twin_kernel(problem):
     return mod
 
 
+# the variants of the pending planners (dispatch.SOFTMAX_NEXT, GEMM_NEXT): the frame kernels beside
+# the kernels they fall back to, and split; the GEMM's variants are the same kernels
+_NEXT_VARIANTS = {
+    "softmax": {"rows": (("softmax.py", "softmax"), ("softmax_rows.py", "softmax_rows")),
+                "online": (("softmax_online.py", "softmax_online"),
+                           ("softmax_online_frame.py", "softmax_online_frame")),
+                "split": (("softmax_split.py", "softmax_split_stats"), ("softmax_split.py", "softmax_split_norm"))},
+}
+
+
+def _variant_sources(problem, pending: bool = False) -> dict:
+    """{variant: [Source]} of the planner the default (``pending``: the ``_next`` candidate) calls."""
+    on = pending or (helion is not None and {"softmax": dispatch.SOFTMAX_NEXT}.get(problem, False))
+    table = _NEXT_VARIANTS[problem] if on and problem in _NEXT_VARIANTS else _PROBLEMS[problem][2]
+    return {v: [Source(src(H, f), kernels=(k,), host=()) for f, k in fks] for v, fks in table.items()}
+
+
 for _p, (_file, _kname, _variants, _desc) in _PROBLEMS.items():
-    _vsrc = {v: [Source(src(H, f), kernels=(k,), host=()) for f, k in fks] for v, fks in _variants.items()}
+    _vsrc = _variant_sources(_p)
     register(problem=_p, layer=LAYER, name=_p, description=_desc,
              sources=_default_sources(_p, _vsrc),
              devices=("cuda",), available=available,
@@ -549,43 +577,80 @@ register(problem="softmax", layer=LAYER, name="softmax_online",
          helion_code=_code_simple("softmax", lambda: softmax_online.softmax_online))(
     _prepare_simple("softmax", lambda: softmax_online.softmax_online))
 
+_NEXT_DESC = {
+    "softmax": "every row in the aligned frame (16-byte accesses on any row length and stride), short "
+               "rows packed to 2048 positions a program, few long rows split across programs",
+    "gemm_epilogue": "TMA for 16-byte rows, the tile with the least work on the busiest SM, one row tile "
+                     "for few rows, split-K by the SMs the tiles leave idle",
+}
+if helion is not None:
+    for _p, _what in _NEXT_DESC.items():
+        _vsrc = _variant_sources(_p, pending=True)
+        _planner = dispatch.softmax_planner if _p == "softmax" else dispatch.gemm_planner
+        register(problem=_p, layer=LAYER, name=f"{_p}_next", candidate=True,
+                 description=f"the default with dispatch's pending rules on: {_what} (not yet run on a GPU)",
+                 sources=planned_sources(_vsrc, tuple(_vsrc),
+                                         [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
+                                          Source(src(H, "dispatch.py"), kernels=(), host=(_planner(True).__name__,))]),
+                 devices=("cuda",), available=available, compile_only=_compile_default(_p, True),
+                 helion_code=_code_default(_p, True))(_prepare_default(_p, True))
 
-# -- vector add in pieces: a body of whole blocks (a length Triton knows to be a multiple of 16),
-# then the tail (dispatch.vector_add_pieces says why) ------------------------------------------
-def _piece_args(plan, args):
-    return [tuple(t[lo:hi] for t in args) for lo, hi in plan.pieces]
+
+# -- a plan's launches: one kernel; the pieces of a vector add (a body of whole blocks, a length
+# Triton knows to be a multiple of 16, then the tail: dispatch.vector_add_pieces says why); the
+# frame kernels' arguments (helion_src/frame.py); the two kernels of split and split-K with
+# their workspace ------------------------------------------------------------------------------
+def _launches(plan, args) -> list[tuple]:
+    """(kernel, kernel arguments, configuration) of each launch of ``plan`` on ``args``, in order."""
+    if plan.pieces is not None:
+        return [(plan.kernel, tuple(t[lo:hi] for t in args), plan.config) for lo, hi in plan.pieces]
+    if plan.variant == "splitk":
+        a, b, bias, out, act = args
+        chunks = -(-a.shape[1] // plan.config["block_sizes"][2])
+        # one fp32 [M, N] slice per K chunk, every element written before it is read: no zeroing
+        ws = torch.empty((chunks, *out.shape), dtype=torch.float32, device=out.device)
+        return [(plan.kernel, (a, b, ws), plan.config), (plan.epilogue[0], (ws, bias, out, act), plan.epilogue[1])]
+    if plan.frame is None:
+        return [(plan.kernel, args, plan.config)]
+    x, out = args
+    f, (m, n) = frame.frame_args(x, out), x.shape
+    if plan.variant == "split":
+        chunk, chunks = plan.frame["chunk_groups"], plan.frame["chunks"]
+        wmax, wsum = (torch.empty(m, chunks, dtype=torch.float32, device=x.device) for _ in range(2))
+        return [(plan.kernel, (f["xf"], wmax, wsum, n, f["sx"], f["lx"], chunk, f["v"]), plan.config),
+                (plan.epilogue[0], (f["xf"], f["of"], wmax, wsum, n, f["sx"], f["so"], f["lx"], f["lo"], chunk,
+                                    f["v"]), plan.epilogue[1])]
+    kargs = (f["xf"], f["of"], m, n, f["sx"], f["so"], f["lx"], f["lo"], f["v"], *plan.frame.values())
+    return [(plan.kernel, kargs, plan.config)]
 
 
-def _launch_pieces(plan, args):
-    t0 = time.perf_counter()
-    launches = [_launch_default(plan.kernel, a, plan.config) for a in _piece_args(plan, args)]
+def _plan_info(plan, parts: list[dict]) -> dict:
+    """What a launch (or compile-only) of ``plan`` reports: the first kernel's facts, and for a
+    plan of several launches each one's."""
+    info = dict(parts[0], variant=plan.variant, rule=plan.rule)
+    if len(parts) > 1:
+        info["kernels"] = [{k: p.get(k) for k in ("kernel", "config", "grid", "registers", "spills", "smem")}
+                           for p in parts]
+        info["compile_s"] = round(sum(p["compile_s"] for p in parts), 3)
+    if plan.pieces is not None:
+        info["pieces"] = [list(p) for p in plan.pieces]
+    return info
 
-    def launch():
-        for one in launches:
-            one()
-    launch()
-    _sync(args[0])
-    launch.info = {"compile_s": round(time.perf_counter() - t0, 3), "variant": plan.variant,
-                   "rule": plan.rule, "config": launches[0].info["config"],
-                   "pieces": [list(p) for p in plan.pieces], "grid": [one.info["grid"] for one in launches],
-                   **{k: launches[0].info[k] for k in ("registers", "spills", "smem") if k in launches[0].info}}
+
+def _launch_plan(plan, args):
+    launches = [_launch_default(k, a, c) for k, a, c in _launches(plan, args)]
+    if len(launches) == 1:
+        launch = launches[0]
+    else:
+        def launch():
+            for one in launches:
+                one()
+    launch.info = _plan_info(plan, [one.info for one in launches])
     return launch
 
 
-def _pieces_compile_only(plan, args):
-    facts = [_compile_facts(plan.kernel, a, plan.config) for a in _piece_args(plan, args)]
-    first = dict(facts[0])
-    first["kernels"] = {f"{f['kernel']}[{lo}:{hi}]": {k: f.get(k) for k in ("registers", "spills", "smem", "grid")}
-                        for f, (lo, hi) in zip(facts, plan.pieces)}
-    first["compile_s"] = round(sum(f["compile_s"] for f in facts), 3)
-    first["variant"], first["rule"], first["pieces"] = plan.variant, plan.rule, [list(p) for p in plan.pieces]
-    return first
-
-
-# -- the split-K variant: two kernels (partial sums into an fp32 workspace, then the epilogue) --
-def _splitk_plan(args):
-    a, b = args[0], args[1]
-    return dispatch.plan_gemm_splitk(a.shape[0], b.shape[1], a.shape[1], a.element_size(), _sms(a))
+def _plan_compile_only(plan, args):
+    return _plan_info(plan, [_compile_facts(k, a, c) for k, a, c in _launches(plan, args)])
 
 
 def _sms(t) -> int:
@@ -594,78 +659,31 @@ def _sms(t) -> int:
     return 132  # the H200 the CPU mode compiles for
 
 
-def _splitk_launches(args, ws, plan=None):
-    a, b, bias, out, act = args
-    plan = plan or _splitk_plan(args)
-    ekernel, ecfg = plan.epilogue
-    return plan, [(plan.kernel, (a, b, ws), plan.config), (ekernel, (ws, bias, out, act), ecfg)]
+def _splitk_plan(args):
+    a, b = args[0], args[1]
+    return dispatch.plan_gemm_splitk(a.shape[0], b.shape[1], a.shape[1], a.element_size(), _sms(a))
+
+
+def _splitk_compile_only(case):
+    args = _meta_args("gemm_epilogue", case)
+    return _plan_compile_only(_splitk_plan(args), args)
+
+
+def _splitk_code(case):
+    args = _meta_args("gemm_epilogue", case)
+    return _launches(_splitk_plan(args), args)
 
 
 @register(problem="gemm_epilogue", layer=LAYER, name="gemm_epilogue_splitk",
           description="split-K for few output tiles: each K chunk's fp32 partial sum in its own workspace "
-                      "slice (no atomics), then a kernel that adds the slices in a fixed order, bias + act "
-                      "(not yet run on a GPU: verified under the Triton interpreter; not in the default)",
+                      "slice (no atomics), then a kernel that adds the slices in a fixed order, bias + act",
           sources=[Source(src(H, "gemm_epilogue_splitk.py"), kernels=("gemm_partial_sums", "splitk_epilogue"),
                           host=()),
                    Source(src(H, "dispatch.py"), kernels=(), host=("plan_gemm_splitk",))],
           devices=("cuda",), available=available,
-          compile_only=(lambda case: _splitk_compile_only(case)) if helion else None,
-          helion_code=lambda case: _splitk_code(case))
+          compile_only=_splitk_compile_only if helion else None, helion_code=_splitk_code)
 def prepare_gemm_epilogue_splitk(case, inputs, out):
     _need_import()
     _check_device(inputs)
-    return _launch_splitk(None, _args("gemm_epilogue", case, inputs, out))
-
-
-def _launch_splitk(plan, args):
-    from triton_src.runtime import bind
-    out = args[3]
-    t0 = time.perf_counter()
-    plan = plan or _splitk_plan(args)
-    ws = _workspace(plan, args, out.device)
-    plan, launches = _splitk_launches(args, ws, plan)
-    bound = []
-    for kernel, kargs, cfg in launches:
-        with _quiet():
-            compiled = kernel.bind(tuple(kargs)).compile_config(helion.Config(**cfg), allow_print=False)
-        spec = _spec(_record(compiled, kargs))
-        bound.append(bind(spec.kernel, spec.grid, spec.args, device=out.device, **spec.options))
-    first, second = bound
-
-    def launch():
-        first()
-        second()
-    launch()
-    _sync(out)
-    launch.info = {"compile_s": round(time.perf_counter() - t0, 3), "variant": "splitk", "rule": plan.rule,
-                   "config": {"partial": plan.config, "epilogue": plan.epilogue[1]}}
-    return launch
-
-
-def _workspace(plan, args, device):
-    """The fp32 partial sums, one [M, N] slice per K chunk (every element written before it is read:
-    no zeroing)."""
-    a, out = args[0], args[3]
-    chunks = -(-a.shape[1] // plan.config["block_sizes"][2])
-    return torch.empty((chunks, *out.shape), dtype=torch.float32, device=device)
-
-
-def _splitk_code(case, plan=None):
-    a, b, bias, out, act = args = _meta_args("gemm_epilogue", case)
-    plan = plan or _splitk_plan(args)
-    ws = _workspace(plan, args, "meta")
-    return list(_splitk_launches((a, b, bias, out, act), ws, plan)[1])
-
-
-def _splitk_compile_only(case, plan=None):
-    _need_import()
-    a, b, bias, out, act = args = _meta_args("gemm_epilogue", case)
-    plan = plan or _splitk_plan(args)
-    ws = _workspace(plan, args, "meta")
-    plan, launches = _splitk_launches((a, b, bias, out, act), ws, plan)
-    facts = [_compile_facts(k, ka, c) for k, ka, c in launches]
-    first = dict(facts[0])
-    first["kernels"] = {f["kernel"]: {k: f.get(k) for k in ("registers", "spills", "smem", "grid")} for f in facts}
-    first["compile_s"] = round(sum(f["compile_s"] for f in facts), 3)
-    first["variant"], first["rule"] = "splitk", plan.rule
-    return first
+    args = _args("gemm_epilogue", case, inputs, out)
+    return _launch_plan(_splitk_plan(args), args)

@@ -635,10 +635,11 @@ def _gemm_aligned(a, b, bias, out) -> bool:
     return dispatch.gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"])
 
 
-def _gemm_choice(case):
+def _gemm_choice(case, G=None):
     a, b, bias, act, out = _meta_gemm(case)
+    copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
     return dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200,
-                                _gemm_aligned(a, b, bias, out))
+                                _gemm_aligned(a, b, bias, out), copies, G or dispatch.GEMM)
 
 
 def _gemm_cfg(variant, case):
@@ -658,6 +659,14 @@ def _gemm_specs(variant, case, cfg=None):
     cfg = cfg or _gemm_cfg(variant, case)
     if variant == "tma":
         return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, H200["sms"])]
+    if variant == "stage":   # the copies of the operands TMA cannot read, then the TMA kernel
+        ops = {n: t if gemm_tma.tma_readable(t) else gemm_tma.staged(t) for n, t in (("a", a), ("b", b))}
+        copies = [gemm_tma.stage_spec(t, ops[n]) for n, t in (("a", a), ("b", b)) if ops[n] is not t]
+        main = gemm_tma.launch_spec(ops["a"], ops["b"], bias, act, out if gemm_tma.tma_readable(out) else ops["a"],
+                                    cfg, H200["sms"])
+        if not gemm_tma.tma_readable(out):
+            main.args.update(c_desc=None, c_ptr=out, stride_cm=out.stride(0), C_TMA=False)
+        return [main] + copies   # launched copies first; the TMA kernel is the one a report names
     if variant == "splitk":
         ws = torch.empty((gemm_splitk.slices(case.K, cfg["BLOCK_K"], cfg["SPLIT"])[1], case.M,
                           triton.cdiv(case.N, 4) * 4), dtype=torch.float32, device="meta")
@@ -676,6 +685,8 @@ def _gemm_supports(variant):
 def _gemm_variant(variant, case):
     if variant == "default":
         return _gemm_choice(case)
+    if variant == "next":
+        return _gemm_choice(case, {**dispatch.GEMM, **dispatch.GEMM_NEXT})
     return variant, None
 
 
@@ -718,7 +729,7 @@ def _gemm_grid(variant):
                 kept = sum(min(BM, M - pm * BM) * min(BN, N - pn * BN)
                            for pm, pn in (_tile_of(t, tm, tn, GM) for t in mine))
                 return kept, len(mine) * BM * BN - kept
-            if v == "tma":
+            if v in ("tma", "stage"):
                 d = _persistent(s.grid[0], tm * tn, "tile", tiles, block,
                                 f"persistent: min({H200['sms']} SMs, {tm * tn} tiles) programs, grouped order")
             else:
@@ -750,8 +761,9 @@ def _gemm_prepare(variant):
         facts = dispatch.device_facts(a.device)
         aligned = _gemm_aligned(a, b, bias, out)
         try:
-            if variant == "default":
-                plan = dispatch.plan_gemm(a, b, bias, act, out)
+            if variant in ("default", "next"):
+                G = {**dispatch.GEMM, **dispatch.GEMM_NEXT} if variant == "next" else dispatch.GEMM
+                plan = dispatch.plan_gemm(a, b, bias, act, out, G)
                 name, cfg, launch = plan.variant, plan.config, plan.launch
             elif variant == "tma":
                 if (why := gemm_tma.check(a, b, out)):
@@ -790,6 +802,12 @@ _GEMM = {
     "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace, then one reduce + "
                "bias + activation kernel (deterministic); for few rows",
                VARIANT_SOURCES["gemm_epilogue"]["splitk"]),
+    # a candidate (not yet run on a GPU): the default with dispatch.GEMM_NEXT's switches on
+    "next": ("gemm_epilogue_next", "candidate, not yet run on a GPU: the default with its pending switches on "
+             "(A / B rows TMA cannot read copied to 16-byte rows, then the TMA kernel, C stored from "
+             "registers where TMA cannot write it)",
+             default_sources("gemm_epilogue") + [Source(_GEMM_SRC.format("tma"), kernels=("stage_rows_kernel",),
+                                                        host=("bind_staged_launch",))]),
 }
 
 for _variant, (_name, _desc, _sources) in _GEMM.items():
@@ -798,4 +816,5 @@ for _variant, (_name, _desc, _sources) in _GEMM.items():
              cpu_max_flops=INTERPRETER_MAX_FLOPS, available=available,
              supports=_gemm_supports(_variant) if _variant == "tma" else None,
              compile_only=_compile_only(_gemm_compile(_variant)) if triton else None,
-             grid=_gemm_grid(_variant) if triton else None)(_gemm_prepare(_variant))
+             grid=_gemm_grid(_variant) if triton else None,
+             candidate=_variant == "next")(_gemm_prepare(_variant))

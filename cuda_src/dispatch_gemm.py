@@ -5,7 +5,7 @@ split-K factor fills. Hopper's TMA / wgmma kernels (ws, pingpong) only where the
 runs; the tiled kernel elsewhere."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .dispatch_common import ACT_CODE, H200, Decline, Device, Launches, Plan, _blocks_per_sm, _cdiv, _why
 
@@ -31,6 +31,17 @@ GEMM = {
     # unaligned A, 32 rows with unaligned A and aligned B) never ran on the H200; scripts/gpu_cuda.py
     # verifies and times it with the flag on.
     "tiled_fill_rows": False,
+    # Operands TMA cannot read (A: K, lda or its base not 16-byte multiples; B: N, ldb), above the
+    # B stream: each copied once a call into a workspace of 16-byte rows (gemm_stage_rows_kernel, one
+    # launch for both), then the TMA kernels; C goes out by ping-pong's plain 16-byte stores where TMA
+    # cannot write it (any ldc). Taken when the model's copies (bytes read + written at
+    # hbm_bytes_per_s, one launch) + TMA kernel beat the tiled kernel on such rows, whose 2-byte
+    # loads into registers run at tiled_unaligned_flops over the whole GPU (555 x 1234 x 777:
+    # 1.06 GFLOP in 61.8 us on 50 of 132 SMs; docs/performance.md, "CUDA C++ / GEMM + epilogue").
+    # Off until a GPU has run it (cuda:gemm_epilogue_next has it on): before, A unaligned went to
+    # the tiled kernel and B unaligned was repacked from repack_min_m rows, C then by ws's 2-byte stores.
+    "stage_unaligned": False,
+    "tiled_unaligned_flops": 45e12,
     # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
     # HBM; every split-K factor streams B at about the same rate per busy SM (sm_stream_bytes_per_s,
     # below an SM's share of HBM; docs/performance.md, "CUDA C++ / GEMM + epilogue"). The split is then chosen
@@ -61,6 +72,9 @@ GEMM = {
     # sm_90a and sm_80; tests/test_cuda_layer.py checks every instance against the build log)
     "tiled_regs": {32: 64, 64: 80, 128: 128},
 }
+
+# the switches the next default turns on (cuda:gemm_epilogue_next, a candidate until a GPU has run it)
+GEMM_NEXT = {"tiled_fill_rows": True, "stage_unaligned": True}
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
 PP_BM, PP_BN, PP_BK, PP_STAGES, PP_THREADS = 128, 128, 64, 5, 384
@@ -101,7 +115,9 @@ SIGNATURES = {  # parameter types in order: ptr / i32 / i64 / tma (a 128-byte CU
                        "i32", "i32", "ptr", "i64"),
     "gemm_splitk_reduce_kernel": ("ptr", "i32", "i32", "i32", "i64", "ptr", "ptr", "i64", "i32"),
     "gemm_pad_rows_kernel": ("ptr", "i64", "ptr", "i64", "i32", "i32"),
-    "gemm_pingpong_kernel": ("tma", "tma", "tma", "ptr", "i32", "i32", "i32", "i32", "i32", "i32", "i32"),
+    "gemm_stage_rows_kernel": ("ptr", "i64", "ptr", "i64", "i32", "i32") * 2,
+    "gemm_pingpong_kernel": ("tma", "tma", "tma", "ptr", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "ptr", "i64",
+                             "i32"),
 }
 
 
@@ -113,7 +129,7 @@ def instances() -> dict[str, list[str]]:
     out["gemm_epilogue_tiled.cu"] = [f"gemm_tiled_kernel<{b}, {bm}, {va}, {vb}>" for b in bools
                                      for bm in GEMM["tiled_bms"] for va in bools for vb in bools]
     out["gemm_epilogue_ws.cu"] = [f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in (128, 256)] + \
-        ["gemm_pad_rows_kernel"]
+        ["gemm_pad_rows_kernel", "gemm_stage_rows_kernel"]
     out["gemm_epilogue_splitk.cu"] = [f"gemm_splitk_reduce_kernel<{b}>" for b in bools]
     out["gemm_epilogue_pingpong.cu"] = [f"gemm_pingpong_kernel<{b}, {cm}>" for b in bools for cm in (1, 2)]
     return out
@@ -122,7 +138,7 @@ def instances() -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------------
 # plans
 
-GEMM_PATHS = ("auto", "simple", "tiled", "ws", "pingpong", "pingpong_c2", "splitk")
+GEMM_PATHS = ("auto", "next", "simple", "tiled", "ws", "pingpong", "pingpong_c2", "splitk")
 
 
 @dataclass(frozen=True)
@@ -173,6 +189,49 @@ def _ws_time(g: GemmCase, dev: Device, bn: int, splits: int) -> float:
     if splits > 1:  # the fp32 partials are written and read back, then C is written once
         t += (2.0 * splits * g.M * g.N * 4 + g.M * g.N * 2) / G["hbm_bytes_per_s"] + G["launch_s"]
     return t
+
+
+def _pp_time(g: GemmCase, dev: Device) -> float:
+    """Modelled seconds of the ping-pong kernel: as _ws_time (one pass) on 128 x 128 tiles at its rate."""
+    tiles = _cdiv(g.M, PP_BM) * _cdiv(g.N, PP_BN)
+    flops = 2.0 * tiles * PP_BM * PP_BN * g.K
+    hbm = 2.0 * (g.M * g.K + g.K * g.N + g.M * g.N)
+    return max(flops / GEMM["peak_flops"]["pingpong"], hbm / GEMM["hbm_bytes_per_s"]) / _wave_eff(tiles, dev.sms)
+
+
+def _plan_staged(g: GemmCase, dev: Device) -> Launches | None:
+    """The operands TMA cannot read copied into workspaces of 16-byte rows ("apad", "bpad"; one
+    gemm_stage_rows_kernel launch), then split-K on the ws kernel where the cost model gains, else
+    ping-pong (C by TMA or by its plain 16-byte stores). info["model_s"]: the modelled seconds
+    (copies at HBM speed + one launch + the kernel). None if a copy's 16-byte chunks reach 2^31."""
+    jobs = [(src, dst, rows, cols, ld) for ok, src, dst, rows, cols, ld in
+            ((g.tma_a(), "a", "apad", g.M, g.K, g.lda), (g.tma_b(), "b", "bpad", g.K, g.N, g.ldb)) if not ok]
+    if any(rows * _cdiv(cols, 8) >= 2 ** 31 for _, _, rows, cols, _ in jobs):
+        return None
+    ld = {dst: _cdiv(cols, 8) * 8 for _, dst, _, cols, _ in jobs}
+    a = ("apad", ld["apad"]) if "apad" in ld else ("a", g.lda)
+    b = ("bpad", ld["bpad"]) if "bpad" in ld else ("b", g.ldb)
+    gs = replace(g, lda=a[1], ldb=b[1], a_mod16=0 if "apad" in ld else g.a_mod16,
+                 b_mod16=0 if "bpad" in ld else g.b_mod16)   # the case the TMA kernels see
+    s = _choose_splits(gs, dev, 128)
+    if s > 1:
+        plan = _plan_ws(gs, dev, 128, s, a_buf=a[0], lda=a[1], b_buf=b[0], ldb=b[1])
+        t, what = _ws_time(gs, dev, 128, s), f"split-K {s} on the ws kernel"
+    else:
+        plan = _plan_pingpong(gs, dev, a=a, b=b)
+        t, what = _pp_time(gs, dev), f"ping-pong, C by {plan.info['c_store']} stores"
+    args, grid_x, nbytes = (), 1, 0
+    for src, dst, rows, cols, lds in jobs:
+        args += (("ptr", src), ("i64", lds), ("ptr", dst), ("i64", ld[dst]), ("i32", rows), ("i32", cols))
+        grid_x = max(grid_x, min(_cdiv(rows * _cdiv(cols, 8), 256), dev.sms * 8))
+        plan.workspace[dst] = rows * ld[dst] * 2
+        nbytes += 4 * rows * cols
+    args += (("ptr", 0), ("i64", 0), ("ptr", 0), ("i64", 0), ("i32", 0), ("i32", 0)) * (2 - len(jobs))
+    plan.plans.insert(0, Plan("gemm_stage_rows_kernel", (grid_x, len(jobs), 1), 256, args))
+    t += nbytes / GEMM["hbm_bytes_per_s"] + GEMM["launch_s"]
+    plan.info.update(stage={dst: ld[dst] for dst in ld}, model_s=t)
+    return _why(plan, f"{' and '.join(src.upper() for src, *_ in jobs)} copied to 16-byte rows "
+                      f"({', '.join(f'{d}: ld {v}' for d, v in ld.items())}), then {what}; modelled {t * 1e6:.1f} us")
 
 
 def _choose_splits(g: GemmCase, dev: Device, bn: int) -> int:
@@ -282,8 +341,9 @@ def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200, bm: int = 0) -
 
 
 def _plan_ws(g: GemmCase, dev: Device, bn: int = 256, splits: int = 1, b_buf: str = "b", ldb: int | None = None,
-             group_m: int = 0) -> Launches:
+             group_m: int = 0, a_buf: str = "a", lda: int | None = None) -> Launches:
     ldb = g.ldb if ldb is None else ldb
+    lda = g.lda if lda is None else lda
     splits, kps = _norm_splits(_cdiv(g.K, WS_BK), splits)
     tiles_m, tiles_n = _cdiv(g.M, WS_BM), _cdiv(g.N, bn)
     units = tiles_m * tiles_n * splits
@@ -292,7 +352,7 @@ def _plan_ws(g: GemmCase, dev: Device, bn: int = 256, splits: int = 1, b_buf: st
     smem = ws_smem(bn)
     code = ACT_CODE[g.act]
     main = Plan(f"gemm_ws_kernel<{g.bf16}, {bn}>", (grid, 1, 1), WS_THREADS,
-                (("tma", ("a", g.M, g.K, g.lda, WS_BM, 64)), ("tma", (b_buf, g.K, g.N, ldb, WS_BK, 64)),
+                (("tma", (a_buf, g.M, g.K, lda, WS_BM, 64)), ("tma", (b_buf, g.K, g.N, ldb, WS_BK, 64)),
                  ("ptr", "bias"), ("ptr", "c")) + _gemm_common_args(g)
                 + (("i64", g.ldc), ("i32", code), ("i32", tiles_m), ("i32", tiles_n),
                    ("i32", group_m or GEMM["group_m"]), ("i32", g.pair_ok()), ("i32", splits), ("i32", kps),
@@ -340,18 +400,26 @@ def _tiled_stream_splits(g: GemmCase, dev: Device) -> tuple[int, str]:
     return max(1, s), why
 
 
-def _plan_pingpong(g: GemmCase, dev: Device, cm: int = 1, group_m: int = 0) -> Launches:
+def _plan_pingpong(g: GemmCase, dev: Device, cm: int = 1, group_m: int = 0, a: tuple = (), b: tuple = ()) -> Launches:
+    """``a`` / ``b``: (buffer, row stride) of a staged operand (default: the operand itself). C goes
+    out by TMA where its rows allow, else by the kernel's plain 16-byte stores (c_tma = 0; the
+    unused C descriptor slot then carries A's)."""
+    a_buf, lda = a or ("a", g.lda)
+    b_buf, ldb = b or ("b", g.ldb)
     tiles_m, tiles_n = _cdiv(g.M, PP_BM), _cdiv(g.N, PP_BN)
     units = _cdiv(tiles_m, cm) * tiles_n
     n = max(1, min(dev.sms // cm, units))
     kern = f"gemm_pingpong_kernel<{g.bf16}, {cm}>"
+    desc_a = ("tma", (a_buf, g.M, g.K, lda, PP_BM, 64))
+    desc_c = ("tma", ("c", g.M, g.N, g.ldc, PP_BM, 64)) if g.tma_c() else desc_a
     p = Plan(kern, (cm * n, 1, 1), PP_THREADS,
-             (("tma", ("a", g.M, g.K, g.lda, PP_BM, 64)), ("tma", ("b", g.K, g.N, g.ldb, PP_BK, 64)),
-              ("tma", ("c", g.M, g.N, g.ldc, PP_BM, 64)), ("ptr", "bias")) + _gemm_common_args(g)
-             + (("i32", ACT_CODE[g.act]), ("i32", tiles_m), ("i32", tiles_n), ("i32", group_m or GEMM["group_m"])),
+             (desc_a, ("tma", (b_buf, g.K, g.N, ldb, PP_BK, 64)), desc_c, ("ptr", "bias")) + _gemm_common_args(g)
+             + (("i32", ACT_CODE[g.act]), ("i32", tiles_m), ("i32", tiles_n), ("i32", group_m or GEMM["group_m"]),
+                ("ptr", "c"), ("i64", g.ldc), ("i32", int(g.tma_c()))),
              smem=PP_SMEM, max_dynamic_smem=PP_SMEM, cluster=cm, cluster_launch=cm > 1)
     return Launches([p], info={"path": "pingpong" if cm == 1 else "pingpong_c2", "kernel": kern,
-                               "tile": (PP_BM, PP_BN, PP_BK), "units": units, "grid": cm * n, "smem": PP_SMEM})
+                               "tile": (PP_BM, PP_BN, PP_BK), "units": units, "grid": cm * n, "smem": PP_SMEM,
+                               "c_store": "tma" if g.tma_c() else "plain 16-byte"})
 
 
 def _hopper_why(g: GemmCase, dev: Device) -> str | None:
@@ -369,7 +437,8 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
               b_mod16: int = 0, c_mod16: int = 0, dev: Device = H200, splits: int = 0, bn: int = 0,
               group_m: int = 0, bm: int = 0) -> Launches:
     """Plan C = act(A @ B + bias) for A [M, K] (row stride lda), B [K, N] (ldb), C [M, N] (ldc).
-    ``path`` "auto" is the layer's default (``cuda:gemm_epilogue``); ``splits``/``bn``/``group_m``
+    ``path`` "auto" is the layer's default (``cuda:gemm_epilogue``), "next" the default with the
+    switches of GEMM_NEXT on (``cuda:gemm_epilogue_next``); ``splits``/``bn``/``group_m``
     pin the split-K factor, the ws tile width and the tile grouping, ``bm`` the tiled kernel's tile
     rows (0: the planner's choice)."""
     if path not in GEMM_PATHS:
@@ -418,23 +487,34 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
         if not g.tma_c():
             raise Decline(f"the TMA store needs 16-byte aligned rows and base of c: ldc % 8 == 0 (ldc={ldc})")
         return _plan_pingpong(g, dev, 2 if path == "pingpong_c2" else 1, group_m=group_m)
-    return _gemm_auto(g, dev)
+    return _gemm_auto(g, dev, {**GEMM, **GEMM_NEXT} if path == "next" else GEMM)
 
 
-def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
+def _gemm_auto(g: GemmCase, dev: Device, G: dict = GEMM) -> Launches:
     """The default: at small M (a stream of B) the tiled kernel, split-K when its tiles leave SMs
     short of resident CTAs; else the Hopper kernels where TMA can read A and B, split-K when the
     output tiles leave SMs idle, a repacked B where only B's stride is the obstacle, else the tiled
-    kernel. With GEMM["tiled_splitk"] off, small M takes the ws split-K kernel as before."""
+    kernel. With GEMM["tiled_splitk"] off, small M takes the ws split-K kernel as before. With
+    G["stage_unaligned"] on, A and B rows TMA cannot read are staged (_plan_staged) where the model
+    says it beats the tiled kernel, and ping-pong takes any C."""
     why = _hopper_why(g, dev)
-    stream = g.M <= GEMM["stream_max_m"]
-    if stream and GEMM["tiled_splitk"]:
+    stream = g.M <= G["stream_max_m"]
+    if stream and G["tiled_splitk"]:
         # a B stream (few rows): the tiled kernel at the smallest tile rows that hold M, with K split
         # until its small CTAs fill tiled_wave_fill of the SMs' resident capacity (any alignment of
         # A and B, any device)
         s, swhy = _tiled_stream_splits(g, dev)
         return _why(_plan_tiled(g, s, dev), f"M = {g.M} <= {GEMM['stream_max_m']}, a stream of B: tiled; " + swhy)
-    fill = GEMM["tiled_fill_rows"] and not stream
+    fill = G["tiled_fill_rows"] and not stream
+    if not why and not stream and G["stage_unaligned"] and not (g.tma_a() and g.tma_b()):
+        staged = _plan_staged(g, dev)
+        bm, bwhy = _tiled_fill_bm(g, dev) if fill else (_tiled_bm(g), "")
+        t_tiled = 2.0 * g.M * g.N * g.K / G["tiled_unaligned_flops"] / _wave_eff(_cdiv(g.M, bm) * _cdiv(g.N, TILED_BN),
+                                                                                 dev.sms)
+        if staged is not None and staged.info["model_s"] < t_tiled:
+            return staged
+        return _why(_plan_tiled(g, 1, dev, bm), f"A or B not TMA-readable and staging them models slower than the "
+                                                f"tiled kernel ({t_tiled * 1e6:.1f} us)" + (f"; {bwhy}" if bwhy else ""))
     if why or not g.tma_a():
         bm, bwhy = _tiled_fill_bm(g, dev) if fill else (_tiled_bm(g), "")
         return _why(_plan_tiled(g, 1, dev, bm), (why or "A is not TMA-readable (K, lda multiples of 8 and a 16-byte "
@@ -457,8 +537,9 @@ def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
                         ldb=_cdiv(g.N, 8) * 8 if repack else None)
         why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs" + \
             (f" (M = {g.M} <= {GEMM['stream_max_m']}: a B stream, fewest k-tiles on the busiest SM)" if stream else "")
-    elif not repack and g.tma_c():
-        return _why(_plan_pingpong(g, dev), "pingpong: A, B and C are TMA-legal")
+    elif not repack and (g.tma_c() or G["stage_unaligned"]):
+        return _why(_plan_pingpong(g, dev), "pingpong: A, B and C are TMA-legal" if g.tma_c() else
+                    "pingpong: A and B are TMA-legal, C by plain 16-byte stores")
     else:
         plan = _plan_ws(g, dev, 256, 1, b_buf="bpad" if repack else "b", ldb=_cdiv(g.N, 8) * 8 if repack else None)
         why = "ws: the output is not TMA-storable" if not repack else "ws on a repacked B"

@@ -93,11 +93,50 @@ __device__ __forceinline__ void pp_stage_slab(const float (&acc)[64], const floa
   }
 }
 
+// One element of the staged 128 x 128 tile (two 128 x 64 boxes, 128-byte swizzle as above).
+__device__ __forceinline__ u16 pp_staged(u32 sC, int row, int col) {
+  const int chunk = col >> 3;
+  const u32 addr = sC + (chunk >> 3) * PP_C_HALF + row * 128 + ((((chunk & 7) ^ (row & 7))) << 4) + (col & 7) * 2;
+  u16 v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+
+// The staged tile to C by plain stores, for a C whose rows TMA cannot write (ldc not a multiple of 8,
+// e.g. N = 2047): each row segment of the tile is written in the 16-byte chunks of C's own address
+// space (the chunk boundaries of an odd-strided row fall anywhere in the tile), so every full chunk
+// is one 16-byte store and only a row's edge chunks go element by element. 16 threads a row, 8 rows
+// a pass: thread q of a row takes the chunk starting at segment element 8 q - sh (sh: elements from
+// the 16-byte boundary before the segment to its start); thread 0 also takes the last sh elements.
+__device__ __forceinline__ void pp_store_rows(u32 sC, u16* __restrict__ C, long long ldc, int M, int N, int m0,
+                                              int n0, int tid) {
+  const int q = tid & 15;
+  const int ncols = min(PP_BN, N - n0);
+#pragma unroll 1
+  for (int row = tid >> 4; row < PP_BM && m0 + row < M; row += 8) {
+    u16* crow = C + (long long)(m0 + row) * ldc + n0;
+    const int sh = (int)((reinterpret_cast<unsigned long long>(crow) >> 1) & 7);
+    const int e0 = 8 * q - sh;
+    if (e0 >= 0 && e0 + 8 <= ncols) {
+      u32 w[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) w[u] = pp_staged(sC, row, e0 + 2 * u) | (u32)pp_staged(sC, row, e0 + 2 * u + 1) << 16;
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(crow + e0), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                   "r"(w[3]) : "memory");
+    } else {
+      for (int e = max(e0, 0); e < min(e0 + 8, ncols); ++e) crow[e] = pp_staged(sC, row, e);
+    }
+    if (q == 0) {
+      for (int e = PP_BN - sh; e < ncols; ++e) crow[e] = pp_staged(sC, row, e);
+    }
+  }
+}
+
 template <bool BF16, int CM>
 __global__ void __launch_bounds__(PP_THREADS, 1)
 gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB,
                      const __grid_constant__ TmaDesc tmC, const u16* __restrict__ bias, int M, int N, int K, int act,
-                     int tiles_m, int tiles_n, int group_m) {
+                     int tiles_m, int tiles_n, int group_m, u16* __restrict__ C, long long ldc, int c_tma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(CM == 1 || CM == 2, "cluster size along M: 1 or 2");
   extern __shared__ unsigned char smem_raw[];
@@ -122,7 +161,7 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
   if (threadIdx.x == 0) {
     tma_prefetch_desc(&tmA);
     tma_prefetch_desc(&tmB);
-    tma_prefetch_desc(&tmC);
+    if (c_tma) tma_prefetch_desc(&tmC);
     for (int s = 0; s < PP_STAGES; ++s) {
       mbar_init(bar_full + 8 * s, 1);        // producer's arrive.expect_tx; the TMA bytes complete it
       mbar_init(bar_empty + 8 * s, 4 * CM);  // lane 0 of each warp of the consumer that read the slot, per CTA
@@ -244,9 +283,9 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
       for (int j = 0; j < 16; ++j) {
         const int col = n0 + 8 * j + 2 * (lane & 3);
         float b0 = 0.0f, b1 = 0.0f;
-        if (bias != nullptr && col < N) {  // N % 8 == 0: col < N implies col + 1 < N
+        if (bias != nullptr && col < N) {
           b0 = to_f32<BF16>(__ldg(bias + col));
-          b1 = to_f32<BF16>(__ldg(bias + col + 1));
+          if (col + 1 < N) b1 = to_f32<BF16>(__ldg(bias + col + 1));
         }
         bz[2 * j] = b0;
         bz[2 * j + 1] = b1;
@@ -264,12 +303,17 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
         pp_stage_slab<BF16, ACT_NONE>(acc0, bz, sCw, 0, warp, lane);
         pp_stage_slab<BF16, ACT_NONE>(acc1, bz, sCw, 1, warp, lane);
       }
-      fence_proxy_async_smem();  // each writer: its stmatrix data -> visible to the TMA engine
-      consumer_bar_sync(w);
-      if (tid == 0 && tm < tiles_m) {
-        tma_store_2d(&tmC, sCw, n0, tm * PP_BM);
-        if (n0 + 64 < N) tma_store_2d(&tmC, sCw + PP_C_HALF, n0 + 64, tm * PP_BM);
-        bulk_commit();
+      if (c_tma) {
+        fence_proxy_async_smem();  // each writer: its stmatrix data -> visible to the TMA engine
+        consumer_bar_sync(w);
+        if (tid == 0 && tm < tiles_m) {
+          tma_store_2d(&tmC, sCw, n0, tm * PP_BM);
+          if (n0 + 64 < N) tma_store_2d(&tmC, sCw + PP_C_HALF, n0 + 64, tm * PP_BM);
+          bulk_commit();
+        }
+      } else {  // rows TMA cannot write: this warpgroup's own stores (its next staging waits at the barrier above)
+        consumer_bar_sync(w);
+        if (tm < tiles_m) pp_store_rows(sCw, C, ldc, M, N, tm * PP_BM, n0, tid);
       }
     }
     if (tid == 0) bulk_wait<0>();  // stores complete before the CTA (and its shared memory) retires

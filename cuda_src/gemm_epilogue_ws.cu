@@ -211,4 +211,35 @@ __global__ void __launch_bounds__(256) gemm_pad_rows_kernel(const u16* __restric
   }
 }
 
+// Staging copies for TMA: dst[r, c] = src[r, c] (16-bit) for r < rows, c < cols, into a workspace
+// whose row stride ldd is a multiple of 8 elements and whose base is 16-byte aligned, so that TMA
+// (16-byte strides) can read an operand whose own rows it cannot (N = 50257, K = 777). Up to two
+// copies in one launch (blockIdx.y picks A's or B's); each thread moves one 16-byte chunk of a dst
+// row at a time: 8 independent 2-byte loads from the source (any alignment), one 16-byte store
+// (the chunk's columns past `cols` get zeros; TMA never reads them: its box clips at `cols`).
+// The planner keeps rows x chunks a row below 2^31, so the chunk index divides in 32 bits.
+__global__ void __launch_bounds__(256) gemm_stage_rows_kernel(const u16* __restrict__ src0, long long lds0,
+                                                               u16* __restrict__ dst0, long long ldd0, int rows0,
+                                                               int cols0, const u16* __restrict__ src1,
+                                                               long long lds1, u16* __restrict__ dst1,
+                                                               long long ldd1, int rows1, int cols1) {
+  const bool second = blockIdx.y == 1;
+  const u16* __restrict__ src = second ? src1 : src0;
+  u16* __restrict__ dst = second ? dst1 : dst0;
+  const long long lds = second ? lds1 : lds0, ldd = second ? ldd1 : ldd0;
+  const int cols = second ? cols1 : cols0;
+  const unsigned cpr = (unsigned)(cols + 7) / 8u;  // 16-byte chunks a row
+  const unsigned chunks = (unsigned)(second ? rows1 : rows0) * cpr;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += gridDim.x * blockDim.x) {
+    const unsigned r = i / cpr;
+    const int c0 = 8 * (int)(i - r * cpr);
+    const u16* s = src + (long long)r * lds + c0;
+    u16 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = c0 + u < cols ? s[u] : (u16)0;
+    *reinterpret_cast<uint4*>(dst + (long long)r * ldd + c0) =
+        make_uint4(v[0] | (u32)v[1] << 16, v[2] | (u32)v[3] << 16, v[4] | (u32)v[5] << 16, v[6] | (u32)v[7] << 16);
+  }
+}
+
 }  // namespace kl

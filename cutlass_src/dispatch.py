@@ -57,6 +57,17 @@ GEMM_CLUSTER_MIN_WAVES = 1.0    # 2x1 clusters (B multicast) once the grid is fu
 # loads from the boundary before each row segment, shifted into place in registers) or "vector"
 # (a predicated copy of the widest aligned vectors: down to 2-byte accesses, 8 x the instructions)
 GEMM_RAGGED_LOAD = "realign"
+# Above GEMM_STAGE_MIN_M rows, an A or B whose rows TMA cannot read may instead be copied once a
+# call into a workspace of 16-byte rows (gemm_stage.py) and loaded by TMA: taken where the model's
+# time of the TMA plan plus the copies (bytes read and written at GEMM_HBM_GBPS, GEMM_STAGE_LAUNCH_US
+# each) beats the ragged plan's modelled time x GEMM_RAGGED_SLOWDOWN (what the realign loads
+# measured against the model: 2048 x 2047 x 2048 91.5 us against 23.9, 555 x 1234 x 777 35.6
+# against 8.2; docs/performance.md, "CuTe DSL / GEMM + epilogue"). Off until a GPU has run it:
+# cute:gemm_epilogue_next plans with GEMM_NEXT.
+GEMM_STAGE_MIN_M = 64
+GEMM_STAGE_LAUNCH_US = 3.0
+GEMM_RAGGED_SLOWDOWN = 4.0
+GEMM_NEXT = {"stage": True}
 K_TILE = 64
 
 
@@ -112,9 +123,34 @@ def gemm_time_us(M: int, N: int, K: int, tm: int, tn: int, weight: float, splits
 
 
 def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
-              min_splits: int = 1, tma: bool = True, probe: bool = True) -> dict:
-    """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM
-    (``probe=False``: the resident clusters from ``sms`` alone, no GPU asked: ``plan``).
+              min_splits: int = 1, tma: bool = True, stage: bool = False, probe: bool = True) -> dict:
+    """plan_search's plan; with ``stage`` (GEMM_NEXT) and more than GEMM_STAGE_MIN_M rows, the A / B
+    rows TMA cannot read copied to 16-byte rows (plan["stage"]: the operands) where that models
+    faster (see GEMM_STAGE_MIN_M). ``probe=False``: the resident clusters from ``sms`` alone, no
+    GPU asked (``plan``)."""
+    plan = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, probe)
+    ragged = [op for op, w in zip("ab", widths[:2]) if w < 8]
+    if not (stage and tma and ragged and M > GEMM_STAGE_MIN_M):
+        return plan
+    wide = tuple(8 if op in ragged else w for op, w in zip("abc", widths))
+    staged = plan_search(M, N, K, wide, sms, schedule, min_splits, tma, probe)
+    t_now = _plan_us(M, N, K, plan, sms) * GEMM_RAGGED_SLOWDOWN
+    copies = sum(4 * (M * K if op == "a" else K * N) for op in ragged)
+    t_stage = _plan_us(M, N, K, staged, sms) + copies / (GEMM_HBM_GBPS * 1e3) + GEMM_STAGE_LAUNCH_US * len(ragged)
+    if t_stage >= t_now:
+        return plan
+    return {**staged, "stage": ragged, "model_us": round(t_stage, 1)}
+
+
+def _plan_us(M: int, N: int, K: int, plan: dict, sms: int | None) -> float:
+    tm, tn = plan["tile"]
+    weight = next(w for s, m, n, w in GEMM_TILES if (s, m, n) == (plan["schedule"], tm, tn))
+    return gemm_time_us(M, N, K, tm, tn, weight, plan["splits"], sms or num_sms())
+
+
+def plan_search(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
+                min_splits: int = 1, tma: bool = True, probe: bool = True) -> dict:
+    """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
 
     ``widths``: the widest access (elements) A's, B's and C's rows allow; 8 (16 bytes) means TMA,
     else A and B load by GEMM_RAGGED_LOAD and C stores by a predicated copy of that width

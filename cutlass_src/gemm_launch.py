@@ -80,7 +80,7 @@ def _elems(kind: str) -> int:
 
 def compile_key(dtype, plan: dict) -> tuple:
     return ("gemm", plan["schedule"], str(dtype), tuple(plan["tile"]), plan["cluster_m"],
-            tuple(plan["loads"]), plan["splits"] > 1)
+            tuple(plan["loads"]), plan["splits"] > 1) + ((("stage",) + tuple(plan["stage"]),) if plan.get("stage") else ())
 
 
 def compile_gemm(dtype, plan: dict):
@@ -99,8 +99,10 @@ def compile_gemm(dtype, plan: dict):
     wa, wb, wc = (_elems(k) for k in plan["loads"])         # what each operand's rows must allow
     cdt = cutlass_dtype(dtype)
     m = cute.sym_int32()
-    n = cute.sym_int32(divisibility=max(wb, wc))
-    k = cute.sym_int32(divisibility=wa)
+    # a staged operand's rows are 16-byte multiples whatever its column count (gemm_stage.py)
+    stage = plan.get("stage", ())
+    n = cute.sym_int32(divisibility=max(1 if "b" in stage else wb, wc))
+    k = cute.sym_int32(divisibility=1 if "a" in stage else wa)
     a = make_fake_tensor(cdt, (m, k), (cute.sym_int64(divisibility=wa), 1), assumed_align=2 * wa)
     b = make_fake_tensor(cdt, (n, k), (1, cute.sym_int64(divisibility=wb)), assumed_align=2 * wb)
     c = make_fake_tensor(cdt, (m, n), (cute.sym_int64(divisibility=wc), 1), assumed_align=2 * wc)
@@ -138,6 +140,13 @@ def prepare_gemm(a, b, bias, out, act="relu", plan: dict | None = None):
     N = b.shape[1]
     if plan is None:
         plan = dispatch.plan_gemm(M, N, K, operand_widths(a, b, out))
+    copies = []
+    if plan.get("stage"):   # rows TMA cannot read: copied to 16-byte rows first (workspaces this launch owns)
+        from .gemm_stage import stage_launch, staged
+        bufs = {op: staged(t) for op, t in (("a", a), ("b", b)) if op in plan["stage"]}
+        copies = [stage_launch(t, bufs[op])[0] for op, t in (("a", a), ("b", b)) if op in bufs]
+        a = bufs["a"][:, :K] if "a" in bufs else a
+        b = bufs["b"][:, :N] if "b" in bufs else b
     comp = compile_gemm(a.dtype, plan)
     work, count = workspace(a.device, plan, M, N)
     bias_t = bias if bias is not None else torch.zeros(8, dtype=a.dtype, device=a.device)
@@ -148,8 +157,11 @@ def prepare_gemm(a, b, bias, out, act="relu", plan: dict | None = None):
     fn = comp.fn
 
     def launch():
+        for copy in copies:
+            copy()
         fn(*args, *stream_args())
 
+    launch.keep = (a, b)
     return launch, comp, plan
 
 

@@ -309,7 +309,21 @@ GEMM = {
     "splitk_min_gain": 0.15,
     "l2_bytes_per_s": 9.0e12,
     "splitk_launch_s": 3e-6,
+    # Rows TMA cannot address (N = 2047, K = 777), more than few_rows_max_m rows: "stage" copies
+    # each A or B TMA cannot read into a workspace of 16-byte rows (a launch each, its bytes read
+    # and written at HBM speed), then the tma kernel, C stored from registers where TMA cannot write
+    # it; taken where that models faster than the tiled kernel, whose K steps wait on their loads:
+    # rounds of tiled_resident programs an SM x K steps x tiled_step_s (2048 x 2047 x 2048: 1 x 64
+    # steps, 131 us; 555 x 1234 x 777: 1 x 25, 32 us;
+    # docs/performance.md, "Gluon / GEMM + epilogue"). Off until a GPU has run it
+    # (gluon:gemm_epilogue_next has it on).
+    "stage_unaligned": False,
+    "tiled_step_s": 1.6e-6,
+    "tiled_resident": 2,
 }
+
+#: the switches the next default turns on (gluon:gemm_epilogue_next, a candidate until a GPU has run it)
+GEMM_NEXT = {"stage_unaligned": True}
 
 
 def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
@@ -369,11 +383,26 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict) -> dict:
     return cfg
 
 
-def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None) -> tuple[str, dict]:
+def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None, copies: tuple | None = None,
+                G: dict = GEMM) -> tuple[str, dict]:
     """tma when TMA can address A, B and C, else tiled; the tile config by the roofline model
     (whole waves of tiles at the config's share of an SM's peak, or the HBM floor, whichever is
-    longer: few tiles leave SMs idle, so smaller tiles win there; ties go to the smaller tile)."""
+    longer: few tiles leave SMs idle, so smaller tiles win there; ties go to the smaller tile).
+    With G["stage_unaligned"] and ``copies`` (element counts of the operands a staged launch
+    copies; None: no TMA here), "stage" above few_rows_max_m rows where it models faster."""
     facts = facts or device_facts()
+    variant, cfg = _gemm_choice_unstaged(M, N, K, tma_ok, facts)
+    if variant != "tiled" or copies is None or not G["stage_unaligned"] or M <= GEMM["few_rows_max_m"]:
+        return variant, cfg
+    programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    t_tiled = -(-programs // (facts["sms"] * G["tiled_resident"])) * triton.cdiv(K, cfg["BLOCK_K"]) * G["tiled_step_s"]
+    tma = min(GEMM["tma"], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
+    t_stage = _gemm_time(M, N, K, tma, facts["sms"]) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["splitk_launch_s"]
+                                                            for n in copies)
+    return ("stage", dict(tma)) if t_stage < t_tiled else (variant, cfg)
+
+
+def _gemm_choice_unstaged(M: int, N: int, K: int, tma_ok: bool, facts: dict) -> tuple[str, dict]:
     kind = "tma" if tma_ok else "tiled"
     # equal times (the HBM floor): the smaller tile, which wastes less of the MMA on few rows
     cfg = min(GEMM[kind], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
@@ -392,6 +421,8 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None)
 
 
 def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None) -> list:
+    if variant == "stage":
+        return gemm_tma.staged_specs(a, b, bias, act, out, cfg, sms)
     if variant == "splitk":
         return gemm_splitk.launch_specs(a, b, bias, act, out, gemm_splitk.workspace(a, b, cfg) if ws is None else ws, cfg)
     if variant == "tma":
@@ -399,11 +430,13 @@ def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None)
     return [gemm_tiled.launch_spec(a, b, bias, act, out, cfg)]
 
 
-def plan_gemm(a, b, bias, act: str, out) -> Plan:
+def plan_gemm(a, b, bias, act: str, out, G: dict = GEMM) -> Plan:
+    """The default's plan (``G``: the GEMM table, or GEMM with GEMM_NEXT's switches on)."""
     M, K = a.shape
     N = b.shape[1]
     facts = device_facts(a.device)
-    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts)
+    copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
+    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts, copies, G)
     ws = gemm_splitk.workspace(a, b, cfg) if variant == "splitk" else None
     launch = bind_all(gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"], ws), a.device)
     launch.workspace = ws

@@ -10,6 +10,12 @@ step k - 1's, whose stage then takes the load of step k + STAGES - 1. So STAGES 
 flight while the tensor cores work.
 
 Tiles go in grouped order (GROUP_M row tiles share a column panel of B in L2).
+
+Staged operands (dispatch's "stage" path, for rows TMA cannot address: N = 2047, K = 777):
+``stage_rows_kernel`` copies an A or B whose rows TMA cannot read into a workspace of 16-byte
+rows once a call (the descriptor keeps the real K / N, so boxes clip at the edges), and a C that
+TMA cannot write is stored from registers (``C_TMA`` off), converted first to a layout in which a
+warp's 32 lanes hold 32 consecutive columns of a row (coalesced 2-byte stores).
 """
 from __future__ import annotations
 
@@ -36,7 +42,8 @@ def tile_coords(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
 @gluon.jit
 def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                              HAS_BIAS: gl.constexpr, ACT: gl.constexpr, STAGES: gl.constexpr,
-                             GROUP_M: gl.constexpr, INSTR_N: gl.constexpr, WARPS_N: gl.constexpr):
+                             GROUP_M: gl.constexpr, INSTR_N: gl.constexpr, WARPS_N: gl.constexpr,
+                             c_ptr, stride_cm, C_TMA: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
@@ -45,7 +52,10 @@ def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
         version=[3, 0], warps_per_cta=[gl.num_warps() // WARPS_N, WARPS_N], instr_shape=[16, INSTR_N, 16])
     a_s = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
     b_s = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_desc.layout)
-    c_s = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
+    if C_TMA:
+        c_s = gl.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
+    # C by pointers: a warp's lanes on 32 consecutive columns of a row
+    c_rows: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [gl.num_warps(), 1], [1, 0])
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for st in gl.static_range(STAGES):
         mbarrier.init(ready.index(st), count=1)
@@ -84,13 +94,76 @@ def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
 
         offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
         acc = bias_act(acc, bias_ptr, offs_n, N, HAS_BIAS, ACT)
-        tma.store_wait(0)                       # the previous tile's store has left c_s
-        c_s.store(acc.to(c_desc.dtype))
-        fence_async_shared()
-        tma_store(c_desc, [off_m, off_n], c_s)
-    tma.store_wait(0)
+        if C_TMA:
+            tma.store_wait(0)                   # the previous tile's store has left c_s
+            c_s.store(acc.to(c_desc.dtype))
+            fence_async_shared()
+            tma_store(c_desc, [off_m, off_n], c_s)
+        else:
+            val = gl.convert_layout(acc.to(dtype), c_rows)
+            cm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, c_rows))
+            cn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, c_rows))
+            gl.store(c_ptr + (cm.to(gl.int64) * stride_cm)[:, None] + cn[None, :], val,
+                     mask=(cm < M)[:, None] & (cn < N)[None, :])
+    if C_TMA:
+        tma.store_wait(0)
     for st in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(st))
+
+
+@gluon.jit
+def stage_rows_kernel(src_ptr, dst_ptr, rows, cols, stride_s, stride_d,
+                      BLOCK_R: gl.constexpr, BLOCK_C: gl.constexpr):
+    """dst[r, c] = src[r, c] for r < rows, c < cols, zeros on to the next multiple of 8 columns:
+    2-byte loads from rows of any alignment, 16-byte stores into dst (8 consecutive elements a
+    thread; the host made its row stride a multiple of 8, rewritten as x // 8 * 8 to prove it)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
+    stride_d = stride_d // 8 * 8
+    r = gl.program_id(0) * BLOCK_R + gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, layout))
+    c = gl.program_id(1) * BLOCK_C + gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, layout))
+    cols8 = (cols + 7) // 8 * 8
+    r_ok = (r < rows)[:, None]
+    v = gl.load(src_ptr + (r.to(gl.int64) * stride_s)[:, None] + c[None, :], mask=r_ok & (c < cols)[None, :],
+                other=0.0)
+    gl.store(dst_ptr + (r.to(gl.int64) * stride_d)[:, None] + c[None, :], v, mask=r_ok & (c < cols8)[None, :])
+
+
+#: rows x columns a program of stage_rows_kernel copies (4 warps: a warp a row, 256 columns)
+STAGE_BLOCK = (16, 256)
+
+
+def tma_readable(t) -> bool:
+    """Whether a TMA descriptor can address ``t`` (unit inner stride, 16-byte row stride and base)."""
+    return (t.shape[1] <= 1 or t.stride(1) == 1) and (t.stride(0) * t.element_size()) % 16 == 0 \
+        and t.data_ptr() % 16 == 0
+
+
+def staged(t):
+    """A workspace for ``t`` with rows of a multiple of 8 elements (16 bytes), viewed as t's shape."""
+    import torch
+    rows, cols = t.shape
+    return torch.empty((rows, triton.cdiv(max(cols, 1), 8) * 8), dtype=t.dtype, device=t.device)[:, :cols]
+
+
+def stage_spec(src, dst) -> Spec:
+    rows, cols = src.shape
+    br, bc = STAGE_BLOCK
+    return Spec(stage_rows_kernel, (triton.cdiv(rows, br), triton.cdiv(cols, bc)),
+                {"src_ptr": src, "dst_ptr": dst, "rows": rows, "cols": cols, "stride_s": src.stride(0),
+                 "stride_d": dst.stride(0), "BLOCK_R": br, "BLOCK_C": bc}, {"num_warps": 4})
+
+
+def staged_specs(a, b, bias, act: str, out, cfg: dict, sms: int) -> list:
+    """The launches of the staged TMA kernel, in stream order: a copy of each of A and B whose
+    rows TMA cannot read (into a workspace the specs hold), then the TMA kernel on the copies, C
+    stored from registers where TMA cannot write it."""
+    ops = {n: t if tma_readable(t) else staged(t) for n, t in (("a", a), ("b", b))}
+    copies = [stage_spec(t, ops[n]) for n, t in (("a", a), ("b", b)) if ops[n] is not t]
+    c_tma = tma_readable(out)
+    main = launch_spec(ops["a"], ops["b"], bias, act, out if c_tma else ops["a"], cfg, sms)
+    if not c_tma:
+        main.args.update(c_ptr=out, stride_cm=out.stride(0), C_TMA=False)
+    return copies + [main]
 
 
 def gl_dtype(dtype):
@@ -131,5 +204,6 @@ def launch_spec(a, b, bias, act: str, out, cfg: dict, sms: int) -> Spec:
                 {"a_desc": a_desc, "b_desc": b_desc, "c_desc": c_desc,
                  "bias_ptr": bias if bias is not None else out, "M": M, "N": N, "K": K,
                  "HAS_BIAS": bias is not None, "ACT": ACTS[act], "STAGES": cfg["STAGES"],
-                 "GROUP_M": cfg["GROUP_M"], "INSTR_N": n, "WARPS_N": wn},
+                 "GROUP_M": cfg["GROUP_M"], "INSTR_N": n, "WARPS_N": wn,
+                 "c_ptr": out, "stride_cm": out.stride(0), "C_TMA": True},
                 {"num_warps": cfg["num_warps"]})

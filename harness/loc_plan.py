@@ -90,6 +90,14 @@ class PlannedSources(Sequence):
     def __len__(self) -> int:
         return len(self._resolve())
 
+    def __add__(self, other) -> list:
+        """The resolved Sources and ``other``'s, as a plain list (e.g. a candidate's: the default's
+        and a kernel of its own)."""
+        return list(self._resolve()) + list(other)
+
+    def __radd__(self, other) -> list:
+        return list(other) + list(self._resolve())
+
     @property
     def variants(self) -> dict:
         """The layer's ``VARIANTS[problem]`` (the words the planner chooses among)."""

@@ -83,8 +83,11 @@ def plan_cases(problem_names: list[str], suite: str, dtypes: list[str] | None, s
     from .case import dtype_name
     from .problems import SUITES
 
-    if suite not in SUITES:
-        raise PlanError(f"--suite: unknown suite {suite!r}; choose from {', '.join(SUITES)}")
+    suites = [s.strip() for s in suite.split(",") if s.strip()]
+    bad = [s for s in suites if s not in SUITES]
+    if bad or not suites:
+        raise PlanError(f"--suite: unknown suite {(bad or [suite])[0]!r}; choose from {', '.join(SUITES)} "
+                        "(several: comma-separated)")
     try:
         dts = [dtype_name(d) for d in dtypes] if dtypes else None
         probs = [problems.get(n) for n in problem_names] if problem_names else problems.all_problems()
@@ -97,7 +100,7 @@ def plan_cases(problem_names: list[str], suite: str, dtypes: list[str] | None, s
         return [(p, [parse_sets(p, sets, d) for d in (dts or [None])])]
     plan = []
     for p in probs:
-        cases = p.cases(suite)
+        cases = list({c.id: c for s in suites for c in p.cases(s)}.values())
         if dts:
             bad = [d for d in dts if d not in p.dtypes]
             if problem_names and bad:

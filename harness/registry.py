@@ -342,3 +342,17 @@ def get(problem: str, impl_id: str, candidates: bool = False) -> Implementation:
     if key not in _IMPLS:
         raise ValueError(f"impl: {impl_id!r} is not registered for problem {problem!r}")
     return _IMPLS[key]
+
+
+def admit_candidates() -> list[Implementation]:
+    """Move every candidate into the registry of this process (``python -m harness check`` does
+    this in its own process and, through the plugin ``harness/admit_candidates.py``, in each of
+    its workers), so that a GPU run can verify and time the experiments beside the ids. Returns
+    the candidates admitted."""
+    load_backends()
+    admitted = []
+    for key, impl in list(_CANDIDATES.items()):
+        if key not in _IMPLS:
+            _IMPLS[key] = impl
+            admitted.append(impl)
+    return admitted

@@ -10,15 +10,17 @@ and its time beside this one's; an entry is replaced where the autotuner's choic
 the first bounded run (seconds per class) its choices were slower than these, so these stay.
 The main job never autotunes.
 
-Switches (below, each with its reason): VECTOR_ADD_PIECES (on), SPLITK_FEW_TILES and
-ONLINE_PERSISTENT (off until ``scripts/gpu_helion.py`` has verified and timed them on a GPU; the
-CPU tests verify them under the Triton interpreter).
+Switches (below, each with its reason): VECTOR_ADD_PIECES (on); SOFTMAX_NEXT and GEMM_NEXT (off:
+the rules of ``plan_softmax_next`` and ``plan_gemm_next``, not yet run on a GPU; the candidates
+``helion:softmax_next`` and ``helion:gemm_epilogue_next`` are the default with them on, so one GPU
+run times today's default against tomorrow's; the CPU tests verify them under the Triton
+interpreter and check their sm_90 PTX).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import gemm_epilogue_splitk, tuned
+from . import frame, gemm_epilogue_splitk, softmax_online_frame, softmax_rows, softmax_split, tuned
 
 # Plain data: the configuration of each shape class (the rules below name the class).
 VECTOR_ADD: dict[str, dict] = {
@@ -36,19 +38,6 @@ SOFTMAX: dict[str, dict] = {
     # warps); it read the row twice and beat the looped kernel's three passes on the H200
     "softmax/online": dict(block_sizes=[1, 4096, 4096], num_warps=8, num_stages=1),
 }
-SOFTMAX_PERSISTENT: dict[str, dict] = {
-    # the online kernel on a persistent grid (Helion's pid_type): programs loop over rows, so the
-    # rows in flight (programs x row bytes) are bounded and the write pass re-reads its row from
-    # L2, not HBM; the first pass's loads are kept in L2 (evict_last), the second's not
-    "softmax/online_persistent": dict(block_sizes=[1, 8192, 8192], num_warps=16, num_stages=1,
-                                      pid_type="persistent_interleaved",
-                                      load_eviction_policies=["last", "first"]),
-}
-# long rows take softmax/online_persistent: off until it has run on a GPU (scripts/gpu_helion.py
-# verifies it and times it against softmax/online); verified under the Triton interpreter only
-ONLINE_PERSISTENT = False
-L2_BYTES = 50 * 2 ** 20    # the H200's L2: rows in flight are kept within L2_FRACTION of it
-L2_FRACTION = 0.5
 GEMM: dict[str, dict] = {
     # decode-like M (one row tile): a 16-row tile, narrow N tiles so that the B matrix is
     # streamed by more programs than SMs, long K tiles deep in the pipeline (split-K, the variant,
@@ -79,11 +68,6 @@ SPLITK: dict[str, dict] = {
     "gemm/splitk": dict(block_sizes=[128, 128, None, 64], num_warps=8, num_stages=3),
     "gemm/splitk_epilogue": dict(block_sizes=[32, 128], reduction_loops=[None], num_warps=4, num_stages=1),
 }
-SPLITK_MIN_CHUNK = 1024  # K of a chunk at least this: each program amortises its tile's epilogue
-# the planner takes split-K for few output tiles: off until the deterministic split-K has run on a
-# GPU (scripts/gpu_helion.py verifies and times it against the tiled kernel); the interpreter
-# verifies it on the CPU (tests/test_helion_layer.py)
-SPLITK_FEW_TILES = False
 SPLITK_MAX_CHUNKS = 8    # the workspace (chunks x M x N fp32) stays a few times the output
 CONFIGS = {**VECTOR_ADD, **SOFTMAX, **GEMM}  # every class (for scripts/tune_helion.py)
 
@@ -97,16 +81,45 @@ VECTOR_ADD_PIECES = True
 ROW_ELEMENTS = 32768
 SMALL_M = 64      # up to one 16..64-row tile: weight-streaming (GEMV-like) GEMMs
 
+# -- pending rules (plan_softmax_next, plan_gemm_next): off until the lead's GPU run -----------
+SOFTMAX_NEXT = False
+GEMM_NEXT = False
+SOFTMAX_FRAME: dict[str, dict] = {
+    # the frame kernels (helion_src/frame.py: 16-byte accesses on any row); whole rows in
+    # registers: short rows packed up to ROWS_PACK positions a program (16 a thread at 4 warps)
+    "softmax/rows_frame": dict(num_stages=1),
+    # longer rows, one a program: the online kernel over 4096-position tiles, 8 warps
+    "softmax/online_frame": dict(block_sizes=[1, 4096, 4096], num_warps=8, num_stages=1),
+    # few long rows: the split kernels, each program a chunk of 4096-position tiles
+    "softmax/split": dict(block_sizes=[4096], num_warps=8, num_stages=1),
+}
+ROWS_PACK = 2048
+SPLIT_WAVES = 4          # split rows when one program a row gives fewer than this many per SM ...
+SPLIT_MIN_BYTES = 32768  # ... into chunks of at least this many bytes of the row
+GEMM_TILES: dict[str, tuple[dict, float]] = {
+    # (configuration, relative throughput of one tile on an SM): the tile plan_gemm_next takes is
+    # the one with the least work on the busiest SM, ceil(tiles / SMs) x BM x BN / throughput
+    "gemm/128x256": (GEMM["gemm/128x256"], 1.0),
+    "gemm/128x128": (GEMM["gemm/128x128"], 0.85),
+    "gemm/64x128": (GEMM["gemm/64x128"], 0.7),
+}
+GEMM_TILES_UNALIGNED = {"gemm/128x128_unaligned": (GEMM["gemm/128x128_unaligned"], 0.85),
+                        "gemm/64x128_unaligned": (GEMM["gemm/64x128_unaligned"], 0.7)}
+# few rows: one row tile of the next power of two (16..64) rows, so that B is streamed once
+SMALL_M_TILE = dict(block_sizes=[None, 64, 128], num_warps=4, num_stages=4, l2_groupings=[1])
+SPLITK_MIN_K = 1024      # K of a split at least this (the partial sum's store amortised over it)
+
 
 @dataclass(frozen=True)
 class Plan:
-    variant: str      # the algorithm word (rows, online, block, tiled)
+    variant: str      # the algorithm word (rows, online, split, block, tiled, splitk)
     kernel: object    # the Helion kernel (runtime sizes)
     config: dict      # the Helion configuration
-    rule: str         # the class: a key of VECTOR_ADD, SOFTMAX or GEMM
-    epilogue: tuple | None = None  # split-K: (kernel, config) of the epilogue kernel
+    rule: str         # the class: a key of VECTOR_ADD, SOFTMAX, GEMM or the pending tables
+    epilogue: tuple | None = None  # split-K / split: (kernel, config) of the second kernel
     # vector add: the index ranges launched one after the other (None: one launch over all)
     pieces: tuple[tuple[int, int], ...] | None = None
+    frame: dict | None = None      # the aligned frame's kernels (frame.py): their other arguments
 
 
 def _pow2(n: int) -> int:
@@ -120,25 +133,41 @@ def _src(file: str, *kernels: str):
 
 
 #: the variants the defaults plan among, by algorithm word: the kernel files and functions (the
-#: adapter, backends/helion_layer.py, binds every plan: Helion compiles and launches the kernel)
+#: adapter, backends/helion_layer.py, binds every plan: Helion compiles and launches the kernel);
+#: the pending rules (SOFTMAX_NEXT) launch the frame kernels under the same words, and split
 VARIANTS = {
     "vector_add": {"block": _src("vector_add.py", "vector_add")},
-    "softmax": {"rows": _src("softmax.py", "softmax"), "online": _src("softmax_online.py", "softmax_online")},
+    "softmax": {"rows": _src("softmax.py", "softmax"), "online": _src("softmax_online.py", "softmax_online"),
+                "split": _src("softmax_split.py", "softmax_split_stats", "softmax_split_norm")},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue.py", "gemm_epilogue"),
                       "splitk": _src("gemm_epilogue_splitk.py", "gemm_partial_sums", "splitk_epilogue")},
 }
 
 
+def _kernel_source(kernel):
+    """The file and function of a Helion kernel (its ``fn``), as a ``Source``."""
+    import inspect
+    from pathlib import Path
+
+    from kltools.plan import Source
+    fn = getattr(kernel, "fn", kernel)
+    path = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(__file__).resolve().parent.parent)
+    return Source(path.as_posix(), kernels=(fn.__name__,))
+
+
 def plan(problem: str, facts):
     """The default's plan (``helion:<problem>``) for one case given as ``kltools.plan.Facts``: the
-    planner the switches select now (``softmax_planner``, ``gemm_planner``), its class and Helion
-    configuration."""
+    planner the switches select now (``softmax_planner``, ``gemm_planner``), its class, Helion
+    configuration and the kernels it launches."""
     from kltools.plan import check_problem, make_plan
     check_problem(problem, VARIANTS)
     if problem == "vector_add":
         p = plan_vector_add(facts.N, facts.esize)
     elif problem == "softmax":
-        p = softmax_planner()(facts.M, facts.N, facts.esize)
+        planner = softmax_planner()
+        extra = ({"framed": frame.frame_args(facts.meta("x"), facts.meta("out")) is not None, "sms": facts.device.sms}
+                 if planner is plan_softmax_next else {})
+        p = planner(facts.M, facts.N, facts.esize, **extra)
     else:
         # rows of A and B on 16-byte boundaries: each row stride and start (one row included)
         aligned = all(o.strides[0] * facts.esize % 16 == 0 and o.addr16 == 0
@@ -147,7 +176,19 @@ def plan(problem: str, facts):
     cfg = {"rule": p.rule, "config": dict(p.config)}
     if p.pieces:
         cfg["pieces"] = [list(r) for r in p.pieces]
-    return make_plan(problem, p.variant, VARIANTS, cfg, why=p.rule)
+    kernels = (p.kernel,) + ((p.epilogue[0],) if p.epilogue else ())
+    return make_plan(problem, p.variant, VARIANTS, cfg, why=p.rule, sources=tuple(_kernel_source(k) for k in kernels))
+
+
+def softmax_planner(pending: bool = False):
+    """The softmax planner the default calls (the switch read at each call; ``pending``: the
+    candidate ``helion:softmax_next``, the switch taken as on)."""
+    return plan_softmax_next if SOFTMAX_NEXT or pending else plan_softmax
+
+
+def gemm_planner(pending: bool = False):
+    """The GEMM planner the default calls (as ``softmax_planner``)."""
+    return plan_gemm_next if GEMM_NEXT or pending else plan_gemm
 
 
 def vector_add_pieces(n: int, block: int) -> tuple[tuple[int, int], ...] | None:
@@ -171,6 +212,7 @@ def plan_vector_add(n: int, elem: int) -> Plan:
 
 
 def plan_softmax(m: int, n: int, elem: int) -> Plan:
+    """Whole rows in registers up to ROW_ELEMENTS columns, else the online kernel."""
     width = _pow2(n)
     if width <= ROW_ELEMENTS:
         cfg = dict(SOFTMAX["softmax/rows"])
@@ -181,24 +223,39 @@ def plan_softmax(m: int, n: int, elem: int) -> Plan:
     return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
 
 
-def plan_softmax_persistent(m: int, n: int, elem: int) -> Plan:
-    """plan_softmax with the long rows on the persistent grid (the planner when ONLINE_PERSISTENT
-    is on: ``softmax_planner``)."""
-    plan = plan_softmax(m, n, elem)
-    if plan.variant != "online":
-        return plan
-    return Plan("online", tuned.softmax_online, online_persistent_config(n, elem), "softmax/online_persistent")
+def split_chunks(m: int, n: int, elem: int, sms: int = 132) -> int:
+    """Chunks a row is split into: 1 where one program a row already gives SPLIT_WAVES programs
+    an SM, else as many as bring the programs to that count, each at least SPLIT_MIN_BYTES."""
+    want = -(-SPLIT_WAVES * sms // m)
+    return max(1, min(want, n * elem // SPLIT_MIN_BYTES))
 
 
-def online_persistent_config(n: int, elem: int, sms: int = 132) -> dict:
-    """Programs per SM (Helion's num_sm_multiplier: 1, 2, 4) as many as keep every row in flight
-    within L2_FRACTION of L2; column tiles no longer than the padded row."""
-    cfg = dict(SOFTMAX_PERSISTENT["softmax/online_persistent"])
-    per_sm = int(L2_FRACTION * L2_BYTES // (sms * n * elem))
-    cfg["num_sm_multiplier"] = 4 if per_sm >= 4 else 2 if per_sm >= 2 else 1
-    tile = min(cfg["block_sizes"][1], _pow2(n))
-    cfg["block_sizes"] = [1, tile, tile]
-    return cfg
+def plan_softmax_next(m: int, n: int, elem: int, framed: bool = True, sms: int = 132) -> Plan:
+    """``framed``: x and out admit the aligned frame (``frame.frame_args``), else plan_softmax.
+    Few long rows: ``split``; a frame of up to ROW_ELEMENTS positions: ``rows`` (packed to
+    ROWS_PACK positions a program); longer: ``online``, one row a program."""
+    if not framed:
+        return plan_softmax(m, n, elem)
+    v = 16 // elem
+    span = frame.frame_width(n, v)
+    chunks = split_chunks(m, n, elem, sms)
+    if chunks > 1:
+        cfg = dict(SOFTMAX_FRAME["softmax/split"])
+        tile = min(cfg["block_sizes"][0], _pow2(span))
+        per = -(-span // chunks)
+        cols = -(-per // tile) * tile   # positions a chunk: whole column tiles
+        cfg["block_sizes"] = [tile]
+        chunking = {"chunk_groups": cols // v, "chunks": -(-span // cols)}
+        return Plan("split", softmax_split.softmax_split_stats, cfg, "softmax/split",
+                    epilogue=(softmax_split.softmax_split_norm, dict(cfg)), frame=chunking)
+    width = _pow2(span)
+    if width <= ROW_ELEMENTS:
+        rows = max(1, min(_pow2(m), ROWS_PACK // width))
+        warps = min(32, max(4, rows * width // 512))   # one a 512 positions, as plan_softmax
+        cfg = dict(SOFTMAX_FRAME["softmax/rows_frame"], block_sizes=[rows], num_warps=warps)
+        return Plan("rows", softmax_rows.softmax_rows, cfg, "softmax/rows_frame", frame={"width": width})
+    return Plan("online", softmax_online_frame.softmax_online_frame, dict(SOFTMAX_FRAME["softmax/online_frame"]),
+                "softmax/online_frame", frame={})
 
 
 def gemm_class(m: int, n: int = 1 << 16, aligned: bool = True, sms: int = 132) -> str:
@@ -214,56 +271,76 @@ def gemm_class(m: int, n: int = 1 << 16, aligned: bool = True, sms: int = 132) -
     return keys[-1]
 
 
-def splitk_chunk(m: int, n: int, k: int, sms: int = 132) -> int | None:
-    """The K chunk of split-K, or None (no split): when the split-K tile's output tiles are fewer
-    than FILL of the SMs, the longest power-of-two chunk whose programs (tiles x chunks) fill them,
-    at least SPLITK_MIN_CHUNK long and at most SPLITK_MAX_CHUNKS chunks; None where no such chunk
-    splits K or the tiles already fill the SMs."""
-    bm, bn = SPLITK["gemm/splitk"]["block_sizes"][:2]
-    tiles = -(-m // bm) * -(-n // bn)
-    if tiles >= FILL * sms:
-        return None
-    chunk = _pow2(k) // 2
-    while chunk >= SPLITK_MIN_CHUNK:
-        chunks = -(-k // chunk)
-        if chunks > SPLITK_MAX_CHUNKS:
-            return None
-        if tiles * chunks >= FILL * sms:
-            return chunk
-        chunk //= 2
-    return None
-
-
-def plan_gemm_or_splitk(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
-    """plan_gemm, but split-K for more than SMALL_M rows of aligned operands whose split-K tiles
-    leave SMs idle, where a chunk exists (the planner when SPLITK_FEW_TILES is on: ``gemm_planner``)."""
-    if aligned and m > SMALL_M and splitk_chunk(m, n, k, sms) is not None:
-        return plan_gemm_splitk(m, n, k, elem, sms)
-    return plan_gemm(m, n, k, elem, aligned, sms)
-
-
-def softmax_planner():
-    """The softmax planner the default calls (the switch read at each call)."""
-    return plan_softmax_persistent if ONLINE_PERSISTENT else plan_softmax
-
-
-def gemm_planner():
-    """The GEMM planner the default calls (the switch read at each call)."""
-    return plan_gemm_or_splitk if SPLITK_FEW_TILES else plan_gemm
-
-
 def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
     """``aligned``: the rows of A and B (and their starts) are 16-byte multiples."""
     key = gemm_class(m, n, aligned, sms)
     return Plan("tiled", tuned.gemm_epilogue, dict(GEMM[key]), key)
 
 
-def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132) -> Plan:
-    """Split-K at the chunk of ``splitk_chunk`` (or, where it finds none, the shortest chunk it
-    allows: the variant's own id takes every case)."""
+def _tiles(m: int, n: int, cfg: dict) -> int:
+    bm, bn = cfg["block_sizes"][:2]
+    return -(-m // bm) * -(-n // bn)
+
+
+def gemm_tile(m: int, n: int, aligned: bool = True, sms: int = 132) -> tuple[str, dict]:
+    """The tile of plan_gemm_next. Up to SMALL_M rows: one row tile (the next power of two rows, at
+    least 16): B, the large operand, is streamed once. More rows: the tile of GEMM_TILES (or the
+    unaligned set) with the least work on the busiest SM, ceil(tiles / SMs) x BM x BN divided by
+    the tile's throughput: waves count whole, so a tile whose last wave is nearly empty loses."""
+    if m <= SMALL_M:
+        cfg = dict(SMALL_M_TILE)
+        cfg["block_sizes"] = [max(16, _pow2(m)), *cfg["block_sizes"][1:]]
+        return "gemm/small_m_next", cfg
+    table = GEMM_TILES if aligned else GEMM_TILES_UNALIGNED
+
+    def cost(item):
+        cfg, speed = item[1]
+        bm, bn = cfg["block_sizes"][:2]
+        return -(-_tiles(m, n, cfg) // sms) * bm * bn / speed
+    key, (cfg, _) = min(table.items(), key=cost)
+    return key, dict(cfg)
+
+
+def splitk_chunk(m: int, n: int, k: int, cfg: dict, sms: int = 132) -> int | None:
+    """The K chunk of split-K for the tile ``cfg``, or None (no split). Split only where the
+    tiles are fewer than FILL of the SMs: into as many splits as the idle SMs allow
+    (SMs // tiles, at most SPLITK_MAX_CHUNKS), the chunk the power of two that K / splits rounds
+    up to, at least SPLITK_MIN_K and a multiple of the K step; None where that leaves one chunk."""
+    tiles = _tiles(m, n, cfg)
+    if tiles >= FILL * sms:
+        return None
+    splits = min(SPLITK_MAX_CHUNKS, sms // tiles)
+    chunk = max(SPLITK_MIN_K, _pow2(-(-k // max(1, splits))), cfg["block_sizes"][-1])
+    return chunk if -(-k // chunk) >= 2 else None
+
+
+def plan_gemm_next(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
+    """The tile of ``gemm_tile``; where A and B have 16-byte rows and starts, TMA (Helion's
+    tensor-descriptor indexing; Helion keeps pointer accesses for a tensor whose strides do not
+    allow it): the pointer path proves 16-byte loads only for row strides that are multiples of
+    16 elements (3000 columns: 2-byte loads, and 984 spilled registers in the 128 x 256 tile);
+    split-K (``splitk_chunk``) where the tiles leave SMs idle."""
+    key, cfg = gemm_tile(m, n, aligned, sms)
+    if aligned:   # (Helion 1.4 checks descriptor strides, not the start: the planner does)
+        cfg["indexing"] = "tensor_descriptor"
+    chunk = splitk_chunk(m, n, k, cfg, sms)
+    if chunk is None:
+        return Plan("tiled", tuned.gemm_epilogue, cfg, key)
+    return plan_gemm_splitk(m, n, k, elem, sms, tile=cfg, chunk=chunk)
+
+
+def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132, tile: dict | None = None,
+                     chunk: int | None = None) -> Plan:
+    """Split-K with ``tile``'s (M, N) tile (the default: SPLITK's) and K step at ``chunk`` (the
+    default: ``splitk_chunk``'s, or where it finds none, the shortest chunk it allows that still
+    splits K: the variant's own id takes every case)."""
     cfg = dict(SPLITK["gemm/splitk"])
-    chunk = splitk_chunk(m, n, k, sms) or max(SPLITK_MIN_CHUNK, min(_pow2(k), _pow2(-(-k // 2))))
+    if tile is not None:
+        cfg.update({k_: v for k_, v in tile.items() if k_ != "l2_groupings"})
+        cfg["block_sizes"] = [*tile["block_sizes"][:2], None, tile["block_sizes"][2]]
     bm, bn, _, bk = cfg["block_sizes"]
+    plain = {"block_sizes": [bm, bn, bk]}
+    chunk = chunk or splitk_chunk(m, n, k, plain, sms) or max(SPLITK_MIN_K, min(_pow2(k), _pow2(-(-k // 2))))
     cfg["block_sizes"] = [bm, bn, chunk, bk]
     return Plan("splitk", gemm_epilogue_splitk.gemm_partial_sums, cfg, "gemm/splitk",
                 epilogue=(gemm_epilogue_splitk.splitk_epilogue, dict(SPLITK["gemm/splitk_epilogue"])))

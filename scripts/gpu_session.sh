@@ -14,6 +14,7 @@
 #   bash scripts/gpu_session.sh layers L [L..]         per layer L: verify (verify suite, every role) and a
 #                                                      short compare of its default and twin beside torch on
 #                                                      the models suite; one archive per layer, $OUT/L.tgz
+#   bash scripts/gpu_session.sh check L [L..] [-- ARGS]  python -m harness check over layers L (one archive)
 #   bash scripts/gpu_session.sh checks A [A..]         per area A: python3 scripts/gpu_A.py (if it exists) with
 #                                                      OUT=/tmp/res/checks; one archive per area, $OUT/A.tgz
 # Extra arguments go to the stage's command. On a machine with two GPUs, run two stages at once with
@@ -116,6 +117,17 @@ EOF2
       log "$L models compare exit $?"; grep -E "headline|^\| $L:|FAIL" "$R/$L/models.txt" | head -20
       tar czf "$OUT/$L.tgz" -C "$R" "$L"
     done
+    exit 0 ;;
+  check)
+    # python -m harness check over the layers named (every id and candidate, verify suite, then the
+    # models + edge suites timed beside torch eager / torch.compile / the libraries); extra arguments
+    # after "--" go to the command, e.g.  check cutile tilelang -- --problem softmax --only candidates
+    layers=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do layers+=("$1"); shift; done; [ "${1:-}" = "--" ] && shift
+    name=$(IFS=-; echo "${layers[*]}")
+    timeout ${KL_CHECK_LIMIT:-540} python3 -m harness check "${layers[@]}" --out "$R/$name" "$@" \
+      > "$R/$name.txt" 2> "$R/$name.err"
+    log "check ${layers[*]} exit $?"; tail -60 "$R/$name.txt"; tail -5 "$R/$name.err"
+    tar czf "$OUT/check-$name.tgz" -C "$R" "$name" "$name.txt" "$name.err"
     exit 0 ;;
   checks)
     for A in "$@"; do

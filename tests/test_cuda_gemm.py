@@ -290,3 +290,67 @@ def test_pingpong_declines_unaligned_output():
     wide = torch.empty(64, 68, device="cuda", dtype=case.torch_dtype)
     with pytest.raises(Unsupported, match="ldc"):
         impl.prepare(case, (a, b, bias), wide[:, :64])
+
+
+def test_next_stages_operands_tma_cannot_read():
+    """cuda:gemm_epilogue_next (GEMM_NEXT on): above the B stream, an A or B whose rows TMA cannot
+    read is copied into a workspace of 16-byte rows by one gemm_stage_rows_kernel launch (a job per
+    such operand), and the TMA kernel reads the copy (the descriptor's columns stay K / N, so the
+    box clips at the real edge); C goes out by TMA where ldc allows, else by ping-pong's plain
+    stores. Staged exactly when the plan's modelled seconds beat the tiled kernel's at
+    tiled_unaligned_flops. Checked on shapes of every alignment class (A, B, both, neither; C
+    strided), fp16 and bf16, and an sm_80 part (never staged: no TMA)."""
+    G = {**dispatch.GEMM, **dispatch.dispatch_gemm.GEMM_NEXT}
+    a100 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
+    seen = set()
+    for M, N, K in ((2048, 2047, 2048), (555, 1234, 777), (411, 733, 957), (97, 211, 389), (4096, 50257, 768),
+                    (2050, 1001, 136), (1025, 769, 513), (300, 4096, 4095), (127, 65, 129), (512, 1024, 1024)):
+        for dt in ("float16", "bfloat16"):
+            g = dispatch.GemmCase(M, N, K, dt, "gelu", True, K, N, N)
+            p = dispatch.plan_gemm("next", M, N, K, dt, "gelu")
+            assert dispatch.plan_gemm("next", M, N, K, dt, "gelu", dev=a100).info["path"] == "tiled"
+            unaligned = {"apad": not g.tma_a(), "bpad": not g.tma_b()}
+            if not any(unaligned.values()):
+                assert p.plans[0].kernel != "gemm_stage_rows_kernel"
+                continue
+            staged = p.plans[0].kernel == "gemm_stage_rows_kernel"
+            bm = p.info["tile"][0] if not staged else dispatch.dispatch_gemm._tiled_fill_bm(g, dispatch.H200)[0]
+            tiles = -(-M // bm) * -(-N // 128)
+            t_tiled = 2.0 * M * N * K / G["tiled_unaligned_flops"] / (tiles / (-(-tiles // 132) * 132))
+            s = dispatch.dispatch_gemm._plan_staged(g, dispatch.H200)
+            assert staged == (s.info["model_s"] < t_tiled), (M, N, K)
+            seen.add(staged)
+            if not staged:
+                assert p.info["path"] == "tiled"
+                continue
+            cp = p.plans[0]
+            jobs = [n for n, u in unaligned.items() if u]
+            assert cp.grid[1] == len(jobs) and set(p.workspace) >= set(jobs)
+            for i, dst in enumerate(jobs):
+                src, lds, buf, ld, rows, cols = (v for _, v in cp.args[6 * i: 6 * i + 6])
+                want_rows, want_cols = (M, K) if dst == "apad" else (K, N)
+                assert (src, buf, rows, cols) == (dst[0], dst, want_rows, want_cols) and ld % 8 == 0 and ld >= cols
+                assert p.workspace[dst] == rows * ld * 2
+            main = p.plans[1]
+            descs = [v for t, v in main.args if t == "tma"]
+            assert descs[0][0] == ("apad" if unaligned["apad"] else "a") and descs[1][0] == ("bpad" if unaligned["bpad"] else "b")
+            assert descs[0][1:3] == (M, K) and descs[1][1:3] == (K, N)      # clipped at the real edges
+            if main.kernel.startswith("gemm_pingpong_kernel"):
+                assert main.args[-1] == ("i32", int(g.tma_c())) and main.args[-3] == ("ptr", "c")
+    assert seen == {True, False}
+    # A and B aligned, C not TMA-storable: ping-pong's plain stores (the default: ws 128 x 256)
+    p = dispatch.plan_gemm("next", 1024, 1024, 1024, ldc=1027)
+    assert p.info["path"] == "pingpong" and p.plans[0].args[-1] == ("i32", 0)
+    assert dispatch.plan_gemm("auto", 1024, 1024, 1024, ldc=1027).info["path"] == "ws"
+
+
+def test_next_is_a_candidate_of_both_launchers():
+    """The next default is reachable by the GPU check (candidates) and is no id of the tool yet."""
+    ids = {i.id for i in registry.select(problem="gemm_epilogue")}
+    for layer in ("cuda", "cupy"):
+        assert f"{layer}:gemm_epilogue_next" not in ids
+        impl = registry.get("gemm_epilogue", f"{layer}:gemm_epilogue_next", candidates=True)
+        assert impl.supports(P.case(M=2048, N=2047, K=2048, act="gelu")) is None
+    srcs = {(s.path, k) for s in registry.get("gemm_epilogue", "cuda:gemm_epilogue_next", candidates=True).sources
+            for k in s.kernels}
+    assert ("cuda_src/gemm_epilogue_ws.cu", "gemm_stage_rows_kernel") in srcs

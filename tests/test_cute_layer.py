@@ -99,6 +99,36 @@ def _plan_gemm(M, N, K, **kw):
                               sms=SMS, **kw)
 
 
+def test_plan_gemm_stage_rule_of_next():
+    """cute:gemm_epilogue_next (GEMM_NEXT: stage): above GEMM_STAGE_MIN_M rows, the A / B rows TMA
+    cannot read are staged (plan["stage"], their loads "tma", C unchanged) exactly when the TMA
+    plan's modelled time plus the copies (4 bytes an element at GEMM_HBM_GBPS, a launch each)
+    beats the ragged plan's modelled time x GEMM_RAGGED_SLOWDOWN; never without the switch, for
+    aligned operands, or at few rows."""
+    from cutlass_src import dispatch
+    seen = set()
+    for M, N, K in ((2048, 2047, 2048), (555, 1234, 777), (411, 733, 957), (97, 211, 389), (65, 20_000, 515),
+                    (4096, 50_257, 768), (1025, 769, 512), (300, 4096, 4095), (33, 1001, 3000), (512, 1024, 1024)):
+        base = _plan_gemm(M, N, K)
+        p = _plan_gemm(M, N, K, **dispatch.GEMM_NEXT)
+        assert "stage" not in base
+        ragged = [op for op, kind in zip("ab", base["loads"]) if kind != "tma"]
+        if not ragged or M <= dispatch.GEMM_STAGE_MIN_M:
+            assert p == base, (M, N, K)
+            continue
+        from cutlass_src.gemm_launch import access_elems
+        w = (access_elems(2 * K), access_elems(2 * N), access_elems(2 * N))
+        staged = dispatch.plan_search(M, N, K, tuple(8 if op in ragged else x for op, x in zip("abc", w)), sms=SMS)
+        t_stage = dispatch._plan_us(M, N, K, staged, SMS) + sum(4 * (M * K if op == "a" else K * N) for op in ragged) \
+            / (dispatch.GEMM_HBM_GBPS * 1e3) + dispatch.GEMM_STAGE_LAUNCH_US * len(ragged)
+        want = t_stage < dispatch._plan_us(M, N, K, base, SMS) * dispatch.GEMM_RAGGED_SLOWDOWN
+        assert (p.get("stage") == ragged) == want, (M, N, K, p)
+        if want:
+            assert p["loads"][:2] == ["tma", "tma"] and p["loads"][2] == base["loads"][2]
+        seen.add(want)
+    assert True in seen
+
+
 def test_vector_add_unroll_fills_the_sms(monkeypatch):
     """Four 128-bit accesses a thread while that still gives every SM a CTA; one for a short
     vector (65536 bf16: 32 CTAs instead of 8), whatever its alignment."""

@@ -510,6 +510,52 @@ def test_gemm_plain_plan_is_what_compile_only_compiles():
     assert tuple(spec.grid) == (-(-333 // cfg["BLOCK_M"]), -(-777 // cfg["BLOCK_N"]))
 
 
+def test_gemm_stage_rule_of_next():
+    """triton:gemm_epilogue_next (GEMM_NEXT on): above narrow_max_m rows, where TMA cannot address
+    every operand, "stage" (the copies of A / B TMA cannot read, then the TMA kernel) exactly when
+    its modelled time - the TMA config's roofline plus, per copy, its bytes read and written at
+    HBM speed and a launch - beats the unstaged choice's (the plain kernel: rounds of
+    plain_resident programs an SM x K steps x plain_step_s; else the roofline). Off in GEMM, the
+    choice is unchanged; no TMA (sm_80): never staged; few rows: the narrow rule."""
+    G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
+    sms, cdiv = H200["sms"], lambda a, b: -(-a // b)  # noqa: E731
+    seen = set()
+    for M, N, K in ((2048, 2047, 2048), (555, 1234, 777), (411, 733, 957), (97, 211, 389), (70, 47, 33),
+                    (4096, 50_257, 768), (90, 37, 64), (1025, 770, 513), (300, 4096, 4095)):
+        al = dispatch.gemm_aligned(2, min(8, 1 << (K & -K).bit_length() - 1), min(8, 1 << (N & -N).bit_length() - 1))
+        copies = tuple(n for n, ok in ((M * K, K % 8 == 0), (K * N, N % 8 == 0)) if not ok)
+        v0, c0 = dispatch.gemm_choice(M, N, K, False, H200, al, copies)
+        v, cfg = dispatch.gemm_choice(M, N, K, False, H200, al, copies, G)
+        assert v0 != "stage" and dispatch.gemm_choice(M, N, K, False, OTHER_GPUS["a100"], al, copies, G)[0] != "stage"
+        if v0 == "plain":
+            t0 = cdiv(cdiv(M, c0["BLOCK_M"]) * cdiv(N, c0["BLOCK_N"]), sms * G["plain_resident"]) \
+                * cdiv(K, c0["BLOCK_K"]) * G["plain_step_s"]
+        else:
+            t0 = dispatch._gemm_time(M, N, K, c0, c0.get("SPLIT", 1), sms)
+        tma = dispatch.gemm_tma_config(M, N, K, H200)
+        t = dispatch._gemm_time(M, N, K, tma, 1, sms) + sum(4 * n / G["hbm_bytes_per_s"] + G["launch_s"] for n in copies)
+        assert (v == "stage") == (t < t0) and (v, cfg) == (("stage", tma) if t < t0 else (v0, c0)), (M, N, K, v, v0)
+        seen.add(v)
+    assert {"stage", "plain"} <= seen, seen
+    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, False, (2048 * 2047,), G)[1] == \
+        dispatch.gemm_narrow_config(16, 2047, 2048, H200, False)
+
+
+def test_gemm_stage_specs():
+    """The staged plan's launches (what compile-only compiles): the TMA kernel (named first) with
+    C stored from registers where TMA cannot write it, and the copy of each operand TMA cannot
+    read into rows of a multiple of 8 elements."""
+    from backends import triton_layer as T
+    case = problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")
+    v, cfg = T._gemm_variant("next", case)
+    specs = T._gemm_specs(v, case, cfg)
+    assert v == "stage" and [s.kernel.__name__ if hasattr(s.kernel, "__name__") else s.kernel.fn.__name__
+                             for s in specs][0] == "gemm_epilogue_tma_kernel"
+    main, copy = specs
+    assert main.args["C_TMA"] is False and main.args["c_desc"] is None and main.args["stride_cm"] == 2047
+    assert copy.args["stride_d"] % 8 == 0 and copy.args["cols"] == 2047 and copy.args["rows"] == 2048
+
+
 # -- bad inputs: clear errors naming the argument --------------------------------------------------
 def test_vector_add_bad_inputs():
     from triton_src.vector_add import vector_add

@@ -162,7 +162,23 @@ GEMM = {
     # the roofline the planner compares tile configs and split factors with (H200, bf16)
     "peak_flops": 700e12,
     "hbm_bytes_per_s": 4.0e12,
+    # Operands TMA cannot address (rows not 16-byte multiples: N = 2047, K = 777), more than
+    # narrow_max_m rows: "stage" copies each A or B TMA cannot read into a workspace of 16-byte
+    # rows (one launch each, launch_s), then runs the persistent TMA kernel, C stored from
+    # registers where TMA cannot write it; taken where that models faster than the pointer
+    # kernels. The plain kernel waits for each K step's 2-byte loads before its MMA: its time is
+    # rounds of plain_resident programs an SM x K steps x plain_step_s (fits 2048 x 2047 x 2048:
+    # 1 round x 64 steps, 105 us; 555 x 1234 x 777: 1 x 25, 37.6 us; 4096 x 50257 x 768: 48 x 24,
+    # 1741 us; docs/performance.md, "Triton / GEMM + epilogue"). Off until a GPU has run it
+    # (triton:gemm_epilogue_next has it on).
+    "stage_unaligned": False,
+    "plain_step_s": 1.6e-6,
+    "plain_resident": 2,
+    "launch_s": 3e-6,
 }
+
+#: the switches the next default turns on (triton:gemm_epilogue_next, a candidate until a GPU has run it)
+GEMM_NEXT = {"stage_unaligned": True}
 
 #: programs of the persistent TMA grid under the interpreter (so that its tile loop runs)
 INTERPRETER_SMS = 4
@@ -506,17 +522,35 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict, aligned: bool = True
 
 
 def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
-                aligned: bool = True) -> tuple[str, dict]:
-    """tiled, tma, splitk or plain, and the config. Few rows: narrow tiles, split-K when the tiles alone
-    leave SMs idle. Otherwise the roofline model picks among the tile configs (TMA ones when the
-    operands allow TMA, else the pointer kernel's: shorter K steps when rows are not 4-byte
-    aligned, see GEMM) and split factors."""
+                aligned: bool = True, copies: tuple | None = None, G: dict = GEMM) -> tuple[str, dict]:
+    """tiled, tma, splitk, plain or stage, and the config. Few rows: narrow tiles, split-K when the
+    tiles alone leave SMs idle. Otherwise the roofline model picks among the tile configs (TMA ones
+    when the operands allow TMA, else the pointer kernel's: shorter K steps when rows are not
+    4-byte aligned, see GEMM) and split factors; with G["stage_unaligned"] and ``copies`` (the
+    element counts of the operands a staged TMA launch copies; None: no TMA here) the staged TMA
+    kernel where it models faster."""
     facts = facts or device_facts()
-    sms = facts["sms"]
     tma_ok = tma_ok and tma_available(facts)
     if M <= GEMM["narrow_max_m"]:
         cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return ("splitk" if cfg["SPLIT"] > 1 else "tiled"), cfg
+    variant, cfg = _gemm_unstaged(M, N, K, tma_ok, facts, aligned)
+    if tma_ok or copies is None or not G["stage_unaligned"] or not tma_available(facts):
+        return variant, cfg
+    sms = facts["sms"]
+    if variant == "plain":
+        programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+        t_now = _waves(programs, sms * G["plain_resident"]) * triton.cdiv(K, cfg["BLOCK_K"]) * G["plain_step_s"]
+    else:
+        t_now = _gemm_time(M, N, K, cfg, cfg.get("SPLIT", 1), sms)
+    tma = gemm_tma_config(M, N, K, facts)
+    t_stage = _gemm_time(M, N, K, tma, 1, sms) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["launch_s"] for n in copies)
+    return ("stage", dict(tma)) if t_stage < t_now else (variant, cfg)
+
+
+def _gemm_unstaged(M: int, N: int, K: int, tma_ok: bool, facts: dict, aligned: bool) -> tuple[str, dict]:
+    """gemm_choice above narrow_max_m rows, no staging: plain, tma, tiled or splitk."""
+    sms = facts["sms"]
     if not tma_ok and not aligned and GEMM["plain_unaligned"]:
         # rows no async copy can take: the plain kernel (masked pointer loads every K step, a 2-d
         # grid whose consecutive programs share a B column panel), the fastest measured there
@@ -542,19 +576,24 @@ def plain_spec(a, b, bias, act: str, out, cfg: dict | None = None):
                 {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
 
 
-def plan_gemm(a, b, bias, act: str, out) -> Plan:
+def plan_gemm(a, b, bias, act: str, out, G: dict = GEMM) -> Plan:
+    """The default's plan (``G``: the GEMM table, or GEMM with GEMM_NEXT's switches on)."""
     from . import gemm_epilogue_splitk, gemm_epilogue_tiled, gemm_epilogue_tma
     M, K = a.shape
     N = b.shape[1]
     facts = device_facts(a.device)
     tma_ok = gemm_epilogue_tma.check(a, b, out) is None
     vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
-    variant, cfg = gemm_choice(M, N, K, tma_ok, facts, gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"]))
+    copies = tuple(t.numel() for t in (a, b) if not gemm_epilogue_tma.tma_readable(t))
+    variant, cfg = gemm_choice(M, N, K, tma_ok, facts, gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"]),
+                               copies, G)
+    sms = INTERPRETER_SMS if interpreting() else facts["sms"]
     if variant == "plain":
         from .runtime import bind_spec
         return Plan(variant, cfg, bind_spec(plain_spec(a, b, bias, act, out, cfg), a.device))
+    if variant == "stage":
+        return Plan(variant, cfg, gemm_epilogue_tma.bind_staged_launch(a, b, bias, act, out, cfg, sms))
     if variant == "tma":
-        sms = INTERPRETER_SMS if interpreting() else facts["sms"]
         launch = gemm_epilogue_tma.bind_launch(a, b, bias, act, out, cfg, sms)
     elif variant == "splitk":
         launch = gemm_epilogue_splitk.bind_launch(a, b, bias, act, out, cfg)

@@ -9,6 +9,12 @@ by itself. The price: TMA needs 16-byte aligned base addresses and row strides a
 stride, so for 16-bit types K and N must be multiples of 8 (``supports``); ``dispatch`` sends the
 other shapes to the tiled kernel. EPILOGUE_SUBTILE stores C in two halves (half the staging
 buffer in shared memory; the first half's store overlaps the second half's epilogue).
+
+Staged operands (``bind_staged_launch``; dispatch's "stage" path for rows TMA cannot read, e.g.
+N = 2047 or K = 777): ``stage_rows_kernel`` copies A and / or B once a call into workspaces whose
+rows are 16-byte multiples (the descriptors keep the real K / N, so boxes still clip at the
+edges), and a C that TMA cannot write is stored from registers (``C_TMA`` off: a masked pointer
+store, which Triton lays out along the rows, 32 consecutive columns a warp instruction).
 """
 from __future__ import annotations
 
@@ -22,12 +28,24 @@ from .runtime import Spec, bind_spec
 
 
 @triton.jit
+def store_tile(c_desc, c_ptr, stride_cm, val, off_m, off_n, M, N, C_TMA: tl.constexpr):
+    """One [BM, BN'] piece of C at (off_m, off_n): by TMA, or by a masked pointer store."""
+    if C_TMA:
+        c_desc.store([off_m, off_n], val)
+    else:
+        cm = off_m + tl.arange(0, val.shape[0])
+        cn = off_n + tl.arange(0, val.shape[1])
+        tl.store(c_ptr + cm[:, None].to(tl.int64) * stride_cm + cn[None, :], val,
+                 mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+
+@triton.jit
 def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                              ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
                              EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                             FLATTEN: tl.constexpr):
+                             FLATTEN: tl.constexpr, c_ptr=None, stride_cm=0, C_TMA: tl.constexpr = True):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
@@ -51,12 +69,28 @@ def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
             left, right = tl.split(halves)
             cn = off_n + tl.arange(0, BLOCK_N // 2)
             left = epilogue(left, bias_ptr, cn, N, ACT, HAS_BIAS)
-            c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+            store_tile(c_desc, c_ptr, stride_cm, left.to(a_desc.dtype), off_m, off_n, M, N, C_TMA)
             right = epilogue(right, bias_ptr, cn + BLOCK_N // 2, N, ACT, HAS_BIAS)
-            c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+            store_tile(c_desc, c_ptr, stride_cm, right.to(a_desc.dtype), off_m, off_n + BLOCK_N // 2, M, N, C_TMA)
         else:
             acc = epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, ACT, HAS_BIAS)
-            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+            store_tile(c_desc, c_ptr, stride_cm, acc.to(a_desc.dtype), off_m, off_n, M, N, C_TMA)
+
+
+@triton.jit
+def stage_rows_kernel(src_ptr, dst_ptr, rows, cols, stride_s, stride_d,
+                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dst[r, c] = src[r, c] for r < rows, c < cols, zeros on to the next multiple of 8 columns:
+    2-byte loads from rows of any alignment, 16-byte stores into dst, whose row stride the host
+    made a multiple of 8 elements (rewritten as x // 8 * 8 so that Triton proves it)."""
+    stride_d = stride_d // 8 * 8
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cols8 = (cols + 7) // 8 * 8
+    v = tl.load(src_ptr + r[:, None].to(tl.int64) * stride_s + c[None, :],
+                mask=(r[:, None] < rows) & (c[None, :] < cols), other=0.0)
+    tl.store(dst_ptr + r[:, None].to(tl.int64) * stride_d + c[None, :], v,
+             mask=(r[:, None] < rows) & (c[None, :] < cols8))
 
 
 def supports(M: int, N: int, K: int, strides: dict | None = None,
@@ -101,10 +135,60 @@ def launch_spec(a, b, bias, act: str, out, cfg: dict, sms: int) -> Spec:
     args = {"a_desc": a_desc, "b_desc": b_desc, "c_desc": c_desc,
             "bias_ptr": bias if bias is not None else a, "M": M, "N": N, "K": K,
             "ACT": ACTS[act], "HAS_BIAS": bias is not None, "NUM_SMS": sms,
+            "c_ptr": None, "stride_cm": 0, "C_TMA": True,
             **{k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE",
                                    "WARP_SPECIALIZE", "FLATTEN")}}
     return Spec(gemm_epilogue_tma_kernel, (min(sms, tiles),), args,
                 {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+
+
+#: rows x columns a program of stage_rows_kernel copies
+STAGE_BLOCK = (16, 256)
+
+
+def tma_readable(t: torch.Tensor) -> bool:
+    """Whether a TMA descriptor can address ``t`` (unit inner stride, 16-byte row stride and base)."""
+    es = t.element_size()
+    return (t.shape[1] <= 1 or t.stride(1) == 1) and (t.stride(0) * es) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
+def staged(t: torch.Tensor) -> torch.Tensor:
+    """A workspace for ``t`` with rows of a multiple of 8 elements (16 bytes), viewed as t's shape."""
+    rows, cols = t.shape
+    return torch.empty((rows, triton.cdiv(max(cols, 1), 8) * 8), dtype=t.dtype, device=t.device)[:, :cols]
+
+
+def stage_spec(src: torch.Tensor, dst: torch.Tensor) -> Spec:
+    rows, cols = src.shape
+    br, bc = STAGE_BLOCK
+    return Spec(stage_rows_kernel, (triton.cdiv(rows, br), triton.cdiv(cols, bc)),
+                {"src_ptr": src, "dst_ptr": dst, "rows": rows, "cols": cols, "stride_s": src.stride(0),
+                 "stride_d": dst.stride(0), "BLOCK_R": br, "BLOCK_C": bc}, {"num_warps": 4})
+
+
+def bind_staged_launch(a, b, bias, act: str, out, cfg: dict, sms: int):
+    """Zero-argument launch of the TMA kernel on operands TMA may not address: an A or B whose
+    rows it cannot read is copied first (stage_rows_kernel, into a workspace this launch owns),
+    a C it cannot write is stored from registers. ``launch.staged`` names the copied operands."""
+    copies, ops = [], {"a": a, "b": b}
+    for name, t in (("a", a), ("b", b)):
+        if not tma_readable(t):
+            ops[name] = staged(t)
+            copies.append((name, bind_spec(stage_spec(t, ops[name]), a.device)))
+    c_tma = tma_readable(out)
+    spec = launch_spec(ops["a"], ops["b"], bias, act, out if c_tma else ops["a"], cfg, sms)
+    if not c_tma:
+        spec.args.update(c_desc=None, c_ptr=out, stride_cm=out.stride(0), C_TMA=False)
+    main = bind_spec(spec, a.device)
+
+    def launch():
+        for _, copy in copies:
+            copy()
+        main()
+    launch.compiled = main.compiled
+    launch.staged = tuple(name for name, _ in copies)
+    launch.keep = ops
+    return launch
 
 
 def bind_launch(a, b, bias, act: str, out, cfg: dict, sms: int):
