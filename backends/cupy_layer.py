@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from backends import cuda_gemm
-from backends.cuda_layer import (DTYPE_CODE, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config, case_softmax,
-                                 case_vector_add, check_softmax, check_vector_add, dev_index, softmax_grid,
-                                 softmax_launches, softmax_sources, softmax_supports, vector_add_grid,
-                                 vector_add_launches, va_sources)
+from backends.cuda_layer import (DTYPE_CODE, SOFTMAX_CANDIDATES, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config,
+                                 case_softmax, case_vector_add, check_softmax, check_vector_add, dev_index,
+                                 softmax_grid, softmax_launches, softmax_sources, softmax_supports, softmax_under,
+                                 vector_add_grid, vector_add_launches, va_sources)
 from cuda_src import dispatch
 from harness import Source, register
 from harness.errors import Unsupported
@@ -369,28 +369,32 @@ def _include_dirs_nogpu() -> list[str]:
 
 
 # -- registration --------------------------------------------------------------------------------
-def _register_softmax(path: str, name: str):
+def _register_softmax(path: str, name: str, candidate: bool = False):
+    plan_path = "auto" if path == "next" else path
+    under = lambda fn: softmax_under(path, fn)  # noqa: E731
     supports = softmax_supports(path)
 
     def compile_only(case):
         if (why := supports(case)):
             raise Unsupported(why)
-        plan = case_softmax(path, case)
+        plan = case_softmax(plan_path, case)
         return compile_only_nvrtc(plan.kernel, _config(plan))
 
     @register(problem="softmax", layer="cupy", name=name,
-              description="NVRTC of cuda_src: " + SOFTMAX_DESCRIPTIONS[path],
-              sources=softmax_sources(path, HOST), devices=("cuda",), available=available, supports=supports,
-              compile_only=compile_only, grid=lambda case: softmax_grid(case_softmax(path, case), case.M, case.N))
+              description="NVRTC of cuda_src: " + SOFTMAX_DESCRIPTIONS[path], candidate=candidate,
+              sources=softmax_sources(path, HOST), devices=("cuda",), available=available, supports=under(supports),
+              compile_only=under(compile_only),
+              grid=under(lambda case: softmax_grid(case_softmax(plan_path, case), case.M, case.N)))
+    @under
     def prepare(case, inputs, out):
         (x,) = inputs
         _require()
         check_softmax(x, out)
         di = dev_index(x)
         try:
-            plan = softmax_launches(x, out, path, _device(di))
+            plan = softmax_launches(x, out, plan_path, _device(di))
         except dispatch.Decline as e:
-            raise Unsupported(f"{path} path: {e}") from None
+            raise Unsupported(f"{plan_path} path: {e}") from None
         return _make(plan, {"x": x.data_ptr(), "out": out.data_ptr()}, di, DTYPE_CODE[x.dtype])
 
     return prepare
@@ -398,6 +402,8 @@ def _register_softmax(path: str, name: str):
 
 for _path, _name in SOFTMAX_ROWS:
     _register_softmax(_path, _name)
+for _path, _name in SOFTMAX_CANDIDATES:
+    _register_softmax(_path, _name, candidate=True)
 
 
 def _register_vector_add(path: str, name: str, description: str):

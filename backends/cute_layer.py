@@ -10,7 +10,7 @@ and the GEMM's split count, bias and activation are run-time arguments).
 from __future__ import annotations
 
 from cutlass_src import dispatch as _dispatch
-from harness import Source, planned, register
+from harness import Source, planned, planned_sources, register
 from harness.errors import Unsupported
 
 from . import src
@@ -273,6 +273,28 @@ for _name, _kernel, _desc, _srcs in (
     _sup, _co, _prep = _softmax_impl(_kernel)
     register(problem="softmax", layer="cute", name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_sup, compile_only=_co)(_prep)
+
+
+def _sm_next(fn):
+    """``fn`` of the default, planned with the pending switches on (``dispatch.SOFTMAX_NEXT``)."""
+    def call(*args):
+        with _dispatch.switched(_dispatch.SOFTMAX_NEXT):
+            return fn(*args)
+    return call
+
+
+# (a candidate counts every kernel the pending planner may launch)
+_NEXT_TABLE = {"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC, "cluster": _CLUSTER_SRC,
+               "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",), host=("SoftmaxSimple.__call__",))}
+_NEXT_SRC = planned_sources(_NEXT_TABLE, tuple(_NEXT_TABLE), [_SM_BASE, _SMEM_PLAN_SRC, *_SMEM_HELPERS,
+                            Source(src(C, "softmax_split.py"), kernels=("pack_pair", "unpack_pair"), host=())])
+# the candidate that times tomorrow's default beside today's (not yet run on a GPU)
+_sup, _co, _prep = map(_sm_next, _softmax_impl(None))
+register(problem="softmax", layer="cute", name="softmax_next", candidate=True,
+         description="candidate: the default with the switches of dispatch.SOFTMAX_NEXT on (rows over 32 KB "
+                     "to softmax_cluster while a cluster holds the row and M x C CTAs cover the SMs); not yet "
+                     "run on a GPU", sources=_NEXT_SRC, devices=("cuda",), available=_available,
+         supports=_sup, compile_only=_co)(_prep)
 
 
 def _sm_simple_compile_only(case):

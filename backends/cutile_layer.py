@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from cutile_src import dispatch as _plans   # plain Python: the defaults' planner (harness.planned)
-from harness import Source, planned, register
+from cutile_src import dispatch as _plans   # plain Python: the planner's reachable variants
+from harness import Source, planned, planned_sources, register
 from harness.errors import Unsupported
 from kltools.loc_marks import compile_step
 from harness.registry import describe_layer
@@ -51,6 +51,7 @@ if ct is not None:
     from cutile_src import gemm_epilogue_pack as gemm_pack
     from cutile_src import softmax as softmax_simple
     from cutile_src import softmax_online, softmax_online_flat, softmax_online_tma, softmax_rows, softmax_rows_tma
+    from cutile_src import softmax_split
     from cutile_src import vector_add as vector_add_simple
     from cutile_src import vector_add_unmasked
 
@@ -183,7 +184,7 @@ def array_constraint(t: torch.Tensor):
     shape_div = tuple(16 if int(n) % 16 == 0 else 1 for n in t.shape)
     extent = sum((n - 1) * s for n, s in zip(t.shape, strides)) + 1
     idx = ct.int32 if max(list(t.shape) + [extent]) < 2 ** 31 else ct.int64
-    return ArrayConstraint(getattr(ct, DTYPES[t.dtype]), t.dim(), index_dtype=idx,
+    return ArrayConstraint(getattr(ct, str(t.dtype).removeprefix("torch.")), t.dim(), index_dtype=idx,
                            stride_lower_bound_incl=0, alias_groups=(), may_alias_internally=False,
                            stride_constant=const, stride_divisible_by=div, shape_divisible_by=shape_div,
                            base_addr_divisible_by=16 if _address(t) % 16 == 0 else 1)
@@ -193,6 +194,20 @@ def _address(t: torch.Tensor) -> int:
     """The tensor's data address where it has memory, else its offset into a 256-byte aligned
     allocation (meta tensors)."""
     return t.data_ptr() if t.device.type == "cuda" else t.storage_offset() * t.element_size()
+
+
+def _rows16(t: torch.Tensor) -> bool:
+    """Whether every row of the 2-d ``t`` starts on a 16-byte boundary (base and row stride)."""
+    return _address(t) % 16 == 0 and (t.shape[0] <= 1 or (t.stride(0) * t.element_size()) % 16 == 0)
+
+
+def one_row_aligned(t: torch.Tensor) -> torch.Tensor:
+    """A one-row 2-d ``t`` as a view whose row stride is a 16-byte multiple (the stride of a single
+    row addresses nothing, but tileiras derives its TMA and vector choices from it); else ``t``."""
+    if t.dim() != 2 or t.shape[0] != 1:
+        return t
+    per = 16 // t.element_size()
+    return t.as_strided(t.shape, (-(-t.shape[1] // per) * per, 1))
 
 
 def _constant_params(kernel) -> list[bool]:
@@ -275,6 +290,12 @@ def _sms() -> int:
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     return dispatch.H200_SMS
+
+
+def _l2() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    return dispatch.H200_L2
 
 
 # -- input checks ------------------------------------------------------------------------------
@@ -467,34 +488,51 @@ def _sm_contiguous(x, out) -> bool:
     return softmax_online_flat.flat_ok(x, out) and _address(x) % 16 == 0 and _address(out) % 16 == 0
 
 
-def _sm_launches(variant, x, out):
+def _sm_plan(variant, x, out) -> dict:
+    """The plan of ``variant``: the default's (GPU_VERIFIED switches) or next's (every pending
+    rule on) planner, or the named kernel with the planner's configuration rule for it."""
     M, N = x.shape
-    if variant == "simple":
-        t = softmax_simple.TILE
-        return [(softmax_simple.softmax_kernel, (x, out, t), {})], {"variant": "simple", "TILE": t}
-    contiguous = _sm_contiguous(x, out)
-    p = dispatch.plan_softmax(M, N, x.element_size(), _sms(), contiguous=contiguous)
-    if variant in ("rows", "rows_tma"):  # the rows plan, with this id's kernel
-        p = dispatch.plan_softmax(M, N, x.element_size(), _sms(), tma=variant == "rows_tma")
-    if variant in ("online", "online_tma"):  # one row a program, with this id's kernel
-        t = min(dispatch.SOFTMAX["ONLINE_TILE"], 1 << max(0, (N - 1).bit_length()))
-        p = {"variant": variant, "TILE": t, "grid": M, "hints": dict(dispatch.ONLINE_HINTS)}
-    if variant == "online_flat":
-        # the flat kernel wherever its view exists (x and out contiguous and aligned), else the
-        # planner's choice with the flat kernel allowed
-        p = dispatch.online_flat_config(M) if contiguous else \
-            dispatch.plan_softmax(M, N, x.element_size(), _sms(), contiguous=False, flat=True)
-    if p["variant"] in ("rows", "rows_tma"):
-        k = softmax_rows.softmax_rows_kernel if p["variant"] == "rows" else softmax_rows_tma.softmax_rows_tma_kernel
-        return [(k, (x, out, p["ROWS"], p["TN"], softmax_rows.tma_store_ok(out)), p["hints"])], p
-    if p["variant"] == "online_tma":
-        return [(softmax_online_tma.softmax_online_tma_kernel, (x, out, p["TILE"], softmax_rows.tma_store_ok(out)),
-                 p["hints"])], p
-    if p["variant"] == "online_flat":
-        return [(softmax_online_flat.softmax_online_flat_kernel, softmax_online_flat.flat_args(x, out, p["TILE"]),
-                 p["hints"])], p
-    return [(softmax_online.softmax_online_kernel, (x, out, p["TILE"], softmax_rows.tma_store_ok(out)),
-             p["hints"])], p
+    es, sms, contiguous = x.element_size(), _sms(), _sm_contiguous(x, out)
+    if variant in ("default", "next"):
+        return dispatch.plan_softmax(M, N, es, sms, contiguous, _l2(), dispatch.NEXT if variant == "next" else None,
+                                     rows16=_rows16(x) and _rows16(out))
+    if variant in ("rows", "rows_tma"):
+        return dispatch.rows_config(M, N, sms, tma=variant == "rows_tma")
+    if variant == "online":
+        return dispatch.online_plain_config(M, N)
+    if variant == "split":  # resident where the default's facts allow it (long aligned rows), else launches
+        p = dispatch.plan_softmax(M, N, es, sms, contiguous, _l2(), dict.fromkeys(dispatch.NEXT, False) |
+                                  {"split": True, "resident": True}, rows16=_rows16(x) and _rows16(out))
+        return p if p["variant"] == "split" else dispatch.split_config(M, N, sms)
+    if variant == "online_tma" or dispatch.flat_fits(M, N, contiguous):
+        return dispatch.online_config(M, N, es, sms, _l2(), variant)
+    # online_flat where no flat view exists: the planner's choice with every pending rule on
+    return dispatch.plan_softmax(M, N, es, sms, contiguous, _l2(), dispatch.NEXT, rows16=_rows16(x) and _rows16(out))
+
+
+def _sm_launches(p, x, out):
+    """[(kernel, args, hints)] of plan ``p`` on x and out (the launch's own arguments)."""
+    v, h, ok = p["variant"], p["hints"], softmax_rows.tma_store_ok(out)
+    if v == "simple":
+        return [(softmax_simple.softmax_kernel, (x, out, p["TILE"]), h)]
+    if v == "rows":
+        return [(softmax_rows.softmax_rows_kernel, (x, out, p["ROWS"], p["TN"], ok), h)]
+    if v == "rows_tma":
+        return [(softmax_rows_tma.softmax_rows_tma_kernel, (x, out, p["ROWS"], p["TN"], p["LATENCY"], ok), h)]
+    if v == "online_tma":
+        return [(softmax_online_tma.softmax_online_tma_kernel, (x, out, p["TILE"], p["LATENCY"], ok), h)]
+    if v == "online_flat":
+        return [(softmax_online_flat.softmax_online_flat_kernel,
+                 softmax_online_flat.flat_args(x, out, p["TILE"], p["LATENCY"]), h)]
+    if v == "split" and p["MODE"] == "resident":
+        bufs = softmax_split.partials(x.shape[0], p["C"], x.device, resident=True)
+        return [(softmax_split.softmax_split_resident_kernel,
+                 (x, out, *bufs, p["MAX_SPIN"], p["CHUNK"], p["CP"], ok), h)]
+    if v == "split":
+        mx, sm = softmax_split.partials(x.shape[0], p["C"], x.device)
+        return [(softmax_split.softmax_split_stats_kernel, (x, mx, sm, p["CHUNK"]), h),
+                (softmax_split.softmax_split_norm_kernel, (x, out, mx, sm, p["CHUNK"], p["CP"], ok), h)]
+    return [(softmax_online.softmax_online_kernel, (x, out, p["TILE"], ok), h)]
 
 
 def _sm_supports(variant):
@@ -509,28 +547,40 @@ def _sm_supports(variant):
 def _sm_compile(variant):
     def compile_only(case):
         x, out = _meta_softmax(case)
-        launches, cfg = _sm_launches(variant, x, out)
-        return _facts(launches) | {"config": cfg}
+        if variant in CANDIDATES:
+            x, out = one_row_aligned(x), one_row_aligned(out)
+        p = _sm_plan(variant, x, out) if variant != "simple" else _simple_sm_plan()
+        return _facts(_sm_launches(p, x, out)) | {"config": p}
     compile_only.__name__ = f"compile_softmax_{variant}"
     return compile_only
 
 
 def bind_softmax(variant, x, out):
-    """The planned launch of ``variant`` (default / rows / online / online_flat) on CUDA
-    tensors: (launch, launches, cfg)."""
-    launches, cfg = _sm_launches(variant, x, out)
-    k, _, h = launches[0]
-    if cfg["variant"] == "rows":
-        launch = softmax_rows.bind_launch(x, out, cfg["ROWS"], cfg["TN"], cfg["grid"], kernel=hinted(k, h))
-    elif cfg["variant"] == "rows_tma":
-        launch = softmax_rows_tma.bind_launch(x, out, cfg["ROWS"], cfg["TN"], cfg["grid"], kernel=hinted(k, h))
-    elif cfg["variant"] == "online_tma":
-        launch = softmax_online_tma.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
-    elif cfg["variant"] == "online_flat":
-        launch = softmax_online_flat.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
+    """The planned launch of ``variant`` on CUDA tensors: (launch, launches, plan)."""
+    if variant in CANDIDATES:  # (the registered ids: as measured on the H200)
+        x, out = one_row_aligned(x), one_row_aligned(out)
+    p = _sm_plan(variant, x, out)
+    launches = _sm_launches(p, x, out)
+    v, g = p["variant"], p["grid"]
+    k = hinted(launches[0][0], p["hints"])
+    if v == "rows":
+        launch = softmax_rows.bind_launch(x, out, p["ROWS"], p["TN"], g, kernel=k)
+    elif v == "rows_tma":
+        launch = softmax_rows_tma.bind_launch(x, out, p["ROWS"], p["TN"], p["LATENCY"], g, kernel=k)
+    elif v == "online_tma":
+        launch = softmax_online_tma.bind_launch(x, out, p["TILE"], p["LATENCY"], g, kernel=k)
+    elif v == "online_flat":
+        launch = softmax_online_flat.bind_launch(x, out, p["TILE"], p["LATENCY"], g, kernel=k)
+    elif v == "split":  # the launches' own buffers (resident: the counts after the partials)
+        launch = softmax_split.bind_launch(x, out, p, kernels=[hinted(kk, p["hints"]) for kk, _, _ in launches],
+                                           bufs=launches[-1][1][2:5 if p["MODE"] == "resident" else 4])
     else:
-        launch = softmax_online.bind_launch(x, out, cfg["TILE"], cfg["grid"], kernel=hinted(k, h))
-    return launch, launches, cfg
+        launch = softmax_online.bind_launch(x, out, p["TILE"], g, kernel=k)
+    return launch, launches, p
+
+
+def _simple_sm_plan() -> dict:
+    return {"variant": "simple", "TILE": softmax_simple.TILE, "hints": {}}
 
 
 def _sm_prepare(variant):
@@ -541,12 +591,12 @@ def _sm_prepare(variant):
         if _sm_supports(variant)(case):
             raise Unsupported(_sm_supports(variant)(case))
         if variant == "simple":
-            launches, cfg = _sm_launches(variant, x, out)
+            p = _simple_sm_plan()
 
             def launch():
                 softmax_simple.softmax(x, out)
-        else:
-            launch, launches, cfg = bind_softmax(variant, x, out)
+            return _finish(launch, _sm_launches(p, x, out), p)
+        launch, launches, cfg = bind_softmax(variant, x, out)
         return _finish(launch, launches, cfg)
     return prepare
 
@@ -558,7 +608,12 @@ _SM_SRC = {"rows": Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_k
            "rows_tma": Source("cutile_src/softmax_rows_tma.py", kernels=("softmax_rows_tma_kernel",),
                               host=("bind_launch",)),
            "online_tma": Source("cutile_src/softmax_online_tma.py", kernels=("softmax_online_tma_kernel",),
-                                host=("bind_launch",))}
+                                host=("bind_launch",)),
+           "split": Source("cutile_src/softmax_split.py",
+                           kernels=("softmax_split_stats_kernel", "softmax_split_norm_kernel",
+                                    "softmax_split_resident_kernel"),
+                           host=("partials", "bind_launch"))}
+_SM_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_softmax",))]
 _SM = {
     "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile; occupancy "
                 "hint by the tile's live values) while a row rounds up to <= 32768 columns, online (column tiles, running max and sum, second "
@@ -571,19 +626,28 @@ _SM = {
              "rows up to 32768 columns rounded up", [_SM_SRC["rows"]]),
     "online": ("softmax_online", "a program per row, column tiles with lane-wise running max and sum, "
                "second pass newest tile first; any N", [_SM_SRC["online"]]),
-    "online_flat": ("softmax_online_flat", "not yet run on a GPU: online over aligned 2048-element tiles "
-                    "of the contiguous rows as one vector (TMA loads where a row's bytes are not a 16-byte "
-                    "multiple), masked to the row, shared tiles stored through a masked scatter; other "
-                    "layouts: the planner's choice; any N", [_SM_SRC["online_flat"]]),
+    "online_flat": ("softmax_online_flat", "not yet run on a GPU: online_tma's algorithm over aligned "
+                    "2048-element tiles of the contiguous rows as one vector (TMA loads where a row's bytes "
+                    "are not a 16-byte multiple), masked to the row, shared tiles stored through a masked "
+                    "scatter; other layouts: the planner's choice; any N", [_SM_SRC["online_flat"]]),
     "rows_tma": ("softmax_rows_tma", "not yet run on a GPU: the rows kernel with the columns past N masked "
                  "by index, not by -inf padding, so that tileiras loads the tile through TMA; rows up to "
                  "32768 columns rounded up", [_SM_SRC["rows_tma"]]),
-    "online_tma": ("softmax_online_tma", "not yet run on a GPU: the online kernel (a program per row) with "
-                   "the columns past N masked by index, not by -inf padding (TMA loads); any N",
-                   [_SM_SRC["online_tma"]]),
+    "online_tma": ("softmax_online_tma", "not yet run on a GPU: the online kernel with the columns past N "
+                   "masked by index (TMA loads), a latency hint, one exp a lane in pass 1, the programs an "
+                   "SM by the rows in flight against L2; any N", [_SM_SRC["online_tma"]]),
+    "split": ("softmax_split", "not yet run on a GPU: a row cut into chunks over many programs, each "
+              "chunk's (max, sum) exchanged through global memory; long rows that are 16-byte multiples in "
+              "one launch on a co-resident grid (chunks kept in registers, the row's count polled: one read), "
+              "else two launches (the second re-reads its chunk, from L2 for few rows); any N",
+              [_SM_SRC["split"]]),
+    "next": ("softmax_next", "not yet run on a GPU: the default's planner with every pending rule on "
+             "(split for few long rows and, resident, for long aligned rows; rows_tma; online_flat for "
+             "unaligned contiguous rows)",
+             planned_sources(_SM_SRC, _plans.reachable("softmax", _plans.NEXT), _SM_PLAN)),
 }
-#: built, not yet run on a GPU: candidates for scripts/gpu_cutile.py, no ids of the tool yet
-CANDIDATES = ("online_flat", "rows_tma", "online_tma", "pack")
+#: built, not yet run on a GPU: candidates (registry.get(..., candidates=True)), no ids of the tool yet
+CANDIDATES = ("online_flat", "rows_tma", "online_tma", "split", "next", "pack")
 for _v, (_name, _desc, _src) in _SM.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,
              devices=("cuda",), available=available, candidate=_v in CANDIDATES,
@@ -592,11 +656,6 @@ for _v, (_name, _desc, _src) in _SM.items():
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
-def _rows16(t: torch.Tensor) -> bool:
-    """Whether every row of the 2-d ``t`` starts on a 16-byte boundary (base and row stride)."""
-    return _address(t) % 16 == 0 and (t.shape[0] <= 1 or (t.stride(0) * t.element_size()) % 16 == 0)
-
-
 def _gemm_plan(variant, a, b):
     """The plan of ``variant``; for "pack" (and a default that packs) {"variant": "pack",
     "PACK": {operand: pack config}, "GEMM": the tiled / split-K plan on the packed operands}."""
@@ -607,7 +666,8 @@ def _gemm_plan(variant, a, b):
         return dispatch.tiled_config(M, N, K, es, sms)
     if variant == "splitk":
         return dispatch.splitk_config(M, N, K, sms, min_split=2)
-    return dispatch.plan_gemm(M, N, K, es, sms, pack=True if variant == "pack" else None, **facts)
+    sw = {"default": None, "pack": dict(dispatch.GPU_VERIFIED, pack=True), "next": dispatch.NEXT}[variant]
+    return dispatch.plan_gemm(M, N, K, es, sms, switches=sw, **facts)
 
 
 def _gemm_operands(p, a, b):
@@ -711,6 +771,7 @@ _G_SRC = {"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("b
                            host=("workspace", "bind_launch")),
           "pack": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_rows_kernel",),
                          host=("packed_buffer", "bind_pack"))}
+_G_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))]
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
                 "on the SMs, 8 worker warps for 128-row tiles), split-K into an fp32 workspace for few "
@@ -729,6 +790,10 @@ _GEMM = {
              "(K or N, or a strided view) is first copied into 16-byte rows, then the planned tiled / split-K "
              "GEMM loads it through TMA; any shape",
              [_G_SRC["pack"], _G_SRC["tiled"], _G_SRC["splitk"]]),
+    "next": ("gemm_epilogue_next", "not yet run on a GPU: the default's planner with every pending rule on "
+             "(operands whose rows are no 16-byte multiples packed first; a persistent grid of one program an "
+             "SM where the tiles outnumber the SMs)",
+             planned_sources(_G_SRC, _plans.reachable("gemm_epilogue", _plans.NEXT), _G_PLAN)),
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,

@@ -359,6 +359,23 @@ for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
              compile_only=_sm_compile(_variant) if triton else None)(_sm_prepare(_variant))
 
 
+def _sm_next(fn):
+    """``fn`` of the default, planned with the pending switches on (``dispatch.SOFTMAX_NEXT``)."""
+    def call(*args):
+        with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
+            return fn(*args)
+    return call
+
+
+# the candidate that times tomorrow's default beside today's (not yet run on a GPU)
+register(problem="softmax", layer=LAYER, name="softmax_next", candidate=True,
+         description="candidate: the default with the switches of dispatch.SOFTMAX_NEXT on (rows and "
+                     "block take 16-byte-multiple rows in 16-byte units: 128-bit accesses; rows past a "
+                     "program's shared memory go to split_smem instead of online); not yet run on a GPU",
+         sources=[*_SOFTMAX["default"][2], _SM_SRC["split_smem"]], devices=("cuda",), available=available,
+         compile_only=_sm_next(_sm_compile("default")) if triton else None)(_sm_next(_sm_prepare("default")))
+
+
 # -- gemm_epilogue -----------------------------------------------------------------------------
 def _wgmma_missing() -> str | None:
     """Why the device has no wgmma (Hopper's sm_90 only: Blackwell's tensor cores take tcgen05,

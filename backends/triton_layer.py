@@ -629,6 +629,26 @@ for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
              grid=_sm_grid(_variant) if triton else None)(_sm_prepare(_variant))
 
 
+def _sm_next(fn):
+    """``fn`` of the default, planned with the pending switches on (``dispatch.SOFTMAX_NEXT``)."""
+    def call(*args):
+        with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
+            return fn(*args)
+    call.__name__ = f"{fn.__name__}_next"
+    return call
+
+
+# the candidate that times tomorrow's default beside today's (not yet run on a GPU)
+register(problem="softmax", layer=LAYER, name="softmax_next", candidate=True,
+         description="candidate: the default with the switches of dispatch.SOFTMAX_NEXT on (rows "
+                     "and block kernels take 16-byte-multiple rows in 16-byte units: 128-bit "
+                     "accesses without the aligned frame's edge pass); not yet run on a GPU",
+         sources=default_sources("softmax"), devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
+         cpu_max_cols=INTERPRETER_MAX_COLS, available=available,
+         compile_only=_compile_only(_sm_next(_sm_compile("default"))) if triton else None,
+         grid=_sm_next(_sm_grid("default")) if triton else None)(_sm_next(_sm_prepare("default")))
+
+
 # -- gemm_epilogue -----------------------------------------------------------------------------
 def _gemm_aligned(a, b, bias, out) -> bool:
     vec = gemm_tiled.vec_facts(a, b, bias, out)

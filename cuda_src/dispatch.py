@@ -31,14 +31,16 @@ from .dispatch_common import (ACT_CODE, CTYPE, DTYPE_CODE, ESIZE, H200, REGS_PER
                               THREADS_PER_SM, Decline, Device, Launches, Plan, family)
 from .dispatch_gemm import (GEMM, GEMM_PATHS, PP_SMEM, SIMPLE_TILE, SMEM_PER_CTA_RESERVED,  # noqa: E402
                             GemmCase, plan_gemm, tiled_ctas_per_sm, tiled_smem, ws_smem)
-from .dispatch_softmax import REGS, SOFTMAX, SOFTMAX_PATHS, RowCase, plan_softmax, rows_min_blocks  # noqa: E402
+from .dispatch_softmax import (REGS, SOFTMAX, SOFTMAX_NEXT, SOFTMAX_PATHS, RowCase, plan_softmax,  # noqa: E402
+                               rows_min_blocks, switched)
 from .dispatch_vector_add import VECTOR_ADD, VECTOR_ADD_PATHS, plan_vector_add  # noqa: E402
 
 __all__ = ["ACT_CODE", "ALIGN", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM", "GEMM_PATHS", "H200", "PP_SMEM", "REGS",
-           "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_PATHS",
-           "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase", "Launches", "Plan",
-           "RowCase", "emit_instances", "family", "instances", "pack", "plan_gemm", "plan_softmax",
-           "plan_vector_add", "plan", "VARIANTS", "rows_min_blocks", "source_of", "tiled_ctas_per_sm", "tiled_smem", "ws_smem"]
+           "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT",
+           "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase",
+           "Launches", "Plan", "RowCase", "emit_instances", "family", "instances", "pack", "plan_gemm",
+           "plan_softmax", "plan_vector_add", "plan", "rows_min_blocks", "source_of", "switched",
+           "tiled_ctas_per_sm", "tiled_smem", "VARIANTS", "ws_smem"]
 
 PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm)
 
@@ -110,7 +112,7 @@ def _src(file: str, *kernels: str):
 VARIANTS = {
     "vector_add": {"unmasked": _src("vector_add_unmasked.cu", "vector_add_unmasked_kernel")},
     "softmax": {w: _src(f"softmax_{w}.cu", f"softmax_{w}_kernel")
-                for w in ("warp", "block", "rows", "smem", "split", "online")},
+                for w in ("warp", "block", "rows", "cluster", "smem", "split", "online")},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel"),
                       "ws": _src("gemm_epilogue_ws.cu", "gemm_ws_kernel"),
                       "splitk": _src("gemm_epilogue_ws.cu", "gemm_ws_kernel")

@@ -264,5 +264,12 @@ __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
+// Arrive with no release (no MEMBAR in SASS): for a barrier that only says "this CTA has finished
+// reading its peers' shared memory", whose loaded values the thread has already consumed.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#ifdef KL_SM90
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
 
 }  // namespace kl

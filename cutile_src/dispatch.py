@@ -11,13 +11,29 @@ from dataclasses import dataclass
 
 H200_SMS = 132
 
-# Variants the default may route to only once they PASSed the verify suite on the H200 (and beat
-# what they replace there). They are written, compile for sm_90 here (tests/test_cutile_layer.py
-# checks their SASS) and are registered as their own ids (cutile:gemm_epilogue_pack,
-# cutile:softmax_online_flat, cutile:softmax_rows_tma, cutile:softmax_online_tma), but have not
-# yet run on a GPU: scripts/gpu_cutile.py verifies and times them; flip an entry to True when it
-# has passed there (the default's plan, and so its lines of code, follow).
-GPU_VERIFIED = {"pack": False, "online_flat": False, "rows_tma": False, "online_tma": False}
+# Switches of rules built and checked on the CPU (compile-only for sm_90, SASS) that wait for a
+# GPU run; the default routes by them only once they PASSed the verify suite on the H200 and beat
+# what they replace there. Each has its own candidate id (cutile:softmax_split, cutile:softmax_rows_tma,
+# cutile:softmax_online_tma, cutile:softmax_online_flat, cutile:gemm_epilogue_pack, ...) and all
+# of them together are the candidates cutile:softmax_next / cutile:gemm_epilogue_next (NEXT: the
+# default's planner with every switch on); flip an entry when its candidate has won there (the
+# default's plan and reachable() follow).
+#   split        few long rows: a row across many programs (softmax_split)
+#   rows_tma     rows masked by column index: TMA loads (softmax_rows_tma)
+#   online_tma   online masked by column index: TMA loads, the grid and hints by L2 (softmax_online_tma)
+#   online_flat  contiguous rows whose bytes are no 16-byte multiple: aligned 1-d tiles (softmax_online_flat)
+#   resident     long rows that are 16-byte multiples: one launch of the split kernel on a co-resident
+#                grid (softmax_split, MODE resident: one read, one write)
+#   pack         GEMM operands whose rows are no 16-byte multiples are packed first (gemm_epilogue_pack)
+#   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
+GPU_VERIFIED = {"split": False, "rows_tma": False, "online_tma": False, "online_flat": False, "resident": False,
+                "pack": False, "persistent": False}
+NEXT = dict.fromkeys(GPU_VERIFIED, True)
+
+
+def _switches(switches: dict | None) -> dict:
+    return GPU_VERIFIED if switches is None else switches
+
 
 # -- vector add: elements a program's tile moves, by element size ------------------------------
 VECTOR_ADD_TILE = {4: 2048, 2: 4096}
@@ -34,10 +50,34 @@ SOFTMAX = {"ROW_TILE_MAX": 32768, "ROWS_TILE_ELEMS": 4096, "ROWS_MAX": 64, "ONLI
 # most co-resident programs whose live fp32 values (rows: the tile; online: the tile and the two
 # running tiles) still fit their registers: (live values at most, occupancy)
 SOFTMAX_OCCUPANCY = ((4096, 4), (12288, 2))
-# online: a program a row, the most co-resident programs (occupancy 4: the 2048-column tile and
-# its two running tiles fit 64 registers a thread). A grid capped so that the rows in flight fit
-# L2 (pass 2 re-reads them) was slower on the H200 than more programs in flight.
+# online (the LDG kernel): a program a row, the most co-resident programs (occupancy 4: the
+# 2048-column tile and its two running tiles fit 64 registers a thread).
 ONLINE_HINTS = {"occupancy": 4}
+# online with TMA loads (online_tma, online_flat): pass 2 re-reads the row newest tile first, so
+# the programs an SM are the most of OCCUPANCY whose rows in flight (grid x row bytes) stay
+# within L2_SHARE of L2 (pass 2 then reads L2, not HBM); where not even one an SM fits, NO_FIT.
+# The bytes in flight come from tileiras's TMA pipeline, which the loads' latency hint deepens;
+# LATENCY by element size is the deepest that compiles without spills and leaves two programs'
+# shared memory within an SM's (SASS, 2048-element tiles, flat kernel at N = 50257: bf16 56 KB a
+# program at 8, fp32 92 KB at 6; at 10 the flat kernel spills 200-360 bytes a thread).
+ONLINE = {"TILE": 2048, "OCCUPANCY": (4, 2, 1), "L2_SHARE": 0.5, "NO_FIT": 2, "LATENCY": {2: 8, 4: 6}}
+# split: few rows (M < ROWS_PER_SM x SMs: a program a row would leave SMs idle) of at least MIN_N
+# columns: each row cut into chunks of CHUNK columns (halved down to MIN_CHUNK while the units fill
+# fewer than UNITS_PER_SM x SMs programs, doubled while a row has more than MAX_PARTS chunks), the
+# chunk's hints by softmax_hints, co-resident programs looping over the units.
+SPLIT = {"ROWS_PER_SM": 2, "MIN_N": 8192, "CHUNK": 4096, "MIN_CHUNK": 1024, "MAX_PARTS": 1024,
+         "UNITS_PER_SM": 2}
+# resident split: long rows cut into chunks of CHUNK_BYTES held in registers (8 worker warps: one
+# program an SM, 168 registers x 384 threads; SASS: no spills at 16384 bf16 or 8192 fp32 columns,
+# 8-24 bytes a thread at twice those), a grid of one program an SM (so that all are resident:
+# the exchange polls), MAX_SPIN polls of the row's count before a unit gives up and writes NaN
+# (a poll is an L2 round trip, ~1 us: about a second against waits of a few us).
+RESIDENT = {"CHUNK_BYTES": 32768, "HINTS": {"num_worker_warps": 8}, "MAX_SPIN": 1 << 20}
+H200_L2 = 50 * 2 ** 20
+# rows_tma: the loads' latency hint (0: tileiras's own; the SASS shows no consistent effect on
+# the rows kernel's pipeline: scripts/gpu_cutile.py times 0 against 10)
+ROWS_LATENCY = 0
+ROWS_TMA_BYTES = 64 * 1024
 
 
 def softmax_hints(live: int, tn: int) -> dict:
@@ -82,6 +122,22 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def reachable(problem: str, switches: dict | None = None) -> tuple[str, ...]:
+    """The variants the planner of ``problem`` can choose under ``switches`` (default: GPU_VERIFIED)
+    (``plan_*``'s ``variant``): the default's lines of code count these and only these
+    (harness.planned_sources)."""
+    sw = _switches(switches)
+    if problem == "vector_add":
+        return ("unmasked",)
+    if problem == "softmax":   # the -inf padding kernels stay for rows TMA cannot load
+        return ("rows",) + (("rows_tma",) if sw["rows_tma"] else ()) + ("online",) + \
+            (("online_tma",) if sw["online_tma"] and not sw["resident"] else ()) + \
+            (("online_flat",) if sw["online_flat"] else ()) + (("split",) if sw["split"] or sw["resident"] else ())
+    if problem == "gemm_epilogue":
+        return ("tiled", "splitk") + (("pack",) if sw["pack"] else ())
+    raise ValueError(f"problem: {problem!r} has no cuTile planner")
+
+
 # -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
 def _src(file: str, kernels: tuple, host: tuple = ("bind_launch",)):
     from kltools.plan import Source
@@ -89,7 +145,8 @@ def _src(file: str, kernels: tuple, host: tuple = ("bind_launch",)):
 
 
 #: the variants the defaults plan among, by algorithm word: kernel files, entry points and the host
-#: entries that bind them (the adapter, backends/cutile_layer.py, adds the compiler hints)
+#: entries that bind them (the adapter, backends/cutile_layer.py, adds the compiler hints); the
+#: words GPU_VERIFIED's switches open are here too
 VARIANTS = {
     "vector_add": {"unmasked": _src("vector_add_unmasked.py", ("vector_add_unmasked_kernel",))},
     "softmax": {"rows": _src("softmax_rows.py", ("softmax_rows_kernel",)),
@@ -97,7 +154,9 @@ VARIANTS = {
                 "online_flat": _src("softmax_online_flat.py", ("softmax_online_flat_kernel",),
                                     ("flat_ok", "flat_args", "bind_launch")),
                 "rows_tma": _src("softmax_rows_tma.py", ("softmax_rows_tma_kernel",)),
-                "online_tma": _src("softmax_online_tma.py", ("softmax_online_tma_kernel",))},
+                "online_tma": _src("softmax_online_tma.py", ("softmax_online_tma_kernel",)),
+                "split": _src("softmax_split.py", ("softmax_split_stats_kernel", "softmax_split_norm_kernel",
+                                                   "softmax_split_resident_kernel"), ("partials", "bind_launch"))},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",)),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
                                                                  "gemm_splitk_reduce_kernel"), ("workspace", "bind_launch")),
@@ -117,8 +176,8 @@ def _contiguous(op) -> bool:
 
 def plan(problem: str, facts):
     """The default's plan (``cutile:<problem>``) for one case given as ``kltools.plan.Facts``: the
-    variant and configuration of ``plan_*`` (a packing plan launches the pack kernel, then the
-    tiled or split-K GEMM it wraps)."""
+    variant and configuration of ``plan_*`` under GPU_VERIFIED (a packing plan launches the pack
+    kernel, then the tiled or split-K GEMM it wraps)."""
     from kltools.plan import check_problem, make_plan
     check_problem(problem, VARIANTS)
     es, sms, ops = facts.esize, facts.device.sms, facts.operands
@@ -126,7 +185,8 @@ def plan(problem: str, facts):
         return make_plan(problem, "unmasked", VARIANTS, plan_vector_add(facts.N, es))
     if problem == "softmax":
         contiguous = all(_contiguous(ops[n]) and ops[n].addr16 == 0 for n in ("x", "out"))
-        cfg = plan_softmax(facts.M, facts.N, es, sms, contiguous=contiguous)
+        cfg = plan_softmax(facts.M, facts.N, es, sms, contiguous, facts.device.l2_bytes,
+                           rows16=facts.rows16("x", "out"))
         return make_plan(problem, cfg["variant"], VARIANTS, cfg)
     cfg = plan_gemm(facts.M, facts.N, facts.K, es, sms, a_rows16=ops["a"].rows16(es), b_rows16=ops["b"].rows16(es))
     if cfg["variant"] != "pack":
@@ -141,35 +201,100 @@ def plan_vector_add(n: int, elem_size: int) -> dict:
 
 
 def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous: bool = False,
-                 flat: bool | None = None, tma: bool | None = None) -> dict:
-    """rows while a row rounds up to ROW_TILE_MAX columns, else online. Online is flat (aligned
-    tiles of the contiguous rows as one vector, ``softmax_online_flat``) where x and out are
-    contiguous (and 16-byte aligned) and a row's bytes are not a 16-byte multiple (the 2-d
-    kernels read such rows in element-wide loads); ``flat`` allows it. ``tma``: the rows and
-    online kernels that mask the columns past N by index (TMA loads) instead of by the load's
-    -inf padding (register loads). Both default to what GPU_VERIFIED says."""
+                 l2: int = H200_L2, switches: dict | None = None, rows16: bool | None = None) -> dict:
+    """split for few long rows; rows while a row rounds up to ROW_TILE_MAX columns; else online.
+    Online is flat (aligned 1-d tiles of the rows as one vector, ``softmax_online_flat``) where x
+    and out are ``contiguous`` (and 16-byte aligned) and a row's bytes are not a 16-byte multiple
+    (the 2-d kernels read such rows in element-wide loads). The kernels masked by index (TMA)
+    only where TMA can load the rows: ``rows16`` (every row of x and out starts on a 16-byte
+    boundary; default: from N, contiguous rows); elsewhere the loads go through registers anyway
+    and the -inf padding kernels need fewer of them. Which kernels: ``switches`` (default
+    GPU_VERIFIED; NEXT turns every pending rule on)."""
+    sw = _switches(switches)
+    tma = (N * elem_size) % 16 == 0 if rows16 is None else rows16
+    if sw["split"] and M < SPLIT["ROWS_PER_SM"] * sms and N >= SPLIT["MIN_N"]:
+        return split_config(M, N, sms)
+    if _pow2_at_least(N) <= SOFTMAX["ROW_TILE_MAX"]:
+        return rows_config(M, N, sms, tma=sw["rows_tma"] and tma and rows_tma_fits(N, elem_size))
+    if sw["online_flat"] and (N * elem_size) % 16 != 0 and flat_fits(M, N, contiguous):
+        return online_config(M, N, elem_size, sms, l2, "online_flat")
+    if sw["resident"] and tma and _cdiv(N * elem_size, RESIDENT["CHUNK_BYTES"]) <= sms:
+        return resident_config(M, N, elem_size, sms)
+    if sw["online_tma"] and tma:
+        return online_config(M, N, elem_size, sms, l2, "online_tma")
+    return online_plain_config(M, N)
+
+
+def rows_tma_fits(N: int, elem_size: int) -> bool:
+    """Whether the rows kernel masked by index keeps its tile in registers: a tile of at most
+    ROWS_TMA_BYTES (the fp32 32768-column row, 128 KB, spills 32 bytes a thread beside its mask
+    at 168 registers; the -inf padding kernel does not)."""
+    return _pow2_at_least(N) * elem_size <= ROWS_TMA_BYTES
+
+
+def flat_fits(M: int, N: int, contiguous: bool) -> bool:
+    """Whether the flat kernel's view exists (x and out contiguous, 16-byte aligned) and its 32-bit
+    element offsets (row x N, plus a tile) cannot overflow."""
+    return contiguous and M * N + ONLINE["TILE"] < 2 ** 31
+
+
+def online_plain_config(M: int, N: int) -> dict:
+    """The LDG online kernel: a program a row, ONLINE_HINTS."""
+    return {"variant": "online", "TILE": min(SOFTMAX["ONLINE_TILE"], _pow2_at_least(N)), "grid": M,
+            "hints": dict(ONLINE_HINTS)}
+
+
+def rows_config(M: int, N: int, sms: int = H200_SMS, tma: bool = False) -> dict:
+    """ROWS whole rows of TN = N rounded up to a power of two a tile (ROWS grows to
+    ROWS_TILE_ELEMS elements, at most ROWS_MAX and the rows there are), hints by the tile's live
+    values, co-resident programs looping over the row tiles; ``tma``: the kernel masked by index."""
     tn = _pow2_at_least(N)
-    if tn <= SOFTMAX["ROW_TILE_MAX"]:
-        rows = 1
-        while rows * 2 * tn <= SOFTMAX["ROWS_TILE_ELEMS"] and rows * 2 <= SOFTMAX["ROWS_MAX"]:
-            rows *= 2
-        rows = min(rows, _pow2_at_least(M))
-        hints = softmax_hints(rows * tn, tn)
-        grid = min(_cdiv(M, rows), sms * hints.get("occupancy", 1))  # co-resident programs, looping
-        use_tma = GPU_VERIFIED["rows_tma"] if tma is None else tma
-        return {"variant": "rows_tma" if use_tma else "rows", "ROWS": rows, "TN": tn, "grid": grid, "hints": hints}
-    allow = GPU_VERIFIED["online_flat"] if flat is None else flat
-    if allow and contiguous and (N * elem_size) % 16 != 0:
-        return online_flat_config(M)
-    tile = min(SOFTMAX["ONLINE_TILE"], tn)
-    use_tma = GPU_VERIFIED["online_tma"] if tma is None else tma
-    return {"variant": "online_tma" if use_tma else "online", "TILE": tile, "grid": M, "hints": dict(ONLINE_HINTS)}
+    rows = 1
+    while rows * 2 * tn <= SOFTMAX["ROWS_TILE_ELEMS"] and rows * 2 <= SOFTMAX["ROWS_MAX"]:
+        rows *= 2
+    rows = min(rows, _pow2_at_least(M))
+    hints = softmax_hints(rows * tn, tn)
+    grid = min(_cdiv(M, rows), sms * hints.get("occupancy", 1))
+    plan = {"variant": "rows", "ROWS": rows, "TN": tn, "grid": grid, "hints": hints}
+    return plan | {"variant": "rows_tma", "LATENCY": ROWS_LATENCY} if tma else plan
 
 
-def online_flat_config(M: int) -> dict:
-    """The flat kernel: ONLINE_TILE-element tiles whatever N (a tile may hold the ends of two
-    rows; masks split it), a program a row, the online kernel's hints."""
-    return {"variant": "online_flat", "TILE": SOFTMAX["ONLINE_TILE"], "grid": M, "hints": dict(ONLINE_HINTS)}
+def online_config(M: int, N: int, elem_size: int, sms: int = H200_SMS, l2: int = H200_L2,
+                  variant: str = "online_tma") -> dict:
+    """The TMA online kernels' plan (``variant`` online_tma or online_flat): ONLINE's tile, the
+    most programs an SM whose rows in flight fit the L2 share, the latency hint."""
+    on = ONLINE
+    row_bytes = N * elem_size
+    occ = next((o for o in on["OCCUPANCY"] if o * sms * row_bytes <= on["L2_SHARE"] * l2), on["NO_FIT"])
+    tile = min(on["TILE"], _pow2_at_least(N)) if variant == "online_tma" else on["TILE"]
+    return {"variant": variant, "TILE": tile, "LATENCY": on["LATENCY"][elem_size], "grid": min(M, occ * sms),
+            "hints": {"occupancy": occ}}
+
+
+def resident_config(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
+    """The split kernel's resident mode: chunks of RESIDENT's bytes, C = cdiv(N, CHUNK) <= SMs
+    units a row (the no-deadlock condition), a grid of one program an SM (at most the units)."""
+    chunk = RESIDENT["CHUNK_BYTES"] // elem_size
+    parts = _cdiv(N, chunk)
+    if parts > sms:
+        raise ValueError(f"N: {N} columns need {parts} resident programs a row, more than {sms} SMs")
+    return {"variant": "split", "MODE": "resident", "CHUNK": chunk, "C": parts, "CP": _pow2_at_least(parts),
+            "MAX_SPIN": RESIDENT["MAX_SPIN"], "grid": min(M * parts, sms), "hints": dict(RESIDENT["HINTS"])}
+
+
+def split_config(M: int, N: int, sms: int = H200_SMS) -> dict:
+    """The split plan: CHUNK columns a unit (see SPLIT), C chunks a row, CP >= C (a power of two:
+    the partials' tile), co-resident programs (by the chunk's hints) looping over M x C units."""
+    sp = SPLIT
+    chunk = sp["CHUNK"]
+    while chunk > sp["MIN_CHUNK"] and M * _cdiv(N, chunk) < sp["UNITS_PER_SM"] * sms:
+        chunk //= 2
+    while _cdiv(N, chunk) > sp["MAX_PARTS"]:
+        chunk *= 2
+    parts = _cdiv(N, chunk)
+    hints = softmax_hints(chunk, chunk)
+    return {"variant": "split", "MODE": "launches", "CHUNK": chunk, "C": parts, "CP": _pow2_at_least(parts),
+            "grid": min(M * parts, sms * hints.get("occupancy", 1)), "hints": hints}
 
 
 # pack: an operand whose rows do not start on 16-byte boundaries (K or N elements not a 16-byte
@@ -222,29 +347,33 @@ def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 
 
 
 def tiled_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
-                 tma: bool | None = None) -> dict:
+                 tma: bool | None = None, persistent: bool = False) -> dict:
     """The tiled plan: few rows take a row tile fitted to M (16..64) and 128 x 128 K x N tiles;
-    otherwise the first GEMM_TILES shape that fills a wave."""
+    otherwise the first GEMM_TILES shape that fills a wave. ``persistent``: one program an SM
+    (every tile shape compiles to one program an SM: 168-255 registers x 256-384 threads, 108-231
+    KB of shared memory) looping over the tiles in grouped order, so that a program's TMA
+    producer loads the next tile's operands while its consumers finish the last one's epilogue."""
     if M <= GEMM_SPLITK["MAX_M"]:
         t = {"TM": min(64, max(16, _pow2_at_least(M))), "TN": 128, "TK": 128, "hints": {}}
     else:
         t = gemm_tile_for(M, N, sms, rows_16b(K, N, elem_size) if tma is None else tma)
     tiles = _cdiv(M, t["TM"]) * _cdiv(N, t["TN"])
     return {"variant": "tiled", "TM": t["TM"], "TN": t["TN"], "TK": t["TK"], "GROUP": GEMM_GROUP,
-            "grid": tiles, "hints": dict(t["hints"])}
+            "grid": min(tiles, sms) if persistent else tiles, "hints": dict(t["hints"])}
 
 
 def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
-              a_rows16: bool | None = None, b_rows16: bool | None = None, pack: bool | None = None) -> dict:
+              a_rows16: bool | None = None, b_rows16: bool | None = None, switches: dict | None = None) -> dict:
     """split-K for few rows where the C tiles fill less than a wave, else tiled. ``a_rows16`` /
     ``b_rows16``: whether every row of A / B starts on a 16-byte boundary (default: from K and
-    N, contiguous operands); an operand that does not is packed first (``pack``: the variant
-    "pack", whose ``GEMM`` is the tiled or split-K plan on the packed operands) where ``pack``
-    allows it (default: once GPU_VERIFIED says so)."""
+    N, contiguous operands); with the ``pack`` switch an operand that does not is packed first
+    (the variant "pack", whose ``GEMM`` is the tiled or split-K plan on the packed operands);
+    ``persistent``: the tiled plan's grid (see tiled_config). ``switches``: default GPU_VERIFIED."""
+    sw = _switches(switches)
     a16 = (K * elem_size) % 16 == 0 if a_rows16 is None else a_rows16
     b16 = (N * elem_size) % 16 == 0 if b_rows16 is None else b_rows16
     packs = {}
-    if GPU_VERIFIED["pack"] if pack is None else pack:
+    if sw["pack"]:
         if not a16:
             packs["a"] = pack_config(M, K, sms)
         if not b16:
@@ -256,7 +385,8 @@ def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
             plan = sk
     if plan is None:
         # packed operands load through TMA like aligned ones: the TMA tile shapes are open
-        plan = tiled_config(M, N, K, elem_size, sms, tma=True if packs else None)
+        plan = tiled_config(M, N, K, elem_size, sms, tma=True if packs else a16 and b16,
+                            persistent=sw["persistent"])
     if packs:
         return {"variant": "pack", "PACK": packs, "GEMM": plan}
     return plan

@@ -6,6 +6,8 @@ environment.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 DEFAULT_SMS = 132            # H100 SXM / H200; the real count is read from the GPU when present
 
 # -- vector add ---------------------------------------------------------------------------------
@@ -205,7 +207,7 @@ def plan_search(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None
 # a row) while its M x C CTAs cover the SMs; else - rows too long or too few to fill the GPU -
 # chunks held by a persistent grid (split; one chunk per row = a persistent row pipeline;
 # docs/performance.md, "CuTe DSL / softmax"). The cluster kernel (each CTA's slice in registers)
-# is reached only when asked for: not yet run on a GPU.
+# is reached only when asked for or with SOFTMAX_CLUSTER_LONG: not yet run on a GPU.
 SOFTMAX_ROWS_MAX_BYTES = 4096
 SOFTMAX_BLOCK_MAX_BYTES = 32768
 # Short rows: the SM's loads in flight are CTAs x threads x (16-byte vectors a thread holds per row
@@ -240,6 +242,10 @@ SOFTMAX_CLUSTER_THREADS = 256
 SOFTMAX_CLUSTER_VALUES = 64
 SOFTMAX_CLUSTER_MAX = 16
 SOFTMAX_CLUSTER_STAGE = True
+# Whether the default sends rows longer than SOFTMAX_BLOCK_MAX_BYTES to the cluster kernel (while
+# a cluster holds the row and the M x C CTAs cover the SMs) before the smem kernel. Off: not yet
+# run on a GPU; on in SOFTMAX_NEXT
+SOFTMAX_CLUSTER_LONG = False
 # Rows longer than SOFTMAX_BLOCK_MAX_BYTES: the row staged in shared memory by bulk copies, a CTA a
 # row (softmax_smem.py) while one CTA's shared memory holds it (a pair instead where one would
 # be alone on its SM: SOFTMAX_SMEM_PAIR_MIN_CTAS), else the smallest cluster of C
@@ -270,6 +276,21 @@ SOFTMAX_SMEM_DEFAULT = True             # whether the default takes smem for lon
 SOFTMAX_SMEM_THREADS_PER_SM = 1536
 SOFTMAX_SMEM_CLUSTER_THREADS_PER_SM = 768
 SOFTMAX_SMEM_MAX_THREADS = 512
+# The switches built on the CPU and waiting for a GPU: the candidate cute:softmax_next plans with
+# these tables set (``switched``), so one run times today's default beside it
+SOFTMAX_NEXT = {"SOFTMAX_CLUSTER_LONG": True}
+
+
+@contextmanager
+def switched(changes: dict):
+    """This module's tables set to ``changes`` while the block runs (a candidate's planning)."""
+    table = globals()
+    saved = {k: table[k] for k in changes}
+    table.update(changes)
+    try:
+        yield
+    finally:
+        table.update(saved)
 
 
 def _pow2(k: int) -> int:
@@ -369,6 +390,9 @@ VARIANTS = {
                 + _src("softmax_split.py", ("bulk_g2s", "merge")) + _src("softmax_cluster.py", ("load_peer_f32",)),
                 "split": _kernel_class("softmax_split.py", "SoftmaxSplit", "prepare_softmax_split", "compile_split",
                                        "_slots"),
+                "cluster": _src("softmax_cluster.py", ("SoftmaxCluster.kernel", "load_peer_i64"),
+                                ("SoftmaxCluster.__call__", "prepare_softmax_cluster", "compile_cluster"))
+                + _src("softmax_split.py", ("pack_pair", "unpack_pair")),
                 "simple": _src("softmax.py", ("SoftmaxSimple.kernel",), ("SoftmaxSimple.__call__",))},
     # the schedules; split-K's fix-up and the predicated copies are modes of the family's base
     # (bases reached through ``self``): a plan names them where its splits and loads use them
@@ -430,6 +454,9 @@ def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | No
             if SOFTMAX_SMEM_DEFAULT and _block_threads(nvec, v) > SOFTMAX_BLOCK_DEFAULT_MAX_THREADS:
                 if sp := plan_smem(M, N, esize, sms):
                     return sp
+        elif SOFTMAX_CLUSTER_LONG and row_bytes > SOFTMAX_BLOCK_MAX_BYTES and \
+                (cp := plan_cluster(M, nvec, v, sms)) and M * cp["cluster"] >= sms:
+            return cp
         elif SOFTMAX_SMEM_DEFAULT and row_bytes > SOFTMAX_BLOCK_MAX_BYTES and \
                 (sp := plan_smem(M, N, esize, sms)) and M * sp["cluster"] >= sms:
             return sp

@@ -8,6 +8,7 @@ compile-only mode uses it); ``plan_*`` adds the tensors' own facts (alignment) a
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import triton
@@ -150,7 +151,26 @@ SOFTMAX = {
     "split_smem_warps": 8,
     "split_smem_pieces": (4, 8),
     "split_smem_min_per_sm": 2,
+    # rows and block: rows of whole 16-byte groups the compiler cannot prove so (N and the strides
+    # multiples of 16 bytes, not of 16 elements: 200 fp16 columns) take N and the strides in 16-byte
+    # units (``softmax_block.units``), so their accesses are 128-bit instead of 2-byte. Off: not
+    # yet run on a GPU
+    "units": False,
 }
+#: the switches built on the CPU and waiting for a GPU: the candidate ``gluon:softmax_next`` plans
+#: with SOFTMAX updated by these (``switched``), so one run times today's default beside it
+SOFTMAX_NEXT = {"units": True, "split_smem": True}
+
+
+@contextmanager
+def switched(table: dict, changes: dict):
+    """``table`` with ``changes`` applied while the block runs (a candidate's planning), restored after."""
+    saved = {k: table[k] for k in changes}
+    table.update(changes)
+    try:
+        yield table
+    finally:
+        table.update(saved)
 
 
 def softmax_smem_warps(N: int, elem_size: int, facts: dict) -> int:
@@ -218,17 +238,19 @@ def softmax_choice(M: int, N: int, elem_size: int, facts: dict | None = None,
     facts = facts or device_facts()
     cols = max(16, next_pow2(N))
     fill = N / cols
+    units = {"UNITS": SOFTMAX["units"]}
     if N <= SOFTMAX["rows_max_cols"]:
-        return "rows", softmax_rows.config(N, elem_size, SOFTMAX["rows_warps"], SOFTMAX["rows_values_per_thread"])
+        return "rows", {**softmax_rows.config(N, elem_size, SOFTMAX["rows_warps"], SOFTMAX["rows_values_per_thread"]),
+                        **units}
     if cols <= SOFTMAX["block_pref_max_cols"][elem_size] and fill >= SOFTMAX["block_min_fill"]:
-        return "block", softmax_block.config(N, elem_size)
+        return "block", {**softmax_block.config(N, elem_size), **units}
     if M < SOFTMAX["split_max_rows_per_sm"] * facts["sms"] and N >= SOFTMAX["split_min_cols"]:
         return "split", softmax_split_config(M, N, elem_size, facts)
     staged = softmax_smem_config(M, N, elem_size, facts) if smem_ok else None
     if staged is not None:
         return "smem", staged
     if cols <= SOFTMAX["block_max_cols"][elem_size]:
-        return "block", softmax_block.config(N, elem_size)
+        return "block", {**softmax_block.config(N, elem_size), **units}
     if SOFTMAX["split_smem"] and split_smem_ok:
         cfg = softmax_split_smem_config(M, N, elem_size, facts)
         if cfg is not None:

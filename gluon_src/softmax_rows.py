@@ -4,7 +4,8 @@ of a warp, for rows shorter than 32 x VEC), its values in registers.
 Layout [ROWS, BLOCK_N]: a thread holds VEC consecutive columns (16 bytes), TPW_C threads of a warp
 span a row's BLOCK_N columns (BLOCK_N / (TPW_C x VEC) times), the warp's other TPW_R threads take
 the next rows, and the warps take the next rows again (RPT times). The row max and sum are
-reductions along axis 1: within a warp, no shared memory.
+reductions along axis 1: within a warp, no shared memory. Rows of whole 16-byte groups that the
+compiler cannot prove so take N and the strides in 16-byte units (``softmax_block.units``).
 """
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .runtime import Spec
+from .softmax_block import row_args
 
 MAX_COLS = 1024
 
 
 @gluon.jit
 def softmax_rows_kernel(x_ptr, out_ptr, M, N, stride_x, stride_o, BLOCK_N: gl.constexpr,
-                        VEC: gl.constexpr, TPW_R: gl.constexpr, TPW_C: gl.constexpr, RPT: gl.constexpr):
+                        VEC: gl.constexpr, TPW_R: gl.constexpr, TPW_C: gl.constexpr, RPT: gl.constexpr,
+                        UNIT: gl.constexpr = 1):
+    N, stride_x, stride_o = N * UNIT, stride_x * UNIT, stride_o * UNIT     # softmax_block.units
     ROWS: gl.constexpr = TPW_R * gl.num_warps() * RPT
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [TPW_R, TPW_C], [gl.num_warps(), 1], [1, 0])
     rows = gl.program_id(0) * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
@@ -52,6 +56,6 @@ def supports(N: int) -> str | None:
 def launch_spec(x, out, cfg: dict) -> Spec:
     M, N = x.shape
     return Spec(softmax_rows_kernel, (triton.cdiv(M, cfg["ROWS"]),),
-                {"x_ptr": x, "out_ptr": out, "M": M, "N": N, "stride_x": x.stride(0), "stride_o": out.stride(0),
+                {"x_ptr": x, "out_ptr": out, "M": M, **row_args(x, out, cfg),
                  **{k: cfg[k] for k in ("BLOCK_N", "VEC", "TPW_R", "TPW_C", "RPT")}},
                 {"num_warps": cfg["num_warps"]})

@@ -64,7 +64,8 @@ def selected_ids(layers: list[str], problems: list[str] | None, only: str, impls
         unknown = sorted(set(impls) - {i.id for i in ours})
         if unknown:
             raise ValueError(f"--impl: {unknown[0]!r} is not an id or candidate of {', '.join(layers)}")
-        ours = [i for i in ours if i.id in impls or i.role == "default"]
+        named = {i.problem for i in ours if i.id in impls}
+        ours = [i for i in ours if i.id in impls or (i.role == "default" and i.problem in named)]
     if not ours:
         raise ValueError(f"LAYER: {', '.join(layers)} has nothing to check for the problems asked")
     probs = sorted({i.problem for i in ours})

@@ -1,18 +1,18 @@
-"""GPU check of the cuTile layer (no arguments, within about 150 s): writes $OUT/cutile/.
+"""GPU check of the cuTile layer's candidates: writes $OUT/cutile/ (verify.json, sweep.json, log.txt).
 
-1. verify (harness.verify.verify_case against float64) of the variants not yet run on a GPU
-   (cutile:gemm_epilogue_pack, cutile:softmax_online_flat, cutile:softmax_rows_tma,
-   cutile:softmax_online_tma) on cases that reach every path: GEMM
-   with A and/or B packed (K or N rows not 16-byte multiples) on the tiled (few-row and 128-row
-   tiles) and split-K paths; flat softmax on rows shorter and longer than a tile, an fp32 tail,
-   N = 1, and strided / offset rows (the planner's 2-d kernels there); the default beside;
-2. timings (CUDA events, median of 20) of the candidates the rules choose between, beside the
-   default (no pack: 2-byte loads of unaligned B) and torch eager: GEMM at N = 50257 and the
-   few-row split-K shapes; softmax rows vs rows_tma (tile elements x occupancy), online vs
-   online_tma vs online_flat and their tiles, on the models suite's softmax shapes (and the
-   same-size copy); stage time guards stop it before the limit;
-3. the SASS opcode counts of the new kernels (pack, GEMM on packed B, flat softmax).
-Everything goes to $OUT/cutile/verify.json, sweep.json, log.txt.
+Usage: ``python scripts/gpu_cutile.py [verify] [softmax] [gemm]`` (no argument: all three, in that
+order, within about 150 s: each stage stops at its share of the time; give one stage a call of its
+own to run it whole).
+
+- verify: harness.verify.verify_case (float64 reference, poisoned and guarded output, two seeds)
+  of every candidate (cutile:softmax_split / _rows_tma / _online_tma / _online_flat / _next,
+  cutile:gemm_epilogue_pack / _next) on cases that reach each of their paths (N = 1, M = 1,
+  strided and odd-strided rows, -inf rows, fp32 tails, unaligned K and N, split-K, few rows);
+- softmax / gemm: cold-L2 timings (CUDA events, median of 15, a 256 MB write before each sample)
+  of the default, softmax_next / gemm_epilogue_next and the neighbours of each pending rule
+  (occupancy, latency hint, tile, persistent grid) beside torch eager and a same-size copy,
+  on the shapes whose class each switch decides. A row: the label, the plan, us, x vs torch,
+  share of the copy.
 """
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ T0 = time.perf_counter()
 LIMIT = 145.0
 OUT = Path(os.environ.get("OUT", "/tmp/out")) / "cutile"
 OUT.mkdir(parents=True, exist_ok=True)
-LOG = open(OUT / "log.txt", "w")
+LOG = open(OUT / "log.txt", "a")
 RESULTS: list = []
+STAGE_END = [LIMIT]
+FLUSH: list = []
 
 
 def log(*a):
@@ -43,24 +45,26 @@ def log(*a):
     LOG.flush()
 
 
-STAGE_END = [LIMIT]  # seconds after T0 at which the current stage stops
-
-
 def left() -> float:
     return min(LIMIT, STAGE_END[0]) - (time.perf_counter() - T0)
 
 
-def timed(fn, iters=20) -> float:
+def timed(fn, iters=15) -> float:
+    """Median device us of ``fn`` with L2 flushed (a 256 MB write) before each sample."""
+    if not FLUSH:
+        FLUSH.append(torch.empty(64 * 2 ** 20, dtype=torch.float32, device="cuda"))
     fn()
     torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for s, e in ev:
+    ts = []
+    for _ in range(iters):
+        FLUSH[0].zero_()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()
         e.record()
-    torch.cuda.synchronize()
-    ts = sorted(s.elapsed_time(e) for s, e in ev)
-    return ts[len(ts) // 2] * 1e3  # microseconds
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    return sorted(ts)[len(ts) // 2] * 1e3
 
 
 def record(problem, shape, label, fn, extra=None, reserve=3.0):
@@ -82,12 +86,39 @@ def record(problem, shape, label, fn, extra=None, reserve=3.0):
         if "flops" in row:
             row["tflops"] = round(row.pop("flops") / us / 1e6, 1)
         RESULTS.append(row)
-        log(json.dumps(row))
+        log(json.dumps(row, default=str))
         return us
     except Exception as e:
         RESULTS.append({"problem": problem, "shape": shape, "label": label, "error": f"{type(e).__name__}: {e}"[:800]})
         log("ERROR", problem, shape, label, traceback.format_exc()[-1500:])
         return None
+
+
+# -- verify ------------------------------------------------------------------------------------
+SM_CASES = [({"M": 1, "N": 1}, "float32", {}), ({"M": 129, "N": 1}, "float32", {}),
+            ({"M": 1, "N": 98_432}, "float32", {}), ({"M": 3, "N": 262_147}, "float32", {}),
+            ({"M": 2, "N": 131_072}, "bfloat16", {}), ({"M": 4, "N": 32_768}, "float32", {"kind": "neginf"}),
+            ({"M": 17, "N": 40_000}, "float16", {"layout": "strided_odd"}), ({"M": 1823, "N": 781}, "bfloat16", {}),
+            ({"M": 37, "N": 1000}, "float16", {"layout": "strided"}), ({"M": 64, "N": 1000}, "bfloat16", {"kind": "neginf"}),
+            ({"M": 64, "N": 1000}, "float16", {"kind": "large"}), ({"M": 4099, "N": 33}, "bfloat16", {"layout": "strided_odd"}),
+            ({"M": 2048, "N": 2050}, "float16", {}), ({"M": 300, "N": 70_001}, "float32", {}),
+            ({"M": 300, "N": 50_257}, "bfloat16", {}), ({"M": 300, "N": 40_000}, "bfloat16", {"kind": "neginf"}),
+            ({"M": 8, "N": 200_003}, "bfloat16", {}),
+            # resident split: units straddling programs and rounds, a strided aligned layout, fp32
+            ({"M": 300, "N": 40_000}, "bfloat16", {"layout": "strided"}), ({"M": 264, "N": 131_072}, "float32", {}),
+            ({"M": 333, "N": 65_536}, "float16", {"kind": "large"})]
+GEMM_CASES = [({"M": 16, "N": 50257, "K": 768}, "bfloat16", {"act": "none", "bias": 1}),
+              ({"M": 1, "N": 17, "K": 33}, "float16", {"act": "gelu", "bias": 1}),
+              ({"M": 127, "N": 65, "K": 129}, "bfloat16", {"act": "relu", "bias": 1}),
+              ({"M": 1025, "N": 769, "K": 513}, "float16", {"act": "gelu", "bias": 1}),
+              ({"M": 33, "N": 1001, "K": 3000}, "bfloat16", {"act": "gelu", "bias": 1}),
+              ({"M": 555, "N": 1234, "K": 777}, "bfloat16", {"act": "gelu", "bias": 1}),
+              ({"M": 2050, "N": 1001, "K": 136}, "float16", {"act": "gelu", "bias": 0}),
+              ({"M": 640, "N": 136, "K": 4104}, "bfloat16", {"act": "gelu", "bias": 0}),
+              ({"M": 3000, "N": 3000, "K": 3000}, "float16", {"act": "gelu", "bias": 1})]
+SM_IDS = ("cutile:softmax_next", "cutile:softmax_split", "cutile:softmax_online_flat", "cutile:softmax_online_tma",
+          "cutile:softmax_rows_tma")
+GEMM_IDS = ("cutile:gemm_epilogue_next", "cutile:gemm_epilogue_pack")
 
 
 def verify_stage():
@@ -96,31 +127,17 @@ def verify_stage():
     from harness.verify import verify_case
     registry.load_backends()
     out = []
-    G = [({"M": 16, "N": 50257, "K": 768}, "bf16", {"act": "none", "bias": 1}),
-         ({"M": 256, "N": 50257, "K": 768}, "fp16", {"act": "gelu", "bias": 1}),
-         ({"M": 100, "N": 333, "K": 781}, "fp16", {"act": "relu", "bias": 0}),
-         ({"M": 32, "N": 1001, "K": 4097}, "bf16", {"act": "gelu", "bias": 1}),
-         ({"M": 1823, "N": 781, "K": 333}, "bf16", {"act": "relu", "bias": 1}),
-         ({"M": 16, "N": 4096, "K": 4096}, "bf16", {"act": "none", "bias": 1})]
-    S = [({"M": 64, "N": 50257}, "bf16", {}), ({"M": 37, "N": 50257}, "fp32", {}),
-         ({"M": 3, "N": 40003}, "fp16", {}), ({"M": 1823, "N": 781}, "bf16", {}),
-         ({"M": 5, "N": 70001}, "fp32", {"layout": "strided_odd"}), ({"M": 7, "N": 1000}, "bf16", {"layout": "strided"}), ({"M": 300, "N": 2049}, "fp16", {}),
-         ({"M": 50, "N": 131072}, "bf16", {}), ({"M": 129, "N": 1}, "fp32", {}),
-         ({"M": 1823, "N": 781}, "fp16", {"layout": "strided"})]
-    jobs = [("gemm_epilogue", "cutile:gemm_epilogue_pack", d, dt, p) for d, dt, p in G]
-    jobs += [("softmax", "cutile:softmax_online_flat", d, dt, p) for d, dt, p in S]
-    jobs += [("softmax", "cutile:softmax_rows_tma", d, dt, p) for d, dt, p in S if d["N"] <= 32768]
-    jobs += [("softmax", "cutile:softmax_online_tma", d, dt, p) for d, dt, p in S]
-    jobs += [("gemm_epilogue", "cutile:gemm_epilogue", d, dt, p) for d, dt, p in G[:3]]
-    for prob, iid, dims, dt, params in jobs:
+    jobs = [("softmax", i, c) for i in SM_IDS for c in SM_CASES] + [("gemm_epilogue", i, c) for i in GEMM_IDS for c in GEMM_CASES]
+    for prob, iid, (dims, dt, params) in jobs:
         if left() < 2:
-            log("time guard: verify stops", iid, dims)
+            log("time guard: verify stops at", iid, dims)
             break
         case = Case(prob, dims, dt, params)
         try:
             im = registry.get(prob, iid, candidates=True)
-            if im.supports(case):
-                rec = {"status": "SKIP", "reason": im.supports(case)}
+            why = im.supports(case)
+            if why:
+                rec = {"status": "SKIP", "reason": why}
             else:
                 c = verify_case(im, problems.get(prob), case, "cuda", seeds=(0, 1))
                 info = c.details.get("info", {}) if isinstance(c.details, dict) else {}
@@ -130,182 +147,161 @@ def verify_stage():
             rec = {"status": "ERROR", "reason": f"{type(e).__name__}: {e}"[:600]}
         rec.update(impl=iid, case=case.id)
         out.append(rec)
-        log("verify", rec["status"], iid, rec["case"], json.dumps(rec.get("config"), default=str)[:300],
+        log("verify", rec["status"], iid, rec["case"], json.dumps(rec.get("config"), default=str)[:240],
             (rec.get("reason") or "")[:200])
     (OUT / "verify.json").write_text(json.dumps(out, indent=1, default=str))
 
 
-def main():
-    import cuda.tile as ct
+# -- softmax timings ---------------------------------------------------------------------------
+SM_SHAPES = [  # (M, N, dtype): a class each
+    (4096, 50257, torch.bfloat16), (4096, 128256, torch.bfloat16), (32768, 512, torch.bfloat16),
+    (2, 2_000_000, torch.float32), (96, 100_000, torch.bfloat16), (4096, 32000, torch.bfloat16),
+    (50000, 200, torch.float16), (1000, 32769, torch.bfloat16), (4096, 151936, torch.float32),
+    (12288, 768, torch.float32), (32768, 1024, torch.bfloat16), (2048, 128000, torch.float16),
+    (8, 200_003, torch.bfloat16), (65536, 128, torch.float32), (4096, 50257, torch.float32),
+]
 
+
+def softmax_neighbours(L, xs, os_, plan):
+    """(label, launch) of the knobs around the next plan's rule for this shape."""
+    from cutile_src import dispatch as D, softmax_online_flat as F, softmax_online_tma as O, softmax_rows_tma as R
+    from cutile_src import softmax_split as S
+    out = []
+    v = plan["variant"]
+    if v == "split":
+        resident = plan["MODE"] == "resident"
+        k = S.softmax_split_resident_kernel if resident else None
+        for f in (2, 0.5):
+            ch = int(plan["CHUNK"] * f)
+            parts = -(-xs.shape[1] // ch)
+            if parts > 132 and resident or ch < 512:
+                continue
+            cfg = plan | {"CHUNK": ch, "C": parts, "CP": 1 << (parts - 1).bit_length(),
+                          "grid": min(xs.shape[0] * parts, plan["grid"] if resident else 528)}
+            cfg["hints"] = plan["hints"] if resident else D.softmax_hints(ch, ch)
+            ks = [L.hinted(k, cfg["hints"])] if resident else [L.hinted(kk, cfg["hints"]) for kk in
+                                                               (S.softmax_split_stats_kernel, S.softmax_split_norm_kernel)]
+            out.append((f"split {cfg}", S.bind_launch(xs, os_, cfg, kernels=ks)))
+        if resident:
+            p = D.online_config(*xs.shape, xs.element_size(), 132, L._l2(), "online_tma")
+            out.append((f"online_tma {p}", O.bind_launch(xs, os_, p["TILE"], p["LATENCY"], p["grid"],
+                                                        kernel=L.hinted(O.softmax_online_tma_kernel, p["hints"]))))
+    if v == "rows_tma":
+        for rows_x, lat in ((1, 10), (2, 0), (2, 10)):
+            rows = min(plan["ROWS"] * rows_x, 64)
+            h = D.softmax_hints(rows * plan["TN"], plan["TN"])
+            g = min(-(-xs.shape[0] // rows), 132 * h.get("occupancy", 1))
+            out.append((f"rows_tma ROWS={rows} LAT={lat} {h}",
+                        R.bind_launch(xs, os_, rows, plan["TN"], lat, g, kernel=L.hinted(R.softmax_rows_tma_kernel, h))))
+        if plan["TN"] >= 8192:
+            p = D.online_config(*xs.shape, xs.element_size(), 132, L._l2(), "online_tma")
+            out.append((f"online_tma {p}", O.bind_launch(xs, os_, p["TILE"], p["LATENCY"], p["grid"],
+                                                        kernel=L.hinted(O.softmax_online_tma_kernel, p["hints"]))))
+    if v in ("online_tma", "online_flat"):
+        mod, k = (O, O.softmax_online_tma_kernel) if v == "online_tma" else (F, F.softmax_online_flat_kernel)
+        occ = plan["hints"]["occupancy"]
+        for o, lat in ((occ, 1), (max(1, occ // 2), plan["LATENCY"]), (min(4, occ * 2), plan["LATENCY"]), (4, 1)):
+            g = min(xs.shape[0], o * 132)
+            out.append((f"{v} occ={o} LAT={lat} grid={g}",
+                        mod.bind_launch(xs, os_, plan["TILE"], lat, g, kernel=L.hinted(k, {"occupancy": o}))))
+    return out
+
+
+def softmax_stage():
     from backends import cutile_layer as L
-    from cutile_src import dispatch, gemm_epilogue_splitk, gemm_epilogue_tiled, softmax_online, softmax_rows
-    log("torch", torch.__version__, "cuda.tile", getattr(ct, "__version__", "?"),
-        "device", torch.cuda.get_device_name(), "SMs", L._sms())
-    sms, dev = L._sms(), "cuda"
-    STAGE_END[0] = 45.0
-    verify_stage()
-    STAGE_END[0] = 75.0
-
-    # GEMM: the default (no pack) vs the pack variant vs torch; split-K neighbours
-    for M, N, K in ((16, 50257, 768), (256, 50257, 768), (4096, 50257, 768), (16, 6144, 4096), (16, 4096, 14336),
-                    (16, 8192, 28672)):
-        if N != 50257:
-            STAGE_END[0] = 100.0  # the few-row split-K shapes: their own share
-        if left() < 5:
-            continue
-        ga = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
-        gb = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
-        gbias = torch.randn(N, device=dev, dtype=torch.bfloat16)
-        gc = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
-        tus = round(timed(lambda: torch.addmm(gbias, ga, gb)), 2)
-        ex = {"torch_us": tus, "flops": 2 * M * N * K}
-        launch, launches, cfg = L.bind_gemm("default", ga, gb, gbias, "none", gc)
-        record("gemm_epilogue", [M, N, K], "default " + json.dumps(cfg), launch, dict(ex))
-        plaunch, launches, pcfg = L.bind_gemm("pack", ga, gb, gbias, "none", gc)
-        if pcfg["variant"] == "pack":
-            record("gemm_epilogue", [M, N, K], "pack " + json.dumps(pcfg), plaunch, dict(ex))
-            sub = pcfg["GEMM"]
-            pk = pcfg["PACK"]["b"]
-            from cutile_src import gemm_epilogue_pack as P
-            buf, view = P.packed_buffer(gb)
-            p2 = P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"])
-            buf.fill_(1.0)
-            p2()
-            torch.cuda.synchronize()
-            log("pack rows exact copy:", bool(torch.equal(view, gb)), "padding zero:", bool((buf[:, N:] == 0).all()))
-            record("gemm_epilogue", [M, N, K], f"pack B alone {pk}", p2, {"copy_bytes": 2 * gb.numel() * 2})
-            if M > 64 and (sub["TM"], sub["TN"]) != (128, 128):
-                alt = {"variant": "tiled", "TM": 128, "TN": 128, "TK": 64, "GROUP": 8,
-                       "grid": -(-M // 128) * -(-N // 128), "hints": {"num_worker_warps": 8}}
-                fk = L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, alt["hints"])
-                main_ = gemm_epilogue_tiled.bind_launch(ga, view, gbias, 0, gc, alt, kernel=fk)
-                packf = P.bind_pack(gb, buf, pk["TR"], pk["TC"], pk["grid"])
-                record("gemm_epilogue", [M, N, K], "pack + tiled 128x128x64 ww8", lambda: (packf(), main_()), dict(ex))
-            for t in (2048, 4096):
-                g = min(-(-gb.numel() // t), 8 * sms)
-                pf = P.bind_pack_flat(gb, buf, t, g)
-                buf.zero_()
-                pf()
-                torch.cuda.synchronize()
-                log("pack flat T=%d exact copy:" % t, bool(torch.equal(view, gb)))
-                record("gemm_epilogue", [M, N, K], f"pack B alone flat T={t} grid={g}", pf,
-                       {"copy_bytes": 2 * gb.numel() * 2})
-                if t == 2048:
-                    mainp = L.bind_gemm("pack", ga, gb, gbias, "none", gc)[0]
-                    gemm_only = getattr(mainp, "main", None)
-                    if gemm_only is not None:
-                        record("gemm_epilogue", [M, N, K], "pack flat T=2048 + the pack plan's GEMM",
-                               lambda: (pf(), gemm_only()), dict(ex))
-                        record("gemm_epilogue", [M, N, K], "the pack plan's GEMM alone (packed B)", gemm_only, dict(ex))
-            for tr, tc in ((16, 512), (4, 1024), (8, 1024)):
-                g = max(1, min(-(-K // tr) * -(-N // tc), 8 * sms))
-                record("gemm_epilogue", [M, N, K], f"pack B alone TR={tr} TC={tc} grid={g}",
-                       P.bind_pack(gb, buf, tr, tc, g), {"copy_bytes": 2 * gb.numel() * 2})
-            cfg = pcfg
-        if M <= 64:
-            # split-K neighbours: tile shape, and the occupancy hint (255 registers and 128 KB of
-            # shared memory a program without one: one program an SM) with the split that fills
-            # whole waves of occupancy x SMs programs
-            cands = []
-            tm = min(64, max(16, 1 << (M - 1).bit_length()))
-            for tn, tk, occ, waves in ((128, 128, 1, 2), (128, 64, 1, 2), (64, 128, 1, 2), (128, 128, 2, 1),
-                                       (128, 128, 2, 2), (128, 128, 4, 1), (128, 64, 2, 2), (128, 128, 1, 4)):
-                tiles = -(-M // tm) * -(-N // tn)
-                kt = -(-K // tk)
-                split = max(2, min(32, (waves * occ * sms) // tiles, kt // 2))
-                kper = -(-kt // split)
-                split = -(-kt // kper)
-                c = {"variant": "splitk", "TM": tm, "TN": tn, "TK": tk, "KPER": kper, "SPLIT": split,
-                     "RM": 16, "RN": 128, "grid": tiles * split, "hints": {"occupancy": occ} if occ > 1 else {}}
-                cands.append(c)
-            # the previous rule (about two waves of programs, rounded up: 288 at 16 x 6144 x 4096)
-            tiles, kt = -(-M // tm) * -(-N // 128), -(-K // 128)
-            split = max(1, min(32, -(-2 * sms // tiles), kt // 4))
-            kper = -(-kt // split)
-            split = -(-kt // kper)
-            cands.insert(0, {"variant": "splitk", "TM": tm, "TN": 128, "TK": 128, "KPER": kper, "SPLIT": split,
-                             "RM": 16, "RN": 128, "grid": tiles * split, "hints": {}, "rule": "previous"})
-            for c in cands:
-                if cfg["variant"] == "pack":
-                    continue
-                kp = L.hinted(gemm_epilogue_splitk.gemm_splitk_partial_kernel, c["hints"])
-                f = gemm_epilogue_splitk.bind_launch(ga, gb, gbias, 0, gc, c,
-                                                     kernels=(kp, gemm_epilogue_splitk.gemm_splitk_reduce_kernel))
-                record("gemm_epilogue", [M, N, K], "splitk " + json.dumps(c), f, dict(ex))
-            t = dispatch.tiled_config(M, N, K, 2, sms)
-            if cfg["variant"] != "pack":
-                f = gemm_epilogue_tiled.bind_launch(ga, gb, gbias, 0, gc, t,
-                                                    kernel=L.hinted(gemm_epilogue_tiled.gemm_epilogue_tiled_kernel, t["hints"]))
-                record("gemm_epilogue", [M, N, K], "tiled few rows " + json.dumps(t), f, dict(ex))
-        if (M, N, K) == (256, 50257, 768):
-            try:
-                for k, a, h in launches:
-                    fct = L.compile_kernel(k, a, h)
-                    log("sass", M, N, K, json.dumps({kk: v for kk, v in fct.items() if kk != "_cubin"}, default=str))
-            except Exception:
-                log("sass failed", traceback.format_exc()[-800:])
-        del ga, gb, gc
-
-    # softmax: the models suite's shapes; plan vs neighbours
-    from cutile_src import softmax_online_flat, softmax_online_tma, softmax_rows_tma
-    R, O, F = softmax_rows.softmax_rows_kernel, softmax_online.softmax_online_kernel, softmax_online_flat.softmax_online_flat_kernel
-    RT, OT = softmax_rows_tma.softmax_rows_tma_kernel, softmax_online_tma.softmax_online_tma_kernel
-    STAGE_END[0] = LIMIT
-    shapes = ((4096, 50257, torch.bfloat16), (32768, 512, torch.bfloat16), (4096, 151936, torch.bfloat16),
-              (32768, 1024, torch.bfloat16), (4096, 50257, torch.float32), (8192, 2048, torch.float16),
-              (4096, 32000, torch.bfloat16), (32768, 4096, torch.bfloat16), (4096, 128256, torch.float32))
-    for M, N, dt in shapes:
+    for M, N, dt in SM_SHAPES:
         if left() < 8:
             break
-        xs = torch.randn(M, N, device=dev, dtype=dt)
+        xs = torch.randn(M, N, device="cuda", dtype=dt)
         os_ = torch.empty_like(xs)
-        copy_us = round(timed(lambda: os_.copy_(xs)), 2)
-        ex = {"copy_us": copy_us, "torch_us": round(timed(lambda: torch.softmax(xs, -1)), 2)}
+        shape = [M, N, str(dt)]
+        ex = {"copy_us": round(timed(lambda: os_.copy_(xs)), 2), "torch_us": round(timed(lambda: torch.softmax(xs, -1)), 2)}
         f, _, plan = L.bind_softmax("default", xs, os_)
-        record("softmax", [M, N, str(dt)], "default " + json.dumps(plan), f, ex)
-        cands = []
-        tn = 1 << (N - 1).bit_length()
-        if tn <= 32768:
-            for elems in (4096, 8192, 16384):
-                rows = max(1, min(64, elems // tn))
-                for occ in (2, 4, 8):
-                    if rows * tn * occ > 65536 or (occ == 8 and elems > 4096):
-                        continue
-                    g = -(-M // rows)
-                    for name, kern, mod in (("rows", R, softmax_rows), ("rows_tma", RT, softmax_rows_tma)):
-                        cands.append((f"{name} ROWS={rows} occ={occ} grid={g}",
-                                      mod.bind_launch(xs, os_, rows, tn, g, kernel=L.hinted(kern, {"occupancy": occ}))))
-        for t, occ in ((2048, 4), (4096, 2), (4096, 4), (1024, 8)):
-            if t > tn or tn <= 32768:
-                continue
-            cands.append((f"online TILE={t} occ={occ}", softmax_online.bind_launch(
-                xs, os_, t, kernel=L.hinted(O, {"occupancy": occ}))))
-            cands.append((f"online_tma TILE={t} occ={occ}", softmax_online_tma.bind_launch(
-                xs, os_, t, kernel=L.hinted(OT, {"occupancy": occ}))))
-            cands.append((f"online_flat TILE={t} occ={occ}", softmax_online_flat.bind_launch(
-                xs, os_, t, kernel=L.hinted(F, {"occupancy": occ}))))
-        seen = set()
-        for label, fn in cands:
-            if label not in seen and left() > 8:
-                seen.add(label)
-                record("softmax", [M, N, str(dt)], label, fn, ex)
+        record("softmax", shape, "default " + json.dumps(plan), f, ex)
+        f, _, nplan = L.bind_softmax("next", xs, os_)
+        record("softmax", shape, "next " + json.dumps(nplan), f, ex)
+        for label, fn in dict(softmax_neighbours(L, xs, os_, nplan)).items():
+            record("softmax", shape, label, fn, ex, reserve=6.0)
         del xs, os_
-    try:
-        x = torch.empty((64, 50257), device=dev, dtype=torch.bfloat16)
-        launches, plan = L._sm_launches("online_flat", x, torch.empty_like(x))
-        fct = L.compile_kernel(*launches[0])
-        log("sass softmax flat", json.dumps({kk: v for kk, v in fct.items() if kk != "_cubin"}, default=str))
-    except Exception:
-        log("sass failed", traceback.format_exc()[-800:])
-    (OUT / "sweep.json").write_text(json.dumps(RESULTS, indent=1))
+
+
+# -- GEMM timings ------------------------------------------------------------------------------
+GEMM_SHAPES = [(2048, 2047, 2048, torch.bfloat16, 2), (16, 50257, 768, torch.bfloat16, 0),
+               (3000, 3000, 3000, torch.float16, 2), (555, 1234, 777, torch.bfloat16, 2),
+               (4096, 50257, 768, torch.bfloat16, 0), (256, 50257, 768, torch.float16, 0),
+               (16, 6144, 4096, torch.bfloat16, 0), (200, 13824, 5120, torch.bfloat16, 1),
+               (4096, 4096, 14336, torch.bfloat16, 0)]
+
+
+def gemm_neighbours(L, a, b, bias, act, c, plan):
+    """The next plan's GEMM with its grid not persistent, and 3000^3's tile neighbours."""
+    from cutile_src import dispatch as D, gemm_epilogue_tiled as T
+    g = plan.get("GEMM", plan)
+    out = []
+    if g["variant"] == "tiled" and plan["variant"] == "tiled":
+        M, N = c.shape
+        for tm, tn, h in ((g["TM"], g["TN"], g["hints"]), (128, 256, {"num_worker_warps": 8}), (128, 128, {"num_worker_warps": 8})):
+            tiles = -(-M // tm) * -(-N // tn)
+            cfg = {"TM": tm, "TN": tn, "TK": 64 if tm > 64 else g["TK"], "GROUP": 8, "grid": tiles}
+            k = L.hinted(T.gemm_epilogue_tiled_kernel, h)
+            out.append((f"tiled non-persistent {cfg}", T.bind_launch(a, b, bias, act, c, cfg, kernel=k)))
+            out.append((f"tiled persistent {cfg | {'grid': min(tiles, 132)}}",
+                        T.bind_launch(a, b, bias, act, c, cfg | {"grid": min(tiles, 132)}, kernel=k)))
+            if (tm, tn) == (g["TM"], g["TN"]) and M < 1000:
+                break
+    pk = plan.get("PACK", {}).get("b")
+    if pk:
+        from cutile_src import gemm_epilogue_pack as P
+        buf, _ = P.packed_buffer(b)
+        out.append((f"pack B alone {pk}", P.bind_pack(b, buf, pk["TR"], pk["TC"], pk["grid"])))
+        if b.shape[1] >= 2048:
+            out.append(("pack B alone flat T=2048", P.bind_pack_flat(b, buf, 2048, min(-(-b.numel() // 2048), 8 * 132))))
+    return out
+
+
+def gemm_stage():
+    from backends import cutile_layer as L
+    acts = ("none", "relu", "gelu")
+    for M, N, K, dt, act in GEMM_SHAPES:
+        if left() < 8:
+            break
+        a = torch.randn(M, K, device="cuda", dtype=dt)
+        b = torch.randn(K, N, device="cuda", dtype=dt)
+        bias = torch.randn(N, device="cuda", dtype=dt)
+        c = torch.empty(M, N, device="cuda", dtype=dt)
+        shape = [M, N, K, str(dt), acts[act]]
+        fns = (lambda y: y, torch.relu, lambda y: torch.nn.functional.gelu(y, approximate="tanh"))
+        ex = {"torch_us": round(timed(lambda: fns[act](torch.addmm(bias, a, b))), 2), "flops": 2 * M * N * K}
+        for v in ("default", "next"):
+            f, _, plan = L.bind_gemm(v, a, b, bias, acts[act], c)
+            record("gemm_epilogue", shape, f"{v} " + json.dumps(plan), f, dict(ex))
+        for label, fn in dict(gemm_neighbours(L, a, b, bias, act, c, plan)).items():
+            record("gemm_epilogue", shape, label, fn, dict(ex) if "pack B" not in label else {"bytes": 4 * b.numel()},
+                   reserve=6.0)
+        del a, b, c
+
+
+def main(stages):
+    import cuda.tile as ct
+    from backends import cutile_layer as L
+    log("torch", torch.__version__, "cuda.tile", getattr(ct, "__version__", "?"), "device",
+        torch.cuda.get_device_name(), "SMs", L._sms(), "L2", L._l2(), "stages", stages)
+    share = {"verify": 0.3, "softmax": 0.4, "gemm": 0.3} if len(stages) > 1 else {stages[0]: 1.0}
+    at = 0.0
+    for st in stages:
+        at += share[st] * LIMIT
+        STAGE_END[0] = at
+        try:
+            {"verify": verify_stage, "softmax": softmax_stage, "gemm": gemm_stage}[st]()
+        except Exception:
+            log("FAILED stage", st, traceback.format_exc()[-2000:])
+        (OUT / "sweep.json").write_text(json.dumps(RESULTS, indent=1, default=str))
     log("done in", round(time.perf_counter() - T0, 1), "s")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception:
-        log("FAILED", traceback.format_exc())
-        (OUT / "sweep.json").write_text(json.dumps(RESULTS, indent=1))
-        raise
+    args = [a for a in sys.argv[1:] if a in ("verify", "softmax", "gemm")]
+    bad = [a for a in sys.argv[1:] if a not in ("verify", "softmax", "gemm")]
+    if bad:
+        raise SystemExit(f"stages: unknown {bad}; choose from verify, softmax, gemm")
+    main(args or ["verify", "softmax", "gemm"])

@@ -1,292 +1,296 @@
-"""GPU check of the TileLang layer's softmax vector kernels and GEMM candidates (no arguments;
-writes $OUT/tilelang/check.json, prints a summary; finishes within ~150 s).
+#!/usr/bin/env python3
+"""The TileLang layer's pending plans on one GPU, in about 2.5 minutes: compile, verify, time.
 
-1. Compiles, in parallel worker processes (they fill TileLang's disk cache), the kernels that the
-   default (``tilelang:softmax``, element kernels) and the vector variants (``tilelang:softmax_rows``,
-   ``_smem``, ``_online``: 16-byte groups, guarded row edges; not yet run on a GPU) plan for
-   the models suite's softmax classes and the check shapes, plus GEMM tile candidates beside the
-   current default's 128x256x64 / 3 stages.
-2. Verifies the vector variants and the default (each through the adapter's own ``prepare``, so
-   the planner and the flat-view path are what runs) against a float64 reference on shapes
-   reaching every path: rows starting on and off 16 bytes, odd N, an offset view, x and out rows
-   of one wider buffer (same stride), x strided with out contiguous (the element fallback), one
-   row, rows of 16377 columns (the vector rows kernel's longest class).
-3. Times (CUDA events, median of 20) the default and the vector variants of its algorithm (rows for
-   rows, smem and online for smem, online for online) beside torch.softmax and a same-size copy, and the GEMM
-   candidates beside torch relu(addmm).
-Nothing here is read by the rules.
+Run from the repository root after the offline build::
+
+    python3 scripts/gpu_tilelang.py [--budget 150] [--only softmax,gemm_epilogue] [--jobs 15]
+
+The candidates are ``tilelang:softmax_next`` and ``tilelang:gemm_epilogue_next`` (the defaults with
+``dispatch.SWITCHES`` on) and the variants whose kernels they plan (``softmax_rows``, ``_smem``,
+``_split``, ``gemm_epilogue_tma``), beside today's defaults.
+
+Phases, each bounded by a share of the budget (what does not fit is listed as not run):
+1. Compile ahead, in a pool of processes, every kernel the defaults and the pending plans choose
+   for the timed and verified cases (the planner's classes, deduplicated), so that TileLang's disk
+   cache (``kltools.cache.cache_dir("tilelang")``) is warm and the later prepares load.
+2. Verify with the harness's checker (``harness.verify.verify_case``, one seed, one launch): the
+   candidates on the verify suite and on cases that reach every kernel of the pending plans; then
+   today's defaults on the same extras. FAIL rows print their reasons.
+3. Time (``harness.timing.time_cold``, 0.3 s a case) the default, the candidate and, for the
+   long-vocabulary rows, the ``softmax_online`` variant beside torch eager: % of a 1 GiB copy and
+   speed-up over eager (softmax), TFLOP/s and speed-up over eager (GEMM).
+Writes ``$OUT/tilelang/check.json`` (default ./gpu_out) after every step and prints a table.
+The decision it serves: a switch goes on where its candidate PASSes everywhere and its geomean
+beats the default's (docs/performance.md, "TileLang / softmax", "TileLang / GEMM + epilogue").
 """
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-BUDGET_S = 140
-T0 = time.time()
-SM_TIMED = [(32768, 512, "bfloat16"), (32768, 1024, "bfloat16"), (8192, 2048, "float16"),
-            (32768, 4096, "bfloat16"), (4096, 32000, "bfloat16"), (4096, 32000, "float32"),
-            (4096, 50257, "bfloat16"), (4096, 50257, "float32"), (4096, 151936, "bfloat16")]
-# (m, n, dtype, layout): layout "contig", "offset" (a view 3 elements into its storage),
-# "strided" (rows of a wider buffer, out contiguous: the element fallback), "pad" (x and out
-# both rows of a wider buffer, same stride)
-SM_VERIFY = [(1823, 781, "float32", "contig"), (1823, 781, "bfloat16", "contig"), (37, 1000, "float16", "offset"),
-             (5, 3, "bfloat16", "contig"), (300, 777, "bfloat16", "strided"), (300, 777, "float16", "pad"),
-             (130, 20000, "bfloat16", "contig"), (130, 20001, "float32", "offset"), (3, 262147, "float32", "contig"),
-             (1, 8, "bfloat16", "contig"), (64, 16377, "bfloat16", "contig"), (64, 16380, "float32", "pad")]
-# (config, stage_bias): the default's wide tile as it is and with the bias staged in shared memory
-# (the tilelang:gemm_epilogue_tma variant), and the staged form at 4 stages / a 128-column tile
-GEMM_CFGS = [((128, 256, 64, 3, 256), False), ((128, 256, 64, 3, 256), True), ((128, 256, 64, 4, 256), True),
-             ((128, 128, 64, 4, 256), True)]
-GEMM_SHAPES = [(4096, 28672, 4096), (4096, 6144, 4096), (256, 28672, 4096)]
-# (M, N, K, act, bias): the tma variant against torch; N = 4104 leaves a partial last tile (bias guard)
-GEMM_VERIFY = [(1000, 4104, 520, "gelu", 1), (64, 2056, 4096, "relu", 1), (4096, 4096, 4096, "none", 0),
-               (130, 264, 72, "gelu", 1)]
+RESULT: dict = {"compile": [], "verify": [], "timing": [], "not_run": []}
+OUT = Path(os.environ.get("OUT") or "gpu_out") / "tilelang"
+T0 = time.perf_counter()
+
+# the models suite's classes plus shapes outside the suites (the issues' figures), per problem
+SOFTMAX = [(4096, 32000, "bfloat16"), (4096, 50257, "bfloat16"), (4096, 128256, "bfloat16"),
+           (4096, 151936, "bfloat16"), (4096, 50257, "float32"), (4096, 151936, "float32"),
+           (4096, 128256, "float16"), (32768, 512, "bfloat16"), (32768, 1024, "bfloat16"),
+           (32768, 4096, "bfloat16"), (8192, 2048, "float16"),
+           (1000, 32769, "bfloat16"), (12288, 768, "float32"), (2, 2_000_000, "float32"),
+           (2048, 128000, "float16"), (50000, 200, "float16"), (6000, 6000, "bfloat16"),
+           (96, 100_000, "bfloat16"), (65536, 128, "float32"), (8, 200_003, "bfloat16")]
+GEMM = [(2048, 2047, 2048, "bfloat16", "gelu", 1), (3000, 3000, 3000, "float16", "gelu", 1),
+        (555, 1234, 777, "bfloat16", "gelu", 1), (200, 13824, 5120, "bfloat16", "relu", 1),
+        (8192, 512, 2048, "float16", "relu", 1), (16, 6144, 4096, "bfloat16", "none", 1),
+        (4096, 28672, 4096, "bfloat16", "gelu", 1), (1, 11008, 4096, "bfloat16", "none", 1),
+        (64, 32000, 4096, "bfloat16", "none", 0), (4096, 4096, 128, "bfloat16", "relu", 1)]
+# cases that reach every kernel of the pending plans, for the verify phase
+VERIFY_EXTRA = {"softmax": [dict(M=300, N=151_936, dtype="bfloat16"), dict(M=64, N=128_257),
+                            dict(M=200, N=50_257, dtype="bfloat16", kind="neginf"), dict(M=2, N=2_000_000),
+                            dict(M=1000, N=32_769, dtype="bfloat16"), dict(M=50_000, N=200, dtype="float16"),
+                            dict(M=96, N=70_001, dtype="float16", layout="strided"), dict(M=8, N=200_003,
+                                                                                         dtype="bfloat16")],
+                "gemm_epilogue": [dict(M=2048, N=2047, K=2048, act="gelu"), dict(M=555, N=1234, K=777, act="gelu"),
+                                  dict(M=3000, N=3000, K=3000, act="gelu", dtype="float16"),
+                                  dict(M=16, N=6144, K=4096, act="none", bias=0),
+                                  dict(M=64, N=4096, K=4096, act="gelu")]}
+CANDIDATES = {"softmax": ["tilelang:softmax_next", "tilelang:softmax_rows", "tilelang:softmax_smem",
+                          "tilelang:softmax_split"],
+              "gemm_epilogue": ["tilelang:gemm_epilogue_next", "tilelang:gemm_epilogue_tma"]}
 
 
-def _case(m, n, dtype, layout="contig"):
+def now() -> float:
+    return time.perf_counter() - T0
+
+
+def save() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "check.json").write_text(json.dumps(RESULT, indent=1, default=str))
+
+
+def short(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
+
+
+def cases(problem: str, which: str) -> list:
     from harness import problems
-    return problems.get("softmax").case(M=m, N=n, dtype=dtype)
+    prob = problems.get(problem)
+    if which == "timed":
+        if problem == "softmax":
+            return [prob.case(M=m, N=n, dtype=dt) for m, n, dt in SOFTMAX]
+        return [prob.case(M=m, N=n, K=k, dtype=dt, act=act, bias=b) for m, n, k, dt, act, b in GEMM]
+    return prob.cases("verify") + [prob.case(**d) for d in VERIFY_EXTRA[problem]]
 
 
-def _variants(plan_kernel):
-    """The vector variant ids timed beside a default plan's kernel."""
-    return {"rows": ["softmax_rows"], "smem": ["softmax_smem", "softmax_online"],
-            "online": ["softmax_online"]}.get(plan_kernel, [])
-
-
-def _sm_plans():
+def compile_jobs(problem: str) -> list:
+    """(kind, dtype, plan json) of every kernel the defaults and the pending plans choose for the
+    timed and verified cases: today's plan and the pending one, deduplicated by class."""
+    from backends import tilelang_layer as A
     from tilelang_src import dispatch
-    es = {"float32": 4, "float16": 2, "bfloat16": 2}
     jobs = set()
-    for m, n, dt, *_layout in SM_TIMED + SM_VERIFY:
-        d = dispatch.plan_softmax(m, n, es[dt])
-        jobs.add((dt, json.dumps(d, sort_keys=True)))
-        for kern in ("rows", "smem", "online"):
-            if kern == "smem" and n <= 16384:    # the smem variant is checked on its own class only
+    timed = cases(problem, "timed")
+    for case in timed + cases(problem, "verify"):
+        es = A._esize(case.dtype)
+        try:
+            if problem == "softmax":
+                jobs.add(("sm_next", case.dtype, json.dumps(dispatch.plan_softmax_next(
+                    case.M, case.N, es, **A._sm_case_facts(case)), sort_keys=True)))
+            else:
+                jobs.add(("ge_next", case.dtype, json.dumps(dispatch.plan_gemm_next(
+                    case.M, case.N, case.K, es, case.N % 8 == 0), sort_keys=True)))
+            if case not in timed:       # today's defaults: compiled ahead for the timed cases only
                 continue
-            try:
-                jobs.add((dt, json.dumps(dispatch.plan_softmax(m, n, es[dt], kernel=kern), sort_keys=True)))
-                for aligned in (False, True):
-                    p = dispatch.plan_softmax(m, n, es[dt], kernel=kern, vector=True, aligned=aligned)
-                    jobs.add((dt, json.dumps(p, sort_keys=True)))
-            except ValueError:
-                pass
+            if problem == "softmax":
+                jobs.add(("sm", case.dtype, json.dumps(dispatch.plan_softmax(case.M, case.N, es), sort_keys=True)))
+            else:
+                jobs.add(("ge", case.dtype + (":bias" if int(case.params.get("bias", 1)) else ""), json.dumps(
+                    dispatch.plan_gemm(case.M, case.N, case.K, es, case.N % 8 == 0 and case.K % 8 == 0),
+                    sort_keys=True)))
+        except ValueError:
+            pass
     return sorted(jobs)
 
 
-def compile_job(job):
-    t = time.time()
+def compile_job(job) -> tuple:
+    t = time.perf_counter()
     try:
-        if job[0] == "gemm":
-            _gemm_kernel(*job[1])
-        elif job[0] == "gemm_v":
-            _gemm_kernel(job[1], True, job[2])
+        from backends import tilelang_layer as A
+        kind, dt, plan = job[0], job[1], json.loads(job[2])
+        if "pack" in plan:
+            plan["pack"] = tuple(plan["pack"])
+        if kind == "sm_next":
+            A._sm_next_compile(dt, plan)
+        elif kind == "sm":
+            A._sm_compile(dt, plan)
+        elif kind == "ge_next":
+            A._gemm_next_compile(dt, plan)
         else:
-            from backends import tilelang_layer as A
-            A._sm_compile(job[1], json.loads(job[2]))
-        return job, round(time.time() - t, 2), None
+            A._gemm_compile(dt.split(":")[0], dt.endswith(":bias"), plan)
+        return job, round(time.perf_counter() - t, 1), None
     except Exception as e:
-        return job, round(time.time() - t, 2), f"{type(e).__name__}: {str(e).splitlines()[-1][:300]}"
+        return job, round(time.perf_counter() - t, 1), short(e)
 
 
-def _gemm_kernel(cfg, stage_bias, has_bias=True):
-    import tilelang_src
-    from tilelang_src import gemm_epilogue_tma
-    key = ("gemm_epilogue_tma", "bfloat16", has_bias, cfg, True) + (("stage_bias",) if stage_bias else ())
-    return tilelang_src.compile_kernel(key, lambda: gemm_epilogue_tma.gemm_tma_kernel(
-        "bfloat16", has_bias, *cfg, tma=True, stage_bias=stage_bias))
-
-
-def _gemm_variant_jobs():
-    """The kernels the tma variant plans for GEMM_VERIFY (compiled ahead in the pool)."""
-    from tilelang_src import dispatch
-    jobs = set()
-    for m, n, k, _act, bias in GEMM_VERIFY:
-        p = dispatch.plan_gemm(m, n, k, 2, True, kernel="tma", stage_bias=True)
-        cfg = (p["bm"], p["bn"], p["bk"], p["stages"], p["threads"])
-        jobs.add(("gemm", (cfg, True)) if bias else ("gemm_v", cfg, False))
-    return sorted(jobs, key=repr)
-
-
-def bench(fn, reps=20):
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    ts.sort()
-    return round(ts[len(ts) // 2], 2)
-
-
-def _tensors(m, n, dtype, layout, g):
-    import torch
-    dt = getattr(torch, dtype)
-    if layout == "offset":
-        base = torch.randn(m * n + 3, device="cuda", generator=g).to(dt)
-        x = base[3:].view(m, n)
-        out = torch.empty(m * n + 3, device="cuda", dtype=dt)[3:].view(m, n)
-    elif layout == "strided":
-        x = torch.randn(m, n + 5, device="cuda", generator=g).to(dt)[:, :n]
-        out = torch.empty(m, n, device="cuda", dtype=dt)
-    elif layout == "pad":
-        x = torch.randn(m, n + 9, device="cuda", generator=g).to(dt)[:, 1:n + 1]
-        out = torch.empty(m, n + 9, device="cuda", dtype=dt)[:, 1:n + 1]
-    else:
-        x = torch.randn(m, n, device="cuda", generator=g).to(dt)
-        out = torch.empty(m, n, device="cuda", dtype=dt)
-    return x * 4, out
-
-
-def main():
+def compile_ahead(problems_: list, jobs_n: int, deadline: float) -> None:
     import multiprocessing
-
-    import torch
-    out_dir = Path(os.environ.get("OUT", "/tmp")) / "tilelang"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    res = {"compile": [], "softmax_verify": [], "softmax_time": [], "gemm_verify": [], "gemm": [], "errors": []}
-
-    def save():
-        (out_dir / "check.json").write_text(json.dumps(res, indent=1))
-
-    gemm_jobs = [("gemm", c) for c in GEMM_CFGS]
-    gemm_jobs += [j for j in _gemm_variant_jobs() if j not in gemm_jobs]
-    jobs = gemm_jobs + [("sm",) + j for j in _sm_plans()]
-    pool = ProcessPoolExecutor(max_workers=min(15, os.cpu_count() or 4), mp_context=multiprocessing.get_context("spawn"))
+    jobs = [j for p in problems_ for j in compile_jobs(p)]
+    print(f"compile: {len(jobs)} kernels in {jobs_n} processes", flush=True)
+    pool = ProcessPoolExecutor(max_workers=jobs_n, mp_context=multiprocessing.get_context("spawn"))
     futs = [pool.submit(compile_job, j) for j in jobs]
-    try:
-        for f in as_completed(futs, timeout=max(10, 75 - (time.time() - T0))):
-            job, s, err = f.result()
-            res["compile"].append({"job": repr(job), "s": s, "error": err})
-    except Exception as e:
-        res["errors"].append(f"compile pool: {type(e).__name__} {e}")
+    done, left = wait(futs, timeout=max(5.0, deadline - now()))
+    for f in done:
+        job, s, err = f.result()
+        RESULT["compile"].append({"job": list(job), "s": s, "error": err})
+        if err:
+            print(f"compile FAIL {job[0]} {job[1]} {job[2]}: {err}", flush=True)
+    RESULT["not_run"] += [f"compile: {len(left)} kernels past the budget"] if left else []
     for proc in list(getattr(pool, "_processes", {}).values()):
         proc.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
     save()
+
+
+def impl_of(problem: str, iid: str):
     from harness import registry
-    from harness.problems import get as problems_get
-    registry.load_backends()
-    impls = {name: registry.get("softmax", f"tilelang:{name}")
-             for name in ("softmax", "softmax_rows", "softmax_smem", "softmax_online")}
-    g = torch.Generator(device="cuda").manual_seed(0)
-    left = lambda: BUDGET_S - (time.time() - T0)  # noqa: E731
+    return registry.get(problem, iid, candidates=True)
 
-    def prepared(name, m, n, dtype, layout):
-        x, out = _tensors(m, n, dtype, layout, g)
-        launch = impls[name].prepare(_case(m, n, dtype), (x,), out)
-        return x, out, launch
 
-    for m, n, dt, layout in SM_VERIFY:
-        for name in ("softmax_rows", "softmax_smem", "softmax_online", "softmax"):
-            if left() < 45:
-                break
-            es = 4 if dt == "float32" else 2
-            if (name == "softmax_rows" and n > 16377) or (name == "softmax_smem" and not 16384 < n <= 220 * 1024 // es - 4096):
-                continue
-            try:
-                x, out, launch = prepared(name, m, n, dt, layout)
-                out.fill_(float("nan"))
-                launch()
-                torch.cuda.synchronize()
-                ref = torch.softmax(x.double(), -1)
-                err = (out.double() - ref).abs().max().item()
-                tol = 2e-5 if dt == "float32" else 8e-3
-                res["softmax_verify"].append({"id": name, "case": [m, n, dt, layout], "plan": launch.info.get("config"),
-                                              "max_err": err, "ok": bool(err <= tol)})
-            except Exception as e:
-                res["softmax_verify"].append({"id": name, "case": [m, n, dt, layout],
-                                              "error": f"{type(e).__name__}: {str(e)[:300]}"})
-        save()
-    for m, n, dt in SM_TIMED:
-        if left() < 25:
-            break
+def verify(problem: str, deadline: float) -> None:
+    from harness import problems
+    from harness.verify import verify_case
+    prob = problems.get(problem)
+    extras = [prob.case(**d) for d in VERIFY_EXTRA[problem]]
+    work = [(iid, c) for iid in CANDIDATES[problem] for c in cases(problem, "verify")]
+    work += [(f"tilelang:{problem}", c) for c in extras]
+    for iid, case in work:
+        if now() > deadline:
+            RESULT["not_run"].append(f"verify {iid} {case.label}: budget")
+            continue
+        impl = impl_of(problem, iid)
+        if impl.supports(case):
+            continue
         try:
-            x, out, launch = prepared("softmax", m, n, dt, "contig")
-            y = torch.empty_like(x)
-            row = {"case": [m, n, dt], "plan": launch.info.get("config"), "us": bench(launch),
-                   "torch_us": bench(lambda: torch.softmax(x, -1)), "copy_us": bench(lambda: y.copy_(x))}
-            row["vs_torch"] = round(row["torch_us"] / row["us"], 3)
-            row["pct_copy"] = round(100 * row["copy_us"] / row["us"], 1)
-            row["vector"] = []
-            for var in _variants(row["plan"]["kernel"]):
-                launch_v = impls[var].prepare(_case(m, n, dt), (x,), out)
-                us = bench(launch_v)
-                row["vector"].append({"id": var, "plan": launch_v.info.get("config"), "us": us,
-                                      "vs_torch": round(row["torch_us"] / us, 3),
-                                      "pct_copy": round(100 * row["copy_us"] / us, 1)})
-            res["softmax_time"].append(row)
+            chk = verify_case(impl, prob, case, "cuda", seeds=(0,), repeat=False)
+            row = {"id": iid, "case": case.label, "ok": chk.ok, "reason": chk.reason,
+                   "worst_ratio": chk.details.get("worst_ratio"),
+                   "config": (chk.details.get("info") or {}).get("config")}
         except Exception as e:
-            res["softmax_time"].append({"case": [m, n, dt], "error": f"{type(e).__name__}: {str(e)[:300]}"})
-        save()
-    tma_impl = registry.get("gemm_epilogue", "tilelang:gemm_epilogue_tma")
-    gprob = problems_get("gemm_epilogue")
-    for m, n, k, act, has_bias in GEMM_VERIFY:
-        if left() < 30:
-            break
-        try:
-            a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-            b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
-            bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if has_bias else None
-            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            launch = tma_impl.prepare(gprob.case(M=m, N=n, K=k, act=act, bias=has_bias, dtype="bfloat16"), (a, b, bias), c)
-            launch()
-            ref = a.float() @ b.float() + (bias.float() if has_bias else 0)
-            ref = {"none": ref, "relu": torch.relu(ref), "gelu": torch.nn.functional.gelu(ref, approximate="tanh")}[act]
-            err = ((c.float() - ref).norm() / ref.norm()).item()
-            res["gemm_verify"].append({"case": [m, n, k, act, has_bias], "plan": launch.info.get("config"),
-                                       "rel_err": err, "ok": bool(err < 1e-2)})
-        except Exception as e:
-            res["gemm_verify"].append({"case": [m, n, k, act, has_bias], "error": f"{type(e).__name__}: {str(e)[:300]}"})
-        save()
-    for m, n, k in GEMM_SHAPES:
-        if left() < 10:
-            break
-        a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-        b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
-        bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
-        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        ref = torch.relu(torch.addmm(bias, a, b)).float()
-        row = {"shape": [m, n, k], "torch_us": bench(lambda: torch.relu(torch.addmm(bias, a, b))), "configs": {}}
-        for cfg, staged in GEMM_CFGS:
-            if left() < 6:
-                break
-            name = f"{cfg}{' stage_bias' if staged else ''}"
-            try:
-                kern = _gemm_kernel(cfg, staged)
-                fn = lambda: kern.kernel(a, b, bias, c, 1)  # noqa: E731
-                fn()
-                err = ((c.float() - ref).norm() / ref.norm()).item()
-                row["configs"][name] = {"us": bench(fn), "rel_err": err,
-                                        **{k2: v for k2, v in kern.facts().items() if k2 in ("registers", "spills")}}
-            except Exception as e:
-                row["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-        res["gemm"].append(row)
-        save()
-    res["elapsed_s"] = round(time.time() - T0, 1)
+            row = {"id": iid, "case": case.label, "ok": False, "reason": short(e)}
+        RESULT["verify"].append(row)
+        if not row["ok"]:
+            print(f"verify FAIL {iid} {case.label}: {row['reason']}", flush=True)
     save()
-    bad = [v for v in res["softmax_verify"] if not v.get("ok")]
-    print(f"softmax verify: {len(res['softmax_verify']) - len(bad)}/{len(res['softmax_verify'])} ok; bad: {bad}")
-    for r in res["softmax_time"]:
-        vs = " ".join(f"| {v['id']} {v['us']} x{v['vs_torch']} {v['pct_copy']}%" for v in r.get("vector", []))
-        print("softmax", r.get("case"), "default", (r.get("plan") or {}).get("kernel"), r.get("us"), "x", r.get("vs_torch"),
-              "pct_copy", r.get("pct_copy"), vs, "| torch", r.get("torch_us"), "copy", r.get("copy_us"), r.get("error", ""))
-    gbad = [v for v in res["gemm_verify"] if not v.get("ok")]
-    print(f"gemm tma variant verify: {len(res['gemm_verify']) - len(gbad)}/{len(res['gemm_verify'])} ok; bad: {gbad}")
-    for r in res["gemm"]:
-        print("gemm", r["shape"], "torch", r["torch_us"], {k2: v.get("us", v.get("error")) for k2, v in r["configs"].items()})
-    print("compile errors:", [c for c in res["compile"] if c["error"]], "errors:", res["errors"], "elapsed", res["elapsed_s"])
+
+
+def time_case(problem: str, case, copy_bps: float) -> None:
+    import torch
+
+    from harness import problems
+    from harness.timing import TimingConfig, time_cold
+    prob = problems.get(problem)
+    row = {"problem": problem, "case": case.label, "rows": {}}
+    ids = [f"tilelang:{problem}", f"tilelang:{problem}_next"]
+    if problem == "softmax" and case.N > 100_000 and case.M >= 1024:
+        ids.append("tilelang:softmax_online")
+    try:
+        inputs = prob.make_inputs(case, "cuda", 0)
+        launches = {"torch": impl_of(problem, f"torch:{problem}").prepare(case, inputs, prob.alloc_out(case, "cuda"))}
+        for iid in ids:
+            try:
+                fn = impl_of(problem, iid).prepare(case, inputs, prob.alloc_out(case, "cuda"))
+                fn()
+                launches[iid] = fn
+                row["rows"][iid] = {"config": (getattr(fn, "info", {}) or {}).get("config")}
+            except Exception as e:
+                row["rows"][iid] = {"error": short(e)}
+        stats = time_cold(launches, TimingConfig(time_cap_s=0.3, min_samples=10, warmup_ms=10), "cuda")
+    except Exception as e:
+        RESULT["timing"].append(row | {"error": short(e)})
+        return
+    t_torch = stats["torch"].quartiles()[1]
+    for key, st in stats.items():
+        med = st.quartiles()[1]
+        r = row["rows"].setdefault(key, {})
+        r.update(us=round(med * 1e6, 2), x_eager=round(t_torch / med, 3))
+        if problem == "softmax":
+            r["pct_copy"] = round(100 * prob.traffic(case) / med / copy_bps, 1)
+        else:
+            r["tflops"] = round(prob.flops(case) / med / 1e12, 1)
+    RESULT["timing"].append(row)
+    print(f"time {case.label}: " + "  ".join(f"{k.split(':')[-1]} {v.get('us')} us x{v.get('x_eager')}"
+                                              for k, v in row["rows"].items()), flush=True)
+    del inputs, launches
+    torch.cuda.empty_cache()
+
+
+def copy_ceiling() -> float:
+    import torch
+    x = torch.empty(2 ** 28, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        y.copy_(x)
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / 1e3)
+    return 2 * x.numel() * 4 / min(ts)
+
+
+def geomeans() -> dict:
+    out = {}
+    for problem in ("softmax", "gemm_epilogue"):
+        for iid in (f"tilelang:{problem}", f"tilelang:{problem}_next"):
+            xs = [r["rows"][iid]["x_eager"] for r in RESULT["timing"] if r["problem"] == problem
+                  and r["rows"].get(iid, {}).get("x_eager")]
+            if xs:
+                out[iid] = {"geomean_x_eager": round(math.exp(sum(map(math.log, xs)) / len(xs)), 3),
+                            "worst": min(xs), "cases": len(xs)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=float, default=150.0)
+    ap.add_argument("--only", default="softmax,gemm_epilogue")
+    ap.add_argument("--jobs", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
+    args = ap.parse_args()
+    problems_ = args.only.split(",")
+    from harness import registry
+    registry.load_backends()
+    compile_ahead(problems_, args.jobs, 0.45 * args.budget)
+    for p in problems_:
+        verify(p, now() + 0.25 * args.budget / len(problems_))
+    copy_bps = copy_ceiling()
+    RESULT["copy_tbps"] = round(copy_bps / 1e12, 3)
+    for p in problems_:
+        for case in cases(p, "timed"):
+            if now() > 0.95 * args.budget:
+                RESULT["not_run"].append(f"time {case.label}: budget")
+                continue
+            time_case(p, case, copy_bps)
+            save()
+    RESULT["geomean"] = geomeans()
+    RESULT["elapsed_s"] = round(now(), 1)
+    save()
+    bad = [v for v in RESULT["verify"] if not v["ok"]]
+    print(f"verify: {len(RESULT['verify']) - len(bad)}/{len(RESULT['verify'])} PASS")
+    print("geomean x eager:", json.dumps(RESULT["geomean"]))
+    print("not run:", RESULT["not_run"], "elapsed", RESULT["elapsed_s"])
 
 
 if __name__ == "__main__":

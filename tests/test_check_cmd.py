@@ -65,3 +65,10 @@ def test_selecting_leaves_the_registry_as_it_was():
     before = {i.key for i in registry.all_impls()}
     check_cmd.selected_ids(["cutile"], None, "all", [])
     assert {i.key for i in registry.all_impls()} == before
+
+
+def test_named_ids_bring_their_problems_defaults_only():
+    ids, probs = check_cmd.selected_ids(["cutile"], None, "all", ["cutile:softmax_next"])
+    assert probs == ["softmax"]
+    assert "cutile:softmax" in ids and "cutile:softmax_next" in ids
+    assert not [i for i in ids if i.startswith("cutile:") and i not in ("cutile:softmax", "cutile:softmax_next")]

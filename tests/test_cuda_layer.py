@@ -44,7 +44,7 @@ def _problem(impl_id):
 
 def _impl(impl_id):
     p = _problem(impl_id)
-    return registry.get(p, impl_id), problems.get(p)
+    return registry.get(p, impl_id, candidates=True), problems.get(p)
 
 
 def _built() -> bool:
@@ -203,7 +203,8 @@ def test_default_softmax_rule_from_its_inputs(monkeypatch):
             seen.add(got)
     assert dispatch.plan_softmax("auto", 2, 5_000_000 * 2, "float32").info["path"] == _auto_rule(2, 10_000_000, "float32") == "online"
     seen.add("online")
-    assert seen == set(dispatch.VARIANTS["softmax"]), seen   # the paths it reaches are the words it plans among
+    # the paths it reaches are the words it plans among (cluster: only under the pending switch)
+    assert seen == set(dispatch.VARIANTS["softmax"]) - {"cluster"}, seen
     # the table decides: without the short-row block rule, the rows kernel takes 4096 columns
     monkeypatch.setitem(dispatch.SOFTMAX, "block_short_max_n", 0)
     assert dispatch.plan_softmax("auto", 32_768, 4096, "bfloat16").info["path"] == _auto_rule(32_768, 4096, "bfloat16")
@@ -295,9 +296,9 @@ def test_few_long_rows_split_rather_than_online():
 
 def test_smem_word_for_a_cta_and_for_a_cluster():
     """One word, one algorithm (docs/DESIGN.md): the row staged raw in shared memory is ``smem``
-    whether a CTA holds it (C = 1) or a cluster of C CTAs does; its why says which. ``cluster`` is
-    no CUDA path or id (the word means slices in the registers of a cluster's CTAs, a kernel this
-    layer does not have), and the default's counted sources name softmax_smem.cu."""
+    whether a CTA holds it (C = 1) or a cluster of C CTAs does; its why says which. ``cluster`` (slices
+    in the registers of a cluster's CTAs, softmax_cluster.cu) is a candidate not yet run on a GPU: no
+    registered id, not reached by the default, whose counted sources name softmax_smem.cu."""
     S = dispatch.SOFTMAX
     limit = dispatch.H200.smem_optin - S["smem_reserve"]
     for M, N, dt in ((4096, 50257, "bfloat16"), (4096, 50257, "float32"), (300, 100_003, "float16")):
@@ -310,16 +311,70 @@ def test_smem_word_for_a_cta_and_for_a_cluster():
         k = p.info["cluster"]
         assert p.info["path"] == "smem" and k >= 2 and p.plans[0].cluster == k, (M, N, dt, p.info)
         assert f"a cluster of C = {k} CTAs a row" in p.info["why"]
-    assert "cluster" not in dispatch.SOFTMAX_PATHS and "smem" in dispatch.VARIANTS["softmax"]
+    assert "smem" in dispatch.VARIANTS["softmax"]   # cluster only with SOFTMAX["cluster_long"] (files below)
     ids = {i.id for i in registry.select(problem="softmax")}
     assert {"cuda:softmax_smem", "cupy:softmax_smem"} <= ids
     assert not {"cuda:softmax_cluster", "cupy:softmax_cluster"} & ids
     files = {s.path for s in registry.get("softmax", "cuda:softmax").sources}
-    assert "cuda_src/softmax_smem.cu" in files and not (ROOT / "cuda_src" / "softmax_cluster.cu").exists()
+    assert "cuda_src/softmax_smem.cu" in files and "cuda_src/softmax_cluster.cu" not in files
     files = {s.path for s in registry.get("vector_add", "cuda:vector_add").sources}
     assert "cuda_src/vector_add_unmasked.cu" in files and not (ROOT / "cuda_src" / "vector_add_vec.cu").exists()
     assert tuple(dispatch.VARIANTS["vector_add"]) == ("unmasked",)
     assert dispatch.plan_vector_add("auto", 1000, "float32").info["path"] == "unmasked"
+
+
+def test_cluster_path_rule_and_coverage():
+    """The cluster path (candidate cuda:softmax_cluster): the fewest C >= 2 CTAs of 256 threads whose
+    registers hold the vectors a row touches at any alignment at <= 64 values a thread, C doubled while
+    M x C CTAs leave SMs idle (up to 16, non-portable beyond 8); K the smallest compiled instance that
+    holds a CTA's share; thread t of rank r holds vectors (k C + r) 256 + t, so at any phase every
+    vector touching the row is held once and every rank holds some. Declines rows past 16 CTAs and
+    devices without clusters."""
+    S = dispatch.SOFTMAX
+    want = {(4096, 32000, "bfloat16"): (2, 8), (4096, 128256, "bfloat16"): (8, 8), (4096, 151936, "bfloat16"): (16, 6),
+            (4096, 128256, "float32"): (8, 16), (4096, 151936, "float32"): (16, 12), (4096, 50257, "float32"): (4, 16),
+            (48, 65536, "float16"): (8, 6), (2, 20000, "float32"): (16, 4)}
+    names = {n for v in dispatch.instances().values() for n in v}
+    for (M, N, dt), (c, k) in want.items():
+        p = dispatch.plan_softmax("cluster", M, N, dt)
+        V = 16 // dispatch.ESIZE[dt]
+        nvec = -(-(N + V - 1) // V)
+        assert (p.info["cluster"], p.info["k"], p.plans[0].block) == (c, k, 256), (M, N, dt, p.info)
+        assert p.plans[0].cluster == c and p.plans[0].grid[0] == M * c and p.plans[0].nonportable_cluster == (c > 8)
+        assert p.plans[0].kernel in names and k * V <= S["cluster_values"]
+        smaller = [q for q in S["cluster_ks"][dispatch.ESIZE[dt]] if q < k]
+        assert all(q * c * 256 < nvec for q in smaller)
+        for phase in (0, 1, V - 1):
+            touched = -(-(N + phase) // V)
+            held = sorted((q * c + r) * 256 + t for r in range(c) for q in range(k) for t in range(256))
+            assert [j for j in held if j < touched] == list(range(touched))
+            assert all(r * 256 < touched for r in range(c))
+    with pytest.raises(dispatch.Decline, match="registers"):
+        dispatch.plan_softmax("cluster", 4096, 600_000, "float32")
+    with pytest.raises(dispatch.Decline, match="clusters"):
+        dispatch.plan_softmax("cluster", 4096, 50257, "bfloat16", dev=SM80)
+
+
+def test_next_sends_long_rows_to_the_cluster_path():
+    """The pending switch (cuda:softmax_next, SOFTMAX["cluster_long"]): a row over 32 KB goes to the
+    cluster path where a cluster holds it and its M x C CTAs cover the SMs, before smem and split;
+    every other case plans as today; the table is restored after."""
+    cases = [(M, N, dt) for M in (8, 48, 4096) for N in (1000, 16385, 50257, 128256, 600_000)
+             for dt in ("bfloat16", "float32")]
+    today = {c: dispatch.plan_softmax("auto", *c) for c in cases}
+    with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
+        for (M, N, dt), was in today.items():
+            p = dispatch.plan_softmax("auto", M, N, dt)
+            try:
+                cl = dispatch.plan_softmax("cluster", M, N, dt)
+            except dispatch.Decline:
+                cl = None
+            if N * dispatch.ESIZE[dt] > 32 * 1024 and cl and M * cl.info["cluster"] >= dispatch.H200.sms \
+                    and was.info["path"] not in ("warp", "rows", "block"):
+                assert p.plans == cl.plans, (M, N, dt)
+            else:
+                assert p.plans == was.plans, (M, N, dt)
+    assert not dispatch.SOFTMAX["cluster_long"]
 
 
 def test_gemm_rules():
@@ -691,6 +746,9 @@ def _nvrtc_or_skip():
                                           ("cupy:softmax_rows", dict(M=4096, N=1024)),
                                           ("cupy:softmax_split", dict(M=8192, N=262144)),
                                           ("cupy:softmax_simple", dict(M=3, N=5)),
+                                          ("cupy:softmax_cluster", dict(M=4096, N=128256, dtype="bfloat16")),
+                                          ("cupy:softmax_next", dict(M=17, N=40000, dtype="float16",
+                                                                     layout="strided_odd")),
                                           ("cupy:vector_add", dict(N=98432))])
 def test_cupy_kernels_compile_under_nvrtc(impl_id, case):
     """The same source through NVRTC (no GPU needed): the planned instance compiles, 0 spills."""

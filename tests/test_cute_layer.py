@@ -603,7 +603,29 @@ def test_plan_cluster_rule():
         for N in (4000, 16385, 32000, 65536, 128256, 200003, 786433):
             for es, aligned in ((2, True), (4, False)):
                 assert dispatch.plan_softmax(M, N, es, aligned, sms=SMS)["kernel"] != "cluster", (M, N, es)
-    assert "cluster" not in dispatch.VARIANTS["softmax"]
+
+
+def test_next_sends_long_rows_to_the_cluster_kernel():
+    """The pending switch (cute:softmax_next, SOFTMAX_CLUSTER_LONG): a row over 32 KB goes to the
+    cluster kernel where a cluster holds it and its M x C CTAs cover the SMs, else as before
+    (short rows, few rows of long rows: split; rows past 16 CTAs' registers); the switch is
+    restored after the block."""
+    from cutlass_src import dispatch
+
+    def kernel(M, N, es, aligned=True):
+        return dispatch.plan_softmax(M, N, es, aligned, sms=SMS)["kernel"]
+
+    today = {(M, N, es): kernel(M, N, es) for M in (8, 48, 4096) for N in (512, 4096, 32000, 128256, 786433)
+             for es in (2, 4)}
+    with dispatch.switched(dispatch.SOFTMAX_NEXT):
+        for (M, N, es), was in today.items():
+            p = dispatch.plan_softmax(M, N, es, True, sms=SMS)
+            held = dispatch.plan_cluster(M, dispatch.row_vectors(N, es, True), 16 // es, SMS)
+            if N * es > dispatch.SOFTMAX_BLOCK_MAX_BYTES and held and M * held["cluster"] >= SMS:
+                assert p == held, (M, N, es, p)
+            else:
+                assert p["kernel"] == was, (M, N, es, p)
+    assert not dispatch.SOFTMAX_CLUSTER_LONG
 
 
 @needs_cute
@@ -631,6 +653,13 @@ def test_softmax_cluster_ptx(stage):
     assert body.count("barrier.cluster.arrive") == 2 and body.count("barrier.cluster.wait") == 2
     assert "bar.sync" not in body and "barrier.sync" not in body
     assert "st.global.v4" in body and comp.facts()["spills"] == 0
+    # each exponent is a difference scaled by log2(e) (x - m) * L, never x * L - m * L: ptxas fuses
+    # the latter into an fma whose per-thread rounding of m * L fails fp32 rows of values ~1e4
+    defs = {reg: (op, args) for op, reg, args in re.findall(r"^\s*([a-z][\w.]*)\s+(%r\d+), ([^;]*);", body, re.M)}
+    for src in re.findall(r"ex2\.approx\.ftz\.f32\s+%r\d+, (%r\d+);", body):
+        op, args = defs[src]
+        assert op == "mul.f32" and args.endswith("0f3FB8AA3B"), (src, op, args)
+        assert not defs[args.split(",")[0]][0].startswith(("mul", "fma")), (src, args)
 
 
 def test_softmax_cluster_vectors_cover_the_row():

@@ -23,8 +23,9 @@ IDS = {
                       "cutile:gemm_epilogue_splitk"],
 }
 #: built, not yet run on a GPU: candidates of scripts/gpu_cutile.py, no registered ids
-CANDIDATES = {"softmax": ["cutile:softmax_online_flat", "cutile:softmax_rows_tma", "cutile:softmax_online_tma"],
-              "gemm_epilogue": ["cutile:gemm_epilogue_pack"]}
+CANDIDATES = {"softmax": ["cutile:softmax_online_flat", "cutile:softmax_rows_tma", "cutile:softmax_online_tma",
+                          "cutile:softmax_split", "cutile:softmax_next"],
+              "gemm_epilogue": ["cutile:gemm_epilogue_pack", "cutile:gemm_epilogue_next"]}
 
 
 def _impl(key):
@@ -141,27 +142,36 @@ def test_gemm_plan_waves_and_splitk():
 @needs_cutile
 def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     """The pack and the flat softmax are variants of their own until the H200 verified them:
-    the default's plan leaves them out, and takes them in once GPU_VERIFIED says so."""
+    the default's plan and reachable() leave them out, and take them in once GPU_VERIFIED says so."""
     from cutile_src import dispatch as D
     assert not any(D.GPU_VERIFIED.values())
+    assert D.reachable("gemm_epilogue") == ("tiled", "splitk") and D.reachable("softmax") == ("rows", "online")
     assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "tiled"
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online"
     assert D.plan_softmax(4096, 1024, 2, contiguous=True)["variant"] == "rows"
     for k in D.GPU_VERIFIED:
         monkeypatch.setitem(D.GPU_VERIFIED, k, True)
+    assert "pack" in D.reachable("gemm_epilogue")
+    # the -inf padding kernels stay for rows TMA cannot load; resident takes the aligned long rows
+    assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "online_flat", "split"}
+    monkeypatch.setitem(D.GPU_VERIFIED, "resident", False)
+    assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "online_tma", "online_flat", "split"}
+    monkeypatch.setitem(D.GPU_VERIFIED, "resident", True)
     assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "pack"
     assert D.plan_gemm(16, 4096, 4096, 2)["variant"] == "splitk"  # aligned: nothing to pack
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online_flat"
-    assert D.plan_softmax(4096, 50257, 2)["variant"] == "online_tma"  # strided: the 2-d kernel
-    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online_tma"
+    assert D.plan_softmax(4096, 50257, 2)["variant"] == "online"  # strided odd rows: no TMA, no flat view
+    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["MODE"] == "resident"
     rows = D.plan_softmax(4096, 1024, 2, contiguous=True)
-    assert rows["variant"] == "rows_tma" and rows | {"variant": "rows"} == D.plan_softmax(4096, 1024, 2, tma=False)
+    assert rows["variant"] == "rows_tma" and rows["LATENCY"] == D.ROWS_LATENCY
+    assert {k: v for k, v in rows.items() if k != "LATENCY"} | {"variant": "rows"} == D.rows_config(4096, 1024)
+    assert D.plan_softmax(8, 200_003, 2)["variant"] == "split"
 
 
 @needs_cutile
 def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
     from cutile_src import dispatch as D
-    P = lambda *a, **k: D.plan_gemm(*a, pack=True, **k)  # noqa: E731
+    P = lambda *a, **k: D.plan_gemm(*a, switches=dict(D.GPU_VERIFIED, pack=True), **k)  # noqa: E731
     # the facts default to contiguous operands: A's rows are K elements, B's N
     assert set(P(100, 333, 781, 2)["PACK"]) == {"a", "b"}
     assert set(P(100, 336, 781, 2)["PACK"]) == {"a"}
@@ -186,6 +196,24 @@ def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
 
 
 @needs_cutile
+def test_gemm_persistent_grid_switch():
+    """persistent: one program an SM where the tiles outnumber the SMs, the same tiles; the
+    default's grid is one program a tile while the switch is off."""
+    from cutile_src import dispatch as D
+    for M, N, K in ((3000, 3000, 3000), (4096, 50257, 768), (555, 1234, 777), (256, 6144, 4096), (64, 32000, 4096)):
+        off = D.plan_gemm(M, N, K, 2, 132)
+        on = D.plan_gemm(M, N, K, 2, 132, switches=dict(D.GPU_VERIFIED, persistent=True))
+        assert {k: v for k, v in on.items() if k != "grid"} == {k: v for k, v in off.items() if k != "grid"}
+        if off["variant"] == "tiled":
+            tiles = -(-M // off["TM"]) * -(-N // off["TN"])
+            assert off["grid"] == tiles and on["grid"] == min(tiles, 132)
+    nxt = D.plan_gemm(3000, 3000, 3000, 2, 132, switches=D.NEXT)
+    assert nxt["grid"] == 132 and (nxt["TM"], nxt["TN"]) == (128, 128)  # 576 tiles: 87 % of 5 waves
+    nxt = D.plan_gemm(2048, 2047, 2048, 2, 132, switches=D.NEXT)        # B packed: the TMA tile
+    assert nxt["variant"] == "pack" and set(nxt["PACK"]) == {"b"} and nxt["GEMM"]["TN"] == 256
+
+
+@needs_cutile
 def test_gemm_adapter_facts_and_packed_buffers():
     from backends import cutile_layer as L
     from cutile_src import gemm_epilogue_pack as pack, gemm_epilogue_splitk as sk
@@ -201,15 +229,71 @@ def test_gemm_adapter_facts_and_packed_buffers():
 
 
 @needs_cutile
-def test_softmax_plan_flat_for_contiguous_unaligned_rows():
+def test_softmax_next_plan_by_class():
+    """The rules behind softmax_next, each a rule of the case's facts (NEXT: every switch on)."""
     from cutile_src import dispatch as D
-    # 50257 bf16 columns: 100514 bytes a row, not a 16-byte multiple: flat where contiguous
-    assert D.plan_softmax(4096, 50257, 2, contiguous=True, flat=True)["variant"] == "online_flat"
-    assert D.plan_softmax(4096, 50257, 4, contiguous=True, flat=True)["TILE"] == D.SOFTMAX["ONLINE_TILE"]
-    assert D.plan_softmax(4096, 50257, 2, contiguous=False, flat=True)["variant"] == "online"
-    # aligned rows keep the 2-d kernel, short rows the rows kernel
-    assert D.plan_softmax(4096, 128256, 2, contiguous=True, flat=True)["variant"] == "online"
-    assert D.plan_softmax(1823, 781, 2, contiguous=True, flat=True)["variant"] == "rows"
+    P = lambda M, N, es, **k: D.plan_softmax(M, N, es, 132, switches=D.NEXT, **k)  # noqa: E731
+    # few long rows (fewer than two rows an SM): split, whatever the alignment
+    for M, N, es in ((1, 786_433, 4), (8, 200_003, 2), (48, 65_536, 2), (96, 100_000, 2), (2, 2_000_000, 4),
+                     (263, 10_000, 4)):
+        p = P(M, N, es)
+        assert p["variant"] == "split" and p["MODE"] == "launches", (M, N)
+        assert (p["C"] - 1) * p["CHUNK"] < N <= p["C"] * p["CHUNK"] and p["CP"] >= p["C"] > 0
+        assert p["CP"] & (p["CP"] - 1) == 0 and p["C"] <= D.SPLIT["MAX_PARTS"]
+        # the units fill two programs an SM, unless the chunk is already at its floor
+        assert M * p["C"] >= 2 * 132 or p["CHUNK"] == D.SPLIT["MIN_CHUNK"]
+        assert p["grid"] <= M * p["C"]
+    assert P(264, 10_000, 4)["variant"] == "rows_tma"     # two rows an SM: a row a program is enough
+    assert P(100, 8184, 4)["variant"] == "rows_tma"       # too short to cut
+    # rows with TMA only where the rows are 16-byte multiples and the tile fits beside its mask
+    assert P(4096, 1000, 2, rows16=False)["variant"] == "rows"
+    assert P(4096, 32_000, 2)["variant"] == "rows_tma" and P(4096, 32_000, 4)["variant"] == "rows"
+    assert P(4096, 16_384, 4)["variant"] == "rows_tma"
+    # long rows: flat for contiguous rows that are no 16-byte multiple, else online_tma (aligned),
+    # else the -inf padding kernel
+    assert P(4096, 50_257, 2, contiguous=True)["variant"] == "online_flat"
+    assert P(4096, 50_257, 2)["variant"] == "online"
+    assert P(4096, 128_256, 2, contiguous=True)["MODE"] == "resident"
+    assert P(4096, 128_256, 2, rows16=False)["variant"] == "online"
+    no_res = dict(D.NEXT, resident=False)
+    assert D.plan_softmax(4096, 128_256, 2, switches=no_res)["variant"] == "online_tma"
+    assert P(2 ** 31 // 50_000, 50_001, 2, contiguous=True)["variant"] == "online"  # 32-bit offsets
+
+
+@needs_cutile
+def test_resident_split_plan():
+    """resident: chunks of CHUNK_BYTES (16384 bf16 / 8192 fp32 columns), C <= SMs chunks a row (the
+    condition under which the polling cannot deadlock), a grid of one program an SM."""
+    from cutile_src import dispatch as D
+    for M, N, es in ((4096, 128_256, 2), (4096, 151_936, 4), (300, 40_000, 2), (2048, 128_000, 2)):
+        p = D.plan_softmax(M, N, es, 132, switches=D.NEXT)
+        assert p["MODE"] == "resident" and p["CHUNK"] * es == D.RESIDENT["CHUNK_BYTES"]
+        assert (p["C"] - 1) * p["CHUNK"] < N <= p["C"] * p["CHUNK"] <= 132 * p["CHUNK"]
+        assert p["grid"] == 132 and p["hints"] == D.RESIDENT["HINTS"]
+    assert D.resident_config(3, 40_000, 2, 132)["grid"] == 9   # never more programs than units
+    # a row of more chunks than SMs: not resident (online_tma would take it)
+    assert D.plan_softmax(4096, 132 * 16384 + 8, 2, 132, switches=D.NEXT)["variant"] != "split"
+    with pytest.raises(ValueError, match="N"):
+        D.resident_config(4096, 132 * 16384 + 8, 2, 132)
+
+
+@needs_cutile
+def test_online_programs_keep_rows_in_l2():
+    """online_tma / online_flat: the most programs an SM whose rows in flight fit half of L2."""
+    from cutile_src import dispatch as D
+    l2 = 50 * 2 ** 20
+    for N, es in ((32_768 + 8, 2), (50_257, 2), (50_257, 4), (128_256, 2), (151_936, 4), (40_000, 2)):
+        p = D.online_config(4096, N, es, 132, l2, "online_tma")
+        occ = p["hints"]["occupancy"]
+        in_flight = occ * 132 * N * es
+        assert p["grid"] == occ * 132
+        if in_flight <= l2 / 2:
+            bigger = [o for o in D.ONLINE["OCCUPANCY"] if o > occ]
+            assert all(o * 132 * N * es > l2 / 2 for o in bigger), (N, es)
+        else:   # not even one a SM fits: the fallback
+            assert occ == D.ONLINE["NO_FIT"] and 132 * N * es > l2 / 2
+        assert p["LATENCY"] == D.ONLINE["LATENCY"][es] and 1 <= p["LATENCY"] <= 10
+    assert D.online_config(3, 100_000, 2)["grid"] == 3   # never more programs than rows
 
 
 # -- signatures and compile-only -------------------------------------------------------------------
@@ -241,6 +325,10 @@ _COMPILE_CASES = [
     ("cutile:softmax_online_flat", problems.get("softmax").case(M=37, N=781, dtype="float32")),
     ("cutile:softmax_rows_tma", problems.get("softmax").case(M=1823, N=781, dtype="bfloat16", layout="strided")),
     ("cutile:softmax_online_tma", problems.get("softmax").case(M=17, N=40_000, dtype="float16", layout="strided_odd")),
+    ("cutile:softmax_split", problems.get("softmax").case(M=96, N=100_000, dtype="bfloat16")),
+    ("cutile:softmax_next", problems.get("softmax").case(M=4096, N=151_936, dtype="float32")),
+    ("cutile:softmax_next", problems.get("softmax").case(M=1, N=786_433, dtype="float32")),
+    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")),
 ]
 
 
@@ -258,6 +346,12 @@ def test_compile_only_sm90(key, case):
         assert set(f["config"]["PACK"]) == {"a", "b"} and len(f["kernels"]) == 3
     if key == "cutile:softmax_online_flat":
         assert f["config"]["variant"] == "online_flat" and f["spills"] == 0
+    if key in ("cutile:softmax_split", "cutile:softmax_next", "cutile:gemm_epilogue_next"):
+        assert f["spills"] == 0
+        if case.M == 4096:   # long aligned rows: the resident kernel, one launch
+            assert f["config"]["MODE"] == "resident" and list(f["kernels"]) == ["softmax_split_resident_kernel"]
+        elif key != "cutile:gemm_epilogue_next":   # few rows: two launches
+            assert f["config"]["MODE"] == "launches" and len(f["kernels"]) == 2
 
 
 @needs_tileiras
@@ -289,6 +383,26 @@ def test_unaligned_rows_load_wide_after_the_pack_and_flat():
         problems.get("softmax").case(M=64, N=50257, dtype="bfloat16"))
     ops = s["kernels"]["softmax_online_flat_kernel"]["sass_ops"]
     assert ops["UTMALDG"] > 0 and ops["LDG"] == 0 and s["spills"] == 0
+
+
+@needs_tileiras
+def test_resident_split_exchange_in_sass():
+    """The resident kernel's exchange as compiled for sm_90: the row's chunk through TMA, the
+    count by device-scope atomics (release: a GPU fence before the add), the poll a strong load
+    followed by an L1 invalidate (acquire), the partials by plain loads after it (no TMA load that
+    the producer warp could issue before the acquire), the count's reset an atomic exchange."""
+    from backends import cutile_layer as L
+    if L._cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    f = _impl("cutile:softmax_next").compile_only_fn(problems.get("softmax").case(M=4096, N=128_256, dtype="bfloat16"))
+    cfg = f["config"]
+    cub = L._COMPILED[next(k for k in L._COMPILED if "softmax_split_resident_kernel" in str(k[1]))]["_cubin"]
+    sass = L.sass_text(cub)
+    assert "ATOMG.E.ADD.STRONG.GPU" in sass and "ATOMG.E.EXCH.STRONG.GPU" in sass and "MEMBAR.ALL.GPU" in sass
+    assert "LDG.E.STRONG.GPU" in sass and "CCTL.IVALL" in sass
+    ops = f["kernels"]["softmax_split_resident_kernel"]["sass_ops"]
+    per_chunk = cfg["CHUNK"] // 256   # a TMA box holds at most 256 columns
+    assert ops["UTMALDG"] % per_chunk == 0 and ops["LDG"] > 0, ops
 
 
 @needs_tileiras

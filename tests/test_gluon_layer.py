@@ -290,6 +290,39 @@ def test_split_smem_ptx():
               "atom.global.gpu.relaxed.exch.b64", "ld.volatile.global"):
         assert m in ptx, m
     assert "membar" not in ptx and "fence.acq_rel" not in ptx
+    # each exponent is (x - m) * log2(e), never x * log2(e) - m * log2(e): the latter rounds
+    # m * log2(e) once a chunk, an error that differs between a row's chunks (5e-4 at |x| ~ 1e4)
+    defs = {reg: (op, args) for op, reg, args in re.findall(r"^\s*([a-z][\w.]*)\s+(%r\d+), ([^;]*);", ptx, re.M)}
+    for src in re.findall(r"ex2\.approx\.ftz\.f32\s+%r\d+, (%r\d+);", ptx):
+        op, args = defs[src]
+        assert op == "mul.f32" and args.endswith("0f3FB8AA3B"), (src, op, args)
+        assert not defs[args.split(",")[0]][0].startswith(("mul", "fma")), (src, args)
+
+
+def test_next_units_ptx():
+    """The pending switches (gluon:softmax_next): rows of whole 16-byte groups the compiler cannot
+    prove so (200 fp16 columns: rows kernel; 3000 fp16 columns: block) move in 128-bit accesses
+    and no narrower ones, where today's default moves 2 bytes an access; rows that are not whole
+    16-byte groups (1000 x 781 fp32) are left as they were; long rows past shared memory go to
+    split_smem."""
+    from backends import gluon_layer as G
+    from gluon_src import dispatch
+
+    def ptx(**kw):
+        case = _case("softmax", **kw)
+        return "\n".join(G.compile_spec(s)["ptx"] for s in G._sm_specs("default", case)[1])
+
+    narrow = re.compile(r"(ld|st)\.global\.(b16|b32|u16|f32)\b")
+    today = ptx(M=50_000, N=200, dtype="float16")
+    assert narrow.search(today) and ".v4" not in today
+    odd = ptx(M=1000, N=781)
+    with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
+        for kw in (dict(M=50_000, N=200, dtype="float16"), dict(M=100, N=3960, dtype="float16")):
+            assert dispatch.softmax_choice(kw["M"], kw["N"], 2)[0] in ("rows", "block"), kw
+            text = ptx(**kw)
+            assert "ld.global.v4" in text and "st.global.v4" in text and not narrow.search(text), kw
+        assert ptx(M=1000, N=781) == odd
+    assert _impl("softmax", "softmax_next").compile_only_fn(_case("softmax", M=4096, N=128_256, dtype="bfloat16"))["variant"] == "split_smem"
 
 
 def test_splitk_large_tile_compiles():

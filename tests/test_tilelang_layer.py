@@ -29,6 +29,9 @@ IDS = {
 }
 
 
+NEXT = {"softmax": ["softmax_next"], "gemm_epilogue": ["gemm_epilogue_next"]}   # candidates
+
+
 def _impls():
     registry.load_backends()
     return {i.id: i for i in registry.select(layer="tilelang")}
@@ -111,33 +114,54 @@ def test_plans():
         dispatch.plan_gemm(16, 4001, 4096, 2, False, kernel="tma")
 
 
-def test_softmax_vector_plans():
-    """The vector variants' plans: 16-byte groups (vec = 16 / element size); the row plus one group
-    of slack unless every row starts on 16 bytes, rounded up to the CTA's width; the default's
-    plans are the element plans (no ``vec``) until the vector kernels have run on a GPU."""
+def test_softmax_next_plans():
+    """The pending plans (tilelang:softmax_next): rows in registers up to 16384 columns (a warp a
+    row of <= 32 16-byte groups, 32 values a thread); longer rows with flat views in shared-memory
+    slices over a cluster (a slice within its byte cap, the grid over all SMs), split for few rows,
+    the twin where x and out differ in layout; sizes of one class share one plan (one compile)."""
     from tilelang_src import dispatch
 
-    for m, n, es in ((32768, 512, 2), (1823, 781, 4), (8192, 2048, 2), (64, 16377, 2), (4096, 50257, 2),
-                     (4096, 151936, 4), (3, 262_147, 4), (4, 33, 2)):
-        assert "vec" not in dispatch.plan_softmax(m, n, es)
-        for aligned in (False, True):
-            try:
-                p = dispatch.plan_softmax(m, n, es, kernel="rows", vector=True, aligned=aligned)
-            except ValueError:
-                assert n + 16 // es - 1 > dispatch.TABLE["softmax"]["max_cols"]
-                continue
-            width = p["threads"] * p["vec"]
-            assert p["vec"] == 16 // es and p["cols"] % width == 0
-            assert p["cols"] >= n + (0 if aligned else p["vec"] - 1) and p["cols"] - width < n + p["vec"] - 1
-            q = dispatch.plan_softmax(m, n, es, kernel="online", vector=True)
-            assert q["vec"] == 16 // es and q["tile"] % (q["threads"] * q["vec"]) == 0
-    p = dispatch.plan_softmax(4096, 50257, 2, kernel="smem", vector=True)     # 50257 + 7 columns staged
-    assert p["vec"] == 8 and p["cols"] % p["tile"] == 0 and p["cols"] >= 50257 + 7
-    assert dispatch.plan_softmax(4096, 32768, 2, kernel="smem", vector=True, aligned=True)["cols"] == 32768
-    assert dispatch.plan_softmax(32768, 512, 2, kernel="rows", vector=True, aligned=True)["cols"] == 512
-    assert dispatch.plan_softmax(32768, 512, 2, kernel="rows", vector=True)["cols"] == 768
+    nx = dispatch.plan_softmax_next
+    p = nx(50_000, 200, 2, aligned=True)
+    assert (p["kernel"], p["cols"], p["tpr"], p["threads"]) == ("rows", 256, 32, 128)
+    assert p["rows"] * p["cols"] // p["threads"] == 32 and p["aligned"]
+    p = nx(131_072, 96, 2)
+    assert p["tpr"] == 16 and p["rows"] * p["cols"] // p["threads"] == 32 and not p["aligned"]
+    p = nx(4096, 16384, 4)
+    assert p["rows"] == 1 and p["threads"] == p["tpr"] == 512
+    assert nx(4096, 16385, 4, flat=True)["kernel"] == "smem"
+    for m, n, es in ((4096, 50257, 2), (4096, 151936, 2), (4096, 151936, 4), (4096, 128256, 4), (96, 100_000, 2),
+                     (48, 65536, 2), (1000, 32769, 2)):
+        p = nx(m, n, es, flat=True)
+        cap = dispatch.TABLE["softmax_next"]["slice_bytes"]
+        assert p["kernel"] == "smem" and p["cols"] * es <= cap and p["cols"] * p["cluster"] >= n, (m, n, p)
+        assert m * p["cluster"] >= dispatch.SMS or p["cluster"] == 8, p
+        assert p["cols"] % (p["threads"] * 16 // es) == 0
+    assert nx(4096, 50257, 2, flat=True) == nx(4096, 50001, 2, flat=True)     # one class, one compile
+    assert nx(4096, 700, 2, aligned=True) == nx(4096, 1000, 2, aligned=True)
+    for m, n, es in ((2, 2_000_000, 4), (1, 786_433, 4), (8, 200_003, 2), (3, 262_147, 4)):
+        p = nx(m, n, es, flat=True)
+        assert p["kernel"] == "split" and m * p["chunks"] >= dispatch.SMS, p
+    assert nx(4096, 50257, 2, flat=False)["kernel"] == "simple"      # x and out in different layouts
+    with pytest.raises(ValueError, match="strides"):
+        nx(4096, 50257, 2, kernel="smem", flat=False)
     with pytest.raises(ValueError, match="N:"):
-        dispatch.plan_softmax(4, 16_380, 2, kernel="rows", vector=True)   # 16380 + 7 > 16384
+        nx(4, 100_000, 2, kernel="rows")
+    assert dispatch.reachable("softmax", True) == ("rows", "smem", "split", "simple")
+
+
+def test_softmax_tensor_facts():
+    """The alignment facts read from the tensors: aligned (16-byte starts, N and both strides
+    multiples of 16 bytes), flat (x and out share stride and phase), edges (a row off 16 bytes)."""
+    from backends.tilelang_layer import _sm_facts
+
+    x = torch.randn(64, 1024).to(torch.bfloat16)
+    assert _sm_facts(x, torch.empty_like(x)) == {"aligned": True, "flat": True, "edges": False}
+    x = torch.randn(64, 1001).to(torch.bfloat16)
+    assert _sm_facts(x, torch.empty_like(x)) == {"aligned": False, "flat": True, "edges": True}
+    wide = torch.randn(64, 1088).to(torch.bfloat16)
+    assert _sm_facts(wide[:, :1024], torch.empty(64, 1024, dtype=torch.bfloat16)) == \
+        {"aligned": True, "flat": False, "edges": True}
 
 
 def test_softmax_flat_views():
@@ -172,52 +196,97 @@ def test_softmax_flat_views():
 
 
 @needs_tl
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("impl_id,dims", [
-    ("tilelang:softmax_rows", dict(M=1823, N=781, dtype="bfloat16")),
-    ("tilelang:softmax_online", dict(M=4096, N=50257, dtype="float32")),
-    ("tilelang:softmax_smem", dict(M=4096, N=50257, dtype="bfloat16")),
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("impl_id,dims,vec", [
+    ("tilelang:softmax_rows", dict(M=32768, N=512, dtype="bfloat16"), "uint4"),
+    ("tilelang:softmax_smem", dict(M=4096, N=151936, dtype="bfloat16"), "uint4"),
+    ("tilelang:softmax_split", dict(M=2, N=2_000_000, dtype="float32"), "float4"),
 ])
-def test_softmax_vector_kernels_sm90a(impl_id, dims):
-    """The vector variants compile for sm_90a with no spills, and their generated CUDA moves whole
-    groups of X and Y as 16-byte vectors (uint4 / float4; ld.global.nc.v4 in the PTX) where the
-    element kernels issue only 2- or 4-byte accesses."""
+def test_softmax_next_kernels_sm90a(impl_id, dims, vec):
+    """The pending plans' kernels compile for sm_90a without spills, and their generated CUDA
+    reads X and writes Y in 16-byte vectors (the smem kernel copies X by 16-byte ``cp.async``
+    and its slices over a cluster meet at the cluster barrier)."""
     impl = _impls()[impl_id]
     backend = importlib.import_module("backends.tilelang_layer")
     backend._SEEN.clear()
     facts = impl.compile_only_fn(problems.get("softmax").case(**dims))
-    assert "vec" in facts["config"] and facts.get("spills", 0) == 0, facts
-    src = backend._SEEN[-1].source()
-    vec = "uint4" if dims["dtype"] != "float32" else "float4"
-    for buf in ("X", "Y"):
-        assert f"*({vec}*)({buf} + " in src, f"no 16-byte accesses of {buf}"
-
-
-def test_gemm_stage_bias_plans():
-    """Only the tma variant asks for the staged bias; the default's plans are as verified."""
-    from tilelang_src import dispatch
-
-    for m, n, k in ((4096, 28672, 4096), (256, 6144, 4096), (16, 4096, 14336), (2050, 1001, 136)):
-        tma_ok = n % 8 == 0 and k % 8 == 0
-        assert "stage_bias" not in dispatch.plan_gemm(m, n, k, 2, tma_ok)
-        if tma_ok:
-            p = dispatch.plan_gemm(m, n, k, 2, tma_ok, kernel="tma", stage_bias=True)
-            assert p["kernel"] == "tma" and p["stage_bias"] is True
-    assert "stage_bias" not in dispatch.plan_gemm(2050, 1001, 136, 2, False, stage_bias=True)   # element loads
+    assert facts.get("spills", 0) == 0, facts
+    src = "\n".join(e.source() for e in backend._SEEN)
+    for buf in ("Y",) if "smem" in impl_id else ("X", "Y"):
+        assert re.search(rf"\*\({vec}\*\)\({buf} \+ ", src), f"no 16-byte accesses of {buf}"
+    if "smem" in impl_id:
+        assert "cp_async_gs_conditional<16>" in src and "&(X[" in src
+    if facts["config"].get("cluster", 1) > 1:
+        assert "cluster_sync" in src and "__threadfence" in src
 
 
 @needs_tl
 @pytest.mark.timeout(600)
-def test_gemm_staged_bias_has_no_spills_sm90a():
-    """The tma variant's wide tile (128 x 256, two consumer warpgroups at 240 registers) compiles
-    for sm_90a without spills, its epilogue reading bias from the staged shared slice."""
+def test_softmax_rows_unaligned_class_compiles_sm90a():
+    """Rows off 16 bytes (odd N) take the same rows kernel without the alignment facts: element
+    accesses, no 16-byte vector of X."""
+    impl = _impls()["tilelang:softmax_rows"]
+    backend = importlib.import_module("backends.tilelang_layer")
+    backend._SEEN.clear()
+    facts = impl.compile_only_fn(problems.get("softmax").case(M=1823, N=781, dtype="bfloat16"))
+    assert facts["config"]["aligned"] is False and facts.get("spills", 0) == 0
+    assert "*(uint4*)(X + " not in backend._SEEN[-1].source()
+
+
+def test_gemm_next_plans():
+    """The pending GEMM plans: operands with rows off 16 bytes packed (A for K, B for K or N),
+    C's alignment class, 256- or 128-column tiles by waves, split-K for few tiles; today's plans
+    are unchanged."""
+    from tilelang_src import dispatch
+
+    nx = dispatch.plan_gemm_next
+    p = nx(2048, 2047, 2048, 2, False)
+    assert p["kernel"] == "tma" and p["pack"] == ("b",) and not p["aligned_n"]
+    assert nx(555, 1234, 777, 2, False)["pack"] == ("a", "b")
+    assert nx(4096, 4096, 4096, 2, True)["pack"] == ()
+    assert nx(4096, 4096, 4096, 2, True, misaligned=("a",))["pack"] == ("a",)
+    assert nx(4096, 28672, 4096, 2, True)["bn"] == 256         # 28 waves of wide tiles
+    assert nx(3000, 3000, 3000, 2, True)["bn"] == 128           # 5 waves of 128 beat 3 of 256
+    p = nx(16, 6144, 4096, 2, True)
+    assert p["kernel"] == "splitk" and p["bm"] == 64 and p["splits"] * (6144 // p["bn"]) <= dispatch.SMS
+    assert nx(8192, 512, 2048, 2, True)["kernel"] == "tma"
+    assert nx(16, 6144, 4096, 2, True, kernel="tma")["kernel"] == "tma"
+    assert dispatch.plan_gemm(2050, 1001, 136, 2, False)["kernel"] == "tiled"
+    assert dispatch.reachable("gemm_epilogue", True) == ("tma", "splitk")
+
+
+@needs_tl
+@pytest.mark.timeout(900)
+def test_gemm_staged_kernel_sm90a():
+    """The pending plans' wide tile compiles for sm_90a without spills (bias read from its staged
+    shared slice), and stores C by TMA where C's rows are 16-byte multiples; the pack kernel
+    compiles."""
     impl = _impls()["tilelang:gemm_epilogue_tma"]
     backend = importlib.import_module("backends.tilelang_layer")
     backend._SEEN.clear()
     facts = impl.compile_only_fn(problems.get("gemm_epilogue").case(M=4096, N=28672, K=4096, act="gelu", bias=1))
-    assert facts["config"]["bn"] == 256 and facts["config"].get("stage_bias") is True, facts
-    assert facts.get("spills", 0) == 0, facts
-    assert "bias_s" in backend._SEEN[-1].source()
+    assert facts["config"]["bn"] == 256 and facts.get("spills", 0) == 0, facts
+    src = backend._SEEN[-1].source()
+    assert "bias_s" in src and "tma_store" in src and "wgmma" in src
+    backend._SEEN.clear()
+    facts = impl.compile_only_fn(problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu", bias=1))
+    assert facts["config"]["pack"] == ("b",) and "tma_store" not in backend._SEEN[0].source()
+
+
+@needs_tl
+@pytest.mark.timeout(600)
+def test_compile_cache_in_the_project_folder_and_cubin_facts(tmp_path, monkeypatch):
+    """A compile lands in TileLang's kernel cache under the project's cache folder (so emptying
+    that folder empties it), and a launch's facts (registers) come from the cubin TileLang built."""
+    import tilelang_src
+    from tilelang_src import vector_add_unmasked
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    entry = tilelang_src.compile_kernel(("cache-test", 64, 8, 3), lambda: vector_add_unmasked.vector_add_unmasked_kernel(
+        "float16", 64, 8, 3))
+    assert any((tmp_path / "kernel-layers" / "tilelang" / "kernels").rglob("*.so")), list(tmp_path.rglob("*"))
+    facts = entry.launch_facts()
+    assert 0 < facts["registers"] <= 255 and facts["stack"] == 0, facts
 
 
 def test_supports_declines_only_in_variants():
@@ -292,19 +361,26 @@ def test_verify_suite_gpu(problem):
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_variants_gpu(problem):
-    """Every variant on the verify cases it takes, plus cases that reach the long-row kernels with
-    many rows (the verify suite's long rows are few)."""
+    """Every variant and candidate (the pending plans, ``<problem>_next``) on the verify cases it
+    takes, plus cases that reach the long-row kernels with many rows (the verify suite's long
+    rows are few), a cluster of slices, odd rows and packed GEMM operands."""
     from harness.verify import verify_case
 
     impls = _impls()
     prob = problems.get(problem)
     extra = {"softmax": [prob.case(M=256, N=20_000, layout="strided_odd"),
                          prob.case(M=200, N=50_257, dtype="bfloat16", kind="neginf"),
-                         prob.case(M=96, N=70_001, dtype="float16", layout="strided")],
-             "gemm_epilogue": [prob.case(M=64, N=4096, K=4096, act="gelu", dtype="bfloat16")],
+                         prob.case(M=96, N=70_001, dtype="float16", layout="strided"),
+                         prob.case(M=300, N=151_936, dtype="bfloat16"), prob.case(M=64, N=128_257),
+                         prob.case(M=2, N=2_000_000), prob.case(M=1000, N=32_769, dtype="bfloat16"),
+                         prob.case(M=50_000, N=200, dtype="float16")],
+             "gemm_epilogue": [prob.case(M=64, N=4096, K=4096, act="gelu", dtype="bfloat16"),
+                               prob.case(M=2048, N=2047, K=2048, act="gelu", dtype="bfloat16"),
+                               prob.case(M=555, N=1234, K=777, act="gelu", dtype="bfloat16"),
+                               prob.case(M=3000, N=3000, K=3000, act="gelu", dtype="float16")],
              "vector_add": []}[problem]
-    for name in IDS[problem][2:]:
-        impl = impls[f"tilelang:{name}"]
+    for name in IDS[problem][2:] + NEXT.get(problem, []):
+        impl = impls.get(f"tilelang:{name}") or registry.get(problem, f"tilelang:{name}", candidates=True)
         for case in prob.cases("verify") + extra:
             if impl.supports(case):
                 continue

@@ -325,6 +325,35 @@ def test_softmax_table_is_what_the_rules_read(monkeypatch):
     assert {dispatch.softmax_choice(M, N, 2, H200)[0] for M in (1, 32_768) for N in (64, 512, 1000)} == {"block"}
 
 
+def test_softmax_next_units():
+    """The pending switch ``units`` (triton:softmax_next): rows of whole 16-byte groups Triton
+    cannot prove so take N and the strides in 16-byte units, so the rows kernel (200 fp16 columns)
+    and the block kernel (3000 bf16 columns) move 128-bit accesses only, with no edge pass, where
+    today's default takes the aligned frame; a row that is no whole number of groups (781 fp32)
+    compiles as before; under the switch the candidate's outputs match float64."""
+    from backends.triton_layer import _sm_spec, compile_spec
+    from harness.problems import elem_size
+    narrow = re.compile(r"(ld|st)\.global\.(b16|b32|u16|f32)\b")
+
+    def ptx(**kw):
+        case = problems.get("softmax").case(**kw)
+        return compile_spec(_sm_spec(dispatch.softmax_choice(case.M, case.N, elem_size(case.dtype), H200)[0], case))["ptx"]
+
+    assert narrow.search(ptx(M=50_000, N=200, dtype="float16"))
+    odd = ptx(M=1000, N=781)
+    with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
+        for kw in (dict(M=50_000, N=200, dtype="float16"), dict(M=1000, N=3000, dtype="bfloat16")):
+            text = ptx(**kw)
+            assert "ld.global.v4" in text and "st.global.v4" in text and not narrow.search(text), kw
+        assert ptx(M=1000, N=781) == odd
+    prob = problems.get("softmax")
+    impl = registry.get("softmax", "triton:softmax_next", candidates=True)
+    for kw in (dict(M=37, N=200, dtype="float16"), dict(M=5, N=3000, dtype="bfloat16", layout="strided"),
+               dict(M=9, N=100, kind="neginf")):
+        c = verify_case(impl, prob, prob.case(**kw), DEV, seeds=(0,), repeat=False)
+        assert c.ok, (kw, c.reason)
+
+
 def test_split_register_cap_rule(monkeypatch):
     """The cap tried is the largest multiple of 8 below the kernel's registers at which an SM holds
     more of its programs (never at or above the uncapped count: ptxas takes a cap as a hint and

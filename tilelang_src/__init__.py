@@ -7,11 +7,15 @@ This file holds the plumbing every kernel module shares and nothing problem-spec
 - ``target()``: the CUDA target a kernel is compiled for (the GPU's own architecture, ``sm_90a``
   on a Hopper GPU and on a machine without one: TileLang compiles with ``nvcc``, no GPU needed);
 - ``compile_kernel(key, build)``: ``tilelang.compile`` once per key (kernel, shape class, dtype),
-  kept in memory; TileLang's own kernel cache keeps the compiled library on disk (its cache
-  directory, ``~/.tilelang/cache`` by default), so a later process loads it instead of
-  recompiling. The first-call compile seconds of this process are kept beside the kernel;
-- ``facts(entry)``: registers, spills and shared memory from ``ptxas -v`` on the PTX of the
-  generated CUDA source (the same tool the other layers use), plus ``compile_s``.
+  kept in memory; on disk, TileLang's own kernel cache, pointed at the project's cache folder
+  (``kltools.cache.cache_dir("tilelang")``), keeps the compiled library keyed by the lowered
+  kernel's text (the source and the plan's constants), the target (the arch), the pass
+  configuration and TileLang's version, so a later process loads it instead of recompiling.
+  The first-call compile seconds of this process are kept beside the kernel;
+- ``Compiled.facts()`` (compile-only): registers, spills and shared memory from ``ptxas -v`` on
+  the PTX of the generated CUDA source (the same tool the other layers use), plus
+  ``compile_s``; ``Compiled.launch_facts()`` (a launch on a GPU): registers and stack bytes
+  read from the cubin TileLang built (no second compile).
 
 Kernels use dynamic dimensions (``T.dynamic``): one compile serves every size of a shape class.
 """
@@ -97,16 +101,51 @@ class Compiled:
     def source(self) -> str:
         return self.kernel.get_kernel_source()
 
+    def launch_facts(self) -> dict:
+        """compile_s, and registers and stack bytes from the cubin in TileLang's binary cache."""
+        info = {"compile_s": round(self.compile_s, 3)}
+        try:
+            from tilelang.cuda.backend import tilelang_callback_cuda_compile
+            k = self.kernel
+            info.update(_cubin_facts(bytes(tilelang_callback_cuda_compile(k.get_kernel_source(), k.target,
+                                                                          k.pass_configs))))
+        except Exception as e:  # the facts are reported, never needed to run
+            info["facts_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        return info
+
     def facts(self) -> dict:
         """compile_s, registers, spills, smem (ptxas's static figure; TileLang's shared buffers
         are dynamic shared memory, sized at launch). The ptxas facts need the PTX, which costs
         an nvcc run of its own: they are kept on disk per generated source
-        (``~/.cache/kernel-layers/tilelang/facts``)."""
+        (``cache_dir("tilelang", "facts")``)."""
         if self._facts is None:
             info = {"compile_s": round(self.compile_s, 3)}
             info.update(_ptxas_facts(self.kernel))
             self._facts = info
         return dict(self._facts)
+
+
+def _cubin_facts(cubin: bytes) -> dict:
+    """registers and stack (local memory) bytes of the kernel in a cubin: the EIATTR_REGCOUNT and
+    EIATTR_FRAME_SIZE attributes of its ``.nv.info`` section (what cuobjdump reports)."""
+    import struct
+
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    size, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * size) for i in range(count)]
+    base = heads[names][4]
+    regs, stack = 0, 0
+    for h in heads:
+        if cubin[base + h[0]: cubin.index(b"\0", base + h[0])] != b".nv.info":
+            continue
+        p, end = h[4], h[4] + h[5]
+        while p < end:
+            fmt, attr, val = cubin[p], cubin[p + 1], struct.unpack_from("<H", cubin, p + 2)[0]
+            if fmt == 4 and attr in (0x2F, 0x11):        # (symbol, value) pairs
+                v = struct.unpack_from("<I", cubin, p + 8)[0]
+                regs, stack = (max(regs, v), stack) if attr == 0x2F else (regs, max(stack, v))
+            p += 4 + (val if fmt == 4 else 0)
+    return {"registers": regs, "stack": stack}
 
 
 def _ptxas_facts(kernel) -> dict:
@@ -116,7 +155,9 @@ def _ptxas_facts(kernel) -> dict:
 
     src = kernel.get_kernel_source()
     key = hashlib.sha256((arch() + "\0" + src).encode()).hexdigest()[:32]
-    path = os.path.join(os.path.expanduser("~/.cache/kernel-layers/tilelang/facts"), key + ".json")
+    from kltools.cache import cache_dir
+
+    path = os.path.join(str(cache_dir("tilelang", "facts")), key + ".json")
     try:
         with open(path) as f:
             return json.load(f)
@@ -147,6 +188,9 @@ def compile_kernel(key, build, pass_configs: dict | None = None) -> Compiled:
         if hit is not None:
             return hit
         import tilelang
+        from kltools.cache import cache_dir
+
+        tilelang.env.TILELANG_CACHE_DIR = str(cache_dir("tilelang", "kernels"))
         t0 = time.perf_counter()
         kernel = tilelang.compile(build(), target=target(), execution_backend="tvm_ffi",
                                   pass_configs=dict(pass_configs or {}))

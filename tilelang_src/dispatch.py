@@ -6,6 +6,18 @@ from __future__ import annotations
 
 SMS = 132                      # H200 streaming multiprocessors (the grid rules' unit)
 
+# Pending switches: kernels and rules built and checked on the CPU (compile-only for sm_90a, the
+# generated CUDA read), waiting for a GPU to verify and time them. ``tilelang:<problem>_next`` is
+# the default with its switch on; the lead flips a switch where _next beats the default.
+SWITCHES = {
+    # softmax: the rows kernel in 16-byte groups by alignment class, warp rows; rows past
+    # registers in shared-memory slices over a cluster; few long rows split over 16-byte chunks
+    "softmax_next": False,
+    # GEMM: bias and C staged in shared memory (TMA store), operands packed to 16-byte rows where
+    # they are not (TMA instead of element loads), tiles and split-K chosen by waves
+    "gemm_next": False,
+}
+
 TABLE = {
     "vector_add": {"threads": 256, "bytes_per_access": 16, "unroll": 4},
     # whole rows in registers up to max_cols fp32 values per CTA, elems_per_thread a thread; rows
@@ -19,6 +31,13 @@ TABLE = {
                 "smem_max_bytes": 220 * 1024, "smem_tile": 4096, "smem_threads": 512,
                 # few long rows: C CTAs per row, about split_ctas_per_sm CTAs per SM in all
                 "split_tile": 2048, "split_threads": 256, "split_ctas_per_sm": 2},
+    # the softmax_next plans: rows in registers up to max_cols (rows_elems fp32 values a thread,
+    # rows of <= 32 groups of 16 bytes in a warp, 128-thread CTAs for those); smem slices of at
+    # most slice_bytes (two CTAs an SM), a cluster of up to max_cluster CTAs a row, while the
+    # rows' CTAs cover half the SMs; split otherwise (split_ctas_per_sm CTAs an SM in all)
+    "softmax_next": {"max_cols": 16384, "rows_elems": 32, "rows_threads": 128,
+                     "slice_bytes": 100 * 1024, "smem_threads": 512, "max_cluster": 8,
+                     "split_threads": 256, "split_units": 4, "split_ctas_per_sm": 2},
     # (bm, bn, bk, stages, threads): "wide" (bn = 256) while its tiles fill wide_fill of a wave,
     # else the 128-column tile; 64-row tiles for M <= 64; "tiled" = the element-load pipeline
     "gemm": {"wide": (128, 256, 64, 3, 256), "large": (128, 128, 128, 3, 256),
@@ -28,6 +47,12 @@ TABLE = {
              # split K when at least two splits of every tile fit one wave; each split keeps
              # at least min_k_tiles K tiles (the pipeline's prologue is paid per split)
              "max_splits": 16, "min_k_tiles": 4},
+    # the gemm_next plans: 128 (64 for M <= 64) x 256 or x 128 tiles, whichever needs fewer
+    # tile-waves weighted by the tile's cost (wide_cost: a 128 x 256 tile costs 2 x 0.9 of a
+    # 128 x 128 one, its MMAs and loads amortised over more output); split K as in "gemm"
+    "gemm_next": {"tiles": {(128, 256): (128, 256, 64, 3, 256), (128, 128): (128, 128, 64, 4, 256),
+                            (64, 256): (64, 256, 64, 4, 128), (64, 128): (64, 128, 64, 4, 128)},
+                  "wide_cost": 0.9, "splitk_tile": (128, 128, 64, 4, 256)},
 }
 
 
@@ -37,16 +62,17 @@ def _src(file: str, *kernels: str):
     return (Source(f"tilelang_src/{file}", kernels=kernels),)
 
 
-#: the variants the defaults plan among, by algorithm word: the kernel builders' files and names
-#: (the adapter, backends/tilelang_layer.py, compiles and binds every plan). "simple": the twin's
-#: element kernel, which the vector add takes for misaligned views; "tiled": the TMA kernel's
-#: pipeline fed by guarded element loads
+#: the variants the defaults plan among today, by algorithm word: the kernel builders' files and
+#: names (the adapter, backends/tilelang_layer.py, compiles and binds every plan). "simple": the
+#: twin's element kernel, which the vector add takes for misaligned views; "tiled": the TMA
+#: kernel's pipeline fed by guarded element loads
 VARIANTS = {
     "vector_add": {"unmasked": _src("vector_add_unmasked.py", "vector_add_unmasked_kernel"),
                    "simple": _src("vector_add.py", "vector_add_kernel")},
-    "softmax": {"rows": _src("softmax_rows.py", "softmax_rows_kernel"),
-                "split": _src("softmax_split.py", "softmax_split_stats_kernel", "softmax_split_write_kernel"),
-                "smem": _src("softmax_smem.py", "softmax_smem_kernel"),
+    "softmax": {"rows": _src("softmax_rows.py", "softmax_rows_element_kernel"),
+                "split": _src("softmax_split.py", "softmax_split_element_stats_kernel",
+                              "softmax_split_element_write_kernel"),
+                "smem": _src("softmax_smem.py", "softmax_smem_element_kernel"),
                 "online": _src("softmax_online.py", "softmax_online_kernel")},
     "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_kernel"),
                       "tiled": _src("gemm_epilogue_tma.py", "gemm_tma_kernel")
@@ -54,23 +80,58 @@ VARIANTS = {
                       "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel",
                                      "gemm_splitk_epilogue_kernel")},
 }
+_GROUPS = _src("row_groups.py", "bounds", "edge_index", "edge_max", "edge_sum", "edge_write", "vector_layout")
+#: ... and the pending plans' (SWITCHES on)
+NEXT_VARIANTS = {
+    "vector_add": VARIANTS["vector_add"],
+    "softmax": {"rows": _src("softmax_rows.py", "softmax_rows_kernel", "row_layout"),
+                "smem": _src("softmax_smem.py", "softmax_smem_kernel") + _GROUPS,
+                "split": _src("softmax_split.py", "softmax_split_stats_kernel", "softmax_split_write_kernel",
+                              "thread_rows", "tile_offset", "chunk") + _GROUPS,
+                "simple": _src("softmax.py", "softmax_kernel")},
+    "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel", "pack_kernel"),
+                      "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")
+                      + _src("gemm_epilogue_tma.py", "pack_kernel")},
+}
+
+
+def softmax_next_facts(facts) -> dict:
+    """The alignment facts ``plan_softmax_next`` reads, from a case's facts: ``aligned`` (both start
+    on 16 bytes; N and both row strides 16-byte multiples), ``flat`` (one 16-byte group map serves x
+    and out: same row stride and 16-byte phase), ``edges`` (the rows' partial groups need guards)."""
+    x, out, es = facts.operands["x"], facts.operands["out"], facts.esize
+    m, n, vec = facts.M, facts.N, 16 // es
+    sx = x.strides[0] if m > 1 else n
+    so = out.strides[0] if m > 1 else n
+    flat = so == sx and sx >= n and x.addr16 % es == 0 and x.addr16 == out.addr16 and \
+        x.addr16 // es + (m + 8) * sx + n + 16 * 1024 < 2 ** 31
+    flat_aligned = flat and x.addr16 == 0 and sx % vec == 0
+    aligned = n % vec == 0 and (m == 1 or (sx % vec == 0 and so % vec == 0)) and x.addr16 == out.addr16 == 0
+    return {"aligned": aligned, "flat": flat, "edges": not (flat_aligned and n % vec == 0)}
 
 
 def plan(problem: str, facts):
     """The default's plan (``tilelang:<problem>``) for one case given as ``kltools.plan.Facts``:
-    ``plan_*``'s kernel and configuration on the case's sizes and its operands' alignment."""
+    ``plan_*``'s kernel and configuration on the case's sizes and its operands' alignment (the
+    pending plans where SWITCHES turns them on)."""
     from kltools.plan import check_problem, make_plan
     check_problem(problem, VARIANTS)
-    ops, es = facts.operands, facts.esize
+    ops, es, table = facts.operands, facts.esize, VARIANTS
     if problem == "vector_add":
         cfg = plan_vector_add(facts.N, es, all(ops[n].addr16 == 0 for n in ("x", "y", "out")))
+    elif problem == "softmax" and SWITCHES["softmax_next"]:
+        cfg, table = plan_softmax_next(facts.M, facts.N, es, **softmax_next_facts(facts)), NEXT_VARIANTS
     elif problem == "softmax":
         cfg = plan_softmax(facts.M, facts.N, es)
     else:
-        tma_ok = facts.N * es % 16 == 0 and facts.K * es % 16 == 0 and \
-            all(ops[n].addr16 == 0 for n in ("a", "b", "out"))
-        cfg = plan_gemm(facts.M, facts.N, facts.K, es, tma_ok)
-    return make_plan(problem, cfg["kernel"], VARIANTS, cfg)
+        vec, bases = 16 // es, [ops[n].addr16 == 0 for n in ("a", "b", "out")]
+        if SWITCHES["gemm_next"]:
+            cfg = plan_gemm_next(facts.M, facts.N, facts.K, es, facts.N % vec == 0 and bases[2],
+                                 misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
+            table = NEXT_VARIANTS
+        else:
+            cfg = plan_gemm(facts.M, facts.N, facts.K, es, facts.N % vec == 0 and facts.K % vec == 0 and all(bases))
+    return make_plan(problem, cfg["kernel"], table, cfg)
 
 
 def plan_vector_add(n: int, esize: int, aligned: bool) -> dict:
@@ -86,25 +147,33 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector: bool = False,
-                 aligned: bool = False) -> dict:
-    """rows: whole rows in registers (cols = the power of two >= N, ``elems_per_thread`` fp32
-    values a thread; short rows several to a CTA so a CTA holds ``rows_cta_cols`` columns);
-    smem: longer rows staged raw in a CTA's shared memory (the row rounded up to ``smem_tile``
-    columns, at most ``smem_max_bytes``), a CTA per row, while the rows cover half the SMs;
-    online: rows longer than that streamed twice in tiles, a CTA per row, as long;
-    split: fewer long rows, C CTAs per row (C = the CTAs that fill the SMs twice over, at most a
-    chunk per tile).
+def reachable(problem: str, nxt: bool | None = None) -> tuple[str, ...]:
+    """The kernels the planner of ``problem`` can choose unforced (``plan_*``'s ``kernel``), today's
+    or, with ``nxt`` (default: the switch), the pending plan's: the default's lines of code count
+    these and only these (harness.planned_sources)."""
+    if problem == "vector_add":
+        return ("unmasked", "simple")
+    if problem == "softmax":
+        on = SWITCHES["softmax_next"] if nxt is None else nxt
+        return ("rows", "smem", "split", "simple") if on else ("rows", "split", "smem", "online")
+    if problem == "gemm_epilogue":
+        on = SWITCHES["gemm_next"] if nxt is None else nxt
+        return ("tma", "splitk") if on else ("tma", "tiled", "splitk")
+    raise ValueError(f"problem: {problem!r} has no TileLang planner")
 
-    ``vector``: the 16-byte-vector forms of rows, smem and online (``vec`` elements a group; the
-    variants' kernels, not yet run on a GPU, so the default does not ask for them yet). Their
-    rows are flat spans from the 16-byte group at or below each row's start: ``cols`` then covers
-    the row plus one group of slack unless every row starts on 16 bytes (``aligned``), rounded up
-    to the CTA's width (threads x vec; smem: to the tile)."""
+
+def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector: bool = False) -> dict:
+    """Today's plans (element accesses). rows: whole rows in registers (cols = the power of two
+    >= N, ``elems_per_thread`` fp32 values a thread; short rows several to a CTA so a CTA holds
+    ``rows_cta_cols`` columns); smem: longer rows staged raw in a CTA's shared memory (the row
+    rounded up to ``smem_tile`` columns, at most ``smem_max_bytes``), a CTA per row, while the rows
+    cover half the SMs; online: rows longer than that streamed twice in tiles, a CTA per row, as
+    long; split: fewer long rows, C CTAs per row (C = the CTAs that fill the SMs twice over, at
+    most a chunk per tile).
+
+    ``vector``: the ``softmax_online`` variant's 16-byte form (``vec`` elements a group)."""
     t = TABLE["softmax"]
-    vec = 16 // esize
-    span = n + (0 if aligned or not vector else vec - 1)
-    cols = max(_pow2_at_least(span), 32)
+    cols = max(_pow2_at_least(n), 32)
     if kernel is None:
         if cols <= t["max_cols"]:
             kernel = "rows"
@@ -114,52 +183,115 @@ def plan_softmax(m: int, n: int, esize: int, kernel: str | None = None, vector: 
             kernel = "smem"
         else:
             kernel = "online"
-    choice = kernel
-    if choice == "rows":
+    if kernel == "rows":
         if cols > t["max_cols"]:
             raise ValueError(f"N: softmax_rows holds rows of at most {t['max_cols']} columns, not {n}")
         if cols <= t["warp_cols"]:
             threads, rows = 32, max(1, min(t["warp_rows"], t["warp_cta_cols"] // cols))
         else:
             threads, rows = min(t["max_threads"], cols // t["elems_per_thread"]), 1
-        if vector:
-            width = threads * vec
-            return {"kernel": "rows", "cols": -(-span // width) * width, "rows": rows, "threads": threads, "vec": vec}
         return {"kernel": "rows", "cols": cols, "rows": rows, "threads": threads}
-    if choice == "online":
+    if kernel == "online":
         tile, threads = t["online"][4 if esize >= 4 else 2]
-        if vector:
-            return {"kernel": "online", "tile": tile, "threads": threads, "vec": vec}
-        return {"kernel": "online", "tile": tile, "threads": threads}
-    if choice == "smem":
-        scols = -(-span // t["smem_tile"]) * t["smem_tile"]
+        return {"kernel": "online", "tile": tile, "threads": threads, **({"vec": 16 // esize} if vector else {})}
+    if kernel == "smem":
+        scols = -(-n // t["smem_tile"]) * t["smem_tile"]
         if scols * esize > t["smem_max_bytes"]:
             raise ValueError(f"N: softmax_smem stages rows of at most {t['smem_max_bytes']} bytes, not {n} x {esize}")
-        if vector:
-            return {"kernel": "smem", "cols": scols, "tile": t["smem_tile"], "threads": t["smem_threads"], "vec": vec}
         return {"kernel": "smem", "cols": scols, "tile": t["smem_tile"], "threads": t["smem_threads"]}
-    if choice == "split":
+    if kernel == "split":
         tiles = -(-n // t["split_tile"])
         chunks = max(1, min(tiles, -(-t["split_ctas_per_sm"] * SMS // m)))
         return {"kernel": "split", "tile": t["split_tile"], "threads": t["split_threads"], "chunks": chunks}
-    if choice == "simple":
+    if kernel == "simple":
         return {"kernel": "simple"}
     raise ValueError(f"kernel: rows, smem, online, split or simple, not {kernel!r}")
 
 
-def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None,
-              stage_bias: bool = False) -> dict:
+def plan_softmax_next(m: int, n: int, esize: int, kernel: str | None = None, aligned: bool = False,
+                      flat: bool = False, edges: bool = True) -> dict:
+    """The pending plans (``SWITCHES["softmax_next"]``), from the tensors' facts: ``aligned`` (both
+    start on 16 bytes; N and both row strides are multiples of 16 bytes), ``flat`` (x and out
+    share their row stride and 16-byte phase: one flat view serves both), ``edges`` (some row
+    starts or ends inside a 16-byte group).
+
+    rows while a power-of-two row fits registers (``_plan_rows``); longer rows, where the views
+    are flat: smem slices over a cluster while the rows' CTAs cover half the SMs
+    (``_plan_smem``), else split; elsewhere the twin (element accesses, any layout)."""
+    t = TABLE["softmax_next"]
+    vec = 16 // esize
+    cols = max(_pow2_at_least(n), vec)
+    if kernel is None:
+        if cols <= t["max_cols"]:
+            kernel = "rows"
+        elif not flat:
+            kernel = "simple"
+        else:
+            kernel = "smem" if _plan_smem(m, n, esize) else "split"
+    if kernel == "rows":
+        if cols > t["max_cols"]:
+            raise ValueError(f"N: softmax_rows holds rows of at most {t['max_cols']} columns, not {n}")
+        return _plan_rows(m, cols, vec, aligned)
+    if kernel in ("smem", "split") and not flat:
+        raise ValueError("strides: x and out must share their row stride and 16-byte phase (flat views)")
+    if kernel == "smem":
+        plan = _plan_smem(m, n, esize)
+        if plan is None:
+            raise ValueError(f"N: softmax_smem holds rows of at most {t['max_cluster']} x "
+                             f"{t['slice_bytes']} bytes over {t['max_cluster']} CTAs, not {n} x {esize}")
+        return {**plan, "edges": edges}
+    if kernel == "split":
+        tile = t["split_threads"] * t["split_units"] * vec
+        chunks = max(1, min(-(-n // tile), -(-t["split_ctas_per_sm"] * SMS // m)))
+        return {"kernel": "split", "threads": t["split_threads"], "units": t["split_units"], "chunks": chunks,
+                "edges": edges}
+    if kernel == "simple":
+        return {"kernel": "simple"}
+    raise ValueError(f"kernel: rows, smem, split or simple, not {kernel!r}")
+
+
+def _plan_rows(m: int, cols: int, vec: int, aligned: bool) -> dict:
+    """tpr threads a row: a warp (or the row's groups, if fewer) while each then holds at most
+    ``rows_elems`` values, else rows_elems a thread across the CTA. Rows of a warp or less share
+    128-thread CTAs, rows_elems values a thread in all; fewer rows a CTA while the CTAs would not
+    fill the SMs twice."""
+    t = TABLE["softmax_next"]
+    tpr = max(min(32, cols // vec), cols // t["rows_elems"])
+    if tpr > 32:
+        return {"kernel": "rows", "cols": cols, "rows": 1, "threads": tpr, "tpr": tpr, "aligned": aligned}
+    rows = max(t["rows_threads"] // tpr, t["rows_threads"] * t["rows_elems"] // cols)
+    while rows > max(1, 32 // tpr) and -(-m // rows) < 2 * SMS:
+        rows //= 2
+    threads = min(t["rows_threads"], rows * tpr)
+    return {"kernel": "rows", "cols": cols, "rows": rows, "threads": threads, "tpr": tpr, "aligned": aligned}
+
+
+def _plan_smem(m: int, n: int, esize: int) -> dict | None:
+    """A cluster of C CTAs a row (C a power of two), each holding a slice of at most ``cols``
+    elements: ``slice_bytes`` rounded down to the CTA's width (threads x 16 bytes), the same for
+    every row length, so the class is (dtype, C) and a slice's length is a run-time value; more
+    CTAs a row while the grid would cover fewer than all SMs; None where C would pass
+    ``max_cluster`` or the grid would still cover fewer than half the SMs (``split``'s rows)."""
+    t = TABLE["softmax_next"]
+    vec = 16 // esize
+    width = t["smem_threads"] * vec
+    cols = t["slice_bytes"] // esize // width * width
+    cluster = 1
+    while cluster <= t["max_cluster"] and (-(-n // (cluster * vec)) * vec > cols or
+                                           (m * cluster < SMS and cluster < t["max_cluster"])):
+        cluster *= 2
+    if cluster > t["max_cluster"] or m * cluster < SMS // 2:
+        return None
+    return {"kernel": "smem", "cols": cols, "threads": t["smem_threads"], "cluster": cluster}
+
+
+def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | None = None) -> dict:
     """TMA + wgmma pipeline where A's and B's rows are 16-byte multiples (TMA's stride rule) and
     the pointers are aligned; guarded element loads into the same pipeline otherwise. 64-row tiles
     for M <= 64; 256-column tiles where they still fill ``wide_fill`` of a wave (fewer, larger
     tiles: more reuse of each A and B slice), 128 columns otherwise; split K over S CTAs per tile
     where the tiles leave more than half the SMs idle (S = SMs // tiles, so the splits still fit
-    one wave).
-
-    ``stage_bias``: the TMA pipeline reads the tile's bias slice from shared memory (staged once)
-    instead of a guarded global load per accumulator element, which spills the wide tile (the
-    ``tilelang:gemm_epilogue_tma`` variant; not yet run on a GPU, so the default does not ask
-    for it yet)."""
+    one wave)."""
     g = TABLE["gemm"]
     if kernel in ("tma", "splitk") and not tma_ok:
         raise ValueError("strides: TMA needs 16-byte aligned rows (N and K multiples of 8 in 16-bit types)")
@@ -173,8 +305,6 @@ def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | No
         bm, bn, bk, stages, threads = g["tiled_narrow" if narrow else "tiled"]
     plan = {"kernel": "tma" if use_tma else "tiled", "bm": bm, "bn": bn, "bk": bk, "stages": stages,
             "threads": threads}
-    if stage_bias and use_tma:
-        plan["stage_bias"] = True
     if use_tma and kernel != "tma":
         tiles = -(-m // bm) * -(-n // bn)
         k_tiles = -(-k // bk)
@@ -187,3 +317,52 @@ def plan_gemm(m: int, n: int, k: int, esize: int, tma_ok: bool, kernel: str | No
                 plan.update(bm=bm, bn=bn, bk=bk, stages=stages, threads=threads)
             plan.update(kernel="splitk", splits=splits)
     return plan
+
+
+def plan_gemm_next(m: int, n: int, k: int, esize: int, aligned_n: bool, kernel: str | None = None,
+                   misaligned: tuple = ()) -> dict:
+    """The pending plans (``SWITCHES["gemm_next"]``): the staged TMA pipeline for every case.
+
+    ``pack``: the operands whose rows are not 16-byte multiples (A where K is not a multiple of
+    8 elements, B where K or N is not) are first copied into padded ones (zeros past the edges:
+    they add nothing), so every operand load is TMA; so are those in ``misaligned`` (a base
+    pointer off 16 bytes). ``aligned_n``: C's rows and base are 16-byte aligned (the finished
+    tile leaves by TMA). The tile: 64 rows for M <= 64, else 128; 256
+    or 128 columns, whichever costs fewer tile-waves (``_tile_by_waves``). Split K over S CTAs
+    a tile where the tiles cover fewer than half the SMs (S = SMs // tiles, each split keeping
+    ``min_k_tiles`` K tiles): the narrow tile with the larger grid."""
+    g, x = TABLE["gemm"], TABLE["gemm_next"]
+    vec = 16 // esize
+    pack = tuple(p for p, bad in (("a", k % vec != 0 or "a" in misaligned),
+                                  ("b", k % vec != 0 or n % vec != 0 or "b" in misaligned)) if bad)
+    bm = 64 if m <= 64 else 128
+    bn = _tile_by_waves(m, n, bm)
+    bm, bn, bk, stages, threads = x["tiles"][(bm, bn)]
+    plan = {"kernel": "tma", "bm": bm, "bn": bn, "bk": bk, "stages": stages, "threads": threads,
+            "aligned_n": aligned_n, "pack": pack}
+    if kernel == "tma":
+        return plan
+    best = None
+    for cbn in ((256, 128) if bm == 64 else (x["splitk_tile"][1],)):
+        tiles = -(-m // bm) * -(-n // cbn)
+        splits = min(g["max_splits"], SMS // tiles, -(-k // 64) // g["min_k_tiles"])
+        if kernel == "splitk":
+            splits = max(2, min(splits, -(-k // 64)))
+        if splits >= 2 and tiles < SMS // 2 and (best is None or tiles * splits > best[0]):
+            best = (tiles * splits, cbn, splits)
+        elif kernel == "splitk" and best is None:
+            best = (tiles * splits, cbn, splits)
+    if best is None:
+        return plan
+    cfg = x["tiles"][(bm, best[1])] if bm == 64 else x["splitk_tile"]
+    bm, bn, bk, stages, threads = cfg
+    return {**plan, "kernel": "splitk", "bm": bm, "bn": bn, "bk": bk, "stages": stages, "threads": threads,
+            "splits": best[2]}
+
+
+def _tile_by_waves(m: int, n: int, bm: int) -> int:
+    """256 or 128 columns: the time of a grid is about its waves (tiles / SMs, rounded up) times
+    a tile's time; a 256-column tile takes ``wide_cost`` x 2 of a 128-column one."""
+    def cost(bn):
+        return -(-(-(-m // bm) * -(-n // bn)) // SMS) * (bn / 128) * (TABLE["gemm_next"]["wide_cost"] if bn == 256 else 1)
+    return 256 if cost(256) <= cost(128) else 128

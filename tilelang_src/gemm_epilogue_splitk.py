@@ -10,6 +10,7 @@ compile serves every split count.
 import tilelang.language as T
 from tilelang.layout import make_swizzled_layout
 
+from .epilogue import act as activation
 from .epilogue import bias_act
 
 EPI_BM, EPI_BN, EPI_THREADS = 16, 256, 256
@@ -63,3 +64,29 @@ def gemm_splitk_epilogue_kernel(dtype: str, has_bias: bool):
                 act: T.int32):
             body(W, None, C, act)
     return gemm_splitk_epilogue
+
+
+def gemm_splitk_sum_kernel(dtype: str):
+    """Kernel 2 of the staged plan (``dispatch.SWITCHES["gemm_next"]``): the S planes summed in
+    split order, then bias + activation. The planes may be wider than C (``NW`` >= N: B packed to
+    16-byte rows); ``has_bias`` and ``act`` are run-time values (a missing bias is a one-element
+    dummy), so one compile per dtype."""
+    M, N, S = T.dynamic("M"), T.dynamic("N"), T.dynamic("S")
+    NW, NBIAS = T.dynamic("NW"), T.dynamic("NBIAS")
+
+    @T.prim_func
+    def gemm_splitk_sum(W: T.Tensor((S, M, NW), "float32"), bias: T.Tensor((NBIAS,), dtype), C: T.Tensor((M, N), dtype),
+                        has_bias: T.int32, act: T.int32):
+        with T.Kernel(T.ceildiv(N, EPI_BN), T.ceildiv(M, EPI_BM), threads=EPI_THREADS) as (bx, by):
+            acc = T.alloc_fragment((EPI_BM, EPI_BN), "float32")
+            T.clear(acc)
+            for s in T.serial(S):
+                for i, j in T.Parallel(EPI_BM, EPI_BN):
+                    if by * EPI_BM + i < M and bx * EPI_BN + j < N:
+                        acc[i, j] += W[s, by * EPI_BM + i, bx * EPI_BN + j]
+            for i, j in T.Parallel(EPI_BM, EPI_BN):
+                if by * EPI_BM + i < M and bx * EPI_BN + j < N:
+                    C[by * EPI_BM + i, bx * EPI_BN + j] = T.cast(activation(
+                        acc[i, j] + T.if_then_else(has_bias != 0, T.cast(bias[bx * EPI_BN + j], "float32"), 0.0), act), dtype)
+
+    return gemm_splitk_sum

@@ -4,17 +4,16 @@ A CTA per ``bm x bn`` tile of C (rastered in panels of ``PANEL`` tiles, ``T.use_
 neighbouring CTAs share A and B slices in L2). The K loop is ``T.Pipelined`` with ``stages``
 shared-memory buffers: TileLang issues the TMA copies ``stages - 1`` slices ahead on mbarriers,
 warp-specialises a producer, and lowers ``T.gemm`` to wgmma on the 128-byte swizzled layouts
-annotated here. The epilogue (bias + activation) runs on the fp32 accumulator fragment in
-registers, then one store.
+annotated here.
 
-``stage_bias=True`` (the ``tilelang:gemm_epilogue_tma`` variant; not yet run on a GPU) copies the
-tile's bias slice to shared memory once, before the K loop, and the epilogue reads it from there:
-a guarded global load of bias per accumulator element (128 a consumer thread in a 128 x 256 tile)
-is what made ptxas spill the wide tile (296 B at 240 registers a consumer thread; 0 B without
-the bias term).
+``gemm_tma_kernel`` (today's default): bias + activation on the fp32 accumulator fragment in
+registers, then one guarded store from the fragment. ``tma=False`` builds the same pipeline with
+the ``tiled`` variant's guarded element loads (``gemm_epilogue_tiled.py``).
 
-``tma=False`` builds the same pipeline with the ``tiled`` variant's guarded element loads
-(``gemm_epilogue_tiled.py``): the path for operands whose rows are not 16-byte multiples.
+``gemm_tma_staged_kernel`` (the pending plans, ``dispatch.SWITCHES["gemm_next"]``; not yet run
+on a GPU) stages both ends of the epilogue in shared memory, and ``pack_kernel`` copies an
+operand whose rows are not 16-byte multiples into one whose rows are, so every operand load is
+TMA (docs/performance.md, "TileLang / GEMM + epilogue").
 """
 import tilelang.language as T
 from tilelang.layout import make_swizzled_layout
@@ -27,7 +26,7 @@ PANEL = 8
 
 
 def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stages: int,
-                    threads: int, tma: bool = True, stage_bias: bool = False):
+                    threads: int, tma: bool = True):
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
 
     @T.macro
@@ -38,10 +37,6 @@ def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stage
             acc = T.alloc_fragment((bm, bn), "float32")
             T.annotate_layout({A_s: make_swizzled_layout(A_s), B_s: make_swizzled_layout(B_s)})
             T.use_swizzle(panel_size=PANEL)
-            if stage_bias and bias is not None:    # the tile's bias slice, once, zero past N
-                bias_s = T.alloc_shared((bn,), dtype)
-                for j in T.Parallel(bn):
-                    bias_s[j] = T.if_then_else(bx * bn + j < N, bias[bx * bn + j], 0)
             T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
                 if tma:
@@ -50,12 +45,8 @@ def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stage
                 else:   # the tiled variant's guarded element loads (gemm_epilogue_tiled.py)
                     load_tiles_guarded(A, B, A_s, B_s, M, N, K, by, bx, k, bm, bn, bk)
                 T.gemm(A_s, B_s, acc)
-            if stage_bias and bias is not None:
-                for i, j in T.Parallel(bm, bn):
-                    acc[i, j] = activation(acc[i, j] + T.cast(bias_s[j], "float32"), act)
-            else:
-                for i, j in T.Parallel(bm, bn):
-                    acc[i, j] = bias_act(acc[i, j], bias, bx * bn + j, N, act)
+            for i, j in T.Parallel(bm, bn):
+                acc[i, j] = bias_act(acc[i, j], bias, bx * bn + j, N, act)
             T.copy(acc, C[by * bm, bx * bn])
 
     if has_bias:
@@ -70,3 +61,60 @@ def gemm_tma_kernel(dtype: str, has_bias: bool, bm: int, bn: int, bk: int, stage
                 act: T.int32):
             body(A, B, None, C, act)
     return gemm_epilogue_tma
+
+
+def gemm_tma_staged_kernel(dtype: str, bm: int, bn: int, bk: int, stages: int, threads: int, aligned_n: bool):
+    """The same pipeline with both ends of the epilogue in shared memory: the tile's bias slice is
+    staged before the K loop (the accumulator loop reads it there: no guarded global load per
+    element, no spills at 128 x 256), and the finished tile goes back through shared memory
+    (``stmatrix``), then out by TMA where C's rows are 16-byte multiples (``aligned_n``, a
+    compile-time class) or in coalesced row-wise stores where they are not. B has its own column
+    count ``NB`` (>= N: a copy padded to 16-byte rows, ``pack_kernel``, where B's rows are not
+    16-byte multiples); ``has_bias`` and ``act`` are run-time values (a missing bias is a
+    one-element dummy), so one compile serves bias on and off and every activation."""
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+    NB, NBIAS = T.dynamic("NB"), T.dynamic("NBIAS")
+
+    @T.prim_func
+    def gemm_epilogue_staged(A: T.Tensor((M, K), dtype), B: T.Tensor((K, NB), dtype), bias: T.Tensor((NBIAS,), dtype),
+                             C: T.Tensor((M, N), dtype), has_bias: T.int32, act: T.int32):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if aligned_n:
+                T.assume(N % 8 == 0)
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            bias_s = T.alloc_shared((bn,), dtype)
+            C_s = T.alloc_shared((bm, bn), dtype)
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.annotate_layout({A_s: make_swizzled_layout(A_s), B_s: make_swizzled_layout(B_s)})
+            T.use_swizzle(panel_size=PANEL)
+            for j in T.Parallel(bn):
+                bias_s[j] = T.if_then_else(has_bias != 0 and bx * bn + j < N, bias[bx * bn + j], 0)
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, acc)
+            for i, j in T.Parallel(bm, bn):
+                acc[i, j] = activation(acc[i, j] + T.cast(bias_s[j], "float32"), act)
+            T.copy(acc, C_s)
+            T.copy(C_s, C[by * bm, bx * bn], disable_tma=not aligned_n)
+
+    return gemm_epilogue_staged
+
+
+def pack_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
+    """``dst[i, j] = src[i, j]`` inside src, 0 in dst's padding: an operand whose rows are not
+    16-byte multiples copied into one whose rows are (``P`` columns, a multiple of 8), so TMA can
+    read it. Consecutive threads take consecutive columns: coalesced element loads and stores."""
+    R0, C0, R, P = T.dynamic("R0"), T.dynamic("C0"), T.dynamic("R"), T.dynamic("P")
+
+    @T.prim_func
+    def pack(src: T.Tensor((R0, C0), dtype), dst: T.Tensor((R, P), dtype)):
+        with T.Kernel(T.ceildiv(P, cols), T.ceildiv(R, rows), threads=threads) as (bx, by):
+            for i, j in T.Parallel(rows, cols):
+                if by * rows + i < R and bx * cols + j < P:
+                    dst[by * rows + i, bx * cols + j] = T.if_then_else(
+                        by * rows + i < R0 and bx * cols + j < C0, src[by * rows + i, bx * cols + j], 0)
+
+    return pack

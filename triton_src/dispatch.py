@@ -16,6 +16,7 @@ Plan`` adds the tensors' own facts (alignment) and binds the launch.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -103,7 +104,15 @@ SOFTMAX = {
     "split_register_cap": True,
     "split_cap_min_regs": 48,
     "split_cap_max_spills": 2,
+    # rows and block kernels: rows that are whole 16-byte groups Triton cannot prove so (N and the
+    # strides multiples of 16 bytes, not of 16 elements: 200 fp16 columns) get N and the strides in
+    # 16-byte units, multiplied back by a constexpr (``softmax_block.units``): 128-bit accesses
+    # with no frame and no edge pass. Not yet run on a GPU: on in SOFTMAX_NEXT only
+    "units": False,
 }
+#: the switches built on the CPU and waiting for a GPU: the candidate ``triton:softmax_next`` plans
+#: with SOFTMAX updated by these (``switched``), so one run times today's default beside it
+SOFTMAX_NEXT = {"units": True}
 
 
 def _tma(bm, bn, bk, stages, warps, subtile=False, flatten=True, eff=1.0, group=8):
@@ -254,11 +263,22 @@ def plan_vector_add(x, y, out) -> Plan:
 
 
 # -- softmax -----------------------------------------------------------------------------------
+@contextmanager
+def switched(table: dict, changes: dict):
+    """``table`` with ``changes`` applied while the block runs (a candidate's planning), restored after."""
+    saved = {k: table[k] for k in changes}
+    table.update(changes)
+    try:
+        yield table
+    finally:
+        table.update(saved)
+
+
 def softmax_block_config(N: int, elem_size: int) -> dict:
     from . import softmax_block as B
     cols = max(16, next_pow2(N))
     table = SOFTMAX["block_warps"]
-    return B.config(N, next((w for c, w in table if cols <= c), table[-1][1]))
+    return {**B.config(N, next((w for c, w in table if cols <= c), table[-1][1])), "UNITS": SOFTMAX["units"]}
 
 
 def softmax_rows_config(N: int, elem_size: int) -> dict:
@@ -266,6 +286,7 @@ def softmax_rows_config(N: int, elem_size: int) -> dict:
     cfg = R.config(N, SOFTMAX["rows_tile"], SOFTMAX["rows_values_per_thread"], SOFTMAX["rows_stages"],
                    SOFTMAX["rows_persistent"])
     cfg["FRAME"] = cfg["BLOCK_N"] <= SOFTMAX["rows_frame_max_cols"]
+    cfg["UNITS"] = SOFTMAX["units"]
     return cfg
 
 

@@ -8,7 +8,8 @@ hardware starts a program wherever one ends); a persistent grid (what the SMs ho
 the compiled kernel's registers and shared memory) loops over blocks, and
 ``tl.range(..., num_stages=NUM_STAGES)`` software-pipelines that loop (the next block's loads
 issued before this block is reduced and stored). Rows that Triton cannot prove 16-byte aligned
-are each addressed from their 16-byte boundary (``VEC``, as in ``softmax_block``).
+are each addressed from their 16-byte boundary (``VEC``), or, where they are whole 16-byte groups,
+take N and the strides in such groups (``UNIT``), as in ``softmax_block``.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import triton
 import triton.language as tl
 
 from . import device_facts, interpreting, next_pow2
-from .softmax_block import frame
+from .softmax_block import row_args
 from .runtime import Spec, bind_spec, programs_per_sm
 
 MAX_COLS = 32768
@@ -24,7 +25,9 @@ MAX_COLS = 32768
 
 @triton.jit
 def softmax_rows_kernel(x_ptr, out_ptr, M, N, stride_x, stride_out, ROWS: tl.constexpr,
-                        BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr):
+                        BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
+                        UNIT: tl.constexpr = 1):
+    N, stride_x, stride_out = N * UNIT, stride_x * UNIT, stride_out * UNIT   # softmax_block.units
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols[None, :] < N
@@ -89,10 +92,8 @@ def launch_spec(x, out, cfg: dict, programs: int) -> Spec:
     M, N = x.shape
     blocks = triton.cdiv(M, cfg["ROWS"])
     return Spec(softmax_rows_kernel, (max(1, min(blocks, programs)),),
-                {"x_ptr": x, "out_ptr": out, "M": M, "N": N, "stride_x": x.stride(0),
-                 "stride_out": out.stride(0), "ROWS": cfg["ROWS"], "BLOCK_N": cfg["BLOCK_N"],
-                 "NUM_STAGES": cfg["NUM_STAGES"],
-                 "VEC": frame(x, out, cfg["BLOCK_N"]) if cfg.get("FRAME", True) else 0},
+                {"x_ptr": x, "out_ptr": out, "M": M, "ROWS": cfg["ROWS"], "BLOCK_N": cfg["BLOCK_N"],
+                 "NUM_STAGES": cfg["NUM_STAGES"], **row_args(x, out, cfg)},
                 {"num_warps": cfg["num_warps"]})
 
 
