@@ -197,3 +197,15 @@ def test_plan_asks_no_gpu(layer, monkeypatch):
     for problem, case in all_cases():
         d.plan(problem, case_facts(case))
     assert not asked, asked
+
+
+def test_tilelang_pending_facts_are_the_adapters():
+    """TileLang's plan under SWITCHES["softmax_next"] reads the alignment facts its adapter reads
+    from the tensors (``_sm_facts``), here from the case's facts."""
+    pytest.importorskip("tilelang")
+    from backends import tilelang_layer as T
+    from harness.meta_inputs import meta_softmax
+    from tilelang_src import dispatch as d
+    for problem, case in all_cases():
+        if problem == "softmax":
+            assert d.softmax_next_facts(case_facts(case)) == T._sm_facts(*meta_softmax(case)), case.id
