@@ -66,3 +66,87 @@ def liger_softmax(case, inputs, out):
     (x,) = inputs
     _first_run(lambda: (LigerSoftmaxFunction.apply(x), torch.cuda.synchronize()), "liger")
     return lambda: LigerSoftmaxFunction.apply(x)
+
+
+# -- attention ---------------------------------------------------------------------------------
+describe_layer("cudnn", order=92, colour="#76b900", no_source=_NO_SOURCE)
+describe_layer("fa2", order=93, colour="#9467bd", no_source=_NO_SOURCE)
+describe_layer("fa4", order=94, colour="#e377c2", no_source=_NO_SOURCE)
+
+
+def _sdpa_backend(backend: str):
+    """prepare of torch's SDPA restricted to one backend (``SDPBackend.<backend>``): where torch
+    finds no kernel of that backend for the case, the row is a SKIP with torch's reasons (it
+    gives them as warnings before it raises)."""
+    def prepare(case, inputs, out):
+        import warnings
+
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        from harness.problems.attention import torch_sdpa
+        q, k, v = inputs
+        causal = case.params["causal"]
+        which = getattr(SDPBackend, backend)
+
+        def launch():
+            with sdpa_kernel(which):
+                return torch_sdpa(q, k, v, causal)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            try:
+                launch()
+                torch.cuda.synchronize()
+            except RuntimeError as e:
+                why = "; ".join(str(w.message).strip().splitlines()[0] for w in said[:3]) or str(e).splitlines()[0]
+                raise Unsupported(f"torch's {backend} backend declines: {why}") from None
+        return launch
+    return prepare
+
+
+def _torch_backend_available(backend: str):
+    def available() -> str | None:
+        if not torch.cuda.is_available():
+            return f"torch's {backend} backend runs on a CUDA GPU only (this machine has none)"
+        try:
+            from torch.nn.attention import SDPBackend
+        except ImportError as e:
+            return f"torch.nn.attention not importable: {e}"
+        return None if hasattr(SDPBackend, backend) else f"this torch has no SDPBackend.{backend}"
+    return available
+
+
+register(problem="attention", layer="cudnn", name="attention", role="library", devices=("cuda",),
+         description="cuDNN's fused attention through torch (SDPBackend.CUDNN_ATTENTION)",
+         available=_torch_backend_available("CUDNN_ATTENTION"))(_sdpa_backend("CUDNN_ATTENTION"))
+register(problem="attention", layer="fa2", name="attention", role="library", devices=("cuda",),
+         description="FlashAttention-2 as built into torch (SDPBackend.FLASH_ATTENTION)",
+         available=_torch_backend_available("FLASH_ATTENTION"))(_sdpa_backend("FLASH_ATTENTION"))
+
+
+def _fa4_available() -> str | None:
+    try:
+        importlib.import_module("flash_attn.cute")
+    except ImportError:
+        return "flash-attn-4 is not installed"
+    except Exception as e:
+        return f"flash-attn-4 not importable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if not torch.cuda.is_available():
+        return "flash-attn-4 runs on a CUDA GPU only (this machine has none)"
+    return None
+
+
+@register(problem="attention", layer="fa4", name="attention", role="library", devices=("cuda",),
+          description="FlashAttention-4 (flash-attn-4, CuTe DSL): flash_attn_func on [B, S, H, D] views "
+                      "(its causal mask is bottom-right aligned, as the problem's)",
+          available=_fa4_available)
+def fa4_attention(case, inputs, out):
+    from flash_attn.cute import flash_attn_func
+
+    q, k, v = (t.transpose(1, 2) for t in inputs)
+    causal = bool(case.params["causal"])
+
+    def launch():
+        o = flash_attn_func(q, k, v, causal=causal)
+        return (o[0] if isinstance(o, tuple) else o).transpose(1, 2)
+    _first_run(lambda: (launch(), torch.cuda.synchronize()), "flash-attn-4")
+    return launch

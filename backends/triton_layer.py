@@ -39,6 +39,7 @@ if triton is not None:
     from triton_src import H200, dispatch, interpreting
     from triton_src import gemm_epilogue as gemm_simple
     from triton_src import gemm_epilogue_splitk as gemm_splitk
+    from triton_src import gemm_epilogue_streamk as gemm_streamk
     from triton_src import gemm_epilogue_tiled as gemm_tiled
     from triton_src import gemm_epilogue_tma as gemm_tma
     from triton_src import softmax as softmax_simple
@@ -350,6 +351,8 @@ VARIANT_SOURCES = {
         "tiled": [Source(_GEMM_SRC.format("tiled"), kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",))],
         "splitk": [Source(_GEMM_SRC.format("splitk"), kernels=("gemm_splitk_partial_kernel",
                                                                "gemm_splitk_reduce_kernel"), host=("bind_launch",))],
+        "streamk": [Source(_GEMM_SRC.format("streamk"), kernels=("gemm_epilogue_streamk_kernel",),
+                           host=("bind_launch",))],
         # the twin's kernel, which the planner also launches (dispatch.plain_spec, plan column)
         "plain": [Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",), host=())]},
 }
@@ -667,9 +670,20 @@ def _gemm_cfg(variant, case):
     aligned = _gemm_aligned(*(t for i, t in enumerate(_meta_gemm(case)) if i != 3))
     if variant == "tma":
         return dispatch.gemm_tma_config(M, N, K, H200)
+    if variant == "streamk":
+        return gemm_streamk_config(M, N, K, H200)
     if variant == "splitk":
         return dispatch.gemm_splitk_config(M, N, K, H200, aligned)
     return dispatch.gemm_tiled_config(M, N, K, H200, aligned)
+
+
+def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> dict:
+    """The streamk variant's config: the planner's streamk choice (narrow tiles for few rows), else
+    its tma config."""
+    if M <= dispatch.GEMM["narrow_max_m"] and (narrow := dispatch.gemm_streamk_narrow_config(M, N, K, facts)):
+        return narrow
+    sk = dispatch.gemm_streamk_config(M, N, K, facts)
+    return dict(sk[1]) if sk else dispatch.gemm_tma_config(M, N, K, facts)
 
 
 def _gemm_specs(variant, case, cfg=None):
@@ -679,6 +693,10 @@ def _gemm_specs(variant, case, cfg=None):
     cfg = cfg or _gemm_cfg(variant, case)
     if variant == "tma":
         return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, H200["sms"])]
+    if variant == "streamk":
+        g = gemm_streamk.programs_for(case.M, case.N, case.K, cfg, H200["sms"])
+        ws, flags = (torch.empty(t.shape, dtype=t.dtype, device="meta") for t in gemm_streamk.workspace(cfg, g, "cpu"))
+        return [gemm_streamk.launch_spec(a, b, bias, act, out, cfg, g, ws, flags)]
     if variant == "stage":   # the copies of the operands TMA cannot read, then the TMA kernel
         ops = {n: t if gemm_tma.tma_readable(t) else gemm_tma.staged(t) for n, t in (("a", a), ("b", b))}
         copies = [gemm_tma.stage_spec(t, ops[n]) for n, t in (("a", a), ("b", b)) if ops[n] is not t]
@@ -696,7 +714,7 @@ def _gemm_specs(variant, case, cfg=None):
 
 def _gemm_supports(variant):
     def supports(case):
-        if variant == "tma":
+        if variant in ("tma", "streamk"):
             return gemm_tma.supports(case.M, case.N, case.K, dtype=case.torch_dtype)
         return None
     return supports
@@ -749,7 +767,7 @@ def _gemm_grid(variant):
                 kept = sum(min(BM, M - pm * BM) * min(BN, N - pn * BN)
                            for pm, pn in (_tile_of(t, tm, tn, GM) for t in mine))
                 return kept, len(mine) * BM * BN - kept
-            if v in ("tma", "stage"):
+            if v in ("tma", "stage", "streamk"):
                 d = _persistent(s.grid[0], tm * tn, "tile", tiles, block,
                                 f"persistent: min({H200['sms']} SMs, {tm * tn} tiles) programs, grouped order")
             else:
@@ -791,6 +809,12 @@ def _gemm_prepare(variant):
                 name, cfg = variant, dispatch.gemm_tma_config(M, N, K, facts)
                 sms = dispatch.INTERPRETER_SMS if interpreting() else facts["sms"]
                 launch = gemm_tma.bind_launch(a, b, bias, act, out, cfg, sms)
+            elif variant == "streamk":
+                if (why := gemm_tma.check(a, b, out)):
+                    raise Unsupported(why)
+                name, cfg = variant, gemm_streamk_config(M, N, K, facts)
+                sms = dispatch.INTERPRETER_SMS if interpreting() else facts["sms"]
+                launch = gemm_streamk.bind_launch(a, b, bias, act, out, cfg, sms)
             elif variant == "splitk":
                 name, cfg = variant, dispatch.gemm_splitk_config(M, N, K, facts, aligned)
                 launch = gemm_splitk.bind_launch(a, b, bias, act, out, cfg)
@@ -819,22 +843,28 @@ _GEMM = {
     "tma": ("gemm_epilogue_tma", "persistent (one program per SM), TMA descriptors for A/B/C, grouped "
             "order, epilogue stored in two halves; K, N multiples of 8",
             VARIANT_SOURCES["gemm_epilogue"]["tma"]),
+    # a candidate (not yet run on a GPU): stream-K on the persistent TMA kernel
+    "streamk": ("gemm_epilogue_streamk", "candidate, not yet run on a GPU: persistent TMA tiles, whole "
+                "waves data-parallel, the last full wave and the partial one shared out evenly by K steps "
+                "(fp32 partials, owner adds them in program order); K, N multiples of 8",
+                VARIANT_SOURCES["gemm_epilogue"]["streamk"]),
     "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace, then one reduce + "
                "bias + activation kernel (deterministic); for few rows",
                VARIANT_SOURCES["gemm_epilogue"]["splitk"]),
     # a candidate (not yet run on a GPU): the default with dispatch.GEMM_NEXT's switches on
     "next": ("gemm_epilogue_next", "candidate, not yet run on a GPU: the default with its pending switches on "
              "(A / B rows TMA cannot read copied to 16-byte rows, then the TMA kernel, C stored from "
-             "registers where TMA cannot write it)",
+             "registers where TMA cannot write it; stream-K where a partial last wave would idle SMs)",
              default_sources("gemm_epilogue") + [Source(_GEMM_SRC.format("tma"), kernels=("stage_rows_kernel",),
-                                                        host=("bind_staged_launch",))]),
+                                                        host=("bind_staged_launch",))]
+             + VARIANT_SOURCES["gemm_epilogue"]["streamk"]),
 }
 
 for _variant, (_name, _desc, _sources) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_sources,
              devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
              cpu_max_flops=INTERPRETER_MAX_FLOPS, available=available,
-             supports=_gemm_supports(_variant) if _variant == "tma" else None,
+             supports=_gemm_supports(_variant) if _variant in ("tma", "streamk") else None,
              compile_only=_compile_only(_gemm_compile(_variant)) if triton else None,
              grid=_gemm_grid(_variant) if triton else None,
-             candidate=_variant == "next")(_gemm_prepare(_variant))
+             candidate=_variant in ("next", "streamk"))(_gemm_prepare(_variant))

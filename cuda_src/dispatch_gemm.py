@@ -71,12 +71,27 @@ GEMM = {
     # registers per thread of the tiled kernel by tile rows (upper bounds of the ptxas figures for
     # sm_90a and sm_80; tests/test_cuda_layer.py checks every instance against the build log)
     "tiled_regs": {32: 64, 64: 80, 128: 128},
+    # One pass (no split) on TMA-legal operands: the tile by the busiest SM's work, ping-pong's
+    # 128 x 128 or ws's 128 x 256 / 128 x 192, each at its rate (peak_flops) over the wave
+    # efficiency of its tiles (_pp_time, _ws_time). 128 x 192 fills the waves of grids off the
+    # 256-column grid: 3000^3 takes 24 x 16 = 384 tiles (2.91 waves of 132) where 128 x 128 left
+    # 576 (4.36: the fifth wave 36 % full) and 128 x 256 288 (2.18). Off (ping-pong wherever C is
+    # TMA-storable, as before) until a GPU has run it (cuda:gemm_epilogue_next has it on).
+    "tile_by_waves": False,
+    # GELU by ex2.approx and a fast division (kernel act code 3) instead of libm's tanhf, whose
+    # ~20 instructions and branches an element run outside the mainloop in ws's epilogue (the CuTe
+    # layer's rcp.approx form took 8192^3 GELU from 532 to 710 TFLOP/s;
+    # docs/performance.md, "CUDA C++ / GEMM + epilogue"). Off until a GPU has run it
+    # (cuda:gemm_epilogue_next has it on).
+    "gelu_exp2": False,
 }
+ACT_GELU_EXP2 = 3   # the kernels' act code of GELU by ex2.approx (gemm_common.cuh)
 
 # the switches the next default turns on (cuda:gemm_epilogue_next, a candidate until a GPU has run it)
-GEMM_NEXT = {"tiled_fill_rows": True, "stage_unaligned": True}
+GEMM_NEXT = {"tiled_fill_rows": True, "stage_unaligned": True, "tile_by_waves": True, "gelu_exp2": True}
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
+WS_BNS = (128, 192, 256)      # the ws kernel's tile widths (instances)
 PP_BM, PP_BN, PP_BK, PP_STAGES, PP_THREADS = 128, 128, 64, 5, 384
 TILED_BN, TILED_BK, TILED_STAGES, TILED_THREADS = 128, 32, 4, 256
 SMEM_PER_CTA_RESERVED = 1024   # shared memory the system keeps per resident CTA (sm_80 and later)
@@ -98,7 +113,7 @@ SIMPLE_TILE = 16
 
 
 def ws_smem(bn: int) -> int:
-    stages = 4 if bn == 256 else 6
+    stages = {256: 4, 192: 5}.get(bn, 6)
     return stages * (WS_BM * WS_BK * 2 + (bn // 64) * WS_BK * 64 * 2) + 2 * stages * 8 + 1024
 
 
@@ -128,7 +143,7 @@ def instances() -> dict[str, list[str]]:
     out["gemm_epilogue.cu"] = [f"gemm_simple_kernel<{b}>" for b in bools]
     out["gemm_epilogue_tiled.cu"] = [f"gemm_tiled_kernel<{b}, {bm}, {va}, {vb}>" for b in bools
                                      for bm in GEMM["tiled_bms"] for va in bools for vb in bools]
-    out["gemm_epilogue_ws.cu"] = [f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in (128, 256)] + \
+    out["gemm_epilogue_ws.cu"] = [f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in WS_BNS] + \
         ["gemm_pad_rows_kernel", "gemm_stage_rows_kernel"]
     out["gemm_epilogue_splitk.cu"] = [f"gemm_splitk_reduce_kernel<{b}>" for b in bools]
     out["gemm_epilogue_pingpong.cu"] = [f"gemm_pingpong_kernel<{b}, {cm}>" for b in bools for cm in (1, 2)]
@@ -155,6 +170,11 @@ class GemmCase:
     a_mod16: int = 0
     b_mod16: int = 0
     c_mod16: int = 0
+    gelu_exp2: bool = False   # GELU by ex2.approx (GEMM["gelu_exp2"])
+
+    @property
+    def act_code(self) -> int:
+        return ACT_GELU_EXP2 if self.gelu_exp2 and self.act == "gelu" else ACT_CODE[self.act]
 
     @property
     def bf16(self) -> str:
@@ -288,7 +308,7 @@ def _add_splitk_reduce(out: Launches, g: GemmCase, dev: Device, splits: int) -> 
     total = g.M * g.N
     out.plans.append(Plan(f"gemm_splitk_reduce_kernel<{g.bf16}>", (max(1, min(_cdiv(total, 256), dev.sms * 8)), 1, 1),
                           256, (("ptr", "ws"), ("i32", splits), ("i32", g.M), ("i32", g.N), ("i64", ldw),
-                                ("ptr", "bias"), ("ptr", "c"), ("i64", g.ldc), ("i32", ACT_CODE[g.act]))))
+                                ("ptr", "bias"), ("ptr", "c"), ("i64", g.ldc), ("i32", g.act_code))))
     return out
 
 
@@ -328,7 +348,7 @@ def _plan_tiled(g: GemmCase, splits: int = 1, dev: Device = H200, bm: int = 0) -
     gx = _cdiv(g.N, TILED_BN)
     p = Plan(kern, (gx, gy, splits), TILED_THREADS,
              (("ptr", "a"), ("ptr", "b"), ("ptr", "bias"), ("ptr", "c")) + _gemm_common_args(g)
-             + (("i64", g.lda), ("i64", g.ldb), ("i64", g.ldc), ("i32", ACT_CODE[g.act]), ("i32", g.pair_ok()),
+             + (("i64", g.lda), ("i64", g.ldb), ("i64", g.ldc), ("i32", g.act_code), ("i32", g.pair_ok()),
                 ("i32", kps), ("ptr", "ws" if splits > 1 else 0), ("i64", _splitk_ldw(g) if splits > 1 else 0)),
              smem=smem, max_dynamic_smem=smem)
     out = Launches([p], info={"path": "tiled", "kernel": kern, "tile": (bm, TILED_BN, TILED_BK),
@@ -350,7 +370,7 @@ def _plan_ws(g: GemmCase, dev: Device, bn: int = 256, splits: int = 1, b_buf: st
     grid = min(units, dev.sms)
     ldw = _splitk_ldw(g)
     smem = ws_smem(bn)
-    code = ACT_CODE[g.act]
+    code = g.act_code
     main = Plan(f"gemm_ws_kernel<{g.bf16}, {bn}>", (grid, 1, 1), WS_THREADS,
                 (("tma", (a_buf, g.M, g.K, lda, WS_BM, 64)), ("tma", (b_buf, g.K, g.N, ldb, WS_BK, 64)),
                  ("ptr", "bias"), ("ptr", "c")) + _gemm_common_args(g)
@@ -414,12 +434,25 @@ def _plan_pingpong(g: GemmCase, dev: Device, cm: int = 1, group_m: int = 0, a: t
     desc_c = ("tma", ("c", g.M, g.N, g.ldc, PP_BM, 64)) if g.tma_c() else desc_a
     p = Plan(kern, (cm * n, 1, 1), PP_THREADS,
              (desc_a, ("tma", (b_buf, g.K, g.N, ldb, PP_BK, 64)), desc_c, ("ptr", "bias")) + _gemm_common_args(g)
-             + (("i32", ACT_CODE[g.act]), ("i32", tiles_m), ("i32", tiles_n), ("i32", group_m or GEMM["group_m"]),
+             + (("i32", g.act_code), ("i32", tiles_m), ("i32", tiles_n), ("i32", group_m or GEMM["group_m"]),
                 ("ptr", "c"), ("i64", g.ldc), ("i32", int(g.tma_c()))),
              smem=PP_SMEM, max_dynamic_smem=PP_SMEM, cluster=cm, cluster_launch=cm > 1)
     return Launches([p], info={"path": "pingpong" if cm == 1 else "pingpong_c2", "kernel": kern,
                                "tile": (PP_BM, PP_BN, PP_BK), "units": units, "grid": cm * n, "smem": PP_SMEM,
                                "c_store": "tma" if g.tma_c() else "plain 16-byte"})
+
+
+def _plan_by_waves(g: GemmCase, dev: Device, G: dict) -> Launches:
+    """One pass on TMA-legal A and B: ping-pong 128 x 128 (C TMA-storable, or its plain stores
+    with G["stage_unaligned"]) or ws 128 x BN, whichever models fastest (GEMM["tile_by_waves"])."""
+    options = [(_pp_time(g, dev), "pingpong 128 x 128", 0)] if g.tma_c() or G["stage_unaligned"] else []
+    # ws 128 x 128 is no one-pass choice: ping-pong runs the same tile with its epilogue hidden
+    options += [(_ws_time(g, dev, bn, 1), f"ws 128 x {bn}", bn) for bn in sorted(WS_BNS, reverse=True) if bn > 128]
+    t, what, bn = min(options, key=lambda o: o[0])   # ties: the first (ping-pong, then the wider tile)
+    plan = _plan_ws(g, dev, bn) if bn else _plan_pingpong(g, dev)
+    tiles = plan.info["units"]
+    return _why(plan, f"{what}: {tiles} tiles on {dev.sms} SMs ({tiles / dev.sms:.2f} waves), the least modelled "
+                      f"time ({t * 1e6:.1f} us) of " + ", ".join(f"{w} {u * 1e6:.1f}" for u, w, _ in options))
 
 
 def _hopper_why(g: GemmCase, dev: Device) -> str | None:
@@ -452,8 +485,8 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
     lda, ldb, ldc = (K if lda is None else lda), (N if ldb is None else ldb), (N if ldc is None else ldc)
     if lda < max(K, 1) or ldb < max(N, 1) or ldc < max(N, 1):
         raise ValueError(f"lda, ldb, ldc: row strides must be >= K, N, N; got {lda}, {ldb}, {ldc}")
-    if bn not in (0, 128, 256):
-        raise ValueError(f"bn: the ws kernel's tile width is 128 or 256, got {bn}")
+    if bn not in (0,) + WS_BNS:
+        raise ValueError(f"bn: the ws kernel's tile width is one of {WS_BNS}, got {bn}")
     if bm and (bm not in GEMM["tiled_bms"] or path != "tiled"):
         raise ValueError(f"bm: the tiled path's tile rows are one of {GEMM['tiled_bms']}, got {bm} for path {path!r}")
     g = GemmCase(M, N, K, dtype, act, bool(has_bias), lda, ldb, ldc, a_mod16 % 16, b_mod16 % 16, c_mod16 % 16)
@@ -487,7 +520,8 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
         if not g.tma_c():
             raise Decline(f"the TMA store needs 16-byte aligned rows and base of c: ldc % 8 == 0 (ldc={ldc})")
         return _plan_pingpong(g, dev, 2 if path == "pingpong_c2" else 1, group_m=group_m)
-    return _gemm_auto(g, dev, {**GEMM, **GEMM_NEXT} if path == "next" else GEMM)
+    G = {**GEMM, **GEMM_NEXT} if path == "next" else GEMM
+    return _gemm_auto(replace(g, gelu_exp2=G["gelu_exp2"]), dev, G)
 
 
 def _gemm_auto(g: GemmCase, dev: Device, G: dict = GEMM) -> Launches:
@@ -537,6 +571,8 @@ def _gemm_auto(g: GemmCase, dev: Device, G: dict = GEMM) -> Launches:
                         ldb=_cdiv(g.N, 8) * 8 if repack else None)
         why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs" + \
             (f" (M = {g.M} <= {GEMM['stream_max_m']}: a B stream, fewest k-tiles on the busiest SM)" if stream else "")
+    elif not repack and G["tile_by_waves"]:
+        return _plan_by_waves(g, dev, G)
     elif not repack and (g.tma_c() or G["stage_unaligned"]):
         return _why(_plan_pingpong(g, dev), "pingpong: A, B and C are TMA-legal" if g.tma_c() else
                     "pingpong: A and B are TMA-legal, C by plain 16-byte stores")

@@ -12,7 +12,9 @@
 namespace kl {
 
 
-enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2 };
+// ACT_GELU_EXP2: the same tanh-form GELU by one ex2.approx and one fast division (dispatch_gemm's
+// GEMM["gelu_exp2"]) instead of libm's tanhf
+enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2, ACT_GELU_EXP2 = 3 };
 
 // ---- 16-bit <-> fp32 ------------------------------------------------------------------------
 template <bool BF16>
@@ -47,6 +49,14 @@ __device__ __forceinline__ float apply_act(float x, int act) {
     // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     const float k0 = 0.7978845608028654f, k1 = 0.044715f;
     return 0.5f * x * (1.0f + tanhf(k0 * (x + k1 * x * x * x)));
+  }
+  if (act == ACT_GELU_EXP2) {
+    // 0.5 x (1 + tanh(u)) = x - x / (1 + exp(2u)), exp(2u) = 2^(x (c1 + c2 x^2)) with
+    // c1 = 2 sqrt(2/pi) log2(e), c2 = 0.044715 c1; exp overflow gives x - x * 0 = x, underflow x - x = 0
+    const float c1 = 2.302208198144325f, c2 = 0.1029432395800235f;
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * (c1 + c2 * x * x)));
+    return x - __fdividef(x, 1.0f + e);
   }
   return x;
 }

@@ -299,6 +299,9 @@ gemm_pingpong_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant_
       } else if (act == ACT_GELU) {
         pp_stage_slab<BF16, ACT_GELU>(acc0, bz, sCw, 0, warp, lane);
         pp_stage_slab<BF16, ACT_GELU>(acc1, bz, sCw, 1, warp, lane);
+      } else if (act == ACT_GELU_EXP2) {
+        pp_stage_slab<BF16, ACT_GELU_EXP2>(acc0, bz, sCw, 0, warp, lane);
+        pp_stage_slab<BF16, ACT_GELU_EXP2>(acc1, bz, sCw, 1, warp, lane);
       } else {
         pp_stage_slab<BF16, ACT_NONE>(acc0, bz, sCw, 0, warp, lane);
         pp_stage_slab<BF16, ACT_NONE>(acc1, bz, sCw, 1, warp, lane);

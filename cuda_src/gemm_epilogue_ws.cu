@@ -1,5 +1,6 @@
 // gemm_epilogue, warp-specialised (sm_90a): C = act(A @ B + bias) by a persistent kernel whose
-// producer warpgroup feeds a TMA ring and whose two consumer warpgroups share one 128 x BN tile.
+// producer warpgroup feeds a TMA ring and whose two consumer warpgroups share one 128 x BN tile
+// (BN = 128, 192 or 256).
 //
 // gemm_ws_kernel: warpgroup 0 is the producer: one thread issues TMA box loads of A (K-major) and B
 // (N-major, i.e. row-major [K, N]) into a multi-stage shared-memory ring with the 128-byte swizzle,
@@ -24,7 +25,8 @@ constexpr int WG_THREADS = 384;  // producer warpgroup + two consumer warpgroups
 
 template <int BN>
 struct WgCfg {
-  static constexpr int STAGES = BN == 256 ? 4 : 6;
+  // as many 16 KB A + BN / 64 x 8 KB B stages as 227 KB hold: 4 at 256 columns, 5 at 192, 6 at 128
+  static constexpr int STAGES = BN == 256 ? 4 : BN == 192 ? 5 : 6;
   static constexpr int A_BYTES = WG_BM * WG_BK * 2;  // 16 KB
   static constexpr int B_SUB = WG_BK * 64 * 2;       // one 64-column slab of B: 8 KB
   static constexpr int B_BYTES = (BN / 64) * B_SUB;
@@ -36,6 +38,9 @@ __device__ __forceinline__ void wgmma_tile_k16(float (&acc)[BN / 2], u64 da, u64
   if constexpr (BN == 256) {
     if (BF16) wgmma_m64n256k16_bf16(acc, da, db, 1);
     else wgmma_m64n256k16_f16(acc, da, db, 1);
+  } else if constexpr (BN == 192) {
+    if (BF16) wgmma_m64n192k16_bf16(acc, da, db, 1);
+    else wgmma_m64n192k16_f16(acc, da, db, 1);
   } else {
     if (BF16) wgmma_m64n128k16_bf16(acc, da, db, 1);
     else wgmma_m64n128k16_f16(acc, da, db, 1);

@@ -69,7 +69,13 @@ GEMM_RAGGED_LOAD = "realign"
 GEMM_STAGE_MIN_M = 64
 GEMM_STAGE_LAUNCH_US = 3.0
 GEMM_RAGGED_SLOWDOWN = 4.0
-GEMM_NEXT = {"stage": True}
+# Tiles offered beside GEMM_TILES with ``wide`` (GEMM_NEXT): ws 128 x 192 (77 FLOP per byte of
+# shared memory, between 128 x 128's 64 and 128 x 256's 85: weight between theirs). A grid off the
+# 256-column grid can then fill its waves: 3000^3 takes 24 x 16 = 384 tiles (2.91 waves of 132)
+# where 128 x 256 left 288 (2.18: the third wave 18 % full) and 128 x 128 576 (4.36). The cost
+# model picks it on the busiest SM's work like every other tile. Off until a GPU has run it.
+GEMM_TILES_WIDE = (("ws", 128, 192, 0.97),)
+GEMM_NEXT = {"stage": True, "wide": True}
 K_TILE = 64
 
 
@@ -125,17 +131,24 @@ def gemm_time_us(M: int, N: int, K: int, tm: int, tn: int, weight: float, splits
 
 
 def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
-              min_splits: int = 1, tma: bool = True, stage: bool = False, probe: bool = True) -> dict:
+              min_splits: int = 1, tma: bool = True, stage: bool = False, wide: bool = False,
+              probe: bool = True) -> dict:
     """plan_search's plan; with ``stage`` (GEMM_NEXT) and more than GEMM_STAGE_MIN_M rows, the A / B
     rows TMA cannot read copied to 16-byte rows (plan["stage"]: the operands) where that models
-    faster (see GEMM_STAGE_MIN_M). ``probe=False``: the resident clusters from ``sms`` alone, no
-    GPU asked (``plan``)."""
-    plan = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, probe)
+    faster (see GEMM_STAGE_MIN_M); with ``wide`` (GEMM_NEXT) GEMM_TILES_WIDE among the tiles where
+    that models GEMM_TIE faster. ``probe=False``: the resident clusters from ``sms`` alone, no GPU
+    asked (``plan``)."""
+    tiles = GEMM_TILES
+    plan = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, tiles, probe)
+    if wide:   # a wide tile only where it models GEMM_TIE faster than the table's best
+        wider = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, GEMM_TILES + GEMM_TILES_WIDE, probe)
+        if _plan_us(M, N, K, wider, sms) < (1 - GEMM_TIE) * _plan_us(M, N, K, plan, sms):
+            plan, tiles = wider, GEMM_TILES + GEMM_TILES_WIDE
     ragged = [op for op, w in zip("ab", widths[:2]) if w < 8]
     if not (stage and tma and ragged and M > GEMM_STAGE_MIN_M):
         return plan
-    wide = tuple(8 if op in ragged else w for op, w in zip("abc", widths))
-    staged = plan_search(M, N, K, wide, sms, schedule, min_splits, tma, probe)
+    wide_w = tuple(8 if op in ragged else w for op, w in zip("abc", widths))
+    staged = plan_search(M, N, K, wide_w, sms, schedule, min_splits, tma, tiles, probe)
     t_now = _plan_us(M, N, K, plan, sms) * GEMM_RAGGED_SLOWDOWN
     copies = sum(4 * (M * K if op == "a" else K * N) for op in ragged)
     t_stage = _plan_us(M, N, K, staged, sms) + copies / (GEMM_HBM_GBPS * 1e3) + GEMM_STAGE_LAUNCH_US * len(ragged)
@@ -146,17 +159,17 @@ def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, 
 
 def _plan_us(M: int, N: int, K: int, plan: dict, sms: int | None) -> float:
     tm, tn = plan["tile"]
-    weight = next(w for s, m, n, w in GEMM_TILES if (s, m, n) == (plan["schedule"], tm, tn))
+    weight = next(w for s, m, n, w in GEMM_TILES + GEMM_TILES_WIDE if (s, m, n) == (plan["schedule"], tm, tn))
     return gemm_time_us(M, N, K, tm, tn, weight, plan["splits"], sms or num_sms())
 
 
 def plan_search(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
-                min_splits: int = 1, tma: bool = True, probe: bool = True) -> dict:
+                min_splits: int = 1, tma: bool = True, tiles_table=GEMM_TILES, probe: bool = True) -> dict:
     """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
 
     ``widths``: the widest access (elements) A's, B's and C's rows allow; 8 (16 bytes) means TMA,
     else A and B load by GEMM_RAGGED_LOAD and C stores by a predicated copy of that width
-    (``tma=False``: predicated copies everywhere). Among GEMM_TILES (64-row tiles when M <= 64,
+    (``tma=False``: predicated copies everywhere). Among ``tiles_table`` (64-row tiles when M <= 64,
     else 128-row ones; ``schedule`` restricts them) and split counts 1..GEMM_MAX_SPLITS (each split
     >= GEMM_MIN_KTILES_PER_SPLIT k-tiles; at least ``min_splits``), the lowest gemm_time_us;
     among those within GEMM_TIE of it, the best wave_efficiency(tiles * splits), then the fewest
@@ -176,7 +189,7 @@ def plan_search(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None
         raise ValueError(f"K={K}: {k_tiles} k-tiles of {K_TILE} cannot make {min_splits} splits of at least "
                          f"{GEMM_MIN_KTILES_PER_SPLIT}")
     found = []
-    for order, (sched, tm, tn, weight) in enumerate(GEMM_TILES):
+    for order, (sched, tm, tn, weight) in enumerate(tiles_table):
         if (tm == 64) != (M <= 64) or (schedule and sched != schedule):
             continue
         tiles = -(-M // tm) * -(-N // tn)

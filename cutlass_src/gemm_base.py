@@ -99,7 +99,7 @@ class GemmSm90(TiledCopies, SplitK):
         self.cluster_m, self.splitk = cluster_m, splitk
         if cluster_m not in (1, 2) or (cluster_m > 1 and (self.ka != "tma" or self.kb != "tma")):
             raise ValueError("cluster_m: 2 needs A and B both by TMA (B is multicast)")
-        if self.tile_m not in (64, 128) or self.tile_n not in (64, 128, 256):
+        if self.tile_m not in (64, 128) or self.tile_n not in (64, 128, 192, 256):
             raise ValueError(f"tile: {tile_mn} is not in (64|128) x (64|128|256)")
         if not self.pingpong and self.tile_m != 128:
             raise ValueError("the cooperative schedule splits a 128-row tile over two warpgroups")

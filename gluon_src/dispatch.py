@@ -9,7 +9,6 @@ compile-only mode uses it); ``plan_*`` adds the tensors' own facts (alignment) a
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import NamedTuple
 
 import triton
 
@@ -19,13 +18,7 @@ from . import gemm_epilogue_tiled as gemm_tiled
 from . import gemm_epilogue_tma as gemm_tma
 from . import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split, softmax_split_smem
 from . import vector_add_unmasked
-from .runtime import bind, bind_all
-
-
-class Plan(NamedTuple):
-    variant: str
-    config: dict
-    launch: object
+from .runtime import Plan, bind, bind_all
 
 
 # -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ---------
@@ -51,6 +44,8 @@ VARIANTS = {
                       "tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",), ("launch_spec", "vec_facts")),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
                                      ("launch_specs", "workspace", "slices"))},
+    # the fourth problem's rules are dispatch_attention.py's
+    "attention": {"tma": _src("attention_tma.py", ("attention_tma_kernel",), ("launch_spec", "check"))},
 }
 
 
@@ -74,6 +69,9 @@ def plan(problem: str, facts):
         x, out = facts.meta("x"), facts.meta("out")
         variant, cfg = softmax_choice(facts.M, facts.N, facts.esize, dev, softmax_smem.supports_tensors(x, out) is None,
                                       softmax_split_smem.supports_tensors(x, out) is None)
+    elif problem == "attention":
+        from .dispatch_attention import attention_choice
+        variant, cfg = attention_choice(facts.B, facts.Hq, facts.Sq, facts.D, facts.esize, dev)
     else:
         a, b, out = facts.meta("a"), facts.meta("b"), facts.meta("out")
         variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_tma.check(a, b, out) is None, dev)
@@ -342,10 +340,30 @@ GEMM = {
     "stage_unaligned": False,
     "tiled_step_s": 1.6e-6,
     "tiled_resident": 2,
+    # tma's NEXT_PROLOGUE: each tile's first STAGES - 1 loads issued before the previous tile's
+    # epilogue (the ring is empty once its last MMA retired), so a program's tiles do not each
+    # start on an empty ring (a TMA round trip, ~1 us, a tile: 5 tiles an SM at 3000^3 on
+    # 128 x 128). Off until a GPU has run it (gluon:gemm_epilogue_next has it on).
+    "next_prologue": False,
+    # A partial last wave (3000^3: 288 tiles of 128 x 256 = 2.18 waves, 576 of 128 x 128 =
+    # 4.36): "streamk" runs whole waves data-parallel and shares the last full wave plus the
+    # partial one evenly over the SMs by K steps (the busiest SM: tiles / SMs tiles' work, not
+    # ceil(tiles / SMs)), for one fp32 partial written and the owner's reads of its tile's partials
+    # (streamk_l2_bytes_per_s: an SM's share of l2_bytes_per_s) and streamk_segments pipeline
+    # restarts. Taken where it models streamk_min_gain faster than the plan it would replace. Off
+    # until a GPU has run it (gluon:gemm_epilogue_next has it on; the same rule as Triton's;
+    # docs/performance.md, "Gluon / GEMM + epilogue"). Few rows (at most few_rows_max_m) with TMA:
+    # always, on the few_rows tile (the B stream shared evenly in one launch; split-K's reduction
+    # is a second launch, ~3 us of a ~20 us GEMM).
+    "streamk": False,
+    "streamk_min_gain": 0.05,
+    "streamk_l2_bytes_per_s": 9.0e12 / 132,
+    "streamk_segments": 3,
+    "streamk_restart_s": 1e-6,
 }
 
 #: the switches the next default turns on (gluon:gemm_epilogue_next, a candidate until a GPU has run it)
-GEMM_NEXT = {"stage_unaligned": True}
+GEMM_NEXT = {"stage_unaligned": True, "next_prologue": True, "streamk": True}
 
 
 def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
@@ -357,6 +375,28 @@ def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
     t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
     t_mem /= min(1.0, tiles / (GEMM["mem_min_tiles_per_sm"] * sms))
     return max(t_tiles, t_mem)
+
+
+def streamk_time(M: int, N: int, K: int, cfg: dict, sms: int) -> float | None:
+    """Modelled seconds of the streamk kernel with ``cfg``: tiles / SMs tiles' MMA time (the last
+    waves' K steps shared evenly), or the HBM floor, plus a program's partial written, the owner's
+    reads of its tile's partials (one with as many tiles as SMs, about SMs / tiles with fewer)
+    and the segments' pipeline restarts; None where whole waves leave nothing to share."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    if tiles % sms == 0 or tiles * triton.cdiv(K, cfg["BLOCK_K"]) < sms:
+        return None
+    t_tiles = tiles / sms * 2.0 * bm * bn * K / (GEMM["peak_flops"] / sms * cfg["eff"])
+    t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
+    partials = 1 + -(-sms // tiles)
+    fix = partials * 4.0 * bm * bn / GEMM["streamk_l2_bytes_per_s"] + GEMM["streamk_segments"] * GEMM["streamk_restart_s"]
+    return max(t_tiles, t_mem) + fix
+
+
+def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> tuple[float, dict] | None:
+    """(modelled seconds, tma config) of the fastest streamk plan, or None where none applies."""
+    found = [(t, c) for c in GEMM["tma"] if (t := streamk_time(M, N, K, c, facts["sms"])) is not None]
+    return min(found, key=lambda tc: tc[0]) if found else None
 
 
 def gemm_model_time(M: int, N: int, K: int, cfg: dict, split: int, sms: int, elem_size: int = 2) -> float:
@@ -414,6 +454,16 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     copies; None: no TMA here), "stage" above few_rows_max_m rows where it models faster."""
     facts = facts or device_facts()
     variant, cfg = _gemm_choice_unstaged(M, N, K, tma_ok, facts)
+    if tma_ok and G["streamk"] and M <= GEMM["few_rows_max_m"] and triton.cdiv(N, GEMM["few_rows"]["BLOCK_N"]) \
+            * triton.cdiv(K, GEMM["few_rows"]["BLOCK_K"]) >= facts["sms"]:
+        # few rows: the B stream shared evenly over the SMs in one launch (split-K needs a second)
+        return "streamk", dict(GEMM["few_rows"])
+    if variant == "tma" and G["streamk"] and M > GEMM["few_rows_max_m"] \
+            and (sk := gemm_streamk_config(M, N, K, facts)) is not None \
+            and sk[0] < (1.0 - G["streamk_min_gain"]) * _gemm_time(M, N, K, cfg, facts["sms"]):
+        return "streamk", dict(sk[1])
+    if variant == "tma" and G["next_prologue"]:
+        cfg = {**cfg, "NEXT_PROLOGUE": True}
     if variant != "tiled" or copies is None or not G["stage_unaligned"] or M <= GEMM["few_rows_max_m"]:
         return variant, cfg
     programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
@@ -421,6 +471,7 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     tma = min(GEMM["tma"], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
     t_stage = _gemm_time(M, N, K, tma, facts["sms"]) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["splitk_launch_s"]
                                                             for n in copies)
+    tma = {**tma, "NEXT_PROLOGUE": True} if G["next_prologue"] else tma
     return ("stage", dict(tma)) if t_stage < t_tiled else (variant, cfg)
 
 
@@ -443,6 +494,9 @@ def _gemm_choice_unstaged(M: int, N: int, K: int, tma_ok: bool, facts: dict) -> 
 
 
 def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None) -> list:
+    if variant == "streamk":
+        from . import gemm_epilogue_streamk
+        return [gemm_epilogue_streamk.launch_spec(a, b, bias, act, out, cfg, sms, ws)]
     if variant == "stage":
         return gemm_tma.staged_specs(a, b, bias, act, out, cfg, sms)
     if variant == "splitk":

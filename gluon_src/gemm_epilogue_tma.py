@@ -40,10 +40,55 @@ def tile_coords(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
+def prologue(a_desc, b_desc, a_s, b_s, ready, off_m, off_n, k0, n, base, go, STAGES: gl.constexpr,
+             NBYTES: gl.constexpr):
+    """The TMA loads of the first STAGES - 1 of the n K steps k0, k0 + 1, ... of a tile (the
+    program's steps base, base + 1, ...), when ``go``."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    for j in gl.static_range(STAGES - 1):
+        s = (base + j) % STAGES
+        ok = go & (j < n)
+        mbarrier.expect(ready.index(s), NBYTES, pred=ok)
+        tma_load(a_desc, [off_m, (k0 + j) * BLOCK_K], ready.index(s), a_s.index(s), pred=ok)
+        tma_load(b_desc, [(k0 + j) * BLOCK_K, off_n], ready.index(s), b_s.index(s), pred=ok)
+
+
+@gluon.jit
+def mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, off_m, off_n, k0, n, base, STAGES: gl.constexpr,
+              NBYTES: gl.constexpr):
+    """acc + the MMAs of the n K steps from k0 of one tile, whose ``prologue`` was issued: step j
+    (the program's step base + j) waits for its stage, its MMA is issued asynchronously, the
+    previous one retired, whose stage then takes the load of step j + STAGES - 1."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    for j in range(n):
+        i = base + j
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        nj = j + STAGES - 1
+        s2 = (base + nj) % STAGES
+        go = nj < n
+        mbarrier.expect(ready.index(s2), NBYTES, pred=go)
+        tma_load(a_desc, [off_m, (k0 + nj) * BLOCK_K], ready.index(s2), a_s.index(s2), pred=go)
+        tma_load(b_desc, [(k0 + nj) * BLOCK_K, off_n], ready.index(s2), b_s.index(s2), pred=go)
+    return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+
+@gluon.jit
+def store_c(acc, c_desc, c_s, off_m, off_n):
+    """C tile by TMA from shared memory (the previous tile's store waited for first)."""
+    tma.store_wait(0)
+    c_s.store(acc.to(c_desc.dtype))
+    fence_async_shared()
+    tma_store(c_desc, [off_m, off_n], c_s)
+
+
+@gluon.jit
 def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                              HAS_BIAS: gl.constexpr, ACT: gl.constexpr, STAGES: gl.constexpr,
                              GROUP_M: gl.constexpr, INSTR_N: gl.constexpr, WARPS_N: gl.constexpr,
-                             c_ptr, stride_cm, C_TMA: gl.constexpr):
+                             c_ptr, stride_cm, C_TMA: gl.constexpr, NEXT_PROLOGUE: gl.constexpr = False):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
@@ -64,41 +109,35 @@ def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
 
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
+    tiles = tiles_m * tiles_n
     k_steps = (K + BLOCK_K - 1) // BLOCK_K
+    pid = gl.program_id(0)
+    G = gl.num_programs(0)
     base = 0                                   # K steps this program has issued before this tile
-    for tile in range(gl.program_id(0), tiles_m * tiles_n, gl.num_programs(0)):
+    if NEXT_PROLOGUE:
+        # each tile's first loads are issued before the previous tile's epilogue (the ring is
+        # empty by then), so they land while the epilogue runs; here the first tile's
+        pm0, pn0 = tile_coords(pid, tiles_m, tiles_n, GROUP_M)
+        prologue(a_desc, b_desc, a_s, b_s, ready, pm0 * BLOCK_M, pn0 * BLOCK_N, 0, k_steps, 0, pid < tiles,
+                 STAGES, nbytes)
+    for tile in range(pid, tiles, G):
         pm, pn = tile_coords(tile, tiles_m, tiles_n, GROUP_M)
         off_m = pm * BLOCK_M
         off_n = pn * BLOCK_N
-        for j in gl.static_range(STAGES - 1):
-            s0 = (base + j) % STAGES
-            go0 = j < k_steps
-            mbarrier.expect(ready.index(s0), nbytes, pred=go0)
-            tma_load(a_desc, [off_m, j * BLOCK_K], ready.index(s0), a_s.index(s0), pred=go0)
-            tma_load(b_desc, [j * BLOCK_K, off_n], ready.index(s0), b_s.index(s0), pred=go0)
+        if not NEXT_PROLOGUE:
+            prologue(a_desc, b_desc, a_s, b_s, ready, off_m, off_n, 0, k_steps, base, True, STAGES, nbytes)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
-        for k in range(k_steps):
-            i = base + k
-            s = i % STAGES
-            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-            acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            nk = k + STAGES - 1                # its stage is step k - 1's, whose MMA has retired
-            s2 = (base + nk) % STAGES
-            go = nk < k_steps
-            mbarrier.expect(ready.index(s2), nbytes, pred=go)
-            tma_load(a_desc, [off_m, nk * BLOCK_K], ready.index(s2), a_s.index(s2), pred=go)
-            tma_load(b_desc, [nk * BLOCK_K, off_n], ready.index(s2), b_s.index(s2), pred=go)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        acc = mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, off_m, off_n, 0, k_steps, base, STAGES, nbytes)
         base += k_steps
+        if NEXT_PROLOGUE:
+            pm1, pn1 = tile_coords(gl.minimum(tile + G, tiles - 1), tiles_m, tiles_n, GROUP_M)
+            prologue(a_desc, b_desc, a_s, b_s, ready, pm1 * BLOCK_M, pn1 * BLOCK_N, 0, k_steps, base,
+                     tile + G < tiles, STAGES, nbytes)
 
         offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
         acc = bias_act(acc, bias_ptr, offs_n, N, HAS_BIAS, ACT)
         if C_TMA:
-            tma.store_wait(0)                   # the previous tile's store has left c_s
-            c_s.store(acc.to(c_desc.dtype))
-            fence_async_shared()
-            tma_store(c_desc, [off_m, off_n], c_s)
+            store_c(acc, c_desc, c_s, off_m, off_n)
         else:
             val = gl.convert_layout(acc.to(dtype), c_rows)
             cm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, c_rows))
@@ -205,5 +244,6 @@ def launch_spec(a, b, bias, act: str, out, cfg: dict, sms: int) -> Spec:
                  "bias_ptr": bias if bias is not None else out, "M": M, "N": N, "K": K,
                  "HAS_BIAS": bias is not None, "ACT": ACTS[act], "STAGES": cfg["STAGES"],
                  "GROUP_M": cfg["GROUP_M"], "INSTR_N": n, "WARPS_N": wn,
-                 "c_ptr": out, "stride_cm": out.stride(0), "C_TMA": True},
+                 "c_ptr": out, "stride_cm": out.stride(0), "C_TMA": True,
+                 "NEXT_PROLOGUE": bool(cfg.get("NEXT_PROLOGUE", False))},
                 {"num_warps": cfg["num_warps"]})

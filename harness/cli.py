@@ -92,10 +92,16 @@ def cmd_list(args, console) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     data = {"problems": [], "implementations": [], "backend_errors": registry.BACKEND_ERRORS}
+    # the kernel layers (those with a default of some problem) that have none of this one yet
+    every = registry.all_impls()
+    kernel_layers = sorted({i.layer for i in every if i.role == "default"},
+                           key=lambda name: (registry.layer_info(name).order, name))
     for p in problems.all_problems():
+        has = {i.layer for i in every if i.problem == p.name and i.role == "default"}
         data["problems"].append({"name": p.name, "description": p.description, "dtypes": list(p.dtypes),
                                  "metric": p.metric,
-                                 "suites": {s: len(p.cases(s)) for s in problems.SUITES}})
+                                 "suites": {s: len(p.cases(s)) for s in problems.SUITES},
+                                 "layers_without": [name for name in kernel_layers if name not in has]})
     for i in impls:
         data["implementations"].append({"id": i.id, "problem": i.problem, "layer": i.layer,
                                         "description": i.description, "devices": list(i.devices),
@@ -107,11 +113,11 @@ def cmd_list(args, console) -> int:
     from rich.table import Table
 
     t = Table(title="problems")
-    for c in ("problem", "description", "dtypes", "metric", "cases per suite"):
+    for c in ("problem", "description", "dtypes", "metric", "cases per suite", "layers without one"):
         t.add_column(c)
     for p in data["problems"]:
         t.add_row(p["name"], p["description"], ", ".join(p["dtypes"]), p["metric"],
-                  " ".join(f"{k}:{v}" for k, v in p["suites"].items()))
+                  " ".join(f"{k}:{v}" for k, v in p["suites"].items()), ", ".join(p["layers_without"]) or "-")
     console.print(t)
     t = Table(title="implementations")
     for c in ("problem", "id", "description", "runs on", "available"):

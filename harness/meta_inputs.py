@@ -33,6 +33,18 @@ def meta_gemm(case):
     return a, b, bias, case.params.get("act", "relu"), torch.empty(case.M, case.N, dtype=dt, device="meta")
 
 
+def meta_attention(case):
+    """(q, k, v, out), q / k / v laid out as the case's ``layout`` lays out the real inputs."""
+    dt, B, D = case.torch_dtype, case.B, case.D
+
+    def tensor(h, s):
+        if case.params.get("layout", "bhsd") == "bshd":
+            return torch.empty(B, s, h, D, dtype=dt, device="meta").transpose(1, 2)
+        return torch.empty(B, h, s, D, dtype=dt, device="meta")
+    return (tensor(case.Hq, case.Sq), tensor(case.Hkv, case.Sk), tensor(case.Hkv, case.Sk),
+            torch.empty(B, case.Hq, case.Sq, D, dtype=dt, device="meta"))
+
+
 def case_facts(case, device=None):
     """The case as the planners' ``kltools.plan.Facts``: sizes, dtype, parameters and each
     operand's strides and 16-byte alignment, read from the meta tensors above (the layouts the
@@ -49,6 +61,9 @@ def case_facts(case, device=None):
     elif case.problem == "gemm_epilogue":
         a, b, bias, _, out = meta_gemm(case)
         tensors = {"a": a, "b": b, "bias": bias, "out": out}
+    elif case.problem == "attention":
+        q, k, v, out = meta_attention(case)
+        tensors = {"q": q, "k": k, "v": v, "out": out}
     else:
         raise ValueError(f"case: no planner facts for problem {case.problem!r}")
     return facts_of(case.problem, case.dims, case.dtype, case.params, tensors, device or H200)

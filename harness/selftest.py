@@ -93,6 +93,22 @@ CHECKS = [
      [("bfloat16", dict(M=127, N=65, K=129, act="none")), ("float16", dict(M=1025, N=769, K=513, act="relu"))],
      [("bfloat16", dict(M=127, N=65, K=64, act="none", bias=0),
        "K fits one tile and no bias: one rounding, as specified")]),
+    # attention: the flash loop's own slips (Triton, 64-key blocks)
+    ("attention: running sum not rescaled when a key block raises the max", "attention",
+     ("attention_bugs", "prepare_attention_no_rescale", "triton"), ("attention_bugs", "prepare_attention", "triton"),
+     [("bfloat16", dict(B=1, Hq=2, Hkv=1, Sq=40, Sk=200, D=64)),
+      ("float16", dict(B=1, Hq=2, Hkv=2, Sq=70, Sk=130, D=128, causal=1))],
+     [("bfloat16", dict(B=1, Hq=2, Hkv=1, Sq=40, Sk=60, D=64), "Sk fits one key block: nothing to rescale")]),
+    ("attention: causal mask off by one (a query also sees the next key)", "attention",
+     ("attention_bugs", "prepare_attention_causal_off_by_one", "triton"), ("attention_bugs", "prepare_attention", "triton"),
+     [("bfloat16", dict(B=1, Hq=2, Hkv=1, Sq=70, Sk=70, D=64, causal=1)),
+      ("float16", dict(B=2, Hq=2, Hkv=1, Sq=9, Sk=100, D=128, causal=1, layout="bshd"))],
+     [("bfloat16", dict(B=1, Hq=2, Hkv=1, Sq=70, Sk=70, D=64), "causal=0: no mask")]),
+    ("attention: wrong scale (exp2 without log2(e): softmax at the wrong temperature)", "attention",
+     ("attention_bugs", "prepare_attention_wrong_scale", "triton"), ("attention_bugs", "prepare_attention", "triton"),
+     [("bfloat16", dict(B=1, Hq=2, Hkv=1, Sq=33, Sk=47, D=64)),
+      ("float16", dict(B=1, Hq=2, Hkv=2, Sq=17, Sk=17, D=128, causal=1))],
+     [("bfloat16", dict(B=2, Hq=2, Hkv=1, Sq=9, Sk=1, D=64), "one key: its weight is 1 at any scale")]),
 ]
 
 

@@ -21,7 +21,7 @@ def cli(*args, timeout=900):
 def test_list_json(capsys):
     assert main(["list", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert {p["name"] for p in data["problems"]} == {"vector_add", "softmax", "gemm_epilogue"}
+    assert {p["name"] for p in data["problems"]} == {"vector_add", "softmax", "gemm_epilogue", "attention"}
     ids = {(i["problem"], i["id"]) for i in data["implementations"]}
     assert ("softmax", "torch:softmax") in ids and ("softmax", "torch:softmax_naive") in ids
     assert ("gemm_epilogue", "torch:gemm_epilogue_unfused") in ids and ("vector_add", "torch:vector_add_compile") in ids

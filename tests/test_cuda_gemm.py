@@ -208,7 +208,47 @@ def test_kernel_sources_have_the_instructions():
 
 def test_smem_figures_fit_the_device():
     assert dispatch.PP_SMEM <= dispatch.H200.smem_optin and dispatch.ws_smem(256) <= dispatch.H200.smem_optin
-    assert dispatch.ws_smem(128) <= dispatch.H200.smem_optin
+    assert dispatch.ws_smem(128) <= dispatch.H200.smem_optin and dispatch.ws_smem(192) <= dispatch.H200.smem_optin
+
+
+def test_next_gelu_by_exp2():
+    """GEMM_NEXT's gelu_exp2: every launch of a GELU plan of the next default carries the kernels'
+    act code 3 (ex2.approx GELU) where the default carries 2; other activations keep their codes."""
+    D = dispatch.dispatch_gemm
+    for M, N, K in ((3000, 3000, 3000), (16, 6144, 4096), (2048, 2047, 2048), (97, 211, 389)):
+        for act in ("gelu", "relu", "none"):
+            g = D.GemmCase(M, N, K, "bfloat16", act, True, K, N, N, gelu_exp2=True)
+            assert g.act_code == (D.ACT_GELU_EXP2 if act == "gelu" else dispatch.ACT_CODE[act])
+            at = {"gemm_ws_kernel": 8, "gemm_pingpong_kernel": 7, "gemm_tiled_kernel": 10,
+                  "gemm_splitk_reduce_kernel": 8}    # the act argument's place in each signature
+            for path, want in (("auto", dispatch.ACT_CODE[act]), ("next", g.act_code)):
+                for plan in dispatch.plan_gemm(path, M, N, K, "bfloat16", act).plans:
+                    if (i := at.get(plan.kernel.split("<")[0])) is not None:
+                        assert plan.args[i] == ("i32", want), (path, M, N, K, act, plan.kernel)
+
+
+def test_next_tile_by_waves():
+    """GEMM_NEXT's tile_by_waves: a one-pass plan on TMA-legal operands is ping-pong 128 x 128 or ws
+    128 x 192 / 128 x 256, whichever has the least modelled time (rate over the wave efficiency of
+    its tiles; ties to ping-pong); the default never takes ws 128 x 192. 3000^3 (576 tiles of
+    128 x 128 = 4.36 waves, 384 of 128 x 192 = 2.91) takes 128 x 192."""
+    D = dispatch.dispatch_gemm
+    for M, N, K in ((3000, 3000, 3000), (4096, 4096, 4096), (1000, 3000, 4000), (8192, 8192, 8192),
+                    (4096, 28672, 4096), (2048, 2048, 2048), (4096, 4096, 128)):
+        for dt in ("float16", "bfloat16"):
+            auto, nxt = dispatch.plan_gemm("auto", M, N, K, dt), dispatch.plan_gemm("next", M, N, K, dt)
+            assert auto.info["tile"][1] != 192
+            if nxt.info["path"] not in ("pingpong", "ws"):
+                assert nxt.info["path"] == auto.info["path"]     # split-K: the same rule
+                continue
+            g = D.GemmCase(M, N, K, dt, "relu", True, K, N, N)
+            times = {("pingpong", 128): D._pp_time(g, dispatch.H200),
+                     **{("ws", bn): D._ws_time(g, dispatch.H200, bn, 1) for bn in (256, 192)}}
+            got = times[(nxt.info["path"], nxt.info["tile"][1])]
+            assert got == min(times.values()), (M, N, K, nxt.info)
+            assert nxt.info["path"] == "pingpong" or got < times[("pingpong", 128)]
+    assert dispatch.plan_gemm("next", 3000, 3000, 3000, "float16", "gelu").plans[0].kernel == \
+        "gemm_ws_kernel<false, 192>"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (or the build log) for sm_90a facts")

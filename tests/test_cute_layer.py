@@ -129,6 +129,24 @@ def test_plan_gemm_stage_rule_of_next():
     assert True in seen
 
 
+def test_plan_gemm_wide_rule_of_next():
+    """GEMM_NEXT's wide: ws 128 x 192 joins the tiles only where the search with it models GEMM_TIE
+    faster than the table's best; never without the switch. 3000^3 (128 x 192: 384 tiles, 2.91
+    waves) takes it; 8192^3 (128 x 256: 2048 tiles, full waves) keeps 128 x 256."""
+    from cutlass_src import dispatch
+    for M, N, K in ((3000, 3000, 3000), (8192, 8192, 8192), (4096, 28672, 4096), (1000, 3000, 4000),
+                    (5000, 5000, 5000), (16, 6144, 4096), (256, 28672, 4096)):
+        base = _plan_gemm(M, N, K)
+        p = _plan_gemm(M, N, K, wide=True)
+        assert base["tile"] != [128, 192]
+        if p["tile"] == [128, 192]:
+            assert dispatch._plan_us(M, N, K, p, SMS) < (1 - dispatch.GEMM_TIE) * dispatch._plan_us(M, N, K, base, SMS)
+        else:
+            assert p == base, (M, N, K, p)
+    assert _plan_gemm(3000, 3000, 3000, **dispatch.GEMM_NEXT)["tile"] == [128, 192]
+    assert _plan_gemm(8192, 8192, 8192, **dispatch.GEMM_NEXT)["tile"] == [128, 256]
+
+
 def test_vector_add_unroll_fills_the_sms(monkeypatch):
     """Four 128-bit accesses a thread while that still gives every SM a CTA; one for a short
     vector (65536 bf16: 32 CTAs instead of 8), whatever its alignment."""
@@ -455,6 +473,10 @@ def test_gemm_ptx_paths():
     text = ptx(split)
     assert "atom.global.add" in text or "red.global.add" in text
     assert "fence.acq_rel.gpu" in text and f"wgmma.mma_async.sync.aligned.m64n{split['tile'][1]}k16" in text
+    wide = dispatch.plan_gemm(3000, 3000, 3000, sms=SMS, wide=True)      # GEMM_NEXT's 128 x 192
+    text = ptx(wide)
+    assert wide["tile"] == [128, 192] and "wgmma.mma_async.sync.aligned.m64n192k16" in text
+    assert "cp.async.bulk.tensor" in text and "multicast::cluster" in text
 
 
 @needs_cute

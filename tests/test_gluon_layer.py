@@ -343,6 +343,50 @@ def test_splitk_large_tile_compiles():
                 assert "wgmma.mma_async" in f["ptx"] and "cp.async.bulk.tensor" in f["ptx"]
 
 
+def test_gemm_streamk_rule_of_next():
+    """GEMM_NEXT's streamk: off in GEMM; on, taken only above few_rows_max_m rows where the tiles
+    leave a partial last wave, and then modelled streamk_min_gain faster than the tma plan;
+    3000^3 takes it, a whole-wave grid does not; NEXT_PROLOGUE rides on every tma plan of it."""
+    from gluon_src import H200, dispatch
+    G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
+    sms = H200["sms"]
+    for M, N, K in ((3000, 3000, 3000), (4096, 4096, 4096), (256, 28672, 4096), (2048, 8448, 1024),
+                    (5000, 5000, 5000)):
+        v0, c0 = dispatch.gemm_choice(M, N, K, True, H200)
+        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)
+        assert v0 != "streamk" and not c0.get("NEXT_PROLOGUE")
+        if v == "streamk":
+            tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+            assert M > G["few_rows_max_m"] and tiles % sms and dispatch.streamk_time(M, N, K, cfg, sms) < \
+                (1 - G["streamk_min_gain"]) * dispatch._gemm_time(M, N, K, c0, sms)
+        elif v == "tma":
+            assert cfg == {**c0, "NEXT_PROLOGUE": True}
+    assert dispatch.gemm_choice(3000, 3000, 3000, True, H200, G=G)[0] == "streamk"
+    assert dispatch.gemm_choice(2048, 8448, 1024, True, H200, G=G)[0] == "tma"
+    for M in (1, 16, 64):      # few rows with TMA: streamk on the few_rows tile; without TMA: as before
+        assert dispatch.gemm_choice(M, 6144, 4096, True, H200, G=G) == ("streamk", dispatch.GEMM["few_rows"])
+        assert dispatch.gemm_choice(M, 6144, 4096, False, H200, G=G) == dispatch.gemm_choice(M, 6144, 4096, False, H200)
+
+
+def test_gemm_streamk_compiles():
+    """The streamk kernel (128 x 256 over 8 warps at 3000^3) and the tma kernel with NEXT_PROLOGUE
+    compile for sm_90a without spills: TMA loads, wgmma, the release / acquire exchanges of the
+    flags, volatile polls, partials read from L2 (.cg)."""
+    ptx = _ptx("gemm_epilogue", "gemm_epilogue_streamk", _case("gemm_epilogue", M=3000, N=3000, K=3000,
+                                                                  dtype="float16", act="gelu"))
+    for m in ("cp.async.bulk.tensor", "wgmma.mma_async", "atom.global.gpu.release.exch.b32",
+              "atom.global.gpu.acquire.exch.b32", "ld.volatile.global", "ld.global.cg"):
+        assert m in ptx, m
+    from backends import gluon_layer as GL
+    from gluon_src import H200, dispatch
+    case = _case("gemm_epilogue", M=4096, N=4096, K=4096, act="gelu")
+    a, b, bias, act, out = GL._meta_gemm(case)
+    for cfg in dispatch.GEMM["tma"][:2]:
+        spec = dispatch.gemm_specs("tma", a, b, bias, act, out, {**cfg, "NEXT_PROLOGUE": True}, H200["sms"])[0]
+        f = GL.compile_spec(spec)
+        assert f["spills"] == 0 and "wgmma.mma_async" in f["ptx"], (cfg, f["registers"], f["spills"])
+
+
 def test_wgmma_gemms_decline_other_than_sm90(monkeypatch):
     """On a device that is not sm_90 (a B200 faked here) the wgmma GEMMs say why not in one line;
     the mma_v2 twin and the softmax kernels do not decline for it."""

@@ -40,10 +40,19 @@ def all_cases():
     return [(p.name, c) for p in problems.all_problems() for s in SUITES for c in p.cases(s)]
 
 
+def planned_problems(layer: str) -> set:
+    """The problems ``layer`` has a default for (the ones its planner plans)."""
+    return {i.problem for i in registry.all_impls() if i.layer == layer and i.role == "default"}
+
+
+def layer_cases(layer: str):
+    return [(p, c) for p, c in all_cases() if p in planned_problems(layer)]
+
+
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_variants_by_word_name_existing_files(layer):
     d = planner(layer)
-    assert set(d.VARIANTS) == {p.name for p in problems.all_problems()}
+    assert set(d.VARIANTS) == planned_problems(layer)
     for problem, words in d.VARIANTS.items():
         assert words, problem
         for word, srcs in words.items():
@@ -57,11 +66,16 @@ def test_variants_by_word_name_existing_files(layer):
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_plan_answers_every_case_of_every_suite(layer):
     d = planner(layer)
-    for problem, case in all_cases():
+    for problem, case in layer_cases(layer):
         p = d.plan(problem, case_facts(case))
         assert isinstance(p, Plan) and p.problem == problem, (layer, case.id)
         assert p.variant in d.VARIANTS[problem], (layer, case.id, p.variant)
         assert p.sources and all((ROOT / s.path).is_file() for s in p.sources), (layer, case.id)
+    for problem, case in all_cases():   # a problem the layer has no default for: one clear error
+        if problem not in d.VARIANTS:
+            with pytest.raises(ValueError, match="problem"):
+                d.plan(problem, case_facts(case))
+            break
 
 
 def _kernels(srcs) -> set:
@@ -82,7 +96,7 @@ def test_the_chosen_variant_accepts_the_case(layer):
     pending 16-byte kernels) is no judge of the default's."""
     d = planner(layer)
     checked = 0
-    for problem, case in all_cases():
+    for problem, case in layer_cases(layer):
         p = d.plan(problem, case_facts(case))
         impl = _registered(layer, problem, p.variant)
         if impl is None or "repack" in p.config or not _kernels(p.sources) <= _kernels(impl.sources):
@@ -102,16 +116,25 @@ def _cuda_word(problem, case):
     return dispatch._WORD.get(path, path)
 
 
+def _word_of(spec) -> str:
+    """The word of an attention launch spec's kernel (``attention_<word>_kernel``)."""
+    return spec.kernel.__name__.removeprefix("attention_").removesuffix("_kernel")
+
+
 def _triton_word(problem, case):
+    from backends import triton_attention as a
     from backends import triton_layer as t
     return {"vector_add": lambda: "unmasked", "softmax": lambda: t._sm_choice(case)[0],
-            "gemm_epilogue": lambda: t._gemm_choice(case)[0]}[problem]()
+            "gemm_epilogue": lambda: t._gemm_choice(case)[0],
+            "attention": lambda: _word_of(a.attention_specs("default", case)[0])}[problem]()
 
 
 def _gluon_word(problem, case):
+    from backends import gluon_attention as a
     from backends import gluon_layer as g
     return {"vector_add": lambda: "unmasked", "softmax": lambda: g._sm_specs("default", case)[0],
-            "gemm_epilogue": lambda: g._gemm_specs("default", case)[0]}[problem]()
+            "gemm_epilogue": lambda: g._gemm_specs("default", case)[0],
+            "attention": lambda: _word_of(a.default_spec(case))}[problem]()
 
 
 def _cute_word(problem, case):
@@ -149,7 +172,7 @@ def test_plan_is_what_the_adapter_plans(layer):
     d = planner(layer)
     if registry.get("softmax", f"{layer}:softmax").compile_only_fn is None:
         pytest.skip(f"{layer}: its package is not installed")
-    for problem, case in all_cases():
+    for problem, case in layer_cases(layer):
         assert d.plan(problem, case_facts(case)).variant == ADAPTER_WORD[layer](problem, case), (layer, case.id)
 
 
@@ -160,12 +183,14 @@ def test_facts_of_real_tensors_equal_the_meta_facts():
 
     from kltools.plan import facts_of
     for problem, case in all_cases():
-        if max(case.dims.values()) > 5000 or (problem != "vector_add" and min(case.dims.values()) > 300):
+        if max(case.dims.values()) > 5000 or (problem not in ("vector_add", "attention")
+                                              and min(case.dims.values()) > 300):
             continue
         prob = problems.get(problem)
         inputs = prob.make_inputs(case, "cpu", 0)
-        out = torch.empty([case.dims[d] for d in prob.dim_names if d != "K"], dtype=case.torch_dtype)
-        names = {"vector_add": ("x", "y"), "softmax": ("x",), "gemm_epilogue": ("a", "b", "bias")}[problem]
+        out = torch.empty(prob.out_shape(case), dtype=case.torch_dtype)
+        names = {"vector_add": ("x", "y"), "softmax": ("x",), "gemm_epilogue": ("a", "b", "bias"),
+                 "attention": ("q", "k", "v")}[problem]
         real = facts_of(problem, case.dims, case.dtype, case.params, dict(zip(names, inputs)) | {"out": out})
         meta = case_facts(case)
         for n, op in meta.operands.items():
@@ -194,7 +219,7 @@ def test_plan_asks_no_gpu(layer, monkeypatch):
     asked = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("is_available") or False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: asked.append("device_count") or 0)
-    for problem, case in all_cases():
+    for problem, case in layer_cases(layer):
         d.plan(problem, case_facts(case))
     assert not asked, asked
 

@@ -565,7 +565,7 @@ def test_defaults_count_exactly_the_variants_their_planner_chooses():
         chosen = {d.plan(impl.problem, case_facts(c)).variant for s in SUITES for c in problems.get(impl.problem).cases(s)}
         assert {s.variant for s in impl.sources if s.variant} == chosen, impl.id
         checked += 1
-    assert checked == 3 * len(PLANNERS)
+    assert checked >= 3 * len(PLANNERS)   # every layer's three problems, attention where it has one
 
 
 def _planted(layer, planner_file, extra=(), planted_word=None, problem="softmax"):

@@ -7,7 +7,7 @@ from harness.case import Case, dtype_name
 from harness.problems import SUITES
 
 
-@pytest.mark.parametrize("name", ["vector_add", "softmax", "gemm_epilogue"])
+@pytest.mark.parametrize("name", ["vector_add", "softmax", "gemm_epilogue", "attention"])
 @pytest.mark.parametrize("suite", SUITES)
 def test_every_suite_has_cases(name, suite):
     cases = problems.get(name).cases(suite)
@@ -27,7 +27,7 @@ def test_verify_suite_has_the_policy_shapes():
     assert {(1, 17, 33), (127, 65, 129), (1025, 769, 513)} <= gm
 
 
-@pytest.mark.parametrize("name", ["vector_add", "softmax", "gemm_epilogue"])
+@pytest.mark.parametrize("name", ["vector_add", "softmax", "gemm_epilogue", "attention"])
 def test_inputs_seeded_and_never_zero(name):
     p = problems.get(name)
     case = p.cases("smoke")[0]

@@ -68,7 +68,7 @@ def test_only_the_built_in_layers_are_checked():
 
 def test_design_word_list_is_complete_and_says_what_each_word_means():
     words = design_words()
-    assert set(words) == {"vector_add", "softmax", "gemm_epilogue"}, sorted(words)
+    assert set(words) == {"vector_add", "softmax", "gemm_epilogue", "attention"}, sorted(words)
     every = {w for ws in words.values() for w in ws}
     missing = [w for w in REQUIRED if w not in every]
     assert not missing, f"docs/DESIGN.md's word table lacks {missing}"

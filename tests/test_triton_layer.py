@@ -585,6 +585,69 @@ def test_gemm_stage_specs():
     assert copy.args["stride_d"] % 8 == 0 and copy.args["cols"] == 2047 and copy.args["rows"] == 2048
 
 
+def _gemm_ref(a, b, bias, act):
+    y = a.double() @ b.double() + (bias.double() if bias is not None else 0.0)
+    if act == "gelu":
+        return 0.5 * y * (1 + torch.tanh(0.7978845608028654 * (y + 0.044715 * y ** 3)))
+    return y.clamp_min(0) if act == "relu" else y
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the interpreter's small grids; the GPU runs the verify suite")
+def test_gemm_streamk_kernel():
+    """The streamk kernel under the interpreter on grids small enough that every path runs: whole
+    waves then shared ones (300 x 520 x 200 on 4 programs: 15 tiles, 8 data-parallel), only shared
+    tiles with several programs a tile (129 x 264 x 72), the narrow tile of few rows (7 x 264 x 1024),
+    ragged K and edges, no bias; C matches
+    float64, and the flags are all down again, so a second launch is right too."""
+    from triton_src import gemm_epilogue_streamk as S
+    g = torch.Generator().manual_seed(3)
+    for M, N, K, i, sms, act, dt in ((300, 520, 200, 1, 4, "gelu", torch.float16),
+                                     (129, 264, 72, 1, 4, "relu", torch.bfloat16),
+                                     (640, 136, 456, 3, 7, "none", torch.float16),
+                                     (7, 264, 1024, None, 4, "gelu", torch.bfloat16)):
+        cfg = dict(dispatch.GEMM["tma"][i]) if i is not None else dispatch.gemm_streamk_narrow_config(M, N, K, {**H200, "sms": sms})
+        a, b = torch.randn(M, K, generator=g).to(dt), torch.randn(K, N, generator=g).to(dt)
+        bias = torch.randn(N, generator=g).to(dt) if act != "none" else None
+        out = torch.full((M, N), float("nan"), dtype=dt)
+        launch = S.bind_launch(a, b, bias, act, out, cfg, sms)
+        tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
+        assert S.dp_tiles(tiles, S.programs_for(M, N, K, cfg, sms)) < tiles
+        ref = _gemm_ref(a, b, bias, act)
+        for _ in range(2):
+            out.fill_(float("nan"))
+            launch()
+            assert not out.isnan().any() and ((out.double() - ref).norm() / ref.norm()) < 1e-2, (M, N, K)
+            assert not launch.workspace[1].any()
+
+
+def test_gemm_streamk_rule_of_next():
+    """GEMM_NEXT's streamk: off in GEMM; on, taken only where tiles leave a partial last wave, and
+    then modelled streamk_min_gain faster than the plan it replaces; 3000^3 (128 x 256 tiles: 288
+    on 132 SMs, 2.18 waves) takes it, whole-wave grids do not."""
+    G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
+    sms, cdiv = H200["sms"], lambda a, b: -(-a // b)  # noqa: E731
+    seen = set()
+    for M, N, K in ((3000, 3000, 3000), (4096, 4096, 4096), (8192, 8192, 8192), (256, 28672, 4096),
+                    (2048, 8448, 1024), (200, 13824, 5120), (5000, 5000, 5000), (1000, 4000, 3000)):
+        v0, c0 = dispatch.gemm_choice(M, N, K, True, H200)
+        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)
+        assert v0 != "streamk"
+        seen.add(v)
+        if v == "streamk":
+            tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
+            assert tiles % sms and dispatch.streamk_time(M, N, K, cfg, sms) < \
+                (1 - G["streamk_min_gain"]) * dispatch._gemm_time(M, N, K, c0, c0.get("SPLIT", 1), sms)
+        else:
+            assert (v, cfg) == (v0, c0)
+    for M, N, K in ((1, 11008, 4096), (16, 6144, 4096), (64, 32000, 4096), (7, 4000, 2048)):
+        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)     # few rows, TMA: narrow streamk
+        assert v == "streamk" and cfg["BLOCK_M"] == max(16, 1 << (M - 1).bit_length()), (M, cfg)
+        assert dispatch.gemm_choice(M, N, K, False, H200, G=G)[0] != "streamk"
+    assert dispatch.gemm_choice(3000, 3000, 3000, True, H200, G=G)[0] == "streamk"
+    assert dispatch.gemm_choice(2048, 8448, 1024, True, H200, G=G)[0] != "streamk"   # 16 x 33 = 4 x 132 tiles
+    assert {"streamk", "tma"} <= seen
+
+
 # -- bad inputs: clear errors naming the argument --------------------------------------------------
 def test_vector_add_bad_inputs():
     from triton_src.vector_add import vector_add

@@ -113,3 +113,34 @@ def gemm_args(a, b, bias, act, out):
         raise ValueError(f"out: expected {(M, N)} {a.dtype}, got {tuple(out.shape)} {out.dtype}")
     check_same_device(a=a, b=b, bias=bias, out=out)
     return M, N, K, out
+
+
+def attention_args(q, k, v, out, causal: int):
+    """Checks of O = attention(Q, K, V): q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (any strides
+    with a unit last one), Hq a multiple of Hkv, D 64 or 128, 16-bit, one dtype; ``out``
+    [B, Hq, Sq, D] (allocated when None). Returns out."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, dtypes=HALF_DTYPES, ndim=4)
+        if t.stride(3) != 1:
+            raise ValueError(f"{name}: the head dim must be contiguous (stride(3) == 1), got strides {t.stride()}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}")
+    B, Hq, Sq, D = q.shape
+    if D not in (64, 128):
+        raise ValueError(f"q: head dim {D} is not 64 or 128")
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(f"k, v: expected [{B}, Hkv, Sk, {D}] alike, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if min(q.shape) == 0 or min(k.shape) == 0:
+        raise ValueError(f"q, k: empty shapes {tuple(q.shape)}, {tuple(k.shape)}")
+    if Hq % k.shape[1]:
+        raise ValueError(f"k: {k.shape[1]} heads do not divide q's {Hq}")
+    if causal and Sq > k.shape[2]:
+        raise ValueError(f"q: causal attention needs Sq <= Sk, got {Sq} > {k.shape[2]}")
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    check_tensor("out", out, dtypes=HALF_DTYPES, ndim=4)
+    if out.shape != q.shape or out.dtype != q.dtype or out.stride(3) != 1:
+        raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} with a unit last stride, "
+                         f"got {tuple(out.shape)} {out.dtype} strides {out.stride()}")
+    check_same_device(q=q, k=k, v=v, out=out)
+    return out

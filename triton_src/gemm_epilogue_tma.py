@@ -62,19 +62,30 @@ def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
             a = a_desc.load([off_m, k * BLOCK_K])
             b = b_desc.load([k * BLOCK_K, off_n])
             acc = tl.dot(a, b, acc)
-        if EPILOGUE_SUBTILE:
-            # two [BM, BN/2] halves, each finished and stored on its own: half the staging buffer
-            # in shared memory, and the first half's store overlaps the second half's epilogue
-            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            left, right = tl.split(halves)
-            cn = off_n + tl.arange(0, BLOCK_N // 2)
-            left = epilogue(left, bias_ptr, cn, N, ACT, HAS_BIAS)
-            store_tile(c_desc, c_ptr, stride_cm, left.to(a_desc.dtype), off_m, off_n, M, N, C_TMA)
-            right = epilogue(right, bias_ptr, cn + BLOCK_N // 2, N, ACT, HAS_BIAS)
-            store_tile(c_desc, c_ptr, stride_cm, right.to(a_desc.dtype), off_m, off_n + BLOCK_N // 2, M, N, C_TMA)
-        else:
-            acc = epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, ACT, HAS_BIAS)
-            store_tile(c_desc, c_ptr, stride_cm, acc.to(a_desc.dtype), off_m, off_n, M, N, C_TMA)
+        finish_tile(acc, c_desc, c_ptr, stride_cm, bias_ptr, off_m, off_n, M, N, ACT, HAS_BIAS,
+                    EPILOGUE_SUBTILE, C_TMA, a_desc.dtype)
+
+
+@triton.jit
+def finish_tile(acc, c_desc, c_ptr, stride_cm, bias_ptr, off_m, off_n, M, N, ACT: tl.constexpr,
+                HAS_BIAS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr, C_TMA: tl.constexpr,
+                dtype: tl.constexpr):
+    """Bias + activation on a finished fp32 tile and its store at (off_m, off_n)."""
+    BLOCK_M: tl.constexpr = acc.shape[0]
+    BLOCK_N: tl.constexpr = acc.shape[1]
+    if EPILOGUE_SUBTILE:
+        # two [BM, BN/2] halves, each finished and stored on its own: half the staging buffer
+        # in shared memory, and the first half's store overlaps the second half's epilogue
+        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        left, right = tl.split(halves)
+        cn = off_n + tl.arange(0, BLOCK_N // 2)
+        left = epilogue(left, bias_ptr, cn, N, ACT, HAS_BIAS)
+        store_tile(c_desc, c_ptr, stride_cm, left.to(dtype), off_m, off_n, M, N, C_TMA)
+        right = epilogue(right, bias_ptr, cn + BLOCK_N // 2, N, ACT, HAS_BIAS)
+        store_tile(c_desc, c_ptr, stride_cm, right.to(dtype), off_m, off_n + BLOCK_N // 2, M, N, C_TMA)
+    else:
+        acc = epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, ACT, HAS_BIAS)
+        store_tile(c_desc, c_ptr, stride_cm, acc.to(dtype), off_m, off_n, M, N, C_TMA)
 
 
 @triton.jit

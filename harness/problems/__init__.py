@@ -194,9 +194,10 @@ def get(name: str) -> Problem:
 
 def all_problems() -> list[Problem]:
     _load()
-    return [_REGISTRY[k] for k in ("vector_add", "softmax", "gemm_epilogue") if k in _REGISTRY] + [
-        v for k, v in _REGISTRY.items() if k not in ("vector_add", "softmax", "gemm_epilogue")]
+    order = ("vector_add", "softmax", "gemm_epilogue", "attention")
+    return [_REGISTRY[k] for k in order if k in _REGISTRY] + [
+        v for k, v in _REGISTRY.items() if k not in order]
 
 
 def _load():
-    from . import gemm_epilogue, softmax, vector_add  # noqa: F401
+    from . import attention, gemm_epilogue, softmax, vector_add  # noqa: F401
