@@ -3,7 +3,8 @@ problem or its ``inspect`` artifacts), each registering its implementations with
 ``harness.register`` when imported.
 
 ``ADAPTERS`` declares them; ``harness.registry.load_backends`` imports exactly these, in this
-order. An adapter must import cleanly when its runtime is missing and report the reason through
+order, having found this package through the ``kernel_layers.adapters`` entry point of
+pyproject.toml (the harness imports no adapter by name). An adapter must import cleanly when its runtime is missing and report the reason through
 ``available()``; one whose file is missing or fails to import is recorded in
 ``harness.registry.BACKEND_ERRORS`` (``python -m harness list`` shows it), not fatal. A new layer
 adds its module here (a test checks that every ``backends/*.py`` is declared).

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import torch
 
-from backends.cuda_layer import (DTYPE_CODE, DTYPE_NAME, HOST, available, dev_index, device,
+from backends.cuda_layer import (DTYPE_CODE, DTYPE_NAME, LAUNCHER, available, dev_index, device,
                                  launch_info, make_launcher, module, plan_facts)
 from cuda_src import dispatch
-from harness import Source, planned_sources, register
+from harness import Source, planned, register
 from harness.errors import Unsupported
 
 LAYER = "cuda"
@@ -151,11 +151,20 @@ SOURCES = {
     "splitk": [_src("gemm_epilogue_ws.cu", "gemm_ws_kernel"), _src("gemm_epilogue_splitk.cu", "gemm_splitk_reduce_kernel")],
     "pingpong": [_src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")],
 }
-# the default's: the paths its planner can choose (dispatch.reachable), B's repacking included
-SOURCES["auto"] = planned_sources({**SOURCES, "repack": [_src("gemm_epilogue_ws.cu", "gemm_pad_rows_kernel")]},
-                                  dispatch.reachable("gemm_epilogue"),
-                                  [Source("cuda_src/dispatch_gemm.py", kernels=(), host=("plan_gemm",))])
-SOURCES["next"] = SOURCES["auto"] + [_src("gemm_epilogue_ws.cu", "gemm_stage_rows_kernel")]
+
+
+def sources(path: str, hosts) -> list:
+    """A row's Sources: the default's derived from its planner (harness.planned: the kernels
+    dispatch.plan launches over the suites' cases, B's repacking included); the candidate
+    ``next`` (the default with its pending switches on) every path's kernels, B's repacking and
+    staging included; else the path's kernels; then ``hosts`` (the launcher)."""
+    if path == "auto":
+        return planned(dispatch.plan, "gemm_epilogue", hosts)
+    if path == "next":
+        return [s for k in ("tiled", "ws", "splitk", "pingpong") for s in SOURCES[k]] + \
+            [_src("gemm_epilogue_ws.cu", "gemm_pad_rows_kernel", "gemm_stage_rows_kernel")] + list(hosts)
+    return SOURCES[path] + list(hosts)
+
 DESCRIPTIONS = {
     "auto": "planner's rules: small M tiled mma.sync + split-K filling the SMs' resident CTAs, ping-pong where "
             "TMA can read and store, ws + split-K when tiles leave SMs idle, B repacked for TMA when only its "
@@ -180,6 +189,6 @@ CANDIDATE_ROWS = (("next", "gemm_epilogue_next"),)
 
 for _path, _name in ROWS + CANDIDATE_ROWS:
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
-             sources=SOURCES[_path] + [HOST], devices=("cuda",), available=available,
+             sources=sources(_path, LAUNCHER), devices=("cuda",), available=available,
              supports=_supports(_path), compile_only=_compile_only(_path),
              candidate=(_path, _name) in CANDIDATE_ROWS)(_prepare(_path))

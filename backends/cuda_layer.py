@@ -30,8 +30,9 @@ from pathlib import Path
 import torch
 
 from cuda_src import dispatch
-from harness import Source, planned_sources, register
+from harness import Source, planned, register
 from harness.errors import Unsupported
+from kltools.loc_marks import compile_step
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCH = "sm_90a"
@@ -42,6 +43,7 @@ _state: dict = {}
 
 
 # -- the compiled module -----------------------------------------------------------------------
+@compile_step
 def _load():
     """(kl_cuda module, None) or (None, reason)."""
     if "mod" in _state:
@@ -499,9 +501,9 @@ def vector_add_grid(plan: dispatch.Launches, n: int) -> dict:
 # (the helpers a kernel uses from common.cuh, softmax_common.cuh and ptx.cuh are reached through
 # the .cu file's #include lines by the LOC counter: only those it calls are counted)
 HOST = Source("backends/cuda_layer.py", kernels=(), host=("make_launcher", "build_launch"))
-#: each problem's planner entry (the plan column of a default; a module a problem, harness.loc)
-PLANNER = {p: Source(f"cuda_src/dispatch_{p}.py", kernels=(), host=(f"plan_{'gemm' if p == 'gemm_epilogue' else p}",))
-           for p in ("vector_add", "softmax", "gemm_epilogue")}
+#: what every row of the layer runs to launch a plan: the binding above (Python) and the module's
+#: generic launcher it calls (C++, bindings.cpp): the host column of every cuda:* row
+LAUNCHER = [HOST, Source("cuda_src/bindings.cpp", kernels=(), host=("Launch", "lookup", "set_attributes", "encode_tma"))]
 
 SOFTMAX_KERNEL = {"simple": ("softmax.cu", "softmax_simple_kernel"), "warp": ("softmax_warp.cu", "softmax_warp_kernel"),
                   "block": ("softmax_block.cu", "softmax_block_kernel"),
@@ -550,15 +552,18 @@ SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "sof
                 ("smem", "softmax_smem"), ("split", "softmax_split"))
 
 
-def softmax_sources(path: str, host: Source = HOST) -> list[Source]:
-    """A path's kernel and the launcher's host code; the default's (``auto``; ``next`` under the
-    pending switches) from the paths its planner can choose (``dispatch.reachable``; the planner
-    itself is the plan column, reached from the launcher's build_launch)."""
+def softmax_sources(path: str, host=None) -> list[Source]:
+    """A path's kernel and the launcher's host code (``host``: the layer's LAUNCHER unless given);
+    the default's (``auto``) derived from its planner (``harness.planned``: the kernels
+    ``dispatch.plan`` launches over the suites' cases; the lines it ran are the plan column); the
+    candidate ``next`` (the pending switches on) every path's kernel."""
+    hosts = LAUNCHER if host is None else (list(host) if isinstance(host, (list, tuple)) else [host])
     srcs = {p: Source(f"cuda_src/{f}", kernels=(k,), host=()) for p, (f, k) in SOFTMAX_KERNEL.items()}
-    if path in ("auto", "next"):
-        return softmax_under(path, lambda: planned_sources(srcs, dispatch.reachable("softmax"),
-                                                           [PLANNER["softmax"], host]))()
-    return [srcs[path], host]
+    if path == "auto":   # derived: the kernels dispatch.plan chooses over the suites' cases
+        return planned(dispatch.plan, "softmax", hosts)
+    if path == "next":
+        return [s for p, s in srcs.items() if p != "simple"] + hosts
+    return [srcs[path], *hosts]
 
 
 def softmax_supports(path: str):
@@ -615,13 +620,17 @@ for _path, _name in SOFTMAX_CANDIDATES:
 
 
 _VA_KERNELS = {"unmasked": Source("cuda_src/vector_add_unmasked.cu", kernels=("vector_add_unmasked_kernel",), host=())}
-VA_SOURCES = {"auto": planned_sources(_VA_KERNELS, dispatch.reachable("vector_add"), [PLANNER["vector_add"]]),
-              "simple": [Source("cuda_src/vector_add.cu", kernels=("vector_add_simple_kernel",), host=())]}
+VA_SOURCES = {"simple": [Source("cuda_src/vector_add.cu", kernels=("vector_add_simple_kernel",), host=())]}
+
+
+def va_sources(path: str, hosts) -> list:
+    """The default's derived from its planner (harness.planned), the twin's kernel and ``hosts``."""
+    return planned(dispatch.plan, "vector_add", hosts) if path == "auto" else [*VA_SOURCES[path], *hosts]
 
 
 def _register_vector_add(path: str, name: str, description: str):
     @register(problem="vector_add", layer="cuda", name=name, description=description,
-              sources=[*VA_SOURCES[path], HOST], devices=("cuda",), available=available,
+              sources=va_sources(path, LAUNCHER), devices=("cuda",), available=available,
               compile_only=lambda case: plan_facts(case_vector_add(path, case)),
               grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))
     def prepare(case, inputs, out):

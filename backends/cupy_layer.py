@@ -27,10 +27,11 @@ from backends import cuda_gemm
 from backends.cuda_layer import (DTYPE_CODE, SOFTMAX_CANDIDATES, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config,
                                  case_softmax, case_vector_add, check_softmax, check_vector_add, dev_index,
                                  softmax_grid, softmax_launches, softmax_sources, softmax_supports, softmax_under,
-                                 vector_add_grid, vector_add_launches, VA_SOURCES)
+                                 vector_add_grid, vector_add_launches, va_sources)
 from cuda_src import dispatch
 from harness import Source, register
 from harness.errors import Unsupported
+from kltools.loc_marks import compile_step
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_SRC = ROOT / "cuda_src"
@@ -106,6 +107,7 @@ def device_arch(dev: int) -> str:
     return f"{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
 
 
+@compile_step
 def _source_digest() -> bytes:
     """Every cuda_src file (a kernel's source and the headers it includes), read once a process."""
     if "digest" not in _state:
@@ -118,6 +120,7 @@ def _source_digest() -> bytes:
     return _state["digest"]
 
 
+@compile_step
 def compile_instance(kernel: str, arch: str) -> dict:
     """One kernel instance (``softmax_rows_kernel<float, 4, 32, 8>``) compiled by NVRTC for
     ``sm_<arch>``: {"cubin", "lowered", "log", "compile_s", "cached"}. One compile per instance:
@@ -160,6 +163,7 @@ def compile_instance(kernel: str, arch: str) -> dict:
     return {**entry, "cubin": cubin, "compile_s": time.perf_counter() - t0, "cached": False}
 
 
+@compile_step
 def get_kernel(kernel: str, dev: int | None = None):
     """(function handle, seconds this call spent compiling or loading it) for a planned instance:
     ``compile_instance`` for the device's exact architecture, loaded once per process and device."""
@@ -395,7 +399,7 @@ for _path, _name in SOFTMAX_CANDIDATES:
 
 def _register_vector_add(path: str, name: str, description: str):
     @register(problem="vector_add", layer="cupy", name=name, description="NVRTC of cuda_src: " + description,
-              sources=[*VA_SOURCES[path], HOST], devices=("cuda",), available=available,
+              sources=va_sources(path, [HOST]), devices=("cuda",), available=available,
               compile_only=lambda case: compile_only_nvrtc(case_vector_add(path, case).kernel,
                                                            _config(case_vector_add(path, case))),
               grid=lambda case: vector_add_grid(case_vector_add(path, case), case.N))
@@ -427,7 +431,7 @@ def _register_gemm(path: str, name: str, candidate: bool = False):
         return compile_only_nvrtc(plan.kernel, _config(plan))
 
     @register(problem="gemm_epilogue", layer="cupy", name=name, description="NVRTC of cuda_src: " +
-              cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.SOURCES[path] + [HOST],
+              cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.sources(path, [HOST]),
               devices=("cuda",), available=available, supports=supports, compile_only=compile_only,
               candidate=candidate)
     def prepare(case, inputs, out):

@@ -10,7 +10,7 @@ and the GEMM's split count, bias and activation are run-time arguments).
 from __future__ import annotations
 
 from cutlass_src import dispatch as _dispatch
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from harness.errors import Unsupported
 
 from . import src
@@ -103,9 +103,7 @@ def _va_compile_only(case):
 
 @register(problem="vector_add", layer="cute", name="vector_add",
           description="unmasked full tiles of 128-bit vectors (narrower when misaligned), one predicated tail",
-          sources=planned_sources({"unmasked": _kernel_sources("vector_add_unmasked.py", "VectorAdd", "prepare_vector_add",
-                                                            "_compile", "validate")},
-                                  _dispatch.reachable("vector_add")),
+          sources=planned(_dispatch.plan, "vector_add"),
           devices=("cuda",), available=_available, compile_only=_va_compile_only)
 def vector_add_prepare(case, inputs, out):
     _need()
@@ -257,11 +255,7 @@ for _name, _kernel, _desc, _srcs in (
                           "softmax_smem (longer rows staged in the shared memory of a CTA or a cluster of "
                           "<= 8, while the CTAs cover the SMs), softmax_split (the rest); 16-byte "
                           "accesses at any row alignment",
-         planned_sources({"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC,
-                          # the two-pass twin's kernel: rows longer than the split grid holds
-                          "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",),
-                                           host=("SoftmaxSimple.__call__",))},
-                         _dispatch.reachable("softmax"), [_SM_BASE, _SMEM_PLAN_SRC, *_SMEM_HELPERS])),
+         planned(_dispatch.plan, "softmax", [_SM_BASE])),
         ("softmax_rows", "rows", "short rows: a warp (or a few) per row, several rows per CTA, grid-stride "
                                  "row loop with the next row's loads in flight", [_ROWS_SRC, _SM_BASE, _PLAN_SRC]),
         ("softmax_block", "block", "a row per CTA held in registers, warp + block reductions",
@@ -294,13 +288,11 @@ def _sm_next(fn):
     return call
 
 
-with _dispatch.switched(_dispatch.SOFTMAX_NEXT):
-    _NEXT_SRC = planned_sources({"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC,
-                                 "cluster": _CLUSTER_SRC,
-                                 "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",),
-                                                  host=("SoftmaxSimple.__call__",))},
-                                _dispatch.reachable("softmax"), [_SM_BASE, _SMEM_PLAN_SRC, *_SMEM_HELPERS,
-                                Source(src(C, "softmax_split.py"), kernels=("pack_pair", "unpack_pair"), host=())])
+# (a candidate counts every kernel the pending planner may launch)
+_NEXT_TABLE = {"rows": _ROWS_SRC, "block": _BLOCK_SRC, "smem": _SMEM_SRC, "split": _SPLIT_SRC, "cluster": _CLUSTER_SRC,
+               "simple": Source(src(C, "softmax.py"), kernels=("SoftmaxSimple.kernel",), host=("SoftmaxSimple.__call__",))}
+_NEXT_SRC = planned_sources(_NEXT_TABLE, tuple(_NEXT_TABLE), [_SM_BASE, _SMEM_PLAN_SRC, *_SMEM_HELPERS,
+                            Source(src(C, "softmax_split.py"), kernels=("pack_pair", "unpack_pair"), host=())])
 # the candidate that times tomorrow's default beside today's (not yet run on a GPU)
 _sup, _co, _prep = map(_sm_next, _softmax_impl(None))
 register(problem="softmax", layer="cute", name="softmax_next", candidate=True,
@@ -410,8 +402,9 @@ _GEMM_HOST = [Source(src(C, "gemm_launch.py"), kernels=(), host=("prepare_gemm",
               Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm", "plan_search"))]
 _WS = Source(src(C, "gemm_epilogue_ws.py"), kernels=("GemmWS.kernel",))
 _PP = Source(src(C, "gemm_epilogue_pingpong.py"), kernels=("GemmPingpong.kernel", "GemmPingpong.step_over"))
-_GEMM_SRC = planned_sources({"ws": _WS, "pingpong": _PP}, _dispatch.reachable("gemm_epilogue"),
-                            [_GEMM_BASE, _SPLITK, _TILED, _GEMM_EPI, *_GEMM_HOST])
+# the default's: the schedules (with split-K's fix-up and the predicated copies) its planner
+# chooses over the suites' cases, then the family's base, epilogue and launcher
+_GEMM_SRC = planned(_dispatch.plan, "gemm_epilogue", [_GEMM_BASE, _GEMM_EPI, _GEMM_HOST[0]])
 
 for _name, _variant, _desc, _srcs in (
         ("gemm_epilogue", None, "planned by waves and K: persistent warp-specialised sm_90a GEMM "

@@ -30,8 +30,9 @@ from pathlib import Path
 import torch
 
 from cutile_src import dispatch as _plans   # plain Python: the planner's reachable variants
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from harness.errors import Unsupported
+from kltools.loc_marks import compile_step
 from harness.registry import describe_layer
 from harness.meta_inputs import meta_gemm as _meta_gemm, meta_softmax as _meta_softmax, meta_vector_add as _meta_vector_add
 
@@ -362,6 +363,7 @@ def _first_call(launch) -> float:
 _JIT_CUBINS: dict = {}  # symbol -> cubin, as the launches' own JIT compiled them
 
 
+@compile_step
 def _watch(kernel):
     """Record the cubins ``kernel``'s JIT compiles (its ``_compile`` returns the cubin and the
     kernel's symbol), so the facts of a launch come from the very cubin it runs."""
@@ -423,6 +425,11 @@ def _finish(launch, launches, config: dict):
 
 
 # -- vector_add --------------------------------------------------------------------------------
+def _binder(*names: str) -> Source:
+    """This adapter's binding of a default's plan to tensors (a host Source of the default)."""
+    return Source("backends/cutile_layer.py", kernels=(), host=names)
+
+
 def _va_plan(x):
     return dispatch.plan_vector_add(x.shape[0], x.element_size())
 
@@ -464,10 +471,7 @@ def _va_prepare(variant):
 _VA = {
     "default": ("vector_add", "planned: full tiles loaded and stored without bounds checks, one "
                 "checked tail tile; tile by element size",
-                planned_sources({"unmasked": Source("cutile_src/vector_add_unmasked.py",
-                                                    kernels=("vector_add_unmasked_kernel",), host=("bind_launch",))},
-                                _plans.reachable("vector_add"),
-                                [Source("cutile_src/dispatch.py", kernels=(), host=("plan_vector_add",))])),
+                planned(_plans.plan, "vector_add", [_binder("_va_launches", "hinted")])),
     "simple": ("vector_add_simple", "teaching twin: one 1024-element tile a program, ct.load pads "
                "and ct.store drops the ragged tail",
                [Source("cutile_src/vector_add.py", kernels=("vector_add_kernel",), host=("vector_add",))]),
@@ -614,7 +618,7 @@ _SM = {
     "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile; occupancy "
                 "hint by the tile's live values) while a row rounds up to <= 32768 columns, online (column tiles, running max and sum, second "
                 "pass newest tile first) for longer rows",
-                planned_sources(_SM_SRC, _plans.reachable("softmax"), _SM_PLAN)),
+                planned(_plans.plan, "softmax", [_binder("bind_softmax")])),
     "simple": ("softmax_simple", "teaching twin: a program per row, online max/sum over 1024-column "
                "tiles, second pass stores; any N",
                [Source("cutile_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
@@ -772,7 +776,7 @@ _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
                 "on the SMs, 8 worker warps for 128-row tiles), split-K into an fp32 workspace for few "
                 "rows; bias + activation on the accumulator tile",
-                planned_sources(_G_SRC, _plans.reachable("gemm_epilogue"), _G_PLAN)),
+                planned(_plans.plan, "gemm_epilogue", [_binder("bind_gemm")])),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of 128 x 128 C tiles, ct.mma over "
                "zero-padded K tiles, bias + activation before the one store; any shape",
                [Source("cutile_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",),

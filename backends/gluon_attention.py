@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from harness import Source, planned_sources, register
+from harness import Source, register
 from harness.meta_inputs import meta_attention
 
 from . import gluon_layer as G
@@ -53,10 +53,11 @@ def prepare_attention_simple(case, inputs, out):
     return G._twin(attention_simple.attention, q, k, v, case.params["causal"], out)
 
 
+#: the variant's kernel, and what binds every plan of the default (its prepare: plan_attention)
 VARIANT_SOURCES = {"tma": [Source("gluon_src/attention_tma.py", kernels=("attention_tma_kernel",),
                                   host=("launch_spec", "check"))]}
-PLANNER_SOURCES = [Source("gluon_src/dispatch_attention.py", kernels=(), host=("plan_attention",)),
-                   Source("gluon_src/runtime.py", kernels=(), host=("bind",))]
+BINDER_SOURCES = [Source("gluon_src/dispatch_attention.py", kernels=(), host=("plan_attention",)),
+                  Source("gluon_src/runtime.py", kernels=(), host=("bind",))]
 
 
 def default_spec(case):
@@ -71,7 +72,7 @@ def default_spec(case):
                       "S = Q K^T and O += P V on wgmma (P from registers), online softmax in the log2 "
                       "domain, masks only on edge blocks, causal blocks skipped (longest first); 128 or "
                       "64 query rows by waves, stages by shared memory",
-          sources=planned_sources(VARIANT_SOURCES, dispatch_attention.reachable("attention"), PLANNER_SOURCES),
+          sources=G._derived("attention", VARIANT_SOURCES, BINDER_SOURCES),
           devices=("cuda",), available=G.available,
           compile_only=(lambda case: G.compile_specs([default_spec(case)], variant="tma")) if G.triton else None)
 def prepare_attention(case, inputs, out):

@@ -18,8 +18,7 @@ import time
 
 import torch
 
-from backends import planner_rules
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
 from harness.meta_inputs import meta_gemm as _meta_gemm, meta_softmax as _meta_softmax, meta_vector_add as _meta_vector_add
@@ -53,8 +52,12 @@ if triton is not None:
 LAYER = "gluon"
 
 
-if triton is None:   # the rules alone: the ids and their sources as with Gluon
-    dispatch = planner_rules("gluon_src")
+def _derived(problem: str, table: dict, common: list):
+    """The default's Sources, derived from its planner (``harness.planned``), then ``common``;
+    every variant of ``table`` when Gluon cannot be imported."""
+    if triton is not None:
+        return planned(dispatch.plan, problem, common)
+    return planned_sources(table, tuple(table), common)
 
 
 def available() -> str | None:
@@ -191,10 +194,11 @@ def _va_simple_spec(case):
 @register(problem="vector_add", layer=LAYER, name="vector_add",
           description="explicit BlockedLayout, 16 bytes a thread per access (narrower where the "
                       "pointers' alignment is less), unmasked full blocks, one masked tail program",
-          sources=[Source("gluon_src/vector_add_unmasked.py", kernels=("vector_add_unmasked_kernel",),
-                          host=("launch_spec", "config")),
-                   Source("gluon_src/dispatch.py", kernels=(), host=("plan_vector_add",)),
-                   Source("gluon_src/runtime.py", kernels=(), host=("bind",))],
+          sources=_derived("vector_add", {"unmasked": Source("gluon_src/vector_add_unmasked.py",
+                                                             kernels=("vector_add_unmasked_kernel",),
+                                                             host=("launch_spec", "config"))},
+                           [Source("gluon_src/dispatch.py", kernels=(), host=("plan_vector_add",)),
+                            Source("gluon_src/runtime.py", kernels=(), host=("bind",))]),
           devices=("cuda",), available=available,
           compile_only=(lambda case: compile_specs([_va_spec(case)])) if triton else None)
 def prepare_vector_add(case, inputs, out):
@@ -326,8 +330,8 @@ _SOFTMAX = {
     "default": ("softmax", "dispatcher: rows (rows <= 1024 columns, several a program), block (a row in "
                 "registers), split (long rows, too few to fill the SMs), smem (long rows staged in a "
                 "program's shared memory by cp.async when they fit it), online (longer rows)",
-                planned_sources(_SM_SRC, dispatch.reachable("softmax"),
-                                [_DISPATCH_SRC, Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),
+                _derived("softmax", _SM_SRC,
+                         [_DISPATCH_SRC, Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),
     "simple": ("softmax_simple", "teaching twin: a program a row, column tiles with a running max/sum, "
                "then a second pass that writes; any N",
                [Source("gluon_src/softmax.py", kernels=("softmax_kernel",), host=("softmax",))]),
@@ -488,10 +492,10 @@ _GEMM = {
     "default": ("gemm_epilogue", "dispatcher: tma (persistent, TMA ring + wgmma) when A, B and C allow "
                 "16-byte TMA strides, else tiled (masked loads into NVMMA shared memory + wgmma); splitk "
                 "for few rows whose tiles leave SMs idle; tile config by waves on the SMs",
-                planned_sources(_GEMM_SRC, dispatch.reachable("gemm_epilogue"),
-                                [_GEMM_SRC["epilogue"],
-                                 Source("gluon_src/dispatch.py", kernels=(), host=("plan_gemm", "gemm_specs")),
-                                 Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),
+                _derived("gemm_epilogue", {k: v for k, v in _GEMM_SRC.items() if k != "epilogue"},
+                         [_GEMM_SRC["epilogue"],
+                          Source("gluon_src/dispatch.py", kernels=(), host=("plan_gemm", "gemm_specs")),
+                          Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of C tiles, masked loads, mma_v2 on "
                "register operands, fp32 accumulator, bias + activation, one masked store; any shape",
                [Source("gluon_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",), host=("gemm_epilogue",)),

@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from harness.errors import Unsupported
 from harness.registry import describe_layer
 from helion_src import frame  # torch only (the aligned frame's arguments): no helion
@@ -511,9 +511,20 @@ def _plan_source(problem) -> Source:
     return Source(src(H, "dispatch.py"), kernels=(), host=(name,))
 
 
+def _default_sources(problem, variants):
+    """The default's Sources, derived from its planner (``harness.planned``), then the runtime-size
+    kernels' wrapper; every variant (and the planner the switches select) when Helion cannot be
+    imported."""
+    common = [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
+              Source("backends/helion_layer.py", kernels=(), host=("_launch_plan",))]   # the binding of a plan
+    if helion:
+        return planned(dispatch.plan, problem, common)
+    return planned_sources(variants, tuple(variants), common + [_plan_source(problem)])
+
+
 _PROBLEMS = {
     # problem: (twin file, twin kernel name, the default's variants {variant: ((file, kernel), ...)},
-    # description); the default counts the variants dispatch.reachable names
+    # description); the default counts the variants dispatch.plan chooses (harness.planned)
     "vector_add": ("vector_add.py", "vector_add", {"block": (("vector_add.py", "vector_add"),)},
                    "the twin's kernel over runtime sizes with a configuration by element size "
                    "(dispatch rules); a length not a multiple of 16 as two launches, whole blocks "
@@ -566,8 +577,7 @@ def _variant_sources(problem, pending: bool = False) -> dict:
 for _p, (_file, _kname, _variants, _desc) in _PROBLEMS.items():
     _vsrc = _variant_sources(_p)
     register(problem=_p, layer=LAYER, name=_p, description=_desc,
-             sources=planned_sources(_vsrc, dispatch.reachable(_p),
-                                     [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)), _plan_source(_p)]),
+             sources=_default_sources(_p, _vsrc),
              devices=("cuda",), available=available,
              compile_only=_compile_default(_p) if helion else None,
              helion_code=_code_default(_p))(_prepare_default(_p))
@@ -593,16 +603,17 @@ _NEXT_DESC = {
     "gemm_epilogue": "TMA for 16-byte rows, the tile with the least work on the busiest SM, one row tile "
                      "for few rows, split-K by the SMs the tiles leave idle",
 }
-for _p, _what in _NEXT_DESC.items():
-    _vsrc = _variant_sources(_p, pending=True)
-    _planner = dispatch.softmax_planner if _p == "softmax" else dispatch.gemm_planner
-    register(problem=_p, layer=LAYER, name=f"{_p}_next", candidate=True,
-             description=f"the default with dispatch's pending rules on: {_what} (not yet run on a GPU)",
-             sources=planned_sources(_vsrc, dispatch.reachable(_p, pending=True),
-                                     [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
-                                      Source(src(H, "dispatch.py"), kernels=(), host=(_planner(True).__name__,))]),
-             devices=("cuda",), available=available, compile_only=_compile_default(_p, True) if helion else None,
-             helion_code=_code_default(_p, True))(_prepare_default(_p, True))
+if helion is not None:
+    for _p, _what in _NEXT_DESC.items():
+        _vsrc = _variant_sources(_p, pending=True)
+        _planner = dispatch.softmax_planner if _p == "softmax" else dispatch.gemm_planner
+        register(problem=_p, layer=LAYER, name=f"{_p}_next", candidate=True,
+                 description=f"the default with dispatch's pending rules on: {_what} (not yet run on a GPU)",
+                 sources=planned_sources(_vsrc, tuple(_vsrc),
+                                         [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
+                                          Source(src(H, "dispatch.py"), kernels=(), host=(_planner(True).__name__,))]),
+                 devices=("cuda",), available=available, compile_only=_compile_default(_p, True),
+                 helion_code=_code_default(_p, True))(_prepare_default(_p, True))
 
 
 # -- a plan's launches: one kernel; the pieces of a vector add (a body of whole blocks, a length

@@ -10,10 +10,11 @@ writes the generated CUDA source and PTX.
 """
 from __future__ import annotations
 
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from tilelang_src import dispatch as _plans   # plain Python: the planner's reachable kernels
 from harness.errors import Unsupported
 from harness.registry import describe_layer
+from kltools.loc_marks import compile_step
 
 from . import src
 
@@ -40,6 +41,7 @@ def _esize(dtype: str) -> int:
     return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
 
+@compile_step
 def _compile(key, build, pass_configs=None):
     import tilelang_src
 
@@ -148,8 +150,7 @@ _VA_SIMPLE_HOST = Source("backends/tilelang_layer.py", kernels=(), host=("_va_si
 _VA_PLAN = Source(src(C, "dispatch.py"), kernels=(), host=("plan_vector_add",))
 for _name, _kernel, _desc, _srcs in (
         ("vector_add", None, "full tiles in 16-byte vectors (4 per thread per operand), guarded last tile; "
-                             "element accesses for misaligned views", planned_sources({"unmasked": _VA_UNMASKED, "simple": _VA_SIMPLE}, _plans.reachable("vector_add"),
-                                             [_VA_HOST, _VA_PLAN])),
+                             "element accesses for misaligned views", planned(_plans.plan, "vector_add", [_VA_HOST])),
         ("vector_add_simple", "simple", "teaching twin: T.Parallel over 1024-element tiles, guarded element "
                                         "accesses", [_VA_SIMPLE, _VA_SIMPLE_HOST]),
         ("vector_add_unmasked", "unmasked", "full tiles unguarded (16-byte vectors), guarded last tile",
@@ -419,6 +420,13 @@ _SM_NEXT_COMMON = [Source("backends/tilelang_layer.py", kernels=(),
                           host=("plan_softmax_next", "_plan_rows", "_plan_smem", "_pow2_at_least"))]
 
 
+def _planned(problem: str, common: list):
+    """A default's Sources, derived from its planner (``harness.planned``: the kernels
+    ``dispatch.plan`` chooses, today's or under the switch the pending plans'), with ``common``
+    but the planner's own Sources (its lines are what it ran)."""
+    return planned(_plans.plan, problem, [s for s in common if s.path != src(C, "dispatch.py")])
+
+
 def _sm_sources(word: str | None, nxt: bool) -> list:
     """A softmax id's Sources: the planner's reachable kernels (``word`` None) or one variant's,
     with the host and planner code of today's or the pending plans."""
@@ -444,7 +452,10 @@ _SM_DEFAULT = {
           "cluster of up to 8 CTAs, or split over CTAs when few; 16-byte groups with guarded row edges"}
 for _name, _kernel, _nxt, _desc, _srcs, _cand in (
         ("softmax", None, None, _SM_DEFAULT[_plans.SWITCHES["softmax_next"]],
-         _sm_sources(None, _plans.SWITCHES["softmax_next"]), False),
+         _planned("softmax", _SM_NEXT_COMMON + [Source("backends/tilelang_layer.py", kernels=(),
+                                                       host=("_sm_next_compile",))]
+                  if _plans.SWITCHES["softmax_next"] else _SM_TODAY_COMMON),
+         False),
         ("softmax_simple", "simple", None, "teaching twin: a CTA per row, online (max, sum) over 1024-column "
                                            "tiles, then a write pass", [_SM_SIMPLE, _SM_SIMPLE_HOST], False),
         ("softmax_rows", "rows", True, "whole rows in registers, a warp a row for rows of <= 32 16-byte groups "
@@ -717,7 +728,10 @@ _GE_DEFAULT = {
           "idle"}
 for _name, _kernel, _nxt, _desc, _srcs, _cand in (
         ("gemm_epilogue", None, None, _GE_DEFAULT[_plans.SWITCHES["gemm_next"]],
-         _ge_sources(None, _plans.SWITCHES["gemm_next"]), False),
+         _planned("gemm_epilogue", _GE_NEXT_COMMON + [Source("backends/tilelang_layer.py", kernels=(),
+                                                             host=("_gemm_next_compile",))]
+                  if _plans.SWITCHES["gemm_next"] else _GE_TODAY_COMMON),
+         False),
         ("gemm_epilogue_simple", "simple", None, "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias "
                                                  "+ act on the accumulator fragment, no pipelining hints",
          [_GE_SIMPLE, _GE_EPI, _GE_SIMPLE_HOST], False),

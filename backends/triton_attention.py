@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from harness.errors import Unsupported
 from harness.meta_inputs import meta_attention
 
@@ -30,17 +30,25 @@ else:   # the rules alone: the ids and their sources as with triton
 # suite's three largest, 0.27-1.1 GFLOP, take 3-20 s a launch and four launches a case)
 INTERPRETER_MAX_FLOPS = 1 << 26
 
+#: the variants' own ids count these; the default derives its Sources from the planner
 VARIANT_SOURCES = {"tma": [Source("triton_src/attention_tma.py", kernels=("attention_tma_kernel",),
                                   host=("bind_launch",))],
                    "split": [Source("triton_src/attention_split.py",
                                     kernels=("attention_split_kernel", "attention_combine_kernel"),
                                     host=("bind_launch",))]}
-PLANNER_SOURCES = [Source("triton_src/dispatch_attention.py", kernels=(), host=("plan_attention",)),
-                   Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))]
+#: what binds every plan of the default (its prepare: dispatch_attention.bind_variant)
+BINDER_SOURCES = [Source("triton_src/dispatch_attention.py", kernels=(), host=("bind_variant",)),
+                  Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))]
 
 
-def default_sources(A=None) -> list:
-    return planned_sources(VARIANT_SOURCES, dispatch_attention.reachable("attention", A), PLANNER_SOURCES)
+def default_sources() -> list:
+    """The default's Sources, derived from its planner (``harness.planned``: the variants
+    ``dispatch.plan`` chooses over the suites' cases), then its binder; every variant when Triton,
+    and so the planner, cannot be imported."""
+    if T.triton is not None:
+        from triton_src import dispatch
+        return planned(dispatch.plan, "attention", BINDER_SOURCES)
+    return planned_sources(VARIANT_SOURCES, tuple(VARIANT_SOURCES), BINDER_SOURCES)
 
 
 def _table(variant: str):
@@ -147,7 +155,7 @@ _CANDIDATES = {
               VARIANT_SOURCES["split"]),
     "next": ("attention_next", "candidate, not yet run on a GPU: the default with its pending switches "
              "on (split the key axis where the grid leaves SMs idle)",
-             default_sources({**dispatch_attention.ATTENTION, **dispatch_attention.ATTENTION_NEXT})),
+             default_sources() + VARIANT_SOURCES["split"]),
 }
 
 for _variant, (_name, _desc, _sources) in (_ATTENTION | _CANDIDATES).items():

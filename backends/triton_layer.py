@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from harness import grid as hgrid
 from harness.errors import Unsupported
 from harness.meta_inputs import meta_gemm as _meta_gemm, meta_softmax as _meta_softmax, meta_vector_add as _meta_vector_add
@@ -342,7 +342,7 @@ def _va_grid(spec_fn):
 
 
 # -- lines of code: each variant's Sources, the planner's (harness.loc) -------------------------
-# A default counts the variants its planner can choose (dispatch.reachable) plus the planner and
+# Without Triton a default counts every variant (planned_sources) plus the planner and
 # the runtime; each variant's own row counts its Sources alone.
 _GEMM_SRC = "triton_src/gemm_epilogue_{}.py"
 VARIANT_SOURCES = {
@@ -371,9 +371,12 @@ PLANNER_SOURCES = {
 
 
 def default_sources(problem: str) -> list:
-    """The default's Sources: the variants ``dispatch.reachable`` says the planner can choose,
-    then the planner's."""
-    return planned_sources(VARIANT_SOURCES[problem], dispatch.reachable(problem), PLANNER_SOURCES[problem])
+    """The default's Sources, derived from its planner (``harness.planned``: the variants
+    ``dispatch.plan`` chooses over the suites' cases), then the binders and the runtime; every
+    variant when Triton, and so the planner, cannot be imported."""
+    if triton is not None:
+        return planned(dispatch.plan, problem, PLANNER_SOURCES[problem])
+    return planned_sources(VARIANT_SOURCES[problem], tuple(VARIANT_SOURCES[problem]), PLANNER_SOURCES[problem])
 
 
 @register(problem="vector_add", layer=LAYER, name="vector_add",

@@ -39,26 +39,11 @@ __all__ = ["ACT_CODE", "ALIGN", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM", "GEMM_PA
            "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT",
            "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase",
            "Launches", "Plan", "RowCase", "emit_instances", "family", "instances", "pack", "plan_gemm",
-           "plan_softmax", "plan_vector_add", "reachable", "rows_min_blocks", "source_of", "switched",
-           "tiled_ctas_per_sm", "tiled_smem", "ws_smem"]
+           "plan_softmax", "plan_vector_add", "plan", "rows_min_blocks", "source_of", "switched",
+           "tiled_ctas_per_sm", "tiled_smem", "VARIANTS", "ws_smem"]
 
 PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm)
 
-
-def reachable(problem: str) -> tuple[str, ...]:
-    """The paths the ``auto`` planner of ``problem`` can choose (read from its rules' tables): the
-    default's lines of code count these and only these (harness.planned_sources). Softmax: the
-    resident-bytes order, then smem, split and the online fallback (_softmax_auto); GEMM: the
-    tiled kernel (with its split-K reduction when GEMM["tiled_splitk"]), ws split-K, ping-pong, ws
-    and B repacked for TMA (_gemm_auto)."""
-    if problem == "vector_add":
-        return ("unmasked",)
-    if problem == "softmax":
-        return tuple(dict.fromkeys((*SOFTMAX["order"], *(("cluster",) if SOFTMAX["cluster_long"] else ()),
-                                    "smem", "split", "online")))
-    if problem == "gemm_epilogue":
-        return ("tiled", "splitk", "pingpong", "ws", "repack")
-    raise ValueError(f"problem: {problem!r} has no CUDA planner")
 
 # ---------------------------------------------------------------------------------------------------
 # kernel instances (the module's table and NVRTC's name expressions) and argument signatures
@@ -69,6 +54,10 @@ SIGNATURES = {k: v for m in PROBLEMS for k, v in m.SIGNATURES.items()}
 def instances() -> dict[str, list[str]]:
     """{source file: [instance, ...]}: every kernel instance a plan can name, by source."""
     return {src: names for m in PROBLEMS for src, names in m.instances().items()}
+
+
+#: each kernel family's source file (from the instance tables)
+KERNEL_FILE = {family(k): src for src, names in instances().items() for k in names}
 
 
 def source_of(kernel: str) -> str:
@@ -108,6 +97,78 @@ def pack(plan: Plan, pointers: dict, encode_tma=None) -> tuple[bytes, list[int]]
         else:
             blob += struct.pack(FMT[typ], int(val))
     return bytes(blob), offsets
+
+
+# ---------------------------------------------------------------------------------------------------
+# the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) -> Plan
+
+def _src(file: str, *kernels: str):
+    from kltools.plan import Source
+    return (Source(f"cuda_src/{file}", kernels=kernels),)
+
+
+#: the variants the default plans among, by algorithm word (docs/DESIGN.md): their kernel files and
+#: entry points (the launchers, backends/cuda_layer.py and backends/cupy_layer.py, bind every plan)
+VARIANTS = {
+    "vector_add": {"unmasked": _src("vector_add_unmasked.cu", "vector_add_unmasked_kernel")},
+    "softmax": {w: _src(f"softmax_{w}.cu", f"softmax_{w}_kernel")
+                for w in ("warp", "block", "rows", "cluster", "smem", "split", "online")},
+    "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel"),
+                      "ws": _src("gemm_epilogue_ws.cu", "gemm_ws_kernel"),
+                      "splitk": _src("gemm_epilogue_ws.cu", "gemm_ws_kernel")
+                      + _src("gemm_epilogue_splitk.cu", "gemm_splitk_reduce_kernel"),
+                      "pingpong": _src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")},
+}
+#: the planner's path names that are no word of their own (split-K on the tiled kernel: the
+#: id that runs it is cuda:gemm_epilogue_tiled, with splits)
+_WORD = {"tiled_splitk": "tiled", "pingpong_c2": "pingpong"}
+
+
+def device_of(device) -> Device:
+    """This planner's ``Device`` for a ``kltools.plan.Device`` (the H200 itself for the default)."""
+    from kltools.plan import H200 as KL_H200
+    if device == KL_H200:
+        return H200
+    hopper = tuple(device.cc) == (9, 0)
+    return Device(sms=device.sms, cc=tuple(device.cc), smem_optin=device.smem_per_cta,
+                  smem_per_sm=device.smem_per_sm, sm90a=hopper, clusters=tuple(device.cc) >= (9, 0))
+
+
+def _ld(op, cols: int) -> int:
+    """A 2-d operand's row stride as the launchers pass it (one row: its length)."""
+    return max(op.strides[0], 1) if op.shape[0] > 1 else max(cols, 1)
+
+
+def launches_for(problem: str, facts) -> Launches:
+    """The default's ``Launches`` for a case given as ``kltools.plan.Facts``."""
+    dev, ops, dt = device_of(facts.device), facts.operands, facts.dtype
+    if problem == "vector_add":
+        return plan_vector_add("auto", facts.N, dt, ops["x"].addr16, ops["y"].addr16, ops["out"].addr16, dev)
+    if problem == "softmax":
+        x, out = ops["x"], ops["out"]
+        return plan_softmax("auto", facts.M, facts.N, dt, _ld(x, facts.N), _ld(out, facts.N), x.addr16,
+                            out.addr16, dev)
+    if problem == "gemm_epilogue":
+        a, b, c = ops["a"], ops["b"], ops["out"]
+        return plan_gemm("auto", facts.M, facts.N, facts.K, dt, facts.params.get("act", "relu"), "bias" in ops,
+                         _ld(a, facts.K), _ld(b, facts.N), _ld(c, facts.N), a.addr16, b.addr16, c.addr16, dev)
+    raise ValueError(f"problem: {problem!r} is not one of {', '.join(VARIANTS)}")
+
+
+def plan(problem: str, facts):
+    """The default's plan (``cuda:<problem>``, ``cupy:<problem>``) for one case: the variant, the
+    launches' configuration, why, and the kernel files and entry points it launches."""
+    from kltools.plan import Plan, Source
+    ls = launches_for(problem, facts)
+    path = ls.info.get("path", "")
+    word = _WORD.get(path, path)
+    if ls.plans and word not in VARIANTS[problem]:
+        raise ValueError(f"plan: path {path!r} of {problem} is no word of VARIANTS")
+    srcs = tuple(dict.fromkeys(Source(f"cuda_src/{KERNEL_FILE[family(p.kernel)]}", kernels=(family(p.kernel),))
+                               for p in ls.plans))
+    if not ls.plans:   # an empty output: nothing to launch
+        word = next(iter(VARIANTS[problem]))
+    return Plan(problem, word, dict(ls.info), ls.info.get("why", ""), srcs)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -138,6 +138,63 @@ def reachable(problem: str, switches: dict | None = None) -> tuple[str, ...]:
     raise ValueError(f"problem: {problem!r} has no cuTile planner")
 
 
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
+def _src(file: str, kernels: tuple, host: tuple = ("bind_launch",)):
+    from kltools.plan import Source
+    return (Source(f"cutile_src/{file}", kernels=kernels, host=host),)
+
+
+#: the variants the defaults plan among, by algorithm word: kernel files, entry points and the host
+#: entries that bind them (the adapter, backends/cutile_layer.py, adds the compiler hints); the
+#: words GPU_VERIFIED's switches open are here too
+VARIANTS = {
+    "vector_add": {"unmasked": _src("vector_add_unmasked.py", ("vector_add_unmasked_kernel",))},
+    "softmax": {"rows": _src("softmax_rows.py", ("softmax_rows_kernel",)),
+                "online": _src("softmax_online.py", ("softmax_online_kernel",)),
+                "online_flat": _src("softmax_online_flat.py", ("softmax_online_flat_kernel",),
+                                    ("flat_ok", "flat_args", "bind_launch")),
+                "rows_tma": _src("softmax_rows_tma.py", ("softmax_rows_tma_kernel",)),
+                "online_tma": _src("softmax_online_tma.py", ("softmax_online_tma_kernel",)),
+                "split": _src("softmax_split.py", ("softmax_split_stats_kernel", "softmax_split_norm_kernel",
+                                                   "softmax_split_resident_kernel"), ("partials", "bind_launch"))},
+    "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",)),
+                      "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
+                                                                 "gemm_splitk_reduce_kernel"), ("workspace", "bind_launch")),
+                      "pack": _src("gemm_epilogue_pack.py", ("pack_rows_kernel",), ("packed_buffer", "bind_pack"))},
+}
+
+
+def _contiguous(op) -> bool:
+    """One dense run of elements (torch's ``is_contiguous``: sizes of 1 take any stride)."""
+    want = 1
+    for n, st in reversed(list(zip(op.shape, op.strides))):
+        if n != 1 and st != want:
+            return False
+        want *= n
+    return True
+
+
+def plan(problem: str, facts):
+    """The default's plan (``cutile:<problem>``) for one case given as ``kltools.plan.Facts``: the
+    variant and configuration of ``plan_*`` under GPU_VERIFIED (a packing plan launches the pack
+    kernel, then the tiled or split-K GEMM it wraps)."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    es, sms, ops = facts.esize, facts.device.sms, facts.operands
+    if problem == "vector_add":
+        return make_plan(problem, "unmasked", VARIANTS, plan_vector_add(facts.N, es))
+    if problem == "softmax":
+        contiguous = all(_contiguous(ops[n]) and ops[n].addr16 == 0 for n in ("x", "out"))
+        cfg = plan_softmax(facts.M, facts.N, es, sms, contiguous, facts.device.l2_bytes,
+                           rows16=facts.rows16("x", "out"))
+        return make_plan(problem, cfg["variant"], VARIANTS, cfg)
+    cfg = plan_gemm(facts.M, facts.N, facts.K, es, sms, a_rows16=ops["a"].rows16(es), b_rows16=ops["b"].rows16(es))
+    if cfg["variant"] != "pack":
+        return make_plan(problem, cfg["variant"], VARIANTS, cfg)
+    words = VARIANTS[problem]
+    return make_plan(problem, "pack", VARIANTS, cfg, sources=words["pack"] + words[cfg["GEMM"]["variant"]])
+
+
 def plan_vector_add(n: int, elem_size: int) -> dict:
     tile = VECTOR_ADD_TILE.get(elem_size, 2048)
     return {"variant": "unmasked", "TILE": tile, "grid": _cdiv(n, tile), "hints": {}}

@@ -32,6 +32,8 @@ import tempfile
 import threading
 import time
 
+from kltools.loc_marks import compile_step
+
 _REASON: list = []
 _LOCK = threading.Lock()
 _CACHE: dict = {}
@@ -271,6 +273,7 @@ def _save_to_disk(key, fn_c, ptx) -> None:
         pass                              # the cache is an optimisation: never fail a compile on it
 
 
+@compile_step
 def compile_kernel(key, fn, *args) -> Compiled:
     """``cute.compile(fn, *args)`` once per ``key`` (a hashable signature): cached in-process, and
     on disk across processes (the DSL's own file cache does not cover ``cute.compile``). A kernel
@@ -305,6 +308,7 @@ def compile_kernel(key, fn, *args) -> Compiled:
         return c
 
 
+@compile_step
 def cached(key) -> Compiled | None:
     return _CACHE.get(key)
 

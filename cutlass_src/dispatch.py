@@ -131,22 +131,24 @@ def gemm_time_us(M: int, N: int, K: int, tm: int, tn: int, weight: float, splits
 
 
 def plan_gemm(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
-              min_splits: int = 1, tma: bool = True, stage: bool = False, wide: bool = False) -> dict:
+              min_splits: int = 1, tma: bool = True, stage: bool = False, wide: bool = False,
+              probe: bool = True) -> dict:
     """plan_search's plan; with ``stage`` (GEMM_NEXT) and more than GEMM_STAGE_MIN_M rows, the A / B
     rows TMA cannot read copied to 16-byte rows (plan["stage"]: the operands) where that models
     faster (see GEMM_STAGE_MIN_M); with ``wide`` (GEMM_NEXT) GEMM_TILES_WIDE among the tiles where
-    that models GEMM_TIE faster."""
+    that models GEMM_TIE faster. ``probe=False``: the resident clusters from ``sms`` alone, no GPU
+    asked (``plan``)."""
     tiles = GEMM_TILES
-    plan = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, tiles)
+    plan = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, tiles, probe)
     if wide:   # a wide tile only where it models GEMM_TIE faster than the table's best
-        wider = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, GEMM_TILES + GEMM_TILES_WIDE)
+        wider = plan_search(M, N, K, widths, sms, schedule, min_splits, tma, GEMM_TILES + GEMM_TILES_WIDE, probe)
         if _plan_us(M, N, K, wider, sms) < (1 - GEMM_TIE) * _plan_us(M, N, K, plan, sms):
             plan, tiles = wider, GEMM_TILES + GEMM_TILES_WIDE
     ragged = [op for op, w in zip("ab", widths[:2]) if w < 8]
     if not (stage and tma and ragged and M > GEMM_STAGE_MIN_M):
         return plan
     wide_w = tuple(8 if op in ragged else w for op, w in zip("abc", widths))
-    staged = plan_search(M, N, K, wide_w, sms, schedule, min_splits, tma, tiles)
+    staged = plan_search(M, N, K, wide_w, sms, schedule, min_splits, tma, tiles, probe)
     t_now = _plan_us(M, N, K, plan, sms) * GEMM_RAGGED_SLOWDOWN
     copies = sum(4 * (M * K if op == "a" else K * N) for op in ragged)
     t_stage = _plan_us(M, N, K, staged, sms) + copies / (GEMM_HBM_GBPS * 1e3) + GEMM_STAGE_LAUNCH_US * len(ragged)
@@ -162,7 +164,7 @@ def _plan_us(M: int, N: int, K: int, plan: dict, sms: int | None) -> float:
 
 
 def plan_search(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None, schedule: str | None = None,
-                min_splits: int = 1, tma: bool = True, tiles_table=GEMM_TILES) -> dict:
+                min_splits: int = 1, tma: bool = True, tiles_table=GEMM_TILES, probe: bool = True) -> dict:
     """Schedule, tile, split count, cluster and load kind per operand for an M x N x K GEMM.
 
     ``widths``: the widest access (elements) A's, B's and C's rows allow; 8 (16 bytes) means TMA,
@@ -207,7 +209,7 @@ def plan_search(M: int, N: int, K: int, widths=(8, 8, 8), sms: int | None = None
             and tiles >= GEMM_CLUSTER_MIN_WAVES * sms):
         cluster_m = 2
     return {"schedule": sched, "tile": [tm, tn], "cluster_m": cluster_m, "splits": splits,
-            "loads": list(loads), "max_clusters": max_clusters(cluster_m), "tiles": tiles,
+            "loads": list(loads), "max_clusters": max_clusters(cluster_m) if probe else sms // cluster_m, "tiles": tiles,
             "waves": round(tiles * splits / sms, 3)}
 
 
@@ -376,18 +378,75 @@ def plan_smem(M: int, N: int, esize: int, sms: int, cluster: int | None = None) 
             "ctas_per_sm": min(per_sm_ctas, 2048 // threads)}
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose unforced (``plan_softmax``'s kernels,
-    ``plan_gemm``'s schedules): the default's lines of code count these and only these
-    (harness.planned_sources)."""
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
+def _src(file: str, kernels: tuple, host: tuple = ()):
+    from kltools.plan import Source
+    return (Source(f"cutlass_src/{file}", kernels=kernels, host=host),)
+
+
+def _kernel_class(file: str, cls: str, *host: str):
+    """A CuTe kernel class: its @cute.kernel method, and as host its @cute.jit launcher and the
+    named host functions."""
+    return _src(file, (f"{cls}.kernel",), (f"{cls}.__call__", *host))
+
+
+#: the variants the defaults plan among, by algorithm word: kernel files, entry points and the host
+#: entries that bind them ("simple": the two-pass twin's kernel, for rows longer than split holds)
+VARIANTS = {
+    "vector_add": {"unmasked": _kernel_class("vector_add_unmasked.py", "VectorAdd", "prepare_vector_add",
+                                             "_compile", "validate")},
+    "softmax": {"rows": _kernel_class("softmax_rows.py", "SoftmaxRows", "prepare_softmax_rows", "compile_rows"),
+                "block": _kernel_class("softmax_block.py", "SoftmaxBlock", "prepare_softmax_block", "compile_block"),
+                # with the helpers it shares with the split and cluster kernels
+                "smem": _src("softmax_smem.py", ("SoftmaxSmem.kernel", "SoftmaxSmem.vector"),
+                             ("SoftmaxSmem.__call__", "prepare_softmax_smem", "compile_smem", "smem_bytes"))
+                + _src("softmax_split.py", ("bulk_g2s", "merge")) + _src("softmax_cluster.py", ("load_peer_f32",)),
+                "split": _kernel_class("softmax_split.py", "SoftmaxSplit", "prepare_softmax_split", "compile_split",
+                                       "_slots"),
+                "cluster": _src("softmax_cluster.py", ("SoftmaxCluster.kernel", "load_peer_i64"),
+                                ("SoftmaxCluster.__call__", "prepare_softmax_cluster", "compile_cluster"))
+                + _src("softmax_split.py", ("pack_pair", "unpack_pair")),
+                "simple": _src("softmax.py", ("SoftmaxSimple.kernel",), ("SoftmaxSimple.__call__",))},
+    # the schedules; split-K's fix-up and the predicated copies are modes of the family's base
+    # (bases reached through ``self``): a plan names them where its splits and loads use them
+    "gemm_epilogue": {"ws": _src("gemm_epilogue_ws.py", ("GemmWS.kernel",)),
+                      "pingpong": _src("gemm_epilogue_pingpong.py", ("GemmPingpong.kernel", "GemmPingpong.step_over"))},
+}
+GEMM_MODES = {"splitk": _src("gemm_epilogue_splitk.py", ("SplitK.splitk_fixup", "split_range")),
+              "tiled": _src("gemm_epilogue_tiled.py", ("TiledCopies.gmem_copy", "TiledCopies.copy_predicated",
+                                                        "TiledCopies.c_copy"))}
+
+
+def _widths(facts) -> tuple[int, int, int]:
+    """Widest access for A, B and C in elements (``gemm_launch.operand_widths`` on facts)."""
+    def width(*qs):
+        a = 16
+        for q in qs:
+            while a > 2 and int(q) % a:
+                a //= 2
+        return a // 2
+    ops, M, N, K = facts.operands, facts.M, facts.N, facts.K
+    return (width(K * 2, ops["a"].strides[0] * 2 if M > 1 else 16, ops["a"].addr16),
+            width(N * 2, ops["b"].strides[0] * 2 if K > 1 else 16, ops["b"].addr16),
+            width(N * 2, ops["out"].strides[0] * 2 if M > 1 else 16, ops["out"].addr16))
+
+
+def plan(problem: str, facts):
+    """The default's plan (``cute:<problem>``) for one case given as ``kltools.plan.Facts``: the
+    kernel (softmax), the schedule (GEMM: with split-K's fix-up and the predicated copies where its
+    splits and loads take them) and the configuration ``plan_softmax`` / ``plan_gemm`` give."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    sms = facts.device.sms
     if problem == "vector_add":
-        return ("unmasked",)
+        return make_plan(problem, "unmasked", VARIANTS, {"unroll": VECTOR_ADD_UNROLL})
     if problem == "softmax":
-        return (("rows", "block") + (("cluster",) if SOFTMAX_CLUSTER_LONG else ())
-                + (("smem",) if SOFTMAX_SMEM_DEFAULT else ()) + ("split", "simple"))
-    if problem == "gemm_epilogue":
-        return tuple(dict.fromkeys(t[0] for t in GEMM_TILES))
-    raise ValueError(f"problem: {problem!r} has no CuTe DSL planner")
+        cfg = plan_softmax(facts.M, facts.N, facts.esize, facts.rows16("x", "out"), sms)
+        return make_plan(problem, cfg["kernel"], VARIANTS, cfg)
+    cfg = plan_gemm(facts.M, facts.N, facts.K, _widths(facts), sms, probe=False)
+    modes = (("splitk",) if cfg["splits"] > 1 else ()) + (("tiled",) if set(cfg["loads"]) - {"tma"} else ())
+    srcs = VARIANTS[problem][cfg["schedule"]] + tuple(s for m in modes for s in GEMM_MODES[m])
+    return make_plan(problem, cfg["schedule"], VARIANTS, cfg, sources=srcs)
 
 
 def plan_softmax(M: int, N: int, esize: int, aligned: bool = True, sms: int | None = None,

@@ -9,7 +9,6 @@ compile-only mode uses it); ``plan_*`` adds the tensors' own facts (alignment) a
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import NamedTuple
 
 import triton
 
@@ -19,25 +18,64 @@ from . import gemm_epilogue_tiled as gemm_tiled
 from . import gemm_epilogue_tma as gemm_tma
 from . import softmax_block, softmax_online, softmax_rows, softmax_smem, softmax_split, softmax_split_smem
 from . import vector_add_unmasked
-from .runtime import bind, bind_all
+from .runtime import Plan, bind, bind_all
 
 
-class Plan(NamedTuple):
-    variant: str
-    config: dict
-    launch: object
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ---------
+def _src(file: str, kernels: tuple, host: tuple = ("launch_spec",)):
+    from kltools.plan import Source
+    return (Source(f"gluon_src/{file}", kernels=kernels, host=host),)
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose (``softmax_choice``, ``gemm_choice``):
-    the default's lines of code count these and only these (harness.planned_sources)."""
+#: the variants the defaults plan among, by algorithm word: kernel files, entry points and the host
+#: entries that bind them (``plan_*`` below bind every plan: the runtime's ``bind``/``bind_all``)
+VARIANTS = {
+    "vector_add": {"unmasked": _src("vector_add_unmasked.py", ("vector_add_unmasked_kernel",), ("launch_spec", "config"))},
+    "softmax": {"rows": _src("softmax_rows.py", ("softmax_rows_kernel",)),
+                "block": _src("softmax_block.py", ("softmax_block_kernel",)),
+                "smem": _src("softmax_smem.py", ("softmax_smem_kernel",), ("bind_launch", "launch_spec")),
+                "split": _src("softmax_split.py", ("softmax_split_partial_kernel", "softmax_split_write_kernel"),
+                              ("launch_specs", "workspace")),
+                "online": _src("softmax_online.py", ("softmax_online_kernel",)),
+                "split_smem": _src("softmax_split_smem.py", ("softmax_split_smem_kernel", "_issue"),
+                                   ("bind_launch", "launch_spec", "grid_for", "programs_per_sm"))},
+    "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", ("gemm_epilogue_tma_kernel", "tile_coords"),
+                                  ("launch_spec", "check")),
+                      "tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",), ("launch_spec", "vec_facts")),
+                      "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
+                                     ("launch_specs", "workspace", "slices"))},
+    # the fourth problem's rules are dispatch_attention.py's
+    "attention": {"tma": _src("attention_tma.py", ("attention_tma_kernel",), ("launch_spec", "check"))},
+}
+
+
+def facts_of_device(device) -> dict:
+    """The device facts the rules read (``device_facts``'s keys) of a ``kltools.plan.Device``."""
+    return {"sms": device.sms, "regs_per_sm": device.regs_per_sm, "smem_per_sm": device.smem_per_sm,
+            "smem_per_block": device.smem_per_cta, "max_warps_per_sm": device.threads_per_sm // 32,
+            "l2_bytes": device.l2_bytes}
+
+
+def plan(problem: str, facts):
+    """The default's plan (``gluon:<problem>``) for one case given as ``kltools.plan.Facts``: the
+    variant and configuration of ``*_choice`` on the case's sizes and its operands' alignment."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    dev = facts_of_device(facts.device)
     if problem == "vector_add":
-        return ("unmasked",)
-    if problem == "softmax":
-        return ("rows", "block", "split", "smem", "online") + (("split_smem",) if SOFTMAX["split_smem"] else ())
-    if problem == "gemm_epilogue":
-        return ("tma", "tiled", "splitk")
-    raise ValueError(f"problem: {problem!r} has no Gluon planner")
+        x, y, out = (facts.meta(n) for n in ("x", "y", "out"))
+        variant, cfg = "unmasked", vector_add_choice(facts.N, facts.esize, vector_alignment(x, y, out))
+    elif problem == "softmax":
+        x, out = facts.meta("x"), facts.meta("out")
+        variant, cfg = softmax_choice(facts.M, facts.N, facts.esize, dev, softmax_smem.supports_tensors(x, out) is None,
+                                      softmax_split_smem.supports_tensors(x, out) is None)
+    elif problem == "attention":
+        from .dispatch_attention import attention_choice
+        variant, cfg = attention_choice(facts.B, facts.Hq, facts.Sq, facts.D, facts.esize, dev)
+    else:
+        a, b, out = facts.meta("a"), facts.meta("b"), facts.meta("out")
+        variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_tma.check(a, b, out) is None, dev)
+    return make_plan(problem, variant, VARIANTS, cfg)
 
 
 # -- vector add --------------------------------------------------------------------------------

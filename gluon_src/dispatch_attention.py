@@ -5,7 +5,7 @@ bytes of a K / V tile, shared memory an SM - never a list of shapes (docs/perfor
 """
 from __future__ import annotations
 
-from .dispatch import Plan
+from .runtime import Plan, bind
 
 ATTENTION = {
     # query rows a program: 128 (two 64-row warpgroups sharing each K / V tile) when the 128-row
@@ -20,12 +20,6 @@ ATTENTION = {
     "stages": (2, 4),
     "smem_reserve": 2048,
 }
-
-
-def reachable(problem: str) -> tuple[str, ...]:
-    if problem == "attention":
-        return ("tma",)
-    raise ValueError(f"problem: {problem!r} is not planned here")
 
 
 def attention_choice(B: int, Hq: int, Sq: int, D: int, elem_size: int, facts: dict, A=None) -> tuple[str, dict]:
@@ -43,7 +37,6 @@ def attention_choice(B: int, Hq: int, Sq: int, D: int, elem_size: int, facts: di
 
 def plan_attention(q, k, v, out, causal: int, A=None) -> Plan:
     from . import attention_tma, device_facts
-    from .runtime import bind
     if (why := attention_tma.check(q, k, v, out)):
         raise ValueError(why)
     variant, cfg = attention_choice(q.shape[0], q.shape[1], q.shape[2], q.shape[3], q.element_size(),

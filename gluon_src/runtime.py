@@ -20,6 +20,13 @@ class Spec(NamedTuple):
     options: dict
 
 
+class Plan(NamedTuple):
+    """What a default runs: the variant, its configuration, the bound launch."""
+    variant: str
+    config: dict
+    launch: object
+
+
 def bind(spec: Spec, device: torch.device) -> Callable[[], None]:
     kernel, args = spec.kernel, spec.args
     grid = tuple(int(g) for g in spec.grid) + (1,) * (3 - len(spec.grid))

@@ -16,7 +16,7 @@ from rich.console import Console
 from .args import UsageError, _device, _positive, _selectors, problems_arg, setup  # noqa: F401
 
 EXTERNAL = ("harness.loc", "harness.model", "harness.inspect_cmd", "harness.grid", "harness.selftest", "harness.report_cmd",
-            "harness.crosscheck", "harness.store_cmd", "harness.check_cmd")
+            "harness.crosscheck", "harness.store_cmd", "harness.check_cmd", "harness.plan_cmd")
 
 
 class _Parser(argparse.ArgumentParser):

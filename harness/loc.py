@@ -62,7 +62,7 @@ PY_SUFFIXES = (".py",)
 TOOL_PACKAGES = ("harness", "kltools")
 CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".hh")
 
-__all__ = ["count_source", "count_impl", "explain_text", "is_planner", "REPO_ROOT"]
+__all__ = ["count_source", "count_impl", "explain_text", "is_planner", "line_sets", "REPO_ROOT"]
 
 
 # -- public API --------------------------------------------------------------------------------
@@ -142,6 +142,8 @@ def _cached(impl, sources, root) -> dict:
     spec = [str(rootp), getattr(impl, "role", None), _digest(Path(__file__)),
             [[s.path, list(s.kernels) if s.kernels is not None else None, list(s.host),
               getattr(s, "variant", None)] for s in sources]]
+    if _is_planned(impl):   # derived from what the planner ran and the layer's other kernels
+        spec += [_digest(Path(__file__).with_name("loc_plan.py")), impl.sources.trace_key(impl.layer)]
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
     path = _cache_dir() / f"{key}.json"
     try:
@@ -162,7 +164,14 @@ def _cached(impl, sources, root) -> dict:
     return out
 
 
-def _count_impl(impl, sources, root, explain: bool) -> dict:
+def line_sets(impl, root: Path | str = REPO_ROOT) -> tuple[dict, dict, dict, list, list]:
+    """({file: kernel lines}, {file: host lines}, {file: plan lines}, files, spans) of an
+    implementation: the line sets ``count_impl`` sums (the HTML report marks them). A default
+    registered with ``harness.planned`` is derived from its planner (``_derived``); every other
+    implementation counts what its Sources reach, the host lines in planner files
+    (``is_planner``) in the plan column."""
+    sources = tuple(getattr(impl, "sources", ()) or ())
+    derived = _derived(impl) if _is_planned(impl) else None
     kernel: dict[Path, set[int]] = {}
     host: dict[Path, set[int]] = {}
     files: list[str] = []
@@ -170,56 +179,82 @@ def _count_impl(impl, sources, root, explain: bool) -> dict:
     for src in sources:
         path = _resolve(src.path, root)
         a = _reach(path, _names(src.kernels, "kernels") if src.kernels is not None else None,
-                   _names(src.host, "host"))
+                   _names(src.host, "host"), derived["policy"] if derived else None)
         for f, ls in a.kernel_lines.items():
             kernel.setdefault(f, set()).update(ls)
         for f, ls in a.host_lines.items():
             host.setdefault(f, set()).update(ls)
-        for f in a.files:
-            name = _display(f, root)
-            if name not in files:
-                files.append(name)
+        files += [_display(f, root) for f in a.files if _display(f, root) not in files]
         var = getattr(src, "variant", None)
         spans.extend(sp if not var or "named as" not in sp[5] else
-                     sp[:5] + (f"{sp[5]} (variant {var!r}, which the planner can choose)",)
+                     sp[:5] + (f"{sp[5]} (variant {var!r}, which the planner chose)",)
                      for sp in a.spans)
     host = {f: ls - kernel.get(f, set()) for f, ls in host.items()}
-    plan = {f: ls for f, ls in host.items() if is_planner(f)}
+    if derived:
+        plan = {f: ls - kernel.get(f, set()) for f, ls in derived["plan"].items()}
+        host = {f: ls - plan.get(f, set()) for f, ls in host.items()}
+        files += [_display(f, root) for f in plan if _display(f, root) not in files]
+        spans += [(f, a, b, "plan", unit, why) for f, a, b, unit, why in derived["spans"]]
+    else:
+        plan = {f: ls for f, ls in host.items() if is_planner(f)}
+        host = {f: ls for f, ls in host.items() if f not in plan}
+        spans = [sp if not (sp[3] == "host" and is_planner(sp[0])) else sp[:3] + ("plan",) + sp[4:]
+                 for sp in spans]
     if getattr(impl, "role", None) == "simple":
         # a teaching twin runs one kernel: no planner chooses for it (what it reaches of one
         # is not its code), so its plan column is 0 by the rule
-        plan = {f: set() for f in plan}
-        kept = {f for f in host if f not in plan}
-        host = {f: host[f] for f in kept}
-        spans = [sp for sp in spans if not (sp[3] == "host" and is_planner(sp[0]))]
+        plan = {}
+        spans = [sp for sp in spans if sp[3] != "plan"]
+    return kernel, host, plan, files, spans
+
+
+def _count_impl(impl, sources, root, explain: bool) -> dict:
+    kernel, host, plan, files, spans = line_sets(impl, root)
     out = {"kernel": sum(len(v) for v in kernel.values()),
-           "host": sum(len(ls) for f, ls in host.items() if f not in plan),
+           "host": sum(len(v) for v in host.values()),
            "plan": sum(len(v) for v in plan.values()),
            "files": files}
+    if _is_planned(impl):
+        out["choices"] = dict(impl.sources.choices)
     if explain:
         seen, rows = set(), []
+        cols = {"kernel": kernel, "host": host, "plan": plan}
         for f, first, last, col, unit, why in spans:
-            if col == "host" and is_planner(f):
-                col = "plan"
-            lines = (kernel if col == "kernel" else host).get(f, set())
-            mine = {n for n in lines if first <= n <= last and (f, n) not in seen}
+            mine = {n for n in cols[col].get(f, set()) if first <= n <= last and (f, n) not in seen}
             if not mine:
                 continue
             seen |= {(f, n) for n in mine}
-            rows.append((_display(f, root), first, last, col, unit, why, len(mine)))
+            rows.append((_display(f, root), first, last, col, unit, why, len(mine), sorted(mine)))
         out["spans"] = rows
     return out
 
 
-def explain_text(impl, root: Path | str = REPO_ROOT) -> str:
-    """``loc IMPL --explain``: every counted span, its column and why it counts, then the sums."""
+def _is_planned(impl) -> bool:
+    """A default registered with ``harness.planned`` (``harness.loc_plan.PlannedSources``)."""
+    return hasattr(getattr(impl, "sources", None), "derived")
+
+
+def _derived(impl) -> dict:
+    """What a planned default's count needs beyond its Sources (``PlannedSources.derived``): the
+    plan column's lines and their explanation, and the ``_Policy`` of the reach."""
+    return impl.sources.derived(impl.layer)
+
+
+def explain_text(impl, root: Path | str = REPO_ROOT, lines: bool = False) -> str:
+    """``loc IMPL --explain``: every counted span, its column and why it counts, then the sums;
+    ``lines``: under each span, every counted line with its number and text."""
     c = count_impl(impl, root, explain=True)
     if c["kernel"] is None:
         return f"{impl.id}: no sources registered (a library call): no lines counted"
     out = [f"{impl.id} ({impl.problem}, {impl.role}): kernel {c['kernel']} / host {c['host']} / "
            f"plan {c['plan']}"]
-    for f, first, last, col, unit, why, n in sorted(c["spans"], key=lambda r: (r[3], r[0], r[1])):
+    if c.get("choices"):
+        out.append("  plan() over every suite's case: " + ", ".join(f"{w} {n}" for w, n in sorted(c["choices"].items())))
+    for f, first, last, col, unit, why, n, nums in sorted(c["spans"], key=lambda r: (r[3], r[0], r[1])):
         out.append(f"  {f}:{first}-{last}  {col:6s} {n:4d}  {unit}: {why}")
+        if lines:
+            text = _resolve(f, root).read_text(encoding="utf-8", errors="replace").splitlines()
+            out += [f"      {k:5d}  {text[k - 1]}" for k in nums]
     return "\n".join(out)
 
 
@@ -230,6 +265,7 @@ def add_parser(subparsers):
     p.add_argument("impl", nargs="+", help="implementation id layer:name (several allowed)")
     p.add_argument("--problem", default=None, help="needed when the id exists for several problems")
     p.add_argument("--explain", action="store_true", help="every counted span, its column and why")
+    p.add_argument("--lines", action="store_true", help="with --explain: every counted line, under its span")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE")
     p.set_defaults(func=_main)
     return p
@@ -245,7 +281,7 @@ def _main(args) -> int:
                              + (f" for problem {args.problem!r}" if args.problem else ""))
         for impl in impls:
             if args.explain:
-                print(explain_text(impl))
+                print(explain_text(impl, lines=args.lines))
             else:
                 c = count_impl(impl)
                 print(f"{impl.id} ({impl.problem}): kernel {c['kernel']} / host {c['host']} / plan {c['plan']}")
@@ -316,9 +352,20 @@ def _module(path: Path):
 _REACH: dict[tuple, tuple] = {}   # (key, stamp) -> (((file, stamp) of its files), _Reach)
 
 
-def _reach(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Reach:
+@dataclass(frozen=True)
+class _Policy:
+    """What a derived count keeps the reach out of (harness.loc_plan): ``barrier`` units (file,
+    name) the host reach never enters -- the planner's own units (counted by execution, in the
+    plan column) and the kernels of variants the default never launches -- and ``dead_files``,
+    the files only such variants use."""
+    barrier: frozenset = frozenset()
+    dead_files: frozenset = frozenset()
+
+
+def _reach(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...],
+           policy: _Policy | None = None) -> _Reach:
     mod = _module(path)
-    key = (str(path), kernels, host)
+    key = (str(path), kernels, host, policy)
     files = (mod.files() if isinstance(mod, _CppFile) else None)
     stamp = tuple((str(f), f.stat().st_mtime_ns) for f in (files or [path]))
     hit = _REACH.get((key, stamp))
@@ -327,7 +374,7 @@ def _reach(path: Path, kernels: tuple[str, ...] | None, host: tuple[str, ...]) -
     if hit is not None and all(_stamp(f) == st for f, st in hit[0]):
         return hit[1]
     if isinstance(mod, _PyModule):
-        r = _py_reach(mod, kernels, host)
+        r = _py_reach(mod, kernels, host, policy or _Policy())
     else:
         r = _CppProgram(mod).analyze(kernels, host)
     _REACH[(key, stamp)] = (tuple((f, _stamp(f)) for f in r.files), r)
@@ -367,6 +414,7 @@ def _unknown(path: Path, arg: str, name: str, known: Iterable[str]) -> ValueErro
 
 # -- Python ------------------------------------------------------------------------------------
 _KERNEL_ATTRS = {"jit", "kernel", "autotune", "heuristics"}
+_MARKS = ("compile_step", "interpreter_only", "interpreter_flag")   # kltools.loc_marks
 _KERNEL_ROOTS = {"triton", "tl", "cute", "cutlass"}
 _SKIP_TOKENS = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
                 tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
@@ -382,6 +430,7 @@ class _PyUnit:
     first: int
     last: int
     is_table: bool = False   # a module-level assignment (a plain-data table or constant)
+    mark: str | None = None  # a kltools.loc_marks decorator: compile_step, interpreter_only, ...
 
 
 class _PyModule:
@@ -450,7 +499,7 @@ class _PyModule:
                 name = f"{cls}.{node.name}" if cls else node.name
                 self._add(_PyUnit(name, node, cls, False,
                                   any(self._is_kernel_decorator(d) for d in node.decorator_list),
-                                  *self._span(node)))
+                                  *self._span(node), mark=self._mark_of(node.decorator_list)))
             elif isinstance(node, ast.ClassDef):
                 if cls is None:
                     self._add(_PyUnit(node.name, node, None, True, False, *self._span(node)))
@@ -481,8 +530,54 @@ class _PyModule:
         if old is not None:
             unit.first, unit.last = min(old.first, unit.first), max(old.last, unit.last)
             unit.decorated_kernel = unit.decorated_kernel or old.decorated_kernel
+            unit.mark = unit.mark or old.mark
             unit.node = ast.Module(body=[old.node, unit.node], type_ignores=[])
         self.units[unit.name] = unit
+
+    def _mark_of(self, decorators) -> str | None:
+        """The ``kltools.loc_marks`` mark among ``decorators`` (``@compile_step``,
+        ``@loc_marks.compile_step``...), if any."""
+        for dec in decorators:
+            name = dec.attr if isinstance(dec, ast.Attribute) else getattr(dec, "id", None)
+            root = dec
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            origin = self.aliases.get(getattr(root, "id", ""), "")
+            if name in _MARKS and origin.startswith("kltools"):
+                return name
+        return None
+
+    def dead(self) -> tuple[frozenset, frozenset]:
+        """(line numbers, ids of AST nodes) of the branches a GPU run never takes: those an
+        ``@interpreter_flag`` function's call guards (``if flag():`` its body, ``if not flag():``
+        its else part, ``a if flag() else b`` its ``a``). Counted nowhere, followed nowhere."""
+        if getattr(self, "_dead", None) is None:
+            lines: set[int] = set()
+            nodes: set[int] = set()
+            for node in ast.walk(self.tree):
+                if not isinstance(node, (ast.If, ast.IfExp)):
+                    continue
+                test, negated = node.test, False
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, negated = test.operand, True
+                if not (isinstance(test, ast.Call) and self._is_flag(test.func)):
+                    continue
+                dead = node.orelse if negated else node.body
+                for d in (dead if isinstance(dead, list) else [dead]):
+                    lines.update(range(d.lineno, d.end_lineno + 1))
+                    nodes.update(id(n) for n in ast.walk(d))
+                if isinstance(node, ast.If) and node.orelse and negated:   # the "else:" line itself
+                    lines.update(range(node.body[-1].end_lineno + 1, node.orelse[0].lineno))
+            self._dead = (frozenset(lines), frozenset(nodes))
+        return self._dead
+
+    def _is_flag(self, func) -> bool:
+        r = self._ref(func, None)
+        if isinstance(r, str):
+            return self.units[r].mark == "interpreter_flag"
+        if isinstance(r, tuple):
+            return _module(r[0]).units[r[1]].mark == "interpreter_flag"
+        return False
 
     @staticmethod
     def _span(node) -> tuple[int, int]:
@@ -503,11 +598,12 @@ class _PyModule:
                     local.add(node.arg)
                 elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                     local.add(node.id)
+        dead = self.dead()[1]
         stack = [unit.node]
         while stack:
             node = stack.pop()
             for child in ast.iter_child_nodes(node):
-                if id(child) in skip and child is not unit.node:
+                if (id(child) in skip or id(child) in dead) and child is not unit.node:
                     continue
                 stack.append(child)
             r = self._ref(node, unit.cls if not unit.is_class else unit.name)
@@ -580,7 +676,7 @@ class _PyModule:
         for n in names:
             u = self.units[n]
             out.update(range(u.first, u.last + 1))
-        return out & self.code_lines
+        return (out & self.code_lines) - self.dead()[0]
 
 def _module_file(importer: Path, dotted: str, level: int) -> Path | None:
     """The project file a (possibly relative) module name refers to, or None (a package from
@@ -627,7 +723,8 @@ def _py_spans(here: Path, unit, kernel_nodes, host_nodes, via: dict, hvia: dict)
     return tuple(label(n) for n in kernel_nodes), tuple(label(n) for n in host_nodes), tuple(spans)
 
 
-def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str, ...]) -> _Reach:
+def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str, ...],
+              policy: _Policy = _Policy()) -> _Reach:
     """Kernel and host units reached from the named entry points of ``mod``, across files."""
     for arg, names in (("kernels", kernels or ()), ("host", host)):
         for n in names:
@@ -652,9 +749,13 @@ def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str
     def unit(node):
         return m(node[0]).units[node[1]]
 
+    def blocked(node):
+        """Counted in no column (a mark of kltools.loc_marks, or a file of a dead variant)."""
+        return node[0] in policy.dead_files or unit(node).mark in ("compile_step", "interpreter_only")
+
     via: dict = {}
     kernel_nodes = _closure([(here, k) for k in kernels], lambda n: node_refs(n, lambda p: set()),
-                            lambda r: not unit(r).is_class, via)
+                            lambda r: not unit(r).is_class and not blocked(r), via)
     kset = set(kernel_nodes)
 
     def is_device(node):
@@ -674,10 +775,12 @@ def _py_reach(mod: "_PyModule", kernels: tuple[str, ...] | None, host: tuple[str
             knodes[path] = ids
         return knodes[path]
 
+    def host_ok(r):
+        return r not in kset and not unit(r).decorated_kernel and r not in policy.barrier and not blocked(r)
+
     hvia: dict = {}
-    host_nodes = [n for n in _closure([(here, h) for h in host], lambda n: node_refs(n, skip_of),
-                                      lambda r: r not in kset and not unit(r).decorated_kernel, hvia)
-                  if n not in kset]
+    start = [(here, h) for h in host if (here, h) not in policy.barrier and not blocked((here, h))]
+    host_nodes = [n for n in _closure(start, lambda n: node_refs(n, skip_of), host_ok, hvia) if n not in kset]
     klines: dict[Path, set[int]] = {}
     hlines: dict[Path, set[int]] = {}
     for path, name in kernel_nodes:

@@ -43,3 +43,27 @@ def meta_attention(case):
         return torch.empty(B, h, s, D, dtype=dt, device="meta")
     return (tensor(case.Hq, case.Sq), tensor(case.Hkv, case.Sk), tensor(case.Hkv, case.Sk),
             torch.empty(B, case.Hq, case.Sq, D, dtype=dt, device="meta"))
+
+
+def case_facts(case, device=None):
+    """The case as the planners' ``kltools.plan.Facts``: sizes, dtype, parameters and each
+    operand's strides and 16-byte alignment, read from the meta tensors above (the layouts the
+    suites give); ``device`` a ``kltools.plan.Device`` (default: the H200 every plan made without
+    a GPU assumes)."""
+    from kltools.plan import H200, facts_of
+
+    if case.problem == "vector_add":
+        x, y, out = meta_vector_add(case)
+        tensors = {"x": x, "y": y, "out": out}
+    elif case.problem == "softmax":
+        x, out = meta_softmax(case)
+        tensors = {"x": x, "out": out}
+    elif case.problem == "gemm_epilogue":
+        a, b, bias, _, out = meta_gemm(case)
+        tensors = {"a": a, "b": b, "bias": bias, "out": out}
+    elif case.problem == "attention":
+        q, k, v, out = meta_attention(case)
+        tensors = {"q": q, "k": k, "v": v, "out": out}
+    else:
+        raise ValueError(f"case: no planner facts for problem {case.problem!r}")
+    return facts_of(case.problem, case.dims, case.dtype, case.params, tensors, device or H200)

@@ -86,27 +86,15 @@ def role_of(problem: str, name: str, baseline: bool = False) -> str:
     return "variant"
 
 
-@dataclass(frozen=True)
-class Source:
-    """Where the LOC counter looks: a file, its kernel entry points and its host entry points.
-
-    Kernel lines = the named kernels (or, in Python, every ``@triton.jit`` / ``@cute.kernel`` /
-    ``@cute.jit`` function when ``kernels`` is None) plus the device helpers they call; host
-    lines = the named host functions plus the host helpers they call.
-    """
-
-    path: str
-    kernels: tuple[str, ...] | None = None
-    host: tuple[str, ...] = ()
-    #: the planner's variant this Source is counted for (set by ``planned_sources``)
-    variant: str | None = None
+# where the LOC counter looks (the kernel folders name their variants' files with it too)
+from kltools.plan import Source  # noqa: E402
 
 
 def planned_sources(variants, reachable, common=()) -> list[Source]:
-    """A default's Sources derived from its planner (the LOC rule, harness.loc): the Sources of
-    each variant in ``reachable`` -- the set the layer's dispatch says its planner can choose for
-    the problem (e.g. ``dispatch.reachable("softmax")``) -- then ``common`` (the host and planner
-    Sources every variant shares). A variant the planner can never choose is not counted.
+    """A default's Sources from a list of the variants it may run: the Sources of each variant in
+    ``reachable``, then ``common`` (the host and planner Sources every variant shares). What a
+    layer whose planner cannot be imported (its package missing) counts; a layer's default is
+    derived from its planner instead (``harness.planned``, harness/loc_plan.py).
 
     ``variants`` maps a variant name to its Source or Sources (a table of every variant the layer
     has); a reachable variant missing from it is a ValueError naming it."""
@@ -209,7 +197,8 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
             raise TypeError(f"register: {fn!r} is not callable")
         impl = Implementation(problem=problem, layer=layer, name=name, prepare=fn,
                               description=description or (fn.__doc__ or "").strip().split("\n")[0],
-                              sources=tuple(sources), devices=tuple(devices),
+                              sources=sources if hasattr(sources, "plan") else tuple(sources),
+                              devices=tuple(devices),
                               available_fn=available, supports_fn=supports,
                               compile_only_fn=compile_only, baseline=baseline,
                               role=role or role_of(problem, name, baseline),
@@ -231,43 +220,69 @@ def register(problem: str, layer: str, name: str, *, description: str = "",
 # -- loading -----------------------------------------------------------------------------------
 _loaded_backends = False
 _loaded_modules: set[str] = set()
+_loaded_packages: set[str] = set()   # the adapter packages imported (their modules name their rows)
 _loading: list[str] = []     # the adapter being imported now (Implementation.adapter)
 BACKEND_ERRORS: dict[str, str] = {}
+#: the entry-point group that names adapter packages (pyproject.toml, [project.entry-points]):
+#: the harness imports no layer by name; a package of another distribution may add layers too
+ADAPTER_GROUP = "kernel_layers.adapters"
+
+
+def adapter_packages() -> list[str]:
+    """The adapter packages to load, in order: the ``kernel_layers.adapters`` entry points of the
+    installed distributions, and -- run from a checkout, where the installed metadata may be
+    older or missing -- the same table of the checkout's ``pyproject.toml``."""
+    from importlib.metadata import entry_points
+
+    names = [ep.value for ep in entry_points(group=ADAPTER_GROUP)]
+    pp = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pp.is_file():
+        import tomllib
+        table = tomllib.loads(pp.read_text()).get("project", {}).get("entry-points", {})
+        names += list(table.get(ADAPTER_GROUP, {}).values())
+    return list(dict.fromkeys(names))
 
 
 def load_backends(modules=None) -> None:
-    """Import every adapter ``backends.ADAPTERS`` declares (``modules``: only these, e.g.
-    ``["backends.cute_layer"]`` - what a worker that runs only those rows needs); one whose file
-    is missing or fails to import is recorded in ``BACKEND_ERRORS``, not fatal."""
+    """Import every adapter module the adapter packages declare (each package's ``ADAPTERS``, in
+    order; ``modules``: only these, e.g. ``["backends.cute_layer"]`` - what a worker that runs only
+    those rows needs); one whose file is missing or fails to import is recorded in
+    ``BACKEND_ERRORS``, not fatal."""
     global _loaded_backends
     if _loaded_backends:
         return
-    import backends
-
-    here = Path(backends.__file__).parent
-    wanted = None if modules is None else {m.rsplit(".", 1)[-1] for m in modules}
-    for mod in backends.ADAPTERS:
-        if (wanted is not None and mod not in wanted) or mod in _loaded_modules:
-            continue
-        _loaded_modules.add(mod)
-        if not (here / f"{mod}.py").is_file():
-            BACKEND_ERRORS[mod] = f"declared in backends.ADAPTERS but backends/{mod}.py does not exist"
-            continue
-        _loading.append(f"backends.{mod}")
+    wanted = None if modules is None else set(modules)
+    for pkg_name in adapter_packages():
         try:
-            importlib.import_module(f"backends.{mod}")
+            pkg = importlib.import_module(pkg_name)
         except Exception as e:
-            BACKEND_ERRORS[mod] = f"{type(e).__name__}: {e}"
-        finally:
-            _loading.pop()
+            BACKEND_ERRORS[pkg_name] = f"{type(e).__name__}: {e}"
+            continue
+        _loaded_packages.add(pkg_name)
+        here = Path(pkg.__file__).parent
+        for mod in getattr(pkg, "ADAPTERS", ()):
+            full = f"{pkg_name}.{mod}"
+            if (wanted is not None and full not in wanted) or full in _loaded_modules:
+                continue
+            _loaded_modules.add(full)
+            if not (here / f"{mod}.py").is_file():
+                BACKEND_ERRORS[mod] = f"declared in {pkg_name}.ADAPTERS but {pkg_name}/{mod}.py does not exist"
+                continue
+            _loading.append(full)
+            try:
+                importlib.import_module(full)
+            except Exception as e:
+                BACKEND_ERRORS[mod] = f"{type(e).__name__}: {e}"
+            finally:
+                _loading.pop()
     _loaded_backends = wanted is None
 
 
 def _adapter_of(fn) -> str | None:
-    """The adapter module registering ``fn``: its own module when that is one of ``backends``
-    (also when another adapter's import brought it in), else the adapter being loaded."""
+    """The adapter module registering ``fn``: its own module when that is an adapter module (also
+    when another adapter's import brought it in), else the adapter being loaded."""
     mod = getattr(fn, "__module__", "") or ""
-    if mod.startswith("backends.") and not _current_origin:
+    if mod.rsplit(".", 1)[0] in _loaded_packages and not _current_origin:
         return mod
     return _loading[-1] if _loading and not _current_origin else None
 

@@ -134,17 +134,58 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def reachable(problem: str, pending: bool = False) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose (``Plan.variant`` of ``plan_*``): the
-    default's lines of code count these and only these (harness.planned_sources); ``pending``:
-    the planner with the pending rules on (the ``_next`` candidates)."""
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
+def _src(file: str, *kernels: str):
+    from kltools.plan import Source
+    return tuple(Source(f"helion_src/{file}", kernels=(k,)) for k in kernels)
+
+
+#: the variants the defaults plan among, by algorithm word: the kernel files and functions (the
+#: adapter, backends/helion_layer.py, binds every plan: Helion compiles and launches the kernel);
+#: the pending rules (SOFTMAX_NEXT) launch the frame kernels under the same words, and split
+VARIANTS = {
+    "vector_add": {"block": _src("vector_add.py", "vector_add")},
+    "softmax": {"rows": _src("softmax.py", "softmax"), "online": _src("softmax_online.py", "softmax_online"),
+                "split": _src("softmax_split.py", "softmax_split_stats", "softmax_split_norm")},
+    "gemm_epilogue": {"tiled": _src("gemm_epilogue.py", "gemm_epilogue"),
+                      "splitk": _src("gemm_epilogue_splitk.py", "gemm_partial_sums", "splitk_epilogue")},
+}
+
+
+def _kernel_source(kernel):
+    """The file and function of a Helion kernel (its ``fn``), as a ``Source``."""
+    import inspect
+    from pathlib import Path
+
+    from kltools.plan import Source
+    fn = getattr(kernel, "fn", kernel)
+    path = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(__file__).resolve().parent.parent)
+    return Source(path.as_posix(), kernels=(fn.__name__,))
+
+
+def plan(problem: str, facts):
+    """The default's plan (``helion:<problem>``) for one case given as ``kltools.plan.Facts``: the
+    planner the switches select now (``softmax_planner``, ``gemm_planner``), its class, Helion
+    configuration and the kernels it launches."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
     if problem == "vector_add":
-        return ("block",)
-    if problem == "softmax":
-        return ("rows", "online", "split") if SOFTMAX_NEXT or pending else ("rows", "online")
-    if problem == "gemm_epilogue":
-        return ("tiled", "splitk") if GEMM_NEXT or pending else ("tiled",)
-    raise ValueError(f"problem: {problem!r} has no Helion planner")
+        p = plan_vector_add(facts.N, facts.esize)
+    elif problem == "softmax":
+        planner = softmax_planner()
+        extra = ({"framed": frame.frame_args(facts.meta("x"), facts.meta("out")) is not None, "sms": facts.device.sms}
+                 if planner is plan_softmax_next else {})
+        p = planner(facts.M, facts.N, facts.esize, **extra)
+    else:
+        # rows of A and B on 16-byte boundaries: each row stride and start (one row included)
+        aligned = all(o.strides[0] * facts.esize % 16 == 0 and o.addr16 == 0
+                      for o in (facts.operands["a"], facts.operands["b"]))
+        p = gemm_planner()(facts.M, facts.N, facts.K, facts.esize, aligned=aligned, sms=facts.device.sms)
+    cfg = {"rule": p.rule, "config": dict(p.config)}
+    if p.pieces:
+        cfg["pieces"] = [list(r) for r in p.pieces]
+    kernels = (p.kernel,) + ((p.epilogue[0],) if p.epilogue else ())
+    return make_plan(problem, p.variant, VARIANTS, cfg, why=p.rule, sources=tuple(_kernel_source(k) for k in kernels))
 
 
 def softmax_planner(pending: bool = False):

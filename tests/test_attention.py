@@ -265,10 +265,14 @@ def test_gluon_rows_on_the_gpu(iid):
 def test_split_rule_is_a_switch_and_reads_the_grid():
     pytest.importorskip("triton")
     from triton_src import H200
-    from triton_src.dispatch_attention import ATTENTION, ATTENTION_NEXT, attention_choice, reachable
-    assert not ATTENTION["split"] and reachable("attention") == ("tma",)
+    from triton_src.dispatch_attention import ATTENTION, ATTENTION_NEXT, attention_choice
+    assert not ATTENTION["split"]
+    # the default counts the kernels its planner chooses (no split); the candidate with the switch, split's too
+    files = {s.path for s in registry.get("attention", "triton:attention").sources}
+    assert "triton_src/attention_split.py" not in files and "triton_src/attention_tma.py" in files
+    assert "triton_src/attention_split.py" in {s.path for s in registry.get("attention", "triton:attention_next",
+                                                                               candidates=True).sources}
     nxt = {**ATTENTION, **ATTENTION_NEXT}
-    assert reachable("attention", nxt) == ("tma", "split")
     # a 64-query chunk of 4 x 32 heads against 8k keys: 128 programs < 132 SMs -> split
     v, cfg = attention_choice(4, 32, 64, 8192, 128, 2, H200, nxt)
     assert v == "split" and cfg["SPLITS"] >= 2

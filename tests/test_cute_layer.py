@@ -635,7 +635,6 @@ def test_plan_cluster_rule():
         for N in (4000, 16385, 32000, 65536, 128256, 200003, 786433):
             for es, aligned in ((2, True), (4, False)):
                 assert dispatch.plan_softmax(M, N, es, aligned, sms=SMS)["kernel"] != "cluster", (M, N, es)
-    assert "cluster" not in dispatch.reachable("softmax")
 
 
 def test_next_sends_long_rows_to_the_cluster_kernel():
@@ -651,7 +650,6 @@ def test_next_sends_long_rows_to_the_cluster_kernel():
     today = {(M, N, es): kernel(M, N, es) for M in (8, 48, 4096) for N in (512, 4096, 32000, 128256, 786433)
              for es in (2, 4)}
     with dispatch.switched(dispatch.SOFTMAX_NEXT):
-        assert "cluster" in dispatch.reachable("softmax")
         for (M, N, es), was in today.items():
             p = dispatch.plan_softmax(M, N, es, True, sms=SMS)
             held = dispatch.plan_cluster(M, dispatch.row_vectors(N, es, True), 16 // es, SMS)
@@ -659,7 +657,7 @@ def test_next_sends_long_rows_to_the_cluster_kernel():
                 assert p == held, (M, N, es, p)
             else:
                 assert p["kernel"] == was, (M, N, es, p)
-    assert not dispatch.SOFTMAX_CLUSTER_LONG and "cluster" not in dispatch.reachable("softmax")
+    assert not dispatch.SOFTMAX_CLUSTER_LONG
 
 
 @needs_cute

@@ -184,12 +184,10 @@ def test_split_smem_rules(monkeypatch):
     # off in the table (not yet run on a GPU): the default keeps online
     c = lambda M, N, es, ok=True: dispatch.softmax_choice(M, N, es, H200, split_smem_ok=ok)[0]  # noqa: E731
     assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == "online"
-    assert "split_smem" not in dispatch.reachable("softmax")
     monkeypatch.setitem(dispatch.SOFTMAX, "split_smem", True)
     assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == c(4096, 262_144, 4) == "split_smem"
     assert c(4096, 128_256, 2, ok=False) == "online"
     assert c(4096, 50_257, 2) == "smem" and c(4096, 32_000, 4) == "block" and c(3, 262_147, 4) == "split"
-    assert "split_smem" in dispatch.reachable("softmax")
     x = torch.empty(8, 128_256, dtype=torch.bfloat16, device="meta")
     assert SS.supports_tensors(x, torch.empty_like(x)) is None
     odd = torch.empty(8, 128_257, dtype=torch.bfloat16, device="meta")

@@ -102,3 +102,39 @@ def test_kernel_folders_import_no_harness_code():
     bad = [f"{m} -> {d}" for m, deps in g.items() if m.split(".")[0].endswith("_src")
            for d in deps if d.split(".")[0] == "harness"]
     assert not bad, bad
+
+
+def test_the_harness_imports_no_layer_and_no_adapter():
+    """The harness knows no layer by name: it imports neither ``backends`` nor a kernel folder
+    (it finds the adapter packages through the ``kernel_layers.adapters`` entry points), so every
+    arrow between them runs from the layers down to the harness."""
+    g = _graph()
+    bad = [f"{m} -> {d}" for m, deps in g.items() if m.split(".")[0] == "harness"
+           for d in deps if d.split(".")[0] == "backends" or d.split(".")[0].endswith("_src")]
+    assert not bad, bad
+
+
+def test_kernel_folders_import_no_adapter():
+    g = _graph()
+    bad = [f"{m} -> {d}" for m, deps in g.items() if m.split(".")[0].endswith("_src")
+           for d in deps if d.split(".")[0] == "backends"]
+    assert not bad, bad
+
+
+def test_the_adapters_are_found_through_their_entry_point():
+    from harness import registry
+    assert registry.adapter_packages()[:1] == ["backends"]
+    registry.load_backends()
+    import backends
+    assert {i.origin for i in registry.all_impls()} >= {f"backends.{m}" for m in backends.ADAPTERS
+                                                         if m not in registry.BACKEND_ERRORS} - {"backends.cuda_inspect",
+                                                                                                "backends.triton_inspect",
+                                                                                                "backends.cute_inspect"}
+
+
+def test_the_planted_arrow_back_up_is_caught():
+    """The check above sees an import of backends from a harness module."""
+    g = {"harness.x": {"backends.cuda_layer"}, "backends.cuda_layer": {"harness"}}
+    bad = [f"{m} -> {d}" for m, deps in g.items() if m.split(".")[0] == "harness"
+           for d in deps if d.split(".")[0] == "backends"]
+    assert bad == ["harness.x -> backends.cuda_layer"]

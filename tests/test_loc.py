@@ -415,7 +415,7 @@ def _counted_text(impl):
     from harness.loc import REPO_ROOT
     c = count_impl(impl, explain=True)
     per_file: dict[str, set[int]] = {}
-    for f, first, last, _col, _unit, _why, _n in c.get("spans", []):
+    for f, first, last, *_ in c.get("spans", []):
         per_file.setdefault(f, set()).update(range(first, last + 1))
     for f, lines in per_file.items():
         text = (REPO_ROOT / f).read_text().splitlines()
@@ -536,24 +536,123 @@ def test_planned_sources_checks_its_arguments():
     assert [s.variant for s in planned_sources({"a": a}, "a", [PLAN_SRC])] == ["a", None]
 
 
-def test_defaults_count_exactly_the_variants_their_planner_reaches():
-    """Every default registered through planned_sources counts the variants its layer's
-    dispatch.reachable names, no more, no fewer."""
+#: layer -> its planner's package (the CuPy rows plan with the CUDA C++ planner)
+PLANNERS = {"cuda": "cuda_src", "cupy": "cuda_src", "triton": "triton_src", "gluon": "gluon_src",
+            "cute": "cutlass_src", "helion": "helion_src", "tilelang": "tilelang_src", "cutile": "cutile_src"}
+
+
+def _planner(layer):
     import importlib
-    from harness import registry
-    folder = {"cute": "cutlass_src", "cupy": "cuda_src"}
+    try:
+        return importlib.import_module(f"{PLANNERS[layer]}.dispatch")
+    except ImportError as e:
+        pytest.skip(f"{layer}: its planner does not import here ({e})")
+
+
+def test_defaults_count_exactly_the_variants_their_planner_chooses():
+    """Every kernel layer's default derives its Sources from its planner (harness.planned): the
+    variants ``plan`` answers over every case of every suite, no more, no fewer -- no list by hand."""
+    from harness import problems, registry
+    from harness.loc_plan import PlannedSources
+    from harness.meta_inputs import case_facts
+    from harness.problems import SUITES
     checked = 0
     for impl in registry.all_impls():
-        variants = {s.variant for s in impl.sources if getattr(s, "variant", None)}
-        if impl.role != "default" or not variants:
+        if impl.role != "default" or impl.layer not in PLANNERS:
             continue
-        # the planner may span files: a problem's own part (dispatch_<problem>.py) where there is one;
-        # pure modules (no GPU, no package), so an import error fails the test
-        pkg = folder.get(impl.layer, impl.layer + '_src')
-        own = f"{pkg}.dispatch_{impl.problem}"
-        d = importlib.import_module(own if importlib.util.find_spec(own) else f"{pkg}.dispatch")
-        if not hasattr(d, "reachable"):
-            d = importlib.import_module(f"{pkg}.dispatch")
-        assert variants == set(d.reachable(impl.problem)), (impl.id, variants)
+        d = _planner(impl.layer)
+        assert isinstance(impl.sources, PlannedSources), impl.id
+        chosen = {d.plan(impl.problem, case_facts(c)).variant for s in SUITES for c in problems.get(impl.problem).cases(s)}
+        assert {s.variant for s in impl.sources if s.variant} == chosen, impl.id
         checked += 1
-    assert checked >= 9     # triton, cuda, cupy, cute at least, three problems
+    assert checked >= 3 * len(PLANNERS)   # every layer's three problems, attention where it has one
+
+
+def _planted(layer, planner_file, extra=(), planted_word=None, problem="softmax"):
+    """count_impl of a default whose planner is ``planner_file`` (tests/fixtures/loc/planted/)
+    wrapping ``layer``'s own plan; ``extra``: Sources every plan adds; ``planted_word``: a
+    variant word added to the layer's VARIANTS that no plan answers."""
+    import importlib.util
+    import sys
+    from types import SimpleNamespace
+
+    from harness import planned
+    d = _planner(layer)
+    path = REPO_ROOT / "tests/fixtures/loc/planted" / planner_file
+    name = f"kl_planted_{layer}_{path.stem}_{len(sys.modules)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    variants = {p: dict(w) for p, w in d.VARIANTS.items()}
+    if planted_word:
+        variants[problem][planted_word] = (Source("tests/fixtures/loc/planted/kernel_dead.py",
+                                                  kernels=("dead_kernel",), host=("bind_dead",)),)
+    mod.LAYER_PLAN, mod.EXTRA, mod.VARIANTS = d.plan, tuple(extra), variants
+    impl = SimpleNamespace(layer=layer, role="default", problem=problem, id=f"{layer}:planted",
+                           sources=planned(mod.plan, problem))
+    c = count_impl(impl, explain=True)
+    return c["kernel"], c["host"], c["plan"]
+
+
+def _kernel(file):
+    return Source(f"tests/fixtures/loc/planted/{file}", kernels=("planted_kernel",), host=("bind_planted",))
+
+
+@pytest.mark.parametrize("layer", sorted(PLANNERS))
+def test_planted_dead_code_counts_nowhere_and_a_used_line_once(layer):
+    """On each layer's own planner: a kernel no plan selects and a branch never taken leave the
+    count as it was; one more line that runs -- in the planner, a kernel, a binding -- adds one."""
+    base = _planted(layer, "plan_base.py", [_kernel("kernel_base.py")])
+    assert base[2] > 0 and base[0] > 0, base
+    assert _planted(layer, "plan_base.py", [_kernel("kernel_base.py")], planted_word="planted") == base
+    assert _planted(layer, "plan_dead.py", [_kernel("kernel_base.py")]) == base
+    k, h, p = base
+    assert _planted(layer, "plan_used.py", [_kernel("kernel_base.py")]) == (k, h, p + 1)
+    assert _planted(layer, "plan_base.py", [_kernel("kernel_more.py")]) == (k + 1, h, p)
+    assert _planted(layer, "plan_base.py", [_kernel("host_more.py")]) == (k, h + 1, p)
+
+
+def test_no_default_counts_another_variants_kernel_as_host():
+    """The kernels other ids of the layer name are never host lines of its default (TileLang's
+    16-byte softmax kernels, built in the same adapter function as the default's)."""
+    from harness import registry
+    from harness.loc import explain_text
+    text = explain_text(registry.get("softmax", "tilelang:softmax"))
+    assert "_vec_kernel" not in text, text
+
+
+def test_interpreter_and_compile_plumbing_count_nowhere():
+    """Code marked with kltools.loc_marks -- run only under the CPU interpreter, or compiling and
+    keeping compiled kernels -- and the branches the interpreter flag guards count in no column."""
+    from harness import registry
+    from harness.loc import explain_text
+    tri = explain_text(registry.get("softmax", "triton:softmax"))
+    assert "interpret_concurrently" not in tri and "MAX_SPIN_INTERPRETER" not in tri
+    assert "interpreting" in tri   # the flag itself runs on a GPU too (it answers False)
+    cute = explain_text(registry.get("softmax", "cute:softmax"))
+    assert "compile_kernel" not in cute and "_load_from_disk" not in cute
+    assert "_cached_compile" not in explain_text(registry.get("softmax", "cupy:softmax"))
+
+
+def test_the_cuda_launcher_counts_for_cuda_as_cupys_for_cupy():
+    from harness import registry
+    from harness.loc import explain_text
+    assert "cuda_src/bindings.cpp" in explain_text(registry.get("softmax", "cuda:softmax"))
+    assert "backends/cupy_layer.py" in explain_text(registry.get("softmax", "cupy:softmax"))
+
+
+
+
+def test_explain_lists_every_counted_line_with_its_reason():
+    """``loc IMPL --explain --lines``: every counted line is printed, under the span (and reason)
+    that counts it, and the printed lines add up to the columns."""
+    from harness import registry
+    from harness.loc import explain_text
+    impl = registry.get("softmax", "cutile:softmax")
+    c = count_impl(impl, explain=True)
+    text = explain_text(impl, lines=True)
+    counted = [ln for ln in text.splitlines() if ln.startswith("      ")]
+    assert len(counted) == c["kernel"] + c["host"] + c["plan"]
+    assert "plan() over every suite's case: online" in text
+    assert any("def softmax_online_kernel" in ln for ln in counted)

@@ -228,10 +228,10 @@ def test_softmax_choice_on_cases_with_known_answers():
 
 def test_softmax_choice_invariants():
     """On shapes of every class (1 to 32768 rows, 1 to 10^7 columns and the table's edges, 16- and
-    32-bit): the variant is one reachable() names and its configuration holds the row (rows and
+    32-bit): the variant is one of dispatch.VARIANTS and its configuration holds the row (rows and
     block: BLOCK_N >= N, block within the dtype's register limit; split: C chunks cover the row
     and fit the co-resident grid; online: any row); rows is taken exactly up to rows_max_cols;
-    once a row goes online every longer row does; every reachable variant is taken somewhere."""
+    once a row goes online every longer row does; every variant is taken somewhere."""
     S, sms = dispatch.SOFTMAX, H200["sms"]
     seen = set()
     for es in (2, 4):
@@ -243,7 +243,7 @@ def test_softmax_choice_invariants():
             for N in Ns:
                 variant, cfg = dispatch.softmax_choice(M, N, es, H200)
                 seen.add(variant)
-                assert variant in dispatch.reachable("softmax"), variant
+                assert variant in dispatch.VARIANTS["softmax"], variant
                 assert (variant == "rows") == (N <= r), (M, N, es, variant)
                 if variant in ("rows", "block"):
                     assert cfg["BLOCK_N"] >= N, (M, N, es, cfg)
@@ -253,7 +253,7 @@ def test_softmax_choice_invariants():
                     assert cfg["C"] == -(-N // cfg["CHUNK"]) <= S["split_max_chunks_per_sm"] * sms, (M, N, es, cfg)
                 assert variant == "online" or not online, (M, N, es, variant)
                 online = online or variant == "online"
-    assert seen == set(dispatch.reachable("softmax")), seen   # every reachable variant, no other
+    assert seen == set(dispatch.VARIANTS["softmax"]), seen   # every variant it plans among, no other
 
 
 def test_softmax_split_values_per_thread():
@@ -988,7 +988,7 @@ def test_defaults_plan_within_other_gpus(gpu):
             assert dispatch.gemm_smem(cfg) <= limit, (gpu, case.id, variant, cfg)
         for case in problems.get("softmax").cases(suite):
             assert dispatch.softmax_choice(case.M, case.N, case.torch_dtype.itemsize, facts)[0] in \
-                dispatch.reachable("softmax")
+                dispatch.VARIANTS["softmax"]
         for case in problems.get("vector_add").cases(suite):
             assert dispatch.vector_add_choice(case.N, case.torch_dtype.itemsize)[0] == "unmasked"
 

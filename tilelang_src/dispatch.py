@@ -56,6 +56,84 @@ TABLE = {
 }
 
 
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ----------
+def _src(file: str, *kernels: str):
+    from kltools.plan import Source
+    return (Source(f"tilelang_src/{file}", kernels=kernels),)
+
+
+#: the variants the defaults plan among today, by algorithm word: the kernel builders' files and
+#: names (the adapter, backends/tilelang_layer.py, compiles and binds every plan). "simple": the
+#: twin's element kernel, which the vector add takes for misaligned views; "tiled": the TMA
+#: kernel's pipeline fed by guarded element loads
+VARIANTS = {
+    "vector_add": {"unmasked": _src("vector_add_unmasked.py", "vector_add_unmasked_kernel"),
+                   "simple": _src("vector_add.py", "vector_add_kernel")},
+    "softmax": {"rows": _src("softmax_rows.py", "softmax_rows_element_kernel"),
+                "split": _src("softmax_split.py", "softmax_split_element_stats_kernel",
+                              "softmax_split_element_write_kernel"),
+                "smem": _src("softmax_smem.py", "softmax_smem_element_kernel"),
+                "online": _src("softmax_online.py", "softmax_online_kernel")},
+    "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_kernel"),
+                      "tiled": _src("gemm_epilogue_tma.py", "gemm_tma_kernel")
+                      + _src("gemm_epilogue_tiled.py", "load_tiles_guarded"),
+                      "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel",
+                                     "gemm_splitk_epilogue_kernel")},
+}
+_GROUPS = _src("row_groups.py", "bounds", "edge_index", "edge_max", "edge_sum", "edge_write", "vector_layout")
+#: ... and the pending plans' (SWITCHES on)
+NEXT_VARIANTS = {
+    "vector_add": VARIANTS["vector_add"],
+    "softmax": {"rows": _src("softmax_rows.py", "softmax_rows_kernel", "row_layout"),
+                "smem": _src("softmax_smem.py", "softmax_smem_kernel") + _GROUPS,
+                "split": _src("softmax_split.py", "softmax_split_stats_kernel", "softmax_split_write_kernel",
+                              "thread_rows", "tile_offset", "chunk") + _GROUPS,
+                "simple": _src("softmax.py", "softmax_kernel")},
+    "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel", "pack_kernel"),
+                      "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")
+                      + _src("gemm_epilogue_tma.py", "pack_kernel")},
+}
+
+
+def softmax_next_facts(facts) -> dict:
+    """The alignment facts ``plan_softmax_next`` reads, from a case's facts: ``aligned`` (both start
+    on 16 bytes; N and both row strides 16-byte multiples), ``flat`` (one 16-byte group map serves x
+    and out: same row stride and 16-byte phase), ``edges`` (the rows' partial groups need guards)."""
+    x, out, es = facts.operands["x"], facts.operands["out"], facts.esize
+    m, n, vec = facts.M, facts.N, 16 // es
+    sx = x.strides[0] if m > 1 else n
+    so = out.strides[0] if m > 1 else n
+    flat = so == sx and sx >= n and x.addr16 % es == 0 and x.addr16 == out.addr16 and \
+        x.addr16 // es + (m + 8) * sx + n + 16 * 1024 < 2 ** 31
+    flat_aligned = flat and x.addr16 == 0 and sx % vec == 0
+    aligned = n % vec == 0 and (m == 1 or (sx % vec == 0 and so % vec == 0)) and x.addr16 == out.addr16 == 0
+    return {"aligned": aligned, "flat": flat, "edges": not (flat_aligned and n % vec == 0)}
+
+
+def plan(problem: str, facts):
+    """The default's plan (``tilelang:<problem>``) for one case given as ``kltools.plan.Facts``:
+    ``plan_*``'s kernel and configuration on the case's sizes and its operands' alignment (the
+    pending plans where SWITCHES turns them on)."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    ops, es, table = facts.operands, facts.esize, VARIANTS
+    if problem == "vector_add":
+        cfg = plan_vector_add(facts.N, es, all(ops[n].addr16 == 0 for n in ("x", "y", "out")))
+    elif problem == "softmax" and SWITCHES["softmax_next"]:
+        cfg, table = plan_softmax_next(facts.M, facts.N, es, **softmax_next_facts(facts)), NEXT_VARIANTS
+    elif problem == "softmax":
+        cfg = plan_softmax(facts.M, facts.N, es)
+    else:
+        vec, bases = 16 // es, [ops[n].addr16 == 0 for n in ("a", "b", "out")]
+        if SWITCHES["gemm_next"]:
+            cfg = plan_gemm_next(facts.M, facts.N, facts.K, es, facts.N % vec == 0 and bases[2],
+                                 misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
+            table = NEXT_VARIANTS
+        else:
+            cfg = plan_gemm(facts.M, facts.N, facts.K, es, facts.N % vec == 0 and facts.K % vec == 0 and all(bases))
+    return make_plan(problem, cfg["kernel"], table, cfg)
+
+
 def plan_vector_add(n: int, esize: int, aligned: bool) -> dict:
     """16-byte vectors in full tiles where every pointer is 16-byte aligned; element accesses
     (the twin's kernel) otherwise."""

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import torch
 
+from kltools.loc_marks import interpreter_flag
 
+
+@interpreter_flag
 def interpreting() -> bool:
     """True when Triton runs kernels with its CPU interpreter (Triton's own ``interpret`` knob)."""
     import triton
@@ -80,9 +83,8 @@ def aligned_frame(x: torch.Tensor, out: torch.Tensor) -> int:
 def _on_import() -> None:
     try:
         if interpreting():
-            from .runtime import patch_interpreter_bf16_dot, patch_interpreter_bf16_rounding
-            patch_interpreter_bf16_dot()
-            patch_interpreter_bf16_rounding()
+            from kltools.triton_interp import apply_bf16_fixes
+            apply_bf16_fixes()
     except ImportError:  # no triton: the adapter reports it
         pass
 

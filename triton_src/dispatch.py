@@ -224,20 +224,61 @@ class Plan:
     facts: dict = field(default_factory=dict)
 
 
-# -- vector add --------------------------------------------------------------------------------
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the planner of ``problem`` can choose (``vector_add_choice``,
-    ``softmax_choice``, ``gemm_choice``): the default's lines of code count these and only these
-    (harness.planned_sources); tests/test_triton_layer.py checks the choices against it."""
+# -- the layer contract (kltools.plan): variants by algorithm word, plan(problem, facts) ---------
+def _src(file: str, kernels: tuple, host: tuple = ("bind_launch",)):
+    from kltools.plan import Source
+    return (Source(f"triton_src/{file}", kernels=kernels, host=host),)
+
+
+#: the variants the defaults plan among, by algorithm word: kernel files, entry points and the host
+#: entries that bind them ("plain": the twin's kernel, which the GEMM planner launches with a config
+#: of its own through ``plain_spec``)
+VARIANTS = {
+    "vector_add": {"unmasked": _src("vector_add_unmasked.py", ("vector_add_unmasked_kernel",),
+                                    ("launch_spec", "bind_launch", "config"))},
+    "softmax": {v: _src(f"softmax_{v}.py", (f"softmax_{v}_kernel",)) for v in ("rows", "block", "split", "online")},
+    "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",)),
+                      "tma": _src("gemm_epilogue_tma.py", ("gemm_epilogue_tma_kernel",)),
+                      "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
+                                                                 "gemm_splitk_reduce_kernel")),
+                      "plain": _src("gemm_epilogue.py", ("gemm_epilogue_kernel",), ())},
+    # the fourth problem's rules are dispatch_attention.py's; "split" only under ATTENTION["split"]
+    "attention": {"tma": _src("attention_tma.py", ("attention_tma_kernel",)),
+                  "split": _src("attention_split.py", ("attention_split_kernel", "attention_combine_kernel"))},
+}
+
+
+def facts_of_device(device) -> dict:
+    """The device facts the rules read (``device_facts``'s keys) of a ``kltools.plan.Device``."""
+    return {"sms": device.sms, "regs_per_sm": device.regs_per_sm, "smem_per_sm": device.smem_per_sm,
+            "max_warps_per_sm": device.threads_per_sm // 32, "l2_bytes": device.l2_bytes, "cc": tuple(device.cc)}
+
+
+def plan(problem: str, facts):
+    """The default's plan (``triton:<problem>``) for one case given as ``kltools.plan.Facts``: the
+    variant and configuration ``*_choice`` gives (the GPU launch may refine split's: its frame and
+    register cap read the tensors and the compiled kernel)."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    dev = facts_of_device(facts.device)
     if problem == "vector_add":
-        return ("unmasked",)
-    if problem == "softmax":
-        return ("rows", "block", "split", "online")
-    if problem == "gemm_epilogue":
-        return ("tiled", "tma", "splitk") + (("plain",) if GEMM["plain_unaligned"] else ())
-    raise ValueError(f"problem: {problem!r} has no Triton planner")
+        variant, cfg = vector_add_choice(facts.N, facts.esize)
+    elif problem == "softmax":
+        variant, cfg = softmax_choice(facts.M, facts.N, facts.esize, dev)
+    elif problem == "attention":
+        from .dispatch_attention import attention_choice
+        variant, cfg = attention_choice(facts.B, facts.Hq, facts.Sq, facts.Sk, facts.D, facts.esize, dev)
+    else:
+        from . import gemm_epilogue_tiled, gemm_epilogue_tma
+        a, b, out = facts.meta("a"), facts.meta("b"), facts.meta("out")
+        bias = facts.meta("bias") if "bias" in facts.operands else None
+        vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
+        variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_epilogue_tma.check(a, b, out) is None, dev,
+                                   gemm_aligned(facts.esize, vec["K_VEC"], vec["N_VEC"]))
+    return make_plan(problem, variant, VARIANTS, cfg)
 
 
+# -- vector add --------------------------------------------------------------------------------
 def vector_add_choice(n: int, elem_size: int) -> tuple[str, dict]:
     from . import vector_add_unmasked as V
     return "unmasked", V.config(n, elem_size, VECTOR_ADD["bytes_per_thread"], VECTOR_ADD["num_warps"])

@@ -2,13 +2,11 @@
 other problems, this file the fourth, so that each stays readable).
 
 ``attention_choice(shape facts) -> (variant, config)`` needs no tensor (compile_only uses it without
-a GPU); ``plan_attention(tensors)`` binds the launch. Every rule reads the case's facts - rows a
+a GPU); ``bind_variant`` binds the chosen variant to the tensors. Every rule reads the case's facts - rows a
 program, bytes of a K / V tile, shared memory an SM, programs against SMs - never a list of shapes;
 the numbers they read are the table below (docs/performance.md, "Triton / attention").
 """
 from __future__ import annotations
-
-from .dispatch import Plan
 
 ATTENTION = {
     # query rows a program: 128 (two warpgroups of 64 rows, 4 warps each, sharing every K / V tile
@@ -42,13 +40,6 @@ ATTENTION = {
 }
 #: the switches of the candidate ``triton:attention_next`` (today's default with them on)
 ATTENTION_NEXT = {"split": True}
-
-
-def reachable(problem: str, A=None) -> tuple[str, ...]:
-    """The variants the attention planner can choose (the default's lines of code count these)."""
-    if problem == "attention":
-        return ("tma",) + (("split",) if (A or ATTENTION)["split"] else ())
-    raise ValueError(f"problem: {problem!r} is not planned here")
 
 
 def attention_tma_config(B: int, Hq: int, Sq: int, D: int, elem_size: int, facts: dict, A=None) -> dict:
@@ -98,11 +89,3 @@ def bind_variant(variant: str, q, k, v, out, causal: int, cfg: dict):
     module = attention_split if variant == "split" else attention_tma
     return cfg, module.bind_launch(q, k, v, out, causal, cfg)
 
-
-def plan_attention(q, k, v, out, causal: int, A=None) -> Plan:
-    from . import device_facts
-    B, Hq, Sq, D = q.shape
-    facts = device_facts(q.device)
-    variant, cfg = attention_choice(B, Hq, Sq, k.shape[2], D, q.element_size(), facts, A)
-    cfg, launch = bind_variant(variant, q, k, v, out, causal, cfg)
-    return Plan(variant, cfg, launch)

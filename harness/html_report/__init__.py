@@ -275,25 +275,9 @@ def _machine(doc: dict, k: int) -> str:
 # -- the source pages --------------------------------------------------------------------------
 def counted_lines(impl) -> tuple[dict, dict, dict]:
     """({file: kernel line numbers}, {file: host line numbers}, {file: plan line numbers}) of an
-    implementation's sources: the line sets ``loc.count_impl`` sums (the same reach; host lines
-    in a planner file, ``loc.is_planner``, are plan lines; a teaching twin has none)."""
+    implementation's sources: the line sets ``loc.count_impl`` sums (``loc.line_sets``)."""
     from .. import loc
-    kernel: dict[Path, set[int]] = {}
-    host: dict[Path, set[int]] = {}
-    for src in tuple(getattr(impl, "sources", ()) or ()):
-        path = loc._resolve(src.path, loc.REPO_ROOT)
-        a = loc._reach(path, loc._names(src.kernels, "kernels") if src.kernels is not None else None,
-                       loc._names(src.host, "host"))
-        for f, ls in a.kernel_lines.items():
-            kernel.setdefault(f, set()).update(ls)
-        for f, ls in a.host_lines.items():
-            host.setdefault(f, set()).update(ls)
-    host = {f: ls - kernel.get(f, set()) for f, ls in host.items()}
-    is_planner = getattr(loc, "is_planner", lambda f: False)
-    plan = {f: ls for f, ls in host.items() if is_planner(f)}
-    host = {f: ls for f, ls in host.items() if f not in plan}
-    if getattr(impl, "role", None) == "simple":
-        plan = {}
+    kernel, host, plan, _, _ = loc.line_sets(impl)
     return kernel, host, plan
 
 

@@ -13,9 +13,11 @@ import math
 import triton
 import triton.language as tl
 
-# under the interpreter, bf16 dots and fp32 -> bf16 conversions as the GPU does them (the patches
-# triton_src applies on import; without them a bf16 tl.dot multiplies raw bit patterns)
-import triton_src  # noqa: F401
+from kltools.triton_interp import apply_bf16_fixes
+
+# under the interpreter, bf16 dots and fp32 -> bf16 conversions as the GPU does them (the fixes
+# triton_src applies on import too; without them a bf16 tl.dot multiplies raw bit patterns)
+apply_bf16_fixes()
 
 BLOCK = 64
 
