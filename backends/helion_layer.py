@@ -36,7 +36,7 @@ from harness.errors import Unsupported
 from harness.registry import describe_layer
 from helion_src import frame  # torch only (the aligned frame's arguments): no helion
 
-from . import planner_rules, src
+from . import src
 
 LAYER = "helion"
 H = "helion_src"
@@ -60,7 +60,11 @@ class _Lazy:
 def _probe() -> str | None:
     """Why helion cannot be used here (None: it is installed); cheap: no import."""
     import importlib.util
-    return None if importlib.util.find_spec("helion") else "helion not importable: helion is not installed"
+    try:
+        found = importlib.util.find_spec("helion")
+    except (ImportError, ValueError) as e:
+        return f"helion not importable: {type(e).__name__}: {e}"
+    return None if found else "helion not importable: helion is not installed"
 
 
 _IMPORT_ERROR = _probe()
@@ -70,8 +74,6 @@ gemm_simple, softmax_simple = _Lazy("helion_src.gemm_epilogue"), _Lazy("helion_s
 softmax_online, va_simple = _Lazy("helion_src.softmax_online"), _Lazy("helion_src.vector_add")
 
 
-if helion is None:   # the rules alone: the ids and their sources as with helion
-    dispatch = planner_rules(H)
 
 
 def available() -> str | None:
@@ -603,17 +605,16 @@ _NEXT_DESC = {
     "gemm_epilogue": "TMA for 16-byte rows, the tile with the least work on the busiest SM, one row tile "
                      "for few rows, split-K by the SMs the tiles leave idle",
 }
-if helion is not None:
-    for _p, _what in _NEXT_DESC.items():
-        _vsrc = _variant_sources(_p, pending=True)
-        _planner = dispatch.softmax_planner if _p == "softmax" else dispatch.gemm_planner
-        register(problem=_p, layer=LAYER, name=f"{_p}_next", candidate=True,
-                 description=f"the default with dispatch's pending rules on: {_what} (not yet run on a GPU)",
-                 sources=planned_sources(_vsrc, tuple(_vsrc),
-                                         [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
-                                          Source(src(H, "dispatch.py"), kernels=(), host=(_planner(True).__name__,))]),
-                 devices=("cuda",), available=available, compile_only=_compile_default(_p, True),
-                 helion_code=_code_default(_p, True))(_prepare_default(_p, True))
+for _p, _what in _NEXT_DESC.items():
+    _vsrc = _variant_sources(_p, pending=True)
+    _planner = dispatch.softmax_planner if _p == "softmax" else dispatch.gemm_planner
+    register(problem=_p, layer=LAYER, name=f"{_p}_next", candidate=True,
+             description=f"the default with dispatch's pending rules on: {_what} (not yet run on a GPU)",
+             sources=planned_sources(_vsrc, tuple(_vsrc),
+                                     [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
+                                      Source(src(H, "dispatch.py"), kernels=(), host=(_planner(True).__name__,))]),
+             devices=("cuda",), available=available, compile_only=_compile_default(_p, True) if helion else None,
+             helion_code=_code_default(_p, True))(_prepare_default(_p, True))
 
 
 # -- a plan's launches: one kernel; the pieces of a vector add (a body of whole blocks, a length

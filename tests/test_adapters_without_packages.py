@@ -67,7 +67,8 @@ layers = set(json.loads(sys.argv[3]))
 mine = [i for i in impls if i.layer in layers]
 print("RESULT " + json.dumps({"errors": errors,
                               "impls": {i.id + "@" + i.problem: i.available() for i in mine},
-                              "loc": {i.id + "@" + i.problem: _loc(i) for i in mine}}))
+                              "loc": {i.id + "@" + i.problem: _loc(i) for i in mine},
+                              "derived": {i.id + "@" + i.problem: hasattr(i.sources, "plan") for i in mine}}))
 '''
 
 
@@ -89,12 +90,20 @@ def test_adapter_imports_without_its_package(layer, tmp_path):
     want = {i.id + "@" + i.problem for i in registry.all_impls() + registry.candidates()
             if i.layer in layer_names}
     assert set(got["impls"]) == want, sorted(set(got["impls"]) ^ want)
-    # the same sources, so the same lines of code, as on a machine with the package
+    # the same sources, so the same lines of code, as on a machine with the package; a default
+    # whose Sources its planner derives (harness.planned) cannot run that planner without the
+    # package: it counts every variant it has, so at least the kernels the planner chooses
     mine = {i.id + "@" + i.problem: i for i in registry.all_impls() + registry.candidates()
             if i.layer in layer_names}
     for iid, counted in got["loc"].items():
         d = loc.count_impl(mine[iid]) if mine[iid].sources else {}
-        assert counted == [d.get("kernel"), d.get("host"), d.get("plan")], iid
+        want = [d.get("kernel"), d.get("host"), d.get("plan")]
+        if got["derived"][iid] and not hasattr(mine[iid].sources, "plan"):
+            raise AssertionError(f"{iid}: derived from its planner only without the package")
+        if hasattr(mine[iid].sources, "plan") and not got["derived"][iid]:
+            assert counted[0] >= want[0], (iid, counted, want)
+        else:
+            assert counted == want, iid
     for iid, why in got["impls"].items():
         assert isinstance(why, str) and why.strip() and "\n" not in why, (iid, why)
         assert any(h.split(".")[0] in why or h in why for h in hidden), (iid, why)

@@ -10,12 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 80
 
 #: "path:function" -> why it is still longer (aim: empty)
-LONG = {
-    "harness/runner.py:run_tasks": "owned by the main-job work (runner.py, compare.py and worker.py are "
-                                   "being restructured there): split with that change",
-    "harness/worker.py:process_task": "owned by the main-job work (runner.py, compare.py and worker.py are "
-                                      "being restructured there): split with that change",
-}
+LONG: dict[str, str] = {}   # function -> why it may stay longer (none today)
 
 
 def _files():
