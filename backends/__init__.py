@@ -21,7 +21,7 @@ LAYERS = (
     ("triton", ("triton_layer", "triton_inspect", "triton_attention")),
     ("gluon", ("gluon_layer", "gluon_attention")),
     ("cute", ("cute_layer", "cute_inspect")),
-    ("helion", ("helion_layer",)),
+    ("helion", ("helion_layer", "helion_attention")),
     ("tilelang", ("tilelang_layer",)),
     ("cutile", ("cutile_layer",)),
     ("libraries", ("library_layer",)),
