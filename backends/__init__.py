@@ -21,7 +21,7 @@ LAYERS = (
     ("gluon", ("gluon_layer", "gluon_attention")),
     ("cute", ("cute_layer", "cute_inspect")),
     ("helion", ("helion_layer",)),
-    ("tilelang", ("tilelang_layer",)),
+    ("tilelang", ("tilelang_layer", "tilelang_attention")),
     ("cutile", ("cutile_layer",)),
     ("libraries", ("library_layer",)),
 )
