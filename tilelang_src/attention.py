@@ -44,7 +44,7 @@ def attention_kernel(dtype: str, D: int, causal: bool):
             m_old = T.alloc_fragment((BM,), f32)
             l = T.alloc_fragment((BM,), f32)
             l_blk = T.alloc_fragment((BM,), f32)
-            kv = h // (Hq // Hkv)
+            kv = T.truncdiv(h, T.truncdiv(Hq, Hkv))   # sizes are >= 0: C division, no floor fix-ups
             T.copy(Q[b, h, qb * BM:(qb + 1) * BM, :], Q_s, disable_tma=True)
             T.fill(m, -T.infinity(f32))
             T.fill(l, 0.0)

@@ -9,8 +9,9 @@ over key blocks of ``bn`` in the log2 domain) with what TileLang gives an expert
   the CTA into a producer warpgroup that issues them and ``threads`` consumer threads (one
   warpgroup per 64 query rows) that run both ``T.gemm``s as wgmma and the softmax;
 - the mask is the scores' initial value: S starts at 0 or -inf and ``T.gemm`` accumulates Q K^T
-  onto it, so no second pass over S; only keys past Sk and, when causal, past a row's diagonal
-  (bottom-right: query i sees key j iff j <= i + Sk - Sq) are -inf;
+  onto it, so no second pass over S; keys past Sk and, when causal, past a row's diagonal
+  (bottom-right: query i sees key j iff j <= i + Sk - Sq) are -inf. Only edge blocks (the ragged
+  last one, those crossing the diagonal) compute it; the others clear S;
 - causal: key blocks wholly above the last row's diagonal are never visited, and query blocks are
   taken longest first (the block of the last rows, which sees every key, gets blockIdx 0) so the
   short ones fill the last wave;
@@ -54,7 +55,7 @@ def attention_ws_kernel(dtype: str, D: int, causal: bool, bm: int, bn: int, stag
             l = T.alloc_fragment((bm,), f32)
             l_blk = T.alloc_fragment((bm,), f32)
             qb = T.ceildiv(Sq, bm) - 1 - bx if causal else bx     # longest query blocks first
-            kv = h // (Hq // Hkv)
+            kv = T.truncdiv(h, T.truncdiv(Hq, Hkv))   # sizes are >= 0: C division, no floor fix-ups
             T.copy(Q[b, h, qb * bm:(qb + 1) * bm, :], Q_s)
             T.fill(m, -T.infinity(f32))
             T.fill(l, 0.0)
@@ -64,10 +65,14 @@ def attention_ws_kernel(dtype: str, D: int, causal: bool, bm: int, bn: int, stag
                 blocks = T.min(blocks, T.ceildiv((qb + 1) * bm + Sk - Sq, bn))
             for t in T.Pipelined(blocks, num_stages=stages):
                 T.copy(K[b, kv, t * bn:(t + 1) * bn, :], K_s)
-                for i, j in T.Parallel(bm, bn):
-                    # a real row's diagonal is below Sk (Sq <= Sk): the causal test covers both
-                    seen = t * bn + j <= qb * bm + i + Sk - Sq if causal else t * bn + j < Sk
-                    s[i, j] = T.if_then_else(seen, 0, -T.infinity(f32))
+                # only the ragged last block and (causal) those crossing the first row's diagonal
+                # are masked; a real row's diagonal is below Sk (Sq <= Sk): the causal test covers both
+                if (t + 1) * bn - 1 > (qb * bm + Sk - Sq if causal else Sk - 1):
+                    for i, j in T.Parallel(bm, bn):
+                        seen = t * bn + j <= qb * bm + i + Sk - Sq if causal else t * bn + j < Sk
+                        s[i, j] = T.if_then_else(seen, 0, -T.infinity(f32))
+                else:
+                    T.clear(s)
                 T.gemm(Q_s, K_s, s, transpose_B=True, policy=full_row)
                 T.copy(m, m_old)
                 T.reduce_max(s, m, dim=1, clear=False)
