@@ -27,9 +27,11 @@ def _simple_compile(dtype: str, D: int, causal: bool) -> list:
 
 def _ws_compile(dtype: str, D: int, causal: bool, plan: dict) -> list:
     """The default's kernel for a plan: Hopper only (TMA, wgmma, setmaxnreg), like the GEMM's."""
+    import tilelang_src
     from tilelang_src import attention_ws
 
-    L._gemm_arch_check()
+    if not tilelang_src.arch().startswith("sm_90"):
+        raise ValueError(f"arch: tilelang:attention is a Hopper kernel (TMA + wgmma, sm_90a), not {tilelang_src.arch()}")
     cfg = (plan["bm"], plan["bn"], plan["stages"], plan["threads"])
     return [L._compile(("attention_ws", dtype, D, causal) + cfg,
                        lambda: attention_ws.attention_ws_kernel(dtype, D, causal, *cfg))]
