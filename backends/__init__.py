@@ -22,7 +22,7 @@ LAYERS = (
     ("gluon", ("gluon_layer", "gluon_attention")),
     ("cute", ("cute_layer", "cute_inspect")),
     ("helion", ("helion_layer", "helion_attention")),
-    ("tilelang", ("tilelang_layer",)),
+    ("tilelang", ("tilelang_layer", "tilelang_attention")),
     ("cutile", ("cutile_layer",)),
     ("libraries", ("library_layer",)),
 )
