@@ -20,7 +20,7 @@ from harness.meta_inputs import meta_attention
 from . import helion_layer as H
 from . import src
 
-if H.helion is not None:
+if H.helion:
     from helion_src import attention as attention_simple
     from helion_src import dispatch_attention
 
@@ -31,8 +31,8 @@ H200_SMEM_PER_SM = 233472  # the CPU mode plans for an H200: 228 KB of shared me
 
 
 def available() -> str | None:
-    if H._import_error():
-        return H._import_error()
+    if H._IMPORT_ERROR:
+        return H._IMPORT_ERROR
     if not torch.cuda.is_available() and not H.interpreting():
         return "no CUDA GPU; under TRITON_INTERPRET=1 Helion's generated Triton runs on the CPU"
     return None
