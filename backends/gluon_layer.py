@@ -3,7 +3,7 @@ explicit-layout level) with the harness.
 
 Ids: ``gluon:<problem>`` the default (``gluon_src/dispatch.py`` plans once in ``prepare``),
 ``gluon:<problem>_simple`` the teaching twin (launched the tutorial way), and the variants
-``gluon:softmax_{rows,block,smem,split,online}`` (and the candidate ``softmax_split_smem``, not yet run on a GPU), ``gluon:gemm_epilogue_{tma,tiled,splitk}``.
+``gluon:softmax_{rows,block,smem,split,split_smem,online}``, ``gluon:gemm_epilogue_{tma,tiled,splitk}``.
 
 Gluon has no CPU interpreter: the implementations run on CUDA GPUs only (Hopper: the GEMMs use
 wgmma), and the CPU mode is ``compile_only(case)``: the very launch ``prepare`` would bind, built
@@ -343,7 +343,7 @@ _SOFTMAX = {
              [_SM_SRC["smem"]]),
     "split": ("softmax_split", "a long row over several programs: chunk partials (max, sum) through "
               "global memory between two launches, then each chunk written", [_SM_SRC["split"]]),
-    "split_smem": ("softmax_split_smem", "not yet run on a GPU: a long row's chunks staged raw in the shared "
+    "split_smem": ("softmax_split_smem", "a long row's chunks staged raw in the shared "
                    "memory of co-resident programs (cooperative grid) by cp.async, the next unit's copies in "
                    "flight meanwhile; (max, sum) partials through global memory, one read and one write; "
                    "rows on 16-byte boundaries", [_SM_SRC["split_smem"]]),
@@ -352,28 +352,10 @@ _SOFTMAX = {
 }
 
 for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
-    # split_smem: built, not yet run on a GPU: a candidate for scripts/gpu_gluon.py, no id yet
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_sources,
-             devices=("cuda",), available=available, candidate=_variant == "split_smem",
+             devices=("cuda",), available=available,
              supports=None if _variant in ("default", "simple") else _sm_supports(_variant),
              compile_only=_sm_compile(_variant) if triton else None)(_sm_prepare(_variant))
-
-
-def _sm_next(fn):
-    """``fn`` of the default, planned with the pending switches on (``dispatch.SOFTMAX_NEXT``)."""
-    def call(*args):
-        with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
-            return fn(*args)
-    return call
-
-
-# the candidate that times tomorrow's default beside today's (not yet run on a GPU)
-register(problem="softmax", layer=LAYER, name="softmax_next", candidate=True,
-         description="candidate: the default with the switches of dispatch.SOFTMAX_NEXT on (rows and "
-                     "block take 16-byte-multiple rows in 16-byte units: 128-bit accesses; rows past a "
-                     "program's shared memory go to split_smem instead of online); not yet run on a GPU",
-         sources=[*_SOFTMAX["default"][2], _SM_SRC["split_smem"]], devices=("cuda",), available=available,
-         compile_only=_sm_next(_sm_compile("default")) if triton else None)(_sm_next(_sm_prepare("default")))
 
 
 # -- gemm_epilogue -----------------------------------------------------------------------------

@@ -140,24 +140,19 @@ SOFTMAX = {
     "online_warps": 8,
     "online_programs_per_sm": 4,
     # split_smem (one read: a row's chunks staged raw in the shared memory of co-resident programs,
-    # partials through global memory) for the rows that go to online. Off: the kernel compiles
-    # for sm_90a on triton 3.6 and 3.9 but has not yet run on a GPU (scripts/gpu_gluon.py verifies
-    # and times it against online). Chunks of split_smem_pieces pieces (a piece: one 16-byte
-    # vector a thread of split_smem_warps warps): the most bytes of rows in flight an SM, ties to
-    # the longer chunk (fewer partners), at least split_smem_min_per_sm programs an SM
-    "split_smem": False,
+    # partials through global memory) for the rows that go to online (docs/performance.md, "Gluon /
+    # softmax": measured against online on a GPU). Chunks of split_smem_pieces pieces (a piece: one
+    # 16-byte vector a thread of split_smem_warps warps): the most bytes of rows in flight an SM,
+    # ties to the longer chunk (fewer partners), at least split_smem_min_per_sm programs an SM
+    "split_smem": True,
     "split_smem_warps": 8,
     "split_smem_pieces": (4, 8),
     "split_smem_min_per_sm": 2,
     # rows and block: rows of whole 16-byte groups the compiler cannot prove so (N and the strides
     # multiples of 16 bytes, not of 16 elements: 200 fp16 columns) take N and the strides in 16-byte
-    # units (``softmax_block.units``), so their accesses are 128-bit instead of 2-byte. Off: not
-    # yet run on a GPU
-    "units": False,
+    # units (``softmax_block.units``), so their accesses are 128-bit instead of 2-byte
+    "units": True,
 }
-#: the switches built on the CPU and waiting for a GPU: the candidate ``gluon:softmax_next`` plans
-#: with SOFTMAX updated by these (``switched``), so one run times today's default beside it
-SOFTMAX_NEXT = {"units": True, "split_smem": True}
 
 
 @contextmanager

@@ -20,7 +20,7 @@ HAS_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >=
 
 IDS = {"vector_add": {"vector_add", "vector_add_simple"},
        "softmax": {"softmax", "softmax_simple", "softmax_rows", "softmax_block", "softmax_smem",
-                   "softmax_split", "softmax_online"},
+                   "softmax_split", "softmax_split_smem", "softmax_online"},
        "gemm_epilogue": {"gemm_epilogue", "gemm_epilogue_simple", "gemm_epilogue_tma", "gemm_epilogue_tiled",
                          "gemm_epilogue_splitk"}}
 
@@ -37,11 +37,6 @@ def test_registered_ids_and_roles():
     for problem, names in IDS.items():
         impls = {i.name: i for i in registry.select(problem=problem, layer="gluon")}
         assert set(impls) == names, (problem, set(impls))
-        if problem == "softmax":   # built, not yet run on a GPU: a candidate, no registered id
-            assert registry.get(problem, "gluon:softmax_split_smem", candidates=True).description.startswith(
-                "not yet run on a GPU")
-            with pytest.raises(ValueError):
-                registry.get(problem, "gluon:softmax_split_smem")
         assert impls[problem].role == "default" and impls[f"{problem}_simple"].role == "simple"
         for i in impls.values():
             assert set(i.devices) == {"cuda"} and i.sources and i.compile_only_fn
@@ -181,8 +176,9 @@ def test_split_smem_rules(monkeypatch):
     assert SS.programs_per_sm(1024, 128, 8, H200) == 2       # 128 registers x 256 threads: half the file
     with pytest.raises(ValueError, match="pieces"):
         SS.config(1000, 2, 8, 0)
-    # off in the table (not yet run on a GPU): the default keeps online
+    # off in the table, the rows past a program's shared memory stay online
     c = lambda M, N, es, ok=True: dispatch.softmax_choice(M, N, es, H200, split_smem_ok=ok)[0]  # noqa: E731
+    monkeypatch.setitem(dispatch.SOFTMAX, "split_smem", False)
     assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == "online"
     monkeypatch.setitem(dispatch.SOFTMAX, "split_smem", True)
     assert c(4096, 128_256, 2) == c(4096, 151_936, 4) == c(4096, 262_144, 4) == "split_smem"
@@ -300,12 +296,11 @@ def test_split_smem_ptx():
         assert not defs[args.split(",")[0]][0].startswith(("mul", "fma")), (src, args)
 
 
-def test_next_units_ptx():
-    """The pending switches (gluon:softmax_next): rows of whole 16-byte groups the compiler cannot
-    prove so (200 fp16 columns: rows kernel; 3000 fp16 columns: block) move in 128-bit accesses
-    and no narrower ones, where today's default moves 2 bytes an access; rows that are not whole
-    16-byte groups (1000 x 781 fp32) are left as they were; long rows past shared memory go to
-    split_smem."""
+def test_units_ptx():
+    """Rows of whole 16-byte groups the compiler cannot prove so (200 fp16 columns: rows kernel;
+    3960 fp16 columns: block) move in 128-bit accesses and no narrower ones with SOFTMAX["units"]
+    on (the default), 2 bytes an access with it off; rows that are not whole 16-byte groups
+    (1000 x 781 fp32) are the same either way; long rows past shared memory go to split_smem."""
     from backends import gluon_layer as G
     from gluon_src import dispatch
 
@@ -314,16 +309,16 @@ def test_next_units_ptx():
         return "\n".join(G.compile_spec(s)["ptx"] for s in G._sm_specs("default", case)[1])
 
     narrow = re.compile(r"(ld|st)\.global\.(b16|b32|u16|f32)\b")
-    today = ptx(M=50_000, N=200, dtype="float16")
-    assert narrow.search(today) and ".v4" not in today
-    odd = ptx(M=1000, N=781)
-    with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
-        for kw in (dict(M=50_000, N=200, dtype="float16"), dict(M=100, N=3960, dtype="float16")):
-            assert dispatch.softmax_choice(kw["M"], kw["N"], 2)[0] in ("rows", "block"), kw
-            text = ptx(**kw)
-            assert "ld.global.v4" in text and "st.global.v4" in text and not narrow.search(text), kw
-        assert ptx(M=1000, N=781) == odd
-    assert _impl("softmax", "softmax_next").compile_only_fn(_case("softmax", M=4096, N=128_256, dtype="bfloat16"))["variant"] == "split_smem"
+    with dispatch.switched(dispatch.SOFTMAX, {"units": False}):
+        off = ptx(M=50_000, N=200, dtype="float16")
+        odd_off = ptx(M=1000, N=781)
+    assert narrow.search(off) and ".v4" not in off
+    for kw in (dict(M=50_000, N=200, dtype="float16"), dict(M=100, N=3960, dtype="float16")):
+        assert dispatch.softmax_choice(kw["M"], kw["N"], 2)[0] in ("rows", "block"), kw
+        text = ptx(**kw)
+        assert "ld.global.v4" in text and "st.global.v4" in text and not narrow.search(text), kw
+    assert ptx(M=1000, N=781) == odd_off
+    assert _impl("softmax", "softmax").compile_only_fn(_case("softmax", M=4096, N=128_256, dtype="bfloat16"))["variant"] == "split_smem"
 
 
 def test_splitk_large_tile_compiles():
