@@ -14,7 +14,7 @@ Rows:
 - ``cuda:gemm_epilogue_tiled``: mma.sync + ldmatrix + cp.async ring (sm_80+), any shape.
 - ``cuda:gemm_epilogue_ws``: Hopper, TMA ring + warp-specialised wgmma 128 x 256 (sm_90a).
 - ``cuda:gemm_epilogue_pingpong``: Hopper ping-pong, TMA-store epilogue. (Its 2 x 1 cluster form
-  with B multicast is the planner's ``pingpong_c2`` path, for tuning runs and scripts/gpu_cuda.py:
+  with B multicast is the planner's ``pingpong_c2`` path, for tuning runs and python -m harness check cuda:
   the same algorithm, so no id of its own.)
 - ``cuda:gemm_epilogue_splitk``: the ws kernel with K split across CTAs (fp32 workspace from
   prepare) and the reduction kernel of ``gemm_epilogue_splitk.cu`` that applies bias + activation once.

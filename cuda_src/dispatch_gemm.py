@@ -28,7 +28,7 @@ GEMM = {
     # load and tensor pipes; ties: the larger bm). A grid of few 128-row tiles (411 x 733: 24 CTAs
     # for 132 SMs) takes 32-row tiles (78 CTAs); a grid that fills the SMs keeps 128 rows. Off
     # (128 rows, as before) until the GPU has run it: several instances it picks (64 rows with
-    # unaligned A, 32 rows with unaligned A and aligned B) never ran on the H200; scripts/gpu_cuda.py
+    # unaligned A, 32 rows with unaligned A and aligned B) never ran on the H200; python -m harness check cuda
     # verifies and times it with the flag on.
     "tiled_fill_rows": False,
     # Operands TMA cannot read (A: K, lda or its base not 16-byte multiples; B: N, ldb), above the

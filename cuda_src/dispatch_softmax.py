@@ -39,7 +39,7 @@ SOFTMAX = {
     "rows_threads": 256,
     # the rows kernel holds 32 elements a thread; 8 / 16 (rows of <= 64 x 8 / 16 columns: G up to 64)
     # halve or quarter the padded slots of very short rows (N <= 64: 128 slots for 48 columns at 32).
-    # Pinned only (ept=), for tuning and scripts/gpu_cuda.py: those instances have not run on a GPU.
+    # Pinned only (ept=), for tuning and python -m harness check cuda: those instances have not run on a GPU.
     "rows_short_epts": (8, 16),
     "rows_short_max_g": 64,
     # smem path (the row staged raw in shared memory, softmax_smem.cu): a row that fits ONE CTA's
@@ -59,7 +59,7 @@ SOFTMAX = {
     # SMs) leave SMs idle; the shorter chunks (256 threads) spread them: the largest chunk of
     # split_chunks whose M x parts units cover the SMs (else the smallest). The split variant
     # (cuda:softmax_split) applies it; the default only when split_fill_sms is on, because the
-    # 8192 / 4096 chunks have not run on a GPU yet (scripts/gpu_cuda.py verifies and times them).
+    # 8192 / 4096 chunks have not run on a GPU yet (python -m harness check cuda verifies and times them).
     "split_chunks": (16384, 8192, 4096),
     "split_fill_sms": False,
     "split_threads": 512,

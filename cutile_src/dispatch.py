@@ -75,7 +75,7 @@ SPLIT = {"ROWS_PER_SM": 2, "MIN_N": 8192, "CHUNK": 4096, "MIN_CHUNK": 1024, "MAX
 RESIDENT = {"CHUNK_BYTES": 32768, "HINTS": {"num_worker_warps": 8}, "MAX_SPIN": 1 << 20}
 H200_L2 = 50 * 2 ** 20
 # rows_tma: the loads' latency hint (0: tileiras's own; the SASS shows no consistent effect on
-# the rows kernel's pipeline: scripts/gpu_cutile.py times 0 against 10)
+# the rows kernel's pipeline: python -m harness check cutile times 0 against 10)
 ROWS_LATENCY = 0
 ROWS_TMA_BYTES = 64 * 1024
 

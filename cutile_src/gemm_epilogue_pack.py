@@ -27,7 +27,7 @@ def pack_rows_flat_kernel(src, dst, C: int, T: ct.Constant[int]):
     """The same copy from a contiguous source viewed as one vector: aligned T-element tiles loaded
     wide, each element scattered to (row, column) of the buffer (a tile spans at most two rows
     while T <= C; elementwise stores). A candidate beside pack_rows_kernel (2-byte loads, 16-byte
-    stores): scripts/gpu_cutile.py times both."""
+    stores): python -m harness check cutile times both."""
     ar = ct.arange(T, dtype=ct.int32)
     for j in range(ct.bid(0), ct.cdiv(src.shape[0], T), ct.num_blocks(0)):
         tile = ct.load(src, index=(j,), shape=(T,))

@@ -314,7 +314,7 @@ GEMM = {
     # adds to the tiles' MMA time and the HBM floor the operand traffic from L2 (every program
     # loads (BLOCK_M + BLOCK_N) x K of A and B): small tiles that fill the SMs at a few hundred
     # rows move more bytes than L2 delivers, split-K lets large tiles fill them. Off: the splitk
-    # kernel has run on the GPU only with the few-rows tile (scripts/gpu_gluon.py times the
+    # kernel has run on the GPU only with the few-rows tile (python -m harness check gluon times the
     # model's choices against the current rule; docs/performance.md, "Gluon / GEMM + epilogue").
     # A split is taken only when modelled splitk_min_gain faster than the best unsplit tile (else
     # the rule above stands). l2_bytes_per_s: what the layer's tma kernel moved from L2 in the

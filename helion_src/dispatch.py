@@ -40,7 +40,7 @@ VECTOR_ADD: dict[str, dict] = {
 SOFTMAX: dict[str, dict] = {
     # a whole row in registers, read once: rows of up to 1024 elements share a program, warps grow
     # with the row (one warp per 512 columns, 4 to 32); on the H200 this beat the looped and the
-    # online kernels up to the longest row it holds (ROW_ELEMENTS), scripts/gpu_helion.py
+    # online kernels up to the longest row it holds (ROW_ELEMENTS), python -m harness check helion
     "softmax/rows": dict(num_stages=1, reduction_loops=[None]),
     # longer rows: the online kernel, one row a program, 4096-column tiles (16 a thread at 8
     # warps); it read the row twice and beat the looped kernel's three passes on the H200

@@ -2,8 +2,6 @@
 # On the GPU machine (offline): the stages of a measurement session. Each stage writes one archive
 # $OUT/<stage>.tgz (the device tool brings back at most 8 files) and prints a short summary last.
 #   bash scripts/gpu_session.sh build                  offline build + install (once per machine)
-#   bash scripts/gpu_session.sh cuda|triton|cute [..]  the layer's scripts/gpu_<layer>.py (verify every id on the
-#                                                      verify + models suites, time the dispatch candidates)
 #   bash scripts/gpu_session.sh harness                selftest --gpu (planted GPU-only bugs), the GEMM bound
 #                                                      calibrated on every GEMM implementation (verify + models
 #                                                      suites, worst error/bound ratio and bias statistics),
@@ -16,12 +14,10 @@
 #                                                      short compare of its default and twin beside torch on
 #                                                      the models suite; one archive per layer, $OUT/L.tgz
 #   bash scripts/gpu_session.sh check L [L..] [-- ARGS]  python -m harness check over layers L (one archive)
-#   bash scripts/gpu_session.sh checks A [A..]         per area A: python3 scripts/gpu_A.py (if it exists) with
-#                                                      OUT=/tmp/res/checks; one archive per area, $OUT/A.tgz
 # Extra arguments go to the stage's command. On a machine with two GPUs, run two stages at once with
 # CUDA_VISIBLE_DEVICES=0 / =1.
 set -uo pipefail
-stage=${1:?stage: build | cuda | triton | cute | harness | compare | tests | layers | checks}
+stage=${1:?stage: build | harness | compare | tests | layers | check}
 shift
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -34,10 +30,6 @@ log() { echo "[gpu_session $stage $(( $(date +%s) - t0 ))s] $*"; }
 
 case $stage in
   build) ;;
-  cuda|triton|cute)
-    # its own CuTe DSL file cache: a run beside `compare` must not warm compare's
-    CUTE_DSL_CACHE_DIR=/tmp/cute_cache_$stage OUT=$R python3 "scripts/gpu_$stage.py" "$@" > "$R/console.txt" 2>&1
-    log "exit $?"; tail -40 "$R/console.txt" ;;
   harness)
     python3 -m harness selftest --gpu --format json > "$R/selftest_gpu.json" 2> "$R/selftest_gpu.log"
     log "selftest --gpu exit $?"
@@ -138,15 +130,6 @@ EOF2
       > "$R/$name.txt" 2> "$R/$name.err"
     log "check ${layers[*]} exit $?"; tail -60 "$R/$name.txt"; tail -5 "$R/$name.err"
     tar czf "$OUT/check-$name.tgz" -C "$R" "$name" "$name.txt" "$name.err"
-    exit 0 ;;
-  checks)
-    for A in "$@"; do
-      [ -f "scripts/gpu_$A.py" ] || { log "no scripts/gpu_$A.py"; continue; }
-      mkdir -p /tmp/res/checks
-      OUT=/tmp/res/checks timeout ${KL_CHECK_LIMIT:-150} python3 "scripts/gpu_$A.py" > "/tmp/res/checks/$A.console.txt" 2>&1
-      log "$A exit $?"; tail -8 "/tmp/res/checks/$A.console.txt"
-      (cd /tmp/res/checks && tar czf "$OUT/$A.tgz" "$A.console.txt" $( [ -d "$A" ] && echo "$A"))
-    done
     exit 0 ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac

@@ -11,7 +11,7 @@
         the split path alone, 2^30 polls of spin budget (its blocks wait for each other; a slowed
         tool must not turn that wait into a timeout), against torch.softmax in float64.
 
-Timing and the verify/models suites are in scripts/gpu_cuda.py.
+Timing and the verify/models suites are in python -m harness check cuda.
 """
 from __future__ import annotations
 

@@ -943,26 +943,3 @@ def test_defaults_say_why_not_on_other_gpus(monkeypatch, cc, gemm_ok, long_rows_
     assert va.supports(problems.get("vector_add").case(N=1000, dtype="float32")) is None
 
 
-@needs_cute
-def test_gpu_script_candidates():
-    """scripts/gpu_cute.py's candidate plans (built here, timed on the GPU): the long-row models
-    cases carry the default, the cluster kernel staged and not, and the smem kernel; every plan is
-    one the layer's prepare takes (a known kernel, a row it holds)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_cute", ROOT / "scripts" / "gpu_cute.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sm, gm = mod.all_candidates()
-    from cutlass_src import dispatch
-
-    long = sm[(4096, 128256, "bfloat16")]
-    assert long["default"]["kernel"] == "smem" and long["cluster"]["kernel"] == "cluster"
-    assert long["cluster_no_stage"]["stage"] is False and long["cluster"]["stage"] is True
-    for (M, N, dt), cands in sm.items():
-        es = 4 if dt == "float32" else 2
-        for label, p in cands.items():
-            assert p["kernel"] in ("rows", "block", "smem", "cluster", "split", "simple"), (M, N, label)
-            if p["kernel"] == "cluster":
-                assert p["cluster"] * p["threads"] * p["k"] >= dispatch.row_vectors(N, es, N * es % 16 == 0), (M, N, label)
-    assert all("default" in c for c in gm.values()) and len(gm) == len(mod.GEMM_SHAPES)

@@ -22,7 +22,7 @@ IDS = {
     "gemm_epilogue": ["cutile:gemm_epilogue", "cutile:gemm_epilogue_simple", "cutile:gemm_epilogue_tiled",
                       "cutile:gemm_epilogue_splitk"],
 }
-#: built, not yet run on a GPU: candidates of scripts/gpu_cutile.py, no registered ids
+#: built, not yet run on a GPU: candidates (python -m harness check cutile times them)
 CANDIDATES = {"softmax": ["cutile:softmax_online_flat", "cutile:softmax_rows_tma", "cutile:softmax_online_tma",
                           "cutile:softmax_split", "cutile:softmax_next"],
               "gemm_epilogue": ["cutile:gemm_epilogue_pack", "cutile:gemm_epilogue_next"]}

@@ -6,7 +6,7 @@ shape, the dtype, the alignment and the device (SMs, registers, L2), then bind t
 constexprs (``runtime.bind``), so that a launch is one call of the compiled kernel's launcher.
 The rules read bytes per row, waves (tiles / SMs) and alignment, never a list of known shapes;
 the numbers they read are the tables below (plain data: a test or a tuning script may replace
-an entry; nothing reads an environment variable). ``scripts/gpu_triton.py`` times the
+an entry; nothing reads an environment variable). ``python -m harness check triton`` times the
 alternatives each rule chooses between; the measurements behind each rule are in
 docs/performance.md, "Triton / vector add", "Triton / softmax" and "Triton / GEMM + epilogue".
 
