@@ -88,15 +88,29 @@ def registry_cands(layers, case):
     return out
 
 
+def _cuda_pinned(path, case, **opts):
+    """A launch of a pinned CUDA C++ GEMM plan through the pybind11 module (configs no id pins)."""
+    def prep(inputs, out):
+        from backends import cuda_gemm, cuda_layer as cl
+
+        a, b, bias = inputs
+        dev = cl.dev_index(a)
+        plan = cuda_gemm.gemm_launches(path, case, a, b, bias, out, case.params.get("act", "relu"),
+                                       cl.device(dev), **opts)
+        ptrs = {"a": a.data_ptr(), "b": b.data_ptr(), "bias": bias.data_ptr() if bias is not None else 0,
+                "c": out.data_ptr()}
+        return cl.make_launcher(cl.module(), plan, ptrs, dev, cl.DTYPE_CODE[a.dtype])
+    return prep
+
+
 def pinned_cands(layers, case, sms):
     """name -> prepare: the plans the new rules choose between, pinned (``sms``: the persistent grid)."""
     out = {}
     act = case.params.get("act", "relu")
     if "cuda" in layers:
-        from gpu_cuda import _plan_prep
         for name, path, opts in (("pingpong", "pingpong", {}), ("ws bn=256", "ws", {"bn": 256}),
                                  ("ws bn=192", "ws", {"bn": 192}), ("splitk S=2", "splitk", {"splits": 2})):
-            out[f"cuda {name}"] = _plan_prep("gemm", path, case, **opts)
+            out[f"cuda {name}"] = _cuda_pinned(path, case, **opts)
     if "triton" in layers:
         from triton_src import dispatch as TD
         from triton_src import gemm_epilogue_streamk as TS
