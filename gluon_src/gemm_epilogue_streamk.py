@@ -42,7 +42,7 @@ from .epilogue import ACTS, bias_act
 from .gemm_epilogue_tma import gl_dtype, instr_n, mma_steps, prologue, store_c, tile_coords
 from .runtime import Spec
 
-#: polls of a partial's flag before the owner gives up and writes NaNs (about a second on a GPU)
+#: polls of a partial's count before the owner gives up and writes NaNs (seconds on a GPU)
 MAX_SPIN = 1 << 22
 
 
