@@ -13,10 +13,17 @@ issues its segment's first loads, then waits for each partial's flag and loads i
 the accumulator's register layout (in program order: the same bits every run), runs its own MMAs
 on top, the epilogue and the TMA store. Any other segment writes its fp32 partial (from the
 accumulator's layout) to the program's slot of the workspace [G, BLOCK_M, BLOCK_N], then raises
-the program's flag (a CTA barrier, then a release exchange). A program waits only for lower
-programs: no cycle. The owner resets every flag it consumed (an acquire exchange), so the flags,
-zeroed once, are zero after each launch; a flag that does not rise within MAX_SPIN polls gives
-NaNs (a verification FAIL), not a hang.
+the program's count of partials published (a CTA barrier, then a release add). A program waits
+only for lower programs: no cycle.
+
+The flags are two counts a program, never lowered: ``flags[q]`` the partials q has published,
+``flags[G + q]`` those its owner has absorbed (written by that owner only, the same program every
+launch). This launch's partial of q is up when the first exceeds the second, so the counts, zeroed
+once with the workspace, need no reset between launches, and a launch that gave up on a partial is
+squared by the late partial itself. The owner polls with an acquire add of 0 by one thread, its
+value shared with the whole CTA (every warp leaves the poll on the same value, then reads the slot
+after a CTA barrier); a partial not up within MAX_SPIN polls gives NaNs (a verification FAIL), not
+a hang.
 
 Every tile's first loads are issued before the previous tile's epilogue (the ring is empty by
 then), as the tma kernel does with NEXT_PROLOGUE.
@@ -35,7 +42,7 @@ from .epilogue import ACTS, bias_act
 from .gemm_epilogue_tma import gl_dtype, instr_n, mma_steps, prologue, store_c, tile_coords
 from .runtime import Spec
 
-#: polls of a partial's flag before the owner gives up and writes NaNs (about a second on a GPU)
+#: polls of a partial's count before the owner gives up and writes NaNs (seconds on a GPU)
 MAX_SPIN = 1 << 22
 
 
@@ -48,19 +55,28 @@ def slot(ws_ptr, q, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.con
 
 
 @gluon.jit
-def absorb(acc, ws_ptr, flag_ptr, q, layout: gl.constexpr, MAX_SPIN: gl.constexpr):
-    """acc + program q's partial once its flag is up (NaN if it never rises); the flag reset."""
-    BLOCK_M: gl.constexpr = acc.shape[0]
-    BLOCK_N: gl.constexpr = acc.shape[1]
-    seen = gl.load(flag_ptr + q, volatile=True)
+def publish(acc, ws_ptr, flag_ptr, pid, layout: gl.constexpr):
+    """This program's partial into its slot, then its count of partials published raised."""
+    gl.store(slot(ws_ptr, pid, acc.shape[0], acc.shape[1], layout), acc)
+    cta_barrier()                           # every thread's stores before the one release
+    gl.atomic_add(flag_ptr + pid, 1, sem="release")
+
+
+@gluon.jit
+def absorb(acc, ws_ptr, flag_ptr, q, G, layout: gl.constexpr, MAX_SPIN: gl.constexpr):
+    """acc + program q's partial of this launch once published (NaN if not within MAX_SPIN polls);
+    q's count of partials absorbed raised."""
+    want = gl.load(flag_ptr + G + q, cache_modifier=".cg") + 1
+    # a scalar atomic: one thread's acquire, its value the same in every thread (a uniform loop)
+    seen = gl.atomic_add(flag_ptr + q, 0, sem="acquire")
     spins = 0
-    while (seen == 0) & (spins < MAX_SPIN):
-        seen = gl.load(flag_ptr + q, volatile=True)
+    while (seen - want < 0) & (spins < MAX_SPIN):
+        seen = gl.atomic_add(flag_ptr + q, 0, sem="acquire")
         spins += 1
-    gl.atomic_xchg(flag_ptr + q, 0, sem="acquire")
-    cta_barrier()                           # no thread reads the slot before the acquire
-    part = gl.load(slot(ws_ptr, q, BLOCK_M, BLOCK_N, layout), cache_modifier=".cg")
-    return acc + part + gl.where(seen != 0, 0.0, float("nan"))
+    cta_barrier()                           # no thread reads the slot (or writes the count) before
+    gl.store(flag_ptr + G + q, want)
+    part = gl.load(slot(ws_ptr, q, acc.shape[0], acc.shape[1], layout), cache_modifier=".cg")
+    return acc + part + gl.where(seen - want >= 0, 0.0, float("nan"))
 
 
 @gluon.jit
@@ -130,7 +146,7 @@ def gemm_epilogue_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_
             q = pid - 1
             low = seg
             while low > t0:
-                acc = absorb(acc, ws_ptr, flag_ptr, q, acc_layout, MAX_SPIN)
+                acc = absorb(acc, ws_ptr, flag_ptr, q, G, acc_layout, MAX_SPIN)
                 low = q * per + gl.minimum(q, extra)
                 q -= 1
         acc = mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, pm * BLOCK_M, pn * BLOCK_N, seg - t0, it - seg,
@@ -139,9 +155,7 @@ def gemm_epilogue_streamk_kernel(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, flag_
         if owner:
             finish(acc, c_desc, c_s, bias_ptr, pm * BLOCK_M, pn * BLOCK_N, N, acc_layout, HAS_BIAS, ACT)
         else:
-            gl.store(slot(ws_ptr, pid, BLOCK_M, BLOCK_N, acc_layout), acc)
-            cta_barrier()                       # every thread's stores before the one release
-            gl.atomic_xchg(flag_ptr + pid, 1, sem="release")
+            publish(acc, ws_ptr, flag_ptr, pid, acc_layout)
         it = seg
     tma.store_wait(0)
     for st in gl.static_range(STAGES):
@@ -163,11 +177,42 @@ def programs_for(M: int, N: int, K: int, cfg: dict, sms: int) -> int:
     return max(1, min(sms, tiles * triton.cdiv(K, cfg["BLOCK_K"])))
 
 
+def schedule(tiles: int, k_steps: int, programs: int) -> list:
+    """The kernel's walk in Python (its index arithmetic line for line), for the tests of its
+    invariants: per program, its pieces of work in order as (tile, first K step, end K step, role,
+    programs absorbed), role "tile" (a data-parallel tile), "owner" (the tile's last K steps, on top
+    of the partials of the programs absorbed, in that order; the tile stored) or "partial"
+    (published to the program's slot)."""
+    dp = dp_tiles(tiles, programs)
+    total = (tiles - dp) * k_steps
+    per, extra = total // programs, total % programs
+    work = []
+    for pid in range(programs):
+        mine = [(tile, 0, k_steps, "tile", ()) for tile in range(pid, dp, programs)]
+        start = pid * per + min(pid, extra)
+        it = start + per + int(pid < extra)
+        while it > start:
+            t0 = (it - 1) // k_steps * k_steps
+            seg = max(t0, start)
+            if it == t0 + k_steps:
+                q, low, absorbed = pid - 1, seg, []
+                while low > t0:
+                    absorbed.append(q)
+                    low = q * per + min(q, extra)
+                    q -= 1
+                mine.append((dp + t0 // k_steps, seg - t0, it - t0, "owner", tuple(absorbed)))
+            else:
+                mine.append((dp + t0 // k_steps, seg - t0, it - t0, "partial", ()))
+            it = seg
+        work.append(mine)
+    return work
+
+
 def workspace(cfg: dict, programs: int, device) -> tuple:
-    """(fp32 partial slots [programs, BLOCK_M, BLOCK_N], int32 flags [programs] zeroed): made once
-    per plan; every launch leaves the flags zero again."""
+    """(fp32 partial slots [programs, BLOCK_M, BLOCK_N], int32 counts [2 x programs] zeroed: partials
+    published, partials absorbed): made once per plan; every launch leaves the two halves equal."""
     ws = torch.empty((programs, cfg["BLOCK_M"], cfg["BLOCK_N"]), dtype=torch.float32, device=device)
-    return ws, torch.zeros((programs,), dtype=torch.int32, device=device)
+    return ws, torch.zeros((2 * programs,), dtype=torch.int32, device=device)
 
 
 def launch_spec(a, b, bias, act: str, out, cfg: dict, sms: int, ws=None) -> Spec:

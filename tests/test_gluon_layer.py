@@ -366,12 +366,12 @@ def test_gemm_streamk_rule_of_next():
 
 def test_gemm_streamk_compiles():
     """The streamk kernel (128 x 256 over 8 warps at 3000^3) and the tma kernel with NEXT_PROLOGUE
-    compile for sm_90a without spills: TMA loads, wgmma, the release / acquire exchanges of the
-    flags, volatile polls, partials read from L2 (.cg)."""
+    compile for sm_90a without spills: TMA loads, wgmma, the release add and acquire reads of the
+    counts, partials read from L2 (.cg); tests/test_gluon_streamk.py checks their order."""
     ptx = _ptx("gemm_epilogue", "gemm_epilogue_streamk", _case("gemm_epilogue", M=3000, N=3000, K=3000,
                                                                   dtype="float16", act="gelu"))
-    for m in ("cp.async.bulk.tensor", "wgmma.mma_async", "atom.global.gpu.release.exch.b32",
-              "atom.global.gpu.acquire.exch.b32", "ld.volatile.global", "ld.global.cg"):
+    for m in ("cp.async.bulk.tensor", "wgmma.mma_async", "global.gpu.release.add", "global.gpu.acquire",
+              "ld.global.cg"):
         assert m in ptx, m
     from backends import gluon_layer as GL
     from gluon_src import H200, dispatch
