@@ -20,9 +20,12 @@ at a time:
 A program waits only for lower programs, which computed what it needs first: no cycle, and a
 Triton interpreter that runs programs one after another finds every flag already raised. The
 owner resets each flag it consumed (an acquire exchange), so the flags (zeroed once, when the
-workspace is made) are zero again after every launch. A flag that does not rise within
-``MAX_SPIN`` polls (a grid that is not resident) turns the tile into NaNs: a verification FAIL,
-not a hang.
+workspace is made) are zero again after every launch. Every warp polls the flag on its own, so
+the reset waits behind a barrier until all have stopped polling (a warp still polling would
+never see a flag another warp took down), and the exchange's one answer decides the partial for
+every thread. A flag that does not rise within ``MAX_SPIN`` polls (a grid that is not resident)
+turns the tile into NaNs: a verification FAIL, not a hang (a flag that rises later stays up, so
+the plan's next launches are not to be trusted either).
 """
 from __future__ import annotations
 
@@ -65,20 +68,32 @@ def publish(acc, ws_ptr, flag_ptr, pid):
 
 
 @triton.jit
-def absorb(acc, ws_ptr, flag_ptr, q, MAX_SPIN: tl.constexpr):
-    """acc + program q's partial once its flag is up (NaN if it never rises); the flag reset."""
-    BLOCK_M: tl.constexpr = acc.shape[0]
-    BLOCK_N: tl.constexpr = acc.shape[1]
+def take_flag(flag_ptr, q, MAX_SPIN: tl.constexpr):
+    """Program q's flag once it is up (or MAX_SPIN polls passed), taken down again: the flag's
+    value before the reset (1: q's partial is there), the same in every thread. Each warp polls
+    on its own and leaves the loop when it sees the flag; the reset waits for all of them (the
+    barrier), since a warp still polling would never see a flag already taken down (it would
+    time out and read its part of the tile as missing). The reset is one thread's exchange,
+    whose answer every thread then reads."""
     seen = tl.load(flag_ptr + q, volatile=True)
     spins = 0
     while (seen == 0) & (spins < MAX_SPIN):
         seen = tl.load(flag_ptr + q, volatile=True)
         spins += 1
-    tl.atomic_xchg(flag_ptr + q, 0, sem="acquire")
+    tl.debug_barrier()                      # no warp polls any more
+    return tl.atomic_xchg(flag_ptr + q, 0, sem="acquire")
+
+
+@triton.jit
+def absorb(acc, ws_ptr, flag_ptr, q, MAX_SPIN: tl.constexpr):
+    """acc + program q's partial once its flag is up (NaN if it never rises); the flag reset."""
+    BLOCK_M: tl.constexpr = acc.shape[0]
+    BLOCK_N: tl.constexpr = acc.shape[1]
+    up = take_flag(flag_ptr, q, MAX_SPIN)
     tl.debug_barrier()                      # no thread reads the slot before the acquire
     part = tl.load(ws_ptr + q.to(tl.int64) * (BLOCK_M * BLOCK_N) + slot_offsets(BLOCK_M, BLOCK_N),
                    cache_modifier=".cg")
-    return acc + tl.where(seen != 0, part, float("nan"))
+    return acc + tl.where(up != 0, part, float("nan"))
 
 
 @triton.jit
