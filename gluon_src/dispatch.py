@@ -140,10 +140,10 @@ SOFTMAX = {
     "online_warps": 8,
     "online_programs_per_sm": 4,
     # split_smem (one read: a row's chunks staged raw in the shared memory of co-resident programs,
-    # partials through global memory) for the rows that go to online (docs/performance.md, "Gluon /
-    # softmax": measured against online on a GPU). Chunks of split_smem_pieces pieces (a piece: one
-    # 16-byte vector a thread of split_smem_warps warps): the most bytes of rows in flight an SM,
-    # ties to the longer chunk (fewer partners), at least split_smem_min_per_sm programs an SM
+    # partials through global memory) for the rows that go to online; measured against online on
+    # a GPU (docs/performance.md, "Gluon / softmax"). Chunks of split_smem_pieces pieces (a piece:
+    # one 16-byte vector a thread of split_smem_warps warps): the most bytes of rows in flight an
+    # SM, ties to the longer chunk (fewer partners), at least split_smem_min_per_sm programs an SM
     "split_smem": True,
     "split_smem_warps": 8,
     "split_smem_pieces": (4, 8),
