@@ -329,7 +329,9 @@ _SM_SRC = {
 _SOFTMAX = {
     "default": ("softmax", "dispatcher: rows (rows <= 1024 columns, several a program), block (a row in "
                 "registers), split (long rows, too few to fill the SMs), smem (long rows staged in a "
-                "program's shared memory by cp.async when they fit it), online (longer rows)",
+                "program's shared memory by cp.async when they fit it), split with the chunks staged in "
+                "the shared memory of co-resident programs (rows past one program's shared memory, on "
+                "16-byte boundaries: one read, one write), online (any other row)",
                 _derived("softmax", _SM_SRC,
                          [_DISPATCH_SRC, Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),
     "simple": ("softmax_simple", "teaching twin: a program a row, column tiles with a running max/sum, "
@@ -343,10 +345,6 @@ _SOFTMAX = {
              [_SM_SRC["smem"]]),
     "split": ("softmax_split", "a long row over several programs: chunk partials (max, sum) through "
               "global memory between two launches, then each chunk written", [_SM_SRC["split"]]),
-    "split_smem": ("softmax_split_smem", "a long row's chunks staged raw in the shared "
-                   "memory of co-resident programs (cooperative grid) by cp.async, the next unit's copies in "
-                   "flight meanwhile; (max, sum) partials through global memory, one read and one write; "
-                   "rows on 16-byte boundaries", [_SM_SRC["split_smem"]]),
     "online": ("softmax_online", "persistent grid sized to L2, column tiles with a running max/sum, "
                "second pass newest tile first; any N", [_SM_SRC["online"]]),
 }
