@@ -50,7 +50,7 @@ def kill_all() -> None:
             pass
 
 
-HEAVY_LANES = 3   # bins that may run ``heavy`` tasks (GPU memory: see compare._preverify_tasks)
+HEAVY_LANES = 3   # bins that may run ``heavy`` tasks (compare._preverify_tasks; memory: gpu_admission)
 
 
 def partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
