@@ -90,7 +90,8 @@ def oom(e: BaseException | str) -> bool:
 
 
 def gib(n: float) -> str:
-    return f"{n / GiB:.1f} GiB"
+    """Bytes for a reason: GiB with one decimal, MiB below a tenth of a GiB."""
+    return f"{n / GiB:.1f} GiB" if n >= GiB / 10 else f"{n / 2 ** 20:.1f} MiB"
 
 
 class Admission:

@@ -51,7 +51,7 @@ def cuda_context_broken(device) -> str | None:
         torch.cuda.synchronize()
         return None
     except Exception as e:
-        return _first_line(e)
+        return None if gpumem.oom(e) else _first_line(e)   # full memory is no broken context
 
 
 def base_row(impl, problem, case, phase: str = "timed") -> dict:
@@ -365,7 +365,13 @@ def _finish_task(task, opts, emit, problem, case, device, passed, rows) -> None:
         for impl in passed:   # verified; the timed phase times it (and keeps this verdict)
             rows[impl.id]["pending_timing"] = True
     if task.get("time") and device == "cuda" and passed:
-        _time_task(task, opts, emit, problem, case, device, passed, rows)
+        try:
+            _time_task(task, opts, emit, problem, case, device, passed, rows)
+        except Exception as e:   # the case's own buffers (inputs, the copy, the vendor's) did not fit
+            if not gpumem.oom(e):
+                raise
+            for impl in passed:
+                _out_of_memory(rows[impl.id], task, problem, case, device, "the timing worker", _first_line(e))
     elif task.get("time") and device != "cuda":
         for r in rows.values():
             if r["status"] == "PASS":
