@@ -330,7 +330,9 @@ class Lane:
             for r in rows:   # settled before it ran (a compile that crashed the pool's process)
                 self.res.rows.append(r)
                 self._emit({"event": "row", "row": r})
-            if task is None:
+            if task is None:   # nothing left to run: nor to hold for it
+                if self.admission is not None:
+                    self.admission.shrink(self, max((_need(t) for t in life.inflight), default=0))
                 continue
             if not life.inflight:
                 life.last = time.monotonic()   # the watchdog counts from work given, not from idling
