@@ -129,11 +129,13 @@ def summarize(rows: list[dict], layers: set[str]) -> dict:
     for r in rows:
         s = out["impls"].setdefault(f"{r['problem']}/{r['impl']}", {
             "impl": r["impl"], "problem": r["problem"], "role": r.get("role"), "ours": r["layer"] in layers,
-            "verify": {"PASS": 0, "FAIL": 0, "SKIP": 0}, "fails": [], "timed": 0,
+            "verify": {"PASS": 0, "FAIL": 0, "SKIP": 0}, "fails": [], "oom": [], "timed": 0,
             "geomean_x": None, "worst_x": None, "worst_case": None, "geomean_pct": None, "min_pct": None})
         s["verify"][r["status"]] = s["verify"].get(r["status"], 0) + 1
         if r["status"] == "FAIL" and len(s["fails"]) < 5:
             s["fails"].append(f"{r['case']['id']}: {str(r.get('reason'))[:200]}")
+        if r.get("kind") == "out-of-memory" and len(s["oom"]) < 5:   # the machine's limit, not a verdict
+            s["oom"].append(f"{r['case']['id']}: {str(r.get('reason'))[:200]}")
     per: dict = {}
     for r in timed:
         cid, t = r["case"]["id"], r["time"]["median_s"]
@@ -173,3 +175,5 @@ def render(summary: dict, console) -> None:
     for key, s in summary["impls"].items():
         for line in s["fails"]:
             console.print(f"FAIL {key} {line}")
+        for line in s.get("oom", []):
+            console.print(f"SKIP {key} {line}")

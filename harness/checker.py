@@ -22,6 +22,11 @@ class CheckerError(RuntimeError):
     """The checker process died or failed on a request."""
 
 
+class CheckerDied(CheckerError):
+    """The checker process is gone or died during a request (killed and reaped: the next
+    ``get`` starts a fresh one)."""
+
+
 def _bytes(t):
     import torch
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
@@ -45,13 +50,12 @@ def _mutation(names, got, pristine) -> str | None:
 
 
 def serve(conn, device: str) -> None:
-    """The checker's loop: one request, one verdict, until ``None`` arrives."""
+    """The checker's loop: one request, one answer, until ``None`` arrives. A request that cannot
+    even be unpacked (the GPU out of memory as the worker's tensors are opened) is answered with
+    the error: the checker goes on."""
     import torch
     import torch.multiprocessing  # noqa: F401  (tensor reductions for the pipe)
-
-    from . import problems
-    from .case import Case
-    from .output_check import check_output
+    from multiprocessing.reduction import ForkingPickler
 
     if device == "cuda":
         torch.cuda.init()
@@ -61,39 +65,65 @@ def serve(conn, device: str) -> None:
     cache: dict = {}
     while True:
         try:
-            msg = conn.recv()
+            buf = conn.recv_bytes()
         except EOFError:
             return
-        if msg is None:
-            return
         try:
-            problem = problems.get(msg["problem"])
-            case = Case.from_json(msg["case"])
-            key = (case.id, int(msg["seed"]), int(msg.get("roundings", 0)))
-            if key not in cache:
-                # one reference at a time: the checks of one seed come one after the other (its
-                # launches, then the next seed's), and a float64 reference of the largest cases
-                # takes ~10 GB beside the worker's own buffers (parallel workers share the GPU)
-                cache.clear()
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-                pristine = problem.make_inputs(case, device, int(msg["seed"]))
-                cache[key] = (pristine, *problem.reference_and_bound(pristine, case, key[2]))
-            pristine, ref, bound, systematic = cache[key]
-            res = {"ok": True}
-            if msg.get("inputs") is not None:
-                m = _mutation(problem.input_names, msg["inputs"], pristine)
-                if m:
-                    res = {"ok": False, "reason": m}
-            if res["ok"]:
-                c = check_output(problem, case, msg["output"], ref, bound=bound, systematic=systematic)
-                res = c.to_dict()
-            if device == "cuda":
-                torch.cuda.synchronize()
+            msg = ForkingPickler.loads(buf)
+            if msg is None:
+                return
+            res = _release(cache, device) if msg.get("release") else _answer(msg, device, cache)
         except Exception as e:
             res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
-        msg = None  # let go of the worker's tensors before answering
+        msg = buf = None  # let go of the worker's tensors before answering
         conn.send(res)
+
+
+def _release(cache: dict, device: str) -> dict:
+    """Drop the cached reference and give the allocator's cached GPU memory back (the worker asks
+    after a large case, and before a retry after running out of memory)."""
+    import gc
+
+    import torch
+    cache.clear()
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return {"ok": True}
+
+
+def _answer(msg: dict, device: str, cache: dict) -> dict:
+    """The verdict on one output: the implementation's inputs against the pristine ones, then
+    its output against the float64 reference (cached per case, seed and declared roundings)."""
+    import torch
+
+    from . import problems
+    from .case import Case
+    from .output_check import check_output
+
+    problem = problems.get(msg["problem"])
+    case = Case.from_json(msg["case"])
+    key = (case.id, int(msg["seed"]), int(msg.get("roundings", 0)))
+    if key not in cache:
+        # one reference at a time: the checks of one seed come one after the other (its
+        # launches, then the next seed's), and a float64 reference of the largest cases
+        # takes ~10 GB beside the worker's own buffers (parallel workers share the GPU)
+        cache.clear()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        pristine = problem.make_inputs(case, device, int(msg["seed"]))
+        cache[key] = (pristine, *problem.reference_and_bound(pristine, case, key[2]))
+    pristine, ref, bound, systematic = cache[key]
+    res = {"ok": True}
+    if msg.get("inputs") is not None:
+        m = _mutation(problem.input_names, msg["inputs"], pristine)
+        if m:
+            res = {"ok": False, "reason": m}
+    if res["ok"]:
+        res = check_output(problem, case, msg["output"], ref, bound=bound, systematic=systematic).to_dict()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return res
 
 
 class Checker:
@@ -153,20 +183,42 @@ class Checker:
                 t.share_memory_()
             ins.append(t)
         with self.lock:
-            if not self.alive():
-                raise CheckerError(f"the checker process is gone (exit code {self.proc.returncode})")
-            self.conn.send({"problem": problem, "case": case.to_json(), "seed": int(seed),
-                            "roundings": int(roundings), "inputs": ins, "output": output})
-            if not self.conn.poll(CHECK_TIMEOUT_S):
-                self.proc.kill()
-                raise CheckerError(f"the checker gave no verdict in {CHECK_TIMEOUT_S:g} s")
-            try:
-                res = self.conn.recv()
-            except (EOFError, ConnectionError):
-                raise CheckerError(f"the checker process died (exit code {self.proc.poll()})") from None
+            res = self._ask({"problem": problem, "case": case.to_json(), "seed": int(seed),
+                             "roundings": int(roundings), "inputs": ins, "output": output})
         if "error" in res:
             raise CheckerError(f"the checker failed: {res['error']}")
         return res
+
+    def release(self) -> None:
+        """The checker drops its cached reference and gives its cached GPU memory back."""
+        with self.lock:
+            if self.alive():
+                self._ask({"release": True})
+
+    def _ask(self, msg: dict) -> dict:
+        """One request, one answer (under the lock). A checker that is gone, dies or breaks the
+        connection is killed and reaped (``get`` then starts a fresh one) and the request raises
+        ``CheckerError`` - never a BrokenPipeError on the next request."""
+        if not self.alive():
+            raise CheckerDied(f"the checker process is gone (exit code {self.proc.returncode})")
+        try:
+            self.conn.send(msg)
+            if not self.conn.poll(CHECK_TIMEOUT_S):
+                self._end()
+                raise CheckerError(f"the checker gave no verdict in {CHECK_TIMEOUT_S:g} s")
+            return self.conn.recv()
+        except (EOFError, OSError):   # BrokenPipeError and ConnectionError are OSErrors
+            code = self.proc.poll()
+            self._end()
+            raise CheckerDied(f"the checker process died (exit code {code})") from None
+
+    def _end(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        try:
+            self.conn.close()
+        except OSError:
+            pass
 
     def close(self) -> None:
         try:

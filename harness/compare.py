@@ -35,10 +35,11 @@ def _preverify_tasks(plan, impls, done: set) -> list[dict]:
     """The verification of the timed cases as tasks of their own, one per case and layer, for the
     parallel phase: a worker verifies them (three seeds) and reports each PASS as pending timing;
     the timed phase then only times (and checks its first and last timed launches). Cases above
-    ``worker.BIG_CASE_BYTES`` of traffic are marked ``heavy``: the parallel phase runs them in at most
-    ``runner.HEAVY_LANES`` (3) workers (``harness.runner.partition``), so that no more than three of
-    them hold the GPU's memory at once (a float64 reference, its bound, the inputs, the guarded
-    outputs: ~20 GB for the largest models case; six at once ran out of the H200's 140 GB)."""
+    ``worker.BIG_CASE_BYTES`` of traffic are marked ``heavy``: the parallel phase gathers them in at
+    most ``runner.HEAVY_LANES`` (3) workers (``harness.runner.partition``; a large case's compiles
+    stay with few processes). What bounds the GPU memory is the admission (``gpumem.Admission``):
+    a task is sent only once its estimate (a float64 reference, its bound, the inputs, the guarded
+    outputs: ~34 GB for the largest models case) fits beside the others'."""
     from . import problems
     from .case import Case
     from .worker import BIG_CASE_BYTES

@@ -13,7 +13,10 @@ STATUSES = ("PASS", "FAIL", "SKIP")
 # kind: what the status means
 KINDS = ("verified", "mismatch", "error", "crash", "timeout", "unsupported", "unavailable",
          "compile-only", "needs-gpu", "too-large-for-cpu", "failed-verify-suite", "timing-error",
-         "timed-mismatch", "implausible", "not-run")
+         "timed-mismatch", "implausible", "not-run", "out-of-memory")
+# SKIP kinds that are about the machine, not the implementation: unavailable (a package or
+# device missing), needs-gpu, too-large-for-cpu, out-of-memory (the GPU ran out of memory even
+# with the case run alone: harness.gpumem; never a FAIL)
 
 
 @dataclass

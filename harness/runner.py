@@ -50,7 +50,7 @@ def kill_all() -> None:
             pass
 
 
-HEAVY_LANES = 3   # bins that may run ``heavy`` tasks (GPU memory: see compare._preverify_tasks)
+HEAVY_LANES = 3   # bins that may run ``heavy`` tasks (compare._preverify_tasks; memory: gpu_admission)
 
 
 def partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
@@ -97,6 +97,7 @@ def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
         return run_tasks(tasks, **kw, modules=modules_of(tasks) if kw.get("isolate", True) else None)
     bins = partition(tasks, jobs)
     kw.setdefault("threads", max(1, (os.cpu_count() or 1) // len(bins)))
+    kw.setdefault("admission", gpu_admission(tasks, kw.get("device"), len(bins)))
     results: list[RunResult | BaseException] = [None] * len(bins)  # type: ignore[list-item]
 
     def work(i):
@@ -120,6 +121,19 @@ def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
         res.log.extend(r.log)
         res.ceilings = res.ceilings or r.ceilings
     return res
+
+
+def gpu_admission(tasks: list[dict], device, lanes: int):
+    """The GPU memory admission of the parallel phase (``gpumem.Admission``) for ``lanes``
+    workers (one more: the timing worker compare starts early), each task given its estimate
+    (``gpu_bytes``); None without a GPU. The device's memory is read once, here."""
+    from . import gpumem
+    total = gpumem.device_total(device) if device else None
+    if total is None:
+        return None
+    for t in tasks:
+        t.setdefault("gpu_bytes", gpumem.task_bytes(t))
+    return gpumem.Admission(gpumem.budget(total, lanes + 1))
 
 
 HEADER_KEYS = ("device", "plugins", "threads", "verbose", "modules")
@@ -239,6 +253,7 @@ class _Life:
     fatal: dict | None = None
     timed_out: bool = False
     ready: bool = False
+    retry: list = field(default_factory=list)      # the current task's implementations to run again
     last: float = field(default_factory=time.monotonic)
     stderr: deque = field(default_factory=lambda: deque(maxlen=40))
 
@@ -247,30 +262,45 @@ class Lane:
     """Tasks run in order of readiness on one worker process at a time. When the process dies
     (segfault, illegal address that breaks the CUDA context) or goes silent past the timeout, the
     implementation it was on is reported as CRASH/TIMEOUT for that case, and a fresh process
-    continues with the rest."""
+    continues with the rest. With ``admission`` (``gpumem.Admission``, shared by the lanes of the
+    parallel phase) a task is sent only once the GPU memory it needs is granted. A row the worker
+    marks ``retry`` (out of GPU memory, the checker died) is not kept: its implementation runs
+    again on that case, in a task of its own that needs the GPU alone, and that row counts."""
 
     def __init__(self, tasks: list[dict], job: dict, *, timeout_s: float, on_event=None,
                  verbose: bool = False, gate: Gate | None = None, prestarted: Worker | None = None,
-                 ceilings: bool = False):
+                 ceilings: bool = False, admission=None):
         self.pending = list(tasks)
         self.job, self.timeout_s, self.on_event, self.verbose = job, timeout_s, on_event, verbose
         self.gate = gate or Gate()
         self.prestarted, self.want_ceilings = prestarted, ceilings
+        self.admission = admission
         self.res = RunResult()
 
     def run(self) -> RunResult:
-        while (self.pending or self.want_ceilings) and not _STOPPING.is_set():
-            w = self._worker()
-            life = self._drive(w)
-            w.reap()
-            self.want_ceilings = False  # measured once per run; a failed measurement is not retried
-            self.pending = [t for t in life.inflight if t["id"] not in life.done] + self.pending
-            if not self.pending or _STOPPING.is_set():   # done, or killed by an interrupt: nobody to blame
-                break
-            self._blame(life, w.proc.returncode)
+        try:
+            while (self.pending or self.want_ceilings) and not _STOPPING.is_set():
+                w = self._worker()
+                life = self._drive(w)
+                w.reap()
+                self.want_ceilings = False  # measured once per run; a failed measurement is not retried
+                self.pending = [t for t in life.inflight if t["id"] not in life.done] + self.pending
+                if not self.pending or _STOPPING.is_set():   # done, or killed by an interrupt: nobody to blame
+                    break
+                self._blame(life, w.proc.returncode)
+        finally:
+            if self.admission is not None:
+                self.admission.release(self)
         if self.prestarted is not None:   # nothing was left to run (or a different header): not needed
             self.prestarted.discard()
         return self.res
+
+    def _admit(self, life: _Life, task: dict) -> bool:
+        """Whether ``task`` may go to the worker now: the GPU memory of the tasks in flight and of
+        this one granted (always, without admission)."""
+        if self.admission is None:
+            return True
+        return self.admission.take(self, max(_need(t) for t in life.inflight + [task]))
 
     def _worker(self) -> Worker:
         w = self.prestarted
@@ -291,12 +321,18 @@ class Lane:
         while len(life.inflight) <= FEED_AHEAD and self.pending and not w.closed:
             i = next((i for i, t in enumerate(self.pending) if self.gate.ready(t)), None)
             if i is None:
+                if self.admission is not None:
+                    self.admission.withdraw(self)
+                return
+            if not self._admit(life, self.pending[i]):
                 return
             task, rows = self.gate.prepare(self.pending.pop(i))
             for r in rows:   # settled before it ran (a compile that crashed the pool's process)
                 self.res.rows.append(r)
                 self._emit({"event": "row", "row": r})
-            if task is None:
+            if task is None:   # nothing left to run: nor to hold for it
+                if self.admission is not None:
+                    self.admission.shrink(self, max((_need(t) for t in life.inflight), default=0))
                 continue
             if not life.inflight:
                 life.last = time.monotonic()   # the watchdog counts from work given, not from idling
@@ -307,6 +343,8 @@ class Lane:
 
     def _drive(self, w: Worker) -> _Life:
         life, closed = _Life(), 0
+        if self.admission is not None:   # a fresh process: nothing of this lane's is in flight
+            self.admission.shrink(self, 0)
         while closed < 2:
             self._feed(w, life)
             try:
@@ -351,17 +389,39 @@ class Lane:
         elif kind == "step":
             life.impl = ev["impl"]
         elif kind == "row":
+            if self._retries(ev, life):
+                return   # not shown: the retry's row will be
             life.rows.append(ev["row"])
         elif kind == "vendor":
             self.res.vendor[ev["case"]] = {"time": ev["time"], "flops_per_s": ev["flops_per_s"]}
         elif kind == "task_done":
-            self.res.rows.extend(life.rows)
-            life.done.add(ev["task"])
-            life.inflight = [t for t in life.inflight if t["id"] != ev["task"]]
-            life.current, life.impl, life.rows = None, None, []
+            self._task_done(ev["task"], life)
         elif kind == "fatal":
             life.fatal = ev
         self._emit(ev)
+
+    def _retries(self, ev: dict, life: _Life) -> bool:
+        """A row marked ``retry`` by the worker (out of GPU memory, the checker died): True when
+        its implementation is to run again (a first attempt); a retry's row is final."""
+        row = ev["row"]
+        why = row.pop("retry", None)
+        task = next((t for t in life.inflight if t["id"] == ev.get("task")), None)
+        if not why or task is None or task.get("retry"):
+            return False
+        life.retry.append(row["impl"])
+        self.res.log.append(f"{row['impl']} on {row['case']['id']}: {why}; run again alone")
+        return True
+
+    def _task_done(self, tid: str, life: _Life) -> None:
+        task = next((t for t in life.inflight if t["id"] == tid), None)
+        self.res.rows.extend(life.rows)
+        life.done.add(tid)
+        life.inflight = [t for t in life.inflight if t["id"] != tid]
+        if task is not None and life.retry:   # next, each alone (after what the worker holds)
+            self.pending[:0] = [dict(task, id=f"{tid}~{iid}", impls=[iid], retry=True) for iid in life.retry]
+        life.current, life.impl, life.rows, life.retry = None, None, [], []
+        if self.admission is not None:
+            self.admission.shrink(self, max((_need(t) for t in life.inflight), default=0))
 
     def _blame(self, life: _Life, code) -> None:
         """The process stopped early: FAIL the implementation it was on (crash, or timeout: then
@@ -409,19 +469,27 @@ def run_tasks(tasks: list[dict], *, device: str, plugins=(), timing: dict | None
               ceilings: bool = False, timeout_s: float = 600.0, isolate: bool = True,
               keep_raw: bool = True, on_event=None, verbose: bool = False,
               threads: int | None = None, prestarted: "Worker | None" = None,
-              gate: Gate | None = None, modules=None) -> RunResult:
+              gate: Gate | None = None, modules=None, admission=None) -> RunResult:
     """Run ``tasks`` and return every row. ``on_event(event)`` sees progress events.
     ``threads``: torch's CPU threads in the worker (and its checker), so that parallel workers
     do not oversubscribe the cores. ``prestarted``: a ``Worker`` started earlier with the same
     device, plugins, threads, verbosity and modules (its start-up overlapped other work); it takes
     the tasks, and a restart after a crash starts a fresh one. ``gate``: when a task may be sent
-    (``Gate``). ``modules``: the adapters the worker imports (None: all)."""
+    (``Gate``). ``modules``: the adapters the worker imports (None: all). ``admission``: the GPU
+    memory the parallel workers share (``gpu_admission``; None: no limit)."""
     job = job_header(device, plugins, threads, verbose, modules)
     job.update(timing=timing or {}, keep_raw=keep_raw)
     if not isolate:
         return _run_inline(tasks, job, ceilings, RunResult(), on_event)
     return Lane(tasks, job, timeout_s=timeout_s, on_event=on_event, verbose=verbose, gate=gate,
-                prestarted=prestarted, ceilings=ceilings).run()
+                prestarted=prestarted, ceilings=ceilings, admission=admission).run()
+
+
+def _need(task: dict) -> float:
+    """The GPU memory ``task`` needs (``gpumem.case_bytes``, set by ``run_parallel``); a retry
+    after running out of memory needs the GPU alone."""
+    from .gpumem import ALONE
+    return ALONE if task.get("retry") else task.get("gpu_bytes", 0)
 
 
 def _crash_message(tail, code) -> str:
@@ -448,13 +516,18 @@ def _blank_row(task, iid) -> dict:
 
 
 def _run_inline(tasks, job_base, ceilings, res, on_event):
-    """Same work in this process (``--no-isolate``): faster to start, no crash protection."""
+    """Same work in this process (``--no-isolate``): faster to start, no crash protection. A row
+    marked ``retry`` (out of GPU memory) runs again at once, as a worker's lane would run it."""
     from .worker import process_task
 
     rows: list = []
+    again: list = []
 
     def emit(**ev):
         if ev.get("event") == "row":
+            if ev["row"].pop("retry", None) and not current[0].get("retry"):
+                again.append(ev["row"]["impl"])
+                return
             rows.append(ev["row"])
         elif ev.get("event") == "vendor":
             res.vendor[ev["case"]] = {"time": ev["time"], "flops_per_s": ev["flops_per_s"]}
@@ -464,9 +537,14 @@ def _run_inline(tasks, job_base, ceilings, res, on_event):
     if ceilings:
         from .machine import measure_ceilings
         res.ceilings = measure_ceilings()
-    for t in tasks:
+    queue_ = list(tasks)
+    current = [None]
+    while queue_:
+        t = current[0] = queue_.pop(0)
         emit(event="task", task=t["id"])
         process_task(t, job_base, emit)
         emit(event="task_done", task=t["id"])
+        queue_[:0] = [dict(t, id=f"{t['id']}~{iid}", impls=[iid], retry=True) for iid in again]
+        again.clear()
     res.rows.extend(rows)
     return res

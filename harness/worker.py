@@ -16,6 +16,7 @@ import sys
 import time
 import traceback
 
+from . import gpumem
 from .errors import Unsupported
 
 CPU_TRAFFIC_LIMIT = 64 * 10 ** 6   # bytes: larger cases are not executed in the CPU mode
@@ -50,7 +51,7 @@ def cuda_context_broken(device) -> str | None:
         torch.cuda.synchronize()
         return None
     except Exception as e:
-        return _first_line(e)
+        return None if gpumem.oom(e) else _first_line(e)   # full memory is no broken context
 
 
 def base_row(impl, problem, case, phase: str = "timed") -> dict:
@@ -249,6 +250,7 @@ def _verify_one(task, impl, problem, case, device, row, emit) -> bool:
             row.update(kind="crash", reason=f"crashed the CUDA context: {broken}")
             emit(event="fatal", task=task["id"], impl=impl.id, row=row)
             sys.exit(3)
+        _not_a_verdict(row, task, problem, case, device, e)
         return False
     row["compile"] = {**row.get("compile", {}), **check.details.get("info", {})}
     row["compile"].setdefault("first_call_s", round(check.details.get("first_call_s", 0.0), 4))
@@ -268,6 +270,63 @@ def _verify_one(task, impl, problem, case, device, row, emit) -> bool:
     return check.ok
 
 
+def _not_a_verdict(row, task, problem, case, device, e: Exception) -> None:
+    """An error that says nothing of the implementation: the GPU out of memory (a SKIP saying
+    so) or the checker process dead (``checker.get`` starts a fresh one); either is marked
+    ``retry`` on a first attempt (the parent runs it again, alone)."""
+    from .checker import CheckerDied, CheckerError
+    if gpumem.oom(e):
+        where = "the checker (float64 reference)" if isinstance(e, CheckerError) else "the worker"
+        _out_of_memory(row, task, problem, case, device, where, _first_line(e))
+    elif isinstance(e, CheckerDied) and not task.get("retry"):
+        row["retry"] = "the checker process died"
+
+
+def _out_of_memory(row, task, problem, case, device, where: str, err: str) -> None:
+    """The row of an implementation whose run (or check) ran out of GPU memory: SKIP
+    'out-of-memory' with what the case needs (``gpumem.case_bytes``) and the device has, never a
+    FAIL; on a first attempt marked ``retry`` (run again alone, after the memory is given back)."""
+    need = gpumem.gib(gpumem.case_bytes(problem, case))
+    total = gpumem.device_total(device)
+    has = f"device has {gpumem.gib(total)}" if total else "device memory unknown"
+    alone = " even when run alone" if task.get("retry") else ""
+    row.update(status="SKIP", kind="out-of-memory", time=None,
+               reason=f"out of GPU memory{alone} in {where} (needs ~{need}, {has}): {err}")
+    if not task.get("retry"):
+        row["retry"] = "out of GPU memory"
+
+
+def _free_gpu(device) -> None:
+    """Give the GPU memory this worker and its checker keep cached back (a large case is done,
+    or a retry after running out of memory starts)."""
+    import gc
+
+    from .checker import CheckerError
+    gc.collect()
+    if device == "cuda":
+        import torch
+        torch.cuda.empty_cache()
+    c = _checker_of(device)
+    if c is not None:
+        try:
+            c.release()
+        except CheckerError as e:   # it died: the next check starts a fresh one
+            print(f"[worker] checker release: {e}", file=sys.stderr)
+
+
+def _give_back(problem, case, device) -> None:
+    """After a case: on the GPU, give its memory back when its estimate is large
+    (``gpumem.releases``; the parent's admission counts on it); on the CPU, collect after a large
+    case (a collection costs ~0.1 s with the layers' modules loaded, more than a small case's
+    whole check)."""
+    if device == "cuda":
+        if gpumem.releases(gpumem.case_bytes(problem, case), gpumem.device_total(device)):
+            _free_gpu(device)
+    elif problem.traffic(case) > BIG_CASE_BYTES:
+        import gc
+        gc.collect()
+
+
 def process_task(task: dict, opts: dict, emit) -> None:
     """Settle, verify and (a timed task on the GPU) time each implementation of the task on its
     case; emit one row each."""
@@ -280,6 +339,8 @@ def process_task(task: dict, opts: dict, emit) -> None:
     rows: dict[str, dict] = {}
     passed = []
     verified = task.get("verified") or {}
+    if task.get("retry"):   # after running out of memory: start from what this process holds least
+        _free_gpu(device)
     for iid in task["impls"]:
         impl = registry.get(problem.name, iid)
         row = rows[iid] = settle(impl, problem, case, device, task.get("phase", "timed"))
@@ -292,6 +353,8 @@ def process_task(task: dict, opts: dict, emit) -> None:
             passed.append(impl)
         elif _verify_one(task, impl, problem, case, device, row, emit):
             passed.append(impl)
+        elif row["kind"] == "out-of-memory":
+            _free_gpu(device)   # the implementations after it on this case get the memory back
         if opts.get("verbose") and row.get("verify_s") is not None:
             print(f"[worker] {impl.id} {case.id}: {row['status']} in {row['verify_s']:.2f}s", file=sys.stderr)
     _finish_task(task, opts, emit, problem, case, device, passed, rows)
@@ -302,21 +365,20 @@ def _finish_task(task, opts, emit, problem, case, device, passed, rows) -> None:
         for impl in passed:   # verified; the timed phase times it (and keeps this verdict)
             rows[impl.id]["pending_timing"] = True
     if task.get("time") and device == "cuda" and passed:
-        _time_task(task, opts, emit, problem, case, device, passed, rows)
+        try:
+            _time_task(task, opts, emit, problem, case, device, passed, rows)
+        except Exception as e:   # the case's own buffers (inputs, the copy, the vendor's) did not fit
+            if not gpumem.oom(e):
+                raise
+            for impl in passed:
+                _out_of_memory(rows[impl.id], task, problem, case, device, "the timing worker", _first_line(e))
     elif task.get("time") and device != "cuda":
         for r in rows.values():
             if r["status"] == "PASS":
                 r["time_note"] = "timing needs a GPU"
     for r in rows.values():
         emit(event="row", task=task["id"], row=r)
-    # give the memory of a large case back before the next one (the largest take ~100 GB); a
-    # collection costs ~0.1 s with the layers' modules loaded, more than a small case's whole check
-    if problem.traffic(case) > BIG_CASE_BYTES:
-        import gc
-        gc.collect()
-        if device == "cuda":
-            import torch
-            torch.cuda.empty_cache()
+    _give_back(problem, case, device)
 
 
 _COPIES: dict = {}   # (mix, bytes, timing mode) -> the same-size copy's timing in this process
@@ -340,6 +402,8 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
         except Exception as e:
             rows[impl.id].update(status="FAIL", kind="timing-error",
                                  reason=f"prepare for timing raised {_first_line(e)}")
+            if gpumem.oom(e):
+                _out_of_memory(rows[impl.id], task, problem, case, device, "the timing worker", _first_line(e))
 
     def check(k, output):
         g = targets[k].guard()
@@ -367,6 +431,8 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
         for k in targets:
             rows[k].update(status="FAIL", kind="timing-error", reason=f"timing raised {_first_line(e)}",
                            time=None)
+            if gpumem.oom(e) and not broken:
+                _out_of_memory(rows[k], task, problem, case, device, "the timing worker", _first_line(e))
         if broken:
             emit(event="fatal", task=task["id"], impl=",".join(targets), row=None)
             sys.exit(3)
@@ -374,10 +440,7 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     # where the timed phase's wall time goes (harness.wall): preparing (compiles, loads) and sampling
     emit(event="timed_case", task=task["id"], case=case.id, prepare_s=round(t1 - t0, 3),
          sample_s=round(time.perf_counter() - t1, 3), rows=len(targets))
-    for k, msg in errors.items():
-        if k in rows:
-            kind = "timed-mismatch" if "fails verification" in msg else "timing-error"
-            rows[k].update(status="FAIL", kind=kind, reason=msg, time=None)
+    _timing_errors(errors, rows, task, problem, case, device)
     keep_raw = bool(opts.get("keep_raw", True))
     if "__copy__" in stats:
         st = stats["__copy__"]
@@ -399,6 +462,17 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
         else:
             rows[k]["time"] = st.to_json(keep_raw)
             rows[k]["timing_mode"] = cfg.mode
+
+
+def _timing_errors(errors: dict, rows: dict, task, problem, case, device) -> None:
+    """The rows of the launches the timing dropped (``errors``: key -> why): FAIL, or SKIP
+    'out-of-memory' where the GPU ran out of memory."""
+    for k, msg in errors.items():
+        if k in rows and gpumem.oom(msg):
+            _out_of_memory(rows[k], task, problem, case, device, "the timing worker", msg[:300])
+        elif k in rows:
+            kind = "timed-mismatch" if "fails verification" in msg else "timing-error"
+            rows[k].update(status="FAIL", kind=kind, reason=msg, time=None)
 
 
 def _start(job: dict, emit, t_start: float) -> None:

@@ -51,6 +51,14 @@ def test_speed_is_against_the_better_of_eager_and_compile():
     assert s["verify"]["FAIL"] == 1 and s["fails"][0].startswith("v1: boom")
 
 
+def test_out_of_memory_is_listed_as_a_skip_not_a_fail():
+    row = dict(_row("cutile:softmax", 0, case="big", status="SKIP"), kind="out-of-memory",
+               reason="out of GPU memory even when run alone in the worker (needs ~33.7 GiB, device has 79.2 GiB)")
+    s = check_cmd.summarize([row], {"cutile"})["impls"]["softmax/cutile:softmax"]
+    assert s["verify"]["SKIP"] == 1 and s["verify"]["FAIL"] == 0 and not s["fails"]
+    assert s["oom"] == [f"big: {row['reason']}"]
+
+
 def test_timed_suites_may_be_several():
     plan = P.plan_cases(["softmax"], "models,edge", None, [])
     ids = [c.id for _, cases in plan for c in cases]

@@ -124,6 +124,10 @@ class Problem:
     #: whether reference_and_bound derives a per-element bound (then a check made without it,
     #: from a tool comparing two outputs, skips the bias test: its allowances come with the bound)
     derives_bound: bool = False
+    #: float64 tensors of the inputs' size and of the output's size that ``reference_and_bound``
+    #: holds at its peak (temporaries included): the GPU memory model of ``harness.gpumem``
+    ref_f64_inputs: int = 2
+    ref_f64_outputs: int = 6
 
     # -- counts ------------------------------------------------------------------------------
     def traffic(self, case: Case) -> int:

@@ -84,6 +84,10 @@ class GemmEpilogue(Problem):
     input_names = ("a", "b", "bias")
     metric = "TFLOP/s"
     derives_bound = True
+    # A and B in float64 beside their absolute values' product; y, s, e and their temporaries,
+    # then the reference, drift, slope, bound and systematic part
+    ref_f64_inputs = 2
+    ref_f64_outputs = 9
     param_choices = {"act": ACTS, "bias": (1, 0)}
     param_defaults = {"act": "relu", "bias": 1}
 

@@ -38,6 +38,8 @@ class Softmax(Problem):
     dim_names = ("M", "N")
     input_names = ("x",)
     metric = "GB/s"
+    ref_f64_inputs = 1    # x in float64 while the reference is computed
+    ref_f64_outputs = 3   # the reference, |ref| and the systematic part
     param_choices = {"layout": tuple(LAYOUT_PAD), "kind": ("randn", "large", "negative", "neginf")}
     param_defaults = {}
 

@@ -19,6 +19,8 @@ class VectorAdd(Problem):
     input_names = ("x", "y")
     metric = "GB/s"
     mix = "2:1"
+    ref_f64_inputs = 1    # x and y in float64
+    ref_f64_outputs = 1
     param_choices = {"misalign": None}
     param_defaults = {}
 
