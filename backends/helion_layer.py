@@ -222,9 +222,13 @@ def _quiet():
 
 
 def _config(bound, cfg: dict | None):
-    """The helion.Config for ``cfg`` (None: Helion's default configuration for this binding)."""
+    """The helion.Config for ``cfg`` (None: Helion's default configuration for this binding).
+    A binding without a reduction loop takes no ``reduction_loops``: Helion 1.5 specialises a
+    dimension of size 1 away, so rows of one element have no reduction to loop over."""
     if cfg is None:
         return bound.config_spec.default_config()
+    if "reduction_loops" in cfg and len(bound.config_spec.reduction_loops) == 0:
+        cfg = {k: v for k, v in cfg.items() if k != "reduction_loops"}
     return helion.Config(**cfg)
 
 
@@ -363,7 +367,7 @@ def _launch_default(kernel, args, cfg: dict):
         _descriptor_allocator()
     with _quiet():
         bound = kernel.bind(tuple(args))
-        config = helion.Config(**cfg)
+        config = _config(bound, cfg)
         compiled = bound.compile_config(config, allow_print=False)
     spec = _spec(_record(compiled, args))
     launch = bind(spec.kernel, spec.grid, spec.args, device=args[0].device, **spec.options)

@@ -17,6 +17,15 @@ the row as vectors and the row's two edge groups element by element.
 The output row must sit as far into its frame as the input row (one register lane writes the
 element it read): both tensors' rows start equally far past a 16-byte boundary. ``frame_args``
 returns None otherwise, and the planner then keeps the kernels that index ``x[rows, :]``.
+
+Nor is a row stride of 1 framed (rows of one element, or overlapping rows) where there are several
+rows: Triton specialises the stride as the constant 1, so ``start`` is one contiguous run across
+the rows of a tile, its first element a multiple of 16; Triton 3.6 (before triton-lang/triton#9297)
+keeps that divisibility through ``start - base`` although the difference is no longer contiguous,
+and so takes every row's ``lead`` for a multiple of v: it folds ``c >= lead`` over each group, and
+the lanes at positions 1..v-1 of a group are never stored (of 129 rows of 1 fp32, the 96 whose
+lead is 1..3 were left unwritten). Any other stride is a runtime value, where the product
+``r * sx`` already loses the run's divisibility (the claims that remain are true).
 """
 from __future__ import annotations
 
@@ -42,10 +51,13 @@ def frame_args(x: torch.Tensor, out: torch.Tensor) -> dict | None:
     """The flat views and facts of the frame kernels' signature (``xf``, ``of``, ``sx``, ``so``,
     ``lx``, ``lo``, ``v``), or None where the frame cannot pair input and output lanes: rows that
     are not unit-stride, an address that is not a multiple of the element size, or rows of x and
-    out that start differently far past a 16-byte boundary."""
+    out that start differently far past a 16-byte boundary, several rows of row stride 1 (see the
+    module docstring)."""
     e = x.element_size()
     v = 16 // e
     if x.stride(1) != 1 or out.stride(1) != 1 or _address(x) % e or _address(out) % e:
+        return None
+    if x.shape[0] > 1 and 1 in (x.stride(0), out.stride(0)):
         return None
     lx, lo = _address(x) % 16 // e, _address(out) % 16 // e
     sx, so = x.stride(0), out.stride(0)
