@@ -142,10 +142,22 @@ def _layer_kernels(layer: str) -> set:
     return out
 
 
+def _importing(frame, base) -> bool:
+    """``frame`` runs under a module's import (a ``<module>`` frame between it and ``base``): code
+    that runs once per process, whenever the module is first imported, not per call of the
+    planner (counting it would make the count depend on what the process imported before)."""
+    while frame is not None and frame is not base:
+        if frame.f_code.co_name == "<module>":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _traced(fn):
-    """(fn(), {project file: line numbers executed while it ran})."""
+    """(fn(), {project file: line numbers executed while it ran}), import-time code left out."""
     ran: dict[Path, set[int]] = {}
     files: dict[str, Path | None] = {}
+    base = sys._getframe()
 
     def local(frame, event, arg):
         if event == "line":
@@ -156,7 +168,7 @@ def _traced(fn):
         name = frame.f_code.co_filename
         if name not in files:
             files[name] = _project_file(name)
-        return None if files[name] is None else local
+        return None if files[name] is None or _importing(frame, base) else local
 
     old = sys.gettrace()
     sys.settrace(glob)

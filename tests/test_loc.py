@@ -656,3 +656,28 @@ def test_explain_lists_every_counted_line_with_its_reason():
     assert len(counted) == c["kernel"] + c["host"] + c["plan"]
     assert "plan() over every suite's case: online" in text
     assert any("def softmax_online_kernel" in ln for ln in counted)
+
+
+def test_import_time_code_counts_as_no_planner_line(tmp_path, monkeypatch):
+    """A module the planner imports on its first call runs its top level once per process: those
+    lines (and what they call) are no planner line, so the plan column is the same whether the
+    module was imported before the trace or during it."""
+    import importlib
+    import sys
+
+    from harness import loc_plan
+    (tmp_path / "kl_planted_lazy.py").write_text(
+        "def helper():\n"
+        "    return 1\n"
+        "VALUE = helper()\n"
+        "def plan():\n"
+        "    return VALUE + 1\n")
+    monkeypatch.setattr(loc_plan, "REPO_ROOT", tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kl_planted_lazy", raising=False)
+    run = lambda: importlib.import_module("kl_planted_lazy").plan()   # noqa: E731
+    out, first = loc_plan._traced(run)        # imported inside the trace
+    _, again = loc_plan._traced(run)          # imported before it
+    f = (tmp_path / "kl_planted_lazy.py").resolve()
+    assert out == 2
+    assert first == again == {f: {5}}
