@@ -23,7 +23,7 @@ LAYERS = (
     ("cute", ("cute_layer", "cute_inspect")),
     ("helion", ("helion_layer", "helion_attention")),
     ("tilelang", ("tilelang_layer", "tilelang_attention")),
-    ("cutile", ("cutile_layer",)),
+    ("cutile", ("cutile_layer", "cutile_attention")),
     ("libraries", ("library_layer",)),
 )
 ADAPTERS = tuple(m for _, mods in LAYERS for m in mods)
