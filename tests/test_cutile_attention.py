@@ -1,0 +1,153 @@
+"""cuTile attention: both ids are candidates with their roles; the planner's rule (rows by waves,
+tile and hints by the rows) on cases with known answers and its invariants over every suite;
+input checks naming the argument; the sm_90 compile without a GPU (tileiras) of both kernels for
+D 64 / 128, fp16 / bf16, causal or not, both layouts, and what their SASS holds (wgmma, TMA loads
+and stores, no spills); on a GPU the verify suite of both ids."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from harness import problems, registry
+
+HAVE_CUTILE = importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.tile") is not None
+P = problems.get("attention")
+IDS = ("cutile:attention", "cutile:attention_simple")
+
+
+def _tileiras_works() -> bool:
+    if not HAVE_CUTILE:
+        return False
+    from cuda.tile._compile import _find_compiler_bin
+    try:
+        _find_compiler_bin()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+needs_tileiras = pytest.mark.skipif(not _tileiras_works(), reason="cuda-tile or tileiras not installed")
+
+
+def _impl(iid):
+    registry.load_backends()
+    return registry.get("attention", iid, candidates=True)
+
+
+def test_both_ids_are_candidates_with_their_roles():
+    registry.load_backends()
+    got = {c.id: c for c in registry.candidates() if c.problem == "attention" and c.layer == "cutile"}
+    assert set(got) == set(IDS)
+    assert got["cutile:attention"].role == "default" and got["cutile:attention_simple"].role == "simple"
+    assert all("not yet run on a GPU" in c.description for c in got.values())
+    assert not any(i.layer == "cutile" for i in registry.select(problem="attention"))
+    srcs = {c.id: {s.path for s in c.sources} for c in got.values()}
+    assert "cutile_src/attention_tma.py" in srcs["cutile:attention"]
+    assert srcs["cutile:attention_simple"] == {"cutile_src/attention.py"}
+
+
+# -- the planner ---------------------------------------------------------------------------------
+def test_plan_known_answers():
+    from cutile_src.dispatch_attention import plan_attention, reachable
+
+    big = plan_attention(4, 32, 4096, 128)            # 32 x 128 = 4096 tiles of 128 rows
+    assert (big["TM"], big["TN"], big["grid"], big["hints"]) == (128, 128, [32, 128, 1], {"num_worker_warps": 8})
+    assert big["variant"] == "tma" and big["LATENCY"] == 2
+    small = plan_attention(8, 32, 1, 128)             # decode: one row a head, 64-row tiles
+    assert (small["TM"], small["TN"], small["grid"], small["hints"]) == (64, 64, [1, 256, 1], {"occupancy": 2})
+    assert plan_attention(4, 32, 64, 128)["TM"] == 64      # a tile of 64 rows holds every query
+    assert plan_attention(1, 2, 1000, 64)["TM"] == 64      # 8 x 2 = 16 tiles of 128 rows < 132 SMs
+    assert plan_attention(1, 2, 1000, 64, sms=16)["TM"] == 128   # ... which fill 16 SMs
+    assert plan_attention(1, 32, 512, 128)["TM"] == 64     # 128 tiles of 128 rows: short of a wave
+    assert plan_attention(1, 33, 512, 128)["TM"] == 128    # 132: one wave
+    assert reachable("attention") == ("tma",)
+    with pytest.raises(ValueError, match="problem"):
+        reachable("softmax")
+    with pytest.raises(ValueError, match="D"):
+        plan_attention(1, 1, 16, 96)
+    with pytest.raises(ValueError, match="B, Hq"):
+        plan_attention(1024, 128, 16, 64)
+
+
+def test_plan_invariants_over_every_suite():
+    from cutile_src.dispatch_attention import ATTENTION, plan_attention
+
+    for suite in ("smoke", "verify", "models", "edge", "bench", "full"):
+        for c in P.cases(suite):
+            p = plan_attention(c.B, c.Hq, c.Sq, c.D)
+            tm = p["TM"]
+            assert tm in ATTENTION["block_m"] and p["TN"] == ATTENTION["block_n"][tm], (c, p)
+            assert p["grid"] == [-(-c.Sq // tm), c.B * c.Hq, 1] and p["hints"] == ATTENTION["hints"][tm], (c, p)
+            assert tm == 64 or (c.Sq > 64 and p["grid"][0] * p["grid"][1] >= 132), (c, p)
+
+
+# -- input checks --------------------------------------------------------------------------------
+def test_input_checks_name_the_argument():
+    from backends.cutile_attention import attention_args
+
+    def m(*shape, dt=torch.bfloat16):
+        return torch.empty(*shape, dtype=dt, device="meta")
+    q, k, o = m(2, 4, 16, 64), m(2, 2, 32, 64), m(2, 4, 16, 64)
+    attention_args(q, k, k, o, True)
+    for args, name in (((m(2, 4, 16, 64, dt=torch.float32), k, k, o, 0), "q"),
+                       ((m(2, 4, 16, 96), m(2, 2, 32, 96), m(2, 2, 32, 96), m(2, 4, 16, 96), 0), "q"),
+                       ((q, m(2, 2, 32, 128), k, o, 0), "k"),
+                       ((q, k, m(2, 2, 31, 64), o, 0), "v"),
+                       ((q, k, k, m(2, 4, 17, 64), 0), "out"),
+                       ((q, m(2, 3, 32, 64), m(2, 3, 32, 64), o, 0), "k"),
+                       ((m(2, 4, 40, 64), k, k, m(2, 4, 40, 64), 1), "q"),
+                       ((q, k.transpose(2, 3).contiguous().transpose(2, 3), k, o, 0), "k")):
+        with pytest.raises((ValueError, TypeError), match=f"^{name}:") as e:
+            attention_args(*args)
+        assert "\n" not in str(e.value)
+
+
+# -- the sm_90 compile without a GPU ----------------------------------------------------------------
+_COMPILE = [
+    ("cutile:attention", dict(B=4, Hq=32, Hkv=8, Sq=4096, Sk=4096, D=128, causal=1)),
+    ("cutile:attention", dict(B=4, Hq=32, Hkv=8, Sq=4096, Sk=4096, D=128, dtype="float16")),
+    ("cutile:attention", dict(B=2, Hq=4, Hkv=2, Sq=65, Sk=190, D=64, dtype="float16", causal=1, layout="bshd")),
+    ("cutile:attention_simple", dict(B=2, Hq=4, Hkv=2, Sq=77, Sk=131, D=64)),
+    ("cutile:attention_simple", dict(B=1, Hq=4, Hkv=1, Sq=100, Sk=257, D=128, dtype="float16", causal=1)),
+]
+
+
+@needs_tileiras
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("iid,kw", _COMPILE, ids=[f"{i}-{'-'.join(map(str, kw.values()))}" for i, kw in _COMPILE])
+def test_compiles_for_sm90_with_wgmma_and_tma(iid, kw):
+    """Compiled by tileiras for sm_90 without spills; the plan is the planner's; where cuobjdump is
+    found, the SASS has wgmma (HGMMA) and TMA loads and stores, and no load through registers."""
+    from backends import cutile_layer as L
+    from cutile_src.dispatch_attention import plan_attention
+
+    case = P.case(**kw)
+    f = _impl(iid).compile_only_fn(case)
+    assert f["arch"] == "sm_90" and f["spills"] == 0 and 0 < f["registers"] <= 255, f
+    if iid == "cutile:attention":
+        assert f["config"] == plan_attention(case.B, case.Hq, case.Sq, case.D), f["config"]
+        assert f["kernel"] == "attention_tma_kernel"
+        if f["config"]["TM"] == 128:   # 8 worker warps: two consumer warpgroups and the producer
+            assert f["threads"] == 384, f
+    else:
+        assert f["config"]["variant"] == "simple" and f["kernel"] == "attention_kernel"
+    if L._cuobjdump() is None:
+        pytest.skip("cuobjdump not found (pip nvidia-cuda-cuobjdump): no SASS to read")
+    ops = f["kernels"][f["kernel"]]["sass_ops"]
+    assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0 and ops["UTMASTG"] > 0, ops
+    assert ops["LDG"] == 0 and ops["STL"] == 0, ops
+
+
+# -- on a GPU ------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not (torch.cuda.is_available() and HAVE_CUTILE), reason="needs a CUDA GPU and cuda-tile")
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("iid", IDS)
+def test_verify_suite_gpu(iid):
+    from harness.verify import verify_case
+
+    for case in P.cases("verify"):
+        chk = verify_case(_impl(iid), P, case, "cuda")
+        assert chk.ok, (iid, case, chk.reason)
