@@ -30,7 +30,7 @@ _NOT_RUN = "not yet run on a GPU: "
 
 def attention_args(q, k, v, out, causal) -> None:
     """q and out [B, Hq, Sq, D], k and v [B, Hkv, Sk, D]: one 16-bit dtype, unit last strides, D 64
-    or 128, Hq a multiple of Hkv, Sq <= Sk when causal, B * Hq within a grid's rows. ValueError or
+    or 128, Hq a multiple of Hkv, Sq <= Sk when causal, B and Hq within a grid's dimensions. ValueError or
     TypeError naming the argument."""
     L._check_dtype("q", q, HALF)
     if q.dim() != 4 or min(q.shape) == 0:
@@ -47,8 +47,8 @@ def attention_args(q, k, v, out, causal) -> None:
         raise ValueError(f"k: its {k.shape[1]} heads do not divide q's {Hq} (grouped-query heads)")
     if causal and Sq > k.shape[2]:
         raise ValueError(f"q: causal attention needs Sq <= Sk, got Sq = {Sq} > Sk = {k.shape[2]}")
-    if B * Hq > _plans.MAX_GRID_Y:
-        raise ValueError(f"q: B * Hq = {B * Hq} heads exceed a grid's {_plans.MAX_GRID_Y} rows")
+    if max(B, Hq) > _plans.MAX_GRID_YZ:
+        raise ValueError(f"q: {B} batches, {Hq} heads: a grid holds at most {_plans.MAX_GRID_YZ} of each")
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
         if t.stride(3) != 1:
             raise ValueError(f"{name}: the head dim must be contiguous (stride(3) == 1), got strides {t.stride()}")
@@ -58,7 +58,7 @@ def _plan(variant: str, q) -> dict:
     B, Hq, Sq, D = q.shape
     if variant == "simple":
         s = attention_simple
-        return {"variant": "simple", "TM": s.TM, "TN": s.TN, "grid": [-(-Sq // s.TM), B * Hq, 1], "hints": {}}
+        return {"variant": "simple", "TM": s.TM, "TN": s.TN, "grid": [-(-Sq // s.TM), Hq, B], "hints": {}}
     return _plans.plan_attention(B, Hq, Sq, D, L._sms())
 
 

@@ -1,6 +1,6 @@
 """cuTile attention forward, the teaching twin: O = softmax(Q K^T / sqrt(D) + mask) V per head.
 
-Program (i, b * Hq + h) owns TM query rows of head h of batch b. It loads its Q tile once, then
+Program (i, h, b) owns TM query rows of head h of batch b. It loads its Q tile once, then
 walks the keys in tiles of TN: S = Q K^T on the tensor cores (``ct.mma``, fp32 accumulation;
 K is loaded transposed by the load's ``order``), the scores past Sk or above the causal
 diagonal set to -inf, and the online softmax in fp32: a running row max ``m`` and sum ``l``, the
@@ -26,8 +26,7 @@ ZERO = ct.PaddingMode.ZERO
 @ct.kernel
 def attention_kernel(q, k, v, out, qk_scale: float, group: int, D: ct.Constant[int],
                      TM: ct.Constant[int], TN: ct.Constant[int], CAUSAL: ct.Constant[bool]):
-    i, bh = ct.bid(0), ct.bid(1)
-    b, h = bh // q.shape[1], bh % q.shape[1]
+    i, h, b = ct.bid(0), ct.bid(1), ct.bid(2)
     hk = h // group
     Sq, Sk = q.shape[2], k.shape[2]
     qt = ct.reshape(ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, D), padding_mode=ZERO), (TM, D))
@@ -61,6 +60,6 @@ def attention_kernel(q, k, v, out, qk_scale: float, group: int, D: ct.Constant[i
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool) -> None:
     B, Hq, Sq, D = q.shape
-    grid = (-(-Sq // TM), B * Hq, 1)
+    grid = (-(-Sq // TM), Hq, B)
     ct.launch(torch.cuda.current_stream(), grid, attention_kernel,
               (q, k, v, out, LOG2E / math.sqrt(D), Hq // k.shape[1], D, TM, TN, bool(causal)))

@@ -60,7 +60,7 @@ def attention_tma_kernel(q, k, v, out, qk_scale: float, group: int, D: ct.Consta
     i = ct.bid(0)
     if CAUSAL:
         i = ct.num_blocks(0) - 1 - i        # the longest query tiles first
-    b, h = ct.bid(1) // q.shape[1], ct.bid(1) % q.shape[1]
+    h, b = ct.bid(1), ct.bid(2)
     hk = h // group
     Sq, Sk = q.shape[2], k.shape[2]
     diag = Sk - Sq
@@ -90,10 +90,10 @@ def launch_args(q, k, v, out, causal: bool, plan: dict) -> tuple:
 
 
 def bind_launch(q, k, v, out, causal: bool, plan: dict, kernel=None):
-    """A zero-argument launch of the planned grid (query tiles, B * Hq)."""
+    """A zero-argument launch of the planned grid (query tiles, Hq, B)."""
     kern = kernel or attention_tma_kernel
     args = launch_args(q, k, v, out, causal, plan)
-    grid = (-(-q.shape[2] // plan["TM"]), q.shape[0] * q.shape[1], 1)
+    grid = tuple(plan["grid"])
 
     def launch():
         ct.launch(torch.cuda.current_stream(), grid, kern, args)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 H200_SMS = 132
 HEAD_DIMS = (64, 128)
-MAX_GRID_Y = 65535      # CUDA's limit of a grid's second dimension
+MAX_GRID_YZ = 65535     # CUDA's limit of a grid's second and third dimensions (heads, batch)
 
 ATTENTION = {
     # query rows a program: 128 where the grid of 128-row tiles gives every SM at least
@@ -39,16 +39,16 @@ def reachable(problem: str) -> tuple[str, ...]:
 
 def plan_attention(B: int, Hq: int, Sq: int, D: int, sms: int = H200_SMS, A=None) -> dict:
     """The ``tma`` kernel's plan from the case's facts (see ATTENTION): the tile (TM query rows,
-    TN keys), the latency hint, the grid (query tiles, B * Hq) and the kernel hints."""
+    TN keys), the latency hint, the grid (query tiles, Hq, B) and the kernel hints."""
     A = A or ATTENTION
     if D not in HEAD_DIMS:
         raise ValueError(f"D: head dim must be one of {HEAD_DIMS}, got {D}")
     if min(B, Hq, Sq, sms) < 1:
         raise ValueError(f"B, Hq, Sq, sms: must be positive, got {B}, {Hq}, {Sq}, {sms}")
-    if B * Hq > MAX_GRID_Y:
-        raise ValueError(f"B, Hq: B * Hq = {B * Hq} heads exceed the grid's {MAX_GRID_Y} (a program row a head)")
+    if max(B, Hq) > MAX_GRID_YZ:
+        raise ValueError(f"B, Hq: {B} batches, {Hq} heads: the grid holds at most {MAX_GRID_YZ} of each")
     small, large = A["block_m"]
     fills = -(-Sq // large) * B * Hq >= A["min_waves"] * sms
     tm = large if Sq > small and fills else small
     return {"variant": "tma", "TM": tm, "TN": A["block_n"][tm], "LATENCY": A["latency"],
-            "grid": [-(-Sq // tm), B * Hq, 1], "hints": dict(A["hints"][tm])}
+            "grid": [-(-Sq // tm), Hq, B], "hints": dict(A["hints"][tm])}

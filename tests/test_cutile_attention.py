@@ -53,10 +53,10 @@ def test_plan_known_answers():
     from cutile_src.dispatch_attention import plan_attention, reachable
 
     big = plan_attention(4, 32, 4096, 128)            # 32 x 128 = 4096 tiles of 128 rows
-    assert (big["TM"], big["TN"], big["grid"], big["hints"]) == (128, 128, [32, 128, 1], {"num_worker_warps": 8})
+    assert (big["TM"], big["TN"], big["grid"], big["hints"]) == (128, 128, [32, 32, 4], {"num_worker_warps": 8})
     assert big["variant"] == "tma" and big["LATENCY"] == 2
     small = plan_attention(8, 32, 1, 128)             # decode: one row a head, 64-row tiles
-    assert (small["TM"], small["TN"], small["grid"], small["hints"]) == (64, 64, [1, 256, 1], {"occupancy": 2})
+    assert (small["TM"], small["TN"], small["grid"], small["hints"]) == (64, 64, [1, 32, 8], {"occupancy": 2})
     assert plan_attention(4, 32, 64, 128)["TM"] == 64      # a tile of 64 rows holds every query
     assert plan_attention(1, 2, 1000, 64)["TM"] == 64      # 8 x 2 = 16 tiles of 128 rows < 132 SMs
     assert plan_attention(1, 2, 1000, 64, sms=16)["TM"] == 128   # ... which fill 16 SMs
@@ -68,7 +68,7 @@ def test_plan_known_answers():
     with pytest.raises(ValueError, match="D"):
         plan_attention(1, 1, 16, 96)
     with pytest.raises(ValueError, match="B, Hq"):
-        plan_attention(1024, 128, 16, 64)
+        plan_attention(65536, 1, 16, 64)
 
 
 def test_plan_invariants_over_every_suite():
@@ -79,8 +79,8 @@ def test_plan_invariants_over_every_suite():
             p = plan_attention(c.B, c.Hq, c.Sq, c.D)
             tm = p["TM"]
             assert tm in ATTENTION["block_m"] and p["TN"] == ATTENTION["block_n"][tm], (c, p)
-            assert p["grid"] == [-(-c.Sq // tm), c.B * c.Hq, 1] and p["hints"] == ATTENTION["hints"][tm], (c, p)
-            assert tm == 64 or (c.Sq > 64 and p["grid"][0] * p["grid"][1] >= 132), (c, p)
+            assert p["grid"] == [-(-c.Sq // tm), c.Hq, c.B] and p["hints"] == ATTENTION["hints"][tm], (c, p)
+            assert tm == 64 or (c.Sq > 64 and p["grid"][0] * p["grid"][1] * p["grid"][2] >= 132), (c, p)
 
 
 # -- input checks --------------------------------------------------------------------------------
