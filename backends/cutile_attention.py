@@ -1,7 +1,9 @@
-"""cuTile adapter, attention: the teaching twin ``cutile:attention_simple`` (``cutile_src/attention.py``)
-and the default ``cutile:attention`` (``cutile_src/attention_tma.py``, planned once in ``prepare`` by
-``cutile_src/dispatch_attention.py``: tile, latency hint, grid, kernel hints; one ``ct.launch``).
-Both are candidates until a GPU has run them. The layer's shared glue (availability, the sm_90
+"""cuTile adapter, attention: the teaching twin ``cutile:attention_simple`` (``cutile_src/attention.py``),
+the default ``cutile:attention`` (``cutile_src/attention_tma.py``, planned once in ``prepare`` by
+``cutile_src/dispatch_attention.py``: tile, latency hint, grid, kernel hints; one ``ct.launch``) and
+the variant ``cutile:attention_split`` (``attention_split.py``: the key axis over programs, then a
+combine kernel; the default's rule for it is switched off). All are candidates until a GPU has run
+them. The layer's shared glue (availability, the sm_90
 export and the cubin's facts, the first call, input checks) is ``backends.cutile_layer``'s; this
 file holds what attention adds.
 
@@ -15,14 +17,15 @@ import math
 import torch
 
 from cutile_src import dispatch_attention as _plans   # plain Python: the planner's reachable variants
-from harness import Source, planned_sources, register
+from harness import Source, planned, register
+from harness.errors import Unsupported
 from harness.meta_inputs import meta_attention
 
 from . import cutile_layer as L
 
 if L.ct is not None:
     from cutile_src import attention as attention_simple
-    from cutile_src import attention_tma
+    from cutile_src import attention_split, attention_tma
 
 HALF = (torch.float16, torch.bfloat16)
 _NOT_RUN = "not yet run on a GPU: "
@@ -54,31 +57,64 @@ def attention_args(q, k, v, out, causal) -> None:
             raise ValueError(f"{name}: the head dim must be contiguous (stride(3) == 1), got strides {t.stride()}")
 
 
-def _plan(variant: str, q) -> dict:
+#: the ``split`` id's rule: split wherever the grid leaves room to (the default's: only below a wave)
+SPLIT_ID = dict(_plans.ATTENTION, split=True, split_below_waves=float("inf"))
+
+
+def _plan(variant: str, q, k) -> dict | None:
+    """The plan of ``variant`` (default / simple / split) for the tensors' shapes; None where the
+    split id has nothing to split."""
     B, Hq, Sq, D = q.shape
     if variant == "simple":
         s = attention_simple
         return {"variant": "simple", "TM": s.TM, "TN": s.TN, "grid": [-(-Sq // s.TM), Hq, B], "hints": {}}
-    return _plans.plan_attention(B, Hq, Sq, D, L._sms())
+    if variant == "split":
+        return _plans.split_config(B, Hq, Sq, k.shape[2], D, L._sms(), SPLIT_ID)
+    return _plans.plan_attention(B, Hq, Sq, k.shape[2], D, L._sms())
 
 
-def _launches(plan: dict, q, k, v, out, causal: bool) -> list:
-    """[(kernel, args, hints)] of ``plan``: the launch's own arguments."""
+def _launches(plan: dict, q, k, v, out, causal: bool, parts=None) -> list:
+    """[(kernel, args, hints)] of ``plan``: the launch's own arguments (``parts``: the split
+    workspace; default: meta tensors of its shape, for compile-only)."""
     if plan["variant"] == "simple":
         s = attention_simple
         args = (q, k, v, out, s.LOG2E / math.sqrt(q.shape[3]), q.shape[1] // k.shape[1], q.shape[3], s.TM, s.TN,
                 bool(causal))
         return [(s.attention_kernel, args, {})]
+    if plan["variant"] == "split":
+        parts = parts or attention_split.workspace(q, plan, device="meta")
+        a_part, a_comb = attention_split.launch_args(q, k, v, out, causal, plan, parts)
+        return [(attention_split.attention_split_kernel, a_part, plan["hints"]),
+                (attention_split.attention_combine_kernel, a_comb, {})]
     return [(attention_tma.attention_tma_kernel, attention_tma.launch_args(q, k, v, out, causal, plan),
              plan["hints"])]
 
 
-def bind_attention(q, k, v, out, causal: bool):
-    """The default's planned launch on CUDA tensors: (launch, launches, plan)."""
-    plan = _plan("default", q)
+def bind_attention(variant: str, q, k, v, out, causal: bool):
+    """The planned launch of ``variant`` (default / split) on CUDA tensors: (launch, launches,
+    plan); the split workspace allocated here, once, outside the launch."""
+    plan = _plan(variant, q, k)
+    if plan["variant"] == "split":
+        parts = attention_split.workspace(q, plan)
+        launches = _launches(plan, q, k, v, out, causal, parts)
+        kernels = [L.hinted(kk, h) for kk, _, h in launches]
+        launch = attention_split.bind_launch(q, k, v, out, causal, plan, parts, kernels=kernels)
+        launch.workspace = parts
+        return launch, launches, plan
     launches = _launches(plan, q, k, v, out, causal)
     kernel = L.hinted(launches[0][0], plan["hints"])
     return attention_tma.bind_launch(q, k, v, out, causal, plan, kernel=kernel), launches, plan
+
+
+def _supports(variant: str):
+    def supports(case):
+        if variant != "split":
+            return None
+        if _plans.split_config(case.B, case.Hq, case.Sq, case.Sk, case.D, L._sms(), SPLIT_ID) is None:
+            return (f"nothing to split: the grid already fills the SMs {SPLIT_ID['split_target_waves']:g} times, "
+                    f"or the key axis has fewer than {2 * SPLIT_ID['split_min_tiles']} tiles")
+        return None
+    return supports
 
 
 def _compile(variant: str):
@@ -86,7 +122,9 @@ def _compile(variant: str):
         q, k, v, out = meta_attention(case)
         causal = bool(case.params["causal"])
         attention_args(q, k, v, out, causal)
-        plan = _plan(variant, q)
+        if (why := _supports(variant)(case)):
+            raise Unsupported(why)
+        plan = _plan(variant, q, k)
         return L._facts(_launches(plan, q, k, v, out, causal)) | {"config": plan}
     compile_only.__name__ = f"compile_attention_{variant}"
     return compile_only
@@ -98,22 +136,21 @@ def _prepare(variant: str):
         q, k, v = inputs
         causal = bool(case.params["causal"])
         attention_args(q, k, v, out, causal)
+        if (why := _supports(variant)(case)):
+            raise Unsupported(why)
         if variant == "simple":
-            plan = _plan("simple", q)
+            plan = _plan("simple", q, k)
 
             def launch():
                 attention_simple.attention(q, k, v, out, causal)
             return L._finish(launch, _launches(plan, q, k, v, out, causal), plan)
-        launch, launches, plan = bind_attention(q, k, v, out, causal)
+        launch, launches, plan = bind_attention(variant, q, k, v, out, causal)
         return L._finish(launch, launches, plan)
     return prepare
 
 
 _TWIN = [Source("cutile_src/attention.py", kernels=("attention_kernel",), host=("attention",))]
-_VARIANTS = {"tma": [Source("cutile_src/attention_tma.py", kernels=("attention_tma_kernel",),
-                            host=("launch_args", "bind_launch"))]}
-_COMMON = [Source("cutile_src/dispatch_attention.py", kernels=(), host=("plan_attention",)),
-           Source("backends/cutile_attention.py", kernels=(), host=("bind_attention",))]
+_BINDER = [Source("backends/cutile_attention.py", kernels=(), host=("bind_attention",))]
 
 _IDS = {
     "default": ("attention", "candidate, " + _NOT_RUN + "the twin's loop as tuned for Hopper: Q / K / V "
@@ -122,12 +159,17 @@ _IDS = {
                 "masked edge tiles; causal tiles above the diagonal skipped, longest query tiles first; exp2 "
                 "with the scale folded; 128 query rows (8 worker warps: two consumer warpgroups) where they "
                 "fill the SMs, else 64 (two programs an SM); a latency hint on the K / V loads",
-                planned_sources(_VARIANTS, _plans.reachable("attention"), _COMMON)),
+                planned(_plans.plan, "attention", _BINDER)),
     "simple": ("attention_simple", "teaching twin, candidate, " + _NOT_RUN + "64 query rows of one head a "
                "program, a loop over 64-key tiles: ct.mma for Q K^T (K loaded transposed) and P V, the mask "
                "by index, the online softmax in fp32 with exp2; zero-padded loads; any case", _TWIN),
+    "split": ("attention_split", "candidate, " + _NOT_RUN + "the key axis of each query tile cut into ranges "
+              "over programs (the tma kernel's loop on each), unnormalised fp32 partials (acc, max, sum) in a "
+              "workspace of whole query tiles, then a combine kernel a query tile (flash-decoding), for grids "
+              "that leave SMs idle; declines cases with nothing to split",
+              list(_plans.VARIANTS["attention"]["split"]) + _BINDER),
 }
 for _v, (_name, _desc, _src) in _IDS.items():
     register(problem="attention", layer=L.LAYER, name=_name, description=_desc, sources=_src,
-             devices=("cuda",), available=L.available, candidate=True,
+             devices=("cuda",), available=L.available, candidate=True, supports=_supports(_v),
              compile_only=_compile(_v) if L.ct is not None else None)(_prepare(_v))

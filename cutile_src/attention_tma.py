@@ -41,12 +41,16 @@ def key_tiles(acc, l, m, qt, k, v, b, hk, lo, hi, rows, Sk, diag, qk_scale, D: c
                 seen = seen & (keys <= rows + diag)
             s = ct.where(seen, s * qk_scale, -math.inf)
             m_new = ct.maximum(m, ct.max(s, axis=1, keepdims=True))
-            s = s - m_new
+            # a row that has seen no key yet (a split's range may start past its diagonal): -inf
+            # scores against a zero shift, weight 0, instead of -inf - -inf
+            shift = ct.where(m_new == -math.inf, 0.0, m_new)
+            s = s - shift
         else:
             m_new = ct.maximum(m, ct.max(s, axis=1, keepdims=True) * qk_scale)
-            s = s * qk_scale - m_new
+            shift = m_new
+            s = s * qk_scale - shift
         p = ct.exp2(s, flush_to_zero=True)
-        alpha = ct.exp2(m - m_new, flush_to_zero=True)
+        alpha = ct.exp2(m - shift, flush_to_zero=True)
         l = l * alpha + ct.sum(p, axis=1, keepdims=True)
         vt = ct.load(v, index=(b, hk, j, 0), shape=(1, 1, TN, D), padding_mode=ZERO, latency=LATENCY)
         acc = ct.mma(ct.astype(p, qt.dtype), ct.reshape(vt, (TN, D)), acc * alpha)

@@ -27,17 +27,47 @@ ATTENTION = {
     # the K / V loads' latency hint (1..10): at 2 tileiras keeps one more 128 x 128 K / V buffer
     # in shared memory than at its own choice or at 4-8 (132 KB against 99 KB at D = 128)
     "latency": 2,
+    # few query tiles (``split``, off until a GPU has timed it: the candidate
+    # cutile:attention_split): where the grid has fewer programs than ``split_below_waves`` x SMs,
+    # cut each query tile's key tiles into ranges of at least ``split_min_tiles``, as many as
+    # bring the programs to ``split_target_waves`` x SMs; a combine kernel merges them
+    "split": False,
+    "split_below_waves": 1.0,
+    "split_target_waves": 2.0,
+    "split_min_tiles": 4,
 }
 
 
-def reachable(problem: str) -> tuple[str, ...]:
+def _src(file: str, kernels: tuple, host: tuple):
+    from kltools.plan import Source
+    return (Source(f"cutile_src/{file}", kernels=kernels, host=host),)
+
+
+#: the variants the attention planner plans among, by algorithm word (kltools.plan's contract, as
+#: dispatch.py's VARIANTS for the other problems)
+VARIANTS = {"attention": {
+    "tma": _src("attention_tma.py", ("attention_tma_kernel",), ("launch_args", "bind_launch")),
+    "split": _src("attention_split.py", ("attention_split_kernel", "attention_combine_kernel"),
+                  ("workspace", "launch_args", "bind_launch")),
+}}
+
+
+def plan(problem: str, facts):
+    """The default's plan (``cutile:attention``) for one case given as ``kltools.plan.Facts``."""
+    from kltools.plan import check_problem, make_plan
+    check_problem(problem, VARIANTS)
+    cfg = plan_attention(facts.B, facts.Hq, facts.Sq, facts.Sk, facts.D, facts.device.sms)
+    return make_plan(problem, cfg["variant"], VARIANTS, cfg)
+
+
+def reachable(problem: str, A=None) -> tuple[str, ...]:
     """The variants the attention planner can choose (the default's lines of code count these)."""
     if problem == "attention":
-        return ("tma",)
+        return ("tma",) + (("split",) if (A or ATTENTION)["split"] else ())
     raise ValueError(f"problem: {problem!r} is not planned here")
 
 
-def plan_attention(B: int, Hq: int, Sq: int, D: int, sms: int = H200_SMS, A=None) -> dict:
+def tma_config(B: int, Hq: int, Sq: int, D: int, sms: int = H200_SMS, A=None) -> dict:
     """The ``tma`` kernel's plan from the case's facts (see ATTENTION): the tile (TM query rows,
     TN keys), the latency hint, the grid (query tiles, Hq, B) and the kernel hints."""
     A = A or ATTENTION
@@ -52,3 +82,29 @@ def plan_attention(B: int, Hq: int, Sq: int, D: int, sms: int = H200_SMS, A=None
     tm = large if Sq > small and fills else small
     return {"variant": "tma", "TM": tm, "TN": A["block_n"][tm], "LATENCY": A["latency"],
             "grid": [-(-Sq // tm), Hq, B], "hints": dict(A["hints"][tm])}
+
+
+def split_config(B: int, Hq: int, Sq: int, Sk: int, D: int, sms: int = H200_SMS, A=None) -> dict | None:
+    """The ``split`` plan where its rule takes the case (see ATTENTION; the switch ``split`` is the
+    caller's to read), else None: the tma tile, SPLITS ranges of PER key tiles, the partial
+    kernel's grid (query tiles x SPLITS, Hq, B) and the combine kernel's (query tiles, Hq, B)."""
+    A = A or ATTENTION
+    cfg = tma_config(B, Hq, Sq, D, sms, A)
+    programs = cfg["grid"][0] * Hq * B
+    if programs >= A["split_below_waves"] * sms:
+        return None
+    tiles = -(-Sk // cfg["TN"])
+    splits = min(-(-int(A["split_target_waves"] * sms) // programs), tiles // A["split_min_tiles"])
+    if splits < 2:
+        return None
+    per = -(-tiles // splits)
+    splits = -(-tiles // per)          # no empty range
+    return cfg | {"variant": "split", "SPLITS": splits, "PER": per,
+                  "grid": [cfg["grid"][0] * splits, Hq, B], "combine_grid": list(cfg["grid"])}
+
+
+def plan_attention(B: int, Hq: int, Sq: int, Sk: int, D: int, sms: int = H200_SMS, A=None) -> dict:
+    """The default's plan: ``split`` where its switch is on and its rule takes the case, else tma."""
+    A = A or ATTENTION
+    split = split_config(B, Hq, Sq, Sk, D, sms, A) if A["split"] else None
+    return split or tma_config(B, Hq, Sq, D, sms, A)
