@@ -20,8 +20,8 @@ ATTENTION = {
     "block_n": {64: 64, 128: 128},
     # kernel hints by the query tile. 128 rows: 8 worker warps, which tileiras splits into two
     # consumer warpgroups and a TMA producer (384 threads, 168 registers, no spills at D = 128;
-    # at its default 4 worker warps the 128 x 128 tile spills 280 bytes a thread). 64 rows:
-    # occupancy 2, two programs an SM (256 threads, 128 registers, 58-100 KB of shared memory
+    # at its default 4 worker warps the 128 x 128 tile spills 440 bytes a thread). 64 rows:
+    # occupancy 2, two programs an SM (256 threads, 128 registers, 83-100 KB of shared memory
     # each). Compile facts of tileiras 13.4 for sm_90; times await a GPU.
     "hints": {128: {"num_worker_warps": 8}, 64: {"occupancy": 2}},
     # the K / V loads' latency hint (1..10): at 2 tileiras keeps one more 128 x 128 K / V buffer
