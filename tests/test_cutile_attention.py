@@ -11,6 +11,7 @@ import importlib.util
 import pytest
 import torch
 
+from conftest import GPU_SEEDS  # noqa: E402
 from harness import problems, registry
 
 HAVE_CUTILE = importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.tile") is not None
@@ -202,7 +203,7 @@ def test_verify_suite_gpu(iid):
     for case in P.cases("verify"):
         if impl.supports(case) is not None:   # the split id: nothing to split
             continue
-        chk = verify_case(impl, P, case, "cuda")
+        chk = verify_case(impl, P, case, "cuda", seeds=GPU_SEEDS)
         assert chk.ok, (iid, case, chk.reason)
         ran += 1
     assert ran >= (4 if iid == "cutile:attention_split" else len(P.cases("verify")))
