@@ -90,6 +90,8 @@ def test_split_rule():
     # 8 programs, 65 key tiles: 33 wanted, 16 allowed (4 tiles each) -> 13 ranges of 5
     assert (split_config(1, 8, 16, 4099, 128)["SPLITS"], split_config(1, 8, 16, 4099, 128)["PER"]) == (13, 5)
     assert split_config(4, 32, 4096, 4096, 128) is None     # the grid fills the SMs
+    g = split_config(1, 1, 64, 1281, 64)     # the GPU test's guard case: 21 tiles, 5 ranges of 5
+    assert (g["SPLITS"], g["PER"]) == (5, 5) and 4 * 5 * 64 > 1281 - 64   # range 4 starts past row 0's keys
     assert split_config(1, 1, 1, 7 * 64, 64) is None        # 7 key tiles: no two ranges of 4
     assert plan_attention(4, 32, 4096, 4096, 128, A=on) == tma_config(4, 32, 4096, 128)
     for suite in ("verify", "edge"):
@@ -200,7 +202,10 @@ def test_verify_suite_gpu(iid):
     from harness.verify import verify_case
 
     impl, ran = _impl(iid), 0
-    for case in P.cases("verify"):
+    # the split id also on a case whose last key range starts past the first rows' diagonal (rows
+    # 0..62 see no key of range 4: the zero-shift guard in key_tiles), which the suite lacks
+    extra = [P.case(B=1, Hq=1, Hkv=1, Sq=64, Sk=1281, D=64, causal=1)] if iid == "cutile:attention_split" else []
+    for case in P.cases("verify") + extra:
         if impl.supports(case) is not None:   # the split id: nothing to split
             continue
         chk = verify_case(impl, P, case, "cuda", seeds=GPU_SEEDS)
