@@ -85,7 +85,8 @@ def test_split_rule():
     on = dict(ATTENTION, split=True)
     # 64 queries x 8192 keys, 4 x 32 heads: 128 programs < 132; 128 key tiles; 264 / 128 -> 3 ranges
     p = split_config(4, 32, 64, 8192, 128)
-    assert (p["variant"], p["SPLITS"], p["PER"], p["grid"], p["combine_grid"]) == ("split", 3, 43, [3, 32, 4], [1, 32, 4])
+    assert (p["variant"], p["SPLITS"], p["PER"]) == ("split", 3, 43)
+    assert (p["grid"], p["combine_grid"]) == ([3, 32, 4], [1, 32, 4])
     assert plan_attention(4, 32, 64, 8192, 128, A=on) == p and reachable("attention", on) == ("tma", "split")
     # 8 programs, 65 key tiles: 33 wanted, 16 allowed (4 tiles each) -> 13 ranges of 5
     assert (split_config(1, 8, 16, 4099, 128)["SPLITS"], split_config(1, 8, 16, 4099, 128)["PER"]) == (13, 5)
@@ -99,7 +100,8 @@ def test_split_rule():
             q = split_config(c.B, c.Hq, c.Sq, c.Sk, c.D)
             if q is not None:
                 tiles = -(-c.Sk // q["TN"])
-                assert q["SPLITS"] >= 2 and q["PER"] >= 4 and (q["SPLITS"] - 1) * q["PER"] < tiles <= q["SPLITS"] * q["PER"]
+                assert q["SPLITS"] >= 2 and q["PER"] >= 4
+                assert (q["SPLITS"] - 1) * q["PER"] < tiles <= q["SPLITS"] * q["PER"]   # no empty range
 
 
 def test_plan_contract_over_every_suite():
