@@ -48,7 +48,7 @@ __device__ __forceinline__ int at_limit(int i, int Sq, int Sk, int causal) {
 // accumulates O += P V (ldmatrix.trans of V's rows). O / l goes out through the warp's rows of the Q
 // tile as 16-byte stores. Grid: (query blocks, Hq, B).
 template <bool BF16, int D, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32, 1)
 attention_tiled_kernel(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
                        u16* __restrict__ O, int group, int Sq, int Sk, long long qb, long long qh, long long qs,
                        long long kb, long long kh, long long ks, long long vb, long long vh, long long vs,

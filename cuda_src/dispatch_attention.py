@@ -28,7 +28,7 @@ ATTENTION = {
     "head_dims": (64, 128),
     # registers a thread the occupancy estimate assumes (upper bounds of the ptxas figures for sm_90a;
     # tests/test_cuda_attention.py checks every instance)
-    "regs": {64: 160, 128: 255},
+    "regs": {64: 176, 128: 255},
     "smem_reserved": 1024,          # what the system keeps a resident CTA
 }
 SIMPLE_THREADS, SIMPLE_ROWS = 128, 16   # the twin: 4 warps, 4 query rows a warp (attention.cu)
@@ -150,3 +150,17 @@ def plan_attention(path: str, B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: in
                                     "block_n": ATTENTION["block_n"], "smem": smem, "waves": round(waves, 3),
                                     "grid": list(grid)}),
                 f"{16 * w} query rows a CTA: {waves:.2f} waves of resident CTAs on {dev.sms} SMs")
+
+
+def launches_for(facts, path: str = "auto", dev: Device = H200, **opts) -> Launches:
+    """The plan of a case given as ``kltools.plan.Facts`` (operands ``q``, ``k``, ``v``, ``out``;
+    ``dev``: this planner's ``Device``): the strides of each operand's batch, head and row, and
+    whether every one that matters (a size above 1) and every base sits on 16 bytes."""
+    ops, es = facts.operands, facts.esize
+    names = dict(zip(OPERANDS, ("q", "k", "v", "out")))
+    strides = {n: tuple(ops[src].strides[:3]) for n, src in names.items()}
+    aligned = all(ops[src].addr16 == 0 and all(s * es % 16 == 0 for s, size in zip(ops[src].strides[:3],
+                                                                                    ops[src].shape[:3]) if size > 1)
+                  for src in names.values())
+    return plan_attention(path, facts.B, facts.Hq, facts.Hkv, facts.Sq, facts.Sk, facts.D, facts.dtype,
+                          int(facts.params.get("causal", 0)), strides, aligned, dev, **opts)
