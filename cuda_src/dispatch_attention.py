@@ -86,14 +86,17 @@ def tiled_ctas_per_sm(D: int, warps: int, dev: Device) -> int:
 
 
 def tiled_warps(B: int, Hq: int, Sq: int, D: int, dev: Device = H200) -> int:
-    """Warps a CTA of the tiled kernel: the most (rows a CTA) whose shared memory fits a CTA and whose
-    grid still fills ``min_waves`` waves of resident CTAs; else the fewest that fit (few query
-    blocks: more, smaller CTAs). Decline when none fits."""
+    """Warps a CTA of the tiled kernel: the most (rows a CTA) whose shared memory fits a CTA, whose
+    rows do not exceed the sequence (beyond the smallest CTA's) and whose grid still fills
+    ``min_waves`` waves of resident CTAs; else the fewest that fit (few query blocks: more, smaller
+    CTAs). Decline when none fits."""
     fits = [w for w in sorted(ATTENTION["warps"]) if tiled_smem(D, w) <= dev.smem_optin]
     if not fits:
         raise Decline(f"the tiled kernel's {tiled_smem(D, min(ATTENTION['warps']))} B of shared memory exceed "
                       f"the device's {dev.smem_optin} B a CTA")
     for w in reversed(fits):
+        if 16 * w > max(16 * fits[0], Sq):   # more rows than the sequence: padding, not parallelism
+            continue
         ctas = _cdiv(Sq, 16 * w) * B * Hq
         if ctas >= ATTENTION["min_waves"] * dev.sms * tiled_ctas_per_sm(D, w, dev):
             return w
@@ -134,13 +137,20 @@ def plan_attention(path: str, B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: in
     args = _args(Hq // Hkv, Sq, Sk, strides, causal)
     if path == "tiled" and not aligned:
         raise Decline("tiled path: cp.async needs 16-byte aligned bases and strides of q, k, v and o")
-    if path == "simple" or not aligned or dev.cc < (8, 0):
+    w = None
+    if path != "simple" and aligned and dev.cc >= (8, 0):
+        try:
+            w = warps or tiled_warps(B, Hq, Sq, D, dev)
+        except Decline:
+            if path == "tiled":
+                raise
+    if w is None:   # the twin's kernel: by request, rows off 16 bytes, no mma.sync, or no room
         kern = f"attention_simple_kernel<{bf16}, {D}>"
         grid = (_cdiv(Sq, SIMPLE_ROWS), Hq, B)
-        why = "the twin by request" if path == "simple" else "rows off 16 bytes (or no mma.sync): the twin's kernel"
+        why = "the twin by request" if path == "simple" else \
+            "the twin's kernel: rows off 16 bytes, no mma.sync (before sm_80) or too little shared memory"
         return _why(Launches([Plan(kern, grid, SIMPLE_THREADS, args)],
                              info={"path": "simple", "kernel": kern, "rows": SIMPLE_ROWS, "grid": list(grid)}), why)
-    w = warps or tiled_warps(B, Hq, Sq, D, dev)
     smem = tiled_smem(D, w, ESIZE[dtype])
     kern = f"attention_tiled_kernel<{bf16}, {D}, {w}>"
     grid = (_cdiv(Sq, 16 * w), Hq, B)
