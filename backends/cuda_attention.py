@@ -21,7 +21,7 @@ from backends.cuda_layer import (DTYPE_CODE, LAUNCHER, available, dev_index, dev
                                  make_launcher, module, plan_facts)
 from cuda_src import dispatch
 from cuda_src import dispatch_attention as A
-from harness import Source, planned_sources, register
+from harness import Source, planned, register
 from harness.errors import Unsupported
 
 LAYER = "cuda"
@@ -107,16 +107,14 @@ def _compile_only(path: str):
 
 # -- registration ----------------------------------------------------------------------------------
 SIMPLE_SOURCES = [Source("cuda_src/attention.cu", kernels=("attention_simple_kernel",), host=())]
-#: the planner's functions the default runs (a candidate's planner is not dispatch.plan's yet, so its
-#: lines count as the default's host code, as TileLang's attention planner does)
-PLANNER = [Source("cuda_src/dispatch_attention.py", kernels=(), host=("launches_for",))]
 
 
 def sources(path: str, hosts) -> list:
-    """A row's Sources: the default's, the kernels of the words its planner reaches over the suites'
-    cases, with the planner; the twin's kernel; then ``hosts`` (the launcher)."""
+    """A row's Sources: the default's derived from its planner (``harness.planned``: the kernels
+    ``dispatch.plan_candidates`` launches over the suites' cases, the lines it ran as the plan
+    column); the twin's kernel; then ``hosts`` (the launcher)."""
     if path == "auto":
-        return planned_sources(A.VARIANTS, A.reachable("attention"), [*PLANNER, *hosts])
+        return planned(dispatch.plan_candidates, "attention", hosts)
     return [*SIMPLE_SOURCES, *hosts]
 
 

@@ -41,7 +41,7 @@ __all__ = ["ACT_CODE", "ALIGN", "ATTENTION", "ATTENTION_PATHS", "CTYPE", "DTYPE_
            "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT",
            "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase",
            "Launches", "Plan", "RowCase", "emit_instances", "family", "instances", "pack", "plan_attention", "plan_gemm",
-           "plan_softmax", "plan_vector_add", "plan", "rows_min_blocks", "source_of", "switched",
+           "plan_softmax", "plan_vector_add", "plan", "plan_candidates", "rows_min_blocks", "source_of", "switched",
            "tiled_ctas_per_sm", "tiled_smem", "VARIANTS", "ws_smem"]
 
 PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm, dispatch_attention)
@@ -171,6 +171,15 @@ def plan(problem: str, facts):
     if not ls.plans:   # an empty output: nothing to launch
         word = next(iter(VARIANTS[problem]))
     return Plan(problem, word, dict(ls.info), ls.info.get("why", ""), srcs)
+
+
+def plan_candidates(problem: str, facts):
+    """``plan`` for the defaults that are still candidates (attention: ``cuda:attention`` and
+    ``cupy:attention``, not yet run on a GPU, planned by ``dispatch_attention.plan``), ``plan`` for
+    every other problem. Once a GPU has run them, ``VARIANTS`` and ``plan`` take attention over."""
+    if problem == "attention":
+        return dispatch_attention.plan(problem, facts, device_of(facts.device))
+    return plan(problem, facts)
 
 
 # ---------------------------------------------------------------------------------------------------

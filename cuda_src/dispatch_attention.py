@@ -9,7 +9,7 @@ below stands on the arithmetic of tiles, shared memory and waves, not on a measu
 """
 from __future__ import annotations
 
-from .dispatch_common import ESIZE, H200, Decline, Device, Launches, Plan, _blocks_per_sm, _cdiv, _why
+from .dispatch_common import ESIZE, H200, Decline, Device, Launches, Plan, _blocks_per_sm, _cdiv, _why, family
 
 # ---------------------------------------------------------------------------------------------------
 # tuning table
@@ -38,14 +38,15 @@ SIMPLE_THREADS, SIMPLE_ROWS = 128, 16   # the twin: 4 warps, 4 query rows a warp
 
 _ARGS = ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32") + ("i64",) * 12 + ("i32",)
 SIGNATURES = {"attention_simple_kernel": _ARGS, "attention_tiled_kernel": _ARGS}
+FILES = {"attention_simple_kernel": "attention.cu", "attention_tiled_kernel": "attention_tiled.cu"}
 
 
 def instances() -> dict[str, list[str]]:
     """{source file: [instance, ...]}: every kernel instance a plan can name, by source."""
     bools, dims = ("true", "false"), ATTENTION["head_dims"]
-    return {"attention.cu": [f"attention_simple_kernel<{b}, {d}>" for b in bools for d in dims],
-            "attention_tiled.cu": [f"attention_tiled_kernel<{b}, {d}, {w}>" for b in bools for d in dims
-                                   for w in ATTENTION["warps"]]}
+    return {FILES["attention_simple_kernel"]: [f"attention_simple_kernel<{b}, {d}>" for b in bools for d in dims],
+            FILES["attention_tiled_kernel"]: [f"attention_tiled_kernel<{b}, {d}, {w}>" for b in bools for d in dims
+                                              for w in ATTENTION["warps"]]}
 
 
 def _src(file: str, *kernels: str):
@@ -54,17 +55,9 @@ def _src(file: str, *kernels: str):
 
 
 #: the words the default plans among (the default is a candidate: dispatch.VARIANTS lists it once a
-#: GPU has run it); "simple": the twin's kernel, for rows cp.async cannot read
+#: GPU has run it); "simple": the twin's kernel, for rows cp.async cannot read (no suite has such rows)
 VARIANTS = {"tiled": _src("attention_tiled.cu", "attention_tiled_kernel"),
             "simple": _src("attention.cu", "attention_simple_kernel")}
-
-
-def reachable(problem: str) -> tuple[str, ...]:
-    """The words the default's plans choose over the suites' cases (every case of the problem's
-    suites has 16-byte rows: the tiled kernel always)."""
-    if problem == "attention":
-        return ("tiled",)
-    raise ValueError(f"problem: {problem!r} is not planned here")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -174,3 +167,18 @@ def launches_for(facts, path: str = "auto", dev: Device = H200, **opts) -> Launc
                   for src in names.values())
     return plan_attention(path, facts.B, facts.Hq, facts.Hkv, facts.Sq, facts.Sk, facts.D, facts.dtype,
                           int(facts.params.get("causal", 0)), strides, aligned, dev, **opts)
+
+
+def plan(problem: str, facts, dev: Device = H200):
+    """The default's plan (``cuda:attention``, ``cupy:attention``) for one case on ``dev`` (the
+    device of ``facts`` as this planner's ``Device``: ``dispatch.plan_candidates`` passes it), in
+    the layer contract's terms: the word, the launch's configuration, why, and the kernel file and
+    entry point it launches."""
+    from kltools.plan import Plan as KlPlan
+    from kltools.plan import Source
+
+    if problem != "attention":
+        raise ValueError(f"problem: {problem!r} is not planned here (attention only)")
+    ls = launches_for(facts, "auto", dev)
+    srcs = tuple(Source(f"cuda_src/{FILES[family(p.kernel)]}", kernels=(family(p.kernel),)) for p in ls.plans)
+    return KlPlan(problem, ls.info["path"], dict(ls.info), ls.info.get("why", ""), srcs)
