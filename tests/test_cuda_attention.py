@@ -252,3 +252,26 @@ def test_verify_suite_gpu(impl_id):
     for case in P.cases("verify"):
         chk = verify_case(impl, P, case, "cuda")
         assert chk.ok, (impl_id, case.id, chk.reason)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("impl_id", ("cuda:attention", "cupy:attention"))
+def test_rows_off_16_bytes_take_the_twins_kernel_gpu(impl_id):
+    """The default takes a q that starts one element off 16 bytes (no suite case has one) with the
+    twin's kernel, and its output matches the reference within the dtype's tolerance."""
+    impl = _impl(impl_id)
+    if (why := impl.available()):
+        pytest.skip(why)
+    case = P.case(B=1, Hq=4, Hkv=2, Sq=100, Sk=130, D=64, causal=1)
+    q, k, v = P.make_inputs(case, "cuda", 0)
+    buf = torch.empty(q.numel() + 1, dtype=q.dtype, device="cuda")
+    q1 = buf[1:].view(q.shape)
+    q1.copy_(q)
+    out = torch.full(P.out_shape(case), float("nan"), dtype=q.dtype, device="cuda")
+    launch = impl.prepare(case, (q1, k, v), out)
+    assert launch.info["config"]["path"] == "simple"
+    launch()
+    torch.cuda.synchronize()
+    ref = P.reference((q, k, v), case)
+    assert ((out.double() - ref).norm() / ref.norm()).item() <= P.tolerance(case.dtype).rel_norm
