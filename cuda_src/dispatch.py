@@ -37,12 +37,13 @@ from .dispatch_softmax import (REGS, SOFTMAX, SOFTMAX_NEXT, SOFTMAX_PATHS, RowCa
                                rows_min_blocks, switched)
 from .dispatch_vector_add import VECTOR_ADD, VECTOR_ADD_PATHS, plan_vector_add  # noqa: E402
 
-__all__ = ["ACT_CODE", "ALIGN", "ATTENTION", "ATTENTION_PATHS", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM", "GEMM_PATHS", "H200", "PP_SMEM", "REGS",
-           "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT",
-           "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase",
-           "Launches", "Plan", "RowCase", "emit_instances", "family", "instances", "pack", "plan_attention", "plan_gemm",
-           "plan_softmax", "plan_vector_add", "plan", "plan_candidates", "rows_min_blocks", "source_of", "switched",
-           "tiled_ctas_per_sm", "tiled_smem", "VARIANTS", "ws_smem"]
+__all__ = ["ACT_CODE", "ALIGN", "ATTENTION", "ATTENTION_PATHS", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM",
+           "GEMM_PATHS", "H200", "PP_SMEM", "REGS", "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE",
+           "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT", "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD",
+           "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase", "Launches", "Plan", "RowCase", "emit_instances",
+           "family", "instances", "pack", "plan_attention", "plan_gemm", "plan_softmax", "plan_vector_add", "plan",
+           "plan_candidates", "rows_min_blocks", "source_of", "switched", "tiled_ctas_per_sm", "tiled_smem",
+           "VARIANTS", "ws_smem"]
 
 PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm, dispatch_attention)
 
