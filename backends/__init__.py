@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (layer, its modules), in the order they are imported
 LAYERS = (
     ("torch", ("torch_layer",)),
-    ("cuda", ("cuda_layer", "cuda_gemm", "cuda_inspect")),
-    ("cupy", ("cupy_layer",)),
+    ("cuda", ("cuda_layer", "cuda_gemm", "cuda_inspect", "cuda_attention")),
+    ("cupy", ("cupy_layer", "cupy_attention")),
     ("triton", ("triton_layer", "triton_inspect", "triton_attention")),
     ("gluon", ("gluon_layer", "gluon_attention")),
     ("cute", ("cute_layer", "cute_inspect")),

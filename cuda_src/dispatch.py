@@ -6,7 +6,8 @@ the launchers only resolve names and pointers and enqueue it (``backends/cuda_la
 ``backends/cupy_layer.py``).
 
 One module a problem, each with its table, its kernels' signatures and instances, and its rules:
-``dispatch_vector_add.py``, ``dispatch_softmax.py``, ``dispatch_gemm.py``; what they share (the
+``dispatch_vector_add.py``, ``dispatch_softmax.py``, ``dispatch_gemm.py``, ``dispatch_attention.py``
+(its kernels candidates: not in ``VARIANTS`` until a GPU has run them); what they share (the
 device, ``Plan``, ``Launches``, ``Decline``) is ``dispatch_common.py``. This module gathers them
 (``from cuda_src import dispatch``: ``dispatch.plan_softmax``, ``dispatch.SOFTMAX``...), packs
 arguments by signature, and is what the build runs as a script to emit the instance tables of the
@@ -26,7 +27,8 @@ if __package__ in (None, ""):   # run as a script by the build (CMakeLists.txt):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "cuda_src"
 
-from . import dispatch_gemm, dispatch_softmax, dispatch_vector_add  # noqa: E402
+from . import dispatch_attention, dispatch_gemm, dispatch_softmax, dispatch_vector_add  # noqa: E402
+from .dispatch_attention import ATTENTION, ATTENTION_PATHS, plan_attention  # noqa: E402
 from .dispatch_common import (ACT_CODE, CTYPE, DTYPE_CODE, ESIZE, H200, REGS_PER_SM,  # noqa: E402
                               THREADS_PER_SM, Decline, Device, Launches, Plan, family)
 from .dispatch_gemm import (GEMM, GEMM_PATHS, PP_SMEM, SIMPLE_TILE, SMEM_PER_CTA_RESERVED,  # noqa: E402
@@ -35,14 +37,15 @@ from .dispatch_softmax import (REGS, SOFTMAX, SOFTMAX_NEXT, SOFTMAX_PATHS, RowCa
                                rows_min_blocks, switched)
 from .dispatch_vector_add import VECTOR_ADD, VECTOR_ADD_PATHS, plan_vector_add  # noqa: E402
 
-__all__ = ["ACT_CODE", "ALIGN", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM", "GEMM_PATHS", "H200", "PP_SMEM", "REGS",
-           "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE", "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT",
-           "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD", "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase",
-           "Launches", "Plan", "RowCase", "emit_instances", "family", "instances", "pack", "plan_gemm",
-           "plan_softmax", "plan_vector_add", "plan", "rows_min_blocks", "source_of", "switched",
-           "tiled_ctas_per_sm", "tiled_smem", "VARIANTS", "ws_smem"]
+__all__ = ["ACT_CODE", "ALIGN", "ATTENTION", "ATTENTION_PATHS", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM",
+           "GEMM_PATHS", "H200", "PP_SMEM", "REGS", "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE",
+           "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT", "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD",
+           "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase", "Launches", "Plan", "RowCase", "emit_instances",
+           "family", "instances", "pack", "plan_attention", "plan_gemm", "plan_softmax", "plan_vector_add", "plan",
+           "plan_candidates", "rows_min_blocks", "source_of", "switched", "tiled_ctas_per_sm", "tiled_smem",
+           "VARIANTS", "ws_smem"]
 
-PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm)
+PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm, dispatch_attention)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -169,6 +172,15 @@ def plan(problem: str, facts):
     if not ls.plans:   # an empty output: nothing to launch
         word = next(iter(VARIANTS[problem]))
     return Plan(problem, word, dict(ls.info), ls.info.get("why", ""), srcs)
+
+
+def plan_candidates(problem: str, facts):
+    """``plan`` for the defaults that are still candidates (attention: ``cuda:attention`` and
+    ``cupy:attention``, not yet run on a GPU, planned by ``dispatch_attention.plan``), ``plan`` for
+    every other problem. Once a GPU has run them, ``VARIANTS`` and ``plan`` take attention over."""
+    if problem == "attention":
+        return dispatch_attention.plan(problem, facts, device_of(facts.device))
+    return plan(problem, facts)
 
 
 # ---------------------------------------------------------------------------------------------------

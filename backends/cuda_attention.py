@@ -1,0 +1,137 @@
+"""CUDA C++ adapter for attention (kernels in ``cuda_src/attention.cu`` and ``attention_tiled.cu``,
+planner in ``cuda_src/dispatch_attention.py``, launcher in ``backends/cuda_layer.py``); the CuPy rows
+of the same kernels (``backends/cupy_attention.py``) share the validation and planning here.
+
+Rows, both candidates (``register(candidate=True)``: built and compiled for sm_90a, not yet run on
+a GPU; ``python -m harness check cuda`` reaches them):
+- ``cuda:attention`` (default): FlashAttention-2 on mma.sync (``attention_tiled.cu``), 64 or 128
+  query rows a CTA by waves; rows cp.async cannot read (bases or strides off 16 bytes) take the
+  twin's kernel.
+- ``cuda:attention_simple``: the teaching twin (``attention.cu``), FMA on fp32 tiles, any stride.
+
+Without a GPU ``compile_only(case)`` returns the ``ptxas -v`` facts of the instance the case would
+launch: from the build log, or (a module built before these kernels, or none) ``nvcc -cubin
+-arch=sm_90a`` of the source here.
+"""
+from __future__ import annotations
+
+import torch
+
+from backends.cuda_layer import (DTYPE_CODE, LAUNCHER, available, dev_index, device, launch_info,
+                                 make_launcher, module, plan_facts)
+from cuda_src import dispatch
+from cuda_src import dispatch_attention as A
+from harness import Source, planned, register
+from harness.errors import Unsupported
+
+LAYER = "cuda"
+NAMES = ("q", "k", "v")
+
+
+def check_attention(case, inputs, out):
+    """Validate (q, k, v) and out against a case: q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], out
+    [B, Hq, Sq, D], CUDA tensors of the case's 16-bit dtype on one device, the head dim contiguous;
+    a ValueError / TypeError naming the argument. Returns (q, k, v)."""
+    if len(inputs) != 3:
+        raise ValueError(f"inputs: expected (q, k, v), got {len(inputs)} items")
+    B, Hq, Hkv, Sq, Sk, D = (case.dims[n] for n in ("B", "Hq", "Hkv", "Sq", "Sk", "D"))
+    shapes = {"q": (B, Hq, Sq, D), "k": (B, Hkv, Sk, D), "v": (B, Hkv, Sk, D), "out": (B, Hq, Sq, D)}
+    for name, t in (*zip(NAMES, inputs), ("out", out)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cuda":
+            raise ValueError(f"{name}: must be a CUDA tensor, got device {t.device}")
+        if t.dtype != case.torch_dtype or t.dtype not in (torch.float16, torch.bfloat16):
+            raise TypeError(f"{name}: dtype {t.dtype}, the case is {case.dtype} (float16 or bfloat16)")
+        if tuple(t.shape) != shapes[name]:
+            raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shapes[name]}")
+        if t.stride(3) != 1:
+            raise ValueError(f"{name}: the head dim must be contiguous (stride(3) == 1), got strides {t.stride()}")
+        if t.data_ptr() % 2:
+            raise ValueError(f"{name}: address not aligned to its 2-byte elements")
+    if len({t.device for t in (*inputs, out)}) != 1:
+        raise ValueError(f"q, k, v, out: all on one device, got {sorted({str(t.device) for t in (*inputs, out)})}")
+    if case.params.get("causal", 0) and Sq > Sk:
+        raise ValueError(f"q: a causal case needs Sq <= Sk (bottom-right mask), got Sq={Sq}, Sk={Sk}")
+    return inputs
+
+
+def attention_launches(path: str, case, q, k, v, out, dev: dispatch.Device) -> dispatch.Launches:
+    """The plan for these tensors on ``dev`` (their strides and 16-byte alignment)."""
+    from kltools.plan import facts_of
+    facts = facts_of("attention", case.dims, case.dtype, case.params, {"q": q, "k": k, "v": v, "out": out})
+    return A.launches_for(facts, path, dev)
+
+
+def case_attention(path: str, case, dev: dispatch.Device = dispatch.H200) -> dispatch.Launches:
+    """The plan a harness case gets (its layout's strides, aligned bases) on ``dev`` (default: an
+    assumed H200; no GPU needed)."""
+    from harness.meta_inputs import case_facts
+    return A.launches_for(case_facts(case), path, dev)
+
+
+def pointers(q, k, v, out) -> dict:
+    return {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": out.data_ptr()}
+
+
+def _prepare(path: str):
+    def prepare(case, inputs, out):
+        mod = module()
+        q, k, v = check_attention(case, inputs, out)
+        di = dev_index(q)
+        try:
+            plan = attention_launches(path, case, q, k, v, out, device(di))
+        except dispatch.Decline as e:
+            raise Unsupported(f"{path} path: {e}") from None
+        built = set(mod.kernels())
+        for p in plan.plans:
+            if p.kernel not in built:
+                raise Unsupported(f"kl_cuda was built before {p.kernel} (rebuild: pip install -e .)")
+        launch = make_launcher(mod, plan, pointers(q, k, v, out), di, DTYPE_CODE[q.dtype])
+        launch.info = launch_info(plan, path=plan.info.get("path"))
+        return launch
+    return prepare
+
+
+def _compile_only(path: str):
+    def compile_only(case):
+        try:
+            plan = case_attention(path, case)
+        except dispatch.Decline as e:
+            raise Unsupported(f"{path} path: {e}") from None
+        facts = plan_facts(plan)
+        facts["path"] = plan.info.get("path")
+        return facts
+    return compile_only
+
+
+# -- registration ----------------------------------------------------------------------------------
+SIMPLE_SOURCES = [Source("cuda_src/attention.cu", kernels=("attention_simple_kernel",), host=())]
+
+
+def sources(path: str, hosts) -> list:
+    """A row's Sources: the default's derived from its planner (``harness.planned``: the kernels
+    ``dispatch.plan_candidates`` launches over the suites' cases, the lines it ran as the plan
+    column); the twin's kernel; then ``hosts`` (the launcher)."""
+    if path == "auto":
+        return planned(dispatch.plan_candidates, "attention", hosts)
+    return [*SIMPLE_SOURCES, *hosts]
+
+
+NOT_RUN = "candidate, not yet run on a GPU: "
+DESCRIPTIONS = {
+    "auto": NOT_RUN + "FlashAttention-2 on mma.sync m16n8k16: 64 or 128 query rows a CTA (16 a warp) by waves, "
+            "Q in registers, K / V tiles of 64 keys double-buffered by cp.async in XOR-swizzled shared memory, "
+            "ldmatrix (.trans for V), online softmax in exp2 with the scale folded in, P kept in registers for "
+            "O += P V, masks only on tiles crossing the diagonal or the end, causal tiles above the diagonal "
+            "skipped (longest blocks first), O out by 16-byte stores; rows off 16 bytes take the twin's kernel",
+    "simple": "teaching twin, " + NOT_RUN + "16 query rows a CTA (a warp per 4 rows, D / 32 elements a lane), "
+              "K / V tiles of 32 keys in fp32 shared memory, one key at a time with the online softmax "
+              "(warp-shuffle dot products, FMA), any stride",
+}
+ROWS = (("auto", "attention"), ("simple", "attention_simple"))
+
+for _path, _name in ROWS:
+    register(problem="attention", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
+             sources=sources(_path, LAUNCHER), devices=("cuda",), available=available,
+             compile_only=_compile_only(_path), candidate=True)(_prepare(_path))
