@@ -186,14 +186,16 @@ class AttentionSimple:
         self.kernel(mQ, mK, mV, mO, scale_log2, tiled_mma).launch(grid=grid, block=(THREADS, 1, 1), stream=stream)
 
 
-def fake_qkvo(dtype, D: int) -> list:
+def fake_qkvo(dtype, D: int, align: int = 2) -> list:
     """Fake Q, K, V, O for a compile: batch, heads, lengths and the three outer strides free (the
-    [B, S, H, D] views too), the head dim static and contiguous."""
+    [B, S, H, D] views too), the head dim static and contiguous; ``align``: bytes the bases and
+    the outer strides are multiples of (16 for TMA)."""
     from cutlass.cute.runtime import make_fake_tensor
 
     def fake():
         shape = (cute.sym_int32(), cute.sym_int32(), cute.sym_int32(), D)
-        return make_fake_tensor(cutlass_dtype(dtype), shape, (cute.sym_int64(),) * 3 + (1,), assumed_align=2)
+        strides = tuple(cute.sym_int64(divisibility=align // 2) for _ in range(3)) + (1,)
+        return make_fake_tensor(cutlass_dtype(dtype), shape, strides, assumed_align=align)
     return [fake() for _ in range(4)]
 
 
@@ -236,9 +238,9 @@ def validate(q, k, v, out, causal) -> None:
         raise ValueError(f"q: a causal case needs Sq <= Sk, got Sq={Sq}, Sk={k.shape[2]}")
 
 
-def attention_args(q, k, v, out):
+def attention_args(q, k, v, out, align: int = 2):
     """The compiled function's arguments: the four tensors and the scale's log2 form."""
-    return (*(to_cute(t, 2) for t in (q, k, v, out)), LOG2E / math.sqrt(q.shape[3]))
+    return (*(to_cute(t, align) for t in (q, k, v, out)), LOG2E / math.sqrt(q.shape[3]))
 
 
 def prepare_attention_simple(q, k, v, out, causal):
