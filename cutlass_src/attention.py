@@ -219,10 +219,11 @@ def validate(q, k, v, out, causal) -> None:
             raise ValueError(f"{name}: must be 4-D [B, H, S, D], got shape {tuple(t.shape)}")
         if t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
             raise TypeError(f"{name}: dtype {t.dtype} must be q's, float16 or bfloat16")
-        if t.device.type != "cuda" or t.device != q.device:
-            raise ValueError(f"{name}: must be a CUDA tensor on q's device, got {t.device}")
         if t.stride(3) != 1:
             raise ValueError(f"{name}: the head dim must be contiguous (stride 1), got strides {t.stride()}")
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t.device.type != "cuda" or t.device != q.device:
+            raise ValueError(f"{name}: must be a CUDA tensor on q's device, got {t.device}")
     B, Hq, Sq, D = q.shape
     if D not in (64, 128):
         raise ValueError(f"q: head dim must be 64 or 128, got {D}")

@@ -167,7 +167,7 @@ class AttentionTma:
             self.wgmma(mma_qk, acc_s, rQ, 0, rK, slot)
             self.online_softmax(acc_s, thr_qk.partition_C(cS[None, None, n]), (n + 1) * bn > clean, Sq, Sk,
                                 scale_log2, row_max, row_sum, o_mn)
-            for i in cutlass.range_constexpr(cute.size(acc_s)):
+            for i in cutlass.range(cute.size(acc_s), unroll_full=True):
                 tSsP[i] = acc_s[i].to(sP.element_type)
             cute.arch.fence_proxy("async.shared", space="cta")     # P visible to wgmma
             cute.arch.sync_threads()
