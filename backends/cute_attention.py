@@ -80,7 +80,7 @@ _TWIN = Source(src(C, "attention.py"), kernels=("AttentionSimple.kernel", "Atten
 _VARIANTS = {
     "tma": [Source(src(C, "attention_tma.py"),
                    kernels=("AttentionTma.kernel", "AttentionTma.load_kv", "AttentionTma.wgmma",
-                            "AttentionTma.online_softmax", "wgmma_mn_view"),
+                            "AttentionTma.online_softmax", "wgmma_mn_view", "a_view"),
                    host=("AttentionTma.__call__", "AttentionTma.__init__", "compile_tma", "prepare_attention_tma",
                          "tma_ready")),
             Source(src(C, "attention.py"), kernels=("quad_reduce",),
@@ -93,7 +93,7 @@ _PLANNER = [Source(src(C, "dispatch_attention.py"), kernels=(), host=("plan_atte
 for _name, _kernel, _desc, _srcs in (
         ("attention", "tma", "candidate, " + _NOT_RUN + "Q, K, V and O by TMA (4-D descriptors over (S, D, H, B) "
          "views: ragged lengths zero-filled and clipped), K / V tiles pipelined over 2-4 mbarrier stages issued "
-         "by one warp, S = Q K^T and O += P V by wgmma in 64-row warpgroups (P through swizzled shared memory), "
+         "by one warp, S = Q K^T and O += P V by wgmma in 64-row warpgroups (P from registers), "
          "online softmax in exp2 with the scale folded in, masks only on the steps that cross Sk or the "
          "diagonal, causal blocks past the diagonal never loaded; 128 or 64 query rows by waves, key tile and "
          "stages by shared memory; the twin's kernel where TMA cannot take a tensor or the GPU is not sm_90",

@@ -14,14 +14,16 @@ bytes (the [B, S, H, D] views too).
 - **Step.** S = Q K^T by wgmma (both operands in shared memory, fp32 accumulators); the mask only
   on the steps that cross Sk or the causal diagonal; the online softmax in registers (row max
   over the quad of threads sharing a row, exp2 with the scale folded in, running output and sum
-  rescaled); P rounded to the input dtype into shared memory (fenced for the async proxy); O +=
-  P V by wgmma.
+  rescaled); P rounded to the input dtype in registers, and O += P V by wgmma with P as the
+  register A operand (the S accumulator's fragment is the A operand's, ``a_view``) and V from
+  its slot. Each wgmma batch is waited before its result is read.
 - **Causal.** Key blocks past the last query row's diagonal (bottom-right aligned: key j is seen
   by query i iff j <= i + Sk - Sq) are never loaded.
 - **Epilogue.** O / sum rounded into Q's shared-memory tile, one TMA store.
 
 Not warp-specialised (the ``ws`` word: a producer warp and consumer warpgroups ping-ponging the
-two products) and P goes through shared memory rather than staying in registers.
+two products, ``setmaxnreg``): the warpgroups meet at one CTA barrier a step, and a step's softmax
+does not overlap its own MMAs.
 """
 from __future__ import annotations
 
@@ -46,6 +48,16 @@ def wgmma_mn_view(acc: cute.Tensor) -> cute.Tensor:
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
 
 
+def a_view(acc_layout: cute.Layout) -> cute.Layout:
+    """A compact accumulator ((2, 2, V), 1, 1) of S seen as the register A operand of P V,
+    ((2, 2, 2), 1, V / 2): value (column pair, row + 8, column group g) of S is value (k pair,
+    row + 8, k + 8) of the k block g // 2 - the two fragments hold the same elements for 16-bit
+    types, so P never leaves the registers."""
+    s, d = acc_layout.shape, acc_layout.stride
+    return cute.make_layout(((s[0][0], s[0][1], 2), 1, s[0][2] // 2),
+                            stride=((d[0][0], d[0][1], d[0][2]), 0, 2 * d[0][2]))
+
+
 class AttentionTma:
     def __init__(self, D: int, causal: bool, bm: int, bn: int, stages: int):
         if bm not in (64, 128) or bn not in (64, 128) or D not in (64, 128) or not 1 <= stages <= 8:
@@ -62,11 +74,11 @@ class AttentionTma:
         mma_qk = sm90_utils.make_trivial_tiled_mma(dt, dt, kmaj.sm90_mma_major_mode(), kmaj.sm90_mma_major_mode(),
                                                    cutlass.Float32, wgs, tiler_mn=(64, bn))
         mma_pv = sm90_utils.make_trivial_tiled_mma(dt, dt, kmaj.sm90_mma_major_mode(), mnmaj.sm90_mma_major_mode(),
-                                                   cutlass.Float32, wgs, tiler_mn=(64, D))
+                                                   cutlass.Float32, wgs, tiler_mn=(64, D),
+                                                   a_source=warpgroup.OperandSource.RMEM)   # P from registers
         q_smem = sm90_utils.make_smem_layout_a(kmaj, (bm, bn, D), dt, 1)               # (bm, D, 1)
         k_smem = sm90_utils.make_smem_layout_b(kmaj, (bm, bn, D), dt, self.stages)     # (bn, D, stages)
         v_smem = sm90_utils.make_smem_layout_b(mnmaj, (bm, D, bn), dt, self.stages)    # (D, bn, stages)
-        p_smem = sm90_utils.make_smem_layout_a(kmaj, (bm, D, bn), dt, 1)               # (bm, bn, 1)
         # (S, D, H, B) views (V: (D, S, H, B)) for the descriptors: the tile modes first
         qv, kv, ov = (cute.make_tensor(t.iterator, cute.select(t.layout, mode=[2, 3, 1, 0])) for t in (mQ, mK, mO))
         vv = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[3, 2, 1, 0]))
@@ -83,19 +95,17 @@ class AttentionTma:
             sQ: cute.struct.Align[cute.struct.MemRange[dt, cute.cosize(q_smem)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dt, cute.cosize(k_smem)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dt, cute.cosize(v_smem)], 1024]
-            sP: cute.struct.Align[cute.struct.MemRange[dt, cute.cosize(p_smem)], 1024]
 
         self.storage = Storage
         Sq, Sk = cute.size(mQ, mode=[2]), cute.size(mK, mode=[2])
         group = cute.size(mQ, mode=[1]) // cute.size(mK, mode=[1])
         grid = ((Sq + bm - 1) // bm, cute.size(mQ, mode=[1]), cute.size(mQ, mode=[0]))
-        self.kernel(tma_q, gq, tma_k, gk, tma_v, gv, tma_o, go, mma_qk, mma_pv, q_smem, k_smem, v_smem, p_smem,
-                    Sq, Sk, group, scale_log2).launch(grid=grid, block=(self.threads, 1, 1), stream=stream)
+        self.kernel(tma_q, gq, tma_k, gk, tma_v, gv, tma_o, go, mma_qk, mma_pv, q_smem, k_smem, v_smem, Sq, Sk, group, scale_log2).launch(grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q, gq: cute.Tensor, tma_k, gk: cute.Tensor, tma_v, gv: cute.Tensor, tma_o,
                go: cute.Tensor, mma_qk: cute.TiledMma, mma_pv: cute.TiledMma, q_smem: cute.ComposedLayout,
-               k_smem: cute.ComposedLayout, v_smem: cute.ComposedLayout, p_smem: cute.ComposedLayout,
+               k_smem: cute.ComposedLayout, v_smem: cute.ComposedLayout,
                Sq: cutlass.Int32, Sk: cutlass.Int32, group: cutlass.Int32, scale_log2: cutlass.Float32):
         D, bm, bn, stages = self.D, self.bm, self.bn, self.stages
         tidx, _, _ = cute.arch.thread_idx()
@@ -109,7 +119,6 @@ class AttentionTma:
         sQ = storage.sQ.get_tensor(q_smem.outer, swizzle=q_smem.inner)
         sK = storage.sK.get_tensor(k_smem.outer, swizzle=k_smem.inner)
         sV = storage.sV.get_tensor(v_smem.outer, swizzle=v_smem.inner)
-        sP = storage.sP.get_tensor(p_smem.outer, swizzle=p_smem.inner)
         bars = storage.bars.data_ptr()                   # bars + i: slot i full; bars + stages: Q
         if tidx == 0:
             for i in cutlass.range_constexpr(stages + 1):
@@ -140,11 +149,11 @@ class AttentionTma:
         wg_qk, wg_pv = mma_qk.get_slice(wg * 128), mma_pv.get_slice(wg * 128)
         thr_qk, thr_pv = mma_qk.get_slice(tidx), mma_pv.get_slice(tidx)
         rQ, rK = mma_qk.make_fragment_A(wg_qk.partition_A(sQ)), mma_qk.make_fragment_B(wg_qk.partition_B(sK))
-        rP, rV = mma_pv.make_fragment_A(wg_pv.partition_A(sP)), mma_pv.make_fragment_B(wg_pv.partition_B(sV))
-        sP2 = sP[None, None, 0]
-        tSsP = thr_qk.partition_C(sP2)
+        rV = mma_pv.make_fragment_B(wg_pv.partition_B(sV))
         cS = cute.local_tile(cute.make_identity_tensor((Sq, Sk)), (bm, bn), (mb, None))
-        acc_s = cute.make_rmem_tensor(tSsP.shape, cutlass.Float32)
+        acc_s = cute.make_rmem_tensor(thr_qk.partition_C(cS[None, None, 0]).shape, cutlass.Float32)
+        rP = cute.make_rmem_tensor(acc_s.layout.shape, sQ.element_type)     # compact, as acc_s's values
+        rPa = cute.make_tensor(rP.iterator, a_view(rP.layout))
         acc_o = cute.make_rmem_tensor(thr_pv.partition_C(sQ[None, None, 0]).shape, cutlass.Float32)
         acc_o.fill(0.0)
         o_mn = wgmma_mn_view(acc_o)
@@ -164,15 +173,12 @@ class AttentionTma:
             slot = n % stages
             cute.arch.mbarrier_wait(bars + slot, (n // stages) % 2)
             acc_s.fill(0.0)
-            self.wgmma(mma_qk, acc_s, rQ, 0, rK, slot)
+            self.wgmma(mma_qk, acc_s, rQ[None, None, None, 0], rK, slot)
             self.online_softmax(acc_s, thr_qk.partition_C(cS[None, None, n]), (n + 1) * bn > clean, Sq, Sk,
                                 scale_log2, row_max, row_sum, o_mn)
-            for i in cutlass.range(cute.size(acc_s), unroll_full=True):
-                tSsP[i] = acc_s[i].to(sP.element_type)
-            cute.arch.fence_proxy("async.shared", space="cta")     # P visible to wgmma
-            cute.arch.sync_threads()
-            self.wgmma(mma_pv, acc_o, rP, 0, rV, slot)
-            cute.arch.sync_threads()                                 # slot and P free again
+            rP.store(acc_s.load().to(sQ.element_type))
+            self.wgmma(mma_pv, acc_o, rPa, rV, slot)
+            cute.arch.sync_threads()                                 # the slot is free again
             if warp == 0:
                 if n + stages < n_tiles:
                     self.load_kv(tma_k, tKg, tKs, tma_v, tVg, tVs, bars + slot, n + stages, slot)
@@ -204,11 +210,11 @@ class AttentionTma:
         cute.copy(tma_v, tVg[(None, n)], tVs[(None, slot)], tma_bar_ptr=bar)
 
     @cute.jit
-    def wgmma(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, rA: cute.Tensor, a_slot, rB: cute.Tensor, b_slot):
-        """acc += A B over the k blocks of the operands' slots; waits for the result."""
+    def wgmma(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, rA: cute.Tensor, rB: cute.Tensor, b_slot):
+        """acc += A B over the k blocks (B from its slot); waits for the result."""
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(rA, mode=[2])):
-            cute.gemm(tiled_mma, acc, rA[None, None, kb, a_slot], rB[None, None, kb, b_slot], acc)
+            cute.gemm(tiled_mma, acc, rA[None, None, kb], rB[None, None, kb, b_slot], acc)
         warpgroup.commit_group()
         warpgroup.wait_group(0)
 

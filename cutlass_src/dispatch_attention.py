@@ -20,7 +20,7 @@ ATTENTION = {
     "block_m": (64, 128),
     "min_waves": 1.0,
     # keys a K / V tile, largest first: the largest that leaves ``min_stages`` stages beside the Q
-    # (and O) tile and the P tile; a consumer thread holds 64 x bn / 128 fp32 scores
+    # (and O) tile; a thread holds 64 x bn / 128 fp32 scores and their 16-bit P
     "block_n": (128, 64),
     "min_stages": 3,
     "max_stages": 4,
@@ -37,8 +37,8 @@ def reachable(problem: str) -> tuple[str, ...]:
 
 
 def smem_bytes(bm: int, bn: int, D: int, stages: int, esize: int) -> int:
-    """Shared memory of a plan: Q (reused for O), P, and ``stages`` K + V tiles."""
-    return (bm * D + bm * bn + stages * 2 * bn * D) * esize
+    """Shared memory of a plan: Q (reused for O) and ``stages`` K + V tiles (P stays in registers)."""
+    return (bm * D + stages * 2 * bn * D) * esize
 
 
 def plan_attention(B: int, Hq: int, Sq: int, D: int, esize: int, tma: bool = True, hopper: bool = True,

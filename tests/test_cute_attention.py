@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import pytest
 import torch
 
@@ -34,12 +35,14 @@ def test_plan_by_waves_shared_memory_and_tma():
     from cutlass_src.dispatch_attention import ATTENTION, plan_attention, smem_bytes
 
     # a 128-row grid of at least one wave over 132 SMs: 128 rows (two warpgroups); D 128 leaves
-    # 2 stages of 128-key tiles beside Q and P (fewer than 3): 64-key tiles, 4 stages (capped)
+    # exactly 3 stages of 128-key tiles beside the Q tile (P stays in registers)
     big = plan_attention(4, 32, 4096, 128, 2, sms=132)
-    assert big == {"kernel": "tma", "bm": 128, "bn": 64, "stages": 4, "threads": 256,
-                   "smem_bytes": (128 * 128 + 128 * 64 + 4 * 2 * 64 * 128) * 2}
-    # D 64: 128-key tiles leave room for more than 3 stages
-    assert plan_attention(8, 32, 2048, 64, 2, sms=132)["bn"] == 128
+    assert big == {"kernel": "tma", "bm": 128, "bn": 128, "stages": 3, "threads": 256,
+                   "smem_bytes": (128 * 128 + 3 * 2 * 128 * 128) * 2}
+    # D 64: room for more stages (capped at 4); a smaller table of shared memory: 64-key tiles
+    assert plan_attention(8, 32, 2048, 64, 2, sms=132)["stages"] == ATTENTION["max_stages"]
+    small_smem = dict(ATTENTION, smem_per_cta=160 * 1024)
+    assert plan_attention(4, 32, 4096, 128, 2, sms=132, A=small_smem)["bn"] == 64
     # few query blocks (a chunk of 64 queries, a decode token, a short grid): 64 rows
     assert plan_attention(4, 32, 64, 128, 2, sms=132)["bm"] == 64
     assert plan_attention(8, 32, 1, 128, 2, sms=132)["bm"] == 64
@@ -77,7 +80,7 @@ def test_validation_names_the_argument():
 def test_both_kernels_compile_for_sm90a_with_their_instructions():
     """The default (TMA + wgmma) and the twin (mma.sync) compile for sm_90a without spills for D 64
     and 128, fp16 and bf16, causal or not; the default's PTX has TMA loads and store on mbarriers
-    and wgmma for both products, the twin's mma.sync and no TMA; a second case of a class (other
+    and wgmma for both products (P V's with P in registers), the twin's mma.sync and no TMA; a second case of a class (other
     lengths, heads, layout) reuses the compile."""
     import cutlass_src
 
@@ -98,6 +101,9 @@ def test_both_kernels_compile_for_sm90a_with_their_instructions():
             for feature in want:
                 assert feature in ptx, (impl.id, case.id, feature)
             assert never not in ptx, (impl.id, case.id, never)
+            # P V's wgmma takes P from four registers (its A operand), not from shared memory
+            rs = re.search(r"wgmma\.mma_async\S*\s*\{[^}]*\},\s*\{%r\d+(, %r\d+){3}\}", ptx)
+            assert (rs is not None) == (impl is tma), (impl.id, case.id)
     # the same classes, other lengths / heads / layout: no new compile
     before = len(cutlass_src._CACHE)
     tma.compile_only_fn(P.case(B=1, Hq=64, Hkv=8, Sq=8191, Sk=9000, D=128, causal=1, layout="bshd"))
