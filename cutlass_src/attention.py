@@ -233,8 +233,9 @@ def validate(q, k, v, out, causal) -> None:
         raise ValueError(f"k: Hq={Hq} is not a multiple of Hkv={k.shape[1]}")
     if out.shape != q.shape:
         raise ValueError(f"out: shape {tuple(out.shape)} != q shape {tuple(q.shape)}")
-    if min(Sq, k.shape[2]) < 1 or max(Sq, k.shape[2]) >= 2 ** 31 - BM or B >= 2 ** 16 or Hq >= 2 ** 16:
-        raise ValueError(f"q: lengths Sq={Sq}, Sk={k.shape[2]} must be in [1, 2^31 - {BM}), B and Hq below 2^16")
+    # (a length plus a 128-row block stays an Int32; the grid's y and z are Hq and B)
+    if min(Sq, k.shape[2]) < 1 or max(Sq, k.shape[2]) >= 2 ** 31 - 256 or B >= 2 ** 16 or Hq >= 2 ** 16:
+        raise ValueError(f"q: lengths Sq={Sq}, Sk={k.shape[2]} must be in [1, 2^31 - 256), B and Hq below 2^16")
     if causal and Sq > k.shape[2]:
         raise ValueError(f"q: a causal case needs Sq <= Sk, got Sq={Sq}, Sk={k.shape[2]}")
 
