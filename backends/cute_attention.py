@@ -79,7 +79,10 @@ _TWIN = Source(src(C, "attention.py"), kernels=("AttentionSimple.kernel", "Atten
                      "attention_args", "fake_qkvo"))
 _VARIANTS = {
     "tma": [Source(src(C, "attention_tma.py"),
-                   kernels=("AttentionTma.kernel", "AttentionTma.load_kv", "AttentionTma.wgmma",
+                   kernels=("AttentionTma.kernel", "AttentionTma.shared", "AttentionTma.tma_views",
+                            "AttentionTma.key_tiles", "AttentionTma.load_q", "AttentionTma.load_kv",
+                            "AttentionTma.consume", "AttentionTma.release", "AttentionTma.normalise",
+                            "AttentionTma.consumer_sync", "AttentionTma.store_o", "AttentionTma.wgmma",
                             "AttentionTma.online_softmax", "wgmma_mn_view", "a_view"),
                    host=("AttentionTma.__call__", "AttentionTma.__init__", "compile_tma", "prepare_attention_tma",
                          "tma_ready")),

@@ -64,6 +64,7 @@ class AttentionTma:
             raise ValueError(f"plan: bm {bm}, bn {bn} (64 or 128), D {D}, stages {stages} not supported")
         self.D, self.causal, self.bm, self.bn, self.stages = D, causal, bm, bn, stages
         self.threads = bm // 64 * 128
+        self.n_bars = stages + 1                         # a "full" barrier a slot, and Q's
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
@@ -91,7 +92,7 @@ class AttentionTma:
 
         @cute.struct
         class Storage:
-            bars: cute.struct.MemRange[cutlass.Int64, self.stages + 1]
+            bars: cute.struct.MemRange[cutlass.Int64, self.n_bars]
             sQ: cute.struct.Align[cute.struct.MemRange[dt, cute.cosize(q_smem)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[dt, cute.cosize(k_smem)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[dt, cute.cosize(v_smem)], 1024]
@@ -100,18 +101,36 @@ class AttentionTma:
         Sq, Sk = cute.size(mQ, mode=[2]), cute.size(mK, mode=[2])
         group = cute.size(mQ, mode=[1]) // cute.size(mK, mode=[1])
         grid = ((Sq + bm - 1) // bm, cute.size(mQ, mode=[1]), cute.size(mQ, mode=[0]))
-        self.kernel(tma_q, gq, tma_k, gk, tma_v, gv, tma_o, go, mma_qk, mma_pv, q_smem, k_smem, v_smem, Sq, Sk, group, scale_log2).launch(grid=grid, block=(self.threads, 1, 1), stream=stream)
+        self.kernel(tma_q, gq, tma_k, gk, tma_v, gv, tma_o, go, mma_qk, mma_pv, q_smem, k_smem, v_smem,
+                    Sq, Sk, group, scale_log2).launch(grid=grid, block=(self.threads, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q, gq: cute.Tensor, tma_k, gk: cute.Tensor, tma_v, gv: cute.Tensor, tma_o,
                go: cute.Tensor, mma_qk: cute.TiledMma, mma_pv: cute.TiledMma, q_smem: cute.ComposedLayout,
                k_smem: cute.ComposedLayout, v_smem: cute.ComposedLayout,
                Sq: cutlass.Int32, Sk: cutlass.Int32, group: cutlass.Int32, scale_log2: cutlass.Float32):
-        D, bm, bn, stages = self.D, self.bm, self.bn, self.stages
         tidx, _, _ = cute.arch.thread_idx()
         mb, h, b = cute.arch.block_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        wg = cute.arch.make_warp_uniform(tidx // 128)
+        sQ, sK, sV, bars = self.shared(tma_q, tma_k, tma_v, tma_o, q_smem, k_smem, v_smem, warp, 1)
+        views = self.tma_views(tma_q, gq, tma_k, gk, tma_v, gv, sQ, sK, sV, h, b, group)
+        n_tiles = self.key_tiles(mb, Sq, Sk)
+        if warp == 0:                                    # TMA copies are issued by a whole warp (elect.sync)
+            self.load_q(tma_q, views, bars + self.stages, mb)
+            for i in cutlass.range_constexpr(self.stages):
+                if i < n_tiles:
+                    self.load_kv(tma_k, tma_v, views, bars + i, i, i)
+        self.consume(tidx, cute.arch.make_warp_uniform(tidx // 128), views, tma_k, tma_v, mma_qk, mma_pv, sQ, sK, sV, bars, mb, Sq, Sk,
+                     n_tiles, scale_log2)
+        self.store_o(tma_o, go, mma_pv, tidx, warp == 0, sQ, h, b, mb)
+
+    # ---- pieces the schedules share ----------------------------------------------------------
+    @cute.jit
+    def shared(self, tma_q, tma_k, tma_v, tma_o, q_smem: cute.ComposedLayout, k_smem: cute.ComposedLayout,
+               v_smem: cute.ComposedLayout, warp, empty_count: cutlass.Constexpr):
+        """The CTA's tiles and barriers: bars + i slot i full, + stages Q landed, + stages + 1 + i
+        slot i empty (``empty_count`` arrivals; the warp-specialised schedule's)."""
+        tidx, _, _ = cute.arch.thread_idx()
         if warp == 0:
             for atom in (tma_q, tma_k, tma_v, tma_o):
                 cpasync.prefetch_descriptor(atom)
@@ -119,35 +138,52 @@ class AttentionTma:
         sQ = storage.sQ.get_tensor(q_smem.outer, swizzle=q_smem.inner)
         sK = storage.sK.get_tensor(k_smem.outer, swizzle=k_smem.inner)
         sV = storage.sV.get_tensor(v_smem.outer, swizzle=v_smem.inner)
-        bars = storage.bars.data_ptr()                   # bars + i: slot i full; bars + stages: Q
+        bars = storage.bars.data_ptr()
         if tidx == 0:
-            for i in cutlass.range_constexpr(stages + 1):
-                cute.arch.mbarrier_init(bars + i, 1)
+            for i in cutlass.range_constexpr(self.n_bars):
+                cute.arch.mbarrier_init(bars + i, 1 if i <= self.stages else empty_count)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
+        return sQ, sK, sV, bars
 
-        # TMA views: this head's tiles, and the slots they land in
+    @cute.jit
+    def tma_views(self, tma_q, gq: cute.Tensor, tma_k, gk: cute.Tensor, tma_v, gv: cute.Tensor, sQ: cute.Tensor,
+                  sK: cute.Tensor, sV: cute.Tensor, h, b, group):
+        """(tQs, tQg, tKs, tKg, tVs, tVg): this head's tiles as TMA sees them, and their slots."""
+        D, bm, bn = self.D, self.bm, self.bn
+        hk = h // group
         tQs, tQg = cpasync.tma_partition(tma_q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
                                          cute.group_modes(cute.local_tile(gq[None, None, h, b], (bm, D), (None, 0)), 0, 2))
-        hk = h // group
         tKs, tKg = cpasync.tma_partition(tma_k, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2),
                                          cute.group_modes(cute.local_tile(gk[None, None, hk, b], (bn, D), (None, 0)), 0, 2))
         tVs, tVg = cpasync.tma_partition(tma_v, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2),
                                          cute.group_modes(cute.local_tile(gv[None, None, hk, b], (D, bn), (0, None)), 0, 2))
-        kend = Sk                                        # keys past the block's last diagonal: never loaded
-        if cutlass.const_expr(self.causal):
-            kend = cutlass.min(Sk, (mb + 1) * bm + Sk - Sq)
-        n_tiles = (kend + bn - 1) // bn
-        if warp == 0:                                    # TMA copies are issued by a whole warp (elect.sync)
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(bars + stages, bm * D * sQ.element_type.width // 8)
-            cute.copy(tma_q, tQg[(None, mb)], tQs[(None, 0)], tma_bar_ptr=bars + stages)
-            for i in cutlass.range_constexpr(stages):
-                if i < n_tiles:
-                    self.load_kv(tma_k, tKg, tKs, tma_v, tVg, tVs, bars + i, i, i)
+        return tQs, tQg, tKs, tKg, tVs, tVg
 
-        wg_qk, wg_pv = mma_qk.get_slice(wg * 128), mma_pv.get_slice(wg * 128)
-        thr_qk, thr_pv = mma_qk.get_slice(tidx), mma_pv.get_slice(tidx)
+    @cute.jit
+    def key_tiles(self, mb, Sq, Sk):
+        """Key tiles the block visits: keys past its last row's diagonal are never loaded."""
+        kend = Sk
+        if cutlass.const_expr(self.causal):
+            kend = cutlass.min(Sk, (mb + 1) * self.bm + Sk - Sq)
+        return (kend + self.bn - 1) // self.bn
+
+    @cute.jit
+    def load_q(self, tma_q, views, bar, mb):
+        """The Q tile on its barrier (one warp; one thread announces the bytes)."""
+        tQs, tQg = views[0], views[1]
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(bar, self.bm * self.D * tQs.element_type.width // 8)
+        cute.copy(tma_q, tQg[(None, mb)], tQs[(None, 0)], tma_bar_ptr=bar)
+
+    @cute.jit
+    def consume(self, ct, cwg, views, tma_k, tma_v, mma_qk: cute.TiledMma, mma_pv: cute.TiledMma, sQ: cute.Tensor,
+                sK: cute.Tensor, sV: cute.Tensor, bars, mb, Sq, Sk, n_tiles, scale_log2: cutlass.Float32):
+        """A consumer thread (``ct`` among the consumers, of warpgroup ``cwg``): every key tile's two
+        products and online softmax, then O / sum into Q's shared-memory tile."""
+        bm, bn, stages = self.bm, self.bn, self.stages
+        wg_qk, wg_pv = mma_qk.get_slice(cwg * 128), mma_pv.get_slice(cwg * 128)
+        thr_qk, thr_pv = mma_qk.get_slice(ct), mma_pv.get_slice(ct)
         rQ, rK = mma_qk.make_fragment_A(wg_qk.partition_A(sQ)), mma_qk.make_fragment_B(wg_qk.partition_B(sK))
         rV = mma_pv.make_fragment_B(wg_pv.partition_B(sV))
         cS = cute.local_tile(cute.make_identity_tensor((Sq, Sk)), (bm, bn), (mb, None))
@@ -168,7 +204,6 @@ class AttentionTma:
         if cutlass.const_expr(self.causal):
             clean = cutlass.min(Sk, mb * bm + 1 + Sk - Sq)
         cute.arch.mbarrier_wait(bars + stages, 0)
-
         for n in cutlass.range(n_tiles, unroll=1):
             slot = n % stages
             cute.arch.mbarrier_wait(bars + slot, (n // stages) % 2)
@@ -178,32 +213,50 @@ class AttentionTma:
                                 scale_log2, row_max, row_sum, o_mn)
             rP.store(acc_s.load().to(sQ.element_type))
             self.wgmma(mma_pv, acc_o, rPa, rV, slot)
-            cute.arch.sync_threads()                                 # the slot is free again
-            if warp == 0:
-                if n + stages < n_tiles:
-                    self.load_kv(tma_k, tKg, tKs, tma_v, tVg, tVs, bars + slot, n + stages, slot)
+            self.release(slot, n, n_tiles, bars, views, tma_k, tma_v)
+        self.normalise(thr_pv, sQ, acc_o, row_sum)
 
-        # O / sum into Q's tile (Q is read no more), then one TMA store
-        tOsO = thr_pv.partition_C(sQ[None, None, 0])
-        o_out = wgmma_mn_view(tOsO)
+    @cute.jit
+    def release(self, slot, n, n_tiles, bars, views, tma_k, tma_v):
+        """Step n is done with ``slot``: the CTA meets, then warp 0 refills the slot with tile
+        n + stages."""
+        cute.arch.sync_threads()
+        if cute.arch.make_warp_uniform(cute.arch.warp_idx()) == 0:
+            if n + self.stages < n_tiles:
+                self.load_kv(tma_k, tma_v, views, bars + slot, n + self.stages, slot)
+
+    @cute.jit
+    def normalise(self, thr_pv, sQ: cute.Tensor, acc_o: cute.Tensor, row_sum: cute.Tensor):
+        """O / sum rounded into Q's tile (once every consumer has read Q for the last time)."""
+        self.consumer_sync()
+        o_mn, o_out = wgmma_mn_view(acc_o), wgmma_mn_view(thr_pv.partition_C(sQ[None, None, 0]))
         for r in cutlass.range_constexpr(cute.size(row_sum)):
             inv = cutlass.Float32(1.0) / quad_reduce(row_sum[r], lambda x, y: x + y)
             for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
                 o_out[r, c] = (o_mn[r, c] * inv).to(sQ.element_type)
-        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.fence_proxy("async.shared", space="cta")     # visible to the TMA store
+        self.consumer_sync()
+
+    @cute.jit
+    def consumer_sync(self):
         cute.arch.sync_threads()
-        if warp == 0:
+
+    @cute.jit
+    def store_o(self, tma_o, go: cute.Tensor, mma_pv: cute.TiledMma, t, is_store_warp, sQ: cute.Tensor, h, b, mb):
+        """One TMA store of the O tile from Q's shared memory (rows past Sq clipped)."""
+        if is_store_warp:
             tOs, tOg = cpasync.tma_partition(tma_o, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
-                                             cute.group_modes(cute.local_tile(go[None, None, h, b], (bm, D), (None, 0)), 0, 2))
+                                             cute.group_modes(cute.local_tile(go[None, None, h, b], (self.bm, self.D),
+                                                                              (None, 0)), 0, 2))
             cute.copy(tma_o, tOs[(None, 0)], tOg[(None, mb)])
             cute.arch.cp_async_bulk_commit_group()
             cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
-    def load_kv(self, tma_k, tKg: cute.Tensor, tKs: cute.Tensor, tma_v, tVg: cute.Tensor, tVs: cute.Tensor,
-                bar, n, slot):
-        """K and V tiles ``n`` into ``slot``, both counted on its full barrier ``bar`` (warp 0; one
+    def load_kv(self, tma_k, tma_v, views, bar, n, slot):
+        """K and V tiles ``n`` into ``slot``, both counted on its full barrier ``bar`` (one warp; one
         thread announces the bytes)."""
+        tKs, tKg, tVs, tVg = views[2], views[3], views[4], views[5]
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive_and_expect_tx(bar, 2 * self.bn * self.D * tKs.element_type.width // 8)
         cute.copy(tma_k, tKg[(None, n)], tKs[(None, slot)], tma_bar_ptr=bar)
