@@ -16,7 +16,7 @@ from harness import problems, registry  # noqa: E402
 HAVE_CUTE = importlib.util.find_spec("cutlass") is not None
 needs_cute = pytest.mark.skipif(not HAVE_CUTE, reason="nvidia-cutlass-dsl not installed")
 P = problems.get("attention")
-IDS = ("cute:attention", "cute:attention_simple")
+IDS = ("cute:attention", "cute:attention_simple", "cute:attention_ws")
 
 
 def _impl(impl_id):
@@ -27,6 +27,7 @@ def test_both_ids_are_candidates_with_their_roles():
     cands = {i.id: i for i in registry.candidates() if i.problem == "attention" and i.layer == "cute"}
     assert set(cands) == set(IDS), registry.BACKEND_ERRORS
     assert cands["cute:attention"].role == "default" and cands["cute:attention_simple"].role == "simple"
+    assert cands["cute:attention_ws"].role not in ("default", "simple")
     assert all("not yet run on a GPU" in i.description for i in cands.values())
     assert not any(i.layer == "cute" for i in registry.select(problem="attention"))
 
@@ -104,6 +105,18 @@ def test_both_kernels_compile_for_sm90a_with_their_instructions():
             # P V's wgmma takes P from four registers (its A operand), not from shared memory
             rs = re.search(r"wgmma\.mma_async\S*\s*\{[^}]*\},\s*\{%r\d+(, %r\d+){3}\}", ptx)
             assert (rs is not None) == (impl is tma), (impl.id, case.id)
+    # the warp-specialised variant: the default's tiles, a producer warpgroup (setmaxnreg), slots
+    # released by mbarrier arrivals, the consumers' own named barrier, P V from registers
+    ws = _impl("cute:attention_ws")
+    for case in cases[:2]:
+        facts = ws.compile_only_fn(case)
+        plan = _impl("cute:attention").compile_only_fn(case)["config"]
+        assert facts["config"] == dict(plan, kernel="ws", threads=plan["threads"] + 128), facts["config"]
+        assert facts.get("spills", 0) == 0, (case.id, facts)
+        ptx = cutlass_src._CACHE[("attention_ws",) + _class(case) + (plan["bm"], plan["bn"], plan["stages"])].ptx
+        for feature in tma_wants + ("setmaxnreg.dec", "setmaxnreg.inc", "mbarrier.arrive.shared", "bar.sync \t1, "):
+            assert feature in ptx, (case.id, feature)
+        assert re.search(r"wgmma\.mma_async\S*\s*\{[^}]*\},\s*\{%r\d+(, %r\d+){3}\}", ptx), case.id
     # the same classes, other lengths / heads / layout: no new compile
     before = len(cutlass_src._CACHE)
     tma.compile_only_fn(P.case(B=1, Hq=64, Hkv=8, Sq=8191, Sk=9000, D=128, causal=1, layout="bshd"))
@@ -115,10 +128,14 @@ def _compiled(case, plan: dict):
     """The compile of a case's class (dtype, D, causal and the plan's tile) in the layer's cache."""
     import cutlass_src
 
-    cls = (str(case.torch_dtype), case.D, bool(case.params["causal"]))
+    cls = _class(case)
     if plan["kernel"] == "simple":
         return cutlass_src._CACHE[("attention_simple", *cls)]
     return cutlass_src._CACHE[("attention_tma", *cls, plan["bm"], plan["bn"], plan["stages"])]
+
+
+def _class(case) -> tuple:
+    return (str(case.torch_dtype), case.D, bool(case.params["causal"]))
 
 
 @pytest.mark.gpu
