@@ -20,7 +20,7 @@ LAYERS = (
     ("cupy", ("cupy_layer", "cupy_attention")),
     ("triton", ("triton_layer", "triton_inspect", "triton_attention")),
     ("gluon", ("gluon_layer", "gluon_attention")),
-    ("cute", ("cute_layer", "cute_inspect")),
+    ("cute", ("cute_layer", "cute_inspect", "cute_attention")),
     ("helion", ("helion_layer", "helion_attention")),
     ("tilelang", ("tilelang_layer", "tilelang_attention")),
     ("cutile", ("cutile_layer", "cutile_attention")),
