@@ -42,7 +42,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
         l = hl.zeros([tm, 1], dtype=torch.float32)
         acc = hl.zeros([tm, D], dtype=torch.float32)
         qb = q[b, h, tm, :]
-        end = tm.end + (Sk - Sq) if causal else Sk
+        if causal:  # statements: Helion 1.4 rejects `x if c else y` (IfExp)
+            end = tm.end + (Sk - Sq)
+        else:
+            end = Sk
         for tn in hl.tile(0, end):
             s = hl.dot(qb, k[b, hk, tn, :].T, out_dtype=torch.float32) * qk_scale
             if causal:

@@ -46,7 +46,10 @@ def attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         l = hl.zeros([tm, 1], dtype=torch.float32)
         acc = hl.zeros([tm, D], dtype=torch.float32)
         qb = q[b, h, tm, :]
-        end = tm.end + (Sk - Sq) if causal else Sk
+        if causal:  # statements: Helion 1.4 rejects `x if c else y` (IfExp)
+            end = tm.end + (Sk - Sq)
+        else:
+            end = Sk
         for tn in hl.tile(0, end):
             s = hl.dot(qb, k[b, hk, tn, :].T, out_dtype=torch.float32)
             if causal:
