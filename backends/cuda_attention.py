@@ -2,8 +2,7 @@
 planner in ``cuda_src/dispatch_attention.py``, launcher in ``backends/cuda_layer.py``); the CuPy rows
 of the same kernels (``backends/cupy_attention.py``) share the validation and planning here.
 
-Rows, both candidates (``register(candidate=True)``: built and compiled for sm_90a, not yet run on
-a GPU; ``python -m harness check cuda`` reaches them):
+Rows (verified on the H200, 2026-12-06: the verify suite and the models + edge cases; not yet timed):
 - ``cuda:attention`` (default): FlashAttention-2 on mma.sync (``attention_tiled.cu``), 64 or 128
   query rows a CTA by waves; rows cp.async cannot read (bases or strides off 16 bytes) take the
   twin's kernel.
@@ -118,14 +117,13 @@ def sources(path: str, hosts) -> list:
     return [*SIMPLE_SOURCES, *hosts]
 
 
-NOT_RUN = "candidate, not yet run on a GPU: "
 DESCRIPTIONS = {
-    "auto": NOT_RUN + "FlashAttention-2 on mma.sync m16n8k16: 64 or 128 query rows a CTA (16 a warp) by waves, "
+    "auto": "FlashAttention-2 on mma.sync m16n8k16: 64 or 128 query rows a CTA (16 a warp) by waves, "
             "Q in registers, K / V tiles of 64 keys double-buffered by cp.async in XOR-swizzled shared memory, "
             "ldmatrix (.trans for V), online softmax in exp2 with the scale folded in, P kept in registers for "
             "O += P V, masks only on tiles crossing the diagonal or the end, causal tiles above the diagonal "
             "skipped (longest blocks first), O out by 16-byte stores; rows off 16 bytes take the twin's kernel",
-    "simple": "teaching twin, " + NOT_RUN + "16 query rows a CTA (a warp per 4 rows, D / 32 elements a lane), "
+    "simple": "teaching twin: 16 query rows a CTA (a warp per 4 rows, D / 32 elements a lane), "
               "K / V tiles of 32 keys in fp32 shared memory, one key at a time with the online softmax "
               "(warp-shuffle dot products, FMA), any stride",
 }
@@ -134,4 +132,4 @@ ROWS = (("auto", "attention"), ("simple", "attention_simple"))
 for _path, _name in ROWS:
     register(problem="attention", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
              sources=sources(_path, LAUNCHER), devices=("cuda",), available=available,
-             compile_only=_compile_only(_path), candidate=True)(_prepare(_path))
+             compile_only=_compile_only(_path))(_prepare(_path))

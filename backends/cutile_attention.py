@@ -2,10 +2,10 @@
 the default ``cutile:attention`` (``cutile_src/attention_tma.py``, planned once in ``prepare`` by
 ``cutile_src/dispatch_attention.py``: tile, latency hint, grid, kernel hints; one ``ct.launch``) and
 the variant ``cutile:attention_split`` (``attention_split.py``: the key axis over programs, then a
-combine kernel; the default's rule for it is switched off). All are candidates until a GPU has run
-them. The layer's shared glue (availability, the sm_90
-export and the cubin's facts, the first call, input checks) is ``backends.cutile_layer``'s; this
-file holds what attention adds.
+combine kernel; the default's rule for it is switched off). The default and the twin verified on
+the H200 (2026-12-06); the variant stays a candidate. The layer's shared glue (availability, the
+sm_90 export and the cubin's facts, the first call, input checks) is ``backends.cutile_layer``'s;
+this file holds what attention adds.
 
 CPU mode: ``compile_only(case)`` exports each kernel for sm_90 with the signature a launch on the
 case's tensors would have (meta tensors of the case's layout) and reads the cubin and its SASS.
@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from cutile_src import dispatch as _dispatch           # plain Python: the layer's one planner
 from cutile_src import dispatch_attention as _plans   # plain Python: the planner's reachable variants
 from harness import Source, planned, register
 from harness.errors import Unsupported
@@ -28,7 +29,7 @@ if L.ct is not None:
     from cutile_src import attention_split, attention_tma
 
 HALF = (torch.float16, torch.bfloat16)
-_NOT_RUN = "not yet run on a GPU: "
+_VERIFIED = "candidate (verified on the H200, 2026-12-06; not yet timed): "
 
 
 def attention_args(q, k, v, out, causal) -> None:
@@ -153,17 +154,17 @@ _TWIN = [Source("cutile_src/attention.py", kernels=("attention_kernel",), host=(
 _BINDER = [Source("backends/cutile_attention.py", kernels=(), host=("bind_attention",))]
 
 _IDS = {
-    "default": ("attention", "candidate, " + _NOT_RUN + "the twin's loop as tuned for Hopper: Q / K / V "
+    "default": ("attention", "the twin's loop as tuned for Hopper: Q / K / V "
                 "loaded whole-tile from the 4-d arrays (both layouts), which tileiras lowers to TMA from a "
                 "producer warp (O stored by TMA), wgmma for both products; an unmasked bulk loop, then the "
                 "masked edge tiles; causal tiles above the diagonal skipped, longest query tiles first; exp2 "
                 "with the scale folded; 128 query rows (8 worker warps: two consumer warpgroups) where they "
                 "fill the SMs, else 64 (two programs an SM); a latency hint on the K / V loads",
-                planned(_plans.plan, "attention", _BINDER)),
-    "simple": ("attention_simple", "teaching twin, candidate, " + _NOT_RUN + "64 query rows of one head a "
+                planned(_dispatch.plan, "attention", _BINDER)),
+    "simple": ("attention_simple", "teaching twin: 64 query rows of one head a "
                "program, a loop over 64-key tiles: ct.mma for Q K^T (K loaded transposed) and P V, the mask "
                "by index, the online softmax in fp32 with exp2; zero-padded loads; any case", _TWIN),
-    "split": ("attention_split", "candidate, " + _NOT_RUN + "the key axis of each query tile cut into ranges "
+    "split": ("attention_split", _VERIFIED + "the key axis of each query tile cut into ranges "
               "over programs (the tma kernel's loop on each), unnormalised fp32 partials (acc, max, sum) in a "
               "workspace of whole query tiles, then a combine kernel a query tile (flash-decoding), for grids "
               "that leave SMs idle; declines cases with nothing to split",
@@ -171,5 +172,5 @@ _IDS = {
 }
 for _v, (_name, _desc, _src) in _IDS.items():
     register(problem="attention", layer=L.LAYER, name=_name, description=_desc, sources=_src,
-             devices=("cuda",), available=L.available, candidate=True, supports=_supports(_v),
+             devices=("cuda",), available=L.available, candidate=_v == "split", supports=_supports(_v),
              compile_only=_compile(_v) if L.ct is not None else None)(_prepare(_v))

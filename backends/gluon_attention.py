@@ -41,7 +41,7 @@ def simple_spec(case):
 
 
 @register(problem="attention", layer=G.LAYER, name="attention_simple",
-          description="teaching twin (not yet run on a GPU): Triton's twin with its layouts spelled out - "
+          description="teaching twin: Triton's twin with its layouts spelled out - "
                       "64 query rows a program in mma.sync's layout (16 a warp), masked K^T / V loads "
                       "converted to the MMA operands' layouts, the online softmax per row; any case",
           sources=[Source("gluon_src/attention.py", kernels=("attention_kernel",), host=("attention",))],
@@ -68,7 +68,7 @@ def default_spec(case):
 
 
 @register(problem="attention", layer=G.LAYER, name="attention",
-          description="not yet run on a GPU: TMA loads into a ring of K / V stages with an mbarrier each, "
+          description="TMA loads into a ring of K / V stages with an mbarrier each, "
                       "S = Q K^T and O += P V on wgmma (P from registers), online softmax in the log2 "
                       "domain, masks only on edge blocks, causal blocks skipped (longest first); 128 or "
                       "64 query rows by waves, stages by shared memory",

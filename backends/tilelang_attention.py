@@ -8,15 +8,15 @@ The layer's shared glue (availability, the compile cache, facts, launch facts) i
 """
 from __future__ import annotations
 
-from harness import Source, planned_sources, register
+from harness import Source, planned, register
 from harness.errors import Unsupported
+from tilelang_src import dispatch as _dispatch             # plain Python: the layer's one planner
 from tilelang_src import dispatch_attention as _plans   # plain Python
 
 from . import src
 from . import tilelang_layer as L
 
 C = "tilelang_src"
-_NOT_RUN = "not yet run on a GPU: "
 
 
 def _simple_compile(dtype: str, D: int, causal: bool) -> list:
@@ -93,20 +93,18 @@ def _impl(kernel: str):
 
 _SIMPLE = [Source(src(C, "attention.py"), kernels=("attention_kernel",)),
            Source("backends/tilelang_attention.py", kernels=(), host=("_simple_compile", "_check"))]
-_VARIANTS = {"ws": [Source(src(C, "attention_ws.py"), kernels=("attention_ws_kernel",)),
-                    Source("backends/tilelang_attention.py", kernels=(), host=("_ws_compile", "_check"))]}
-_PLANNER = [Source(src(C, "dispatch_attention.py"), kernels=(), host=("plan_attention",))]
+_HOSTS = [Source("backends/tilelang_attention.py", kernels=(), host=("_ws_compile", "_check"))]
 
 for _name, _kernel, _desc, _srcs in (
-        ("attention", "ws", "candidate, " + _NOT_RUN + "T.Pipelined over K / V blocks: TMA loads on mbarriers "
+        ("attention", "ws", "T.Pipelined over K / V blocks: TMA loads on mbarriers "
          "from a producer warpgroup TileLang splits off (setmaxnreg), S = Q K^T and O += P V on wgmma (P from "
          "registers) in 64-row consumer warpgroups, the mask as S's initial value, online softmax in exp2 with "
          "the scale folded in, causal blocks above the diagonal skipped (longest first), O out by TMA; 128 or 64 "
          "query rows by waves, stages by shared memory; dynamic sizes and strides (one compile a class)",
-         planned_sources(_VARIANTS, _plans.reachable("attention"), _PLANNER)),
-        ("attention_simple", "simple", "teaching twin, candidate, " + _NOT_RUN + "64 query rows a CTA, a loop "
+         planned(_dispatch.plan, "attention", _HOSTS)),
+        ("attention_simple", "simple", "teaching twin: 64 query rows a CTA, a loop "
          "over 64-key blocks with the online softmax, guarded element copies into shared memory, T.gemm for "
          "both products; dynamic sizes and strides, any case", _SIMPLE)):
     _c, _p = _impl(_kernel)
     register(problem="attention", layer=L.LAYER, name=_name, description=_desc, sources=_srcs,
-             devices=("cuda",), available=L._available, compile_only=_c, candidate=True)(_p)
+             devices=("cuda",), available=L._available, compile_only=_c)(_p)

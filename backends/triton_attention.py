@@ -137,13 +137,13 @@ def _prepare(variant):
 
 
 _ATTENTION = {
-    "default": ("attention", "not yet run on a GPU: Q / K / V / O through 4-d TMA descriptors, K / V "
+    "default": ("attention", "Q / K / V / O through 4-d TMA descriptors, K / V "
                 "tiles software-pipelined over as many stages as shared memory holds, exp2 with the "
                 "scale folded in, unmasked bulk + masked edge loops, causal blocks above the "
                 "diagonal skipped (longest query blocks first), 128 or 64 query rows by waves; "
                 "planned once, launched through the compiled kernel's launcher",
                 default_sources()),
-    "simple": ("attention_simple", "teaching twin (not yet run on a GPU): a block of 64 queries a "
+    "simple": ("attention_simple", "teaching twin: a block of 64 queries a "
                "program, a loop over 64-key blocks with the online softmax, pointer loads with masks; "
                "any case", [Source("triton_src/attention.py", kernels=("attention_kernel",), host=("attention",))]),
 }

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import dispatch_attention as _attention
+
 H200_SMS = 132
 
 # Switches of rules built and checked on the CPU (compile-only for sm_90, SASS) that wait for a
@@ -161,6 +163,8 @@ VARIANTS = {
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
                                                                  "gemm_splitk_reduce_kernel"), ("workspace", "bind_launch")),
                       "pack": _src("gemm_epilogue_pack.py", ("pack_rows_kernel",), ("packed_buffer", "bind_pack"))},
+    # the fourth problem's words and rules are dispatch_attention.py's
+    "attention": _attention.VARIANTS["attention"],
 }
 
 
@@ -181,6 +185,8 @@ def plan(problem: str, facts):
     from kltools.plan import check_problem, make_plan
     check_problem(problem, VARIANTS)
     es, sms, ops = facts.esize, facts.device.sms, facts.operands
+    if problem == "attention":
+        return _attention.plan(problem, facts)
     if problem == "vector_add":
         return make_plan(problem, "unmasked", VARIANTS, plan_vector_add(facts.N, es))
     if problem == "softmax":

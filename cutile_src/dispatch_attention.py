@@ -1,5 +1,5 @@
-"""The cuTile layer's planner for attention (part of its one planner: ``dispatch.py`` plans the
-other problems, this file the fourth, kept apart while cutile:attention is a candidate). Plain
+"""The cuTile layer's planner for attention (part of its one planner: ``dispatch.plan`` answers
+every problem and hands attention to ``plan`` here; the rules live in a file of their own). Plain
 Python, no GPU, no compile: the rule reads the case's facts - query tiles against SMs, the head
 dim - never a list of shapes; the numbers are the table below (docs/performance.md,
 "cuTile / attention"). Nothing autotunes.

@@ -390,6 +390,12 @@ def _kernel_class(file: str, cls: str, *host: str):
     return _src(file, (f"{cls}.kernel",), (f"{cls}.__call__", *host))
 
 
+#: the device pieces of attention_tma.py's kernel (the warp-specialised variant shares them)
+ATTENTION_TMA_PIECES = ("AttentionTma.shared", "AttentionTma.tma_views", "AttentionTma.key_tiles",
+                        "AttentionTma.load_q", "AttentionTma.load_kv", "AttentionTma.consume",
+                        "AttentionTma.normalise", "AttentionTma.store_o", "AttentionTma.wgmma",
+                        "AttentionTma.online_softmax", "wgmma_mn_view", "a_view")
+
 #: the variants the defaults plan among, by algorithm word: kernel files, entry points and the host
 #: entries that bind them ("simple": the two-pass twin's kernel, for rows longer than split holds)
 VARIANTS = {
@@ -411,6 +417,17 @@ VARIANTS = {
     # (bases reached through ``self``): a plan names them where its splits and loads use them
     "gemm_epilogue": {"ws": _src("gemm_epilogue_ws.py", ("GemmWS.kernel",)),
                       "pingpong": _src("gemm_epilogue_pingpong.py", ("GemmPingpong.kernel", "GemmPingpong.step_over"))},
+    # the fourth problem's rules are dispatch_attention.py's; "simple": the twin's kernel, where TMA
+    # cannot take a tensor or the GPU is not sm_90
+    "attention": {"tma": _src("attention_tma.py", ("AttentionTma.kernel", "AttentionTma.release",
+                                                   "AttentionTma.consumer_sync", *ATTENTION_TMA_PIECES),
+                              ("AttentionTma.__call__", "AttentionTma.__init__", "compile_tma",
+                               "prepare_attention_tma", "tma_ready"))
+                  + _src("attention.py", ("quad_reduce",), ("validate", "attention_args", "fake_qkvo")),
+                  "simple": _src("attention.py", ("AttentionSimple.kernel", "AttentionSimple.online_softmax",
+                                                  "gemm_slices", "load_tile", "quad_reduce", "mn_view"),
+                                 ("AttentionSimple.__call__", "prepare_attention_simple", "_compile", "validate",
+                                  "attention_args", "fake_qkvo"))},
 }
 GEMM_MODES = {"splitk": _src("gemm_epilogue_splitk.py", ("SplitK.splitk_fixup", "split_range")),
               "tiled": _src("gemm_epilogue_tiled.py", ("TiledCopies.gmem_copy", "TiledCopies.copy_predicated",
@@ -442,6 +459,14 @@ def plan(problem: str, facts):
         return make_plan(problem, "unmasked", VARIANTS, {"unroll": VECTOR_ADD_UNROLL})
     if problem == "softmax":
         cfg = plan_softmax(facts.M, facts.N, facts.esize, facts.rows16("x", "out"), sms)
+        return make_plan(problem, cfg["kernel"], VARIANTS, cfg)
+    if problem == "attention":
+        from .dispatch_attention import plan_attention
+        es = facts.esize
+        tma = all(op.addr16 == 0 and all(s * es % 16 == 0 for s in op.strides[:3])
+                  for op in facts.operands.values())
+        cfg = plan_attention(facts.B, facts.Hq, facts.Sq, facts.D, es, tma=tma,
+                             hopper=tuple(facts.device.cc) == (9, 0), sms=sms)
         return make_plan(problem, cfg["kernel"], VARIANTS, cfg)
     cfg = plan_gemm(facts.M, facts.N, facts.K, _widths(facts), sms, probe=False)
     modes = (("splitk",) if cfg["splits"] > 1 else ()) + (("tiled",) if set(cfg["loads"]) - {"tma"} else ())

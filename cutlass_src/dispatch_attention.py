@@ -1,4 +1,4 @@
-"""The CuTe layer's planner for attention (beside ``dispatch.py``, which plans the other problems).
+"""The CuTe layer's attention rule (``dispatch.plan`` answers every problem and hands attention here).
 
 Pure Python, no GPU. The rule reads the case's facts - query blocks against SMs, the bytes of the
 tiles a CTA holds in shared memory, whether TMA can take the tensors, whether the GPU is a Hopper -
@@ -11,7 +11,7 @@ sm_90, the plan is the twin's kernel (``attention.py``), which takes any valid c
 """
 from __future__ import annotations
 
-from .dispatch import DEFAULT_SMS
+from kltools.plan import H200   # the GPU a plan assumes without one (132 SMs)
 
 ATTENTION = {
     # query rows a CTA: 128 (two warpgroups of 64 rows sharing every K / V tile: half the shared
@@ -29,13 +29,6 @@ ATTENTION = {
 }
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The kernels the attention planner can choose (the default's lines of code count these)."""
-    if problem == "attention":
-        return ("tma", "simple")
-    raise ValueError(f"problem: {problem!r} is not planned here")
-
-
 def smem_bytes(bm: int, bn: int, D: int, stages: int, esize: int) -> int:
     """Shared memory of a plan: Q (reused for O) and ``stages`` K + V tiles (P stays in registers)."""
     return (bm * D + stages * 2 * bn * D) * esize
@@ -51,7 +44,7 @@ def plan_attention(B: int, Hq: int, Sq: int, D: int, esize: int, tma: bool = Tru
     if not (tma and hopper):
         why = "TMA cannot take a tensor" if not tma else "not a Hopper GPU"
         return {"kernel": "simple", "why": why}
-    sms = sms or DEFAULT_SMS
+    sms = sms or H200.sms
     small, large = A["block_m"]
     fills = -(-Sq // large) * B * Hq >= A["min_waves"] * sms
     bm = large if Sq > small and fills else small

@@ -43,12 +43,13 @@ def _cases(problem, suites=("verify", "models")):
 def test_registered_ids_and_roles():
     registry.load_backends()
     got = {i.key: i.role for i in registry.select(layer="cute")}
-    want = {f"{p}/{i}" for p, ids in IDS.items() for i in ids}
+    # attention's default and twin (their tests: tests/test_cute_attention.py)
+    want = {f"{p}/{i}" for p, ids in IDS.items() for i in ids} | {"attention/cute:attention",
+                                                                  "attention/cute:attention_simple"}
     assert want == set(got), (registry.BACKEND_ERRORS, set(got) ^ want)
-    for p in PROBLEMS:
+    for p in (*PROBLEMS, "attention"):
         assert got[f"{p}/cute:{p}"] == "default"
         assert got[f"{p}/cute:{p}_simple"] == "simple"
-    # (attention's candidates: tests/test_cute_attention.py)
     cands = {i.key for i in registry.candidates() if i.layer == "cute" and i.problem != "attention"}
     assert cands == {f"{p}/{i}" for p, ids in CANDIDATES.items() for i in ids}
 

@@ -41,9 +41,11 @@ def _impls():
 def test_registered_ids_and_roles():
     registry.load_backends()
     got = {i.key: i.role for i in registry.select(layer="tilelang")}
-    want = {f"{p}/tilelang:{n}" for p, names in IDS.items() for n in names}
+    # attention's default and twin (their tests: tests/test_tilelang_attention.py)
+    want = {f"{p}/tilelang:{n}" for p, names in IDS.items() for n in names} | {
+        "attention/tilelang:attention", "attention/tilelang:attention_simple"}
     assert want == set(got), (registry.BACKEND_ERRORS, set(got) ^ want)
-    for p in PROBLEMS:
+    for p in (*PROBLEMS, "attention"):
         assert got[f"{p}/tilelang:{p}"] == "default"
         assert got[f"{p}/tilelang:{p}_simple"] == "simple"
 

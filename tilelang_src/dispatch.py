@@ -79,6 +79,8 @@ VARIANTS = {
                       + _src("gemm_epilogue_tiled.py", "load_tiles_guarded"),
                       "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel",
                                      "gemm_splitk_epilogue_kernel")},
+    # the fourth problem's rule is dispatch_attention.py's
+    "attention": {"ws": _src("attention_ws.py", "attention_ws_kernel")},
 }
 _GROUPS = _src("row_groups.py", "bounds", "edge_index", "edge_max", "edge_sum", "edge_write", "vector_layout")
 #: ... and the pending plans' (SWITCHES on)
@@ -92,6 +94,7 @@ NEXT_VARIANTS = {
     "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel", "pack_kernel"),
                       "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")
                       + _src("gemm_epilogue_tma.py", "pack_kernel")},
+    "attention": VARIANTS["attention"],
 }
 
 
@@ -119,6 +122,9 @@ def plan(problem: str, facts):
     ops, es, table = facts.operands, facts.esize, VARIANTS
     if problem == "vector_add":
         cfg = plan_vector_add(facts.N, es, all(ops[n].addr16 == 0 for n in ("x", "y", "out")))
+    elif problem == "attention":
+        from .dispatch_attention import plan_attention
+        cfg = plan_attention(facts.B, facts.Hq, facts.Sq, facts.D, es, sms=facts.device.sms)
     elif problem == "softmax" and SWITCHES["softmax_next"]:
         cfg, table = plan_softmax_next(facts.M, facts.N, es, **softmax_next_facts(facts)), NEXT_VARIANTS
     elif problem == "softmax":

@@ -1,5 +1,5 @@
-"""The TileLang layer's planner for attention (part of its one planner: ``dispatch.py`` plans the
-other problems, this file the fourth). The rule reads the case's facts - query blocks against SMs,
+"""The TileLang layer's attention rule (``dispatch.plan`` answers every problem and hands attention
+here). The rule reads the case's facts - query blocks against SMs,
 bytes of a K / V tile, shared memory a CTA - never a list of shapes; the numbers it reads are the
 plain-data table below (docs/performance.md, "TileLang / attention").
 
@@ -9,7 +9,7 @@ one compile.
 """
 from __future__ import annotations
 
-from .dispatch import SMS
+from kltools.plan import H200   # the GPU a plan assumes without one (132 SMs)
 
 ATTENTION = {
     # query rows a CTA: 128 (two consumer warpgroups of 64 rows sharing every K / V stage: half
@@ -30,18 +30,11 @@ ATTENTION = {
 }
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the attention planner can choose (the default's lines of code count these)."""
-    if problem == "attention":
-        return ("ws",)
-    raise ValueError(f"problem: {problem!r} is not planned here")
-
-
-def plan_attention(B: int, Hq: int, Sq: int, D: int, esize: int, A=None) -> dict:
-    """The ``ws`` kernel's tile class from the case's facts (see ATTENTION)."""
-    A = A or ATTENTION
+def plan_attention(B: int, Hq: int, Sq: int, D: int, esize: int, A=None, sms: int | None = None) -> dict:
+    """The ``ws`` kernel's tile class from the case's facts (see ATTENTION) on a GPU of ``sms`` SMs."""
+    A, sms = A or ATTENTION, sms or H200.sms
     small, large = A["block_m"]
-    fills = -(-Sq // large) * B * Hq >= A["min_waves"] * SMS
+    fills = -(-Sq // large) * B * Hq >= A["min_waves"] * sms
     bm = large if Sq > small and fills else small
     bn = A["block_n"]
     lo, hi = A["stages"]
