@@ -23,7 +23,14 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 R=/tmp/res/$stage
 mkdir -p "$OUT" "$R"
-[ -f .device/bin/env.sh ] && source .device/bin/env.sh > /dev/null
+if [ -f .device/bin/env.sh ]; then
+  source .device/bin/env.sh > /dev/null
+elif [ -d /opt/kl/site ] && [ "$stage" != build ]; then
+  # bundles were installed on this machine by an earlier call, but this call did not carry
+  # .device/bin: every layer they hold would report "unavailable" (a whole call wasted)
+  echo "gpu_session: .device/bin was not carried - carry it in every call (docs/gpu-session.md)" >&2
+  exit 3
+fi
 source scripts/gpu_build.sh
 t0=$(date +%s)
 log() { echo "[gpu_session $stage $(( $(date +%s) - t0 ))s] $*"; }
@@ -126,6 +133,8 @@ EOF2
     # after "--" go to the command, e.g.  check cutile tilelang -- --problem softmax --only candidates
     layers=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do layers+=("$1"); shift; done; [ "${1:-}" = "--" ] && shift
     name=$(IFS=-; echo "${layers[*]}")
+    n=1; base=$name
+    while [ -e "$R/$name" ]; do n=$((n + 1)); name=$base-$n; done   # a second check: a new folder
     timeout ${KL_CHECK_LIMIT:-540} python3 -m harness check "${layers[@]}" --out "$R/$name" "$@" \
       > "$R/$name.txt" 2> "$R/$name.err"
     log "check ${layers[*]} exit $?"; tail -60 "$R/$name.txt"; tail -5 "$R/$name.err"
