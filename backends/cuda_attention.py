@@ -111,10 +111,10 @@ SIMPLE_SOURCES = [Source("cuda_src/attention.cu", kernels=("attention_simple_ker
 
 def sources(path: str, hosts) -> list:
     """A row's Sources: the default's derived from its planner (``harness.planned``: the kernels
-    ``dispatch.plan_candidates`` launches over the suites' cases, the lines it ran as the plan
+    ``dispatch_attention.plan`` launches over the suites' cases, the lines it ran as the plan
     column); the twin's kernel; then ``hosts`` (the launcher)."""
     if path == "auto":
-        return planned(dispatch.plan_candidates, "attention", hosts)
+        return planned(A.plan, "attention", hosts)
     return [*SIMPLE_SOURCES, *hosts]
 
 

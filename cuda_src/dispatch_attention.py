@@ -9,7 +9,8 @@ below stands on the arithmetic of tiles, shared memory and waves, not on a measu
 """
 from __future__ import annotations
 
-from .dispatch_common import ESIZE, H200, Decline, Device, Launches, Plan, _blocks_per_sm, _cdiv, _why, family
+from .dispatch_common import (ESIZE, H200, Decline, Device, Launches, Plan, _blocks_per_sm, _cdiv, _why, device_of,
+                              family)
 
 # ---------------------------------------------------------------------------------------------------
 # tuning table
@@ -169,16 +170,16 @@ def launches_for(facts, path: str = "auto", dev: Device = H200, **opts) -> Launc
                           int(facts.params.get("causal", 0)), strides, aligned, dev, **opts)
 
 
-def plan(problem: str, facts, dev: Device = H200):
-    """The default's plan (``cuda:attention``, ``cupy:attention``) for one case on ``dev`` (the
-    device of ``facts`` as this planner's ``Device``: ``dispatch.plan_candidates`` passes it), in
-    the layer contract's terms: the word, the launch's configuration, why, and the kernel file and
-    entry point it launches."""
+def plan(problem: str, facts):
+    """The default's plan (``cuda:attention``, ``cupy:attention``) for one case on the device of
+    ``facts``, in the layer contract's terms: the word, the launch's configuration, why, and the
+    kernel file and entry point it launches. The default is a candidate: ``dispatch.plan`` takes
+    attention over once a GPU has run it; until then the adapters register this one."""
     from kltools.plan import Plan as KlPlan
     from kltools.plan import Source
 
     if problem != "attention":
         raise ValueError(f"problem: {problem!r} is not planned here (attention only)")
-    ls = launches_for(facts, "auto", dev)
+    ls = launches_for(facts, "auto", device_of(facts.device))
     srcs = tuple(Source(f"cuda_src/{FILES[family(p.kernel)]}", kernels=(family(p.kernel),)) for p in ls.plans)
     return KlPlan(problem, ls.info["path"], dict(ls.info), ls.info.get("why", ""), srcs)
