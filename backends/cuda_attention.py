@@ -1,6 +1,7 @@
 """CUDA C++ adapter for attention (kernels in ``cuda_src/attention.cu`` and ``attention_tiled.cu``,
 planner in ``cuda_src/dispatch_attention.py``, launcher in ``backends/cuda_layer.py``); the CuPy rows
-of the same kernels (``backends/cupy_attention.py``) share the validation and planning here.
+of the same kernels (``backends/cupy_attention.py``) share the planning here and the validation of
+the planner module (``dispatch_attention.check_attention``).
 
 Rows (verified on the H200, 2026-12-06: the verify suite and the models + edge cases; not yet timed):
 - ``cuda:attention`` (default): FlashAttention-2 on mma.sync (``attention_tiled.cu``), 64 or 128
@@ -14,8 +15,6 @@ launch: from the build log, or (a module built before these kernels, or none) ``
 """
 from __future__ import annotations
 
-import torch
-
 from backends.cuda_layer import (DTYPE_CODE, LAUNCHER, available, dev_index, device, launch_info,
                                  make_launcher, module, plan_facts)
 from cuda_src import dispatch
@@ -24,35 +23,6 @@ from harness import Source, planned, register
 from harness.errors import Unsupported
 
 LAYER = "cuda"
-NAMES = ("q", "k", "v")
-
-
-def check_attention(case, inputs, out):
-    """Validate (q, k, v) and out against a case: q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], out
-    [B, Hq, Sq, D], CUDA tensors of the case's 16-bit dtype on one device, the head dim contiguous;
-    a ValueError / TypeError naming the argument. Returns (q, k, v)."""
-    if len(inputs) != 3:
-        raise ValueError(f"inputs: expected (q, k, v), got {len(inputs)} items")
-    B, Hq, Hkv, Sq, Sk, D = (case.dims[n] for n in ("B", "Hq", "Hkv", "Sq", "Sk", "D"))
-    shapes = {"q": (B, Hq, Sq, D), "k": (B, Hkv, Sk, D), "v": (B, Hkv, Sk, D), "out": (B, Hq, Sq, D)}
-    for name, t in (*zip(NAMES, inputs), ("out", out)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.device.type != "cuda":
-            raise ValueError(f"{name}: must be a CUDA tensor, got device {t.device}")
-        if t.dtype != case.torch_dtype or t.dtype not in (torch.float16, torch.bfloat16):
-            raise TypeError(f"{name}: dtype {t.dtype}, the case is {case.dtype} (float16 or bfloat16)")
-        if tuple(t.shape) != shapes[name]:
-            raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shapes[name]}")
-        if t.stride(3) != 1:
-            raise ValueError(f"{name}: the head dim must be contiguous (stride(3) == 1), got strides {t.stride()}")
-        if t.data_ptr() % 2:
-            raise ValueError(f"{name}: address not aligned to its 2-byte elements")
-    if len({t.device for t in (*inputs, out)}) != 1:
-        raise ValueError(f"q, k, v, out: all on one device, got {sorted({str(t.device) for t in (*inputs, out)})}")
-    if case.params.get("causal", 0) and Sq > Sk:
-        raise ValueError(f"q: a causal case needs Sq <= Sk (bottom-right mask), got Sq={Sq}, Sk={Sk}")
-    return inputs
 
 
 def attention_launches(path: str, case, q, k, v, out, dev: dispatch.Device) -> dispatch.Launches:
@@ -69,6 +39,15 @@ def case_attention(path: str, case, dev: dispatch.Device = dispatch.H200) -> dis
     return A.launches_for(case_facts(case), path, dev)
 
 
+def or_unsupported(path: str, planner, *args) -> dispatch.Launches:
+    """``planner(*args)``; a ``Decline`` (this path cannot take the case) as the harness's
+    ``Unsupported`` naming the path (both launchers' rows)."""
+    try:
+        return planner(*args)
+    except dispatch.Decline as e:
+        raise Unsupported(f"{path} path: {e}") from None
+
+
 def pointers(q, k, v, out) -> dict:
     return {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": out.data_ptr()}
 
@@ -76,12 +55,9 @@ def pointers(q, k, v, out) -> dict:
 def _prepare(path: str):
     def prepare(case, inputs, out):
         mod = module()
-        q, k, v = check_attention(case, inputs, out)
+        q, k, v = A.check_attention(case, inputs, out)
         di = dev_index(q)
-        try:
-            plan = attention_launches(path, case, q, k, v, out, device(di))
-        except dispatch.Decline as e:
-            raise Unsupported(f"{path} path: {e}") from None
+        plan = or_unsupported(path, attention_launches, path, case, q, k, v, out, device(di))
         built = set(mod.kernels())
         for p in plan.plans:
             if p.kernel not in built:
@@ -94,10 +70,7 @@ def _prepare(path: str):
 
 def _compile_only(path: str):
     def compile_only(case):
-        try:
-            plan = case_attention(path, case)
-        except dispatch.Decline as e:
-            raise Unsupported(f"{path} path: {e}") from None
+        plan = or_unsupported(path, case_attention, path, case)
         facts = plan_facts(plan)
         facts["path"] = plan.info.get("path")
         return facts
@@ -110,10 +83,10 @@ SIMPLE_SOURCES = [Source("cuda_src/attention.cu", kernels=("attention_simple_ker
 
 def sources(path: str, hosts) -> list:
     """A row's Sources: the default's derived from its planner (``harness.planned``: the kernels
-    ``dispatch.plan_candidates`` launches over the suites' cases, the lines it ran as the plan
-    column); the twin's kernel; then ``hosts`` (the launcher)."""
+    ``dispatch.plan`` - ``dispatch_attention.plan`` for attention - launches over the suites'
+    cases, the lines it ran as the plan column); the twin's kernel; then ``hosts`` (the launcher)."""
     if path == "auto":
-        return planned(dispatch.plan_candidates, "attention", hosts)
+        return planned(dispatch.plan, "attention", hosts)
     return [*SIMPLE_SOURCES, *hosts]
 
 

@@ -30,7 +30,7 @@ if __package__ in (None, ""):   # run as a script by the build (CMakeLists.txt):
 from . import dispatch_attention, dispatch_gemm, dispatch_softmax, dispatch_vector_add  # noqa: E402
 from .dispatch_attention import ATTENTION, ATTENTION_PATHS, plan_attention  # noqa: E402
 from .dispatch_common import (ACT_CODE, CTYPE, DTYPE_CODE, ESIZE, H200, REGS_PER_SM,  # noqa: E402
-                              THREADS_PER_SM, Decline, Device, Launches, Plan, family)
+                              THREADS_PER_SM, Decline, Device, Launches, Plan, device_of, family)
 from .dispatch_gemm import (GEMM, GEMM_PATHS, PP_SMEM, SIMPLE_TILE, SMEM_PER_CTA_RESERVED,  # noqa: E402
                             GemmCase, plan_gemm, tiled_ctas_per_sm, tiled_smem, ws_smem)
 from .dispatch_softmax import (REGS, SOFTMAX, SOFTMAX_NEXT, SOFTMAX_PATHS, RowCase, plan_softmax,  # noqa: E402
@@ -42,7 +42,7 @@ __all__ = ["ACT_CODE", "ALIGN", "ATTENTION", "ATTENTION_PATHS", "CTYPE", "DTYPE_
            "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT", "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD",
            "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase", "Launches", "Plan", "RowCase", "emit_instances",
            "family", "instances", "pack", "plan_attention", "plan_gemm", "plan_softmax", "plan_vector_add", "plan",
-           "plan_candidates", "rows_min_blocks", "source_of", "switched", "tiled_ctas_per_sm", "tiled_smem",
+           "device_of", "rows_min_blocks", "source_of", "switched", "tiled_ctas_per_sm", "tiled_smem",
            "VARIANTS", "ws_smem"]
 
 PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm, dispatch_attention)
@@ -121,20 +121,12 @@ VARIANTS = {
                       "splitk": _src("gemm_epilogue_ws.cu", "gemm_ws_kernel")
                       + _src("gemm_epilogue_splitk.cu", "gemm_splitk_reduce_kernel"),
                       "pingpong": _src("gemm_epilogue_pingpong.cu", "gemm_pingpong_kernel")},
+    # the fourth problem's words and rules are dispatch_attention.py's
+    "attention": dispatch_attention.VARIANTS,
 }
 #: the planner's path names that are no word of their own (split-K on the tiled kernel: the
 #: id that runs it is cuda:gemm_epilogue_tiled, with splits)
 _WORD = {"tiled_splitk": "tiled", "pingpong_c2": "pingpong"}
-
-
-def device_of(device) -> Device:
-    """This planner's ``Device`` for a ``kltools.plan.Device`` (the H200 itself for the default)."""
-    from kltools.plan import H200 as KL_H200
-    if device == KL_H200:
-        return H200
-    hopper = tuple(device.cc) == (9, 0)
-    return Device(sms=device.sms, cc=tuple(device.cc), smem_optin=device.smem_per_cta,
-                  smem_per_sm=device.smem_per_sm, sm90a=hopper, clusters=tuple(device.cc) >= (9, 0))
 
 
 def _ld(op, cols: int) -> int:
@@ -162,6 +154,8 @@ def plan(problem: str, facts):
     """The default's plan (``cuda:<problem>``, ``cupy:<problem>``) for one case: the variant, the
     launches' configuration, why, and the kernel files and entry points it launches."""
     from kltools.plan import Plan, Source
+    if problem == "attention":
+        return dispatch_attention.plan(problem, facts)
     ls = launches_for(problem, facts)
     path = ls.info.get("path", "")
     word = _WORD.get(path, path)
@@ -172,15 +166,6 @@ def plan(problem: str, facts):
     if not ls.plans:   # an empty output: nothing to launch
         word = next(iter(VARIANTS[problem]))
     return Plan(problem, word, dict(ls.info), ls.info.get("why", ""), srcs)
-
-
-def plan_candidates(problem: str, facts):
-    """``plan`` for the defaults that are still candidates (attention: ``cuda:attention`` and
-    ``cupy:attention``, not yet run on a GPU, planned by ``dispatch_attention.plan``), ``plan`` for
-    every other problem. Once a GPU has run them, ``VARIANTS`` and ``plan`` take attention over."""
-    if problem == "attention":
-        return dispatch_attention.plan(problem, facts, device_of(facts.device))
-    return plan(problem, facts)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -5,11 +5,13 @@ the default also runs where cp.async cannot read the rows (bases or strides off 
 
 Both kernels are candidates (``register(candidate=True)``): no GPU has run them yet, so the rule
 below stands on the arithmetic of tiles, shared memory and waves, not on a measurement
-(docs/performance.md gets its section once a GPU has timed them). Pure Python.
+(docs/performance.md gets its section once a GPU has timed them). Pure Python; the check of a
+call's tensors (``check_attention``, both launchers' rows) imports torch when called.
 """
 from __future__ import annotations
 
-from .dispatch_common import ESIZE, H200, Decline, Device, Launches, Plan, _blocks_per_sm, _cdiv, _why, family
+from .dispatch_common import (ESIZE, H200, Decline, Device, Launches, Plan, _blocks_per_sm, _cdiv, _why, device_of,
+                              family)
 
 # ---------------------------------------------------------------------------------------------------
 # tuning table
@@ -54,8 +56,8 @@ def _src(file: str, *kernels: str):
     return (Source(f"cuda_src/{file}", kernels=kernels),)
 
 
-#: the words the default plans among (the default is a candidate: dispatch.VARIANTS lists it once a
-#: GPU has run it); "simple": the twin's kernel, for rows cp.async cannot read (no suite has such rows)
+#: the words the default plans among (dispatch.VARIANTS["attention"]); "simple": the twin's kernel,
+#: for rows cp.async cannot read (no suite has such rows)
 VARIANTS = {"tiled": _src("attention_tiled.cu", "attention_tiled_kernel"),
             "simple": _src("attention.cu", "attention_simple_kernel")}
 
@@ -169,16 +171,53 @@ def launches_for(facts, path: str = "auto", dev: Device = H200, **opts) -> Launc
                           int(facts.params.get("causal", 0)), strides, aligned, dev, **opts)
 
 
-def plan(problem: str, facts, dev: Device = H200):
-    """The default's plan (``cuda:attention``, ``cupy:attention``) for one case on ``dev`` (the
-    device of ``facts`` as this planner's ``Device``: ``dispatch.plan_candidates`` passes it), in
-    the layer contract's terms: the word, the launch's configuration, why, and the kernel file and
-    entry point it launches."""
+def plan(problem: str, facts):
+    """The default's plan (``cuda:attention``, ``cupy:attention``) for one case on the device of
+    ``facts``, in the layer contract's terms: the word, the launch's configuration, why, and the
+    kernel file and entry point it launches (``dispatch.plan`` hands attention here)."""
     from kltools.plan import Plan as KlPlan
     from kltools.plan import Source
 
     if problem != "attention":
         raise ValueError(f"problem: {problem!r} is not planned here (attention only)")
-    ls = launches_for(facts, "auto", dev)
+    ls = launches_for(facts, "auto", device_of(facts.device))
     srcs = tuple(Source(f"cuda_src/{FILES[family(p.kernel)]}", kernels=(family(p.kernel),)) for p in ls.plans)
     return KlPlan(problem, ls.info["path"], dict(ls.info), ls.info.get("why", ""), srcs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the tensors of a call
+
+INPUTS = ("q", "k", "v")
+
+
+def check_attention(case, inputs, out):
+    """Validate (q, k, v) and out against a case: q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D], out
+    [B, Hq, Sq, D], CUDA tensors of the case's 16-bit dtype on one device, the head dim contiguous;
+    a ValueError / TypeError naming the argument. Returns (q, k, v). The one check of both
+    launchers' rows (``backends/cuda_attention.py``, ``backends/cupy_attention.py``); it imports
+    torch when called, the planning above stays pure Python."""
+    import torch
+
+    if len(inputs) != 3:
+        raise ValueError(f"inputs: expected (q, k, v), got {len(inputs)} items")
+    B, Hq, Hkv, Sq, Sk, D = (case.dims[n] for n in ("B", "Hq", "Hkv", "Sq", "Sk", "D"))
+    shapes = {"q": (B, Hq, Sq, D), "k": (B, Hkv, Sk, D), "v": (B, Hkv, Sk, D), "out": (B, Hq, Sq, D)}
+    for name, t in (*zip(INPUTS, inputs), ("out", out)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cuda":
+            raise ValueError(f"{name}: must be a CUDA tensor, got device {t.device}")
+        if t.dtype != case.torch_dtype or t.dtype not in (torch.float16, torch.bfloat16):
+            raise TypeError(f"{name}: dtype {t.dtype}, the case is {case.dtype} (float16 or bfloat16)")
+        if tuple(t.shape) != shapes[name]:
+            raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shapes[name]}")
+        if t.stride(3) != 1:
+            raise ValueError(f"{name}: the head dim must be contiguous (stride(3) == 1), got strides {t.stride()}")
+        if t.data_ptr() % 2:
+            raise ValueError(f"{name}: address not aligned to its 2-byte elements")
+    if len({t.device for t in (*inputs, out)}) != 1:
+        raise ValueError(f"q, k, v, out: all on one device, got {sorted({str(t.device) for t in (*inputs, out)})}")
+    if case.params.get("causal", 0) and Sq > Sk:
+        raise ValueError(f"q: a causal case needs Sq <= Sk (bottom-right mask), got Sq={Sq}, Sk={Sk}")
+    return inputs

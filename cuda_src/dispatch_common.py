@@ -35,6 +35,16 @@ DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
 ACT_CODE = {"none": 0, "relu": 1, "gelu": 2}
 
 
+def device_of(device) -> Device:
+    """This planner's ``Device`` for a ``kltools.plan.Device`` (the H200 itself for the default)."""
+    from kltools.plan import H200 as KL_H200
+    if device == KL_H200:
+        return H200
+    hopper = tuple(device.cc) == (9, 0)
+    return Device(sms=device.sms, cc=tuple(device.cc), smem_optin=device.smem_per_cta,
+                  smem_per_sm=device.smem_per_sm, sm90a=hopper, clusters=tuple(device.cc) >= (9, 0))
+
+
 class Decline(ValueError):
     """This path (or variant) cannot take this case; the message says why."""
 

@@ -590,14 +590,9 @@ class _PyModule:
         subtrees of units whose ids are in skip."""
         unit = self.units[name]
         out: list[str] = []
-        # names bound inside the unit (parameters, assignments) shadow the module's tables
-        local: set[str] = set()
-        if not unit.is_table:
-            for node in ast.walk(unit.node):
-                if isinstance(node, ast.arg):
-                    local.add(node.arg)
-                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                    local.add(node.id)
+        # a name a function binds (a parameter, an assignment) is its own, not the module's unit of
+        # that name: a function passed in as ``plan`` is the caller's argument, referenced there
+        local = _local_reads(unit.node)
         dead = self.dead()[1]
         stack = [unit.node]
         while stack:
@@ -606,9 +601,9 @@ class _PyModule:
                 if (id(child) in skip or id(child) in dead) and child is not unit.node:
                     continue
                 stack.append(child)
-            r = self._ref(node, unit.cls if not unit.is_class else unit.name)
-            if isinstance(r, str) and r in local and self.units[r].is_table:
+            if id(node) in local:
                 continue
+            r = self._ref(node, unit.cls if not unit.is_class else unit.name)
             if r and r != name and r not in out:
                 out.append(r)
         return out
@@ -677,6 +672,58 @@ class _PyModule:
             u = self.units[n]
             out.update(range(u.first, u.last + 1))
         return (out & self.code_lines) - self.dead()[0]
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _bound(fn) -> set[str]:
+    """The names function ``fn`` binds in its own scope (Python's rule): its parameters and the
+    names it assigns, defines or catches -- not those of the functions nested in it -- less the
+    ones it declares ``global`` or ``nonlocal``. An import inside it is left out: the name is the
+    imported unit, which the module's imports resolve."""
+    a = fn.args
+    names = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None}
+    free: set[str] = set()
+    todo = list(fn.body) if isinstance(fn.body, list) else [fn.body]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.Global, ast.Nonlocal)):
+            free.update(n.names)
+        elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names.add(n.id)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names.add(n.name)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        if isinstance(n, _SCOPES):
+            continue   # a nested function's names are its own
+        todo.extend(ast.iter_child_nodes(n))
+    return names - free
+
+
+def _local_reads(root: ast.AST) -> set[int]:
+    """ids of the ``Name`` nodes under ``root`` that read a name local to their enclosing
+    function (``_bound``); a function's decorators, defaults and annotations read the scope
+    around it."""
+    out: set[int] = set()
+    todo: list = [(root, frozenset())]
+    while todo:
+        n, local = todo.pop()
+        if isinstance(n, _SCOPES):
+            a = n.args
+            outer = [*getattr(n, "decorator_list", []), *a.defaults, *(d for d in a.kw_defaults if d is not None),
+                     *(x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                       if x is not None and x.annotation is not None), *([n.returns] if getattr(n, "returns", None)
+                                                                          else [])]
+            inner = local | _bound(n)
+            todo += [(c, local) for c in outer]
+            todo += [(c, inner) for c in (n.body if isinstance(n.body, list) else [n.body])]
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in local:
+            out.add(id(n))
+        todo += [(c, local) for c in ast.iter_child_nodes(n)]
+    return out
+
 
 def _module_file(importer: Path, dotted: str, level: int) -> Path | None:
     """The project file a (possibly relative) module name refers to, or None (a package from

@@ -227,7 +227,7 @@ def test_cupy_compiles_one_case_through_nvrtc():
 
 # -- validation ----------------------------------------------------------------------------------------
 def test_inputs_are_validated_naming_the_argument():
-    from backends.cuda_attention import check_attention
+    from cuda_src.dispatch_attention import check_attention
     case = P.case(B=1, Hq=2, Hkv=1, Sq=8, Sk=8, D=64)
     q, k, v = P.make_inputs(case, "cpu", 0)
     out = torch.empty(P.out_shape(case), dtype=case.torch_dtype)
@@ -238,6 +238,17 @@ def test_inputs_are_validated_naming_the_argument():
     with pytest.raises(ValueError, match="^q: must be a CUDA tensor"):
         check_attention(case, (q, k, v), out)
 
+
+
+@pytest.mark.parametrize("impl_id", IDS)
+def test_a_declined_plan_is_unsupported_naming_the_path(impl_id):
+    """Both launchers' rows turn the planner's Decline into the harness's Unsupported, the path
+    named (Hq is grid dimension y: at most 65535)."""
+    from harness.errors import Unsupported
+    path = "simple" if impl_id.endswith("_simple") else "auto"
+    case = P.case(B=1, Hq=65536, Hkv=1, Sq=16, Sk=16, D=64)
+    with pytest.raises(Unsupported, match=f"^{path} path: grid: Hq \\(65536\\)"):
+        _impl(impl_id).compile_only_fn(case)
 
 # -- on a GPU ------------------------------------------------------------------------------------------
 @pytest.mark.gpu

@@ -681,3 +681,47 @@ def test_import_time_code_counts_as_no_planner_line(tmp_path, monkeypatch):
     f = (tmp_path / "kl_planted_lazy.py").resolve()
     assert out == 2
     assert first == again == {f: {5}}
+
+
+def test_a_parameter_named_like_a_function_is_not_that_function(tmp_path):
+    """A name a function binds (a parameter, an assignment) is its own: ``pack(plan)`` reaches
+    no module function ``plan``; a function passed as an argument is counted where it is named
+    (the caller's argument, a default value), not through the callee's parameter name."""
+    f = tmp_path / "launch.py"
+    f.write_text(
+        "def plan(problem):\n"                      # 1  never called: the planner
+        "    return problem * 2\n"                  # 2
+        "def fn(x):\n"                              # 3  never called: shares the parameter's name
+        "    return x\n"                            # 4
+        "def helper(x):\n"                          # 5  passed as fn: counts
+        "    return x + 1\n"                        # 6
+        "def fallback(x):\n"                        # 7  a default value: counts
+        "    return x - 1\n"                        # 8
+        "def pack(plan, fn, cb=fallback):\n"        # 9  counts
+        "    def inner(v):\n"                       # 10
+        "        return fn(v) + cb(v)\n"            # 11
+        "    return inner(plan.args)\n"             # 12
+        "def launch(plan):\n"                       # 13 host
+        "    fn = helper\n"                         # 14
+        "    return pack(plan, fn)\n")              # 15
+    r = count_source(Source(str(f), kernels=(), host=("launch",)), root=tmp_path)
+    # launch 13-15 (3) + helper 5-6 (2) + pack 9-12 (4) + fallback 7-8 (2); plan and fn: none -> 11
+    assert sorted(r["host_units"]) == ["fallback", "helper", "launch", "pack"]
+    assert r["host"] == 11
+
+
+def test_the_attention_default_counts_no_other_problems_planner():
+    """cuda:attention and cupy:attention derive their Sources from ``dispatch_attention.plan``:
+    their columns hold no line of the other problems' planners (reached before only through the
+    launcher's parameter named ``plan``)."""
+    from harness import registry
+    from harness.loc import REPO_ROOT
+    registry.load_backends()
+    others = {REPO_ROOT / f"cuda_src/dispatch_{p}.py" for p in ("vector_add", "softmax", "gemm")}
+    ids = {"cuda:attention", "cupy:attention"}
+    impls = [i for i in registry.all_impls() + registry.candidates() if i.id in ids]
+    assert {i.id for i in impls} == ids
+    for impl in impls:
+        c = count_impl(impl, explain=True)
+        bad = [sp for sp in c["spans"] if (REPO_ROOT / sp[0]).resolve() in others or sp[4].endswith(":plan")]
+        assert not bad and c["plan"] > 0, (impl.id, bad)
