@@ -1,7 +1,7 @@
 """Helion adapter, attention: the teaching twin ``helion:attention_simple`` (``helion_src/attention.py``,
 Helion's default configuration) and the tuned ``helion:attention`` (``helion_src/attention_tma.py``
 with the configuration of ``helion_src/dispatch_attention.py``: planned once in ``prepare``, launched
-through the compiled Triton kernel's launcher). Both are candidates until a GPU has run them. The
+through the compiled Triton kernel's launcher). Both are candidates until a GPU has verified them. The
 layer's shared glue (availability, the recording launcher, the sm_90 compile of the generated
 Triton) is ``backends.helion_layer``'s; this file holds what attention adds.
 
@@ -159,14 +159,14 @@ VARIANT_SOURCES = {"tma": [Source(src(H.H, "attention_tma.py"), kernels=("attent
 PLANNER_SOURCES = [Source(src(H.H, "dispatch_attention.py"), kernels=(), host=("plan_attention",))]
 
 _IDS = {
-    "attention": ("candidate, not yet run on a GPU: the twin's loop compiled for the case's sizes "
+    "attention": ("candidate, not yet verified on a GPU: the twin's loop compiled for the case's sizes "
                   "(static shapes: no masks on whole tiles), Q / K / V / O by TMA (tensor-descriptor "
                   "indexing), K / V pipelined over stages by shared memory, 128 or 64 query rows by "
                   "waves, causal tiles above the diagonal skipped; configuration by rule, no autotuning",
                   planned_sources(VARIANT_SOURCES, dispatch_attention.reachable("attention") if H.helion
                                   else tuple(VARIANT_SOURCES), PLANNER_SOURCES),
                   compile_default, code_default, prepare_default),
-    "attention_simple": ("teaching twin (candidate, not yet run on a GPU): a tile of query rows of one "
+    "attention_simple": ("teaching twin (candidate, not yet verified on a GPU): a tile of query rows of one "
                          "head a program, a loop over key tiles with the online softmax in exp2, explicit "
                          "masks; Helion's default configuration", TWIN, compile_simple, code_simple,
                          prepare_simple),

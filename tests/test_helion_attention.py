@@ -35,7 +35,7 @@ def test_both_ids_are_candidates_for_cpu_and_gpu():
     got = {c.id: c for c in registry.candidates() if c.problem == "attention" and c.layer == "helion"}
     assert set(got) == set(IDS)
     for c in got.values():
-        assert "not yet run on a GPU" in c.description and set(c.devices) == {"cuda", "cpu"}
+        assert "not yet verified on a GPU" in c.description and set(c.devices) == {"cuda", "cpu"}
     assert got["helion:attention"].role == "default" and got["helion:attention_simple"].role == "simple"
 
 
