@@ -1,11 +1,14 @@
 """``python -m harness check LAYER [LAYER ...]``: one GPU check for every layer.
 
-Verifies every registered id of the layers AND every candidate (``register(..., candidate=True)``)
-on the verify suite, then times them on the models and edge suites beside what a user would pick
-instead (torch eager, torch.compile, the libraries), in one ``compare`` run. It writes that run's
-files and ``check.json``: per implementation, its verify verdict and, over the timed cases, its
-speed as a multiple of the better of torch eager and torch.compile and its % of the ceiling
-(geomean and worst case), and prints that table last.
+Times every registered id of the layers AND every candidate (``register(..., candidate=True)``)
+on the models and edge suites beside what a user would pick instead (torch eager, torch.compile,
+the libraries) - each timed case verified first, three seeds - then verifies them on the verify
+suite: two ``compare`` runs, the timed one first, so that a check stopped by a time limit keeps
+the timings it reached (the verify suite of many layers takes minutes). It writes both runs' files
+(the verify suite's in ``verify-suite/``) and ``check.json`` after each: per implementation, its
+verify verdicts and, over the timed cases, its speed as a multiple of the better of torch eager
+and torch.compile and its % of the ceiling (geomean and worst case), and prints that table last.
+An implementation that fails the verify suite is still timed on the cases it passed.
 
 What decides a planner switch or a candidate's fate is read off this output; the rules themselves
 and their measurements go to docs/performance.md.
@@ -13,10 +16,13 @@ and their measurements go to docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 
 ADMIT = Path(__file__).with_name("admit_candidates.py")
+VERIFY_SUITE = "verify-suite"   # the folder of the verify suite's run, inside the check's
+INTERRUPTED = 130               # compare's exit status when a signal stopped it
 REFERENCE_ROLES = ("baseline", "library")
 
 
@@ -75,7 +81,40 @@ def selected_ids(layers: list[str], problems: list[str] | None, only: str, impls
 
 def run(args, console) -> int:
     import datetime as _dt
-    import json
+
+    from . import registry
+
+    ids, probs = selected_ids(args.layers, args.problem, args.only, args.impl)
+    registry.admit_candidates()   # this process selects them; the workers load ADMIT as a plugin
+    out = Path(args.out or Path("results") / (f"check-{'-'.join(args.layers)}-"
+                                              f"{_dt.datetime.now():%Y%m%d-%H%M%S}"))
+    argv = ["compare", "--problem", ",".join(probs), "--plugin", str(ADMIT), "--no-raw",
+            "--time-cap", str(args.time_cap), "--min-samples", str(args.min_samples), "--device", args.device]
+    argv += [a for i in ids for a in ("--impl", i)]
+    argv += ["--timeout", str(args.timeout)] if args.timeout else []
+    argv += ["--jobs", str(args.jobs)] if args.jobs else []
+    argv += ["--store", args.store] if args.store else []
+    # the timed suites first (each timed case verified, then timed), the verify suite after, in a
+    # run of its own: a check cut short by a time limit keeps its timings
+    runs = [(out, ["--suite", args.suite, "--no-verify-suite"])]
+    if not args.no_verify_suite:
+        runs.append((out / VERIFY_SUITE, ["--suite", args.suite, "--verify-suite-only"]))
+    rows, rc = [], 0
+    for folder, extra in runs:
+        rc = max(rc, _compare(argv + ["--out", str(folder)] + extra, folder))
+        rows += json.loads((folder / "results.json").read_text())["rows"]
+        summary = summarize(rows, set(args.layers))
+        (out / "check.json").write_text(json.dumps(summary, indent=1))
+        if rc == INTERRUPTED:
+            break
+    render(summary, console)
+    console.print(f"written: {out}/check.json (and the runs' files: the timed suites in {out}/, the verify "
+                  f"suite in {out / VERIFY_SUITE}/; compare's log: compare.txt in each)")
+    return rc
+
+
+def _compare(argv: list[str], folder: Path) -> int:
+    """One ``compare`` run (its log to ``folder``/compare.txt); its exit status."""
     import shutil
     import tempfile
 
@@ -84,29 +123,10 @@ def run(args, console) -> int:
     from . import compare
     from .cli import build_parser
 
-    from . import registry
-
-    ids, probs = selected_ids(args.layers, args.problem, args.only, args.impl)
-    registry.admit_candidates()   # this process selects them; the workers load ADMIT as a plugin
-    out = Path(args.out or Path("results") / (f"check-{'-'.join(args.layers)}-"
-                                              f"{_dt.datetime.now():%Y%m%d-%H%M%S}"))
-    argv = ["compare", "--problem", ",".join(probs), "--suite", args.suite, "--plugin", str(ADMIT),
-            "--out", str(out), "--no-raw", "--time-cap", str(args.time_cap),
-            "--min-samples", str(args.min_samples), "--device", args.device]
-    argv += [a for i in ids for a in ("--impl", i)]
-    argv += ["--no-verify-suite"] if args.no_verify_suite else []
-    argv += ["--timeout", str(args.timeout)] if args.timeout else []
-    argv += ["--jobs", str(args.jobs)] if args.jobs else []
-    argv += ["--store", args.store] if args.store else []
     cargs = build_parser().parse_args(argv)
     with tempfile.NamedTemporaryFile("w+", suffix=".txt", delete=False) as log:
         rc = compare.run(cargs, Console(file=log, width=200), argv)
-    shutil.move(log.name, out / "compare.txt")
-    doc = json.loads((out / "results.json").read_text())
-    summary = summarize(doc["rows"], set(args.layers))
-    (out / "check.json").write_text(json.dumps(summary, indent=1))
-    render(summary, console)
-    console.print(f"written: {out}/check.json (and the run's files; compare's log: {out}/compare.txt)")
+    shutil.move(log.name, folder / "compare.txt")
     return rc
 
 

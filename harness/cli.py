@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-samples", type=_positive(int, "--min-samples"), default=15)
     p.add_argument("--no-verify-suite", action="store_true",
                    help="skip the verify suite before timing (each timed case is still verified)")
+    p.add_argument("--verify-suite-only", action="store_true",
+                   help="the verify suite alone, nothing timed (harness check runs it after the timed suites)")
     p.add_argument("--compile-jobs", type=_positive(int, "--compile-jobs", allow_zero=True), default=None,
                    help="processes of the compile-ahead pool (default: one a core; 0: none, each worker "
                         "compiles what it runs)")

@@ -19,7 +19,7 @@ import threading
 import time
 
 from . import plan as P
-from .args import problems_arg, setup
+from .args import UsageError, problems_arg, setup
 from .results import ResultsDir, row_key
 
 
@@ -364,8 +364,12 @@ def run(args, console, argv: list[str], resume: str | None = None) -> int:
     from .timing import TimingConfig
 
     # -- everything that can be wrong with the request is found before anything runs --------
+    if getattr(args, "verify_suite_only", False) and (args.no_verify_suite or args.set):
+        raise UsageError("--verify-suite-only: with --no-verify-suite or --set nothing is left to run")
     rd = ResultsDir(resume or args.out, resume=bool(resume), store=getattr(args, "store", None))
     device, impls, plan = setup(args)
+    if getattr(args, "verify_suite_only", False):
+        plan = []   # no timed case: the verify suite's rows only
     t_start = _time.monotonic()
     now = _dt.datetime.now(_dt.timezone.utc)
     command = "python -m harness " + " ".join(shlex.quote(a) for a in argv)

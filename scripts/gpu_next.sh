@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: each named layer's default beside its `_next` candidates (the default with the
 # layer's pending planner switches on), softmax and GEMM, through `python -m harness check`
-# (verify suite, then the models + edge suites timed beside torch eager / torch.compile / the
-# libraries). Only the ids the registry has are named (a layer whose switches are all on has no
+# (the models + edge suites timed beside torch eager / torch.compile / the libraries, then the verify
+# suite). Only the ids the registry has are named (a layer whose switches are all on has no
 # `_next`). One archive $OUT/check-<layers>.tgz. KL_CHECK_LIMIT bounds the check (seconds).
 #   bash scripts/gpu_next.sh triton gluon helion [-- more check arguments]
 set -uo pipefail

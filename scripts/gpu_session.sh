@@ -128,8 +128,8 @@ EOF2
     done
     exit 0 ;;
   check)
-    # python -m harness check over the layers named (every id and candidate, verify suite, then the
-    # models + edge suites timed beside torch eager / torch.compile / the libraries); extra arguments
+    # python -m harness check over the layers named (every id and candidate: the models + edge suites
+    # timed beside torch eager / torch.compile / the libraries, then the verify suite); extra arguments
     # after "--" go to the command, e.g.  check cutile tilelang -- --problem softmax --only candidates
     layers=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do layers+=("$1"); shift; done; [ "${1:-}" = "--" ] && shift
     name=$(IFS=-; echo "${layers[*]}")

@@ -80,3 +80,87 @@ def test_named_ids_bring_their_problems_defaults_only():
     assert probs == ["softmax"]
     assert "cutile:softmax" in ids and "cutile:softmax_next" in ids
     assert not [i for i in ids if i.startswith("cutile:") and i not in ("cutile:softmax", "cutile:softmax_next")]
+
+
+def _fake_compare(calls, rc_of):
+    """A stand-in for one compare run: records its argv, writes a results.json of one row of the
+    phase the run is asked for (the verify suite's when --verify-suite-only)."""
+    import json
+
+    def fake(argv, folder):
+        calls.append(argv)
+        folder.mkdir(parents=True, exist_ok=True)
+        phase = "verify-suite" if "--verify-suite-only" in argv else "timed"
+        row = _row("cutile:softmax", 5.0, case=f"{phase}-case", phase=phase)
+        (folder / "results.json").write_text(json.dumps({"rows": [row]}))
+        return rc_of(argv)
+    return fake
+
+
+def _check_args(tmp_path, **kw):
+    import argparse
+    base = dict(layers=["cutile"], problem=["softmax"], only="all", impl=[], suite="models,edge",
+                no_verify_suite=False, out=str(tmp_path / "chk"), time_cap=0.2, min_samples=10, timeout=None,
+                jobs=None, device="cpu", store=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_check_times_first_then_runs_the_verify_suite(tmp_path, monkeypatch):
+    import json
+
+    from rich.console import Console
+    calls = []
+    monkeypatch.setattr(check_cmd, "_compare", _fake_compare(calls, lambda argv: 0))
+    rc = check_cmd.run(_check_args(tmp_path), Console(file=open(tmp_path / "log", "w")))
+    assert rc == 0 and len(calls) == 2
+    first, second = calls
+    assert "--no-verify-suite" in first and "--verify-suite-only" not in first
+    assert "--verify-suite-only" in second and "--no-verify-suite" not in second
+    assert first[first.index("--out") + 1] == str(tmp_path / "chk")
+    assert second[second.index("--out") + 1] == str(tmp_path / "chk" / check_cmd.VERIFY_SUITE)
+    s = json.loads((tmp_path / "chk" / "check.json").read_text())["impls"]["softmax/cutile:softmax"]
+    assert s["timed"] == 1 and s["verify"]["PASS"] == 2     # both runs' rows in one summary
+
+
+def test_a_check_stopped_in_its_timed_run_keeps_its_summary_and_stops(tmp_path, monkeypatch):
+    import json
+
+    from rich.console import Console
+    calls = []
+    monkeypatch.setattr(check_cmd, "_compare", _fake_compare(calls, lambda argv: check_cmd.INTERRUPTED))
+    rc = check_cmd.run(_check_args(tmp_path), Console(file=open(tmp_path / "log", "w")))
+    assert rc == check_cmd.INTERRUPTED and len(calls) == 1
+    assert json.loads((tmp_path / "chk" / "check.json").read_text())["impls"]["softmax/cutile:softmax"]["timed"] == 1
+
+
+def test_no_verify_suite_is_one_timed_run(tmp_path, monkeypatch):
+    from rich.console import Console
+    calls = []
+    monkeypatch.setattr(check_cmd, "_compare", _fake_compare(calls, lambda argv: 0))
+    check_cmd.run(_check_args(tmp_path, no_verify_suite=True), Console(file=open(tmp_path / "log", "w")))
+    assert len(calls) == 1 and "--no-verify-suite" in calls[0]
+
+
+def test_verify_suite_only_times_nothing(tmp_path):
+    """compare --verify-suite-only: the verify suite's rows and no timed case (CPU, torch eager)."""
+    import json
+
+    from harness.cli import main
+    out = tmp_path / "v"
+    rc = main(["compare", "--problem", "vector_add", "--impl", "torch:vector_add", "--verify-suite-only",
+               "--out", str(out), "--format", "json", "--jobs", "1", "--compile-jobs", "0"])
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert rc == 0 and rows and {r["phase"] for r in rows} == {"verify-suite"}
+    from harness import problems
+    assert {r["case"]["id"] for r in rows} == {c.id for c in problems.get("vector_add").cases("verify")}
+
+
+def test_verify_suite_only_with_no_verify_suite_is_a_usage_error(tmp_path):
+    from harness.args import UsageError
+    from harness.cli import build_parser
+    from harness import compare
+    argv = ["compare", "--problem", "vector_add", "--verify-suite-only", "--no-verify-suite",
+            "--out", str(tmp_path / "x")]
+    with pytest.raises(UsageError, match="--verify-suite-only"):
+        compare.run(build_parser().parse_args(argv), None, argv)
+    assert not (tmp_path / "x").exists()
