@@ -108,10 +108,10 @@ def test_the_chosen_variant_accepts_the_case(layer):
 
 # -- the adapters' own planning of a case (their defaults' compile-only path) ---------------------
 def _cuda_word(problem, case):
-    from backends import cuda_gemm, cuda_layer
+    from backends import cuda_attention, cuda_gemm, cuda_layer
     from cuda_src import dispatch
     fn = {"vector_add": cuda_layer.case_vector_add, "softmax": cuda_layer.case_softmax,
-          "gemm_epilogue": cuda_gemm.case_gemm}[problem]
+          "gemm_epilogue": cuda_gemm.case_gemm, "attention": cuda_attention.case_attention}[problem]
     path = fn("auto", case).info["path"]
     return dispatch._WORD.get(path, path)
 
@@ -138,11 +138,13 @@ def _gluon_word(problem, case):
 
 
 def _cute_word(problem, case):
+    from backends import cute_attention as a
     from backends import cute_layer as c
     from cutlass_src import dispatch
     return {"vector_add": lambda: "unmasked", "softmax": lambda: c._sm_plan(case)["kernel"],
             "gemm_epilogue": lambda: dispatch.plan_gemm(case.M, case.N, case.K,
-                                                        c._gemm_case_widths(case))["schedule"]}[problem]()
+                                                        c._gemm_case_widths(case))["schedule"],
+            "attention": lambda: a._plan(case.B, case.Hq, case.Sq, case.D, 2, True)["kernel"]}[problem]()
 
 
 def _helion_word(problem, case):
@@ -151,10 +153,14 @@ def _helion_word(problem, case):
 
 
 def _cutile_word(problem, case):
+    from backends import cutile_attention as a
     from backends import cutile_layer as c
-    from harness.meta_inputs import meta_gemm, meta_softmax
+    from harness.meta_inputs import meta_attention, meta_gemm, meta_softmax
     if problem == "vector_add":
         return "unmasked"
+    if problem == "attention":
+        q, k = meta_attention(case)[:2]
+        return a._plan("default", q, k)["variant"]
     if problem == "softmax":
         return c._sm_plan("default", *meta_softmax(case))["variant"]
     a, b = meta_gemm(case)[:2]
