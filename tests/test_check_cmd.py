@@ -97,6 +97,13 @@ def _fake_compare(calls, rc_of):
     return fake
 
 
+@pytest.fixture
+def no_admission(monkeypatch):
+    """check's run admits the candidates into this process's registry (its own selection); here
+    that would leak into every later test's registry: kept out."""
+    monkeypatch.setattr(registry, "admit_candidates", lambda: None)
+
+
 def _check_args(tmp_path, **kw):
     import argparse
     base = dict(layers=["cutile"], problem=["softmax"], only="all", impl=[], suite="models,edge",
@@ -105,7 +112,7 @@ def _check_args(tmp_path, **kw):
     return argparse.Namespace(**{**base, **kw})
 
 
-def test_check_times_first_then_runs_the_verify_suite(tmp_path, monkeypatch):
+def test_check_times_first_then_runs_the_verify_suite(tmp_path, monkeypatch, no_admission):
     import json
 
     from rich.console import Console
@@ -122,7 +129,7 @@ def test_check_times_first_then_runs_the_verify_suite(tmp_path, monkeypatch):
     assert s["timed"] == 1 and s["verify"]["PASS"] == 2     # both runs' rows in one summary
 
 
-def test_a_check_stopped_in_its_timed_run_keeps_its_summary_and_stops(tmp_path, monkeypatch):
+def test_a_check_stopped_in_its_timed_run_keeps_its_summary_and_stops(tmp_path, monkeypatch, no_admission):
     import json
 
     from rich.console import Console
@@ -133,7 +140,7 @@ def test_a_check_stopped_in_its_timed_run_keeps_its_summary_and_stops(tmp_path, 
     assert json.loads((tmp_path / "chk" / "check.json").read_text())["impls"]["softmax/cutile:softmax"]["timed"] == 1
 
 
-def test_no_verify_suite_is_one_timed_run(tmp_path, monkeypatch):
+def test_no_verify_suite_is_one_timed_run(tmp_path, monkeypatch, no_admission):
     from rich.console import Console
     calls = []
     monkeypatch.setattr(check_cmd, "_compare", _fake_compare(calls, lambda argv: 0))
