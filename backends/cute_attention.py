@@ -106,7 +106,8 @@ _WS = [Source(src(C, "attention_ws.py"),
               host=("AttentionWS.__init__", "compile_ws", "prepare_attention_ws")),
        Source(src(C, "attention_tma.py"), kernels=_dispatch.ATTENTION_TMA_PIECES,
               host=("AttentionTma.__call__", "AttentionTma.__init__", "tma_ready")),
-       Source(src(C, "attention.py"), kernels=("quad_reduce",), host=("validate", "attention_args", "fake_qkvo"))]
+       Source(src(C, "attention.py"), kernels=("online_softmax_rows", "quad_reduce"),
+              host=("validate", "attention_args", "fake_qkvo"))]
 _PLANNER = [Source(src(C, "dispatch_attention.py"), kernels=(), host=("plan_attention", "smem_bytes")), *_HOSTS]
 
 for _name, _kernel, _desc, _srcs in (

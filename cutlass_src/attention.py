@@ -52,6 +52,41 @@ def quad_reduce(val: cutlass.Float32, op):
 
 
 @cute.jit
+def online_softmax_rows(s_mn: cute.Tensor, c_mn: cute.Tensor, masked, causal: cutlass.Constexpr, Sq, Sk,
+                        scale_log2: cutlass.Float32, row_max: cute.Tensor, row_sum: cute.Tensor, o_mn: cute.Tensor):
+    """One step of the online softmax on (row, column) views of S and its coordinates: the mask
+    (where ``masked``: keys past Sk, and with ``causal`` past the row's diagonal), each row's
+    running (max, sum) over its quad, O's rows rescaled; leaves P = exp(S - max), unnormalised, in
+    S. The twin masks every step; the TMA kernels only the steps that cross Sk or the diagonal."""
+    ncols = cute.size(s_mn, mode=[1])
+    for r in cutlass.range_constexpr(cute.size(row_max)):
+        if masked:
+            limit = Sk
+            if cutlass.const_expr(causal):
+                limit = cutlass.min(Sk, c_mn[r, 0][0] + 1 + Sk - Sq)
+            for c in cutlass.range_constexpr(ncols):
+                if c_mn[r, c][1] >= limit:
+                    s_mn[r, c] = -cutlass.Float32.inf
+        m = row_max[r]
+        for c in cutlass.range_constexpr(ncols):
+            m = cute.arch.fmax(m, s_mn[r, c])
+        m = quad_reduce(m, cute.arch.fmax)
+        base = m * scale_log2
+        if m == -cutlass.Float32.inf:                # nothing seen yet: every exp2 below is 0
+            base = cutlass.Float32(0.0)
+        corr = cute.math.exp2(row_max[r] * scale_log2 - base, fastmath=True)
+        total = row_sum[r] * corr
+        for c in cutlass.range_constexpr(ncols):
+            p = cute.math.exp2(s_mn[r, c] * scale_log2 - base, fastmath=True)
+            s_mn[r, c] = p
+            total = total + p
+        for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+            o_mn[r, c] = o_mn[r, c] * corr
+        row_max[r] = m
+        row_sum[r] = total
+
+
+@cute.jit
 def load_tile(gX: cute.Tensor, cX: cute.Tensor, rows, sX: cute.Tensor, thr_layout: cute.Layout):
     """sX = gX for the rows (from the identity tensor cX) below ``rows``, else 0."""
     t, _, _ = cute.arch.thread_idx()
@@ -151,31 +186,8 @@ class AttentionSimple:
                        row_max: cute.Tensor, row_sum: cute.Tensor, o_mn: cute.Tensor):
         """Mask S, update each row's running (max, sum), rescale O's row, and leave P = exp(S - max)
         (unnormalised) in acc_s."""
-        s_mn, c_mn = mn_view(acc_s), mn_view(coords)
-        for r in cutlass.range_constexpr(cute.size(row_max)):
-            limit = Sk
-            if cutlass.const_expr(self.causal):
-                limit = cutlass.min(Sk, c_mn[r, 0][0] + 1 + Sk - Sq)
-            for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-                if c_mn[r, c][1] >= limit:
-                    s_mn[r, c] = -cutlass.Float32.inf
-            m = row_max[r]
-            for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-                m = cute.arch.fmax(m, s_mn[r, c])
-            m = quad_reduce(m, cute.arch.fmax)
-            base = m * scale_log2
-            if m == -cutlass.Float32.inf:                # nothing seen yet: every exp2 below is 0
-                base = cutlass.Float32(0.0)
-            corr = cute.math.exp2(row_max[r] * scale_log2 - base, fastmath=True)
-            total = row_sum[r] * corr
-            for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-                p = cute.math.exp2(s_mn[r, c] * scale_log2 - base, fastmath=True)
-                s_mn[r, c] = p
-                total = total + p
-            for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                o_mn[r, c] = o_mn[r, c] * corr
-            row_max[r] = m
-            row_sum[r] = total
+        online_softmax_rows(mn_view(acc_s), mn_view(coords), True, self.causal, Sq, Sk, scale_log2,
+                            row_max, row_sum, o_mn)
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,

@@ -35,7 +35,7 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import LayoutEnum
 
 from . import cached, compile_kernel, stream_args
-from .attention import LOG2E, attention_args, fake_qkvo, quad_reduce  # noqa: F401  (LOG2E: the scale's form)
+from .attention import LOG2E, attention_args, fake_qkvo, online_softmax_rows, quad_reduce  # noqa: F401  (LOG2E)
 
 
 def wgmma_mn_view(acc: cute.Tensor) -> cute.Tensor:
@@ -274,36 +274,10 @@ class AttentionTma:
     @cute.jit
     def online_softmax(self, acc_s: cute.Tensor, coords: cute.Tensor, masked, Sq, Sk, scale_log2: cutlass.Float32,
                        row_max: cute.Tensor, row_sum: cute.Tensor, o_mn: cute.Tensor):
-        """The mask (on ``masked`` steps), each row's running (max, sum), O's rows rescaled; leaves
-        P = exp(S - max), unnormalised, in acc_s."""
-        s_mn, c_mn = wgmma_mn_view(acc_s), wgmma_mn_view(coords)
-        ncols = cute.size(s_mn, mode=[1])
-        for r in cutlass.range_constexpr(cute.size(row_max)):
-            if masked:
-                limit = Sk
-                if cutlass.const_expr(self.causal):
-                    limit = cutlass.min(Sk, c_mn[r, 0][0] + 1 + Sk - Sq)
-                for c in cutlass.range_constexpr(ncols):
-                    if c_mn[r, c][1] >= limit:
-                        s_mn[r, c] = -cutlass.Float32.inf
-            m = row_max[r]
-            for c in cutlass.range_constexpr(ncols):
-                m = cute.arch.fmax(m, s_mn[r, c])
-            m = quad_reduce(m, cute.arch.fmax)
-            base = m * scale_log2
-            if m == -cutlass.Float32.inf:                # nothing seen yet: every exp2 below is 0
-                base = cutlass.Float32(0.0)
-            corr = cute.math.exp2(row_max[r] * scale_log2 - base, fastmath=True)
-            total = row_sum[r] * corr
-            for c in cutlass.range_constexpr(ncols):
-                p = cute.math.exp2(s_mn[r, c] * scale_log2 - base, fastmath=True)
-                s_mn[r, c] = p
-                total = total + p
-            for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                o_mn[r, c] = o_mn[r, c] * corr
-            row_max[r] = m
-            row_sum[r] = total
-
+        """The twin's online-softmax step (``online_softmax_rows``) on wgmma's accumulator layout,
+        the mask on ``masked`` steps only."""
+        online_softmax_rows(wgmma_mn_view(acc_s), wgmma_mn_view(coords), masked, self.causal, Sq, Sk, scale_log2,
+                            row_max, row_sum, o_mn)
 
 def compile_tma(dtype, D: int, causal: bool, plan: dict):
     """The kernel of a plan (bm, bn, stages), compiled once per (dtype, D, causal, plan)."""

@@ -423,9 +423,11 @@ VARIANTS = {
                                                    "AttentionTma.consumer_sync", *ATTENTION_TMA_PIECES),
                               ("AttentionTma.__call__", "AttentionTma.__init__", "compile_tma",
                                "prepare_attention_tma", "tma_ready"))
-                  + _src("attention.py", ("quad_reduce",), ("validate", "attention_args", "fake_qkvo")),
+                  + _src("attention.py", ("online_softmax_rows", "quad_reduce"),
+                         ("validate", "attention_args", "fake_qkvo")),
                   "simple": _src("attention.py", ("AttentionSimple.kernel", "AttentionSimple.online_softmax",
-                                                  "gemm_slices", "load_tile", "quad_reduce", "mn_view"),
+                                                  "online_softmax_rows", "gemm_slices", "load_tile", "quad_reduce",
+                                                  "mn_view"),
                                  ("AttentionSimple.__call__", "prepare_attention_simple", "_compile", "validate",
                                   "attention_args", "fake_qkvo"))},
 }
