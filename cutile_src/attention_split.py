@@ -14,7 +14,7 @@ import math
 import cuda.tile as ct
 import torch
 
-from cutile_src.attention_tma import LOG2E, ZERO, key_tiles
+from cutile_src.attention_tma import LOG2E, ZERO, key_range, key_tiles
 
 
 @ct.kernel
@@ -30,11 +30,7 @@ def attention_split_kernel(q, k, v, acc_part, m_part, l_part, qk_scale: float, g
     m = ct.full((TM, 1), -math.inf, dtype=ct.float32)
     l = ct.full((TM, 1), 0.0, dtype=ct.float32)
     acc = ct.full((TM, D), 0.0, dtype=ct.float32)
-    bulk = Sk // TN
-    end = ct.cdiv(Sk, TN)
-    if CAUSAL:
-        bulk = min(i * TM + diag + 1, Sk) // TN
-        end = ct.cdiv(min(Sk, (i + 1) * TM + diag), TN)
+    bulk, end = key_range(i, Sk, diag, TM, TN, CAUSAL)
     lo = s * per
     hi = min(lo + per, end)
     mid = max(lo, min(hi, bulk))

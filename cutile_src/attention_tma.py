@@ -24,6 +24,18 @@ LOG2E = 1.4426950408889634
 ZERO = ct.PaddingMode.ZERO
 
 
+def key_range(i, Sk, diag, TM: ct.Constant[int], TN: ct.Constant[int], CAUSAL: ct.Constant[bool]):
+    """Query tile i's key tiles: (bulk, end) - tiles [0, bulk) every row sees in full, [bulk, end)
+    the masked edge (keys past Sk or, ``CAUSAL``, past a row's diagonal: query r sees j <= r + diag;
+    the tile's first row sees keys <= i TM + diag, its last row more)."""
+    bulk = Sk // TN
+    end = ct.cdiv(Sk, TN)
+    if CAUSAL:
+        bulk = min(i * TM + diag + 1, Sk) // TN
+        end = ct.cdiv(min(Sk, (i + 1) * TM + diag), TN)
+    return bulk, end
+
+
 def key_tiles(acc, l, m, qt, k, v, b, hk, lo, hi, rows, Sk, diag, qk_scale, D: ct.Constant[int],
               TN: ct.Constant[int], MASKED: ct.Constant[bool], CAUSAL: ct.Constant[bool],
               LATENCY: ct.Constant[int]):
@@ -73,11 +85,7 @@ def attention_tma_kernel(q, k, v, out, qk_scale: float, group: int, D: ct.Consta
     m = ct.full((TM, 1), -math.inf, dtype=ct.float32)
     l = ct.full((TM, 1), 0.0, dtype=ct.float32)
     acc = ct.full((TM, D), 0.0, dtype=ct.float32)
-    bulk = Sk // TN                          # tiles every row sees in full
-    end = ct.cdiv(Sk, TN)
-    if CAUSAL:                               # the first row sees keys <= i TM + diag, the last row more
-        bulk = min(i * TM + diag + 1, Sk) // TN
-        end = ct.cdiv(min(Sk, (i + 1) * TM + diag), TN)
+    bulk, end = key_range(i, Sk, diag, TM, TN, CAUSAL)
     acc, l, m = key_tiles(acc, l, m, qt, k, v, b, hk, 0, bulk, rows, Sk, diag, qk_scale, D, TN, False,
                           CAUSAL, LATENCY)
     acc, l, m = key_tiles(acc, l, m, qt, k, v, b, hk, bulk, end, rows, Sk, diag, qk_scale, D, TN, True,
