@@ -5,10 +5,10 @@ there. For each check the worker sends the checker the case, the seed, the imple
 inputs and its output (CUDA tensors through CUDA IPC, CPU tensors through shared memory; no copy).
 The checker regenerates the pristine inputs from the seed, compares them with the ones the
 implementation held (a mutated input fails, padding included), computes the reference and the
-per-element bound in float64 (cached per case and seed), and returns the verdict. The process is
-a fresh interpreter (``python -m harness.checker``) that imports only the harness's problems
-and checks - so nothing a plugin or a backend does to the worker (walking frames, patching harness functions)
-reaches the verdict.
+per-element bound in float64 (cached per case and seed: every seed of the case in hand, as
+memory allows), and returns the verdict. The process is a fresh interpreter (``python -m
+harness.checker``) that imports only the harness's problems and checks - so nothing a plugin or a
+backend does to the worker (walking frames, patching harness functions) reaches the verdict.
 """
 from __future__ import annotations
 
@@ -92,6 +92,44 @@ def _release(cache: dict, device: str) -> dict:
     return {"ok": True}
 
 
+def _entry_bytes(entry) -> int:
+    """The bytes one cached reference holds (pristine inputs, reference, bound, systematic part)."""
+    import torch
+
+    n = 0
+    for x in entry:
+        for t in (x if isinstance(x, (tuple, list)) else (x,)):
+            if isinstance(t, torch.Tensor):
+                n += t.numel() * t.element_size()
+    return n
+
+
+def _free_bytes(device: str) -> int:
+    if device == "cuda":
+        import torch
+        return int(torch.cuda.mem_get_info()[0])
+    import os
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def _make_room(cache: dict, key: tuple, device: str) -> None:
+    """Before a new reference: keep the other seeds of the same case (every row of a case checks
+    the same seeds, so each seed's float64 reference is computed once a case, not once a row)
+    while they and one more entry of their size fit in a quarter of the free memory (parallel
+    workers share the device, and the reference of the largest cases takes ~10 GB); drop every
+    entry of another case."""
+    same = [k for k in cache if k[:2] == key[:2]]
+    if len(same) != len(cache):
+        cache.clear()
+    elif cache:
+        per = max(_entry_bytes(v) for v in cache.values())
+        if (len(cache) + 1) * per > _free_bytes(device) // 4:
+            cache.clear()
+    if not cache and device == "cuda":
+        import torch
+        torch.cuda.empty_cache()
+
+
 def _answer(msg: dict, device: str, cache: dict) -> dict:
     """The verdict on one output: the implementation's inputs against the pristine ones, then
     its output against the float64 reference (cached per case, seed and declared roundings)."""
@@ -103,16 +141,11 @@ def _answer(msg: dict, device: str, cache: dict) -> dict:
 
     problem = problems.get(msg["problem"])
     case = Case.from_json(msg["case"])
-    key = (case.id, int(msg["seed"]), int(msg.get("roundings", 0)))
+    key = (problem.name, case.id, int(msg["seed"]), int(msg.get("roundings", 0)))
     if key not in cache:
-        # one reference at a time: the checks of one seed come one after the other (its
-        # launches, then the next seed's), and a float64 reference of the largest cases
-        # takes ~10 GB beside the worker's own buffers (parallel workers share the GPU)
-        cache.clear()
-        if device == "cuda":
-            torch.cuda.empty_cache()
+        _make_room(cache, key, device)
         pristine = problem.make_inputs(case, device, int(msg["seed"]))
-        cache[key] = (pristine, *problem.reference_and_bound(pristine, case, key[2]))
+        cache[key] = (pristine, *problem.reference_and_bound(pristine, case, key[3]))
     pristine, ref, bound, systematic = cache[key]
     res = {"ok": True}
     if msg.get("inputs") is not None:
