@@ -57,6 +57,8 @@ class Attention(Problem):
     dtypes = ("float16", "bfloat16")
     input_names = ("q", "k", "v")
     metric = "TFLOP/s"
+    #: the vendor kernel of ``vendor_launch`` (the LOC figure's attention panel is % of it)
+    vendor_name = "cuDNN"
     derives_bound = True
     param_choices = {"causal": (0, 1), "layout": LAYOUTS}
     param_defaults = {"causal": 0, "layout": "bhsd"}
