@@ -140,6 +140,7 @@ def _class(case) -> tuple:
 
 
 @pytest.mark.gpu
+@needs_cute
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("impl_id", IDS)

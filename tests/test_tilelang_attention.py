@@ -77,6 +77,7 @@ def test_compiles_for_sm90a_with_hopper_features_one_compile_a_class():
 
 
 @pytest.mark.gpu
+@needs_tl
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("impl_id", IDS)
