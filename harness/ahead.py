@@ -58,33 +58,78 @@ def plan_units(tasks: list[dict], mode: str) -> list[dict]:
             if wanted and k not in units:
                 units[k] = {"id": f"u{len(units)}", "problem": t["problem"], "impl": iid, "case": t["case"],
                             "phase": t.get("phase", "timed"), "mode": mode, "layer": impl.layer,
-                            "adapter": impl.adapter}
+                            "adapter": impl.adapter, "cls": compile_class(impl, t["case"])}
     return list(units.values())
+
+
+def compile_class(impl, case_json: dict) -> str | None:
+    """The shape class a unit compiles, as far as the harness can tell: the implementation, the
+    dtype, the case's parameters that can change code (all but the problem's
+    ``value_params``, which change only the input values) and its planner's answer (variant and
+    configuration) - the sizes left out, since the layers compile a class once for every size
+    (TileLang's dynamic dimensions, NVRTC's size arguments). None where no planner answers (a
+    twin, a variant): no class. Two units of one class are never compiled at once on two
+    processes (the second would compile the same kernel again instead of loading it)."""
+    from . import problems
+    from .case import Case
+
+    plan = getattr(impl.sources, "plan", None)
+    if plan is None:
+        return None
+    try:
+        from .meta_inputs import case_facts
+        case = Case.from_json(case_json)
+        p = plan(impl.problem, case_facts(case))
+        skip = set(getattr(problems.get(impl.problem), "value_params", ()))
+        params = {k: v for k, v in sorted(case.params.items()) if k not in skip}
+        return json.dumps([impl.id, case.dtype, params, p.variant, dict(p.config)], sort_keys=True, default=str)
+    except Exception:   # a planner that cannot answer here: the unit has no class
+        return None
 
 
 class _Queue:
     """Units waiting for a process. A process takes the next unit of a layer it has loaded; with
     none left there, the layer with the most units per process working on it (a process pays a
-    layer's imports once)."""
+    layer's imports once). A unit whose shape class (``compile_class``) another process is
+    compiling waits until that compile is done, then loads it from the layer's cache; a process
+    with only such units left waits for one (``done``)."""
 
     def __init__(self, units: list[dict]):
         self.units = list(units)
-        self.lock = threading.Lock()
+        self.cond = threading.Condition()
         self.working: dict[str, int] = {}
+        self.busy: set = set()
 
-    def take(self, loaded: set) -> dict | None:
-        with self.lock:
-            if not self.units:
-                return None
-            i = next((i for i, u in enumerate(self.units) if u["layer"] in loaded), None)
+    def take(self, loaded: set, wait: bool = True) -> dict | None:
+        with self.cond:
+            while True:
+                if not self.units:
+                    return None
+                free = [i for i, u in enumerate(self.units) if u.get("cls") is None or u["cls"] not in self.busy]
+                if free:
+                    break
+                if not wait or _STOPPING.is_set():
+                    return None
+                self.cond.wait(0.5)
+            i = next((i for i in free if self.units[i]["layer"] in loaded), None)
             if i is None:
                 left: dict[str, int] = {}
-                for u in self.units:
-                    left[u["layer"]] = left.get(u["layer"], 0) + 1
+                for j in free:
+                    L = self.units[j]["layer"]
+                    left[L] = left.get(L, 0) + 1
                 layer = max(left, key=lambda L: left[L] / (1 + self.working.get(L, 0)))
                 self.working[layer] = self.working.get(layer, 0) + 1
-                i = next(i for i, u in enumerate(self.units) if u["layer"] == layer)
-            return self.units.pop(i)
+                i = next(j for j in free if self.units[j]["layer"] == layer)
+            unit = self.units.pop(i)
+            if unit.get("cls") is not None:
+                self.busy.add(unit["cls"])
+            return unit
+
+    def done(self, unit: dict) -> None:
+        """``unit`` is compiled (or failed): the units of its class may go."""
+        with self.cond:
+            self.busy.discard(unit.get("cls"))
+            self.cond.notify_all()
 
 
 class Pool(Gate):
@@ -208,6 +253,7 @@ class Pool(Gate):
                         "case": unit["case"]})
             w.send(unit)
             result, alive = self._await(w, unit)
+            self.queue.done(unit)
             self._resolve(unit, result)
             if not alive:
                 w.reap()

@@ -103,3 +103,49 @@ def test_units_once_per_case_and_phase(mode, expected):
     tasks = [{"id": f"t{i}", "problem": "vector_add", "case": case, "impls": ["cute:vector_add"], "phase": ph}
              for i, ph in enumerate(("verify-suite", "timed"))]
     assert len(ahead.plan_units(tasks, mode)) == expected
+
+
+def test_queue_never_compiles_one_class_on_two_processes_at_once():
+    units = [{"layer": "a", "id": "a0", "cls": "K"}, {"layer": "a", "id": "a1", "cls": "K"},
+             {"layer": "a", "id": "a2", "cls": None}]
+    q = ahead._Queue(units)
+    first = q.take(set())
+    assert first["id"] == "a0"
+    second = q.take({"a"}, wait=False)
+    assert second["id"] == "a2"                                # the class K is being compiled
+    assert q.take({"a"}, wait=False) is None                   # only K's second unit is left: wait
+    q.done(first)
+    assert q.take({"a"}, wait=False)["id"] == "a1"             # K compiled: its next unit loads it
+    assert q.take({"a"}) is None
+
+
+def test_a_waiting_process_goes_on_when_the_class_is_done():
+    import threading
+    units = [{"layer": "a", "id": "a0", "cls": "K"}, {"layer": "a", "id": "a1", "cls": "K"}]
+    q = ahead._Queue(units)
+    first = q.take(set())
+    got = []
+    t = threading.Thread(target=lambda: got.append(q.take({"a"})))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not got                            # waits while K compiles elsewhere
+    q.done(first)
+    t.join(5)
+    assert got and got[0]["id"] == "a1"
+
+
+def test_compile_class_leaves_out_the_sizes_and_the_input_values():
+    from harness import registry
+    from harness.case import Case
+    registry.load_backends()
+    impl = registry.get("softmax", "tilelang:softmax")
+    cls = lambda **kw: ahead.compile_class(impl, Case("softmax", {"M": kw.pop("M"), "N": kw.pop("N")},  # noqa: E731
+                                                      kw.pop("dtype", "float32"), kw).to_json())
+    a = cls(M=64, N=1000)
+    assert a is not None
+    assert cls(M=80, N=1000) == a                              # another row count: the same kernel
+    assert cls(M=64, N=1000, kind="neginf") == a               # other input values: the same kernel
+    assert cls(M=64, N=1000, dtype="bfloat16") != a            # another dtype: another compile
+    assert cls(M=64, N=200000) != a                            # the planner picks another variant
+    twin = registry.get("softmax", "tilelang:softmax_simple")
+    assert ahead.compile_class(twin, Case("softmax", {"M": 4, "N": 8}, "float32").to_json()) is None

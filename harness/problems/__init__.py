@@ -55,6 +55,9 @@ class Problem:
     #: parameters a case may carry, with their allowed values (None = any int)
     param_choices: dict[str, Sequence[Any] | None] = {}
     param_defaults: dict[str, Any] = {}
+    #: parameters that change only the inputs' values, never the code an implementation runs
+    #: (the compile-ahead pool's shape classes leave them out)
+    value_params: tuple[str, ...] = ()
 
     # -- cases -------------------------------------------------------------------------------
     def cases(self, suite: str) -> list[Case]:

@@ -41,6 +41,7 @@ class Softmax(Problem):
     ref_f64_inputs = 1    # x in float64 while the reference is computed
     ref_f64_outputs = 3   # the reference, |ref| and the systematic part
     param_choices = {"layout": tuple(LAYOUT_PAD), "kind": ("randn", "large", "negative", "neginf")}
+    value_params = ("kind",)
     param_defaults = {}
 
     def cases(self, suite):
