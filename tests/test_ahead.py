@@ -149,3 +149,13 @@ def test_compile_class_leaves_out_the_sizes_and_the_input_values():
     assert cls(M=64, N=200000) != a                            # the planner picks another variant
     twin = registry.get("softmax", "tilelang:softmax_simple")
     assert ahead.compile_class(twin, Case("softmax", {"M": 4, "N": 8}, "float32").to_json()) is None
+
+
+def test_helion_is_not_compiled_ahead_on_a_gpu():
+    """The pool's processes see no GPU, where Helion cannot trace: its rows compile in the GPU
+    worker (a Triton row beside it still goes to the pool)."""
+    case = {"id": "vector_add[N=5,float32]", "dims": {"N": 5}, "dtype": "float32", "params": {}}
+    task = {"id": "t0", "problem": "vector_add", "case": case, "phase": "timed",
+            "impls": ["helion:vector_add", "triton:vector_add"]}
+    assert [u["impl"] for u in ahead.plan_units([task], "compile")] == ["triton:vector_add"]
+    assert [u["impl"] for u in ahead.plan_units([task], "row")] == ["helion:vector_add"]  # CPU mode: settled there
