@@ -11,7 +11,10 @@ packages and reuses its in-process compiles - and report each as it finishes:
   The processes see no GPU (``CUDA_VISIBLE_DEVICES`` empty: no CUDA context, no GPU memory). A
   task goes to a GPU worker once its units are done (``Pool`` is the runner's ``Gate``); a unit
   that crashed or hung its process is that implementation's FAIL on that case, and the run goes
-  on. Only on an sm_90 GPU (what compile_only targets); a layer opts out with
+  on. A unit whose compile facts an earlier run left (``worker._facts_cache``: keyed by the
+  sources and compiler versions) is not compiled again, and units of one shape class
+  (``compile_class``) never compile on two processes at once. Only on an sm_90 GPU (what
+  compile_only targets); a layer opts out with
   ``describe_layer(..., compile_ahead=False)`` (the CUDA C++ layer: built at install time).
 - without a GPU (``mode="row"``): the rows of the implementations that cannot run on the CPU,
   settled exactly as a worker settles them (``harness.worker.settle``: SKIP, compiled for sm_90a
@@ -346,7 +349,22 @@ def run_unit(unit: dict, device: str) -> dict:
         why = impl.supports(case)
         if why:
             return {"note": f"not compiled: {why}"}
-        impl.compile_only_fn(case)
+        # an earlier run on this machine compiled the same sources for this case (the compile
+        # facts it left are keyed by every source file the line count reaches and the compiler
+        # versions): the layer's own cache holds the build, which the GPU process loads
+        from .worker import _facts_cache
+        cache = _facts_cache(impl, case)
+        if cache is not None and cache.is_file():
+            return {"compile_s": round(time.perf_counter() - t0, 3), "note": "built by an earlier run"}
+        facts = impl.compile_only_fn(case) or {}
+        if cache is not None and isinstance(facts, dict):
+            from kltools.cache import write_atomic
+
+            from .jsonsafe import dumps
+            try:
+                write_atomic(cache, dumps(dict(facts, compile_s=round(time.perf_counter() - t0, 3))))
+            except (TypeError, ValueError):
+                pass
     except Unsupported as e:
         return {"note": f"not compiled: {e}"}
     except Exception as e:

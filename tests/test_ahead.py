@@ -159,3 +159,35 @@ def test_helion_is_not_compiled_ahead_on_a_gpu():
             "impls": ["helion:vector_add", "triton:vector_add"]}
     assert [u["impl"] for u in ahead.plan_units([task], "compile")] == ["triton:vector_add"]
     assert [u["impl"] for u in ahead.plan_units([task], "row")] == ["helion:vector_add"]  # CPU mode: settled there
+
+
+def test_a_unit_an_earlier_run_built_is_not_compiled_again(tmp_path, monkeypatch):
+    """The pool's compile of (implementation, case) leaves its compile facts keyed by the
+    sources; the next run's unit finds them and does not compile again; an edit would."""
+    from harness import registry
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(registry, "_IMPLS", dict(registry._IMPLS))
+    compiled = []
+
+    def compile_only(case):
+        compiled.append(case.id)
+        return {"registers": 32, "spills": 0}
+
+    from kltools.plan import Source
+    src = [Source("tests/plugins/compile_crash.py", host=("anywhere",))]   # any file: the key's contents
+
+    @registry.register(problem="vector_add", layer="aheadcache", name="vector_add", devices=("cuda",),
+                       compile_only=compile_only, sources=src)
+    def prepare(case, inputs, out):
+        raise AssertionError("never launched here")
+
+    case = {"problem": "vector_add", "id": "vector_add[N=4099,float16]", "dims": {"N": 4099}, "dtype": "float16", "params": {}}
+    unit = {"id": "u0", "problem": "vector_add", "impl": "aheadcache:vector_add", "case": case,
+            "phase": "timed", "mode": "compile", "layer": "aheadcache", "adapter": None}
+    first = ahead.run_unit(unit, "cuda")
+    assert compiled == [case["id"]] and "note" not in first
+    again = ahead.run_unit(unit, "cuda")
+    assert compiled == [case["id"]] and again["note"] == "built by an earlier run"
+    other = dict(unit, case=dict(case, id="vector_add[N=5,float16]", dims={"N": 5}))
+    ahead.run_unit(other, "cuda")
+    assert compiled == [case["id"], "vector_add[N=5,float16]"]   # another case compiles
