@@ -518,12 +518,19 @@ def _blank_row(task, iid) -> dict:
 def _run_inline(tasks, job_base, ceilings, res, on_event):
     """Same work in this process (``--no-isolate``): faster to start, no crash protection. A row
     marked ``retry`` (out of GPU memory) runs again at once, as a worker's lane would run it."""
+    import contextlib
+
     from .worker import process_task
 
     rows: list = []
     again: list = []
+    stdout = sys.stdout   # the command's output (a JSON document under --format json)
 
     def emit(**ev):
+        with contextlib.redirect_stdout(stdout):
+            _emit(**ev)
+
+    def _emit(**ev):
         if ev.get("event") == "row":
             if ev["row"].pop("retry", None) and not current[0].get("retry"):
                 again.append(ev["row"]["impl"])
@@ -542,7 +549,10 @@ def _run_inline(tasks, job_base, ceilings, res, on_event):
     while queue_:
         t = current[0] = queue_.pop(0)
         emit(event="task", task=t["id"])
-        process_task(t, job_base, emit)
+        # what a layer or its compiler prints (TileLang logs through tqdm.write to sys.stdout) goes
+        # to stderr, as in a worker process, whose stdout is dup'd to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            process_task(t, job_base, emit)
         emit(event="task_done", task=t["id"])
         queue_[:0] = [dict(t, id=f"{t['id']}~{iid}", impls=[iid], retry=True) for iid in again]
         again.clear()

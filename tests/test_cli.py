@@ -223,6 +223,21 @@ def test_compare_default_selects_defaults_baselines_and_libraries(tmp_path, caps
     assert "torch:vector_add_compile" not in {r["impl"] for r in doc["rows"]}
 
 
+def test_compare_json_stays_json_when_an_implementation_prints(tmp_path, capsys):
+    # a layer's compiler that prints to stdout (TileLang's log lines start with a date) must not
+    # break the JSON document a pipe reads, in this process (--no-isolate) as in a worker
+    for isolate in ([], ["--no-isolate"]):
+        rc = main(["compare", "--plugin", str(PL / "chatty.py"), "--impl", "chatty:vector_add",
+                   "--problem", "vector_add", "--suite", "smoke", "--no-verify-suite", "--device", "cpu",
+                   *isolate, "--out", str(tmp_path / f"r{len(isolate)}"), "--format", "json"])
+        captured = capsys.readouterr()
+        doc = json.loads(captured.out)
+        assert rc == 0, captured.err
+        assert doc["rows"] and all(r["status"] == "PASS" for r in doc["rows"])
+        if isolate:   # in this process the lines go to stderr (a worker keeps its own stderr)
+            assert "[chatty] begins to compile" in captured.err
+
+
 def _row_lines(path):
     return [line for line in path.read_text().splitlines() if line.strip() and '"_event"' not in line]
 
