@@ -3,12 +3,15 @@ planned, what is being verified or timed now, elapsed, time left) and, while the
 pool works, its units (done of planned, what is compiling now); when the output is a file or a
 pipe, one plain line per finished row and per unit compiled ahead, each with the count, the
 elapsed seconds and an estimate of the time left (so a log shows the run as it goes, not after
-ten silent minutes)."""
+ten silent minutes). When no row has finished for ``STALL_S`` seconds, a line names what is in
+flight and for how long (a hung kernel shows itself by name long before the runner's timeout)."""
 from __future__ import annotations
 
 import sys
 import threading
 import time
+
+STALL_S = 60.0   # no row finished for this long: say what is in flight (again every STALL_S)
 
 
 def _case_text(case: dict) -> str:
@@ -39,8 +42,13 @@ class RunProgress:
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
         self.names: dict[str, str] = {}
+        self.running: dict[str, tuple[str, str, float]] = {}   # task id -> (impl, doing, since)
+        self.last_row = self.t0
+        self._said = self.t0
         self._prog = None
         self._unit_bar = None
+        self._stop = threading.Event()
+        self._ticker = None
 
     def __enter__(self):
         if not self.quiet and not self.plain:
@@ -53,12 +61,41 @@ class RunProgress:
             self._bar = self._prog.add_task(self.title, total=self.total)
         elif not self.quiet:
             print(f"{self.title}: {self.total} row(s)", file=sys.stderr, flush=True)
+        if not self.quiet:
+            self._ticker = threading.Thread(target=self._watch, daemon=True)
+            self._ticker.start()
         return self
 
     def __exit__(self, *exc):
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
         if self._prog is not None:
             self._prog.__exit__(*exc)
         return False
+
+    def _watch(self, every: float = 5.0) -> None:
+        while not self._stop.wait(every):
+            line = self.stalled()
+            if line:
+                if self._prog is not None:
+                    self._prog.console.print(line, markup=False, highlight=False)
+                else:
+                    print(line, file=sys.stderr, flush=True)
+
+    def stalled(self, now: float | None = None) -> str | None:
+        """The line to print when no row has finished for ``STALL_S`` (and none was printed in the
+        last ``STALL_S``): what each worker is on and since when; None otherwise."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            if now - max(self.last_row, self._said) < STALL_S:
+                return None
+            self._said = now
+            quiet_s = now - self.last_row
+            doing = [f"{what} {impl} on {self.names.get(tid, tid)} ({now - since:.0f} s)"
+                     for tid, (impl, what, since) in sorted(self.running.items(), key=lambda kv: kv[1][2])]
+        where = "; ".join(doing) if doing else "no implementation running (compiling, starting workers or waiting for GPU memory)"
+        return f"[{now - self.t0:5.0f}s] no row finished for {quiet_s:.0f} s; in flight: {where}"
 
     def add_tasks(self, tasks) -> None:
         for t in tasks:
@@ -76,8 +113,12 @@ class RunProgress:
     def event(self, ev: dict) -> None:
         kind = ev.get("event")
         with self.lock:
-            if kind == "step" and self._prog is not None:
+            if kind == "step":
                 doing = "timing" if ev.get("phase") == "time" else "verifying"
+                self.running[ev.get("task")] = (ev.get("impl", ""), doing, time.monotonic())
+            elif kind == "task_done":
+                self.running.pop(ev.get("task"), None)
+            if kind == "step" and self._prog is not None:
                 what = f"{self.title}: {doing} {self.names.get(ev.get('task'), '')} {ev.get('impl', '')}"
                 self._prog.update(self._bar, description=what[:90])
             elif kind == "compiling" and self._unit_bar is not None:
@@ -105,6 +146,11 @@ class RunProgress:
 
     def _row(self, r: dict) -> None:
         self.done += 1
+        self.last_row = time.monotonic()
+        name = f"{r.get('problem')} {_case_text(r['case'])}" if r.get("case") else None
+        for tid in [t for t, (impl, _, _) in self.running.items()   # a killed worker sends no task_done
+                    if impl == r.get("impl") and self.names.get(t) == name]:
+            del self.running[tid]
         if self._prog is not None:
             self._prog.update(self._bar, completed=min(self.done, self.total))
         elif not self.quiet:

@@ -21,4 +21,6 @@ for layer in sys.argv[1:]:
 PY
 )
 [ ${#ids[@]} -gt 0 ] || { echo "gpu_next: none of ${layers[*]} has a softmax or GEMM id here"; exit 2; }
-exec bash scripts/gpu_session.sh check "${layers[@]}" -- "${ids[@]}" --time-cap 0.2 --min-samples 10 "$@"
+# a row silent for KL_ROW_TIMEOUT s (default 120) is a hang: FAIL it and go on (the harness waits 600 s)
+exec bash scripts/gpu_session.sh check "${layers[@]}" -- "${ids[@]}" --time-cap 0.2 --min-samples 10 \
+    --timeout "${KL_ROW_TIMEOUT:-120}" "$@"

@@ -383,6 +383,7 @@ def compiled_ahead():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")
+@needs_tl
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_verify_suite_gpu(problem, compiled_ahead):
     """The default and the twin on every verify case (neither declines one)."""
@@ -397,6 +398,7 @@ def test_verify_suite_gpu(problem, compiled_ahead):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU")
+@needs_tl
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_variants_gpu(problem, compiled_ahead):
     """Every variant and candidate (the pending plans, ``<problem>_next``) on the verify cases it
