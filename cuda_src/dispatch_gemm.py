@@ -27,7 +27,7 @@ GEMM = {
     # load and tensor pipes; ties: the larger bm). A grid of few 128-row tiles (411 x 733: 24 CTAs
     # for 132 SMs) takes 32-row tiles (78 CTAs); a grid that fills the SMs keeps 128 rows
     # (97 x 211 x 389 on 32 rows: 1.76x against 128 rows on the H100; docs/performance.md,
-    # "CUDA C++ / GEMM + epilogue", the pending switches).
+    # "CUDA C++ / GEMM + epilogue").
     # Operands TMA cannot read (A: K, lda or its base not 16-byte multiples; B: N, ldb), above the
     # B stream: each copied once a call into a workspace of 16-byte rows (gemm_stage_rows_kernel, one
     # launch for both), then the TMA kernels; C goes out by ping-pong's plain 16-byte stores where TMA
