@@ -5,11 +5,12 @@ Rows:
 - ``cuda:gemm_epilogue`` (default): the planner's rules. Small M (a stream of B): the tiled mma.sync
   kernel, with K split (fp32 partials, then the reduction kernel) until its CTAs fill three
   quarters of the SMs' resident capacity (GEMM["tiled_wave_fill"]). Where TMA can read A and B
-  (16-byte strides and bases): the ping-pong kernel, or the warp-specialised kernel with split-K
-  when the output tiles would leave SMs idle;
-  where only B's stride is the obstacle (N = 50257) and M is large enough: B copied once per call
-  to a 16-byte-strided workspace, then the warp-specialised kernel; else the tiled mma.sync kernel
-  (any shape, stride, alignment).
+  (16-byte strides and bases): the ping-pong kernel (C by TMA, or by plain 16-byte stores where
+  TMA cannot write it), or the warp-specialised kernel with split-K when the output tiles would
+  leave SMs idle; where TMA cannot read A or B (N = 50257, K = 957): those operands copied once a
+  call into workspaces of 16-byte rows, then the same choice, where the model says that beats the
+  tiled mma.sync kernel (any shape, stride, alignment; its tile rows by the load of the busiest SM).
+  GELU by ex2.approx.
 - ``cuda:gemm_epilogue_simple``: the teaching twin (shared-memory tiles, FMA, any shape).
 - ``cuda:gemm_epilogue_tiled``: mma.sync + ldmatrix + cp.async ring (sm_80+), any shape.
 - ``cuda:gemm_epilogue_ws``: Hopper, TMA ring + warp-specialised wgmma 128 x 256 (sm_90a).
@@ -18,9 +19,6 @@ Rows:
   the same algorithm, so no id of its own.)
 - ``cuda:gemm_epilogue_splitk``: the ws kernel with K split across CTAs (fp32 workspace from
   prepare) and the reduction kernel of ``gemm_epilogue_splitk.cu`` that applies bias + activation once.
-- ``cuda:gemm_epilogue_next`` (a candidate, not yet run on a GPU): the default with the switches of
-  ``dispatch_gemm.GEMM_NEXT`` on (operands TMA cannot read staged to 16-byte rows, ping-pong's plain
-  stores for any C, the tiled kernel's tile rows by SM load).
 """
 from __future__ import annotations
 
@@ -92,7 +90,7 @@ def _supports(path: str):
     def supports(case):
         if case.dtype not in ("float16", "bfloat16"):
             return f"fp16/bf16 only (got {case.dtype})"
-        if path in ("auto", "next"):
+        if path == "auto":
             return None
         try:
             case_gemm(path, case)
@@ -155,20 +153,17 @@ SOURCES = {
 
 def sources(path: str, hosts) -> list:
     """A row's Sources: the default's derived from its planner (harness.planned: the kernels
-    dispatch.plan launches over the suites' cases, B's repacking included); the candidate
-    ``next`` (the default with its pending switches on) every path's kernels, B's repacking and
-    staging included; else the path's kernels; then ``hosts`` (the launcher)."""
+    dispatch.plan launches over the suites' cases, the staging copies included); else the path's
+    kernels; then ``hosts`` (the launcher)."""
     if path == "auto":
         return planned(dispatch.plan, "gemm_epilogue", hosts)
-    if path == "next":
-        return [s for k in ("tiled", "ws", "splitk", "pingpong") for s in SOURCES[k]] + \
-            [_src("gemm_epilogue_ws.cu", "gemm_pad_rows_kernel", "gemm_stage_rows_kernel")] + list(hosts)
     return SOURCES[path] + list(hosts)
 
 DESCRIPTIONS = {
     "auto": "planner's rules: small M tiled mma.sync + split-K filling the SMs' resident CTAs, ping-pong where "
-            "TMA can read and store, ws + split-K when tiles leave SMs idle, B repacked for TMA when only its "
-            "stride forbids it, tiled mma.sync otherwise",
+            "TMA can read A and B (C by TMA or plain 16-byte stores), ws + split-K when tiles leave SMs idle, A / B "
+            "rows TMA cannot read staged to 16-byte rows where that models faster than tiled mma.sync (tile rows by "
+            "SM load), GELU by ex2.approx",
     "simple": "teaching twin: 16 x 16 shared-memory tiles, one output per thread, FMA, any shape",
     "tiled": "mma.sync m16n8k16 + ldmatrix + 4-stage cp.async, 128x128x32, any shape and alignment",
     "ws": "Hopper: TMA 4-stage ring + warp-specialised wgmma 128x256x64, persistent, fused bias+act",
@@ -176,19 +171,12 @@ DESCRIPTIONS = {
                 "TMA-store epilogue overlapping the other WG's wgmma, persistent, fused bias+act",
     "splitk": "Hopper ws kernel 128x128 with K split across CTAs (fp32 partials in a workspace), then one "
               "reduction kernel applies bias + activation",
-    "next": "candidate, not yet run on a GPU: the default with its pending switches on (unaligned A / B staged "
-            "to 16-byte rows for the TMA kernels, ping-pong's plain 16-byte stores for any C, tiled tile rows "
-            "by SM load)",
 }
 ROWS = (("auto", "gemm_epilogue"), ("simple", "gemm_epilogue_simple"), ("tiled", "gemm_epilogue_tiled"),
         ("ws", "gemm_epilogue_ws"), ("pingpong", "gemm_epilogue_pingpong"),
         ("splitk", "gemm_epilogue_splitk"))
 
-#: built, not yet run on a GPU: reached by the layer's GPU check (registry.get(..., candidates=True))
-CANDIDATE_ROWS = (("next", "gemm_epilogue_next"),)
-
-for _path, _name in ROWS + CANDIDATE_ROWS:
+for _path, _name in ROWS:
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
              sources=sources(_path, LAUNCHER), devices=("cuda",), available=available,
-             supports=_supports(_path), compile_only=_compile_only(_path),
-             candidate=(_path, _name) in CANDIDATE_ROWS)(_prepare(_path))
+             supports=_supports(_path), compile_only=_compile_only(_path))(_prepare(_path))

@@ -530,27 +530,13 @@ SOFTMAX_DESCRIPTIONS = {
     "split": "persistent cooperative grid, C blocks per row hold 16384-column chunks in registers, (max, sum) "
              "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768); few rows: 8192 / 4096-"
              "column chunks until the units cover the SMs (those chunks not yet run on a GPU)",
-    "cluster": "not yet run on a GPU: a long row over a thread-block cluster of 2-16 CTAs, each CTA's share in its "
-               "registers (16-byte loads at any row alignment), one exponential an element, (max, sum) a warp "
-               "through distributed shared memory: 1 read, 1 write",
-    "next": "candidate: the default with the switches of dispatch.SOFTMAX_NEXT on (rows over 32 KB to the cluster "
-            "path while a cluster holds the row and M x C CTAs cover the SMs); not yet run on a GPU",
+    "cluster": "a long row over a thread-block cluster of 2-16 CTAs, each CTA's share in its registers (16-byte "
+               "loads at any row alignment), one exponential an element, (max, sum) a warp through distributed "
+               "shared memory: 1 read, 1 write; as the default's rule for rows over 32 KB it ran 0.64-0.87x of the "
+               "default on the H100 (2026-12-06; the NVRTC build crashed the context at 4096 x 50257 fp32)",
 }
-#: kernels built on the CPU and not yet run on a GPU (register(candidate=True)): the cluster path, and
-#: the default planned under the pending switches (``next``: dispatch.SOFTMAX_NEXT)
-SOFTMAX_CANDIDATES = (("cluster", "softmax_cluster"), ("next", "softmax_next"))
-
-
-def softmax_under(path: str, fn):
-    """``fn`` (supports, compile_only, grid or prepare of ``path``), for the candidate ``next`` the
-    default's planned with the pending switches on; ``path`` itself otherwise."""
-    if path != "next":
-        return fn
-
-    def call(*args):
-        with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
-            return fn(*args)
-    return call
+#: candidates (register(candidate=True)): the cluster path, which no planner picks
+SOFTMAX_CANDIDATES = (("cluster", "softmax_cluster"),)
 SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "softmax_warp"),
                 ("block", "softmax_block"), ("rows", "softmax_rows"), ("online", "softmax_online"),
                 ("smem", "softmax_smem"), ("split", "softmax_split"))
@@ -559,20 +545,17 @@ SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "sof
 def softmax_sources(path: str, host=None) -> list[Source]:
     """A path's kernel and the launcher's host code (``host``: the layer's LAUNCHER unless given);
     the default's (``auto``) derived from its planner (``harness.planned``: the kernels
-    ``dispatch.plan`` launches over the suites' cases; the lines it ran are the plan column); the
-    candidate ``next`` (the pending switches on) every path's kernel."""
+    ``dispatch.plan`` launches over the suites' cases; the lines it ran are the plan column)."""
     hosts = LAUNCHER if host is None else (list(host) if isinstance(host, (list, tuple)) else [host])
     srcs = {p: Source(f"cuda_src/{f}", kernels=(k,), host=()) for p, (f, k) in SOFTMAX_KERNEL.items()}
     if path == "auto":   # derived: the kernels dispatch.plan chooses over the suites' cases
         return planned(dispatch.plan, "softmax", hosts)
-    if path == "next":
-        return [s for p, s in srcs.items() if p != "simple"] + hosts
     return [srcs[path], *hosts]
 
 
 def softmax_supports(path: str):
     def supports(case):
-        if path in ("auto", "next"):
+        if path == "auto":
             return None  # the default takes every valid case
         try:
             case_softmax(path, case)
@@ -593,23 +576,19 @@ def _softmax_compile_only(path):
 
 
 def _register_softmax(path: str, name: str, candidate: bool = False):
-    plan_path = "auto" if path == "next" else path
-    under = lambda fn: softmax_under(path, fn)  # noqa: E731
-
     @register(problem="softmax", layer="cuda", name=name, description=SOFTMAX_DESCRIPTIONS[path],
               sources=softmax_sources(path), devices=("cuda",), available=available, candidate=candidate,
-              supports=under(softmax_supports(path)), compile_only=under(_softmax_compile_only(plan_path)),
-              grid=under(lambda case: softmax_grid(case_softmax(plan_path, case), case.M, case.N)))
-    @under
+              supports=softmax_supports(path), compile_only=_softmax_compile_only(path),
+              grid=lambda case: softmax_grid(case_softmax(path, case), case.M, case.N))
     def prepare(case, inputs, out):
         (x,) = inputs
         mod = module()
         out_ = check_softmax(x, out)
         di = dev_index(x)
         try:
-            plan = softmax_launches(x, out_, plan_path, device(di))
+            plan = softmax_launches(x, out_, path, device(di))
         except dispatch.Decline as e:
-            raise Unsupported(f"{plan_path} path: {e}") from None
+            raise Unsupported(f"{path} path: {e}") from None
         launch = make_launcher(mod, plan, {"x": x.data_ptr(), "out": out_.data_ptr()}, di, DTYPE_CODE[x.dtype])
         launch.info = launch_info(plan)
         return launch

@@ -26,7 +26,7 @@ import torch
 from backends import cuda_gemm
 from backends.cuda_layer import (DTYPE_CODE, SOFTMAX_CANDIDATES, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config,
                                  case_softmax, case_vector_add, check_softmax, check_vector_add, dev_index,
-                                 softmax_grid, softmax_launches, softmax_sources, softmax_supports, softmax_under,
+                                 softmax_grid, softmax_launches, softmax_sources, softmax_supports,
                                  vector_add_grid, vector_add_launches, va_sources)
 from cuda_src import dispatch
 from harness import Source, register
@@ -361,31 +361,28 @@ def compile_only_nvrtc(kernel: str, config: dict | None = None) -> dict:
 
 # -- registration --------------------------------------------------------------------------------
 def _register_softmax(path: str, name: str, candidate: bool = False):
-    plan_path = "auto" if path == "next" else path
-    under = lambda fn: softmax_under(path, fn)  # noqa: E731
     supports = softmax_supports(path)
 
     def compile_only(case):
         if (why := supports(case)):
             raise Unsupported(why)
-        plan = case_softmax(plan_path, case)
+        plan = case_softmax(path, case)
         return compile_only_nvrtc(plan.kernel, _config(plan))
 
     @register(problem="softmax", layer="cupy", name=name,
               description="NVRTC of cuda_src: " + SOFTMAX_DESCRIPTIONS[path], candidate=candidate,
-              sources=softmax_sources(path, HOST), devices=("cuda",), available=available, supports=under(supports),
-              compile_only=under(compile_only),
-              grid=under(lambda case: softmax_grid(case_softmax(plan_path, case), case.M, case.N)))
-    @under
+              sources=softmax_sources(path, HOST), devices=("cuda",), available=available, supports=supports,
+              compile_only=compile_only,
+              grid=lambda case: softmax_grid(case_softmax(path, case), case.M, case.N))
     def prepare(case, inputs, out):
         (x,) = inputs
         _require()
         check_softmax(x, out)
         di = dev_index(x)
         try:
-            plan = softmax_launches(x, out, plan_path, _device(di))
+            plan = softmax_launches(x, out, path, _device(di))
         except dispatch.Decline as e:
-            raise Unsupported(f"{plan_path} path: {e}") from None
+            raise Unsupported(f"{path} path: {e}") from None
         return _make(plan, {"x": x.data_ptr(), "out": out.data_ptr()}, di, DTYPE_CODE[x.dtype])
 
     return prepare
@@ -418,7 +415,7 @@ _register_vector_add("auto", "vector_add", "grid-stride, 16-byte loads, scalar h
 _register_vector_add("simple", "vector_add_simple", "teaching twin: one element per thread, grid-stride loop")
 
 
-def _register_gemm(path: str, name: str, candidate: bool = False):
+def _register_gemm(path: str, name: str):
     base = cuda_gemm._supports(path)
 
     def supports(case):
@@ -432,11 +429,10 @@ def _register_gemm(path: str, name: str, candidate: bool = False):
 
     @register(problem="gemm_epilogue", layer="cupy", name=name, description="NVRTC of cuda_src: " +
               cuda_gemm.DESCRIPTIONS[path], sources=cuda_gemm.sources(path, [HOST]),
-              devices=("cuda",), available=available, supports=supports, compile_only=compile_only,
-              candidate=candidate)
+              devices=("cuda",), available=available, supports=supports, compile_only=compile_only)
     def prepare(case, inputs, out):
         _require()
-        if (why := supports(case)) and path not in ("auto", "next"):
+        if (why := supports(case)) and path != "auto":
             raise Unsupported(why)
         a, b, bias, act = cuda_gemm.check_gemm(case, inputs, out)
         di = dev_index(a)
@@ -453,5 +449,3 @@ def _register_gemm(path: str, name: str, candidate: bool = False):
 
 for _path, _name in cuda_gemm.ROWS:
     _register_gemm(_path, _name)
-for _path, _name in cuda_gemm.CANDIDATE_ROWS:
-    _register_gemm(_path, _name, candidate=True)

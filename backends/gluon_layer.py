@@ -371,7 +371,7 @@ def _gemm_supports(variant):
     def supports(case):
         if variant != "simple" and (why := _wgmma_missing()):
             return why
-        if variant in ("tma", "splitk", "streamk"):
+        if variant in ("tma", "splitk"):
             es = torch.empty((), dtype=case.torch_dtype).element_size()
             if case.N % (16 // es) or case.K % (16 // es):
                 return f"N = {case.N}, K = {case.K}: TMA needs both multiples of {16 // es} (16-byte strides)"
@@ -389,18 +389,13 @@ def _gemm_specs(variant, case):
                                 "stride_bk": b.stride(0), "stride_cm": out.stride(0), "BLOCK_M": BM,
                                 "BLOCK_N": BN, "BLOCK_K": BK, "HAS_BIAS": bias is not None, "ACT": ACTS[act]},
                                {"num_warps": 4})]
-    if variant in ("default", "next"):
-        G = {**dispatch.GEMM, **dispatch.GEMM_NEXT} if variant == "next" else dispatch.GEMM
+    if variant == "default":
         copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
         variant, cfg = dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200,
-                                            copies, G)
+                                            copies)
     else:
         cfg = _gemm_cfg(variant, case.M, case.N, case.K, H200)
     ws = None
-    if variant == "streamk":
-        from gluon_src import gemm_epilogue_streamk as S
-        g = S.programs_for(case.M, case.N, case.K, cfg, H200["sms"])
-        ws = tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in S.workspace(cfg, g, "cpu"))
     if variant == "splitk":
         from gluon_src.gemm_epilogue_splitk import slices
         ws = torch.empty(slices(case.K, cfg["BLOCK_K"], cfg["SPLIT"])[1] * case.M * case.N,
@@ -411,11 +406,6 @@ def _gemm_specs(variant, case):
 def _gemm_cfg(variant, M, N, K, facts):
     if variant == "splitk":
         return dispatch.gemm_splitk_config(M, N, K, facts)
-    if variant == "streamk":   # the planner's streamk choice (the few_rows tile for few rows), else the tma config
-        if M <= dispatch.GEMM["few_rows_max_m"]:
-            return dict(dispatch.GEMM["few_rows"])
-        sk = dispatch.gemm_streamk_config(M, N, K, facts)
-        return dict(sk[1]) if sk else _gemm_cfg("tma", M, N, K, facts)
     return dict(min(dispatch.GEMM[variant], key=lambda c: (dispatch._gemm_time(M, N, K, c, facts["sms"]),
                                                            c["BLOCK_M"] * c["BLOCK_N"])))
 
@@ -438,12 +428,11 @@ def _gemm_prepare(variant):
             raise ValueError(f"act: must be one of {', '.join(ACTS)}, got {act!r}")
         if variant == "simple":
             return _twin(gemm_simple.gemm_epilogue, a, b, bias, act, out)
-        if variant in ("default", "next"):
-            G = {**dispatch.GEMM, **dispatch.GEMM_NEXT} if variant == "next" else dispatch.GEMM
-            return _planned(lambda: dispatch.plan_gemm(a, b, bias, act, out, G))
+        if variant == "default":
+            return _planned(lambda: dispatch.plan_gemm(a, b, bias, act, out))
 
         def make():
-            if variant in ("tma", "splitk", "streamk") and (why := gemm_tma.check(a, b, out)):
+            if variant in ("tma", "splitk") and (why := gemm_tma.check(a, b, out)):
                 raise ValueError(why)
             M, K = a.shape
             N = b.shape[1]
@@ -465,13 +454,16 @@ _GEMM_SRC = {
     "splitk": Source("gluon_src/gemm_epilogue_splitk.py", kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
                      host=("launch_specs", "workspace", "slices")),
     "epilogue": Source("gluon_src/epilogue.py", kernels=("bias_act",), host=()),
-    "streamk": Source("gluon_src/gemm_epilogue_streamk.py", kernels=("gemm_epilogue_streamk_kernel",),
-                      host=("launch_spec", "workspace", "programs_for", "dp_tiles")),
+    "stage": Source("gluon_src/gemm_epilogue_tma.py", kernels=("stage_rows_kernel", "gemm_epilogue_tma_kernel",
+                                                              "tile_coords"),
+                    host=("staged_specs", "stage_spec", "staged", "launch_spec", "check")),
 }
 _GEMM = {
     "default": ("gemm_epilogue", "dispatcher: tma (persistent, TMA ring + wgmma) when A, B and C allow "
-                "16-byte TMA strides, else tiled (masked loads into NVMMA shared memory + wgmma); splitk "
-                "for few rows whose tiles leave SMs idle; tile config by waves on the SMs",
+                "16-byte TMA strides; else, above 64 rows, the rows TMA cannot read copied to 16-byte rows and "
+                "then the tma kernel (C stored from registers where TMA cannot write it) where that models "
+                "faster than tiled (masked loads into NVMMA shared memory + wgmma); splitk for few rows whose "
+                "tiles leave SMs idle; tile config by waves on the SMs",
                 _derived("gemm_epilogue", {k: v for k, v in _GEMM_SRC.items() if k != "epilogue"},
                          [_GEMM_SRC["epilogue"],
                           Source("gluon_src/dispatch.py", kernels=(), host=("plan_gemm", "gemm_specs")),
@@ -486,29 +478,15 @@ _GEMM = {
     "splitk": ("gemm_epilogue_splitk", "K cut in slices over programs (TMA ring + wgmma each), fp32 partials "
                "summed in order by a second kernel with bias + activation; K, N multiples of 8",
                [_GEMM_SRC["splitk"], _GEMM_SRC["epilogue"]]),
-    "streamk": ("gemm_epilogue_streamk", "candidate, not yet run on a GPU: the tma ring and wgmma, whole "
-                "waves data-parallel, the last full wave and the partial one shared out evenly by K steps "
-                "(fp32 partials in the accumulator's layout, added by the tile's owner in program order); "
-                "K, N multiples of 8", [_GEMM_SRC["streamk"], _GEMM_SRC["epilogue"]]),
     "tiled": ("gemm_epilogue_tiled", "masked pointer loads (as wide as the alignment allows) into "
               "double-buffered NVMMA shared memory, async wgmma; any shape",
               [_GEMM_SRC["tiled"], _GEMM_SRC["epilogue"]]),
 }
-# a candidate (not yet run on a GPU): the default with dispatch.GEMM_NEXT's switches on
-_GEMM["next"] = ("gemm_epilogue_next", "candidate, not yet run on a GPU: the default with its pending switches "
-                 "on (A / B rows TMA cannot read copied to 16-byte rows, then the tma kernel, C stored from "
-                 "registers where TMA cannot write it; each tile's first loads under the previous epilogue; "
-                 "stream-K where a partial last wave would idle SMs)",
-                 _GEMM["default"][2] + [Source("gluon_src/gemm_epilogue_tma.py", kernels=("stage_rows_kernel",),
-                                               host=("staged_specs", "stage_spec", "staged")),
-                                        _GEMM_SRC["streamk"]])
-
 for _variant, (_name, _desc, _sources) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_sources,
              devices=("cuda",), available=available,
              supports=None if _variant == "simple" else _gemm_supports(_variant),
-             compile_only=_gemm_compile(_variant) if triton else None,
-             candidate=_variant in ("next", "streamk"))(_gemm_prepare(_variant))
+             compile_only=_gemm_compile(_variant) if triton else None)(_gemm_prepare(_variant))
 
 
 def _artifacts(impl, case, art):

@@ -41,7 +41,6 @@ if triton is not None:
     from triton_src import H200, dispatch, interpreting
     from triton_src import gemm_epilogue as gemm_simple
     from triton_src import gemm_epilogue_splitk as gemm_splitk
-    from triton_src import gemm_epilogue_streamk as gemm_streamk
     from triton_src import gemm_epilogue_tiled as gemm_tiled
     from triton_src import gemm_epilogue_tma as gemm_tma
     from triton_src import softmax as softmax_simple
@@ -355,8 +354,8 @@ VARIANT_SOURCES = {
         "tiled": [Source(_GEMM_SRC.format("tiled"), kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",))],
         "splitk": [Source(_GEMM_SRC.format("splitk"), kernels=("gemm_splitk_partial_kernel",
                                                                "gemm_splitk_reduce_kernel"), host=("bind_launch",))],
-        "streamk": [Source(_GEMM_SRC.format("streamk"), kernels=("gemm_epilogue_streamk_kernel",),
-                           host=("bind_launch",))],
+        "stage": [Source(_GEMM_SRC.format("tma"), kernels=("stage_rows_kernel", "gemm_epilogue_tma_kernel"),
+                         host=("bind_staged_launch",))],
         # the twin's kernel, which the planner also launches (dispatch.plain_spec, plan column)
         "plain": [Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",), host=())]},
 }
@@ -636,37 +635,17 @@ for _variant, (_name, _desc, _sources) in _SOFTMAX.items():
              grid=_sm_grid(_variant) if triton else None)(_sm_prepare(_variant))
 
 
-def _sm_next(fn):
-    """``fn`` of the default, planned with the pending switches on (``dispatch.SOFTMAX_NEXT``)."""
-    def call(*args):
-        with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
-            return fn(*args)
-    call.__name__ = f"{fn.__name__}_next"
-    return call
-
-
-# the candidate that times tomorrow's default beside today's (not yet run on a GPU)
-register(problem="softmax", layer=LAYER, name="softmax_next", candidate=True,
-         description="candidate: the default with the switches of dispatch.SOFTMAX_NEXT on (rows "
-                     "and block kernels take 16-byte-multiple rows in 16-byte units: 128-bit "
-                     "accesses without the aligned frame's edge pass); not yet run on a GPU",
-         sources=default_sources("softmax"), devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
-         cpu_max_cols=INTERPRETER_MAX_COLS, available=available,
-         compile_only=_compile_only(_sm_next(_sm_compile("default"))) if triton else None,
-         grid=_sm_next(_sm_grid("default")) if triton else None)(_sm_next(_sm_prepare("default")))
-
-
 # -- gemm_epilogue -----------------------------------------------------------------------------
 def _gemm_aligned(a, b, bias, out) -> bool:
     vec = gemm_tiled.vec_facts(a, b, bias, out)
     return dispatch.gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"])
 
 
-def _gemm_choice(case, G=None):
+def _gemm_choice(case):
     a, b, bias, act, out = _meta_gemm(case)
     copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
     return dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200,
-                                _gemm_aligned(a, b, bias, out), copies, G or dispatch.GEMM)
+                                _gemm_aligned(a, b, bias, out), copies)
 
 
 def _gemm_cfg(variant, case):
@@ -674,20 +653,9 @@ def _gemm_cfg(variant, case):
     aligned = _gemm_aligned(*(t for i, t in enumerate(_meta_gemm(case)) if i != 3))
     if variant == "tma":
         return dispatch.gemm_tma_config(M, N, K, H200)
-    if variant == "streamk":
-        return gemm_streamk_config(M, N, K, H200)
     if variant == "splitk":
         return dispatch.gemm_splitk_config(M, N, K, H200, aligned)
     return dispatch.gemm_tiled_config(M, N, K, H200, aligned)
-
-
-def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> dict:
-    """The streamk variant's config: the planner's streamk choice (narrow tiles for few rows), else
-    its tma config."""
-    if M <= dispatch.GEMM["narrow_max_m"] and (narrow := dispatch.gemm_streamk_narrow_config(M, N, K, facts)):
-        return narrow
-    sk = dispatch.gemm_streamk_config(M, N, K, facts)
-    return dict(sk[1]) if sk else dispatch.gemm_tma_config(M, N, K, facts)
 
 
 def _gemm_specs(variant, case, cfg=None):
@@ -697,10 +665,6 @@ def _gemm_specs(variant, case, cfg=None):
     cfg = cfg or _gemm_cfg(variant, case)
     if variant == "tma":
         return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, H200["sms"])]
-    if variant == "streamk":
-        g = gemm_streamk.programs_for(case.M, case.N, case.K, cfg, H200["sms"])
-        ws, flags = (torch.empty(t.shape, dtype=t.dtype, device="meta") for t in gemm_streamk.workspace(cfg, g, "cpu"))
-        return [gemm_streamk.launch_spec(a, b, bias, act, out, cfg, g, ws, flags)]
     if variant == "stage":   # the copies of the operands TMA cannot read, then the TMA kernel
         ops = {n: t if gemm_tma.tma_readable(t) else gemm_tma.staged(t) for n, t in (("a", a), ("b", b))}
         copies = [gemm_tma.stage_spec(t, ops[n]) for n, t in (("a", a), ("b", b)) if ops[n] is not t]
@@ -718,7 +682,7 @@ def _gemm_specs(variant, case, cfg=None):
 
 def _gemm_supports(variant):
     def supports(case):
-        if variant in ("tma", "streamk"):
+        if variant == "tma":
             return gemm_tma.supports(case.M, case.N, case.K, dtype=case.torch_dtype)
         return None
     return supports
@@ -727,8 +691,6 @@ def _gemm_supports(variant):
 def _gemm_variant(variant, case):
     if variant == "default":
         return _gemm_choice(case)
-    if variant == "next":
-        return _gemm_choice(case, {**dispatch.GEMM, **dispatch.GEMM_NEXT})
     return variant, None
 
 
@@ -771,7 +733,7 @@ def _gemm_grid(variant):
                 kept = sum(min(BM, M - pm * BM) * min(BN, N - pn * BN)
                            for pm, pn in (_tile_of(t, tm, tn, GM) for t in mine))
                 return kept, len(mine) * BM * BN - kept
-            if v in ("tma", "stage", "streamk"):
+            if v in ("tma", "stage"):
                 d = _persistent(s.grid[0], tm * tn, "tile", tiles, block,
                                 f"persistent: min({H200['sms']} SMs, {tm * tn} tiles) programs, grouped order")
             else:
@@ -803,9 +765,8 @@ def _gemm_prepare(variant):
         facts = dispatch.device_facts(a.device)
         aligned = _gemm_aligned(a, b, bias, out)
         try:
-            if variant in ("default", "next"):
-                G = {**dispatch.GEMM, **dispatch.GEMM_NEXT} if variant == "next" else dispatch.GEMM
-                plan = dispatch.plan_gemm(a, b, bias, act, out, G)
+            if variant == "default":
+                plan = dispatch.plan_gemm(a, b, bias, act, out)
                 name, cfg, launch = plan.variant, plan.config, plan.launch
             elif variant == "tma":
                 if (why := gemm_tma.check(a, b, out)):
@@ -813,12 +774,6 @@ def _gemm_prepare(variant):
                 name, cfg = variant, dispatch.gemm_tma_config(M, N, K, facts)
                 sms = dispatch.INTERPRETER_SMS if interpreting() else facts["sms"]
                 launch = gemm_tma.bind_launch(a, b, bias, act, out, cfg, sms)
-            elif variant == "streamk":
-                if (why := gemm_tma.check(a, b, out)):
-                    raise Unsupported(why)
-                name, cfg = variant, gemm_streamk_config(M, N, K, facts)
-                sms = dispatch.INTERPRETER_SMS if interpreting() else facts["sms"]
-                launch = gemm_streamk.bind_launch(a, b, bias, act, out, cfg, sms)
             elif variant == "splitk":
                 name, cfg = variant, dispatch.gemm_splitk_config(M, N, K, facts, aligned)
                 launch = gemm_splitk.bind_launch(a, b, bias, act, out, cfg)
@@ -834,9 +789,11 @@ def _gemm_prepare(variant):
 
 
 _GEMM = {
-    "default": ("gemm_epilogue", "dispatcher: persistent TMA when the operands allow it, the pointer "
-                "kernel otherwise (N or K not a multiple of 8), split-K for few rows; tile config by "
-                "waves on the SMs; planned once, launched through the compiled kernel's launcher",
+    "default": ("gemm_epilogue", "dispatcher: persistent TMA when the operands allow it; where TMA cannot "
+                "read A or B (N or K not a multiple of 8), those rows copied to 16-byte rows and then the TMA "
+                "kernel (C stored from registers where TMA cannot write it) where that models faster than the "
+                "pointer kernels; split-K for few rows; tile config by waves on the SMs; planned once, launched "
+                "through the compiled kernel's launcher",
                 default_sources("gemm_epilogue")),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of C tiles, masked tl.dot loop, fp32 "
                "accumulator, bias + activation before the one store; any shape",
@@ -847,28 +804,15 @@ _GEMM = {
     "tma": ("gemm_epilogue_tma", "persistent (one program per SM), TMA descriptors for A/B/C, grouped "
             "order, epilogue stored in two halves; K, N multiples of 8",
             VARIANT_SOURCES["gemm_epilogue"]["tma"]),
-    # a candidate (not yet run on a GPU): stream-K on the persistent TMA kernel
-    "streamk": ("gemm_epilogue_streamk", "candidate, not yet run on a GPU: persistent TMA tiles, whole "
-                "waves data-parallel, the last full wave and the partial one shared out evenly by K steps "
-                "(fp32 partials, owner adds them in program order); K, N multiples of 8",
-                VARIANT_SOURCES["gemm_epilogue"]["streamk"]),
     "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace, then one reduce + "
                "bias + activation kernel (deterministic); for few rows",
                VARIANT_SOURCES["gemm_epilogue"]["splitk"]),
-    # a candidate (not yet run on a GPU): the default with dispatch.GEMM_NEXT's switches on
-    "next": ("gemm_epilogue_next", "candidate, not yet run on a GPU: the default with its pending switches on "
-             "(A / B rows TMA cannot read copied to 16-byte rows, then the TMA kernel, C stored from "
-             "registers where TMA cannot write it; stream-K where a partial last wave would idle SMs)",
-             default_sources("gemm_epilogue") + [Source(_GEMM_SRC.format("tma"), kernels=("stage_rows_kernel",),
-                                                        host=("bind_staged_launch",))]
-             + VARIANT_SOURCES["gemm_epilogue"]["streamk"]),
 }
 
 for _variant, (_name, _desc, _sources) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_sources,
              devices=("cuda", "cpu"), cpu_max_elements=INTERPRETER_MAX_ELEMENTS,
              cpu_max_flops=INTERPRETER_MAX_FLOPS, available=available,
-             supports=_gemm_supports(_variant) if _variant in ("tma", "streamk") else None,
+             supports=_gemm_supports(_variant) if _variant == "tma" else None,
              compile_only=_compile_only(_gemm_compile(_variant)) if triton else None,
-             grid=_gemm_grid(_variant) if triton else None,
-             candidate=_variant in ("next", "streamk"))(_gemm_prepare(_variant))
+             grid=_gemm_grid(_variant) if triton else None)(_gemm_prepare(_variant))

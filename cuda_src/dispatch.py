@@ -33,16 +33,16 @@ from .dispatch_common import (ACT_CODE, CTYPE, DTYPE_CODE, ESIZE, H200, REGS_PER
                               THREADS_PER_SM, Decline, Device, Launches, Plan, device_of, family)
 from .dispatch_gemm import (GEMM, GEMM_PATHS, PP_SMEM, SIMPLE_TILE, SMEM_PER_CTA_RESERVED,  # noqa: E402
                             GemmCase, plan_gemm, tiled_ctas_per_sm, tiled_smem, ws_smem)
-from .dispatch_softmax import (REGS, SOFTMAX, SOFTMAX_NEXT, SOFTMAX_PATHS, RowCase, plan_softmax,  # noqa: E402
-                               rows_min_blocks, switched)
+from .dispatch_softmax import (REGS, SOFTMAX, SOFTMAX_PATHS, RowCase, plan_softmax,  # noqa: E402
+                               rows_min_blocks)
 from .dispatch_vector_add import VECTOR_ADD, VECTOR_ADD_PATHS, plan_vector_add  # noqa: E402
 
 __all__ = ["ACT_CODE", "ALIGN", "ATTENTION", "ATTENTION_PATHS", "CTYPE", "DTYPE_CODE", "ESIZE", "GEMM",
            "GEMM_PATHS", "H200", "PP_SMEM", "REGS", "REGS_PER_SM", "SIGNATURES", "SIMPLE_TILE",
-           "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_NEXT", "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD",
+           "SMEM_PER_CTA_RESERVED", "SOFTMAX", "SOFTMAX_PATHS", "THREADS_PER_SM", "VECTOR_ADD",
            "VECTOR_ADD_PATHS", "Decline", "Device", "GemmCase", "Launches", "Plan", "RowCase", "emit_instances",
            "family", "instances", "pack", "plan_attention", "plan_gemm", "plan_softmax", "plan_vector_add", "plan",
-           "device_of", "rows_min_blocks", "source_of", "switched", "tiled_ctas_per_sm", "tiled_smem",
+           "device_of", "rows_min_blocks", "source_of", "tiled_ctas_per_sm", "tiled_smem",
            "VARIANTS", "ws_smem"]
 
 PROBLEMS = (dispatch_vector_add, dispatch_softmax, dispatch_gemm, dispatch_attention)

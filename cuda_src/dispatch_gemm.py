@@ -15,32 +15,28 @@ from .dispatch_common import ACT_CODE, H200, Decline, Device, Launches, Plan, _b
 GEMM = {
     "peak_flops": {"ws": 640e12, "pingpong": 680e12, "tiled": 320e12},  # sustained mainloop rates (H200)
     "hbm_bytes_per_s": 4.0e12,
-    "launch_s": 3e-6,               # one more kernel on the stream (split-K reduction, B repack)
+    "launch_s": 3e-6,               # one more kernel on the stream (split-K reduction, staging copies)
     "max_splits": 16,
     "min_kt_per_split": 4,          # 64-column k-tiles per split-K unit
     "splitk_gain": 1.10,            # split-K must beat the one-pass kernel by this factor
     "group_m": 8,                   # grouped tile order of the persistent kernels
-    "repack_min_m": 128,            # below this many rows, copying B to an aligned buffer costs more than it saves
     "tiled_bms": (32, 64, 128),
     # Tile rows of the tiled kernel above the B stream (M > stream_max_m; A or B not TMA-readable,
     # or no Hopper code): the bm of tiled_bms with the least load work on the busiest SM,
     # ceil(tiles / SMs) x (bm + TILED_BN) elements of A and B a k-step (co-resident CTAs share an SM's
     # load and tensor pipes; ties: the larger bm). A grid of few 128-row tiles (411 x 733: 24 CTAs
-    # for 132 SMs) takes 32-row tiles (78 CTAs); a grid that fills the SMs keeps 128 rows. Off
-    # (128 rows, as before) until the GPU has run it: several instances it picks (64 rows with
-    # unaligned A, 32 rows with unaligned A and aligned B) never ran on the H200; python -m harness check cuda
-    # verifies and times it with the flag on.
-    "tiled_fill_rows": False,
+    # for 132 SMs) takes 32-row tiles (78 CTAs); a grid that fills the SMs keeps 128 rows
+    # (97 x 211 x 389 on 32 rows: 1.76x against 128 rows on the H100; docs/performance.md,
+    # "CUDA C++ / GEMM + epilogue").
     # Operands TMA cannot read (A: K, lda or its base not 16-byte multiples; B: N, ldb), above the
     # B stream: each copied once a call into a workspace of 16-byte rows (gemm_stage_rows_kernel, one
     # launch for both), then the TMA kernels; C goes out by ping-pong's plain 16-byte stores where TMA
     # cannot write it (any ldc). Taken when the model's copies (bytes read + written at
     # hbm_bytes_per_s, one launch) + TMA kernel beat the tiled kernel on such rows, whose 2-byte
     # loads into registers run at tiled_unaligned_flops over the whole GPU (555 x 1234 x 777:
-    # 1.06 GFLOP in 61.8 us on 50 of 132 SMs; docs/performance.md, "CUDA C++ / GEMM + epilogue").
-    # Off until a GPU has run it (cuda:gemm_epilogue_next has it on): before, A unaligned went to
-    # the tiled kernel and B unaligned was repacked from repack_min_m rows, C then by ws's 2-byte stores.
-    "stage_unaligned": False,
+    # 1.06 GFLOP in 61.8 us on 50 of 132 SMs; docs/performance.md, "CUDA C++ / GEMM + epilogue";
+    # on the H100 1.27-1.38x at N = 50257 against the B repacked for ws that it replaced, 2.26x at
+    # 411 x 733 x 957 against the tiled kernel).
     "tiled_unaligned_flops": 45e12,
     # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
     # HBM; every split-K factor streams B at about the same rate per busy SM (sm_stream_bytes_per_s,
@@ -71,24 +67,12 @@ GEMM = {
     # registers per thread of the tiled kernel by tile rows (upper bounds of the ptxas figures for
     # sm_90a and sm_80; tests/test_cuda_layer.py checks every instance against the build log)
     "tiled_regs": {32: 64, 64: 80, 128: 128},
-    # One pass (no split) on TMA-legal operands: the tile by the busiest SM's work, ping-pong's
-    # 128 x 128 or ws's 128 x 256 / 128 x 192, each at its rate (peak_flops) over the wave
-    # efficiency of its tiles (_pp_time, _ws_time). 128 x 192 fills the waves of grids off the
-    # 256-column grid: 3000^3 takes 24 x 16 = 384 tiles (2.91 waves of 132) where 128 x 128 left
-    # 576 (4.36: the fifth wave 36 % full) and 128 x 256 288 (2.18). Off (ping-pong wherever C is
-    # TMA-storable, as before) until a GPU has run it (cuda:gemm_epilogue_next has it on).
-    "tile_by_waves": False,
-    # GELU by ex2.approx and a fast division (kernel act code 3) instead of libm's tanhf, whose
-    # ~20 instructions and branches an element run outside the mainloop in ws's epilogue (the CuTe
-    # layer's rcp.approx form took 8192^3 GELU from 532 to 710 TFLOP/s;
-    # docs/performance.md, "CUDA C++ / GEMM + epilogue"). Off until a GPU has run it
-    # (cuda:gemm_epilogue_next has it on).
-    "gelu_exp2": False,
 }
+# The default's GELU: ex2.approx and a fast division (kernel act code 3) instead of libm's tanhf,
+# whose ~20 instructions and branches an element run outside the mainloop in ws's epilogue (the CuTe
+# layer's rcp.approx form took 8192^3 GELU from 532 to 710 TFLOP/s; on the H100 3072 x 8192 x 192
+# GELU 1.58x; docs/performance.md, "CUDA C++ / GEMM + epilogue"). The variant ids keep tanhf.
 ACT_GELU_EXP2 = 3   # the kernels' act code of GELU by ex2.approx (gemm_common.cuh)
-
-# the switches the next default turns on (cuda:gemm_epilogue_next, a candidate until a GPU has run it)
-GEMM_NEXT = {"tiled_fill_rows": True, "stage_unaligned": True, "tile_by_waves": True, "gelu_exp2": True}
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384
 WS_BNS = (128, 192, 256)      # the ws kernel's tile widths (instances)
@@ -129,7 +113,6 @@ SIGNATURES = {  # parameter types in order: ptr / i32 / i64 / tma (a 128-byte CU
     "gemm_ws_kernel": ("tma", "tma", "ptr", "ptr", "i32", "i32", "i32", "i64", "i32", "i32", "i32", "i32", "i32",
                        "i32", "i32", "ptr", "i64"),
     "gemm_splitk_reduce_kernel": ("ptr", "i32", "i32", "i32", "i64", "ptr", "ptr", "i64", "i32"),
-    "gemm_pad_rows_kernel": ("ptr", "i64", "ptr", "i64", "i32", "i32"),
     "gemm_stage_rows_kernel": ("ptr", "i64", "ptr", "i64", "i32", "i32") * 2,
     "gemm_pingpong_kernel": ("tma", "tma", "tma", "ptr", "i32", "i32", "i32", "i32", "i32", "i32", "i32", "ptr", "i64",
                              "i32"),
@@ -144,7 +127,7 @@ def instances() -> dict[str, list[str]]:
     out["gemm_epilogue_tiled.cu"] = [f"gemm_tiled_kernel<{b}, {bm}, {va}, {vb}>" for b in bools
                                      for bm in GEMM["tiled_bms"] for va in bools for vb in bools]
     out["gemm_epilogue_ws.cu"] = [f"gemm_ws_kernel<{b}, {bn}>" for b in bools for bn in WS_BNS] + \
-        ["gemm_pad_rows_kernel", "gemm_stage_rows_kernel"]
+        ["gemm_stage_rows_kernel"]
     out["gemm_epilogue_splitk.cu"] = [f"gemm_splitk_reduce_kernel<{b}>" for b in bools]
     out["gemm_epilogue_pingpong.cu"] = [f"gemm_pingpong_kernel<{b}, {cm}>" for b in bools for cm in (1, 2)]
     return out
@@ -153,7 +136,7 @@ def instances() -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------------
 # plans
 
-GEMM_PATHS = ("auto", "next", "simple", "tiled", "ws", "pingpong", "pingpong_c2", "splitk")
+GEMM_PATHS = ("auto", "simple", "tiled", "ws", "pingpong", "pingpong_c2", "splitk")
 
 
 @dataclass(frozen=True)
@@ -170,7 +153,7 @@ class GemmCase:
     a_mod16: int = 0
     b_mod16: int = 0
     c_mod16: int = 0
-    gelu_exp2: bool = False   # GELU by ex2.approx (GEMM["gelu_exp2"])
+    gelu_exp2: bool = False   # GELU by ex2.approx (the default, ACT_GELU_EXP2)
 
     @property
     def act_code(self) -> int:
@@ -442,19 +425,6 @@ def _plan_pingpong(g: GemmCase, dev: Device, cm: int = 1, group_m: int = 0, a: t
                                "c_store": "tma" if g.tma_c() else "plain 16-byte"})
 
 
-def _plan_by_waves(g: GemmCase, dev: Device, G: dict) -> Launches:
-    """One pass on TMA-legal A and B: ping-pong 128 x 128 (C TMA-storable, or its plain stores
-    with G["stage_unaligned"]) or ws 128 x BN, whichever models fastest (GEMM["tile_by_waves"])."""
-    options = [(_pp_time(g, dev), "pingpong 128 x 128", 0)] if g.tma_c() or G["stage_unaligned"] else []
-    # ws 128 x 128 is no one-pass choice: ping-pong runs the same tile with its epilogue hidden
-    options += [(_ws_time(g, dev, bn, 1), f"ws 128 x {bn}", bn) for bn in sorted(WS_BNS, reverse=True) if bn > 128]
-    t, what, bn = min(options, key=lambda o: o[0])   # ties: the first (ping-pong, then the wider tile)
-    plan = _plan_ws(g, dev, bn) if bn else _plan_pingpong(g, dev)
-    tiles = plan.info["units"]
-    return _why(plan, f"{what}: {tiles} tiles on {dev.sms} SMs ({tiles / dev.sms:.2f} waves), the least modelled "
-                      f"time ({t * 1e6:.1f} us) of " + ", ".join(f"{w} {u * 1e6:.1f}" for u, w, _ in options))
-
-
 def _hopper_why(g: GemmCase, dev: Device) -> str | None:
     if dev.cc != (9, 0):
         return f"needs an sm_90 (Hopper) GPU for wgmma/TMA; this device is sm_{dev.cc[0]}{dev.cc[1]}"
@@ -470,8 +440,7 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
               b_mod16: int = 0, c_mod16: int = 0, dev: Device = H200, splits: int = 0, bn: int = 0,
               group_m: int = 0, bm: int = 0) -> Launches:
     """Plan C = act(A @ B + bias) for A [M, K] (row stride lda), B [K, N] (ldb), C [M, N] (ldc).
-    ``path`` "auto" is the layer's default (``cuda:gemm_epilogue``), "next" the default with the
-    switches of GEMM_NEXT on (``cuda:gemm_epilogue_next``); ``splits``/``bn``/``group_m``
+    ``path`` "auto" is the layer's default (``cuda:gemm_epilogue``); ``splits``/``bn``/``group_m``
     pin the split-K factor, the ws tile width and the tile grouping, ``bm`` the tiled kernel's tile
     rows (0: the planner's choice)."""
     if path not in GEMM_PATHS:
@@ -520,17 +489,17 @@ def plan_gemm(path: str, M: int, N: int, K: int, dtype: str = "bfloat16", act: s
         if not g.tma_c():
             raise Decline(f"the TMA store needs 16-byte aligned rows and base of c: ldc % 8 == 0 (ldc={ldc})")
         return _plan_pingpong(g, dev, 2 if path == "pingpong_c2" else 1, group_m=group_m)
-    G = {**GEMM, **GEMM_NEXT} if path == "next" else GEMM
-    return _gemm_auto(replace(g, gelu_exp2=G["gelu_exp2"]), dev, G)
+    return _gemm_auto(replace(g, gelu_exp2=True), dev)
 
 
-def _gemm_auto(g: GemmCase, dev: Device, G: dict = GEMM) -> Launches:
+def _gemm_auto(g: GemmCase, dev: Device) -> Launches:
     """The default: at small M (a stream of B) the tiled kernel, split-K when its tiles leave SMs
     short of resident CTAs; else the Hopper kernels where TMA can read A and B, split-K when the
-    output tiles leave SMs idle, a repacked B where only B's stride is the obstacle, else the tiled
-    kernel. With GEMM["tiled_splitk"] off, small M takes the ws split-K kernel as before. With
-    G["stage_unaligned"] on, A and B rows TMA cannot read are staged (_plan_staged) where the model
-    says it beats the tiled kernel, and ping-pong takes any C."""
+    output tiles leave SMs idle, else the tiled kernel. With GEMM["tiled_splitk"] off, small M takes
+    the ws split-K kernel as before (the tiled kernel where TMA cannot read A or B). Above the
+    B stream, A and B rows TMA cannot read are staged (_plan_staged) where the model says it beats
+    the tiled kernel (whose tile rows fill the SMs: _tiled_fill_bm), and ping-pong takes any C."""
+    G = GEMM
     why = _hopper_why(g, dev)
     stream = g.M <= G["stream_max_m"]
     if stream and G["tiled_splitk"]:
@@ -539,10 +508,10 @@ def _gemm_auto(g: GemmCase, dev: Device, G: dict = GEMM) -> Launches:
         # A and B, any device)
         s, swhy = _tiled_stream_splits(g, dev)
         return _why(_plan_tiled(g, s, dev), f"M = {g.M} <= {GEMM['stream_max_m']}, a stream of B: tiled; " + swhy)
-    fill = G["tiled_fill_rows"] and not stream
-    if not why and not stream and G["stage_unaligned"] and not (g.tma_a() and g.tma_b()):
+    fill = not stream
+    if not why and not stream and not (g.tma_a() and g.tma_b()):
         staged = _plan_staged(g, dev)
-        bm, bwhy = _tiled_fill_bm(g, dev) if fill else (_tiled_bm(g), "")
+        bm, bwhy = _tiled_fill_bm(g, dev)
         t_tiled = 2.0 * g.M * g.N * g.K / G["tiled_unaligned_flops"] / _wave_eff(_cdiv(g.M, bm) * _cdiv(g.N, TILED_BN),
                                                                                  dev.sms)
         if staged is not None and staged.info["model_s"] < t_tiled:
@@ -553,38 +522,21 @@ def _gemm_auto(g: GemmCase, dev: Device, G: dict = GEMM) -> Launches:
         bm, bwhy = _tiled_fill_bm(g, dev) if fill else (_tiled_bm(g), "")
         return _why(_plan_tiled(g, 1, dev, bm), (why or "A is not TMA-readable (K, lda multiples of 8 and a 16-byte "
                                                         "base)") + (f": tiled, {bwhy}" if bwhy else ""))
-    repack = not g.tma_b()
-    if repack and g.M < GEMM["repack_min_m"]:
-        bm, bwhy = _tiled_fill_bm(g, dev) if fill else (_tiled_bm(g), "")
-        return _why(_plan_tiled(g, 1, dev, bm), f"B is not TMA-readable and M = {g.M} < {GEMM['repack_min_m']}: "
-                                                "copying B would cost more than the tensor-core path saves"
-                                                + (f"; tiled, {bwhy}" if bwhy else ""))
-    if stream and not repack and _cdiv(g.N, TILED_BN) >= dev.sms:
+    if not g.tma_b():
+        # (GEMM["tiled_splitk"] off) a B stream whose B rows TMA cannot read (above the stream B is
+        # staged): the tiled kernel
+        return _why(_plan_tiled(g), "B is not TMA-readable (N, ldb multiples of 8 and a 16-byte base): tiled")
+    if stream and _cdiv(g.N, TILED_BN) >= dev.sms:
         # (GEMM["tiled_splitk"] off) a B stream whose 32-row tiles alone give every SM a tile: the
         # tiled kernel, no padding rows and no split (it beat split-K at every factor there:
         # docs/performance.md, "CUDA C++ / GEMM + epilogue")
         return _why(_plan_tiled(g), f"M = {g.M} <= {GEMM['stream_max_m']} and {_cdiv(g.N, TILED_BN)} "
                                     f"column tiles >= {dev.sms} SMs: the tiled kernel streams B without padding rows")
     s = _stream_splits(g, dev, 128) if stream else _choose_splits(g, dev, 128)
-    if s > 1:
-        plan = _plan_ws(g, dev, 128, s, b_buf="bpad" if repack else "b",
-                        ldb=_cdiv(g.N, 8) * 8 if repack else None)
-        why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs" + \
-            (f" (M = {g.M} <= {GEMM['stream_max_m']}: a B stream, fewest k-tiles on the busiest SM)" if stream else "")
-    elif not repack and G["tile_by_waves"]:
-        return _plan_by_waves(g, dev, G)
-    elif not repack and (g.tma_c() or G["stage_unaligned"]):
+    if s == 1:
         return _why(_plan_pingpong(g, dev), "pingpong: A, B and C are TMA-legal" if g.tma_c() else
                     "pingpong: A and B are TMA-legal, C by plain 16-byte stores")
-    else:
-        plan = _plan_ws(g, dev, 256, 1, b_buf="bpad" if repack else "b", ldb=_cdiv(g.N, 8) * 8 if repack else None)
-        why = "ws: the output is not TMA-storable" if not repack else "ws on a repacked B"
-    if repack:
-        ldp = _cdiv(g.N, 8) * 8
-        cp = Plan("gemm_pad_rows_kernel", (max(1, min(g.K, dev.sms * 8)), 1, 1), 256,
-                  (("ptr", "b"), ("i64", g.ldb), ("ptr", "bpad"), ("i64", ldp), ("i32", g.K), ("i32", g.N)))
-        plan.plans.insert(0, cp)
-        plan.workspace["bpad"] = g.K * ldp * 2
-        plan.info["repack"] = {"ld": ldp}
-        why += f"; B copied to a row stride of {ldp} (TMA needs 16-byte strides, ldb = {g.ldb})"
+    plan = _plan_ws(g, dev, 128, s)
+    why = f"split-K {s}: {plan.info['units']} units for {dev.sms} SMs" + \
+        (f" (M = {g.M} <= {GEMM['stream_max_m']}: a B stream, fewest k-tiles on the busiest SM)" if stream else "")
     return _why(plan, why)

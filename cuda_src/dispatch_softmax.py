@@ -5,7 +5,6 @@ holds in flight (rows x bytes per row of the path's resident CTAs) against
 CTAs) or split; online as the fallback)."""
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .dispatch_common import (CTYPE, ESIZE, H200, Decline, Device, Launches, Plan, _blocks_per_sm, _cdiv,
@@ -72,30 +71,13 @@ SOFTMAX = {
     # share in registers, one exponential an element): the fewest C of 2 .. cluster_max whose
     # CTAs hold the row at <= cluster_values values a thread (K vectors a thread: the smallest of
     # cluster_ks[element size] that holds the share), doubled while M x C CTAs leave SMs idle.
-    # cluster_long: the default sends rows over cluster_min_row_bytes to it (while a cluster holds
-    # the row and the M x C CTAs cover the SMs) before smem and split. Off: not yet run on a GPU;
-    # on in SOFTMAX_NEXT
+    # The default never plans it: sending rows over 32 KB to it before smem and split lost on every
+    # long-row case on the H100 (0.64-0.87x; docs/performance.md, "CUDA C++ / softmax").
     "cluster_threads": 256,
     "cluster_values": 64,
     "cluster_max": 16,
     "cluster_ks": {4: (4, 8, 12, 16), 2: (2, 4, 6, 8)},
-    "cluster_min_row_bytes": 32 * 1024,
-    "cluster_long": False,
 }
-#: the switches built on the CPU and waiting for a GPU: the candidate cuda:softmax_next (and
-#: cupy:softmax_next) plans with SOFTMAX updated by these (``switched``)
-SOFTMAX_NEXT = {"cluster_long": True}
-
-
-@contextmanager
-def switched(table: dict, changes: dict):
-    """``table`` with ``changes`` applied while the block runs (a candidate's planning), restored after."""
-    saved = {k: table[k] for k in changes}
-    table.update(changes)
-    try:
-        yield table
-    finally:
-        table.update(saved)
 
 # Registers per thread the occupancy estimates assume (upper bounds of the ptxas figures for sm_90a;
 # tests/test_cuda_layer.py checks every instance against the build log).
@@ -490,14 +472,6 @@ def _softmax_auto(c: RowCase, sx: int, sy: int, dev: Device, **opts) -> Launches
             return _why(plan, f"{path}: {plan.info['resident']} bytes of rows in flight per SM >= {target}")
         if best is None or plan.info["resident"] > best.info["resident"]:
             best = plan
-    if S["cluster_long"] and c.row_bytes > S["cluster_min_row_bytes"]:
-        try:
-            plan = _cluster_path(c, sx, sy, dev, **opts)
-            if c.M * plan.info["cluster"] >= dev.sms:
-                return _why(plan, f"cluster: rows of {c.row_bytes} bytes over {plan.info['cluster']} CTAs' "
-                                  f"registers, {c.M} x {plan.info['cluster']} CTAs >= {dev.sms} SMs")
-        except Decline as e:
-            tried.append(str(e))
     cl = None
     try:
         cl = _softmax_path("smem", c, sx, sy, dev, **opts)

@@ -191,31 +191,6 @@ gemm_ws_kernel(const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaD
 #endif
 }
 
-// dst[r, c] = src[r, c] for r < rows, c < cols (16-bit elements): copies B into a workspace whose
-// row stride is a multiple of 8 elements, so that TMA (16-byte strides) can read a B whose own
-// stride cannot (e.g. N = 50257). One block per row at a time (grid-stride over rows): no 64-bit
-// division per element (the flat-index version spent more time dividing than copying), and each
-// thread keeps kPadUnroll independent loads in flight before it stores them.
-constexpr int kPadUnroll = 8;
-__global__ void __launch_bounds__(256) gemm_pad_rows_kernel(const u16* __restrict__ src, long long lds,
-                                                             u16* __restrict__ dst, long long ldd, int rows,
-                                                             int cols) {
-  const int nt = blockDim.x;
-  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-    const u16* s = src + r * lds;
-    u16* d = dst + r * ldd;
-    for (int c0 = threadIdx.x; c0 < cols; c0 += nt * kPadUnroll) {
-      u16 v[kPadUnroll];
-#pragma unroll
-      for (int u = 0; u < kPadUnroll; ++u)
-        if (c0 + u * nt < cols) v[u] = s[c0 + u * nt];
-#pragma unroll
-      for (int u = 0; u < kPadUnroll; ++u)
-        if (c0 + u * nt < cols) d[c0 + u * nt] = v[u];
-    }
-  }
-}
-
 // Staging copies for TMA: dst[r, c] = src[r, c] (16-bit) for r < rows, c < cols, into a workspace
 // whose row stride ldd is a multiple of 8 elements and whose base is 16-byte aligned, so that TMA
 // (16-byte strides) can read an operand whose own rows it cannot (N = 50257, K = 777). Up to two

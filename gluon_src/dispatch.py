@@ -42,6 +42,9 @@ VARIANTS = {
     "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", ("gemm_epilogue_tma_kernel", "tile_coords"),
                                   ("launch_spec", "check")),
                       "tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",), ("launch_spec", "vec_facts")),
+                      # A / B rows TMA cannot read copied to 16-byte rows, then the tma kernel
+                      "stage": _src("gemm_epilogue_tma.py", ("stage_rows_kernel", "gemm_epilogue_tma_kernel", "tile_coords"),
+                                    ("staged_specs", "stage_spec", "staged", "launch_spec", "check")),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
                                      ("launch_specs", "workspace", "slices"))},
     # the fourth problem's rules are dispatch_attention.py's
@@ -74,7 +77,8 @@ def plan(problem: str, facts):
         variant, cfg = attention_choice(facts.B, facts.Hq, facts.Sq, facts.D, facts.esize, dev)
     else:
         a, b, out = facts.meta("a"), facts.meta("b"), facts.meta("out")
-        variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_tma.check(a, b, out) is None, dev)
+        copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
+        variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_tma.check(a, b, out) is None, dev, copies)
     return make_plan(problem, variant, VARIANTS, cfg)
 
 
@@ -330,36 +334,11 @@ GEMM = {
     # it; taken where that models faster than the tiled kernel, whose K steps wait on their loads:
     # rounds of tiled_resident programs an SM x K steps x tiled_step_s (2048 x 2047 x 2048: 1 x 64
     # steps, 131 us; 555 x 1234 x 777: 1 x 25, 32 us;
-    # docs/performance.md, "Gluon / GEMM + epilogue"). Off until a GPU has run it
-    # (gluon:gemm_epilogue_next has it on).
-    "stage_unaligned": False,
+    # docs/performance.md, "Gluon / GEMM + epilogue"; on the H100 staging took 4096 x 50257 x 768
+    # from 1906 to 729 us, 411 x 733 x 957 from 32.0 to 17.0 us).
     "tiled_step_s": 1.6e-6,
     "tiled_resident": 2,
-    # tma's NEXT_PROLOGUE: each tile's first STAGES - 1 loads issued before the previous tile's
-    # epilogue (the ring is empty once its last MMA retired), so a program's tiles do not each
-    # start on an empty ring (a TMA round trip, ~1 us, a tile: 5 tiles an SM at 3000^3 on
-    # 128 x 128). Off until a GPU has run it (gluon:gemm_epilogue_next has it on).
-    "next_prologue": False,
-    # A partial last wave (3000^3: 288 tiles of 128 x 256 = 2.18 waves, 576 of 128 x 128 =
-    # 4.36): "streamk" runs whole waves data-parallel and shares the last full wave plus the
-    # partial one evenly over the SMs by K steps (the busiest SM: tiles / SMs tiles' work, not
-    # ceil(tiles / SMs)), for one fp32 partial written and the owner's reads of its tile's partials
-    # (streamk_l2_bytes_per_s: an SM's share of l2_bytes_per_s) and streamk_segments pipeline
-    # restarts. Taken where it models streamk_min_gain faster than the plan it would replace. Off
-    # until a GPU has run it (gluon:gemm_epilogue_next has it on; the same rule as Triton's;
-    # docs/performance.md, "Gluon / GEMM + epilogue"). Few rows (at most few_rows_max_m) with TMA:
-    # always, on the few_rows tile (the B stream shared evenly in one launch; split-K's reduction
-    # is a second launch, ~3 us of a ~20 us GEMM).
-    "streamk": False,
-    "streamk_min_gain": 0.05,
-    "streamk_l2_bytes_per_s": 9.0e12 / 132,
-    "streamk_segments": 3,
-    "streamk_restart_s": 1e-6,
 }
-
-#: the switches the next default turns on (gluon:gemm_epilogue_next, a candidate until a GPU has run it)
-GEMM_NEXT = {"stage_unaligned": True, "next_prologue": True, "streamk": True}
-
 
 def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
@@ -370,28 +349,6 @@ def _gemm_time(M, N, K, cfg: dict, sms: int) -> float:
     t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
     t_mem /= min(1.0, tiles / (GEMM["mem_min_tiles_per_sm"] * sms))
     return max(t_tiles, t_mem)
-
-
-def streamk_time(M: int, N: int, K: int, cfg: dict, sms: int) -> float | None:
-    """Modelled seconds of the streamk kernel with ``cfg``: tiles / SMs tiles' MMA time (the last
-    waves' K steps shared evenly), or the HBM floor, plus a program's partial written, the owner's
-    reads of its tile's partials (one with as many tiles as SMs, about SMs / tiles with fewer)
-    and the segments' pipeline restarts; None where whole waves leave nothing to share."""
-    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    if tiles % sms == 0 or tiles * triton.cdiv(K, cfg["BLOCK_K"]) < sms:
-        return None
-    t_tiles = tiles / sms * 2.0 * bm * bn * K / (GEMM["peak_flops"] / sms * cfg["eff"])
-    t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
-    partials = 1 + -(-sms // tiles)
-    fix = partials * 4.0 * bm * bn / GEMM["streamk_l2_bytes_per_s"] + GEMM["streamk_segments"] * GEMM["streamk_restart_s"]
-    return max(t_tiles, t_mem) + fix
-
-
-def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> tuple[float, dict] | None:
-    """(modelled seconds, tma config) of the fastest streamk plan, or None where none applies."""
-    found = [(t, c) for c in GEMM["tma"] if (t := streamk_time(M, N, K, c, facts["sms"])) is not None]
-    return min(found, key=lambda tc: tc[0]) if found else None
 
 
 def gemm_model_time(M: int, N: int, K: int, cfg: dict, split: int, sms: int, elem_size: int = 2) -> float:
@@ -440,33 +397,23 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict) -> dict:
     return cfg
 
 
-def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None, copies: tuple | None = None,
-                G: dict = GEMM) -> tuple[str, dict]:
+def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
+                copies: tuple | None = None) -> tuple[str, dict]:
     """tma when TMA can address A, B and C, else tiled; the tile config by the roofline model
     (whole waves of tiles at the config's share of an SM's peak, or the HBM floor, whichever is
     longer: few tiles leave SMs idle, so smaller tiles win there; ties go to the smaller tile).
-    With G["stage_unaligned"] and ``copies`` (element counts of the operands a staged launch
-    copies; None: no TMA here), "stage" above few_rows_max_m rows where it models faster."""
+    With ``copies`` (element counts of the operands a staged launch copies; None: no TMA here),
+    "stage" above few_rows_max_m rows where it models faster."""
+    G = GEMM
     facts = facts or device_facts()
     variant, cfg = _gemm_choice_unstaged(M, N, K, tma_ok, facts)
-    if tma_ok and G["streamk"] and M <= GEMM["few_rows_max_m"] and triton.cdiv(N, GEMM["few_rows"]["BLOCK_N"]) \
-            * triton.cdiv(K, GEMM["few_rows"]["BLOCK_K"]) >= facts["sms"]:
-        # few rows: the B stream shared evenly over the SMs in one launch (split-K needs a second)
-        return "streamk", dict(GEMM["few_rows"])
-    if variant == "tma" and G["streamk"] and M > GEMM["few_rows_max_m"] \
-            and (sk := gemm_streamk_config(M, N, K, facts)) is not None \
-            and sk[0] < (1.0 - G["streamk_min_gain"]) * _gemm_time(M, N, K, cfg, facts["sms"]):
-        return "streamk", dict(sk[1])
-    if variant == "tma" and G["next_prologue"]:
-        cfg = {**cfg, "NEXT_PROLOGUE": True}
-    if variant != "tiled" or copies is None or not G["stage_unaligned"] or M <= GEMM["few_rows_max_m"]:
+    if variant != "tiled" or copies is None or M <= GEMM["few_rows_max_m"]:
         return variant, cfg
     programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     t_tiled = -(-programs // (facts["sms"] * G["tiled_resident"])) * triton.cdiv(K, cfg["BLOCK_K"]) * G["tiled_step_s"]
     tma = min(GEMM["tma"], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
     t_stage = _gemm_time(M, N, K, tma, facts["sms"]) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["splitk_launch_s"]
                                                             for n in copies)
-    tma = {**tma, "NEXT_PROLOGUE": True} if G["next_prologue"] else tma
     return ("stage", dict(tma)) if t_stage < t_tiled else (variant, cfg)
 
 
@@ -489,9 +436,6 @@ def _gemm_choice_unstaged(M: int, N: int, K: int, tma_ok: bool, facts: dict) -> 
 
 
 def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None) -> list:
-    if variant == "streamk":
-        from . import gemm_epilogue_streamk
-        return [gemm_epilogue_streamk.launch_spec(a, b, bias, act, out, cfg, sms, ws)]
     if variant == "stage":
         return gemm_tma.staged_specs(a, b, bias, act, out, cfg, sms)
     if variant == "splitk":
@@ -501,13 +445,13 @@ def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None)
     return [gemm_tiled.launch_spec(a, b, bias, act, out, cfg)]
 
 
-def plan_gemm(a, b, bias, act: str, out, G: dict = GEMM) -> Plan:
-    """The default's plan (``G``: the GEMM table, or GEMM with GEMM_NEXT's switches on)."""
+def plan_gemm(a, b, bias, act: str, out) -> Plan:
+    """The default's plan."""
     M, K = a.shape
     N = b.shape[1]
     facts = device_facts(a.device)
     copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
-    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts, copies, G)
+    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts, copies)
     ws = gemm_splitk.workspace(a, b, cfg) if variant == "splitk" else None
     launch = bind_all(gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"], ws), a.device)
     launch.workspace = ws

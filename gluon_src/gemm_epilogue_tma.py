@@ -88,7 +88,7 @@ def store_c(acc, c_desc, c_s, off_m, off_n):
 def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                              HAS_BIAS: gl.constexpr, ACT: gl.constexpr, STAGES: gl.constexpr,
                              GROUP_M: gl.constexpr, INSTR_N: gl.constexpr, WARPS_N: gl.constexpr,
-                             c_ptr, stride_cm, C_TMA: gl.constexpr, NEXT_PROLOGUE: gl.constexpr = False):
+                             c_ptr, stride_cm, C_TMA: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
@@ -114,25 +114,14 @@ def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
     pid = gl.program_id(0)
     G = gl.num_programs(0)
     base = 0                                   # K steps this program has issued before this tile
-    if NEXT_PROLOGUE:
-        # each tile's first loads are issued before the previous tile's epilogue (the ring is
-        # empty by then), so they land while the epilogue runs; here the first tile's
-        pm0, pn0 = tile_coords(pid, tiles_m, tiles_n, GROUP_M)
-        prologue(a_desc, b_desc, a_s, b_s, ready, pm0 * BLOCK_M, pn0 * BLOCK_N, 0, k_steps, 0, pid < tiles,
-                 STAGES, nbytes)
     for tile in range(pid, tiles, G):
         pm, pn = tile_coords(tile, tiles_m, tiles_n, GROUP_M)
         off_m = pm * BLOCK_M
         off_n = pn * BLOCK_N
-        if not NEXT_PROLOGUE:
-            prologue(a_desc, b_desc, a_s, b_s, ready, off_m, off_n, 0, k_steps, base, True, STAGES, nbytes)
+        prologue(a_desc, b_desc, a_s, b_s, ready, off_m, off_n, 0, k_steps, base, True, STAGES, nbytes)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         acc = mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, off_m, off_n, 0, k_steps, base, STAGES, nbytes)
         base += k_steps
-        if NEXT_PROLOGUE:
-            pm1, pn1 = tile_coords(gl.minimum(tile + G, tiles - 1), tiles_m, tiles_n, GROUP_M)
-            prologue(a_desc, b_desc, a_s, b_s, ready, pm1 * BLOCK_M, pn1 * BLOCK_N, 0, k_steps, base,
-                     tile + G < tiles, STAGES, nbytes)
 
         offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
         acc = bias_act(acc, bias_ptr, offs_n, N, HAS_BIAS, ACT)
@@ -244,6 +233,5 @@ def launch_spec(a, b, bias, act: str, out, cfg: dict, sms: int) -> Spec:
                  "bias_ptr": bias if bias is not None else out, "M": M, "N": N, "K": K,
                  "HAS_BIAS": bias is not None, "ACT": ACTS[act], "STAGES": cfg["STAGES"],
                  "GROUP_M": cfg["GROUP_M"], "INSTR_N": n, "WARPS_N": wn,
-                 "c_ptr": out, "stride_cm": out.stride(0), "C_TMA": True,
-                 "NEXT_PROLOGUE": bool(cfg.get("NEXT_PROLOGUE", False))},
+                 "c_ptr": out, "stride_cm": out.stride(0), "C_TMA": True},
                 {"num_warps": cfg["num_warps"]})

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Issue 42's GEMM classes on one GPU: off the tile grid (waves), skinny M, large aligned (CuTe
-against cuBLAS); the defaults, their ``*_next`` candidates, the streamk variants and pinned plans
+against cuBLAS); the defaults, their ``*_next`` candidates where a layer has one, and pinned plans
 of each layer, beside torch eager and torch.compile, each output checked against float64.
 
 Run from the repository root after the offline build::
@@ -70,15 +70,13 @@ def inputs_for(prob, case, ld):
 
 
 def registry_cands(layers, case):
-    """name -> prepare(inputs, out): torch eager / compile, and each layer's default, next and streamk."""
+    """name -> prepare(inputs, out): torch eager / compile, and each layer's default and its ``_next``
+    candidate where the layer still has one."""
     from harness import registry
     ids = ["torch:gemm_epilogue", "torch:gemm_epilogue_compile"]
+    known = {i.id for i in registry.all_impls() + registry.candidates()}
     for layer in layers:
-        ids += [f"{layer}:gemm_epilogue", f"{layer}:gemm_epilogue_next"]
-        if layer in ("triton", "gluon"):
-            ids.append(f"{layer}:gemm_epilogue_streamk")
-        if layer == "cuda":
-            ids.append("cupy:gemm_epilogue_next")
+        ids += [i for i in (f"{layer}:gemm_epilogue", f"{layer}:gemm_epilogue_next") if i in known]
     out = {}
     for i in ids:
         impl = registry.get("gemm_epilogue", i, candidates=True)
@@ -113,20 +111,16 @@ def pinned_cands(layers, case, sms):
             out[f"cuda {name}"] = _cuda_pinned(path, case, **opts)
     if "triton" in layers:
         from triton_src import dispatch as TD
-        from triton_src import gemm_epilogue_streamk as TS
         from triton_src import gemm_epilogue_tma as TT
         for cfg in TD.GEMM["tma"][:2]:
             tag = f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}"
             out[f"triton tma {tag}"] = (lambda c: lambda i, o: TT.bind_launch(*i[:3], act, o, c, sms))(cfg)
-            out[f"triton streamk {tag}"] = (lambda c: lambda i, o: TS.bind_launch(*i[:3], act, o, c, sms))(cfg)
     if "gluon" in layers:
         from gluon_src import dispatch as GD
         from gluon_src.runtime import bind_all
         for cfg in GD.GEMM["tma"][:2]:
             tag = f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}"
-            for name, v, c in ((f"gluon tma {tag}", "tma", cfg), (f"gluon tma {tag} next_prologue", "tma",
-                                                                    {**cfg, "NEXT_PROLOGUE": True}),
-                               (f"gluon streamk {tag}", "streamk", cfg)):
+            for name, v, c in ((f"gluon tma {tag}", "tma", cfg),):
                 out[name] = (lambda v, c: lambda i, o: bind_all(GD.gemm_specs(v, *i[:3], act, o, c, sms),
                                                                 i[0].device))(v, c)
     if "cute" in layers:

@@ -340,7 +340,7 @@ def test_smem_word_for_a_cta_and_for_a_cluster():
         k = p.info["cluster"]
         assert p.info["path"] == "smem" and k >= 2 and p.plans[0].cluster == k, (M, N, dt, p.info)
         assert f"a cluster of C = {k} CTAs a row" in p.info["why"]
-    assert "smem" in dispatch.VARIANTS["softmax"]   # cluster only with SOFTMAX["cluster_long"] (files below)
+    assert "smem" in dispatch.VARIANTS["softmax"]   # cluster: a candidate id, never the default (files below)
     ids = {i.id for i in registry.select(problem="softmax")}
     assert {"cuda:softmax_smem", "cupy:softmax_smem"} <= ids
     assert not {"cuda:softmax_cluster", "cupy:softmax_cluster"} & ids
@@ -384,26 +384,17 @@ def test_cluster_path_rule_and_coverage():
         dispatch.plan_softmax("cluster", 4096, 50257, "bfloat16", dev=SM80)
 
 
-def test_next_sends_long_rows_to_the_cluster_path():
-    """The pending switch (cuda:softmax_next, SOFTMAX["cluster_long"]): a row over 32 KB goes to the
-    cluster path where a cluster holds it and its M x C CTAs cover the SMs, before smem and split;
-    every other case plans as today; the table is restored after."""
-    cases = [(M, N, dt) for M in (8, 48, 4096) for N in (1000, 16385, 50257, 128256, 600_000)
-             for dt in ("bfloat16", "float32")]
-    today = {c: dispatch.plan_softmax("auto", *c) for c in cases}
-    with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
-        for (M, N, dt), was in today.items():
-            p = dispatch.plan_softmax("auto", M, N, dt)
-            try:
-                cl = dispatch.plan_softmax("cluster", M, N, dt)
-            except dispatch.Decline:
-                cl = None
-            if N * dispatch.ESIZE[dt] > 32 * 1024 and cl and M * cl.info["cluster"] >= dispatch.H200.sms \
-                    and was.info["path"] not in ("warp", "rows", "block"):
-                assert p.plans == cl.plans, (M, N, dt)
-            else:
-                assert p.plans == was.plans, (M, N, dt)
-    assert not dispatch.SOFTMAX["cluster_long"]
+def test_default_never_plans_the_cluster_path():
+    """Rows over 32 KB to the cluster path before smem and split (the removed switch cluster_long)
+    lost on every long-row case on the H100 (0.64-0.87x): the default never plans the cluster
+    kernel, whether or not a cluster would hold the row (rows over 32 KB: block, smem, split or online)."""
+    for M in (8, 48, 4096):
+        for N in (16385, 50257, 128256, 151936, 600_000):
+            for dt in ("bfloat16", "float32"):
+                p = dispatch.plan_softmax("auto", M, N, dt)
+                assert p.info["path"] in ("block", "smem", "split", "online"), (M, N, dt, p.info["path"])
+                assert not p.plans[0].kernel.startswith("softmax_cluster"), (M, N, dt)
+    assert "cluster_long" not in dispatch.SOFTMAX
 
 
 def test_gemm_rules():
@@ -418,14 +409,14 @@ def test_gemm_rules():
     assert i["units"] >= 132
     i, ks = info(16, 50257, 768)  # B not TMA-readable, few rows, 393 N tiles: tiled, predicated B gathers
     assert ks == ["gemm_tiled_kernel<true, 32, true, false>"]
-    i, ks = info(4096, 50257, 768)  # B copied to a 16-byte-strided workspace, then the ws kernel
-    assert ks[0] == "gemm_pad_rows_kernel" and ks[1].startswith("gemm_ws_kernel") and i["repack"]["ld"] == 50264
-    i, ks = info(127, 65, 129)  # A not TMA-readable: the tiled kernel (128 rows while tiled_fill_rows is off)
-    assert ks == ["gemm_tiled_kernel<true, 128, false, false>"]
+    i, ks = info(4096, 50257, 768)  # B staged to 16-byte rows, then ping-pong (C by plain 16-byte stores)
+    assert ks == ["gemm_stage_rows_kernel", "gemm_pingpong_kernel<true, 1>"] and i["stage"] == {"bpad": 50264}
+    i, ks = info(127, 65, 129)  # A not TMA-readable, staging models slower: tiled, 32-row tiles fill the SMs
+    assert ks == ["gemm_tiled_kernel<true, 32, false, false>"]
     i, ks = info(4096, 4096, 4096, dev=SM80)
     assert ks == ["gemm_tiled_kernel<true, 128, true, true>"]
-    i, ks = info(4096, 4096, 4096, ldc=4100)  # C not TMA-storable: ws with its own epilogue
-    assert ks == ["gemm_ws_kernel<true, 256>"]
+    i, ks = info(4096, 4096, 4096, ldc=4100)  # C not TMA-storable: ping-pong's plain 16-byte stores
+    assert ks == ["gemm_pingpong_kernel<true, 1>"] and i["c_store"] == "plain 16-byte"
     with pytest.raises(dispatch.Decline, match="16-byte"):
         dispatch.plan_gemm("pingpong", 127, 65, 129)
     with pytest.raises(dispatch.Decline, match="sm_90"):
@@ -776,8 +767,6 @@ def _nvrtc_or_skip():
                                           ("cupy:softmax_split", dict(M=8192, N=262144)),
                                           ("cupy:softmax_simple", dict(M=3, N=5)),
                                           ("cupy:softmax_cluster", dict(M=4096, N=128256, dtype="bfloat16")),
-                                          ("cupy:softmax_next", dict(M=17, N=40000, dtype="float16",
-                                                                     layout="strided_odd")),
                                           ("cupy:vector_add", dict(N=98432))])
 def test_cupy_kernels_compile_under_nvrtc(impl_id, case):
     """The same source through NVRTC (no GPU needed): the planned instance compiles, 0 spills."""

@@ -262,7 +262,7 @@ def test_softmax_compiles(name, kw, must):
 
 @pytest.mark.parametrize("name, kw, must", [
     ("gemm_epilogue", dict(M=4096, N=6144, K=4096, act="none"), ("cp.async.bulk.tensor", "wgmma.mma_async", "mbarrier")),
-    ("gemm_epilogue", dict(M=256, N=50_257, K=768, act="none"), ("wgmma.mma_async",)),            # tiled
+    ("gemm_epilogue", dict(M=256, N=50_257, K=768, act="none"), ("cp.async.bulk.tensor", "wgmma.mma_async")),  # stage
     ("gemm_epilogue", dict(M=1, N=17, K=33, act="gelu"), ("wgmma.mma_async",)),
     ("gemm_epilogue_tiled", dict(M=129, N=264, K=72, act="relu", bias=0), ("wgmma.mma_async",)),
     ("gemm_epilogue_simple", dict(M=17, N=33, K=40, dtype="float16", act="gelu"), ("mma.sync",)),
@@ -273,7 +273,7 @@ def test_gemm_compiles(name, kw, must):
     ptx = _ptx("gemm_epilogue", name, _case("gemm_epilogue", **kw))
     for m in must:
         assert m in ptx, m
-    if name == "gemm_epilogue" and kw["N"] % 8:
+    if name == "gemm_epilogue" and kw["N"] % 8 and kw["M"] <= 64:   # few rows: tiled, never staged
         assert "cp.async.bulk.tensor" not in ptx
 
 
@@ -341,48 +341,48 @@ def test_splitk_large_tile_compiles():
                 assert "wgmma.mma_async" in f["ptx"] and "cp.async.bulk.tensor" in f["ptx"]
 
 
-def test_gemm_streamk_rule_of_next():
-    """GEMM_NEXT's streamk: off in GEMM; on, taken only above few_rows_max_m rows where the tiles
-    leave a partial last wave, and then modelled streamk_min_gain faster than the tma plan;
-    3000^3 takes it, a whole-wave grid does not; NEXT_PROLOGUE rides on every tma plan of it."""
-    from gluon_src import H200, dispatch
-    G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
-    sms = H200["sms"]
-    for M, N, K in ((3000, 3000, 3000), (4096, 4096, 4096), (256, 28672, 4096), (2048, 8448, 1024),
-                    (5000, 5000, 5000)):
-        v0, c0 = dispatch.gemm_choice(M, N, K, True, H200)
-        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)
-        assert v0 != "streamk" and not c0.get("NEXT_PROLOGUE")
-        if v == "streamk":
-            tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
-            assert M > G["few_rows_max_m"] and tiles % sms and dispatch.streamk_time(M, N, K, cfg, sms) < \
-                (1 - G["streamk_min_gain"]) * dispatch._gemm_time(M, N, K, c0, sms)
-        elif v == "tma":
-            assert cfg == {**c0, "NEXT_PROLOGUE": True}
-    assert dispatch.gemm_choice(3000, 3000, 3000, True, H200, G=G)[0] == "streamk"
-    assert dispatch.gemm_choice(2048, 8448, 1024, True, H200, G=G)[0] == "tma"
-    for M in (1, 16, 64):      # few rows with TMA: streamk on the few_rows tile; without TMA: as before
-        assert dispatch.gemm_choice(M, 6144, 4096, True, H200, G=G) == ("streamk", dispatch.GEMM["few_rows"])
-        assert dispatch.gemm_choice(M, 6144, 4096, False, H200, G=G) == dispatch.gemm_choice(M, 6144, 4096, False, H200)
-
-
-def test_gemm_streamk_compiles():
-    """The streamk kernel (128 x 256 over 8 warps at 3000^3) and the tma kernel with NEXT_PROLOGUE
-    compile for sm_90a without spills: TMA loads, wgmma, the release add and acquire reads of the
-    counts, partials read from L2 (.cg); tests/test_gluon_streamk.py checks their order."""
-    ptx = _ptx("gemm_epilogue", "gemm_epilogue_streamk", _case("gemm_epilogue", M=3000, N=3000, K=3000,
-                                                                  dtype="float16", act="gelu"))
-    for m in ("cp.async.bulk.tensor", "wgmma.mma_async", "global.gpu.release.add", "global.gpu.acquire",
-              "ld.global.cg"):
-        assert m in ptx, m
+def test_default_stages_unaligned_n():
+    """An unaligned N (2047 bf16: rows of 4094 bytes TMA cannot address) above few_rows_max_m rows:
+    the default plans "stage" (B copied to 16-byte rows, then the tma kernel, C stored from
+    registers) exactly when that models faster than the tiled kernel; at 2048 x 2047 x 2048 it
+    does, in the adapter and in the layer contract's ``plan`` alike; few rows keep the tiled rule."""
     from backends import gluon_layer as GL
     from gluon_src import H200, dispatch
-    case = _case("gemm_epilogue", M=4096, N=4096, K=4096, act="gelu")
-    a, b, bias, act, out = GL._meta_gemm(case)
-    for cfg in dispatch.GEMM["tma"][:2]:
-        spec = dispatch.gemm_specs("tma", a, b, bias, act, out, {**cfg, "NEXT_PROLOGUE": True}, H200["sms"])[0]
-        f = GL.compile_spec(spec)
-        assert f["spills"] == 0 and "wgmma.mma_async" in f["ptx"], (cfg, f["registers"], f["spills"])
+    from harness.meta_inputs import case_facts
+    case = _case("gemm_epilogue", M=2048, N=2047, K=2048, act="gelu", dtype="bfloat16")
+    v, specs = GL._gemm_specs("default", case)
+    assert v == "stage" and dispatch.plan("gemm_epilogue", case_facts(case)).variant == "stage"
+    names = [getattr(s.kernel, "__name__", None) or s.kernel.fn.__name__ for s in specs]
+    assert "stage_rows_kernel" in names and "gemm_epilogue_tma_kernel" in names, names
+    G, sms = dispatch.GEMM, H200["sms"]
+    for M, N, K in ((2048, 2047, 2048), (411, 733, 957), (97, 211, 389), (4096, 50_257, 768), (300, 4096, 4095)):
+        copies = tuple(n for n, ok in ((M * K, K % 8 == 0), (K * N, N % 8 == 0)) if not ok)
+        v0, c0 = dispatch.gemm_choice(M, N, K, False, H200)          # no copies given: unstaged
+        v, cfg = dispatch.gemm_choice(M, N, K, False, H200, copies)
+        assert v0 == "tiled"
+        t_tiled = -(-(triton.cdiv(M, c0["BLOCK_M"]) * triton.cdiv(N, c0["BLOCK_N"])) // (sms * G["tiled_resident"])) \
+            * triton.cdiv(K, c0["BLOCK_K"]) * G["tiled_step_s"]
+        tma = min(G["tma"], key=lambda c: (dispatch._gemm_time(M, N, K, c, sms), c["BLOCK_M"] * c["BLOCK_N"]))
+        t = dispatch._gemm_time(M, N, K, tma, sms) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["splitk_launch_s"]
+                                                         for n in copies)
+        assert (v, cfg) == (("stage", dict(tma)) if t < t_tiled else (v0, c0)), (M, N, K)
+    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, (2048 * 2047,))[0] == "tiled"
+
+
+def test_stream_k_and_next_prologue_are_gone():
+    """Stream-K lost on the H100 wherever it changed the plan but one case (0.46-0.99x; 1.14x at
+    64 x 18432 x 5120) and NEXT_PROLOGUE won one case of nine (1.14x at K = 128, 0.81x at
+    4096 x 28672 x 4096): both left HEAD with their kernel code and the candidates."""
+    from gluon_src import H200, dispatch
+    for name in ("gemm_epilogue_streamk", "gemm_epilogue_next"):
+        with pytest.raises(ValueError, match="not registered"):
+            registry.get("gemm_epilogue", f"gluon:{name}", candidates=True)
+    assert not (ROOT / "gluon_src" / "gemm_epilogue_streamk.py").exists()
+    assert "NEXT_PROLOGUE" not in (ROOT / "gluon_src" / "gemm_epilogue_tma.py").read_text()
+    assert not any(k.startswith("streamk") or k == "next_prologue" for k in dispatch.GEMM)
+    for M, N, K in ((3000, 3000, 3000), (16, 6144, 4096), (64, 18432, 5120), (256, 28672, 4096)):
+        v, cfg = dispatch.gemm_choice(M, N, K, True, H200)
+        assert v in ("tma", "splitk") and "NEXT_PROLOGUE" not in cfg, (M, N, K)
 
 
 def test_wgmma_gemms_decline_other_than_sm90(monkeypatch):

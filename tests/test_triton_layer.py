@@ -132,7 +132,12 @@ def test_compile_only_models_suite_defaults(problem):
         # a split kernel may keep the cap's few spilled values; uncapped, this triton's ptxas also
         # spills two values of the fp16 split at 4096 x 32000 (bf16, the same config: none)
         split = "CHUNK" in facts["config"]          # the split kernel's row chunk
-        assert facts["spills"] == 0 or ((capped or split) and facts["local_bytes"] <= few), (case.label, facts)
+        # the staged TMA kernel storing C from registers on 128 x 256 tiles (N = 50257) spills a
+        # few values at 255 registers: the plan the H100 timed at 1.20-2.23x the plain kernel's speed
+        # (docs/performance.md, "Triton / GEMM + epilogue")
+        staged = facts.get("variant") == "stage" and facts["local_bytes"] <= 32
+        assert facts["spills"] == 0 or staged or ((capped or split) and facts["local_bytes"] <= few), \
+            (case.label, facts)
 
 
 @pytest.mark.slow
@@ -334,34 +339,17 @@ def test_softmax_table_is_what_the_rules_read(monkeypatch):
     assert {dispatch.softmax_choice(M, N, 2, H200)[0] for M in (1, 32_768) for N in (64, 512, 1000)} == {"block"}
 
 
-def test_softmax_next_units():
-    """The pending switch ``units`` (triton:softmax_next): rows of whole 16-byte groups Triton
-    cannot prove so take N and the strides in 16-byte units, so the rows kernel (200 fp16 columns)
-    and the block kernel (3000 bf16 columns) move 128-bit accesses only, with no edge pass, where
-    today's default takes the aligned frame; a row that is no whole number of groups (781 fp32)
-    compiles as before; under the switch the candidate's outputs match float64."""
-    from backends.triton_layer import _sm_spec, compile_spec
-    from harness.problems import elem_size
-    narrow = re.compile(r"(ld|st)\.global\.(b16|b32|u16|f32)\b")
-
-    def ptx(**kw):
-        case = problems.get("softmax").case(**kw)
-        return compile_spec(_sm_spec(dispatch.softmax_choice(case.M, case.N, elem_size(case.dtype), H200)[0], case))["ptx"]
-
-    assert narrow.search(ptx(M=50_000, N=200, dtype="float16"))
-    odd = ptx(M=1000, N=781)
-    with dispatch.switched(dispatch.SOFTMAX, dispatch.SOFTMAX_NEXT):
-        for kw in (dict(M=50_000, N=200, dtype="float16"), dict(M=1000, N=3000, dtype="bfloat16")):
-            text = ptx(**kw)
-            assert "ld.global.v4" in text and "st.global.v4" in text and not narrow.search(text), kw
-        assert ptx(M=1000, N=781) == odd
-    prob = problems.get("softmax")
-    impl = registry.get("softmax", "triton:softmax_next", candidates=True)
-    for kw in (dict(M=37, N=200, dtype="float16"), dict(M=5, N=3000, dtype="bfloat16", layout="strided"),
-               dict(M=9, N=100, kind="neginf")):
-        c = verify_case(impl, prob, prob.case(**kw), DEV, seeds=(0,), repeat=False)
-        assert c.ok, (kw, c.reason)
-
+def test_softmax_units_switch_is_gone():
+    """The switch ``units`` (rows of whole 16-byte groups in 16-byte units) never won on the H100
+    (0.92x-1.02x, docs/performance.md, "Triton / softmax"): it left HEAD with its candidate
+    triton:softmax_next, and the row kernels take N and the strides as they are."""
+    from triton_src import softmax_block, softmax_rows
+    assert "units" not in dispatch.SOFTMAX and not hasattr(dispatch, "SOFTMAX_NEXT")
+    with pytest.raises(ValueError, match="not registered"):
+        registry.get("softmax", "triton:softmax_next", candidates=True)
+    for kernel in (softmax_block.softmax_block_kernel, softmax_rows.softmax_rows_kernel):
+        assert "UNIT" not in kernel.arg_names
+    assert "UNITS" not in dispatch.softmax_block_config(3000, 2) and "UNITS" not in dispatch.softmax_rows_config(200, 2)
 
 def test_split_register_cap_rule(monkeypatch):
     """The cap tried is the largest multiple of 8 below the kernel's registers at which an SM holds
@@ -541,30 +529,30 @@ def test_gemm_plain_tile_by_waves():
 def test_gemm_plain_plan_is_what_compile_only_compiles():
     """The plain path's spec (compile-only, grid description) carries the planned tile."""
     from backends import triton_layer as T
-    case = problems.get("gemm_epilogue").case(M=333, N=777, K=999, dtype="float16", act="gelu")
-    v, cfg = T._gemm_choice(case)
+    case = problems.get("gemm_epilogue").case(M=100, N=1000, K=63, dtype="float16", act="gelu")
+    v, cfg = T._gemm_choice(case)      # staging models slower than the plain kernel here
     spec = T._gemm_specs(v, case, cfg)[0]
     assert v == "plain" and spec.args["BLOCK_M"] == cfg["BLOCK_M"] and spec.args["BLOCK_N"] == cfg["BLOCK_N"]
-    assert tuple(spec.grid) == (-(-333 // cfg["BLOCK_M"]), -(-777 // cfg["BLOCK_N"]))
+    assert tuple(spec.grid) == (-(-100 // cfg["BLOCK_M"]), -(-1000 // cfg["BLOCK_N"]))
 
 
-def test_gemm_stage_rule_of_next():
-    """triton:gemm_epilogue_next (GEMM_NEXT on): above narrow_max_m rows, where TMA cannot address
-    every operand, "stage" (the copies of A / B TMA cannot read, then the TMA kernel) exactly when
-    its modelled time - the TMA config's roofline plus, per copy, its bytes read and written at
-    HBM speed and a launch - beats the unstaged choice's (the plain kernel: rounds of
-    plain_resident programs an SM x K steps x plain_step_s; else the roofline). Off in GEMM, the
-    choice is unchanged; no TMA (sm_80): never staged; few rows: the narrow rule."""
-    G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
+def test_gemm_stage_rule():
+    """The default: above narrow_max_m rows, where TMA cannot address every operand, "stage" (the
+    copies of A / B TMA cannot read, then the TMA kernel) exactly when its modelled time - the TMA
+    config's roofline plus, per copy, its bytes read and written at HBM speed and a launch - beats
+    the unstaged choice's (the plain kernel: rounds of plain_resident programs an SM x K steps x
+    plain_step_s; else the roofline), written here from those inputs; no copies to make (no TMA
+    here): the unstaged choice; no TMA (sm_80): never staged; few rows: the narrow rule."""
+    G = dispatch.GEMM
     sms, cdiv = H200["sms"], lambda a, b: -(-a // b)  # noqa: E731
     seen = set()
     for M, N, K in ((2048, 2047, 2048), (555, 1234, 777), (411, 733, 957), (97, 211, 389), (70, 47, 33),
                     (4096, 50_257, 768), (90, 37, 64), (1025, 770, 513), (300, 4096, 4095)):
         al = dispatch.gemm_aligned(2, min(8, 1 << (K & -K).bit_length() - 1), min(8, 1 << (N & -N).bit_length() - 1))
         copies = tuple(n for n, ok in ((M * K, K % 8 == 0), (K * N, N % 8 == 0)) if not ok)
-        v0, c0 = dispatch.gemm_choice(M, N, K, False, H200, al, copies)
-        v, cfg = dispatch.gemm_choice(M, N, K, False, H200, al, copies, G)
-        assert v0 != "stage" and dispatch.gemm_choice(M, N, K, False, OTHER_GPUS["a100"], al, copies, G)[0] != "stage"
+        v0, c0 = dispatch.gemm_choice(M, N, K, False, H200, al)          # copies None: unstaged
+        v, cfg = dispatch.gemm_choice(M, N, K, False, H200, al, copies)
+        assert v0 != "stage" and dispatch.gemm_choice(M, N, K, False, OTHER_GPUS["a100"], al, copies)[0] != "stage"
         if v0 == "plain":
             t0 = cdiv(cdiv(M, c0["BLOCK_M"]) * cdiv(N, c0["BLOCK_N"]), sms * G["plain_resident"]) \
                 * cdiv(K, c0["BLOCK_K"]) * G["plain_step_s"]
@@ -575,8 +563,23 @@ def test_gemm_stage_rule_of_next():
         assert (v == "stage") == (t < t0) and (v, cfg) == (("stage", tma) if t < t0 else (v0, c0)), (M, N, K, v, v0)
         seen.add(v)
     assert {"stage", "plain"} <= seen, seen
-    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, False, (2048 * 2047,), G)[1] == \
+    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, False, (2048 * 2047,))[1] == \
         dispatch.gemm_narrow_config(16, 2047, 2048, H200, False)
+
+
+def test_default_stages_unaligned_n():
+    """An unaligned N (2047 bf16: rows of 4094 bytes TMA cannot address) above narrow_max_m rows:
+    the default plans "stage" (B copied to 16-byte rows, then the TMA kernel) through the adapter
+    and through the layer contract's ``plan``, and its launches are the copy and the TMA kernel."""
+    from backends import triton_layer as T
+    from harness.meta_inputs import case_facts
+    case = problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu", dtype="bfloat16")
+    assert T._gemm_choice(case)[0] == "stage"
+    p = dispatch.plan("gemm_epilogue", case_facts(case))
+    assert p.variant == "stage" and {k for s in p.sources for k in s.kernels} >= {"stage_rows_kernel",
+                                                                                   "gemm_epilogue_tma_kernel"}
+    # the 16-row B stream keeps the narrow rule (no copy)
+    assert T._gemm_choice(problems.get("gemm_epilogue").case(M=16, N=2047, K=2048))[0] in ("tiled", "splitk")
 
 
 def test_gemm_stage_specs():
@@ -585,7 +588,7 @@ def test_gemm_stage_specs():
     read into rows of a multiple of 8 elements."""
     from backends import triton_layer as T
     case = problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")
-    v, cfg = T._gemm_variant("next", case)
+    v, cfg = T._gemm_variant("default", case)
     specs = T._gemm_specs(v, case, cfg)
     assert v == "stage" and [s.kernel.__name__ if hasattr(s.kernel, "__name__") else s.kernel.fn.__name__
                              for s in specs][0] == "gemm_epilogue_tma_kernel"
@@ -601,60 +604,16 @@ def _gemm_ref(a, b, bias, act):
     return y.clamp_min(0) if act == "relu" else y
 
 
-@pytest.mark.skipif(HAS_GPU, reason="the interpreter's small grids; the GPU runs the verify suite")
-def test_gemm_streamk_kernel():
-    """The streamk kernel under the interpreter on grids small enough that every path runs: whole
-    waves then shared ones (300 x 520 x 200 on 4 programs: 15 tiles, 8 data-parallel), only shared
-    tiles with several programs a tile (129 x 264 x 72), the narrow tile of few rows (7 x 264 x 1024),
-    ragged K and edges, no bias; C matches
-    float64, and the flags are all down again, so a second launch is right too."""
-    from triton_src import gemm_epilogue_streamk as S
-    g = torch.Generator().manual_seed(3)
-    for M, N, K, i, sms, act, dt in ((300, 520, 200, 1, 4, "gelu", torch.float16),
-                                     (129, 264, 72, 1, 4, "relu", torch.bfloat16),
-                                     (640, 136, 456, 3, 7, "none", torch.float16),
-                                     (7, 264, 1024, None, 4, "gelu", torch.bfloat16)):
-        cfg = dict(dispatch.GEMM["tma"][i]) if i is not None else dispatch.gemm_streamk_narrow_config(M, N, K, {**H200, "sms": sms})
-        a, b = torch.randn(M, K, generator=g).to(dt), torch.randn(K, N, generator=g).to(dt)
-        bias = torch.randn(N, generator=g).to(dt) if act != "none" else None
-        out = torch.full((M, N), float("nan"), dtype=dt)
-        launch = S.bind_launch(a, b, bias, act, out, cfg, sms)
-        tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
-        assert S.dp_tiles(tiles, S.programs_for(M, N, K, cfg, sms)) < tiles
-        ref = _gemm_ref(a, b, bias, act)
-        for _ in range(2):
-            out.fill_(float("nan"))
-            launch()
-            assert not out.isnan().any() and ((out.double() - ref).norm() / ref.norm()) < 1e-2, (M, N, K)
-            assert not launch.workspace[1].any()
-
-
-def test_gemm_streamk_rule_of_next():
-    """GEMM_NEXT's streamk: off in GEMM; on, taken only where tiles leave a partial last wave, and
-    then modelled streamk_min_gain faster than the plan it replaces; 3000^3 (128 x 256 tiles: 288
-    on 132 SMs, 2.18 waves) takes it, whole-wave grids do not."""
-    G = {**dispatch.GEMM, **dispatch.GEMM_NEXT}
-    sms, cdiv = H200["sms"], lambda a, b: -(-a // b)  # noqa: E731
-    seen = set()
-    for M, N, K in ((3000, 3000, 3000), (4096, 4096, 4096), (8192, 8192, 8192), (256, 28672, 4096),
-                    (2048, 8448, 1024), (200, 13824, 5120), (5000, 5000, 5000), (1000, 4000, 3000)):
-        v0, c0 = dispatch.gemm_choice(M, N, K, True, H200)
-        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)
-        assert v0 != "streamk"
-        seen.add(v)
-        if v == "streamk":
-            tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
-            assert tiles % sms and dispatch.streamk_time(M, N, K, cfg, sms) < \
-                (1 - G["streamk_min_gain"]) * dispatch._gemm_time(M, N, K, c0, c0.get("SPLIT", 1), sms)
-        else:
-            assert (v, cfg) == (v0, c0)
-    for M, N, K in ((1, 11008, 4096), (16, 6144, 4096), (64, 32000, 4096), (7, 4000, 2048)):
-        v, cfg = dispatch.gemm_choice(M, N, K, True, H200, G=G)     # few rows, TMA: narrow streamk
-        assert v == "streamk" and cfg["BLOCK_M"] == max(16, 1 << (M - 1).bit_length()), (M, cfg)
-        assert dispatch.gemm_choice(M, N, K, False, H200, G=G)[0] != "streamk"
-    assert dispatch.gemm_choice(3000, 3000, 3000, True, H200, G=G)[0] == "streamk"
-    assert dispatch.gemm_choice(2048, 8448, 1024, True, H200, G=G)[0] != "streamk"   # 16 x 33 = 4 x 132 tiles
-    assert {"streamk", "tma"} <= seen
+def test_stream_k_is_gone():
+    """Stream-K lost on the H100 wherever it changed the plan but two cases (0.61-0.93x; 1.08x and
+    1.12x at M = 16 / 64 with N >= 18432): it left HEAD with its kernel and both candidates."""
+    for name in ("gemm_epilogue_streamk", "gemm_epilogue_next"):
+        with pytest.raises(ValueError, match="not registered"):
+            registry.get("gemm_epilogue", f"triton:{name}", candidates=True)
+    assert not (ROOT / "triton_src" / "gemm_epilogue_streamk.py").exists()
+    assert not any(k.startswith("streamk") for k in dispatch.GEMM) and not hasattr(dispatch, "GEMM_NEXT")
+    for M, N, K in ((3000, 3000, 3000), (16, 28672, 4096), (64, 18432, 5120), (256, 28672, 4096)):
+        assert dispatch.gemm_choice(M, N, K, True, H200)[0] in ("tma", "splitk", "tiled"), (M, N, K)
 
 
 # -- bad inputs: clear errors naming the argument --------------------------------------------------

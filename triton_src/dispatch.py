@@ -16,7 +16,6 @@ Plan`` adds the tensors' own facts (alignment) and binds the launch.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -104,15 +103,7 @@ SOFTMAX = {
     "split_register_cap": True,
     "split_cap_min_regs": 48,
     "split_cap_max_spills": 2,
-    # rows and block kernels: rows that are whole 16-byte groups Triton cannot prove so (N and the
-    # strides multiples of 16 bytes, not of 16 elements: 200 fp16 columns) get N and the strides in
-    # 16-byte units, multiplied back by a constexpr (``softmax_block.units``): 128-bit accesses
-    # with no frame and no edge pass. Not yet run on a GPU: on in SOFTMAX_NEXT only
-    "units": False,
 }
-#: the switches built on the CPU and waiting for a GPU: the candidate ``triton:softmax_next`` plans
-#: with SOFTMAX updated by these (``switched``), so one run times today's default beside it
-SOFTMAX_NEXT = {"units": True}
 
 
 def _tma(bm, bn, bk, stages, warps, subtile=False, flatten=True, eff=1.0, group=8):
@@ -178,38 +169,12 @@ GEMM = {
     # kernels. The plain kernel waits for each K step's 2-byte loads before its MMA: its time is
     # rounds of plain_resident programs an SM x K steps x plain_step_s (fits 2048 x 2047 x 2048:
     # 1 round x 64 steps, 105 us; 555 x 1234 x 777: 1 x 25, 37.6 us; 4096 x 50257 x 768: 48 x 24,
-    # 1741 us; docs/performance.md, "Triton / GEMM + epilogue"). Off until a GPU has run it
-    # (triton:gemm_epilogue_next has it on).
-    "stage_unaligned": False,
+    # 1741 us; docs/performance.md, "Triton / GEMM + epilogue"; on the H100 staging took
+    # 4096 x 50257 x 768 from 1739 to 780 us, 411 x 733 x 957 from 44.8 to 19.3 us).
     "plain_step_s": 1.6e-6,
     "plain_resident": 2,
     "launch_s": 3e-6,
-    # A partial last wave (3000^3 on 128 x 256 tiles: 288 tiles = 2.18 waves, the third 18 %
-    # full; 200 x 13824 x 5120: 108 tiles, 0.82 of one): "streamk" runs whole waves
-    # data-parallel and spreads the last full wave plus the partial one evenly over the SMs by K
-    # steps, so the busiest SM does tiles / SMs tiles' work instead of ceil(tiles / SMs); its cost
-    # is a program's fp32 partial tile written and the owner's reads of its tile's partials
-    # (streamk_l2_bytes_per_s, an SM's share of what the tma kernel drew from L2), and
-    # streamk_segments pipeline restarts of streamk_restart_s. Taken
-    # where it models streamk_min_gain faster than every other plan. Off until a GPU has run it
-    # (triton:gemm_epilogue_next has it on; docs/performance.md, "Triton / GEMM + epilogue").
-    "streamk": False,
-    # ... and at most narrow_max_m rows (a stream of B) with TMA-legal operands, always: the K
-    # steps of narrow tiles (BLOCK_M = M rounded up to a power of two, at least 16) shared evenly
-    # over the SMs in one launch, where the narrow rule's split-K needs a second (the reduction,
-    # ~3 us of a ~20 us GEMM) and its unsplit grids leave part of a wave idle. 3 loads of 36 KB in
-    # flight an SM (16 x 128 + 128 x 128 elements a stage): Little's law wants ~32 KB an SM for
-    # 4 TB/s at ~1 us
-    "streamk_narrow": {"BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 1, "num_stages": 4, "num_warps": 4,
-                       "EPILOGUE_SUBTILE": False, "FLATTEN": True, "WARP_SPECIALIZE": False, "eff": 1.0},
-    "streamk_min_gain": 0.05,
-    "streamk_l2_bytes_per_s": 9.0e12 / 132,
-    "streamk_segments": 3,
-    "streamk_restart_s": 1e-6,
 }
-
-#: the switches the next default turns on (triton:gemm_epilogue_next, a candidate until a GPU has run it)
-GEMM_NEXT = {"stage_unaligned": True, "streamk": True}
 
 #: programs of the persistent TMA grid under the interpreter (so that its tile loop runs)
 INTERPRETER_SMS = 4
@@ -239,6 +204,9 @@ VARIANTS = {
     "softmax": {v: _src(f"softmax_{v}.py", (f"softmax_{v}_kernel",)) for v in ("rows", "block", "split", "online")},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",)),
                       "tma": _src("gemm_epilogue_tma.py", ("gemm_epilogue_tma_kernel",)),
+                      # A / B rows TMA cannot read copied to 16-byte rows, then the tma kernel
+                      "stage": _src("gemm_epilogue_tma.py", ("stage_rows_kernel", "gemm_epilogue_tma_kernel"),
+                                    ("bind_staged_launch",)),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
                                                                  "gemm_splitk_reduce_kernel")),
                       "plain": _src("gemm_epilogue.py", ("gemm_epilogue_kernel",), ())},
@@ -273,8 +241,9 @@ def plan(problem: str, facts):
         a, b, out = facts.meta("a"), facts.meta("b"), facts.meta("out")
         bias = facts.meta("bias") if "bias" in facts.operands else None
         vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
+        copies = tuple(t.numel() for t in (a, b) if not gemm_epilogue_tma.tma_readable(t))
         variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_epilogue_tma.check(a, b, out) is None, dev,
-                                   gemm_aligned(facts.esize, vec["K_VEC"], vec["N_VEC"]))
+                                   gemm_aligned(facts.esize, vec["K_VEC"], vec["N_VEC"]), copies)
     return make_plan(problem, variant, VARIANTS, cfg)
 
 
@@ -291,22 +260,11 @@ def plan_vector_add(x, y, out) -> Plan:
 
 
 # -- softmax -----------------------------------------------------------------------------------
-@contextmanager
-def switched(table: dict, changes: dict):
-    """``table`` with ``changes`` applied while the block runs (a candidate's planning), restored after."""
-    saved = {k: table[k] for k in changes}
-    table.update(changes)
-    try:
-        yield table
-    finally:
-        table.update(saved)
-
-
 def softmax_block_config(N: int, elem_size: int) -> dict:
     from . import softmax_block as B
     cols = max(16, next_pow2(N))
     table = SOFTMAX["block_warps"]
-    return {**B.config(N, next((w for c, w in table if cols <= c), table[-1][1])), "UNITS": SOFTMAX["units"]}
+    return B.config(N, next((w for c, w in table if cols <= c), table[-1][1]))
 
 
 def softmax_rows_config(N: int, elem_size: int) -> dict:
@@ -314,7 +272,6 @@ def softmax_rows_config(N: int, elem_size: int) -> dict:
     cfg = R.config(N, SOFTMAX["rows_tile"], SOFTMAX["rows_values_per_thread"], SOFTMAX["rows_stages"],
                    SOFTMAX["rows_persistent"])
     cfg["FRAME"] = cfg["BLOCK_N"] <= SOFTMAX["rows_frame_max_cols"]
-    cfg["UNITS"] = SOFTMAX["units"]
     return cfg
 
 
@@ -476,41 +433,6 @@ def _gemm_time(M, N, K, cfg: dict, split: int, sms: int) -> float:
     return max(t_tiles, t_mem) + t_ws
 
 
-def streamk_time(M: int, N: int, K: int, cfg: dict, sms: int) -> float | None:
-    """Seconds the model gives the streamk kernel with ``cfg``: tiles / SMs tiles' MMA time (no
-    rounding up: the last waves' K steps are shared evenly), or the HBM floor, plus the fix-up: a
-    program's partial written, the owner's reads of the partials of its tile (one where there are
-    at least as many tiles as SMs, about SMs / tiles where fewer) and the pipeline restarts of
-    a program's segments; None where whole waves leave nothing to share."""
-    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    if tiles % sms == 0 or tiles * triton.cdiv(K, cfg["BLOCK_K"]) < sms:
-        return None
-    per_sm = GEMM["peak_flops"] / sms * cfg["eff"]
-    t_tiles = tiles / sms * 2.0 * bm * bn * K / per_sm
-    t_mem = 2.0 * (M * K + K * N + M * N) / GEMM["hbm_bytes_per_s"]
-    partials = 1 + -(-sms // tiles)
-    fix = partials * 4.0 * bm * bn / GEMM["streamk_l2_bytes_per_s"] + GEMM["streamk_segments"] * GEMM["streamk_restart_s"]
-    return max(t_tiles, t_mem) + fix
-
-
-def gemm_streamk_config(M: int, N: int, K: int, facts: dict) -> tuple[float, dict] | None:
-    """(modelled seconds, tma config) of the fastest streamk plan, or None where none applies."""
-    found = [(t, c) for c in gemm_table("tma", facts)
-             if (t := streamk_time(M, N, K, c, facts["sms"])) is not None]
-    return min(found, key=lambda tc: tc[0]) if found else None
-
-
-def gemm_streamk_narrow_config(M: int, N: int, K: int, facts: dict) -> dict | None:
-    """The streamk config for few rows (GEMM["streamk_narrow"], BLOCK_M = M rounded up to a power
-    of two, at least 16), or None where its tiles hold fewer K steps than there are SMs."""
-    cfg = fitted({**GEMM["streamk_narrow"], "BLOCK_M": max(16, next_pow2(M))}, facts)
-    if cfg is None or triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]) \
-            * triton.cdiv(K, cfg["BLOCK_K"]) < facts["sms"]:
-        return None
-    return cfg
-
-
 def _split_choices(K: int, block_k: int) -> list[int]:
     steps = triton.cdiv(K, block_k)
     top = max(1, min(GEMM["splitk_max"], steps // GEMM["splitk_min_k_steps"]))
@@ -606,26 +528,21 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict, aligned: bool = True
 
 
 def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
-                aligned: bool = True, copies: tuple | None = None, G: dict = GEMM) -> tuple[str, dict]:
-    """tiled, tma, splitk, plain, stage or streamk, and the config. Few rows: narrow tiles, split-K
-    when the tiles alone leave SMs idle (with G["streamk"] and TMA: streamk on narrow tiles). Otherwise the roofline model picks among the tile configs (TMA ones
+                aligned: bool = True, copies: tuple | None = None) -> tuple[str, dict]:
+    """tiled, tma, splitk, plain or stage, and the config. Few rows: narrow tiles, split-K when the
+    tiles alone leave SMs idle. Otherwise the roofline model picks among the tile configs (TMA ones
     when the operands allow TMA, else the pointer kernel's: shorter K steps when rows are not
-    4-byte aligned, see GEMM) and split factors; with G["stage_unaligned"] and ``copies`` (the
-    element counts of the operands a staged TMA launch copies; None: no TMA here) the staged TMA
-    kernel where it models faster."""
+    4-byte aligned, see GEMM) and split factors; with ``copies`` (the element counts of the
+    operands a staged TMA launch copies; None: no TMA here) the staged TMA kernel where it models
+    faster."""
+    G = GEMM
     facts = facts or device_facts()
     tma_ok = tma_ok and tma_available(facts)
     if M <= GEMM["narrow_max_m"]:
-        if tma_ok and G["streamk"] and (sk := gemm_streamk_narrow_config(M, N, K, facts)) is not None:
-            return "streamk", sk
         cfg = gemm_narrow_config(M, N, K, facts, aligned)
         return ("splitk" if cfg["SPLIT"] > 1 else "tiled"), cfg
     variant, cfg = _gemm_unstaged(M, N, K, tma_ok, facts, aligned)
-    if tma_ok and G["streamk"] and (sk := gemm_streamk_config(M, N, K, facts)) is not None:
-        t_now = _gemm_time(M, N, K, cfg, cfg.get("SPLIT", 1), facts["sms"])
-        if sk[0] < (1.0 - G["streamk_min_gain"]) * t_now:
-            return "streamk", dict(sk[1])
-    if tma_ok or copies is None or not G["stage_unaligned"] or not tma_available(facts):
+    if tma_ok or copies is None or not tma_available(facts):
         return variant, cfg
     sms = facts["sms"]
     if variant == "plain":
@@ -666,8 +583,8 @@ def plain_spec(a, b, bias, act: str, out, cfg: dict | None = None):
                 {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
 
 
-def plan_gemm(a, b, bias, act: str, out, G: dict = GEMM) -> Plan:
-    """The default's plan (``G``: the GEMM table, or GEMM with GEMM_NEXT's switches on)."""
+def plan_gemm(a, b, bias, act: str, out) -> Plan:
+    """The default's plan."""
     from . import gemm_epilogue_splitk, gemm_epilogue_tiled, gemm_epilogue_tma
     M, K = a.shape
     N = b.shape[1]
@@ -676,16 +593,13 @@ def plan_gemm(a, b, bias, act: str, out, G: dict = GEMM) -> Plan:
     vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
     copies = tuple(t.numel() for t in (a, b) if not gemm_epilogue_tma.tma_readable(t))
     variant, cfg = gemm_choice(M, N, K, tma_ok, facts, gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"]),
-                               copies, G)
+                               copies)
     sms = INTERPRETER_SMS if interpreting() else facts["sms"]
     if variant == "plain":
         from .runtime import bind_spec
         return Plan(variant, cfg, bind_spec(plain_spec(a, b, bias, act, out, cfg), a.device))
     if variant == "stage":
         return Plan(variant, cfg, gemm_epilogue_tma.bind_staged_launch(a, b, bias, act, out, cfg, sms))
-    if variant == "streamk":
-        from . import gemm_epilogue_streamk
-        return Plan(variant, cfg, gemm_epilogue_streamk.bind_launch(a, b, bias, act, out, cfg, sms))
     if variant == "tma":
         launch = gemm_epilogue_tma.bind_launch(a, b, bias, act, out, cfg, sms)
     elif variant == "splitk":

@@ -2,9 +2,8 @@
 
 One read and one write of each row: load (padding lanes -inf), max, exp, sum, scale, store.
 BLOCK_N is the row length rounded up to a power of two (rows that Triton cannot prove 16-byte
-aligned are addressed from their 16-byte boundary: ``VEC``, ``triton_src.aligned_frame``; rows
-that are whole 16-byte groups take N and the strides in such groups: ``UNIT``, ``units``); the row must fit the registers of one
-program (MAX_COLS fp32 values: at 16 warps that is 64 values a thread, twice that spills), and
+aligned are addressed from their 16-byte boundary: ``VEC``, ``triton_src.aligned_frame``); the
+row must fit the registers of one program (MAX_COLS fp32 values: at 16 warps that is 64 values a thread, twice that spills), and
 how many programs an SM holds follows from the same registers: ``dispatch`` picks num_warps.
 """
 from __future__ import annotations
@@ -20,8 +19,7 @@ MAX_COLS = 32768
 
 @triton.jit
 def softmax_block_kernel(x_ptr, out_ptr, N, stride_x, stride_out, BLOCK_N: tl.constexpr,
-                         VEC: tl.constexpr, UNIT: tl.constexpr = 1):
-    N, stride_x, stride_out = N * UNIT, stride_x * UNIT, stride_out * UNIT   # see ``units``
+                         VEC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     if VEC == 0:
@@ -73,29 +71,11 @@ def frame(x, out, block_n: int) -> int:
     return vec if vec and x.shape[1] + vec - 1 <= block_n else 0
 
 
-def units(x, out) -> int:
-    """Elements in 16 bytes when every row of both tensors is whole 16-byte groups that Triton
-    cannot prove so (N and the row strides multiples of 16 bytes but not all of 16 elements: a row
-    of 200 fp16), else 1. Triton proves 16-byte accesses only from arguments it specialises as
-    multiples of 16; a kernel given N and the strides in these units and multiplying them back by
-    the constexpr UNIT proves them, with no frame and no edge pass."""
-    vec = 16 // x.element_size()
-    N, sx, so = x.shape[1], x.stride(0), out.stride(0)
-    if N % 16 == 0 and sx % 16 == 0 and so % 16 == 0:
-        return 1   # Triton's own specialisation proves them
-    if N % vec or sx % vec or so % vec or x.data_ptr() % 16 or out.data_ptr() % 16:
-        return 1
-    return vec
-
-
 def row_args(x, out, cfg: dict) -> dict:
-    """N, the row strides and the addressing constexprs of a row kernel: in 16-byte units
-    (``units``) where the config asks for them (``UNITS``) and they apply, else the aligned frame
-    (``VEC``) where it applies and the config leaves it on (``FRAME``)."""
-    unit = units(x, out) if cfg.get("UNITS") else 1
-    vec = frame(x, out, cfg["BLOCK_N"]) if unit == 1 and cfg.get("FRAME", True) else 0
-    return {"N": x.shape[1] // unit, "stride_x": x.stride(0) // unit, "stride_out": out.stride(0) // unit,
-            "VEC": vec, "UNIT": unit}
+    """N, the row strides and the addressing constexpr of a row kernel: the aligned frame (``VEC``)
+    where it applies and the config leaves it on (``FRAME``)."""
+    vec = frame(x, out, cfg["BLOCK_N"]) if cfg.get("FRAME", True) else 0
+    return {"N": x.shape[1], "stride_x": x.stride(0), "stride_out": out.stride(0), "VEC": vec}
 
 
 def launch_spec(x, out, cfg: dict) -> Spec:

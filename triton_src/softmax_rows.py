@@ -8,8 +8,7 @@ hardware starts a program wherever one ends); a persistent grid (what the SMs ho
 the compiled kernel's registers and shared memory) loops over blocks, and
 ``tl.range(..., num_stages=NUM_STAGES)`` software-pipelines that loop (the next block's loads
 issued before this block is reduced and stored). Rows that Triton cannot prove 16-byte aligned
-are each addressed from their 16-byte boundary (``VEC``), or, where they are whole 16-byte groups,
-take N and the strides in such groups (``UNIT``), as in ``softmax_block``.
+are each addressed from their 16-byte boundary (``VEC``), as in ``softmax_block``.
 """
 from __future__ import annotations
 
@@ -25,9 +24,7 @@ MAX_COLS = 32768
 
 @triton.jit
 def softmax_rows_kernel(x_ptr, out_ptr, M, N, stride_x, stride_out, ROWS: tl.constexpr,
-                        BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr,
-                        UNIT: tl.constexpr = 1):
-    N, stride_x, stride_out = N * UNIT, stride_x * UNIT, stride_out * UNIT   # softmax_block.units
+                        BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr, VEC: tl.constexpr):
     rows = tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols[None, :] < N
