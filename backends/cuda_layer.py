@@ -514,8 +514,7 @@ SOFTMAX_KERNEL = {"simple": ("softmax.cu", "softmax_simple_kernel"), "warp": ("s
                   "rows": ("softmax_rows.cu", "softmax_rows_kernel"),
                   "online": ("softmax_online.cu", "softmax_online_kernel"),
                   "smem": ("softmax_smem.cu", "softmax_smem_kernel"),
-                  "split": ("softmax_split.cu", "softmax_split_kernel"),
-                  "cluster": ("softmax_cluster.cu", "softmax_cluster_kernel")}
+                  "split": ("softmax_split.cu", "softmax_split_kernel")}
 SOFTMAX_DESCRIPTIONS = {
     "auto": "planner's rules: warp / rows / block by bytes in flight per SM, long rows to smem (staged in the shared "
             "memory of a CTA or a cluster of CTAs, any alignment) or split (cooperative, aligned fp32 rows), online as "
@@ -530,13 +529,7 @@ SOFTMAX_DESCRIPTIONS = {
     "split": "persistent cooperative grid, C blocks per row hold 16384-column chunks in registers, (max, sum) "
              "exchanged through 64-bit slots in global memory: 1 read, 1 write (N > 32768); few rows: 8192 / 4096-"
              "column chunks until the units cover the SMs (those chunks not yet run on a GPU)",
-    "cluster": "a long row over a thread-block cluster of 2-16 CTAs, each CTA's share in its registers (16-byte "
-               "loads at any row alignment), one exponential an element, (max, sum) a warp through distributed "
-               "shared memory: 1 read, 1 write; as the default's rule for rows over 32 KB it ran 0.64-0.87x of the "
-               "default on the H100 (2026-12-06; the NVRTC build crashed the context at 4096 x 50257 fp32)",
 }
-#: candidates (register(candidate=True)): the cluster path, which no planner picks
-SOFTMAX_CANDIDATES = (("cluster", "softmax_cluster"),)
 SOFTMAX_ROWS = (("auto", "softmax"), ("simple", "softmax_simple"), ("warp", "softmax_warp"),
                 ("block", "softmax_block"), ("rows", "softmax_rows"), ("online", "softmax_online"),
                 ("smem", "softmax_smem"), ("split", "softmax_split"))
@@ -575,9 +568,9 @@ def _softmax_compile_only(path):
     return compile_only
 
 
-def _register_softmax(path: str, name: str, candidate: bool = False):
+def _register_softmax(path: str, name: str):
     @register(problem="softmax", layer="cuda", name=name, description=SOFTMAX_DESCRIPTIONS[path],
-              sources=softmax_sources(path), devices=("cuda",), available=available, candidate=candidate,
+              sources=softmax_sources(path), devices=("cuda",), available=available,
               supports=softmax_supports(path), compile_only=_softmax_compile_only(path),
               grid=lambda case: softmax_grid(case_softmax(path, case), case.M, case.N))
     def prepare(case, inputs, out):
@@ -598,8 +591,6 @@ def _register_softmax(path: str, name: str, candidate: bool = False):
 
 for _path, _name in SOFTMAX_ROWS:
     _register_softmax(_path, _name)
-for _path, _name in SOFTMAX_CANDIDATES:
-    _register_softmax(_path, _name, candidate=True)
 
 
 _VA_KERNELS = {"unmasked": Source("cuda_src/vector_add_unmasked.cu", kernels=("vector_add_unmasked_kernel",), host=())}

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from backends import cuda_gemm
-from backends.cuda_layer import (DTYPE_CODE, SOFTMAX_CANDIDATES, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config,
+from backends.cuda_layer import (DTYPE_CODE, SOFTMAX_DESCRIPTIONS, SOFTMAX_ROWS, _config,
                                  case_softmax, case_vector_add, check_softmax, check_vector_add, dev_index,
                                  softmax_grid, softmax_launches, softmax_sources, softmax_supports,
                                  vector_add_grid, vector_add_launches, va_sources)
@@ -360,7 +360,7 @@ def compile_only_nvrtc(kernel: str, config: dict | None = None) -> dict:
 
 
 # -- registration --------------------------------------------------------------------------------
-def _register_softmax(path: str, name: str, candidate: bool = False):
+def _register_softmax(path: str, name: str):
     supports = softmax_supports(path)
 
     def compile_only(case):
@@ -370,7 +370,7 @@ def _register_softmax(path: str, name: str, candidate: bool = False):
         return compile_only_nvrtc(plan.kernel, _config(plan))
 
     @register(problem="softmax", layer="cupy", name=name,
-              description="NVRTC of cuda_src: " + SOFTMAX_DESCRIPTIONS[path], candidate=candidate,
+              description="NVRTC of cuda_src: " + SOFTMAX_DESCRIPTIONS[path],
               sources=softmax_sources(path, HOST), devices=("cuda",), available=available, supports=supports,
               compile_only=compile_only,
               grid=lambda case: softmax_grid(case_softmax(path, case), case.M, case.N))
@@ -390,8 +390,6 @@ def _register_softmax(path: str, name: str, candidate: bool = False):
 
 for _path, _name in SOFTMAX_ROWS:
     _register_softmax(_path, _name)
-for _path, _name in SOFTMAX_CANDIDATES:
-    _register_softmax(_path, _name, candidate=True)
 
 
 def _register_vector_add(path: str, name: str, description: str):

@@ -115,7 +115,7 @@ def _src(file: str, *kernels: str):
 VARIANTS = {
     "vector_add": {"unmasked": _src("vector_add_unmasked.cu", "vector_add_unmasked_kernel")},
     "softmax": {w: _src(f"softmax_{w}.cu", f"softmax_{w}_kernel")
-                for w in ("warp", "block", "rows", "cluster", "smem", "split", "online")},
+                for w in ("warp", "block", "rows", "smem", "split", "online")},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.cu", "gemm_tiled_kernel"),
                       "ws": _src("gemm_epilogue_ws.cu", "gemm_ws_kernel"),
                       "splitk": _src("gemm_epilogue_ws.cu", "gemm_ws_kernel")

@@ -67,16 +67,6 @@ SOFTMAX = {
     "online_threads": 512,
     "online_slice": 64 * 1024,      # online path: bytes of row per CTA
     "simple_threads": 256,
-    # cluster path (softmax_cluster.cu: a row over a cluster of C CTAs of 256 threads, each CTA's
-    # share in registers, one exponential an element): the fewest C of 2 .. cluster_max whose
-    # CTAs hold the row at <= cluster_values values a thread (K vectors a thread: the smallest of
-    # cluster_ks[element size] that holds the share), doubled while M x C CTAs leave SMs idle.
-    # The default never plans it: sending rows over 32 KB to it before smem and split lost on every
-    # long-row case on the H100 (0.64-0.87x; docs/performance.md, "CUDA C++ / softmax").
-    "cluster_threads": 256,
-    "cluster_values": 64,
-    "cluster_max": 16,
-    "cluster_ks": {4: (4, 8, 12, 16), 2: (2, 4, 6, 8)},
 }
 
 # Registers per thread the occupancy estimates assume (upper bounds of the ptxas figures for sm_90a;
@@ -84,7 +74,6 @@ SOFTMAX = {
 REGS = {
     "softmax_warp_kernel": 48, "softmax_block_kernel": 64, "softmax_rows_kernel": 128,
     "softmax_smem_kernel": 40, "softmax_split_kernel": 128, "softmax_online_kernel": 64,
-    "softmax_cluster_kernel": 128,
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -98,7 +87,6 @@ SIGNATURES = {  # parameter types in order: ptr / i32 / i64 / tma (a 128-byte CU
     "softmax_online_kernel": ("ptr", "ptr", "i32", "i64", "i64", "i32"),
     "softmax_smem_kernel": ("ptr", "ptr", "i32", "i64", "i64", "i32"),
     "softmax_split_kernel": ("ptr", "ptr", "ptr", "i32", "i64", "i64", "i32", "i64", "i32"),
-    "softmax_cluster_kernel": ("ptr", "ptr", "i32", "i64", "i64"),
 }
 
 
@@ -120,8 +108,6 @@ def instances() -> dict[str, list[str]]:
     out["softmax_smem.cu"] = [f"softmax_smem_kernel<{t}, {c}>" for t, _ in _types() for c in (1, 2, 4, 8, 16)]
     out["softmax_split.cu"] = [f"softmax_split_kernel<{t}, {v}, {nt}, {ch}>" for t, es in _types() for v in (1, 16 // es)
                                for nt, ch in ((256, 16384), (512, 16384), (256, 8192), (256, 4096))]
-    out["softmax_cluster.cu"] = [f"softmax_cluster_kernel<{t}, {k}, {c}>" for t, es in _types()
-                                 for k in SOFTMAX["cluster_ks"][es] for c in (2, 4, 8, 16)]
     return out
 
 
@@ -131,7 +117,7 @@ def instances() -> dict[str, list[str]]:
 _NO_CLUSTERS = ("thread-block clusters need code compiled for sm_90 or newer running on the device "
                 "(compute capability {cc}: the module's compute_80 code or an older GPU)")
 
-SOFTMAX_PATHS = ("auto", "simple", "warp", "block", "rows", "smem", "split", "online", "cluster")
+SOFTMAX_PATHS = ("auto", "simple", "warp", "block", "rows", "smem", "split", "online")
 
 
 @dataclass(frozen=True)
@@ -389,35 +375,6 @@ def _softmax_path(path: str, c: RowCase, sx: int, sy: int, dev: Device, threads=
                         blocks_per_sm=blocks_per_sm, max_spin=max_spin, chunk=chunk)
 
 
-def _cluster_path(c: RowCase, sx: int, sy: int, dev: Device, cluster=0, threads=0) -> Launches:
-    """softmax_cluster.cu's plan (see SOFTMAX's cluster entries); Decline where no cluster of at
-    most cluster_max CTAs holds the row in registers, or the device has no clusters."""
-    S, es = SOFTMAX, c.es
-    V, nt = 16 // es, S["cluster_threads"]
-    if threads not in (0, nt):
-        raise ValueError(f"threads: the cluster path runs {nt} threads a CTA, got {threads}")
-    if cluster not in (0, 2, 4, 8, 16):
-        raise ValueError(f"cluster: the cluster path takes 0 (default), 2, 4, 8 or 16 CTAs a row, got {cluster}")
-    if not dev.clusters:
-        raise Decline(_NO_CLUSTERS.format(cc=dev.cc))
-    nvec = _cdiv(c.N + V - 1, V)          # the 16-byte vectors a row may touch at any alignment
-    kmax = S["cluster_values"] // V
-    holds = [k for k in (2, 4, 8, 16) if k <= S["cluster_max"] and _cdiv(nvec, k * nt) <= kmax]
-    k = cluster or (holds[0] if holds else 0)
-    if not k or _cdiv(nvec, k * nt) > kmax:
-        raise Decline(f"N: a row of {c.row_bytes} bytes does not fit the registers of {k or S['cluster_max']} "
-                      f"CTAs ({nt} threads x {S['cluster_values']} values)")
-    while not cluster and 2 * k <= S["cluster_max"] and c.M * k < dev.sms:
-        k *= 2                            # few rows: a row over more SMs
-    K = next(q for q in S["cluster_ks"][es] if q * k * nt >= nvec)
-    kern = f"softmax_cluster_kernel<{CTYPE[c.dtype]}, {K}, {k}>"
-    p = Plan(kern, (c.M * k, 1, 1), nt, _rowargs("softmax_cluster_kernel", c, sx, sy), cluster=k,
-             nonportable_cluster=k > 8)
-    info = {"path": "cluster", "vec": V, "cluster": k, "k": K, "threads": nt,
-            "resident": _blocks_per_sm(nt, REGS["softmax_cluster_kernel"]) * K * nt * 16}
-    return Launches([p], info=dict(info, kernel=kern, grid=p.grid[0]))
-
-
 def plan_softmax(path: str, M: int, N: int, dtype: str, sx: int | None = None, sy: int | None = None,
                  x_mod16: int = 0, y_mod16: int = 0, dev: Device = H200, **opts) -> Launches:
     """Plan a row softmax of x [M, N] (row stride sx elements, x at byte address = x_mod16 modulo 16)
@@ -437,9 +394,7 @@ def plan_softmax(path: str, M: int, N: int, dtype: str, sx: int | None = None, s
     es = ESIZE[dtype]
     rows16 = x_mod16 % 16 == 0 and y_mod16 % 16 == 0 and (M == 1 or ((sx * es) % 16 == 0 and (sy * es) % 16 == 0))
     c = RowCase(M, N, dtype, rows16)
-    if path == "cluster":
-        out = _cluster_path(c, sx, sy, dev, **opts)
-    elif path != "auto":
+    if path != "auto":
         out = _softmax_path(path, c, sx, sy, dev, **opts)
     else:
         out = _softmax_auto(c, sx, sy, dev, **opts)

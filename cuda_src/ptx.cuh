@@ -225,7 +225,7 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], u32 
 }
 
 
-// ---- additions used by the softmax cluster kernel ---------------------------------------------
+// ---- bulk copies and split cluster barriers of the softmax smem kernel ------------------------
 // The initialised mbarriers are visible to the async proxy (the copy engine) and the cluster.
 __device__ __forceinline__ void mbar_fence_init() {
 #ifdef KL_SM90
@@ -262,13 +262,6 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() {
 #ifdef KL_SM90
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-// Arrive with no release (no MEMBAR in SASS): for a barrier that only says "this CTA has finished
-// reading its peers' shared memory", whose loaded values the thread has already consumed.
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-#ifdef KL_SM90
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #endif
 }
 
