@@ -11,10 +11,12 @@ the first bounded run (seconds per class) its choices were slower than these, so
 The main job never autotunes.
 
 Switches (below, each with its reason): VECTOR_ADD_PIECES (on); SOFTMAX_NEXT and GEMM_NEXT (off:
-the rules of ``plan_softmax_next`` and ``plan_gemm_next``, not yet run on a GPU; the candidates
-``helion:softmax_next`` and ``helion:gemm_epilogue_next`` are the default with them on, so one GPU
-run times today's default against tomorrow's; the CPU tests verify them under the Triton
-interpreter and check their sm_90 PTX).
+the rules of ``plan_softmax_next`` and ``plan_gemm_next`` have not run on a GPU in their present
+form; the candidates ``helion:softmax_next`` and ``helion:gemm_epilogue_next`` are the default with
+them on, so one GPU run times today's default against tomorrow's; the CPU tests verify them under
+the Triton interpreter and check their sm_90 PTX). ``plan_gemm_next`` is ``plan_gemm`` plus one
+rule, the one row tile of pow2(M) rows for M <= SMALL_M (timed 1.32x at 64 x 18432 x 5120 on the
+H100 on 2026-12-06, but only together with TMA indexing; the other rules timed then lost and left).
 """
 from __future__ import annotations
 
@@ -69,14 +71,16 @@ GEMM: dict[str, dict] = {
 WIDE_TILES = ("gemm/128x256", "gemm/128x128", "gemm/64x128")
 WIDE_TILES_UNALIGNED = ("gemm/128x128_unaligned", "gemm/64x128_unaligned")
 FILL = 0.9  # a tile is taken when its output tiles number at least this many waves of SMs
-# split-K for few output tiles: the partial-sum kernel's (M, N) tile and its K step (the chunk, a
-# power of two, comes from the rule in splitk_chunk), and the epilogue's tile (it adds the chunks'
+# split-K (the variant helion:gemm_epilogue_splitk, no planner of the default picks it): the
+# partial-sum kernel's (M, N) tile and its K step (the chunk, a power of two, comes from the rule
+# in splitk_chunk), and the epilogue's tile (it adds the chunks'
 # partial sums in a fixed order: the result does not depend on which program ends first)
 SPLITK: dict[str, dict] = {
     "gemm/splitk": dict(block_sizes=[128, 128, None, 64], num_warps=8, num_stages=3),
     "gemm/splitk_epilogue": dict(block_sizes=[32, 128], reduction_loops=[None], num_warps=4, num_stages=1),
 }
 SPLITK_MAX_CHUNKS = 8    # the workspace (chunks x M x N fp32) stays a few times the output
+SPLITK_MIN_K = 1024      # K of a split at least this (the partial sum's store amortised over it)
 CONFIGS = {**VECTOR_ADD, **SOFTMAX, **GEMM}  # every class (for scripts/tune_helion.py)
 
 DIVISIBILITY = 16  # Triton specialises an integer argument as a multiple of 16 (or of nothing)
@@ -104,18 +108,9 @@ SOFTMAX_FRAME: dict[str, dict] = {
 ROWS_PACK = 2048
 SPLIT_WAVES = 4          # split rows when one program a row gives fewer than this many per SM ...
 SPLIT_MIN_BYTES = 32768  # ... into chunks of at least this many bytes of the row
-GEMM_TILES: dict[str, tuple[dict, float]] = {
-    # (configuration, relative throughput of one tile on an SM): the tile plan_gemm_next takes is
-    # the one with the least work on the busiest SM, ceil(tiles / SMs) x BM x BN / throughput
-    "gemm/128x256": (GEMM["gemm/128x256"], 1.0),
-    "gemm/128x128": (GEMM["gemm/128x128"], 0.85),
-    "gemm/64x128": (GEMM["gemm/64x128"], 0.7),
-}
-GEMM_TILES_UNALIGNED = {"gemm/128x128_unaligned": (GEMM["gemm/128x128_unaligned"], 0.85),
-                        "gemm/64x128_unaligned": (GEMM["gemm/64x128_unaligned"], 0.7)}
-# few rows: one row tile of the next power of two (16..64) rows, so that B is streamed once
+# few rows (plan_gemm_next): one row tile of the next power of two (16..64) rows, so that B is
+# streamed once (16-row tiles at M = 64 re-stream each B strip 4 times)
 SMALL_M_TILE = dict(block_sizes=[None, 64, 128], num_warps=4, num_stages=4, l2_groupings=[1])
-SPLITK_MIN_K = 1024      # K of a split at least this (the partial sum's store amortised over it)
 
 
 @dataclass(frozen=True)
@@ -290,25 +285,6 @@ def _tiles(m: int, n: int, cfg: dict) -> int:
     return -(-m // bm) * -(-n // bn)
 
 
-def gemm_tile(m: int, n: int, aligned: bool = True, sms: int = 132) -> tuple[str, dict]:
-    """The tile of plan_gemm_next. Up to SMALL_M rows: one row tile (the next power of two rows, at
-    least 16): B, the large operand, is streamed once. More rows: the tile of GEMM_TILES (or the
-    unaligned set) with the least work on the busiest SM, ceil(tiles / SMs) x BM x BN divided by
-    the tile's throughput: waves count whole, so a tile whose last wave is nearly empty loses."""
-    if m <= SMALL_M:
-        cfg = dict(SMALL_M_TILE)
-        cfg["block_sizes"] = [max(16, _pow2(m)), *cfg["block_sizes"][1:]]
-        return "gemm/small_m_next", cfg
-    table = GEMM_TILES if aligned else GEMM_TILES_UNALIGNED
-
-    def cost(item):
-        cfg, speed = item[1]
-        bm, bn = cfg["block_sizes"][:2]
-        return -(-_tiles(m, n, cfg) // sms) * bm * bn / speed
-    key, (cfg, _) = min(table.items(), key=cost)
-    return key, dict(cfg)
-
-
 def splitk_chunk(m: int, n: int, k: int, cfg: dict, sms: int = 132) -> int | None:
     """The K chunk of split-K for the tile ``cfg``, or None (no split). Split only where the
     tiles are fewer than FILL of the SMs: into as many splits as the idle SMs allow
@@ -323,32 +299,23 @@ def splitk_chunk(m: int, n: int, k: int, cfg: dict, sms: int = 132) -> int | Non
 
 
 def plan_gemm_next(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
-    """The tile of ``gemm_tile``; where A and B have 16-byte rows and starts, TMA (Helion's
-    tensor-descriptor indexing; Helion keeps pointer accesses for a tensor whose strides do not
-    allow it): the pointer path proves 16-byte loads only for row strides that are multiples of
-    16 elements (3000 columns: 2-byte loads, and 984 spilled registers in the 128 x 256 tile);
-    split-K (``splitk_chunk``) where the tiles leave SMs idle."""
-    key, cfg = gemm_tile(m, n, aligned, sms)
-    if aligned:   # (Helion 1.4 checks descriptor strides, not the start: the planner does)
-        cfg["indexing"] = "tensor_descriptor"
-    chunk = splitk_chunk(m, n, k, cfg, sms)
-    if chunk is None:
-        return Plan("tiled", tuned.gemm_epilogue, cfg, key)
-    return plan_gemm_splitk(m, n, k, elem, sms, tile=cfg, chunk=chunk)
+    """``plan_gemm``'s plan, except up to SMALL_M rows: one row tile (SMALL_M_TILE, the next power
+    of two rows, at least 16), so that B, the large operand, is streamed once."""
+    if m > SMALL_M:
+        return plan_gemm(m, n, k, elem, aligned, sms)
+    cfg = dict(SMALL_M_TILE)
+    cfg["block_sizes"] = [max(16, _pow2(m)), *cfg["block_sizes"][1:]]
+    return Plan("tiled", tuned.gemm_epilogue, cfg, "gemm/small_m_next")
 
 
-def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132, tile: dict | None = None,
-                     chunk: int | None = None) -> Plan:
-    """Split-K with ``tile``'s (M, N) tile (the default: SPLITK's) and K step at ``chunk`` (the
-    default: ``splitk_chunk``'s, or where it finds none, the shortest chunk it allows that still
-    splits K: the variant's own id takes every case)."""
+def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132) -> Plan:
+    """The variant ``helion:gemm_epilogue_splitk``: split-K with SPLITK's tiles, the K chunk
+    ``splitk_chunk``'s, or where it finds none, the shortest chunk it allows that still splits K
+    (the variant's own id takes every case)."""
     cfg = dict(SPLITK["gemm/splitk"])
-    if tile is not None:
-        cfg.update({k_: v for k_, v in tile.items() if k_ != "l2_groupings"})
-        cfg["block_sizes"] = [*tile["block_sizes"][:2], None, tile["block_sizes"][2]]
     bm, bn, _, bk = cfg["block_sizes"]
     plain = {"block_sizes": [bm, bn, bk]}
-    chunk = chunk or splitk_chunk(m, n, k, plain, sms) or max(SPLITK_MIN_K, min(_pow2(k), _pow2(-(-k // 2))))
+    chunk = splitk_chunk(m, n, k, plain, sms) or max(SPLITK_MIN_K, min(_pow2(k), _pow2(-(-k // 2))))
     cfg["block_sizes"] = [bm, bn, chunk, bk]
     return Plan("splitk", gemm_epilogue_splitk.gemm_partial_sums, cfg, "gemm/splitk",
                 epilogue=(gemm_epilogue_splitk.splitk_epilogue, dict(SPLITK["gemm/splitk_epilogue"])))

@@ -157,47 +157,22 @@ def test_vector_add_pieces_verify_under_interpreter(kw):
 
 
 @needs_helion
-def test_pending_gemm_tile_rule():
-    """The tile with the least work on the busiest SM (ceil(tiles / SMs) x BM x BN / throughput):
-    3000 x 3000 has 3 waves of 128 x 256 tiles (the last one 18 % full) against 5 nearly full
-    waves of 128 x 128; 4096 x 4096 fills 4 waves of 128 x 256 exactly. Few rows: one row tile."""
+def test_pending_gemm_row_tile_rule():
+    """plan_gemm_next is plan_gemm's plan except up to SMALL_M rows: one row tile of pow2(M) rows
+    (at least 16), no TMA indexing; never split-K (the rules timed with it on 2026-12-06 lost)."""
     from helion_src import dispatch as d
-    assert d.gemm_tile(3000, 3000)[0] == "gemm/128x128"
-    assert d.gemm_tile(4096, 4096)[0] == "gemm/128x256"
-    assert d.gemm_tile(8192, 512)[0] == "gemm/128x256"     # 128 tiles: one wave
-    assert d.gemm_tile(2048, 2047, aligned=False)[0] == "gemm/128x128_unaligned"
+    p = d.plan_gemm_next(64, 18432, 5120, 2)
+    assert p.variant == "tiled" and p.rule == "gemm/small_m_next"
+    assert p.config["block_sizes"] == [64, 64, 128] and "indexing" not in p.config
+    assert d.plan_gemm(64, 18432, 5120, 2).config["block_sizes"][0] == 16    # today's 16-row tile
     for m, bm in ((1, 16), (16, 16), (17, 32), (33, 64), (64, 64)):
-        key, cfg = d.gemm_tile(m, 32000)
-        assert key == "gemm/small_m_next" and cfg["block_sizes"][0] == bm
-    plan = d.plan_gemm_next(3000, 3000, 3000, 2)
-    assert plan.variant == "tiled" and plan.config["indexing"] == "tensor_descriptor"
-
-
-@needs_helion
-def test_pending_splitk_rule():
-    """Split-K only where the chosen tile's output tiles leave SMs idle (fewer than FILL x SMs):
-    SMs // tiles splits (at most SPLITK_MAX_CHUNKS), a power-of-two chunk of at least
-    SPLITK_MIN_K; none where the tiles fill the SMs or K makes one chunk."""
-    from helion_src import dispatch as d
-
-    def plan(m, n, k):
-        return d.plan_gemm_next(m, n, k, 2)
-    # 256 x 6144: 96 tiles of 128 x 128 on 132 SMs, one split each: no split-K
-    assert plan(256, 6144, 4096).variant == "tiled"
-    p = plan(100, 3008, 5000)                 # 48 tiles of 64 x 128: two splits of 4096
-    assert p.variant == "splitk" and p.config["block_sizes"] == [64, 128, 4096, 64]
-    assert p.config["indexing"] == "tensor_descriptor"
-    p = plan(16, 4096, 14336)                 # 64 tiles of 16 x 64: two splits of 8192
-    assert p.variant == "splitk" and p.config["block_sizes"][:3] == [16, 64, 8192]
-    assert plan(1, 11008, 4096).variant == "tiled"      # 172 tiles fill the SMs
-    assert plan(4096, 4096, 4096).variant == "tiled"
-    assert plan(100, 3008, 1024).variant == "tiled"     # K of one chunk
-    for m, n, k in ((100, 3008, 5000), (16, 4096, 14336), (128, 1024, 65536)):
-        cfg = d.gemm_tile(m, n)[1]
-        chunk = d.splitk_chunk(m, n, k, cfg)
-        tiles = d._tiles(m, n, cfg)
-        assert chunk & (chunk - 1) == 0 and chunk >= d.SPLITK_MIN_K
-        assert 2 <= -(-k // chunk) <= min(d.SPLITK_MAX_CHUNKS, 132 // tiles)
+        for aligned in (True, False):
+            p = d.plan_gemm_next(m, 32000, 4096, 2, aligned=aligned)
+            assert p.config["block_sizes"][0] == bm and "indexing" not in p.config
+    assert d.plan_gemm_next(16, 4096, 14336, 2).variant == "tiled"          # no split-K
+    for m, n, k, aligned in ((256, 6144, 4096, True), (96, 12288, 4096, True), (3000, 3000, 3000, True),
+                             (8192, 2048, 64, True), (65, 4096, 4096, True), (2048, 2047, 2048, False)):
+        assert d.plan_gemm_next(m, n, k, 2, aligned=aligned) == d.plan_gemm(m, n, k, 2, aligned=aligned)
 
 
 @needs_helion
@@ -289,23 +264,6 @@ def test_pending_softmax_ptx_has_16_byte_loads(kw, variant):
         assert "ld.global.b16" in ptx and "ld.global.v4" not in ptx
 
 
-@needs_helion
-def test_pending_gemm_ptx_uses_tma():
-    """3000 x 3000 x 3000 fp16: row strides of 3000 elements (16-byte rows, but not a multiple of
-    16 elements): today's pointer loads are 2 bytes and the 128 x 256 tile spills; the pending
-    rule's tensor descriptors load A and B with TMA into shared memory, no spills."""
-    from backends import helion_layer as hl
-    case = problems.get("gemm_epilogue").case(M=3000, N=3000, K=3000, dtype="float16", act="gelu")
-    args = hl._meta_args("gemm_epilogue", case)
-    plan = hl.plan_for("gemm_epilogue", args, pending=True)
-    facts = hl._compile_facts(plan.kernel, args, plan.config, keep_ptx=True)
-    assert "cp.async.bulk.tensor" in facts["ptx"] and "wgmma.mma_async" in facts["ptx"]
-    assert facts["spills"] == 0
-    old = hl.plan_for("gemm_epilogue", args)
-    facts = hl._compile_facts(old.kernel, args, old.config, keep_ptx=True)
-    assert "cp.async.bulk.tensor" not in facts["ptx"] and facts["spills"] > 0
-
-
 @needs_interpreter
 @pytest.mark.parametrize("kw", [dict(M=5, N=37, dtype="float32"), dict(M=300, N=24, dtype="float16"),
                                 dict(M=7, N=301, dtype="float32", layout="strided"),
@@ -369,6 +327,17 @@ def test_compile_only_sm90(iid, problem, kw):
     assert isinstance(facts["registers"], int) and 0 < facts["registers"] <= 255
     assert facts["spills"] == 0
     assert facts["config"]["num_warps"] in (1, 2, 4, 8, 16, 32)
+
+
+@needs_helion
+@pytest.mark.parametrize("kw", [dict(M=64, N=18432, K=5120, dtype="bfloat16", act="none"),
+                                dict(M=33, N=4000, K=2050, dtype="float16", act="gelu")])
+def test_pending_gemm_row_tile_compiles_sm90(kw):
+    """The candidate's row tile (64 rows here) compiles for sm_90 without spills."""
+    impl = registry.get("gemm_epilogue", "helion:gemm_epilogue_next", candidates=True)
+    facts = impl.compile_only_fn(_case("gemm_epilogue", **kw))
+    assert facts["target"].startswith("sm_90") and facts["spills"] == 0
+    assert facts["config"]["block_sizes"][0] == 64 and "indexing" not in facts["config"]
 
 
 @needs_helion
