@@ -612,8 +612,8 @@ _NEXT_DESC = {
                "rows packed to 2048 positions a program, few long rows split across programs "
                "(not yet run on a GPU)",
     "gemm_epilogue": "one row tile of pow2(M) rows (at least 16; 64 columns, K steps of 128) for M <= 64, "
-                     "so that B is streamed once, else the default's tile; timed 1.32x at 64 x 18432 x 5120 "
-                     "together with TMA indexing on 2026-12-06 (H100), not yet timed alone",
+                     "so that B is streamed once, else the default's tile; timed only together with "
+                     "TMA indexing (docs/performance.md, \"Helion / GEMM + epilogue\"), not yet alone",
 }
 for _p, _what in _NEXT_DESC.items():
     _vsrc = _variant_sources(_p, pending=True)

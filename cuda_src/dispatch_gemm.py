@@ -26,7 +26,7 @@ GEMM = {
     # ceil(tiles / SMs) x (bm + TILED_BN) elements of A and B a k-step (co-resident CTAs share an SM's
     # load and tensor pipes; ties: the larger bm). A grid of few 128-row tiles (411 x 733: 24 CTAs
     # for 132 SMs) takes 32-row tiles (78 CTAs); a grid that fills the SMs keeps 128 rows
-    # (97 x 211 x 389 on 32 rows: 1.76x against 128 rows on the H100; docs/performance.md,
+    # (measured against 128 rows at 97 x 211 x 389: docs/performance.md,
     # "CUDA C++ / GEMM + epilogue").
     # Operands TMA cannot read (A: K, lda or its base not 16-byte multiples; B: N, ldb), above the
     # B stream: each copied once a call into a workspace of 16-byte rows (gemm_stage_rows_kernel, one
@@ -34,8 +34,8 @@ GEMM = {
     # cannot write it (any ldc). Taken when the model's copies (bytes read + written at
     # hbm_bytes_per_s, one launch) + TMA kernel beat the tiled kernel on such rows, whose 2-byte
     # loads into registers run at tiled_unaligned_flops over the whole GPU (555 x 1234 x 777:
-    # 1.06 GFLOP in 61.8 us on 50 of 132 SMs; docs/performance.md, "CUDA C++ / GEMM + epilogue";
-    # on the H100 1.27-1.38x at N = 50257 against the B repacked for ws that it replaced, 2.26x at
+    # 1.06 GFLOP in 61.8 us on 50 of 132 SMs; docs/performance.md, "CUDA C++ / GEMM + epilogue",
+    # where it is measured at N = 50257 against the B repacked for ws that it replaced and at
     # 411 x 733 x 957 against the tiled kernel).
     "tiled_unaligned_flops": 45e12,
     # At M <= stream_max_m the one 128-row tile is mostly padding and the GEMM is a stream of B from
@@ -70,8 +70,8 @@ GEMM = {
 }
 # The default's GELU: ex2.approx and a fast division (kernel act code 3) instead of libm's tanhf,
 # whose ~20 instructions and branches an element run outside the mainloop in ws's epilogue (the CuTe
-# layer's rcp.approx form took 8192^3 GELU from 532 to 710 TFLOP/s; on the H100 3072 x 8192 x 192
-# GELU 1.58x; docs/performance.md, "CUDA C++ / GEMM + epilogue"). The variant ids keep tanhf.
+# layer's rcp.approx form took 8192^3 GELU from 532 to 710 TFLOP/s; this one measured in
+# docs/performance.md, "CUDA C++ / GEMM + epilogue"). The variant ids keep tanhf.
 ACT_GELU_EXP2 = 3   # the kernels' act code of GELU by ex2.approx (gemm_common.cuh)
 
 WS_BM, WS_BK, WS_THREADS = 128, 64, 384

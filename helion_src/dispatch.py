@@ -15,8 +15,8 @@ the rules of ``plan_softmax_next`` and ``plan_gemm_next`` have not run on a GPU 
 form; the candidates ``helion:softmax_next`` and ``helion:gemm_epilogue_next`` are the default with
 them on, so one GPU run times today's default against tomorrow's; the CPU tests verify them under
 the Triton interpreter and check their sm_90 PTX). ``plan_gemm_next`` is ``plan_gemm`` plus one
-rule, the one row tile of pow2(M) rows for M <= SMALL_M (timed 1.32x at 64 x 18432 x 5120 on the
-H100 on 2026-12-06, but only together with TMA indexing; the other rules timed then lost and left).
+rule, the one row tile of pow2(M) rows for M <= SMALL_M (timed so far only together with TMA
+indexing; the other rules timed then lost and left: docs/performance.md, "Helion / GEMM + epilogue").
 """
 from __future__ import annotations
 
