@@ -40,23 +40,23 @@ def tile_coords(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
-def prologue(a_desc, b_desc, a_s, b_s, ready, off_m, off_n, k0, n, base, go, STAGES: gl.constexpr,
+def prologue(a_desc, b_desc, a_s, b_s, ready, off_m, off_n, n, base, STAGES: gl.constexpr,
              NBYTES: gl.constexpr):
-    """The TMA loads of the first STAGES - 1 of the n K steps k0, k0 + 1, ... of a tile (the
-    program's steps base, base + 1, ...), when ``go``."""
+    """The TMA loads of the first STAGES - 1 of the n K steps of a tile (the program's steps
+    base, base + 1, ...)."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     for j in gl.static_range(STAGES - 1):
         s = (base + j) % STAGES
-        ok = go & (j < n)
+        ok = j < n
         mbarrier.expect(ready.index(s), NBYTES, pred=ok)
-        tma_load(a_desc, [off_m, (k0 + j) * BLOCK_K], ready.index(s), a_s.index(s), pred=ok)
-        tma_load(b_desc, [(k0 + j) * BLOCK_K, off_n], ready.index(s), b_s.index(s), pred=ok)
+        tma_load(a_desc, [off_m, j * BLOCK_K], ready.index(s), a_s.index(s), pred=ok)
+        tma_load(b_desc, [j * BLOCK_K, off_n], ready.index(s), b_s.index(s), pred=ok)
 
 
 @gluon.jit
-def mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, off_m, off_n, k0, n, base, STAGES: gl.constexpr,
+def mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, off_m, off_n, n, base, STAGES: gl.constexpr,
               NBYTES: gl.constexpr):
-    """acc + the MMAs of the n K steps from k0 of one tile, whose ``prologue`` was issued: step j
+    """acc + the MMAs of the n K steps of one tile, whose ``prologue`` was issued: step j
     (the program's step base + j) waits for its stage, its MMA is issued asynchronously, the
     previous one retired, whose stage then takes the load of step j + STAGES - 1."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -70,8 +70,8 @@ def mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, off_m, off_n, k0, n, base, S
         s2 = (base + nj) % STAGES
         go = nj < n
         mbarrier.expect(ready.index(s2), NBYTES, pred=go)
-        tma_load(a_desc, [off_m, (k0 + nj) * BLOCK_K], ready.index(s2), a_s.index(s2), pred=go)
-        tma_load(b_desc, [(k0 + nj) * BLOCK_K, off_n], ready.index(s2), b_s.index(s2), pred=go)
+        tma_load(a_desc, [off_m, nj * BLOCK_K], ready.index(s2), a_s.index(s2), pred=go)
+        tma_load(b_desc, [nj * BLOCK_K, off_n], ready.index(s2), b_s.index(s2), pred=go)
     return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
 
@@ -118,9 +118,9 @@ def gemm_epilogue_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
         pm, pn = tile_coords(tile, tiles_m, tiles_n, GROUP_M)
         off_m = pm * BLOCK_M
         off_n = pn * BLOCK_N
-        prologue(a_desc, b_desc, a_s, b_s, ready, off_m, off_n, 0, k_steps, base, True, STAGES, nbytes)
+        prologue(a_desc, b_desc, a_s, b_s, ready, off_m, off_n, k_steps, base, STAGES, nbytes)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
-        acc = mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, off_m, off_n, 0, k_steps, base, STAGES, nbytes)
+        acc = mma_steps(acc, a_desc, b_desc, a_s, b_s, ready, off_m, off_n, k_steps, base, STAGES, nbytes)
         base += k_steps
 
         offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))

@@ -81,7 +81,8 @@ def _main(args) -> int:
     from . import registry
     from .plan import parse_sets, plan_cases
     registry.load_plugins(args.plugin)
-    impls = [i for i in registry.all_impls() if i.id == args.impl and args.problem in (None, i.problem)]
+    impls = [i for i in registry.all_impls() + registry.candidates()   # candidates: what _next would run
+             if i.id == args.impl and args.problem in (None, i.problem)]
     if not impls:
         raise ValueError(f"impl: {args.impl!r} is not registered" + (f" for problem {args.problem!r}" if args.problem else ""))
     if len(impls) > 1:

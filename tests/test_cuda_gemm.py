@@ -71,8 +71,8 @@ def test_tiled_tile_rows_by_the_busiest_sm():
     staging models slower, or no Hopper code) takes the tile rows with the least load work on the
     busiest SM: ceil(tiles / SMs) x (bm + 128) elements a k-step, ties to the larger bm. Written
     from its inputs on shapes of several classes (odd and small, odd and mid-size, large) on an
-    sm_80 part (no TMA: always the tiled kernel); on the H200 the case 97 x 211 x 389 (timed on
-    the H100: 1.76x over 128 rows) keeps the tiled kernel on 32 rows."""
+    sm_80 part (no TMA: always the tiled kernel); on the H200 the case 97 x 211 x 389 keeps the
+    tiled kernel on 32 rows (why: docs/performance.md, "The pending switches of CUDA C++, CuPy, Triton and Gluon measured on 2026-12-06 (H100)")."""
     G = dispatch.GEMM
     a100 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
     shapes = [(411, 733, 957), (333, 777, 999), (97, 211, 389), (1000, 1000, 999), (2000, 2000, 1001),
@@ -233,8 +233,8 @@ def test_smem_figures_fit_the_device():
 
 
 def test_default_gelu_by_exp2():
-    """The default's GELU is the ex2.approx form (kernel act code 3; 3072 x 8192 x 192 GELU 1.58x
-    on the H100 against tanhf): every launch of a GELU plan carries it; other activations keep
+    """The default's GELU is the ex2.approx form (kernel act code 3; measured against tanhf in
+    docs/performance.md, "The pending switches of CUDA C++, CuPy, Triton and Gluon measured on 2026-12-06 (H100)"): every launch of a GELU plan carries it; other activations keep
     their codes; the variant ids (ws, tiled, pingpong) keep libm's tanhf (code 2)."""
     D = dispatch.dispatch_gemm
     at = {"gemm_ws_kernel": 8, "gemm_pingpong_kernel": 7, "gemm_tiled_kernel": 10,

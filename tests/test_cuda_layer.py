@@ -352,8 +352,8 @@ def test_smem_word_for_a_cta_and_for_a_cluster():
 
 def test_cluster_candidate_left_head():
     """cuda:softmax_cluster / cupy:softmax_cluster (a row in the registers of a cluster's CTAs,
-    softmax_cluster.cu) lost on every long-row case it was planned for on the H100 (0.64-0.87x of the
-    default, 2026-12-06) and left HEAD (issue 41): no id or candidate, no path, table entry, kernel
+    softmax_cluster.cu) lost on every long-row case it was planned for (docs/performance.md,
+    "The pending switches of CUDA C++, CuPy, Triton and Gluon measured on 2026-12-06 (H100)") and left HEAD (issue 41): no id or candidate, no path, table entry, kernel
     instance or source of it; rows over 32 KB plan block, smem, split or online."""
     ids = {i.id for i in registry.all_impls()} | {i.id for i in registry.candidates()}
     assert not {"cuda:softmax_cluster", "cupy:softmax_cluster"} & ids

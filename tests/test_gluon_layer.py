@@ -370,9 +370,8 @@ def test_default_stages_unaligned_n():
 
 
 def test_stream_k_and_next_prologue_are_gone():
-    """Stream-K lost on the H100 wherever it changed the plan but one case (0.46-0.99x; 1.14x at
-    64 x 18432 x 5120) and NEXT_PROLOGUE won one case of nine (1.14x at K = 128, 0.81x at
-    4096 x 28672 x 4096): both left HEAD with their kernel code and the candidates."""
+    """Stream-K and NEXT_PROLOGUE lost where they changed the plan (docs/performance.md,
+    "The pending switches of CUDA C++, CuPy, Triton and Gluon measured on 2026-12-06 (H100)"): both left HEAD with their kernel code and the candidates."""
     from gluon_src import H200, dispatch
     for name in ("gemm_epilogue_streamk", "gemm_epilogue_next"):
         with pytest.raises(ValueError, match="not registered"):

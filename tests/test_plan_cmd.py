@@ -41,3 +41,11 @@ def test_plan_over_a_suite_lists_every_case(capsys):
 def test_plan_bad_input_is_one_line(args, msg, capsys):
     assert main(args) == 2
     assert msg in capsys.readouterr().err
+
+
+def test_plan_of_a_candidate_names_its_kernel_files(capsys):
+    """A candidate (built, not yet the default) is planned too: the user sees what it would launch."""
+    assert main(["plan", "cutile:softmax_split", "--set", "M=2", "--set", "N=2000000", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["impl"] == "cutile:softmax_split"
+    assert [s["file"] for s in d["launches"]] == ["cutile_src/softmax_split.py"]

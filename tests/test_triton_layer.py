@@ -133,8 +133,8 @@ def test_compile_only_models_suite_defaults(problem):
         # spills two values of the fp16 split at 4096 x 32000 (bf16, the same config: none)
         split = "CHUNK" in facts["config"]          # the split kernel's row chunk
         # the staged TMA kernel storing C from registers on 128 x 256 tiles (N = 50257) spills a
-        # few values at 255 registers: the plan the H100 timed at 1.20-2.23x the plain kernel's speed
-        # (docs/performance.md, "Triton / GEMM + epilogue")
+        # few values at 255 registers: the plan that won where it was timed (docs/performance.md,
+        # "Triton / GEMM + epilogue")
         staged = facts.get("variant") == "stage" and facts["local_bytes"] <= 32
         assert facts["spills"] == 0 or staged or ((capped or split) and facts["local_bytes"] <= few), \
             (case.label, facts)
@@ -340,8 +340,8 @@ def test_softmax_table_is_what_the_rules_read(monkeypatch):
 
 
 def test_softmax_units_switch_is_gone():
-    """The switch ``units`` (rows of whole 16-byte groups in 16-byte units) never won on the H100
-    (0.92x-1.02x, docs/performance.md, "Triton / softmax"): it left HEAD with its candidate
+    """The switch ``units`` (rows of whole 16-byte groups in 16-byte units) never won where it was
+    timed (docs/performance.md, "Triton / softmax"): it left HEAD with its candidate
     triton:softmax_next, and the row kernels take N and the strides as they are."""
     from triton_src import softmax_block, softmax_rows
     assert "units" not in dispatch.SOFTMAX and not hasattr(dispatch, "SOFTMAX_NEXT")
@@ -605,8 +605,8 @@ def _gemm_ref(a, b, bias, act):
 
 
 def test_stream_k_is_gone():
-    """Stream-K lost on the H100 wherever it changed the plan but two cases (0.61-0.93x; 1.08x and
-    1.12x at M = 16 / 64 with N >= 18432): it left HEAD with its kernel and both candidates."""
+    """Stream-K lost where it changed the plan but two cases (docs/performance.md, "The pending switches of CUDA C++, CuPy, Triton and Gluon measured on 2026-12-06 (H100)"):
+    it left HEAD with its kernel and both candidates."""
     for name in ("gemm_epilogue_streamk", "gemm_epilogue_next"):
         with pytest.raises(ValueError, match="not registered"):
             registry.get("gemm_epilogue", f"triton:{name}", candidates=True)
