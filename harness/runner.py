@@ -425,12 +425,15 @@ class Lane:
 
     def _blame(self, life: _Life, code) -> None:
         """The process stopped early: FAIL the implementation it was on (crash, or timeout: then
-        also that implementation's other cases of the problem), and requeue the rest."""
+        also that implementation's other cases of the problem), and requeue the rest; a step of
+        several implementations (``_apart``) runs each of them again alone instead."""
         task = next((t for t in self.pending if t["id"] == life.current), None)
         if task is None:
             tail = " | ".join(list(life.stderr)[-5:])
             raise RuntimeError(f"worker exited (code {code}) before starting a task: {tail}")
         blamed = [i for i in (life.impl or "").split(",") if i] or list(task["impls"])
+        if len(blamed) > 1:   # a step of several implementations at once (the interleaved timing)
+            return self._apart(task, blamed, "hung" if life.timed_out else "crashed")
         msg = _crash_message(life.stderr, code)
         for iid in blamed:
             row = (life.fatal or {}).get("row") if life.fatal and life.fatal.get("impl") == iid else None
@@ -447,6 +450,17 @@ class Lane:
         if life.timed_out:
             others = self._drop_hung(others, blamed, task)
         self.pending = ([dict(task, impls=rest)] if rest else []) + others
+
+    def _apart(self, task: dict, blamed: list[str], what: str) -> None:
+        """The worker stopped in a step that ran ``blamed`` together: nothing says which of them
+        it was, so each runs that case again in a task of its own, first; the one that stops
+        its worker again is blamed alone, the others keep their rows and their later cases."""
+        self.res.log.append(f"the worker {what} while running {', '.join(blamed)} together on "
+                            f"{task['case']['id']}: each runs again alone")
+        alone = [dict(task, id=f"{task['id']}~{iid}", impls=[iid]) for iid in blamed]
+        rest = [i for i in task["impls"] if i not in blamed]
+        others = [t for t in self.pending if t["id"] != task["id"]]
+        self.pending = alone + ([dict(task, impls=rest)] if rest else []) + others
 
     def _drop_hung(self, others: list[dict], blamed: list[str], task: dict) -> list[dict]:
         """A hang costs the whole timeout each time: the same implementation is not tried again
