@@ -547,7 +547,7 @@ def _sm_supports(variant):
 def _sm_compile(variant):
     def compile_only(case):
         x, out = _meta_softmax(case)
-        if variant in CANDIDATES:
+        if variant != "simple":
             x, out = one_row_aligned(x), one_row_aligned(out)
         p = _sm_plan(variant, x, out) if variant != "simple" else _simple_sm_plan()
         return _facts(_sm_launches(p, x, out)) | {"config": p}
@@ -557,8 +557,7 @@ def _sm_compile(variant):
 
 def bind_softmax(variant, x, out):
     """The planned launch of ``variant`` on CUDA tensors: (launch, launches, plan)."""
-    if variant in CANDIDATES:  # (the registered ids: as measured on the H200)
-        x, out = one_row_aligned(x), one_row_aligned(out)
+    x, out = one_row_aligned(x), one_row_aligned(out)   # (a single row's stride addresses nothing)
     p = _sm_plan(variant, x, out)
     launches = _sm_launches(p, x, out)
     v, g = p["variant"], p["grid"]
@@ -615,9 +614,11 @@ _SM_SRC = {"rows": Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_k
                            host=("partials", "bind_launch"))}
 _SM_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_softmax",))]
 _SM = {
-    "default": ("softmax", "planned: rows (whole rows as one tile, several short rows a tile; occupancy "
-                "hint by the tile's live values) while a row rounds up to <= 32768 columns, online (column tiles, running max and sum, second "
-                "pass newest tile first) for longer rows",
+    "default": ("softmax", "planned: split (a row's chunks over many programs, (max, sum) through global "
+                "memory) for few long rows; rows (whole rows as one tile, several short rows a tile; occupancy "
+                "hint by the tile's live values; masked by column index, TMA loads, where rows are 16-byte "
+                "multiples) while a row rounds up to <= 32768 columns; online (column tiles, running max and "
+                "sum, second pass newest tile first) for longer rows",
                 planned(_plans.plan, "softmax", [_binder("bind_softmax")])),
     "simple": ("softmax_simple", "teaching twin: a program per row, online max/sum over 1024-column "
                "tiles, second pass stores; any N",
@@ -626,28 +627,30 @@ _SM = {
              "rows up to 32768 columns rounded up", [_SM_SRC["rows"]]),
     "online": ("softmax_online", "a program per row, column tiles with lane-wise running max and sum, "
                "second pass newest tile first; any N", [_SM_SRC["online"]]),
-    "online_flat": ("softmax_online_flat", "not yet run on a GPU: online_tma's algorithm over aligned "
+    "online_flat": ("softmax_online_flat", "candidate (hung on the H200 at 4096 x 50257 bf16, 2026-12-06): online_tma's algorithm over aligned "
                     "2048-element tiles of the contiguous rows as one vector (TMA loads where a row's bytes "
                     "are not a 16-byte multiple), masked to the row, shared tiles stored through a masked "
                     "scatter; other layouts: the planner's choice; any N", [_SM_SRC["online_flat"]]),
-    "rows_tma": ("softmax_rows_tma", "not yet run on a GPU: the rows kernel with the columns past N masked "
+    "rows_tma": ("softmax_rows_tma", "verified (2026-12-06), planned by the default: the rows kernel with the columns past N masked "
                  "by index, not by -inf padding, so that tileiras loads the tile through TMA; rows up to "
                  "32768 columns rounded up", [_SM_SRC["rows_tma"]]),
-    "online_tma": ("softmax_online_tma", "not yet run on a GPU: the online kernel with the columns past N "
+    "online_tma": ("softmax_online_tma", "candidate, not yet timed on a GPU: the online kernel with the columns past N "
                    "masked by index (TMA loads), a latency hint, one exp a lane in pass 1, the programs an "
                    "SM by the rows in flight against L2; any N", [_SM_SRC["online_tma"]]),
-    "split": ("softmax_split", "not yet run on a GPU: a row cut into chunks over many programs, each "
+    "split": ("softmax_split", "a row cut into chunks over many programs, each "
               "chunk's (max, sum) exchanged through global memory; long rows that are 16-byte multiples in "
               "one launch on a co-resident grid (chunks kept in registers, the row's count polled: one read), "
               "else two launches (the second re-reads its chunk, from L2 for few rows); any N",
               [_SM_SRC["split"]]),
-    "next": ("softmax_next", "not yet run on a GPU: the default's planner with every pending rule on "
-             "(split for few long rows and, resident, for long aligned rows; rows_tma; online_flat for "
-             "unaligned contiguous rows)",
+    "next": ("softmax_next", "candidate: the default's planner with its pending rules on as well (resident "
+             "for long aligned rows, online_tma, online_flat for unaligned contiguous rows: online_flat hung on "
+             "the H200 on 2026-12-06, the others untimed)",
              planned_sources(_SM_SRC, _plans.reachable("softmax", _plans.NEXT), _SM_PLAN)),
 }
 #: built, not yet run on a GPU: candidates (registry.get(..., candidates=True)), no ids of the tool yet
-CANDIDATES = ("online_flat", "rows_tma", "online_tma", "split", "next", "pack")
+# candidates: reached by `python -m harness check` only. rows_tma and pack are verified and the
+# default plans them, but neither is an algorithm word (docs/DESIGN.md): no id of their own.
+CANDIDATES = ("online_flat", "online_tma", "next", "rows_tma", "pack")
 for _v, (_name, _desc, _src) in _SM.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,
              devices=("cuda",), available=available, candidate=_v in CANDIDATES,
@@ -771,11 +774,12 @@ _G_SRC = {"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("b
                            host=("workspace", "bind_launch")),
           "pack": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_rows_kernel",),
                          host=("packed_buffer", "bind_pack"))}
-_G_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm",))]
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
-                "on the SMs, 8 worker warps for 128-row tiles), split-K into an fp32 workspace for few "
-                "rows; bias + activation on the accumulator tile",
+                "on the SMs, 8 worker warps for 128-row tiles; one program an SM looping over the tiles where "
+                "they outnumber the SMs), split-K into an fp32 workspace for few rows; operands whose rows are "
+                "no 16-byte multiples packed into 16-byte rows first (TMA loads); bias + activation on the "
+                "accumulator tile",
                 planned(_plans.plan, "gemm_epilogue", [_binder("bind_gemm")])),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of 128 x 128 C tiles, ct.mma over "
                "zero-padded K tiles, bias + activation before the one store; any shape",
@@ -786,14 +790,10 @@ _GEMM = {
     "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace (at least 2 slices "
                "where K has 2 tiles), then one reduce + bias + activation kernel (deterministic); any shape",
                [_G_SRC["splitk"]]),
-    "pack": ("gemm_epilogue_pack", "not yet run on a GPU: an operand whose rows are not 16-byte multiples "
+    "pack": ("gemm_epilogue_pack", "verified (2026-12-06), planned by the default: an operand whose rows are not 16-byte multiples "
              "(K or N, or a strided view) is first copied into 16-byte rows, then the planned tiled / split-K "
              "GEMM loads it through TMA; any shape",
              [_G_SRC["pack"], _G_SRC["tiled"], _G_SRC["splitk"]]),
-    "next": ("gemm_epilogue_next", "not yet run on a GPU: the default's planner with every pending rule on "
-             "(operands whose rows are no 16-byte multiples packed first; a persistent grid of one program an "
-             "SM where the tiles outnumber the SMs)",
-             planned_sources(_G_SRC, _plans.reachable("gemm_epilogue", _plans.NEXT), _G_PLAN)),
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,

@@ -5,9 +5,9 @@ configuration by rules over shape classes; the kernels take runtime sizes, so on
 class), ``helion:<problem>_simple`` the teaching twin (the plain Helion kernel with Helion's default
 configuration and its default static shapes: one compile per shape), ``helion:softmax_online`` the
 online softmax variant with Helion's default configuration, ``helion:gemm_epilogue_splitk``
-split-K on every case. Candidates (``register(candidate=True)``, reached by the GPU checks):
-``helion:softmax_next`` and ``helion:gemm_epilogue_next``, the default with dispatch's pending
-switches (SOFTMAX_NEXT, GEMM_NEXT) on.
+split-K on every case. No candidates: dispatch's switches (SOFTMAX_NEXT, GEMM_NEXT) are on since
+the GPU run of 2026-12-06; a new pending rule registers ``helion:<problem>_next`` again (the
+default with it on: ``_prepare_default(problem, pending=True)``).
 
 Nothing here autotunes: every kernel is declared with ``autotune_effort="none"`` and the default's
 configuration comes from dispatch (``scripts/tune_helion.py`` is the offline autotuner).
@@ -565,11 +565,11 @@ def _twin_kernel(problem):
     return mod
 
 
-# the variants of the pending planners (dispatch.SOFTMAX_NEXT, GEMM_NEXT): the frame kernels beside
-# the kernels they fall back to, and split; the GEMM's: the tiled kernel only (plan_gemm_next is
-# plan_gemm with one row tile for few rows, never split-K)
+# the variants of the planners behind dispatch.SOFTMAX_NEXT, GEMM_NEXT: the online frame kernel
+# beside the kernels it falls back to, and split; the GEMM's: the tiled kernel only (plan_gemm_next
+# is plan_gemm with one row tile for few rows, never split-K)
 _NEXT_VARIANTS = {
-    "softmax": {"rows": (("softmax.py", "softmax"), ("softmax_rows.py", "softmax_rows")),
+    "softmax": {"rows": (("softmax.py", "softmax"),),
                 "online": (("softmax_online.py", "softmax_online"),
                            ("softmax_online_frame.py", "softmax_online_frame")),
                 "split": (("softmax_split.py", "softmax_split_stats"), ("softmax_split.py", "softmax_split_norm"))},
@@ -606,26 +606,6 @@ register(problem="softmax", layer=LAYER, name="softmax_online",
          compile_only=_compile_simple("softmax", lambda: softmax_online.softmax_online) if helion else None,
          helion_code=_code_simple("softmax", lambda: softmax_online.softmax_online))(
     _prepare_simple("softmax", lambda: softmax_online.softmax_online))
-
-_NEXT_DESC = {
-    "softmax": "every row in the aligned frame (16-byte accesses on any row length and stride), short "
-               "rows packed to 2048 positions a program, few long rows split across programs "
-               "(not yet run on a GPU)",
-    "gemm_epilogue": "one row tile of pow2(M) rows (at least 16; 64 columns, K steps of 128) for M <= 64, "
-                     "so that B is streamed once, else the default's tile; timed only together with "
-                     "TMA indexing (docs/performance.md, \"Helion / GEMM + epilogue\"), not yet alone",
-}
-for _p, _what in _NEXT_DESC.items():
-    _vsrc = _variant_sources(_p, pending=True)
-    _planner = dispatch.softmax_planner if _p == "softmax" else dispatch.gemm_planner
-    register(problem=_p, layer=LAYER, name=f"{_p}_next", candidate=True,
-             description=f"the default with dispatch's pending rules on: {_what}",
-             sources=planned_sources(_vsrc, tuple(_vsrc),
-                                     [Source(src(H, "tuned.py"), kernels=(), host=("dynamic",)),
-                                      Source(src(H, "dispatch.py"), kernels=(), host=(_planner(True).__name__,))]),
-             devices=("cuda",), available=available, compile_only=_compile_default(_p, True) if helion else None,
-             helion_code=_code_default(_p, True))(_prepare_default(_p, True))
-
 
 # -- a plan's launches: one kernel; the pieces of a vector add (a body of whole blocks, a length
 # Triton knows to be a multiple of 16, then the tail: dispatch.vector_add_pieces says why); the

@@ -403,7 +403,7 @@ _SM_TODAY = {"rows": Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_el
                                                                    "softmax_split_element_write_kernel"))}
 _SM_TODAY_COMMON = [Source("backends/tilelang_layer.py", kernels=(), host=("_sm_compile", "_sm_today_launch")),
                     Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "_pow2_at_least"))]
-# the pending plans (tilelang:softmax_next): 16-byte kernels by alignment class
+# the plans of SWITCHES["softmax_next"] (the default's since 2026-12-06): 16-byte kernels by alignment class
 _SM_GROUPS = Source(src(C, "row_groups.py"), kernels=("bounds", "edge_index", "edge_max", "edge_sum", "edge_write",
                                                       "vector_layout"))
 _SM_NEXT = {"rows": [Source(src(C, "softmax_rows.py"), kernels=("softmax_rows_kernel", "row_layout")),
@@ -442,7 +442,6 @@ _SM_ONLINE_SRCS = [Source(src(C, "softmax_online.py"), kernels=("softmax_online_
                    Source("backends/tilelang_layer.py", kernels=(), host=("_sm_online_vec_compile", "_sm_flat",
                                                                           "_vector_cfg")),
                    Source(src(C, "dispatch.py"), kernels=(), host=("plan_softmax", "_pow2_at_least"))]
-_NOT_RUN = " (not yet run on a GPU)"
 _SM_DEFAULT = {
     False: "planned by row length: whole rows in registers (several short rows per CTA) up to 16384 columns; "
            "longer rows: split when they cover less than half the SMs, else the row staged in shared memory "
@@ -460,22 +459,18 @@ for _name, _kernel, _nxt, _desc, _srcs, _cand in (
                                            "tiles, then a write pass", [_SM_SIMPLE, _SM_SIMPLE_HOST], False),
         ("softmax_rows", "rows", True, "whole rows in registers, a warp a row for rows of <= 32 16-byte groups "
                                        "(several rows a CTA), 16-byte accesses where N and the strides allow "
-                                       "(T.assume), element accesses elsewhere" + _NOT_RUN,
+                                       "(T.assume), element accesses elsewhere",
          _sm_sources("rows", True), False),
         ("softmax_smem", "smem", True, "the row's 16-byte groups staged in shared memory over a cluster of up to "
                                        "8 CTAs ((max, sum) exchanged at the cluster barrier), guarded row "
-                                       "edges; one read, one write" + _NOT_RUN, _sm_sources("smem", True), False),
+                                       "edges; one read, one write", _sm_sources("smem", True), False),
         ("softmax_split", "split", True, "C CTAs per row: (max, sum) per chunk of 16-byte groups to a workspace "
                                          "(thread-local running pairs), then each CTA merges its row's C pairs "
-                                         "and writes its chunk" + _NOT_RUN, _sm_sources("split", True), False),
+                                         "and writes its chunk", _sm_sources("split", True), False),
         ("softmax_online", "online", False, "a CTA per row: online (max, sum) over column tiles, second read to "
                                            "write, in 16-byte vectors with guarded row edges; the element kernel "
                                            "where x and out differ in stride or 16-byte phase", _SM_ONLINE_SRCS,
-         False),
-        ("softmax_next", None, True, "the default with SWITCHES['softmax_next'] on: rows (16-byte by alignment "
-                                     "class), smem slices over a cluster, split of 16-byte chunks, the twin for "
-                                     "long rows of x and out in different layouts" + _NOT_RUN,
-         _sm_sources(None, True), True)):
+         False)):
     _s, _c, _p = _sm_impl(_kernel, _nxt)
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_s, compile_only=_c, candidate=_cand)(_p)
@@ -618,6 +613,9 @@ def _gemm_impl(kernel, nxt):
         if kernel == "simple":
             return {"kernel": "simple"}
         _gemm_arch_check()
+        if use_next() and kernel is None:   # the default: staged or today's plan, by class
+            return dispatch.plan_gemm_mixed(m, n, k, es, facts["tma_ok"], facts["aligned_n"],
+                                            misaligned=facts["misaligned"])
         if use_next():
             return dispatch.plan_gemm_next(m, n, k, es, facts["aligned_n"], kernel=kernel,
                                            misaligned=facts["misaligned"])
@@ -629,7 +627,7 @@ def _gemm_impl(kernel, nxt):
     def compiled(dt, has_bias, plan):
         if kernel == "simple":
             return _gemm_simple_compile(dt, has_bias)
-        if not use_next():
+        if "pack" not in plan:   # today's plans (a staged plan carries its packs)
             return _gemm_compile(dt, has_bias, plan)
         if kernel == "tma":
             return _gemm_staged_compile(dt, plan) + _gemm_pack_compile(dt, plan)
@@ -676,7 +674,7 @@ def _gemm_impl(kernel, nxt):
         import tilelang_src
 
         entries = compiled(tilelang_src.dtype_name(a.dtype), bias is not None, plan)
-        if kernel != "simple" and use_next():
+        if kernel != "simple" and "pack" in plan:
             return _launch(entries, plan, _gemm_next_launch(entries, plan, a, b, bias, out, code))
         return _launch(entries, plan, _gemm_today_launch(entries, plan, a, b, bias, out, code))
 
@@ -723,13 +721,14 @@ _GE_DEFAULT = {
            "layouts, rastered CTAs, bias + act on the accumulator fragment; split-K when the tiles leave half "
            "the SMs idle; guarded element loads where N or K is not a multiple of 8",
     True: "T.Pipelined TMA + wgmma, bias staged in shared memory, the tile stored through shared memory (TMA "
-          "store where C's rows are 16-byte multiples); operands whose rows are not copied to padded ones "
-          "(TMA for every load); 256- or 128-column tiles by waves; split-K when the tiles leave half the SMs "
-          "idle"}
+          "store where C's rows are 16-byte multiples); operands whose rows are not 16-byte multiples copied "
+          "to padded ones (TMA for every load) unless B would be read once (one row tile: guarded element "
+          "loads); 256- or 128-column tiles by waves; split-K (fp32 partials, a second kernel sums them in "
+          "order) when the tiles leave half the SMs idle"}
 for _name, _kernel, _nxt, _desc, _srcs, _cand in (
         ("gemm_epilogue", None, None, _GE_DEFAULT[_plans.SWITCHES["gemm_next"]],
-         _planned("gemm_epilogue", _GE_NEXT_COMMON + [Source("backends/tilelang_layer.py", kernels=(),
-                                                             host=("_gemm_next_compile",))]
+         _planned("gemm_epilogue", _GE_NEXT_COMMON + _GE_TODAY_COMMON
+                  + [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))]
                   if _plans.SWITCHES["gemm_next"] else _GE_TODAY_COMMON),
          False),
         ("gemm_epilogue_simple", "simple", None, "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias "
@@ -737,15 +736,14 @@ for _name, _kernel, _nxt, _desc, _srcs, _cand in (
          [_GE_SIMPLE, _GE_EPI, _GE_SIMPLE_HOST], False),
         ("gemm_epilogue_tma", "tma", True, "T.Pipelined TMA + wgmma only, bias and C staged in shared memory "
                                            "(TMA store where C's rows allow), operands whose rows are not "
-                                           "16-byte multiples packed first" + _NOT_RUN, _ge_sources("tma", True),
+                                           "16-byte multiples packed first", _ge_sources("tma", True),
          False),
         ("gemm_epilogue_tiled", "tiled", False, "the pipeline with guarded element loads instead of TMA",
          _ge_sources("tiled", False), False),
         ("gemm_epilogue_splitk", "splitk", False, "split-K (>= 2 splits): pipelined TMA + wgmma partials in fp32 "
                                                   "planes, a second kernel sums them in order and applies bias "
-                                                  "+ act", _ge_sources("splitk", False), False),
-        ("gemm_epilogue_next", None, True, "the default with SWITCHES['gemm_next'] on: " + _GE_DEFAULT[True]
-         + _NOT_RUN, _ge_sources(None, True), True)):
+                                                  "+ act", _ge_sources("splitk", False), False)):
+
     _s, _c, _p = _gemm_impl(_kernel, _nxt)
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_s, compile_only=_c, candidate=_cand)(_p)

@@ -17,8 +17,8 @@ H200_SMS = 132
 # GPU run; the default routes by them only once they PASSed the verify suite on the H200 and beat
 # what they replace there. Each has its own candidate id (cutile:softmax_split, cutile:softmax_rows_tma,
 # cutile:softmax_online_tma, cutile:softmax_online_flat, cutile:gemm_epilogue_pack, ...) and all
-# of them together are the candidates cutile:softmax_next / cutile:gemm_epilogue_next (NEXT: the
-# default's planner with every switch on); flip an entry when its candidate has won there (the
+# of them together are the candidate cutile:softmax_next (NEXT: the default's planner with every
+# switch on; GEMM has none left pending); flip an entry when its candidate has won there (the
 # default's plan and reachable() follow).
 #   split        few long rows: a row across many programs (softmax_split)
 #   rows_tma     rows masked by column index: TMA loads (softmax_rows_tma)
@@ -28,8 +28,12 @@ H200_SMS = 132
 #                grid (softmax_split, MODE resident: one read, one write)
 #   pack         GEMM operands whose rows are no 16-byte multiples are packed first (gemm_epilogue_pack)
 #   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
-GPU_VERIFIED = {"split": False, "rows_tma": False, "online_tma": False, "online_flat": False, "resident": False,
-                "pack": False, "persistent": False}
+# On since 2026-12-06 (docs/performance.md, "cuTile / softmax", "cuTile / GEMM + epilogue": each won
+# every case it changed but one at 0.96x, and PASSed the verify suite): split, rows_tma, pack,
+# persistent. Off: online_flat (hung at 4096 x 50257 bf16 on the H200), online_tma and resident
+# (their cases were not reached after that hang: untimed).
+GPU_VERIFIED = {"split": True, "rows_tma": True, "online_tma": False, "online_flat": False, "resident": False,
+                "pack": True, "persistent": True}
 NEXT = dict.fromkeys(GPU_VERIFIED, True)
 
 

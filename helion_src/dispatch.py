@@ -10,13 +10,11 @@ and its time beside this one's; an entry is replaced where the autotuner's choic
 the first bounded run (seconds per class) its choices were slower than these, so these stay.
 The main job never autotunes.
 
-Switches (below, each with its reason): VECTOR_ADD_PIECES (on); SOFTMAX_NEXT and GEMM_NEXT (off:
-the rules of ``plan_softmax_next`` and ``plan_gemm_next`` have not run on a GPU in their present
-form; the candidates ``helion:softmax_next`` and ``helion:gemm_epilogue_next`` are the default with
-them on, so one GPU run times today's default against tomorrow's; the CPU tests verify them under
-the Triton interpreter and check their sm_90 PTX). ``plan_gemm_next`` is ``plan_gemm`` plus one
-rule, the one row tile of pow2(M) rows for M <= SMALL_M (timed so far only together with TMA
-indexing; the other rules timed then lost and left: docs/performance.md, "Helion / GEMM + epilogue").
+Switches (below, each with its reason): VECTOR_ADD_PIECES, SOFTMAX_NEXT and GEMM_NEXT (on; the
+last two since 2026-12-06, each rule kept where it won when timed against the default and the
+verify suite PASSed: docs/performance.md, "Helion / softmax", "Helion / GEMM + epilogue").
+``plan_softmax_next`` is ``plan_softmax`` with few long rows split and long rows in the aligned
+frame; ``plan_gemm_next`` is ``plan_gemm`` plus one row tile of pow2(M) rows for 16 < M <= SMALL_M.
 """
 from __future__ import annotations
 
@@ -24,12 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from . import gemm_epilogue_splitk, softmax_online_frame, softmax_rows, softmax_split, tuned
+    from . import gemm_epilogue_splitk, softmax_online_frame, softmax_split, tuned
 else:   # the kernel modules import helion: loaded when a plan first names a kernel, so the rules
     # and tables (and registering the layer's rows) need no helion
     from . import lazy_module
     globals().update({m: lazy_module(f"{__package__}.{m}") for m in (
-        "gemm_epilogue_splitk", "softmax_online_frame", "softmax_rows", "softmax_split", "tuned")})
+        "gemm_epilogue_splitk", "softmax_online_frame", "softmax_split", "tuned")})
 from . import frame   # torch only
 
 # Plain data: the configuration of each shape class (the rules below name the class).
@@ -93,19 +91,17 @@ VECTOR_ADD_PIECES = True
 ROW_ELEMENTS = 32768
 SMALL_M = 64      # up to one 16..64-row tile: weight-streaming (GEMV-like) GEMMs
 
-# -- pending rules (plan_softmax_next, plan_gemm_next): off until the lead's GPU run -----------
-SOFTMAX_NEXT = False
-GEMM_NEXT = False
+# -- the rules of plan_softmax_next, plan_gemm_next: on since the GPU run of 2026-12-06 ---------
+SOFTMAX_NEXT = True
+GEMM_NEXT = True
 SOFTMAX_FRAME: dict[str, dict] = {
-    # the frame kernels (helion_src/frame.py: 16-byte accesses on any row); whole rows in
-    # registers: short rows packed up to ROWS_PACK positions a program (16 a thread at 4 warps)
-    "softmax/rows_frame": dict(num_stages=1),
+    # the frame kernels (helion_src/frame.py: 16-byte accesses on any row; packed short rows in
+    # the frame lost to plan_softmax's rows kernel, 0.55-0.94x, and left on 2026-12-06)
     # longer rows, one a program: the online kernel over 4096-position tiles, 8 warps
     "softmax/online_frame": dict(block_sizes=[1, 4096, 4096], num_warps=8, num_stages=1),
     # few long rows: the split kernels, each program a chunk of 4096-position tiles
     "softmax/split": dict(block_sizes=[4096], num_warps=8, num_stages=1),
 }
-ROWS_PACK = 2048
 SPLIT_WAVES = 4          # split rows when one program a row gives fewer than this many per SM ...
 SPLIT_MIN_BYTES = 32768  # ... into chunks of at least this many bytes of the row
 # few rows (plan_gemm_next): one row tile of the next power of two (16..64) rows, so that B is
@@ -185,7 +181,7 @@ def plan(problem: str, facts):
 
 def softmax_planner(pending: bool = False):
     """The softmax planner the default calls (the switch read at each call; ``pending``: the
-    candidate ``helion:softmax_next``, the switch taken as on)."""
+    candidate ``helion:softmax_next`` a new pending rule registers, the switch taken as on)."""
     return plan_softmax_next if SOFTMAX_NEXT or pending else plan_softmax
 
 
@@ -235,8 +231,8 @@ def split_chunks(m: int, n: int, elem: int, sms: int = 132) -> int:
 
 def plan_softmax_next(m: int, n: int, elem: int, framed: bool = True, sms: int = 132) -> Plan:
     """``framed``: x and out admit the aligned frame (``frame.frame_args``), else plan_softmax.
-    Few long rows: ``split``; a frame of up to ROW_ELEMENTS positions: ``rows`` (packed to
-    ROWS_PACK positions a program); longer: ``online``, one row a program."""
+    Few long rows: ``split``; rows of up to ROW_ELEMENTS positions: plan_softmax's ``rows``;
+    longer: ``online`` in the frame, one row a program."""
     if not framed:
         return plan_softmax(m, n, elem)
     v = 16 // elem
@@ -251,12 +247,8 @@ def plan_softmax_next(m: int, n: int, elem: int, framed: bool = True, sms: int =
         chunking = {"chunk_groups": cols // v, "chunks": -(-span // cols)}
         return Plan("split", softmax_split.softmax_split_stats, cfg, "softmax/split",
                     epilogue=(softmax_split.softmax_split_norm, dict(cfg)), frame=chunking)
-    width = _pow2(span)
-    if width <= ROW_ELEMENTS:
-        rows = max(1, min(_pow2(m), ROWS_PACK // width))
-        warps = min(32, max(4, rows * width // 512))   # one a 512 positions, as plan_softmax
-        cfg = dict(SOFTMAX_FRAME["softmax/rows_frame"], block_sizes=[rows], num_warps=warps)
-        return Plan("rows", softmax_rows.softmax_rows, cfg, "softmax/rows_frame", frame={"width": width})
+    if _pow2(span) <= ROW_ELEMENTS:
+        return plan_softmax(m, n, elem)
     return Plan("online", softmax_online_frame.softmax_online_frame, dict(SOFTMAX_FRAME["softmax/online_frame"]),
                 "softmax/online_frame", frame={})
 
@@ -299,9 +291,10 @@ def splitk_chunk(m: int, n: int, k: int, cfg: dict, sms: int = 132) -> int | Non
 
 
 def plan_gemm_next(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
-    """``plan_gemm``'s plan, except up to SMALL_M rows: one row tile (SMALL_M_TILE, the next power
-    of two rows, at least 16), so that B, the large operand, is streamed once."""
-    if m > SMALL_M:
+    """``plan_gemm``'s plan, except for more rows than the small-M tile's and up to SMALL_M: one
+    row tile (SMALL_M_TILE, the next power of two rows), so that B, the large operand, is
+    streamed once (at 16 rows the small-M tile, whose deeper pipeline won 1.03-1.07x)."""
+    if m > SMALL_M or _pow2(m) <= GEMM["gemm/small_m"]["block_sizes"][0]:
         return plan_gemm(m, n, k, elem, aligned, sms)
     cfg = dict(SMALL_M_TILE)
     cfg["block_sizes"] = [max(16, _pow2(m)), *cfg["block_sizes"][1:]]

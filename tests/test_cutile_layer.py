@@ -18,14 +18,16 @@ HAVE_GPU = torch.cuda.is_available()
 needs_cutile = pytest.mark.skipif(not HAVE_CUTILE, reason="cuda-tile not installed")
 IDS = {
     "vector_add": ["cutile:vector_add", "cutile:vector_add_simple"],
-    "softmax": ["cutile:softmax", "cutile:softmax_simple", "cutile:softmax_rows", "cutile:softmax_online"],
+    "softmax": ["cutile:softmax", "cutile:softmax_simple", "cutile:softmax_rows", "cutile:softmax_online",
+                "cutile:softmax_split"],
     "gemm_epilogue": ["cutile:gemm_epilogue", "cutile:gemm_epilogue_simple", "cutile:gemm_epilogue_tiled",
                       "cutile:gemm_epilogue_splitk"],
 }
-#: built, not yet run on a GPU: candidates (python -m harness check cutile times them)
-CANDIDATES = {"softmax": ["cutile:softmax_online_flat", "cutile:softmax_rows_tma", "cutile:softmax_online_tma",
-                          "cutile:softmax_split", "cutile:softmax_next"],
-              "gemm_epilogue": ["cutile:gemm_epilogue_pack", "cutile:gemm_epilogue_next"]}
+#: candidates (python -m harness check cutile times them): hung or untimed on a GPU, or verified
+#: kernels the default plans whose suffix is no algorithm word (rows_tma, pack)
+CANDIDATES = {"softmax": ["cutile:softmax_online_flat", "cutile:softmax_online_tma", "cutile:softmax_next",
+                          "cutile:softmax_rows_tma"],
+              "gemm_epilogue": ["cutile:gemm_epilogue_pack"]}
 
 
 def _impl(key):
@@ -62,7 +64,7 @@ def test_registered_ids_and_roles():
     for p, ks in CANDIDATES.items():
         for k in ks:
             assert k not in got
-            assert registry.get(p, k, candidates=True).description.startswith("not yet run on a GPU")
+            assert registry.get(p, k, candidates=True).description.startswith(("candidate", "verified"))
             with pytest.raises(ValueError):
                 registry.get(p, k)
 
@@ -77,9 +79,21 @@ def test_available_says_why_without_gpu():
 
 
 # -- planner rules -----------------------------------------------------------------------------
+def _with_switches(D, switches):
+    """The planner module's plan_softmax / plan_gemm with ``switches`` given (other names as D's)."""
+    import types
+    ns = types.SimpleNamespace(**{k: getattr(D, k) for k in dir(D) if not k.startswith("__")})
+    ns.plan_softmax = lambda *a, **k: D.plan_softmax(*a, **{"switches": switches, **k})
+    ns.plan_gemm = lambda *a, **k: D.plan_gemm(*a, **{"switches": switches, **k})
+    return ns
+
+
 @needs_cutile
 def test_softmax_plan_rows_then_online():
+    """The base rules (every switch off): rows while a row rounds up to ROW_TILE_MAX, then online."""
     from cutile_src import dispatch as D
+    off = dict.fromkeys(D.GPU_VERIFIED, False)
+    D = _with_switches(D, off)
     # short rows: several a tile, the tile holding ROWS_TILE_ELEMS elements
     p = D.plan_softmax(32768, 512, 2)
     assert p["variant"] == "rows" and p["TN"] == 512 and p["ROWS"] * 512 == D.SOFTMAX["ROWS_TILE_ELEMS"]
@@ -103,7 +117,9 @@ def test_softmax_plan_rows_then_online():
 
 @needs_cutile
 def test_gemm_plan_waves_and_splitk():
+    """The base rules (every switch off): tile shape by waves, split-K for few rows."""
     from cutile_src import dispatch as D
+    D = _with_switches(D, dict.fromkeys(D.GPU_VERIFIED, False))
     big = D.plan_gemm(4096, 28672, 4096, 2, 132)
     assert big["variant"] == "tiled" and (big["TM"], big["TN"]) == (128, 256)
     assert big["grid"] == 32 * 112 and big["hints"] == {"num_worker_warps": 8}
@@ -132,8 +148,7 @@ def test_gemm_plan_waves_and_splitk():
     assert D.plan_gemm(16, 520, 8192, 2, 132)["KPER"] == D.GEMM_SPLITK["MIN_KTILES"]
     # short K: not worth splitting
     assert D.plan_gemm(16, 4096, 256, 2, 132)["variant"] == "tiled"
-    # N = 50257: B's rows are not 16-byte multiples, so no TMA-only 128 x 256 tile (the default
-    # does not pack while the pack is not verified on a GPU)
+    # N = 50257: B's rows are not 16-byte multiples, so no TMA-only 128 x 256 tile (without pack)
     odd = D.plan_gemm(4096, 50257, 768, 2, 132)
     assert odd["variant"] == "tiled" and (odd["TM"], odd["TN"]) == (128, 128)
     assert odd["hints"] == {"num_worker_warps": 8}
@@ -141,14 +156,19 @@ def test_gemm_plan_waves_and_splitk():
 
 @needs_cutile
 def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
-    """The pack and the flat softmax are variants of their own until the H200 verified them:
-    the default's plan and reachable() leave them out, and take them in once GPU_VERIFIED says so."""
+    """A kernel is the default's only once GPU_VERIFIED says so: split, rows_tma, pack and
+    persistent are (verified and timed, 2026-12-06); the flat and TMA online kernels and the
+    resident split are not, so the default's plan and reachable() leave them out."""
     from cutile_src import dispatch as D
-    assert not any(D.GPU_VERIFIED.values())
-    assert D.reachable("gemm_epilogue") == ("tiled", "splitk") and D.reachable("softmax") == ("rows", "online")
-    assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "tiled"
-    assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online"
-    assert D.plan_softmax(4096, 1024, 2, contiguous=True)["variant"] == "rows"
+    assert {k for k, v in D.GPU_VERIFIED.items() if v} == {"split", "rows_tma", "pack", "persistent"}
+    assert set(D.reachable("gemm_epilogue")) == {"tiled", "splitk", "pack"}
+    assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "split"}
+    assert D.plan_gemm(16, 50257, 768, 2, a_rows16=True, b_rows16=False)["variant"] == "pack"
+    assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online"      # flat: off
+    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online"     # resident: off
+    assert D.plan_softmax(4096, 1024, 2, contiguous=True)["variant"] == "rows_tma"
+    assert D.plan_softmax(4096, 1000, 2, rows16=False)["variant"] == "rows"           # TMA cannot load it
+    assert D.plan_softmax(8, 200_003, 2)["variant"] == "split"
     for k in D.GPU_VERIFIED:
         monkeypatch.setitem(D.GPU_VERIFIED, k, True)
     assert "pack" in D.reachable("gemm_epilogue")
@@ -197,13 +217,14 @@ def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
 
 @needs_cutile
 def test_gemm_persistent_grid_switch():
-    """persistent: one program an SM where the tiles outnumber the SMs, the same tiles; the
-    default's grid is one program a tile while the switch is off."""
+    """persistent (on in the default): one program an SM where the tiles outnumber the SMs, the
+    same tiles; one program a tile with the switch off."""
     from cutile_src import dispatch as D
     for M, N, K in ((3000, 3000, 3000), (4096, 50257, 768), (555, 1234, 777), (256, 6144, 4096), (64, 32000, 4096)):
-        off = D.plan_gemm(M, N, K, 2, 132)
-        on = D.plan_gemm(M, N, K, 2, 132, switches=dict(D.GPU_VERIFIED, persistent=True))
-        assert {k: v for k, v in on.items() if k != "grid"} == {k: v for k, v in off.items() if k != "grid"}
+        off = D.plan_gemm(M, N, K, 2, 132, switches=dict(D.GPU_VERIFIED, persistent=False))
+        on = D.plan_gemm(M, N, K, 2, 132)            # the default: persistent is on
+        no_grid = lambda p: {k: (no_grid(v) if isinstance(v, dict) else v) for k, v in p.items() if k != "grid"}  # noqa: E731
+        assert no_grid(on) == no_grid(off)
         if off["variant"] == "tiled":
             tiles = -(-M // off["TM"]) * -(-N // off["TN"])
             assert off["grid"] == tiles and on["grid"] == min(tiles, 132)
@@ -328,7 +349,7 @@ _COMPILE_CASES = [
     ("cutile:softmax_split", problems.get("softmax").case(M=96, N=100_000, dtype="bfloat16")),
     ("cutile:softmax_next", problems.get("softmax").case(M=4096, N=151_936, dtype="float32")),
     ("cutile:softmax_next", problems.get("softmax").case(M=1, N=786_433, dtype="float32")),
-    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")),
+    ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")),
 ]
 
 
@@ -340,17 +361,19 @@ def test_compile_only_sm90(key, case):
     assert f["arch"] == "sm_90" and f["cubin_bytes"] > 1000
     assert 0 < f["registers"] <= 255 and f["threads"] >= 32 and f["compile_s"] > 0
     assert f["kernels"] and "config" in f
-    if key == "cutile:gemm_epilogue":
+    if key == "cutile:gemm_epilogue" and case.N % 8 == 0:   # aligned, few rows: split-K's two kernels
         assert f["config"]["variant"] == "splitk" and len(f["kernels"]) == 2
+    if key == "cutile:gemm_epilogue" and case.N % 8:        # B's rows off 16 bytes: packed first
+        assert f["config"]["variant"] == "pack" and set(f["config"]["PACK"]) == {"b"}
     if key == "cutile:gemm_epilogue_pack":  # A and B packed (one pack kernel), then split-K's two
         assert set(f["config"]["PACK"]) == {"a", "b"} and len(f["kernels"]) == 3
     if key == "cutile:softmax_online_flat":
         assert f["config"]["variant"] == "online_flat" and f["spills"] == 0
-    if key in ("cutile:softmax_split", "cutile:softmax_next", "cutile:gemm_epilogue_next"):
+    if key in ("cutile:softmax_split", "cutile:softmax_next"):
         assert f["spills"] == 0
         if case.M == 4096:   # long aligned rows: the resident kernel, one launch
             assert f["config"]["MODE"] == "resident" and list(f["kernels"]) == ["softmax_split_resident_kernel"]
-        elif key != "cutile:gemm_epilogue_next":   # few rows: two launches
+        else:   # few rows: two launches
             assert f["config"]["MODE"] == "launches" and len(f["kernels"]) == 2
 
 

@@ -157,18 +157,20 @@ def test_vector_add_pieces_verify_under_interpreter(kw):
 
 
 @needs_helion
-def test_pending_gemm_row_tile_rule():
-    """plan_gemm_next is plan_gemm's plan except up to SMALL_M rows: one row tile of pow2(M) rows
-    (at least 16), no TMA indexing; never split-K (the rules timed with it on 2026-12-06 lost)."""
+def test_gemm_row_tile_rule():
+    """plan_gemm_next is plan_gemm's plan except for 16 < M <= SMALL_M rows: one row tile of
+    pow2(M) rows, no TMA indexing; never split-K; up to 16 rows the small-M tile as plan_gemm."""
     from helion_src import dispatch as d
     p = d.plan_gemm_next(64, 18432, 5120, 2)
     assert p.variant == "tiled" and p.rule == "gemm/small_m_next"
     assert p.config["block_sizes"] == [64, 64, 128] and "indexing" not in p.config
     assert d.plan_gemm(64, 18432, 5120, 2).config["block_sizes"][0] == 16    # today's 16-row tile
-    for m, bm in ((1, 16), (16, 16), (17, 32), (33, 64), (64, 64)):
+    for m, bm in ((17, 32), (33, 64), (64, 64)):
         for aligned in (True, False):
             p = d.plan_gemm_next(m, 32000, 4096, 2, aligned=aligned)
             assert p.config["block_sizes"][0] == bm and "indexing" not in p.config
+    for m in (1, 16):
+        assert d.plan_gemm_next(m, 32000, 4096, 2) == d.plan_gemm(m, 32000, 4096, 2)
     assert d.plan_gemm_next(16, 4096, 14336, 2).variant == "tiled"          # no split-K
     for m, n, k, aligned in ((256, 6144, 4096, True), (96, 12288, 4096, True), (3000, 3000, 3000, True),
                              (8192, 2048, 64, True), (65, 4096, 4096, True), (2048, 2047, 2048, False)):
@@ -176,27 +178,27 @@ def test_pending_gemm_row_tile_rule():
 
 
 @needs_helion
-def test_pending_rules_only_when_switched_on(monkeypatch):
+def test_rules_follow_their_switches(monkeypatch):
     from helion_src import dispatch as d
+    assert d.GEMM_NEXT and d.SOFTMAX_NEXT          # on since the GPU run of 2026-12-06
+    assert d.gemm_planner() is d.plan_gemm_next and d.softmax_planner() is d.plan_softmax_next
+    monkeypatch.setattr(d, "GEMM_NEXT", False)
+    monkeypatch.setattr(d, "SOFTMAX_NEXT", False)
     assert d.gemm_planner() is d.plan_gemm and d.gemm_planner(pending=True) is d.plan_gemm_next
     assert d.softmax_planner() is d.plan_softmax and d.softmax_planner(pending=True) is d.plan_softmax_next
-    monkeypatch.setattr(d, "GEMM_NEXT", True)
-    monkeypatch.setattr(d, "SOFTMAX_NEXT", True)
-    assert d.gemm_planner() is d.plan_gemm_next and d.softmax_planner() is d.plan_softmax_next
 
 
 @needs_helion
 def test_the_defaults_plan_source_is_the_planner_it_calls(monkeypatch):
-    """The plan LOC counts the planner the default calls: with the switches off, split-K's and the
-    pending rules are not in it."""
+    """The plan LOC counts the planner the default calls: with a switch off, its rules are not in it."""
     from backends import helion_layer as hl
     from helion_src import dispatch as d
-    assert hl._plan_source("gemm_epilogue").host == ("plan_gemm",)
-    assert hl._plan_source("softmax").host == ("plan_softmax",)
-    monkeypatch.setattr(d, "GEMM_NEXT", True)
-    monkeypatch.setattr(d, "SOFTMAX_NEXT", True)
     assert hl._plan_source("gemm_epilogue").host == ("plan_gemm_next",)
     assert hl._plan_source("softmax").host == ("plan_softmax_next",)
+    monkeypatch.setattr(d, "GEMM_NEXT", False)
+    monkeypatch.setattr(d, "SOFTMAX_NEXT", False)
+    assert hl._plan_source("gemm_epilogue").host == ("plan_gemm",)
+    assert hl._plan_source("softmax").host == ("plan_softmax",)
 
 
 @needs_helion
@@ -218,10 +220,10 @@ def test_frame_args():
 
 
 @needs_helion
-def test_pending_softmax_rules():
+def test_softmax_next_rules():
     """Few long rows: split into chunks of whole column tiles, programs about SPLIT_WAVES an SM;
-    frames of up to ROW_ELEMENTS positions: rows in registers, packed to ROWS_PACK positions;
-    longer: the online frame kernel; no frame: today's planner."""
+    rows of up to ROW_ELEMENTS positions: plan_softmax's rows kernel (the packed frame rows lost);
+    longer: the online frame kernel; no frame: plan_softmax."""
     from helion_src import dispatch as d
     p = d.plan_softmax_next(2, 2_000_000, 4)
     chunk = p.frame["chunk_groups"] * 4
@@ -230,22 +232,19 @@ def test_pending_softmax_rules():
     assert d.plan_softmax_next(96, 100_000, 2).variant == "split"
     assert d.plan_softmax_next(4096, 50257, 2).variant == "online"
     assert d.plan_softmax_next(1000, 32769, 2).rule == "softmax/online_frame"
-    rows = d.plan_softmax_next(50000, 200, 2)
-    assert rows.variant == "rows" and rows.frame == {"width": 256} and rows.config["block_sizes"] == [8]
-    assert d.plan_softmax_next(4096, 32760, 2).frame == {"width": 32768}
-    assert d.plan_softmax_next(3, 100, 4).config["block_sizes"] == [4]
+    for m, n, es in ((50000, 200, 2), (4096, 32760, 2), (3, 100, 4), (300, 777, 4)):
+        assert d.plan_softmax_next(m, n, es) == d.plan_softmax(m, n, es)
     assert d.plan_softmax_next(4096, 50257, 2, framed=False).rule == "softmax/online"
     assert d.split_chunks(4096, 50257, 2) == 1 and d.split_chunks(1, 4096, 2) == 1
 
 
 @needs_helion
-@pytest.mark.parametrize("kw,variant", [(dict(M=50000, N=200, dtype="float16"), "rows"),
-                                        (dict(M=4096, N=50257, dtype="bfloat16"), "online"),
+@pytest.mark.parametrize("kw,variant", [(dict(M=4096, N=50257, dtype="bfloat16"), "online"),
                                         (dict(M=96, N=100000, dtype="bfloat16"), "split")])
-def test_pending_softmax_ptx_has_16_byte_loads(kw, variant):
-    """Rows of 200 fp16 (a stride Triton cannot prove a multiple of 16) and of 50257 bf16 (no row
-    aligned): today's kernels load 2 bytes an instruction; the frame kernels load 16-byte vectors
-    only and store 16-byte vectors (the rows' edge groups element by element)."""
+def test_frame_softmax_ptx_has_16_byte_loads(kw, variant, monkeypatch):
+    """Rows of 50257 bf16 (no row aligned): plan_softmax's kernels load 2 bytes an instruction;
+    the frame kernels the default runs load 16-byte vectors only and store 16-byte vectors (the
+    rows' edge groups element by element)."""
     import re
 
     from backends import helion_layer as hl
@@ -258,6 +257,8 @@ def test_pending_softmax_ptx_has_16_byte_loads(kw, variant):
         ops = set(re.findall(r"(?:ld|st)\.global(?:\.[\w:]+)*", facts["ptx"]))
         assert facts["spills"] == 0 and "ld.global.b16" not in ops, ops    # (b32: split's statistics)
         assert "ld.global.v4.b32" in ops and ("st.global.v4.b32" in ops or kernel.name.endswith("stats")), ops
+    from helion_src import dispatch as d
+    monkeypatch.setattr(d, "SOFTMAX_NEXT", False)
     old = hl.plan_for("softmax", args)
     ptx = hl._compile_facts(old.kernel, args, old.config, keep_ptx=True)["ptx"]
     if variant != "split":
@@ -270,10 +271,10 @@ def test_pending_softmax_ptx_has_16_byte_loads(kw, variant):
                                 dict(M=9, N=133, dtype="float32", kind="neginf"),
                                 dict(M=4, N=50, dtype="float32", layout="strided_odd"),
                                 dict(M=600, N=150, dtype="float16", layout="strided")])
-def test_pending_softmax_verify_under_interpreter(monkeypatch, kw):
-    """The frame kernels on ragged rows (every lead in the first group), short rows packed, the
-    online kernel on rows longer than ROW_ELEMENTS (set low), split on few rows (its thresholds
-    set low), -inf rows and a layout the frame cannot pair (today's kernel)."""
+def test_softmax_next_verify_under_interpreter(monkeypatch, kw):
+    """The default's rules on ragged rows: short rows in plan_softmax's rows kernel, the online
+    frame kernel on rows longer than ROW_ELEMENTS (set low), split on few rows (its thresholds
+    set low), -inf rows and a layout the frame cannot pair (plan_softmax's kernel)."""
     import triton.language as tl
     from triton.language.extra import libdevice
 
@@ -288,7 +289,8 @@ def test_pending_softmax_verify_under_interpreter(monkeypatch, kw):
     launch, _ = _interpret("helion:softmax", "softmax", **kw)
     want = {37: "rows", 24: "rows", 301: "split", 133: "split", 50: "rows", 150: "online"}[kw["N"]]
     assert launch.info["variant"] == want
-    assert launch.info["rule"] != "softmax/rows" or kw.get("layout") == "strided_odd"
+    assert launch.info["rule"] == {"rows": "softmax/rows", "split": "softmax/split",
+                                   "online": "softmax/online_frame"}[want]
 
 
 @needs_interpreter
@@ -333,8 +335,8 @@ def test_compile_only_sm90(iid, problem, kw):
 @pytest.mark.parametrize("kw", [dict(M=64, N=18432, K=5120, dtype="bfloat16", act="none"),
                                 dict(M=33, N=4000, K=2050, dtype="float16", act="gelu")])
 def test_pending_gemm_row_tile_compiles_sm90(kw):
-    """The candidate's row tile (64 rows here) compiles for sm_90 without spills."""
-    impl = registry.get("gemm_epilogue", "helion:gemm_epilogue_next", candidates=True)
+    """The default's row tile (64 rows here) compiles for sm_90 without spills."""
+    impl = registry.get("gemm_epilogue", "helion:gemm_epilogue")
     facts = impl.compile_only_fn(_case("gemm_epilogue", **kw))
     assert facts["target"].startswith("sm_90") and facts["spills"] == 0
     assert facts["config"]["block_sizes"][0] == 64 and "indexing" not in facts["config"]
@@ -388,8 +390,7 @@ def test_input_validation():
 @pytest.mark.parametrize("iid,problem", [
     ("helion:vector_add", "vector_add"), ("helion:softmax", "softmax"), ("helion:gemm_epilogue", "gemm_epilogue"),
     ("helion:vector_add_simple", "vector_add"), ("helion:softmax_simple", "softmax"),
-    ("helion:gemm_epilogue_simple", "gemm_epilogue"), ("helion:softmax_next", "softmax"),
-    ("helion:gemm_epilogue_next", "gemm_epilogue")])
+    ("helion:gemm_epilogue_simple", "gemm_epilogue")])
 def test_gpu_verify_suite(iid, problem):
     from harness.verify import verify_case
     prob, impl = problems.get(problem), registry.get(problem, iid, candidates=True)

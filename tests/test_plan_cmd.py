@@ -19,9 +19,12 @@ def test_plan_names_the_planner_the_variant_and_the_kernel_file(capsys):
 
 
 def test_plan_of_a_short_row_and_of_a_twin(capsys):
-    assert main(["plan", "cutile:softmax", "--set", "M=64", "--set", "N=1000"]) == 0
+    assert main(["plan", "cutile:softmax", "--set", "M=64", "--set", "N=1001"]) == 0   # rows off 16 bytes
     out = capsys.readouterr().out
-    assert "variant   rows" in out and "cutile_src/softmax_rows.py: softmax_rows_kernel" in out
+    assert "variant   rows\n" in out and "cutile_src/softmax_rows.py: softmax_rows_kernel" in out
+    assert main(["plan", "cutile:softmax", "--set", "M=64", "--set", "N=1000"]) == 0   # 16-byte rows: TMA
+    out = capsys.readouterr().out
+    assert "variant   rows_tma" in out and "cutile_src/softmax_rows_tma.py: softmax_rows_tma_kernel" in out
     assert main(["plan", "cuda:softmax_simple", "--set", "M=4", "--set", "N=33"]) == 0
     out = capsys.readouterr().out
     assert "planner   none" in out and "cuda_src/softmax.cu: softmax_simple_kernel" in out

@@ -30,7 +30,7 @@ IDS = {
 }
 
 
-NEXT = {"softmax": ["softmax_next"], "gemm_epilogue": ["gemm_epilogue_next"]}   # candidates
+NEXT: dict = {}   # candidates (none pending)
 
 
 def _impls():
@@ -411,3 +411,23 @@ def test_variants_gpu(problem, compiled_ahead):
         if impl.name not in IDS[problem][:2]:
             chk = verify_case(impl, prob, case, "cuda", seeds=GPU_SEEDS)
             assert chk.ok, (impl.id, case, chk.reason)
+
+
+def test_default_gemm_mixes_the_staged_and_todays_plans():
+    """The default (SWITCHES['gemm_next'] on) takes the staged plans where they won and today's
+    where those did: today's split-K where the operands load by TMA, today's element loads where
+    packing B for one row tile would copy more than L2 holds (docs/performance.md)."""
+    from tilelang_src import dispatch as D
+    assert D.SWITCHES["gemm_next"]
+    mixed = lambda m, n, k: D.plan_gemm_mixed(m, n, k, 2, n % 8 == 0 and k % 8 == 0, n % 8 == 0)  # noqa: E731
+    few = mixed(16, 6144, 4096)                         # aligned, 48 tiles: today's split-K
+    assert few["kernel"] == "splitk" and "pack" not in few
+    big = mixed(4096, 50257, 768)                       # B's rows off 16 bytes, 32 row tiles: packed
+    assert big["kernel"] == "tma" and big["pack"] == ("b",)
+    once = mixed(16, 50257, 768)                        # one row tile, B (77 MB) past L2: element loads
+    assert once["kernel"] == "tiled" and "pack" not in once
+    small = mixed(97, 211, 389)                         # one row tile, B in L2: packed, TMA
+    assert small["kernel"] == "tma" and set(small["pack"]) == {"a", "b"}
+    odd = mixed(411, 733, 957)                          # element loads would split K: the packed split
+    assert "pack" in odd and odd["pack"]
+    assert mixed(4096, 4096, 14336) == D.plan_gemm_next(4096, 4096, 14336, 2, True)

@@ -5,17 +5,22 @@ through the adapter; the variants never import it.
 from __future__ import annotations
 
 SMS = 132                      # H200 streaming multiprocessors (the grid rules' unit)
+L2_BYTES = 50 * 1024 * 1024    # H200 / H100 L2 (plan_gemm_mixed: whether a packed B stays there)
 
-# Pending switches: kernels and rules built and checked on the CPU (compile-only for sm_90a, the
-# generated CUDA read), waiting for a GPU to verify and time them. ``tilelang:<problem>_next`` is
-# the default with its switch on; the lead flips a switch where _next beats the default.
+# Switches: kernels and rules built and checked on the CPU (compile-only for sm_90a, the generated
+# CUDA read), then verified and timed on a GPU. ``tilelang:<problem>_next`` is the default with a
+# pending switch on; the lead flips a switch where _next beats the default.
 SWITCHES = {
     # softmax: the rows kernel in 16-byte groups by alignment class, warp rows; rows past
-    # registers in shared-memory slices over a cluster; few long rows split over 16-byte chunks
-    "softmax_next": False,
+    # registers in shared-memory slices over a cluster; few long rows split over 16-byte chunks.
+    # On since 2026-12-06: it won every timed case (1.04-4.17x, 23 cases, H200) and PASSed the
+    # verify suite (docs/performance.md, "TileLang / softmax")
+    "softmax_next": True,
     # GEMM: bias and C staged in shared memory (TMA store), operands packed to 16-byte rows where
-    # they are not (TMA instead of element loads), tiles and split-K chosen by waves
-    "gemm_next": False,
+    # they are not (TMA instead of element loads), tiles chosen by waves. On since 2026-12-06 as
+    # plan_gemm_mixed (the staged plans where they won on the H100, today's split-K and
+    # single-row-tile plans where those won; the verify suite PASSed)
+    "gemm_next": True,
 }
 
 TABLE = {
@@ -96,6 +101,22 @@ NEXT_VARIANTS = {
                       + _src("gemm_epilogue_tma.py", "pack_kernel")},
     "attention": VARIANTS["attention"],
 }
+TODAY_VARIANTS = VARIANTS
+
+
+def _default_variants() -> dict:
+    """What the default plans among under SWITCHES, by word (the layer contract's VARIANTS): the
+    pending plans' softmax where its switch is on; GEMM mixes today's and the staged kernels
+    (``plan_gemm_mixed``), so each word holds both."""
+    out = dict(TODAY_VARIANTS)
+    if SWITCHES["softmax_next"]:
+        out["softmax"] = NEXT_VARIANTS["softmax"]
+    if SWITCHES["gemm_next"]:
+        words = dict(TODAY_VARIANTS["gemm_epilogue"])
+        for w, srcs in NEXT_VARIANTS["gemm_epilogue"].items():
+            words[w] = words.get(w, ()) + srcs
+        out["gemm_epilogue"] = words
+    return out
 
 
 def softmax_next_facts(facts) -> dict:
@@ -119,7 +140,7 @@ def plan(problem: str, facts):
     pending plans where SWITCHES turns them on)."""
     from kltools.plan import check_problem, make_plan
     check_problem(problem, VARIANTS)
-    ops, es, table = facts.operands, facts.esize, VARIANTS
+    ops, es, table = facts.operands, facts.esize, TODAY_VARIANTS
     if problem == "vector_add":
         cfg = plan_vector_add(facts.N, es, all(ops[n].addr16 == 0 for n in ("x", "y", "out")))
     elif problem == "attention":
@@ -131,12 +152,13 @@ def plan(problem: str, facts):
         cfg = plan_softmax(facts.M, facts.N, es)
     else:
         vec, bases = 16 // es, [ops[n].addr16 == 0 for n in ("a", "b", "out")]
+        tma_ok = facts.N % vec == 0 and facts.K % vec == 0 and all(bases)
         if SWITCHES["gemm_next"]:
-            cfg = plan_gemm_next(facts.M, facts.N, facts.K, es, facts.N % vec == 0 and bases[2],
-                                 misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
-            table = NEXT_VARIANTS
+            cfg = plan_gemm_mixed(facts.M, facts.N, facts.K, es, tma_ok, facts.N % vec == 0 and bases[2],
+                                  misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
+            table = NEXT_VARIANTS if "pack" in cfg else TODAY_VARIANTS
         else:
-            cfg = plan_gemm(facts.M, facts.N, facts.K, es, facts.N % vec == 0 and facts.K % vec == 0 and all(bases))
+            cfg = plan_gemm(facts.M, facts.N, facts.K, es, tma_ok)
     return make_plan(problem, cfg["kernel"], table, cfg)
 
 
@@ -164,7 +186,7 @@ def reachable(problem: str, nxt: bool | None = None) -> tuple[str, ...]:
         return ("rows", "smem", "split", "simple") if on else ("rows", "split", "smem", "online")
     if problem == "gemm_epilogue":
         on = SWITCHES["gemm_next"] if nxt is None else nxt
-        return ("tma", "splitk") if on else ("tma", "tiled", "splitk")
+        return ("tma", "splitk") if on else ("tma", "tiled", "splitk")   # (plan_gemm_mixed: both sets)
     raise ValueError(f"problem: {problem!r} has no TileLang planner")
 
 
@@ -366,9 +388,32 @@ def plan_gemm_next(m: int, n: int, k: int, esize: int, aligned_n: bool, kernel: 
             "splits": best[2]}
 
 
+def plan_gemm_mixed(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n: bool,
+                    misaligned: tuple = ()) -> dict:
+    """The default under ``SWITCHES["gemm_next"]``: the staged plans (``plan_gemm_next``) except
+    where they lost on the H100 (docs/performance.md, "TileLang / GEMM + epilogue"): where either
+    plan splits K and today's loads by TMA, today's plan (its split-K kernel beat the staged one at
+    the same tile and split, its tile rule the larger grid of 256-column tiles; element loads lose
+    to a packed split-K); and where B would be packed
+    for a single row tile while B is larger than L2 (one row tile reads B once: writing and
+    re-reading a copy from HBM costs more than element loads save; a copy that stays in L2 is
+    re-read from there). A staged plan carries ``pack``; today's does not."""
+    today = plan_gemm(m, n, k, esize, tma_ok)
+    nxt = plan_gemm_next(m, n, k, esize, aligned_n, misaligned=misaligned)
+    if today["kernel"] == "splitk" or (nxt["kernel"] == "splitk" and today["kernel"] == "tma"):
+        return today
+    if "b" in nxt["pack"] and m <= nxt["bm"] and k * n * esize > L2_BYTES:
+        return today
+    return nxt
+
+
 def _tile_by_waves(m: int, n: int, bm: int) -> int:
     """256 or 128 columns: the time of a grid is about its waves (tiles / SMs, rounded up) times
     a tile's time; a 256-column tile takes ``wide_cost`` x 2 of a 128-column one."""
     def cost(bn):
         return -(-(-(-m // bm) * -(-n // bn)) // SMS) * (bn / 128) * (TABLE["gemm_next"]["wide_cost"] if bn == 256 else 1)
     return 256 if cost(256) <= cost(128) else 128
+
+
+#: the layer contract's table (kltools.plan): the words the default plans among under SWITCHES
+VARIANTS = _default_variants()
