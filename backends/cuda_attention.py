@@ -87,19 +87,18 @@ def _compile_only(path: str):
 # -- registration ----------------------------------------------------------------------------------
 SIMPLE_SOURCES = [Source("cuda_src/attention.cu", kernels=("attention_simple_kernel",), host=())]
 WS_SOURCES = [Source("cuda_src/attention_ws.cu", kernels=("attention_ws_kernel",), host=())]
-#: what ``next`` may launch: the default's kernels and the ws kernel, and the planner that chooses
-NEXT_SOURCES = [Source("cuda_src/attention_tiled.cu", kernels=("attention_tiled_kernel",), host=()),
-                *SIMPLE_SOURCES, *WS_SOURCES,
-                Source("cuda_src/dispatch_attention.py", kernels=(), host=("plan_attention",))]
 
 
 def sources(path: str, hosts) -> list:
     """A row's Sources: the default's derived from its planner (``harness.planned``: the kernels
     ``dispatch.plan`` - ``dispatch_attention.plan`` for attention - launches over the suites'
-    cases, the lines it ran as the plan column); the twin's kernel; then ``hosts`` (the launcher)."""
+    cases, the lines it ran as the plan column), and so the candidate ``next``'s from
+    ``dispatch_attention.plan_next``; the twin's or the ws kernel; then ``hosts`` (the launcher)."""
     if path == "auto":
         return planned(dispatch.plan, "attention", hosts)
-    return [*{"simple": SIMPLE_SOURCES, "ws": WS_SOURCES, "next": NEXT_SOURCES}[path], *hosts]
+    if path == "next":   # the default's planner with the pending switches on
+        return planned(A.plan_next, "attention", hosts)
+    return [*{"simple": SIMPLE_SOURCES, "ws": WS_SOURCES}[path], *hosts]
 
 
 DESCRIPTIONS = {

@@ -251,12 +251,22 @@ def plan(problem: str, facts):
     """The default's plan (``cuda:attention``, ``cupy:attention``) for one case on the device of
     ``facts``, in the layer contract's terms: the word, the launch's configuration, why, and the
     kernel file and entry point it launches (``dispatch.plan`` hands attention here)."""
+    return _contract_plan(problem, facts, "auto")
+
+
+def plan_next(problem: str, facts):
+    """``plan`` with the pending switches of ATTENTION_NEXT on: what the candidates
+    ``cuda:attention_next`` / ``cupy:attention_next`` launch (``python -m harness plan`` shows it)."""
+    return _contract_plan(problem, facts, "next")
+
+
+def _contract_plan(problem: str, facts, path: str):
     from kltools.plan import Plan as KlPlan
     from kltools.plan import Source
 
     if problem != "attention":
         raise ValueError(f"problem: {problem!r} is not planned here (attention only)")
-    ls = launches_for(facts, "auto", device_of(facts.device))
+    ls = launches_for(facts, path, device_of(facts.device))
     srcs = tuple(Source(f"cuda_src/{FILES[family(p.kernel)]}", kernels=(family(p.kernel),)) for p in ls.plans)
     return KlPlan(problem, ls.info["path"], dict(ls.info), ls.info.get("why", ""), srcs)
 

@@ -48,11 +48,13 @@ def test_ws_and_next_are_candidates_not_rows():
     for impl_id in CANDIDATE_IDS:
         assert impl_id in cands and impl_id not in rows, impl_id
         assert "not yet run on a GPU" in cands[impl_id].description, impl_id
-    # the ws kernel lives in the file of its word; next may launch it beside the default's kernels
+    # the ws kernel lives in the file of its word; next's Sources come from its planner, which
+    # launches the ws kernel on every suite case
     assert {s.path for s in cands["cuda:attention_ws"].sources if s.path.endswith(".cu")} == \
         {"cuda_src/attention_ws.cu"}
-    assert {"cuda_src/attention_ws.cu", "cuda_src/attention_tiled.cu"} <= \
-        {s.path for s in cands["cuda:attention_next"].sources}
+    for layer in ("cuda", "cupy"):
+        nxt = cands[f"{layer}:attention_next"].sources
+        assert nxt.plan is A.plan_next and "cuda_src/attention_ws.cu" in {s.path for s in nxt}
 
 
 # -- the planner -----------------------------------------------------------------------------------
