@@ -33,7 +33,6 @@ constexpr int AW_THREADS = 384;   // producer warpgroup + two consumer warpgroup
 
 template <int D, int STAGES>
 struct AwCfg {
-  static constexpr int SLAB = 64;                    // columns of one 128-byte swizzle row (16-bit)
   static constexpr int Q_BYTES = AW_BM * D * 2;      // D / 64 slabs of 128 rows x 128 bytes
   static constexpr int KV_BYTES = AW_BN * D * 2;     // one K (or V) tile: D / 64 slabs of 128 x 128 B
   static constexpr int Q_SLAB = AW_BM * 128, KV_SLAB = AW_BN * 128;
