@@ -8,10 +8,10 @@ consumer warpgroups) has not run on a GPU yet: it is the candidate ``cuda:attent
 default takes it only under the pending switch ``ATTENTION["ws"]`` (off; on in ``ATTENTION_NEXT``,
 the candidate ``cuda:attention_next``) - docs/performance.md, "CUDA C++ / attention".
 
-Both kernels are candidates (``register(candidate=True)``): no GPU has run them yet, so the rule
-below stands on the arithmetic of tiles, shared memory and waves, not on a measurement
-(docs/performance.md gets its section once a GPU has timed them). Pure Python; the check of a
-call's tensors (``check_attention``, both launchers' rows) imports torch when called.
+The tiled kernel's rule stands on the arithmetic of tiles, shared memory and waves (both kernels
+verified on the H200, the default timed on an H100: docs/performance.md,
+"CUDA C++ / attention"). Pure Python; the check of a call's tensors (``check_attention``, both
+launchers' rows) imports torch when called.
 """
 from __future__ import annotations
 
