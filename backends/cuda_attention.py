@@ -9,6 +9,13 @@ Rows (verified on the H200, 2026-12-06: the verify suite and the models + edge c
   twin's kernel.
 - ``cuda:attention_simple``: the teaching twin (``attention.cu``), FMA on fp32 tiles, any stride.
 
+Candidates (``register(candidate=True)``: built and compiled for sm_90a, not yet run on a GPU;
+``python -m harness check`` admits them):
+- ``cuda:attention_ws``: FlashAttention-3 on Hopper (``attention_ws.cu``): a TMA producer warp, two
+  wgmma consumer warpgroups; declines (SKIP) where TMA cannot read q, k or v or no sm_90a code runs.
+- ``cuda:attention_next``: the default with the pending switches of
+  ``dispatch_attention.ATTENTION_NEXT`` on (the ws kernel wherever it can take the case).
+
 Without a GPU ``compile_only(case)`` returns the ``ptxas -v`` facts of the instance the case would
 launch: from the build log, or (a module built before these kernels, or none) ``nvcc -cubin
 -arch=sm_90a`` of the source here.
@@ -79,15 +86,19 @@ def _compile_only(path: str):
 
 # -- registration ----------------------------------------------------------------------------------
 SIMPLE_SOURCES = [Source("cuda_src/attention.cu", kernels=("attention_simple_kernel",), host=())]
+WS_SOURCES = [Source("cuda_src/attention_ws.cu", kernels=("attention_ws_kernel",), host=())]
 
 
 def sources(path: str, hosts) -> list:
     """A row's Sources: the default's derived from its planner (``harness.planned``: the kernels
     ``dispatch.plan`` - ``dispatch_attention.plan`` for attention - launches over the suites'
-    cases, the lines it ran as the plan column); the twin's kernel; then ``hosts`` (the launcher)."""
+    cases, the lines it ran as the plan column), and so the candidate ``next``'s from
+    ``dispatch_attention.plan_next``; the twin's or the ws kernel; then ``hosts`` (the launcher)."""
     if path == "auto":
         return planned(dispatch.plan, "attention", hosts)
-    return [*SIMPLE_SOURCES, *hosts]
+    if path == "next":   # the default's planner with the pending switches on
+        return planned(A.plan_next, "attention", hosts)
+    return [*{"simple": SIMPLE_SOURCES, "ws": WS_SOURCES}[path], *hosts]
 
 
 DESCRIPTIONS = {
@@ -100,9 +111,21 @@ DESCRIPTIONS = {
               "K / V tiles of 32 keys in fp32 shared memory, one key at a time with the online softmax "
               "(warp-shuffle dot products, FMA), any stride",
 }
+DESCRIPTIONS["ws"] = (
+    "candidate, not yet run on a GPU: FlashAttention-3 on Hopper (sm_90a): 128 query rows a CTA, a producer "
+    "warp (setmaxnreg 24) loads Q once and K / V tiles of 128 keys by 4-D TMA into a 2-4 slot ring "
+    "(full / empty mbarriers), two consumer warpgroups (setmaxnreg 240) of 64 rows run S = Q K^T on wgmma "
+    "from shared memory beside the previous tile's O += P V (P as the register A operand, V MN-major), "
+    "the online softmax in exp2 under it, masks only on tiles crossing Sk or the diagonal, causal tiles "
+    "past the diagonal never loaded; O by 16-byte stores clipped at Sq; declines where TMA cannot read q, k, v")
+DESCRIPTIONS["next"] = ("candidate, not yet run on a GPU: the default with its pending switches on "
+                        "(ATTENTION_NEXT: the ws kernel wherever TMA can read q, k and v on sm_90a, else "
+                        "the default's plan)")
 ROWS = (("auto", "attention"), ("simple", "attention_simple"))
+#: built, not yet run on a GPU: reached by the layer's GPU check (registry.get(..., candidates=True))
+CANDIDATE_ROWS = (("ws", "attention_ws"), ("next", "attention_next"))
 
-for _path, _name in ROWS:
+for _path, _name in ROWS + CANDIDATE_ROWS:
     register(problem="attention", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
              sources=sources(_path, LAUNCHER), devices=("cuda",), available=available,
-             compile_only=_compile_only(_path))(_prepare(_path))
+             compile_only=_compile_only(_path), candidate=(_path, _name) in CANDIDATE_ROWS)(_prepare(_path))

@@ -115,8 +115,8 @@ def build_launch(mod, launches: dispatch.Launches, pointers: dict, dev_index: in
         keep[name] = t
         ptrs[name] = t.data_ptr()
 
-    def encode(ptr, rows, cols, ld, box_rows, box_cols):
-        return mod.encode_tma(ptr, dtype_code, rows, cols, ld, box_rows, box_cols)
+    def encode(ptr, rows, cols, ld, box_rows, box_cols, outer=()):
+        return mod.encode_tma(ptr, dtype_code, rows, cols, ld, box_rows, box_cols, list(outer))
 
     steps = []
     for p in launches.plans:

@@ -189,16 +189,17 @@ def _encode_tma(dtype_code: int):
         lib = _state["libcuda"] = ctypes.CDLL("libcuda.so.1")
         lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
 
-    def encode(ptr, rows, cols, ld, box_rows, box_cols):
+    def encode(ptr, rows, cols, ld, box_rows, box_cols, outer=()):
         raw = (ctypes.c_uint8 * 192)()  # the driver wants the CUtensorMap 64-byte aligned
         desc = ctypes.c_void_p((ctypes.addressof(raw) + 63) & ~63)
-        dims = (ctypes.c_uint64 * 2)(cols, rows)
-        strides = (ctypes.c_uint64 * 1)(ld * 2)
-        box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
-        estr = (ctypes.c_uint32 * 2)(1, 1)
+        rank = 2 + len(outer)       # outer: further (size, stride) dimensions, boxes of 1 (kl_cuda's too)
+        dims = (ctypes.c_uint64 * rank)(cols, rows, *(n for n, _ in outer))
+        strides = (ctypes.c_uint64 * (rank - 1))(ld * 2, *(st * 2 for _, st in outer))
+        box = (ctypes.c_uint32 * rank)(box_cols, box_rows, *([1] * len(outer)))
+        estr = (ctypes.c_uint32 * rank)(*([1] * rank))
         # CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6, BFLOAT16 = 9; INTERLEAVE_NONE = 0; SWIZZLE_128B = 3;
         # L2_PROMOTION_L2_256B = 3; FLOAT_OOB_FILL_NONE = 0
-        r = lib.cuTensorMapEncodeTiled(desc, 9 if dtype_code == 2 else 6, 2, ctypes.c_void_p(ptr), dims, strides,
+        r = lib.cuTensorMapEncodeTiled(desc, 9 if dtype_code == 2 else 6, rank, ctypes.c_void_p(ptr), dims, strides,
                                        box, estr, 0, 3, 3, 0)
         if r != 0:
             raise RuntimeError(f"cuTensorMapEncodeTiled failed (CUresult {r})")

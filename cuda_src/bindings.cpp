@@ -169,19 +169,30 @@ static EncodeTiledFn encode_fn() {
 
 // A 2-D row-major tensor [rows, cols] of 16-bit elements (cols contiguous, row stride ld elements),
 // boxes of [box_rows, box_cols], the 128-byte swizzle; 128 opaque bytes for a __grid_constant__ arg.
+// `outer`: further dimensions outside the rows, each (size, stride in elements), boxes of 1 there
+// (attention's (D, S, H, B) view: a box stops at its own head's rows); at most 3 (rank 5).
 static py::bytes encode_tma(std::uintptr_t ptr, int dtype, unsigned long long rows, unsigned long long cols,
-                            unsigned long long ld, unsigned box_rows, unsigned box_cols) {
+                            unsigned long long ld, unsigned box_rows, unsigned box_cols,
+                            const std::vector<std::pair<unsigned long long, unsigned long long>>& outer) {
   if (dtype != 1 && dtype != 2) throw std::invalid_argument("dtype: 1 (float16) or 2 (bfloat16), got " + std::to_string(dtype));
   if (ptr % 16) throw std::invalid_argument("ptr: TMA needs a 16-byte aligned base address");
   if ((ld * 2) % 16) throw std::invalid_argument("ld: TMA needs a row stride that is a multiple of 16 bytes");
+  if (outer.size() > 3) throw std::invalid_argument("outer: at most 3 dimensions beyond the rows (rank 5)");
   CUtensorMap map;
-  cuuint64_t dims[2] = {cols, rows};
-  cuuint64_t strides[1] = {ld * 2};
-  cuuint32_t box[2] = {box_cols, box_rows};
-  cuuint32_t estr[2] = {1, 1};
-  CUresult r = encode_fn()(&map, dtype == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-                           reinterpret_cast<void*>(ptr), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  cuuint64_t dims[5] = {cols, rows, 1, 1, 1};
+  cuuint64_t strides[4] = {ld * 2, 0, 0, 0};
+  cuuint32_t box[5] = {box_cols, box_rows, 1, 1, 1};
+  cuuint32_t estr[5] = {1, 1, 1, 1, 1};
+  for (size_t i = 0; i < outer.size(); ++i) {
+    if ((outer[i].second * 2) % 16)
+      throw std::invalid_argument("outer: TMA needs strides that are multiples of 16 bytes, got " +
+                                  std::to_string(outer[i].second) + " elements");
+    dims[2 + i] = outer[i].first;
+    strides[1 + i] = outer[i].second * 2;
+  }
+  CUresult r = encode_fn()(&map, dtype == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                           (cuuint32_t)(2 + outer.size()), reinterpret_cast<void*>(ptr), dims, strides, box, estr,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed (CUresult " + std::to_string((int)r) + ")");
   static_assert(sizeof(CUtensorMap) == 128, "CUtensorMap is 128 bytes");
@@ -306,7 +317,9 @@ PYBIND11_MODULE(kl_cuda, m) {
   m.def("device_info", &kl::device_info, py::arg("device"), "SM count, compute capability, shared memory limits");
   m.def("encode_tma", &kl::encode_tma, py::arg("ptr"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         py::arg("ld"), py::arg("box_rows"), py::arg("box_cols"),
-        "128-byte CUtensorMap of a row-major 16-bit [rows, cols] tensor, [box_rows, box_cols] boxes, 128-byte swizzle");
+        py::arg("outer") = std::vector<std::pair<unsigned long long, unsigned long long>>(),
+        "128-byte CUtensorMap of a row-major 16-bit [rows, cols] tensor, [box_rows, box_cols] boxes, 128-byte swizzle; "
+        "outer: further (size, stride) dimensions, boxes of 1");
   py::class_<kl::Launch>(m, "Launch", "a prepared plan: Launch(device, steps)(stream) enqueues it on `stream`")
       .def(py::init<int, const py::list&>(), py::arg("device"), py::arg("steps"))
       .def("__call__", &kl::Launch::operator(), py::arg("stream"))

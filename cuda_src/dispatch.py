@@ -77,7 +77,8 @@ FMT = {"ptr": "<Q", "i64": "<q", "i32": "<i"}
 def pack(plan: Plan, pointers: dict, encode_tma=None) -> tuple[bytes, list[int]]:
     """The argument values of ``plan`` packed each at its natural alignment: (blob, offsets).
     ``pointers`` maps buffer names to device addresses; ``encode_tma(ptr, rows, cols, ld, box_rows,
-    box_cols) -> 128 bytes`` encodes TMA descriptors."""
+    box_cols[, outer]) -> 128 bytes`` encodes TMA descriptors (``outer``: further (size, stride)
+    dimensions, boxes of 1: attention's (D, S, H, B) views)."""
     sig = SIGNATURES[family(plan.kernel)]
     if len(sig) != len(plan.args):
         raise ValueError(f"args: {plan.kernel} takes {len(sig)} arguments, the plan has {len(plan.args)}")

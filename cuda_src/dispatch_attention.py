@@ -3,10 +3,15 @@ algorithm (``attention_tiled.cu``: FlashAttention-2 on mma.sync, K / V tiles by 
 rows a CTA chosen by waves; the twin (``attention.cu``) FMA on fp32 tiles in shared memory, which
 the default also runs where cp.async cannot read the rows (bases or strides off 16 bytes).
 
-Both kernels are candidates (``register(candidate=True)``): no GPU has run them yet, so the rule
-below stands on the arithmetic of tiles, shared memory and waves, not on a measurement
-(docs/performance.md gets its section once a GPU has timed them). Pure Python; the check of a
-call's tensors (``check_attention``, both launchers' rows) imports torch when called.
+The ``ws`` kernel (``attention_ws.cu``: FlashAttention-3 on Hopper, a TMA producer warp and two wgmma
+consumer warpgroups) has not run on a GPU yet: it is the candidate ``cuda:attention_ws``, and the
+default takes it only under the pending switch ``ATTENTION["ws"]`` (off; on in ``ATTENTION_NEXT``,
+the candidate ``cuda:attention_next``) - docs/performance.md, "CUDA C++ / attention".
+
+The tiled kernel's rule stands on the arithmetic of tiles, shared memory and waves (both kernels
+verified on the H200, the default timed on an H100: docs/performance.md,
+"CUDA C++ / attention"). Pure Python; the check of a call's tensors (``check_attention``, both
+launchers' rows) imports torch when called.
 """
 from __future__ import annotations
 
@@ -32,15 +37,29 @@ ATTENTION = {
     # tests/test_cuda_attention.py checks every instance)
     "regs": {64: 176, 128: 255},
     "smem_reserved": 1024,          # what the system keeps a resident CTA
+    # pending (not yet run on a GPU): the warp-specialised Hopper kernel (attention_ws.cu) wherever TMA
+    # can read Q, K and V and the sm_90a code runs; docs/performance.md, "CUDA C++ / attention"
+    "ws": False,
+    # the ws kernel's K / V ring slots by head dim: 2 at D = 128 (Q 32 KB + 2 x 64 KB, FlashAttention-3's
+    # choice), 4 at D = 64 (16 + 4 x 32 KB); one CTA an SM either way (384 threads at 168 / 240 registers)
+    "ws_stages": {64: 4, 128: 2},
+    # the ws kernel's two consumer warpgroups take turns to issue their wgmmas (FlashAttention-3's
+    # ping-pong: one's softmax under the other's MMAs); a kernel argument, so a GPU run can compare
+    "ws_pingpong": True,
 }
+#: the pending switches on: the candidate cuda:attention_next / cupy:attention_next
+ATTENTION_NEXT = {"ws": True}
+WS_BM, WS_BN, WS_THREADS, WS_BOX_COLS = 128, 128, 384, 64   # attention_ws.cu: AW_BM, AW_BN, AW_THREADS, a slab
 SIMPLE_THREADS, SIMPLE_ROWS = 128, 16   # the twin: 4 warps, 4 query rows a warp (attention.cu)
 
 # ---------------------------------------------------------------------------------------------------
 # kernel instances (the module's table and NVRTC's name expressions) and argument signatures
 
 _ARGS = ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32") + ("i64",) * 12 + ("i32",)
-SIGNATURES = {"attention_simple_kernel": _ARGS, "attention_tiled_kernel": _ARGS}
-FILES = {"attention_simple_kernel": "attention.cu", "attention_tiled_kernel": "attention_tiled.cu"}
+_WS_ARGS = ("tma", "tma", "tma", "ptr", "i32", "i32", "i32", "i64", "i64", "i64", "i32", "i32")
+SIGNATURES = {"attention_simple_kernel": _ARGS, "attention_tiled_kernel": _ARGS, "attention_ws_kernel": _WS_ARGS}
+FILES = {"attention_simple_kernel": "attention.cu", "attention_tiled_kernel": "attention_tiled.cu",
+         "attention_ws_kernel": "attention_ws.cu"}
 
 
 def instances() -> dict[str, list[str]]:
@@ -48,7 +67,9 @@ def instances() -> dict[str, list[str]]:
     bools, dims = ("true", "false"), ATTENTION["head_dims"]
     return {FILES["attention_simple_kernel"]: [f"attention_simple_kernel<{b}, {d}>" for b in bools for d in dims],
             FILES["attention_tiled_kernel"]: [f"attention_tiled_kernel<{b}, {d}, {w}>" for b in bools for d in dims
-                                              for w in ATTENTION["warps"]]}
+                                              for w in ATTENTION["warps"]],
+            FILES["attention_ws_kernel"]: [f"attention_ws_kernel<{b}, {d}, {ATTENTION['ws_stages'][d]}>"
+                                           for b in bools for d in dims]}
 
 
 def _src(file: str, *kernels: str):
@@ -65,7 +86,7 @@ VARIANTS = {"tiled": _src("attention_tiled.cu", "attention_tiled_kernel"),
 # ---------------------------------------------------------------------------------------------------
 # plans
 
-ATTENTION_PATHS = ("auto", "simple", "tiled")
+ATTENTION_PATHS = ("auto", "simple", "tiled", "ws", "next")
 OPERANDS = ("q", "k", "v", "o")
 
 
@@ -118,17 +139,72 @@ def _check(B, Hq, Hkv, Sq, Sk, D, dtype, causal, strides) -> None:
         raise Decline(f"grid: Hq ({Hq}) and B ({B}) are grid dimensions y and z, at most 65535")
 
 
+def ws_smem(D: int) -> int:
+    """Dynamic shared memory of the ws kernel (AwCfg::SMEM): the Q tile, STAGES K and V tiles, the
+    mbarriers and the slack that aligns the first slab to 1024 bytes."""
+    st = ATTENTION["ws_stages"][D]
+    return (WS_BM + 2 * st * WS_BN) * D * 2 + 8 * (1 + 3 * st) + 1024
+
+
+def ws_declines(D: int, aligned: bool, dev: Device) -> str:
+    """Why the ws kernel cannot take a case ('' when it can): its code is sm_90a (wgmma, TMA,
+    setmaxnreg); TMA reads Q, K and V only from 16-byte aligned bases and strides, and the output's
+    16-byte stores need the same of O; its ring must fit a CTA's shared memory."""
+    if dev.cc != (9, 0) or not dev.sm90a:
+        return "the ws kernel is sm_90a code (wgmma, TMA, setmaxnreg): a Hopper GPU running this build's sm_90a code"
+    if not aligned:
+        return "TMA needs 16-byte aligned bases and strides of q, k and v (and o's 16-byte stores)"
+    if ws_smem(D) > dev.smem_optin:
+        return f"the ws kernel's {ws_smem(D)} B of shared memory exceed the device's {dev.smem_optin} B a CTA"
+    return ""
+
+
+def _tma(buf: str, S: int, H: int, B: int, D: int, strides: tuple, box_rows: int) -> tuple:
+    """The 4-D TMA descriptor argument of one operand: its (D, S, H, B) view, boxes of box_rows x 64
+    (a box stops at its head's S rows: zero fill past them). A dimension of size 1 gets a stride TMA
+    accepts (a multiple of 16 bytes; its coordinate is always 0)."""
+    bs, hs, rs = strides
+    rs = rs if S > 1 else D
+    hs = hs if H > 1 else S * rs
+    bs = bs if B > 1 else H * hs
+    return "tma", (buf, S, D, rs, box_rows, WS_BOX_COLS, ((H, hs), (B, bs)))
+
+
+def _plan_ws(bf16: str, B, Hq, Hkv, Sq, Sk, D, causal, strides, dev: Device) -> Launches:
+    st = ATTENTION["ws_stages"][D]
+    kern, smem = f"attention_ws_kernel<{bf16}, {D}, {st}>", ws_smem(D)
+    grid = (_cdiv(Sq, WS_BM), Hq, B)
+    args = (_tma("q", Sq, Hq, B, D, strides["q"], WS_BM), _tma("k", Sk, Hkv, B, D, strides["k"], WS_BN),
+            _tma("v", Sk, Hkv, B, D, strides["v"], WS_BN), ("ptr", "o"), ("i32", Hq // Hkv), ("i32", Sq),
+            ("i32", Sk), *(("i64", x) for x in strides["o"]), ("i32", int(bool(causal))),
+            ("i32", int(ATTENTION["ws_pingpong"])))
+    waves = grid[0] * Hq * B / dev.sms
+    p = Plan(kern, grid, WS_THREADS, args, smem=smem, max_dynamic_smem=smem)
+    return _why(Launches([p], info={"path": "ws", "kernel": kern, "block_m": WS_BM, "block_n": WS_BN, "stages": st,
+                                    "pingpong": bool(ATTENTION["ws_pingpong"]), "smem": smem,
+                                    "waves": round(waves, 3), "grid": list(grid)}),
+                f"ws: TMA takes q, k and v; {WS_BM} query rows a CTA, {waves:.2f} waves of one CTA an SM")
+
+
 def plan_attention(path: str, B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int, dtype: str, causal: int,
                    strides: dict, aligned: bool = True, dev: Device = H200, warps: int | None = None) -> Launches:
     """``strides``: {"q" | "k" | "v" | "o": (batch, head, row) strides in elements}, the head dim
     contiguous; ``aligned``: every base on 16 bytes and every stride a multiple of 16 bytes (the
-    tiled kernel's 16-byte cp.async and stores). ``warps``: pin the tiled kernel's CTA (tuning)."""
+    tiled kernel's 16-byte cp.async and stores, the ws kernel's TMA). ``warps``: pin the tiled
+    kernel's CTA (tuning). ``path`` "next": "auto" with the pending switches of ATTENTION_NEXT on."""
     if path not in ATTENTION_PATHS:
         raise ValueError(f"path: {path!r} is not one of {', '.join(ATTENTION_PATHS)}")
     _check(B, Hq, Hkv, Sq, Sk, D, dtype, causal, strides)
     if warps is not None and warps not in ATTENTION["warps"]:
         raise ValueError(f"warps: one of {ATTENTION['warps']}, got {warps!r}")
     bf16 = "true" if dtype == "bfloat16" else "false"
+    G = {**ATTENTION, **ATTENTION_NEXT} if path == "next" else ATTENTION
+    if path == "ws" or (path in ("auto", "next") and G["ws"] and warps is None):
+        why = ws_declines(D, aligned, dev)
+        if not why:
+            return _plan_ws(bf16, B, Hq, Hkv, Sq, Sk, D, causal, strides, dev)
+        if path == "ws":
+            raise Decline(why)
     args = _args(Hq // Hkv, Sq, Sk, strides, causal)
     if path == "tiled" and not aligned:
         raise Decline("tiled path: cp.async needs 16-byte aligned bases and strides of q, k, v and o")
@@ -175,12 +251,22 @@ def plan(problem: str, facts):
     """The default's plan (``cuda:attention``, ``cupy:attention``) for one case on the device of
     ``facts``, in the layer contract's terms: the word, the launch's configuration, why, and the
     kernel file and entry point it launches (``dispatch.plan`` hands attention here)."""
+    return _contract_plan(problem, facts, "auto")
+
+
+def plan_next(problem: str, facts):
+    """``plan`` with the pending switches of ATTENTION_NEXT on: what the candidates
+    ``cuda:attention_next`` / ``cupy:attention_next`` launch (``python -m harness plan`` shows it)."""
+    return _contract_plan(problem, facts, "next")
+
+
+def _contract_plan(problem: str, facts, path: str):
     from kltools.plan import Plan as KlPlan
     from kltools.plan import Source
 
     if problem != "attention":
         raise ValueError(f"problem: {problem!r} is not planned here (attention only)")
-    ls = launches_for(facts, "auto", device_of(facts.device))
+    ls = launches_for(facts, path, device_of(facts.device))
     srcs = tuple(Source(f"cuda_src/{FILES[family(p.kernel)]}", kernels=(family(p.kernel),)) for p in ls.plans)
     return KlPlan(problem, ls.info["path"], dict(ls.info), ls.info.get("why", ""), srcs)
 

@@ -56,7 +56,8 @@ class Decline(ValueError):
 class Plan:
     """One kernel launch. ``args``: ((type, value), ...) in the kernel's parameter order; a value is
     an int, a buffer name (``"x"``, ``"out"``, ``"slots"``...) the launcher resolves to a pointer,
-    or for ``tma`` a tuple (buffer, rows, cols, ld, box_rows, box_cols)."""
+    or for ``tma`` a tuple (buffer, rows, cols, ld, box_rows, box_cols[, ((size, stride), ...)]): the
+    optional last item the dimensions beyond the rows, boxes of 1 there."""
     kernel: str
     grid: tuple[int, int, int]
     block: int

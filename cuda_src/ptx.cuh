@@ -57,6 +57,16 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const void* tmap, int c0, i
       : "memory");
 #endif
 }
+// The 4-D form (c0 innermost): a [.., rows, 1, 1] box of a 4-D tensor map, e.g. (D, S, H, B) of
+// attention's operands, so a box stops at its own head's rows (zero fill past them).
+__device__ __forceinline__ void tma_load_4d(u32 dst, const void* tmap, int c0, int c1, int c2, int c3, u32 bar) {
+#ifdef KL_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];" ::"r"(dst), "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+#endif
+}
 __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
 #ifdef KL_SM90
   asm volatile("prefetch.tensormap [%0];" ::"l"(tmap) : "memory");
@@ -103,6 +113,11 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 template <int ID>
 __device__ __forceinline__ void named_bar_sync(int count) {
   asm volatile("bar.sync %0, %1;" ::"n"(ID), "r"(count) : "memory");
+}
+// Arrives on named barrier ID without waiting (its `count` includes the threads that bar.sync on it).
+template <int ID>
+__device__ __forceinline__ void named_bar_arrive(int count) {
+  asm volatile("bar.arrive %0, %1;" ::"n"(ID), "r"(count) : "memory");
 }
 // Four 8x8 b16 matrices to shared memory: lanes 8i..8i+7 give the row addresses of matrix i;
 // register ri holds, in every lane, (row lane/4, columns 2 (lane%4), +1) of matrix i.
