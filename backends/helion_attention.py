@@ -20,9 +20,9 @@ from harness.meta_inputs import meta_attention
 from . import helion_layer as H
 from . import src
 
-if H.helion:   # the planner's rules need no helion; the twin's module imports it on first use
+if H.helion:
+    from helion_src import attention as attention_simple
     from helion_src import dispatch_attention
-attention_simple = H._Lazy("helion_src.attention")
 
 # The interpreter runs a program's key loop in numpy: in the CPU mode, cases above this many FLOPs
 # compile for sm_90 but do not run (the verify suite's 0.3-1.1 GFLOP cases take minutes there)

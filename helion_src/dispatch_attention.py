@@ -6,15 +6,8 @@ numbers are the table below. Nothing autotunes: the configuration is the rule's.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from . import attention_tma
 from .dispatch import Plan
-
-if TYPE_CHECKING:
-    from . import attention_tma
-else:   # the kernel module imports helion: loaded when a plan first names it (as in dispatch.py)
-    from . import lazy_module
-    attention_tma = lazy_module(f"{__package__}.attention_tma")
 
 ATTENTION = {
     # query rows a program: 128 (two warpgroups of 64 rows, 4 warps each, sharing every K / V tile
