@@ -55,9 +55,10 @@ HEAVY_LANES = 3   # bins that may run ``heavy`` tasks (compare._preverify_tasks;
 
 def partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
     """Tasks in at most ``jobs`` bins: grouped by layer, problem and dtype (one process keeps a
-    group's compiles warm); a group larger than an even share of the tasks is cut (its compiles
-    then happen in more than one process: cheap where a layer caches compiles on disk, and the
-    longest group no longer sets the pace); the largest pieces first, each to the emptiest bin.
+    group's compiles warm); a group larger than an even share of the rows (``_rows``) is cut (its
+    compiles then happen in more than one process: cheap where a layer caches compiles on disk, and
+    the longest group no longer sets the pace); the largest pieces first, each to the bin with the
+    fewest rows.
     Tasks marked ``heavy`` go to at most ``HEAVY_LANES`` bins of their own (first in the list)."""
     heavy = [t for t in tasks if t.get("heavy")]
     if heavy and jobs > 1:
@@ -68,15 +69,31 @@ def partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
     return _partition(tasks, jobs)
 
 
+def _rows(tasks: list[dict]) -> int:
+    """The work in ``tasks``, counted in rows: a task of the torch layer's eager and torch.compile
+    rows weighs two (on the CPU machine, weighing tasks alike gave one worker twice the other's
+    CPU seconds, and the run waited for it)."""
+    return sum(len(t["impls"]) for t in tasks)
+
+
 def _partition(tasks: list[dict], jobs: int) -> list[list[dict]]:
     groups: dict[tuple, list] = {}
     for t in tasks:
         groups.setdefault((t["impls"][0].split(":")[0], t["problem"], t["case"]["dtype"]), []).append(t)
-    share = -(-len(tasks) // max(1, min(jobs, len(tasks))))
-    chunks = [g[i:i + share] for g in groups.values() for i in range(0, len(g), share)]
+    share = -(-_rows(tasks) // max(1, min(jobs, len(tasks))))
+    chunks: list[list] = []
+    for g in groups.values():
+        chunk, n = [], 0
+        for t in g:
+            if chunk and n + len(t["impls"]) > share:
+                chunks.append(chunk)
+                chunk, n = [], 0
+            chunk.append(t)
+            n += len(t["impls"])
+        chunks.append(chunk)
     bins: list[list] = [[] for _ in range(min(jobs, len(chunks)))]
-    for g in sorted(chunks, key=len, reverse=True):
-        min(bins, key=len).extend(g)
+    for g in sorted(chunks, key=_rows, reverse=True):
+        min(bins, key=_rows).extend(g)
     return bins
 
 

@@ -23,6 +23,16 @@ def test_a_dominant_group_is_cut_and_bins_balance():
     assert sum(any(t["impls"][0] == "cute:gemm_epilogue" for t in b) for b in bins) >= 3
 
 
+def test_bins_balance_rows_not_tasks():
+    # the CPU machine's workers: a torch task holds the eager and the torch.compile rows of its case
+    torch_tasks = [dict(t, impls=["torch:softmax", "torch:softmax_compile"])
+                   for t in _tasks("torch", "softmax", "float32", 10)]
+    tasks = torch_tasks + _tasks("triton", "softmax", "float32", 10) + _tasks("triton", "vector_add", "float32", 10)
+    bins = partition(tasks, 2)
+    assert sum(len(b) for b in bins) == 30
+    assert sorted(sum(len(t["impls"]) for t in b) for b in bins) == [20, 20]
+
+
 def test_fewer_tasks_than_jobs():
     tasks = _tasks("cuda", "vector_add", "float32", 2)
     bins = partition(tasks, 6)

@@ -292,6 +292,27 @@ def test_compile_cache_in_the_project_folder_and_cubin_facts(tmp_path, monkeypat
     assert 0 < facts["registers"] <= 255 and facts["stack"] == 0, facts
 
 
+@needs_tl
+def test_compile_only_facts_from_the_ptx_in_tilelangs_cubin(tmp_path, monkeypatch):
+    """The compile-only ptxas facts come from the PTX TileLang's own nvcc compile left in its cubin
+    (no second nvcc run for the PTX), and are the facts ptxas gives for nvcc's PTX of the source."""
+    import tilelang_src
+    from kltools.ptxas import ptxas_info, summarize
+    from tilelang_src import vector_add_unmasked
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    entry = tilelang_src.compile_kernel(("ptx-test", 64, 8, 3), lambda: vector_add_unmasked.vector_add_unmasked_kernel(
+        "float16", 64, 8, 3))
+    assert "vector_add_unmasked_kernel" in tilelang_src._ptx(tilelang_src._cubin(entry.kernel))
+    via_nvcc = summarize(ptxas_info(entry.kernel._get_ptx(), tilelang_src.arch()))
+
+    def no_nvcc(*a, **k):
+        raise AssertionError("compile-only facts ran nvcc for the PTX")
+    monkeypatch.setattr(type(entry.kernel), "_get_ptx", no_nvcc)
+    facts = entry.facts()
+    assert {k: facts[k] for k in via_nvcc} == via_nvcc and facts["registers"] > 0, (facts, via_nvcc)
+
+
 def test_supports_declines_only_in_variants():
     impls = _impls()
     for p in PROBLEMS:

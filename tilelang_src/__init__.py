@@ -13,7 +13,8 @@ This file holds the plumbing every kernel module shares and nothing problem-spec
   configuration and TileLang's version, so a later process loads it instead of recompiling.
   The first-call compile seconds of this process are kept beside the kernel;
 - ``Compiled.facts()`` (compile-only): registers, spills and shared memory from ``ptxas -v`` on
-  the PTX of the generated CUDA source (the same tool the other layers use), plus
+  the PTX of the generated CUDA source (the same tool the other layers use; the PTX that
+  TileLang's own nvcc compile keeps in its cubin, so no second nvcc run), plus
   ``compile_s``; ``Compiled.launch_facts()`` (a launch on a GPU): registers and stack bytes
   read from the cubin TileLang built (no second compile).
 
@@ -105,18 +106,15 @@ class Compiled:
         """compile_s, and registers and stack bytes from the cubin in TileLang's binary cache."""
         info = {"compile_s": round(self.compile_s, 3)}
         try:
-            from tilelang.cuda.backend import tilelang_callback_cuda_compile
-            k = self.kernel
-            info.update(_cubin_facts(bytes(tilelang_callback_cuda_compile(k.get_kernel_source(), k.target,
-                                                                          k.pass_configs))))
+            info.update(_cubin_facts(_cubin(self.kernel)))
         except Exception as e:  # the facts are reported, never needed to run
             info["facts_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         return info
 
     def facts(self) -> dict:
         """compile_s, registers, spills, smem (ptxas's static figure; TileLang's shared buffers
-        are dynamic shared memory, sized at launch). The ptxas facts need the PTX, which costs
-        an nvcc run of its own: they are kept on disk per generated source
+        are dynamic shared memory, sized at launch), from ``ptxas -v`` on the PTX that TileLang's
+        own nvcc compile left in its cubin (``_ptx``); kept on disk per generated source
         (``cache_dir("tilelang", "facts")``)."""
         if self._facts is None:
             info = {"compile_s": round(self.compile_s, 3)}
@@ -125,20 +123,47 @@ class Compiled:
         return dict(self._facts)
 
 
-def _cubin_facts(cubin: bytes) -> dict:
-    """registers and stack (local memory) bytes of the kernel in a cubin: the EIATTR_REGCOUNT and
-    EIATTR_FRAME_SIZE attributes of its ``.nv.info`` section (what cuobjdump reports)."""
+def _cubin(kernel) -> bytes:
+    """The cubin TileLang built for ``kernel``: its compile callback, which finds it in TileLang's
+    binary cache (keyed by the source, the arch and the nvcc options) instead of compiling again."""
+    from tilelang.cuda.backend import tilelang_callback_cuda_compile
+
+    return bytes(tilelang_callback_cuda_compile(kernel.get_kernel_source(), kernel.target, kernel.pass_configs))
+
+
+def _sections(cubin: bytes) -> dict[bytes, tuple[int, int]]:
+    """The sections of a cubin (an ELF file): name -> (offset, size)."""
     import struct
 
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
     size, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
     heads = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * size) for i in range(count)]
     base = heads[names][4]
+    return {cubin[base + h[0]: cubin.index(b"\0", base + h[0])]: (h[4], h[5]) for h in heads}
+
+
+def _ptx(cubin: bytes) -> str | None:
+    """The PTX a cubin was assembled from, where nvcc kept it: TileLang compiles with ``-lineinfo``,
+    which leaves the PTX text in the ``.nv_debug_ptx_txt`` section (lines ended by NUL bytes).
+    None where it is not there (a fatbin: several targets), then nvcc makes the PTX."""
+    if not cubin.startswith(b"\x7fELF"):
+        return None
+    at = _sections(cubin).get(b".nv_debug_ptx_txt")
+    if at is None or not at[1]:
+        return None
+    return cubin[at[0]: at[0] + at[1]].replace(b"\0", b"\n").decode()
+
+
+def _cubin_facts(cubin: bytes) -> dict:
+    """registers and stack (local memory) bytes of the kernel in a cubin: the EIATTR_REGCOUNT and
+    EIATTR_FRAME_SIZE attributes of its ``.nv.info`` section (what cuobjdump reports)."""
+    import struct
+
     regs, stack = 0, 0
-    for h in heads:
-        if cubin[base + h[0]: cubin.index(b"\0", base + h[0])] != b".nv.info":
+    for name, (p, size) in _sections(cubin).items():
+        if name != b".nv.info":
             continue
-        p, end = h[4], h[4] + h[5]
+        end = p + size
         while p < end:
             fmt, attr, val = cubin[p], cubin[p + 1], struct.unpack_from("<H", cubin, p + 2)[0]
             if fmt == 4 and attr in (0x2F, 0x11):        # (symbol, value) pairs
@@ -165,7 +190,9 @@ def _ptxas_facts(kernel) -> dict:
         pass
     try:
         from kltools.ptxas import ptxas_info, summarize
-        facts = summarize(ptxas_info(kernel._get_ptx(), arch()))
+        # the PTX of TileLang's own compile (no nvcc run); else nvcc -ptx of the source
+        ptx = _ptx(_cubin(kernel)) or kernel._get_ptx()
+        facts = summarize(ptxas_info(ptx, arch()))
     except Exception as e:  # the facts are reported, never needed to run
         return {"facts_error": f"{type(e).__name__}: {str(e)[:200]}"}
     try:
