@@ -325,9 +325,14 @@ def _sm_impl(kernel, nxt):
     """``kernel`` forces a plan's kernel (None: the planner's choice); ``nxt``: the pending plans
     (None: as the switch says, for the default)."""
     def use_next():
+        """The pending plans: where the switch says, for the default only on Hopper (their smem
+        slices are cluster kernels, sm_90 only: elsewhere the default keeps today's plans)."""
+        import tilelang_src
         from tilelang_src import dispatch
 
-        return dispatch.SWITCHES["softmax_next"] if nxt is None else nxt
+        if nxt is not None:
+            return nxt
+        return dispatch.SWITCHES["softmax_next"] and tilelang_src.arch().startswith("sm_90")
 
     def plan_of(m, n, es, facts):
         from tilelang_src import dispatch
