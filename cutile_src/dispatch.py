@@ -28,9 +28,9 @@ H200_SMS = 132
 #                grid (softmax_split, MODE resident: one read, one write)
 #   pack         GEMM operands whose rows are no 16-byte multiples are packed first (gemm_epilogue_pack)
 #   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
-# On since 2026-12-06 (docs/performance.md, "cuTile / softmax", "cuTile / GEMM + epilogue": each won
-# every case it changed but one at 0.96x, and PASSed the verify suite): split, rows_tma, pack,
-# persistent. Off: online_flat (hung at 4096 x 50257 bf16 on the H200), online_tma and resident
+# On, each having won where it changed the plan and PASSed the verify suite (docs/performance.md,
+# "The pending switches of TileLang, cuTile and Helion measured on 2026-12-06"): split, rows_tma,
+# pack, persistent. Off: online_flat (hung at 4096 x 50257 bf16 on the H200), online_tma and resident
 # (their cases were not reached after that hang: untimed).
 GPU_VERIFIED = {"split": True, "rows_tma": True, "online_tma": False, "online_flat": False, "resident": False,
                 "pack": True, "persistent": True}

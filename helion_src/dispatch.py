@@ -96,7 +96,7 @@ SOFTMAX_NEXT = True
 GEMM_NEXT = True
 SOFTMAX_FRAME: dict[str, dict] = {
     # the frame kernels (helion_src/frame.py: 16-byte accesses on any row; packed short rows in
-    # the frame lost to plan_softmax's rows kernel, 0.55-0.94x, and left on 2026-12-06)
+    # the frame lost to plan_softmax's rows kernel and left: docs/performance.md, "Helion / softmax")
     # longer rows, one a program: the online kernel over 4096-position tiles, 8 warps
     "softmax/online_frame": dict(block_sizes=[1, 4096, 4096], num_warps=8, num_stages=1),
     # few long rows: the split kernels, each program a chunk of 4096-position tiles
@@ -293,7 +293,8 @@ def splitk_chunk(m: int, n: int, k: int, cfg: dict, sms: int = 132) -> int | Non
 def plan_gemm_next(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
     """``plan_gemm``'s plan, except for more rows than the small-M tile's and up to SMALL_M: one
     row tile (SMALL_M_TILE, the next power of two rows), so that B, the large operand, is
-    streamed once (at 16 rows the small-M tile, whose deeper pipeline won 1.03-1.07x)."""
+    streamed once (at 16 rows the small-M tile, whose deeper pipeline won: docs/performance.md,
+    "Helion / GEMM + epilogue")."""
     if m > SMALL_M or _pow2(m) <= GEMM["gemm/small_m"]["block_sizes"][0]:
         return plan_gemm(m, n, k, elem, aligned, sms)
     cfg = dict(SMALL_M_TILE)

@@ -13,13 +13,13 @@ L2_BYTES = 50 * 1024 * 1024    # H200 / H100 L2 (plan_gemm_mixed: whether a pack
 SWITCHES = {
     # softmax: the rows kernel in 16-byte groups by alignment class, warp rows; rows past
     # registers in shared-memory slices over a cluster; few long rows split over 16-byte chunks.
-    # On since 2026-12-06: it won every timed case (1.04-4.17x, 23 cases, H200) and PASSed the
-    # verify suite (docs/performance.md, "TileLang / softmax")
+    # On: it won where timed and PASSed the verify suite (docs/performance.md, section
+    # "The pending switches of TileLang, cuTile and Helion measured on 2026-12-06")
     "softmax_next": True,
     # GEMM: bias and C staged in shared memory (TMA store), operands packed to 16-byte rows where
-    # they are not (TMA instead of element loads), tiles chosen by waves. On since 2026-12-06 as
-    # plan_gemm_mixed (the staged plans where they won on the H100, today's split-K and
-    # single-row-tile plans where those won; the verify suite PASSed)
+    # they are not (TMA instead of element loads), tiles chosen by waves. On as plan_gemm_mixed:
+    # the staged plans where they won, today's split-K and single-row-tile plans where those did
+    # (the same section)
     "gemm_next": True,
 }
 
@@ -71,7 +71,7 @@ def _src(file: str, *kernels: str):
 #: names (the adapter, backends/tilelang_layer.py, compiles and binds every plan). "simple": the
 #: twin's element kernel, which the vector add takes for misaligned views; "tiled": the TMA
 #: kernel's pipeline fed by guarded element loads
-VARIANTS = {
+TODAY_VARIANTS = {
     "vector_add": {"unmasked": _src("vector_add_unmasked.py", "vector_add_unmasked_kernel"),
                    "simple": _src("vector_add.py", "vector_add_kernel")},
     "softmax": {"rows": _src("softmax_rows.py", "softmax_rows_element_kernel"),
@@ -90,7 +90,7 @@ VARIANTS = {
 _GROUPS = _src("row_groups.py", "bounds", "edge_index", "edge_max", "edge_sum", "edge_write", "vector_layout")
 #: ... and the pending plans' (SWITCHES on)
 NEXT_VARIANTS = {
-    "vector_add": VARIANTS["vector_add"],
+    "vector_add": TODAY_VARIANTS["vector_add"],
     "softmax": {"rows": _src("softmax_rows.py", "softmax_rows_kernel", "row_layout"),
                 "smem": _src("softmax_smem.py", "softmax_smem_kernel") + _GROUPS,
                 "split": _src("softmax_split.py", "softmax_split_stats_kernel", "softmax_split_write_kernel",
@@ -99,9 +99,8 @@ NEXT_VARIANTS = {
     "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel", "pack_kernel"),
                       "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")
                       + _src("gemm_epilogue_tma.py", "pack_kernel")},
-    "attention": VARIANTS["attention"],
+    "attention": TODAY_VARIANTS["attention"],
 }
-TODAY_VARIANTS = VARIANTS
 
 
 def _default_variants() -> dict:
@@ -186,7 +185,7 @@ def reachable(problem: str, nxt: bool | None = None) -> tuple[str, ...]:
         return ("rows", "smem", "split", "simple") if on else ("rows", "split", "smem", "online")
     if problem == "gemm_epilogue":
         on = SWITCHES["gemm_next"] if nxt is None else nxt
-        return ("tma", "splitk") if on else ("tma", "tiled", "splitk")   # (plan_gemm_mixed: both sets)
+        return ("tma", "splitk") if on else ("tma", "tiled", "splitk")   # (the default mixes both)
     raise ValueError(f"problem: {problem!r} has no TileLang planner")
 
 
@@ -394,10 +393,9 @@ def plan_gemm_mixed(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
     where they lost on the H100 (docs/performance.md, "TileLang / GEMM + epilogue"): where either
     plan splits K and today's loads by TMA, today's plan (its split-K kernel beat the staged one at
     the same tile and split, its tile rule the larger grid of 256-column tiles; element loads lose
-    to a packed split-K); and where B would be packed
-    for a single row tile while B is larger than L2 (one row tile reads B once: writing and
-    re-reading a copy from HBM costs more than element loads save; a copy that stays in L2 is
-    re-read from there). A staged plan carries ``pack``; today's does not."""
+    to a packed split-K); and where B would be packed for a single row tile while B is larger than
+    L2 (one row tile reads B once: writing and re-reading a copy from HBM costs more than element
+    loads save; a copy that stays in L2 is re-read from there). A staged plan carries ``pack``; today's does not."""
     today = plan_gemm(m, n, k, esize, tma_ok)
     nxt = plan_gemm_next(m, n, k, esize, aligned_n, misaligned=misaligned)
     if today["kernel"] == "splitk" or (nxt["kernel"] == "splitk" and today["kernel"] == "tma"):
