@@ -670,7 +670,7 @@ def _gemm_plan(variant, a, b):
     if variant == "splitk":
         return dispatch.splitk_config(M, N, K, sms, min_split=2)
     sw = {"default": None, "pack": dict(dispatch.GPU_VERIFIED, pack=True), "next": dispatch.NEXT}[variant]
-    return dispatch.plan_gemm(M, N, K, es, sms, switches=sw, **facts)
+    return dispatch.plan_gemm(M, N, K, es, sms, switches=sw, l2=_l2(), **facts)
 
 
 def _gemm_operands(p, a, b):
@@ -679,6 +679,14 @@ def _gemm_operands(p, a, b):
     [(kernel, args, hints)] and the zero-argument launches that fill them (CUDA tensors)."""
     launches, binds, ops = [], [], {"a": a, "b": b}
     for name, cfg in p.get("PACK", {}).items():
+        if name == "ab":   # both in one launch (the small switch)
+            (ba, va), (bb, vb) = gemm_pack.packed_buffer(a), gemm_pack.packed_buffer(b)
+            launches.append((gemm_pack.pack_pair_kernel, (a, ba, b, bb, cfg["TR"], cfg["TC"]), {}))
+            if a.device.type == "cuda":
+                binds.append(gemm_pack.bind_pack_pair(a, ba, b, bb, cfg["TR"], cfg["TC"], cfg["grid"],
+                                                      kernel=hinted(gemm_pack.pack_pair_kernel, {})))
+            ops = {"a": va, "b": vb}
+            continue
         src = ops[name]
         buf, view = gemm_pack.packed_buffer(src)
         launches.append((gemm_pack.pack_rows_kernel, (src, buf, cfg["TR"], cfg["TC"]), {}))
@@ -773,7 +781,10 @@ _G_SRC = {"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("b
           "splitk": Source(_GS, kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
                            host=("workspace", "bind_launch")),
           "pack": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_rows_kernel",),
-                         host=("packed_buffer", "bind_pack"))}
+                         host=("packed_buffer", "bind_pack")),
+          "pack_pair": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_pair_kernel",),
+                              host=("packed_buffer", "bind_pack_pair"))}
+_G_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm", "plan_gemm_small"))]
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
                 "on the SMs, 8 worker warps for 128-row tiles; one program an SM looping over the tiles where "
@@ -794,6 +805,11 @@ _GEMM = {
              "(K or N, or a strided view) is first copied into 16-byte rows, then the planned tiled / split-K "
              "GEMM loads it through TMA; any shape",
              [_G_SRC["pack"], _G_SRC["tiled"], _G_SRC["splitk"]]),
+    "next": ("gemm_epilogue_next", "candidate, not yet run on a GPU: the default's planner with the small "
+             "switch on as well (A and B packed in one launch; where the C tiles fill under half the SMs, "
+             "narrower tiles first and split-K only where those still do; M <= 64 with a B of unaligned rows "
+             "larger than L2 read in place by skinny tiles, not packed)",
+             planned_sources(_G_SRC, _plans.reachable("gemm_epilogue", _plans.NEXT), _G_PLAN)),
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,

@@ -17,8 +17,8 @@ H200_SMS = 132
 # GPU run; the default routes by them only once they PASSed the verify suite on the H200 and beat
 # what they replace there. Each has its own candidate id (cutile:softmax_split, cutile:softmax_rows_tma,
 # cutile:softmax_online_tma, cutile:softmax_online_flat, cutile:gemm_epilogue_pack, ...) and all
-# of them together are the candidate cutile:softmax_next (NEXT: the default's planner with every
-# switch on; GEMM has none left pending); flip an entry when its candidate has won there (the
+# of them together are the candidates cutile:softmax_next and cutile:gemm_epilogue_next (NEXT: the
+# default's planner with every switch on); flip an entry when its candidate has won there (the
 # default's plan and reachable() follow).
 #   split        few long rows: a row across many programs (softmax_split)
 #   rows_tma     rows masked by column index: TMA loads (softmax_rows_tma)
@@ -28,12 +28,16 @@ H200_SMS = 132
 #                grid (softmax_split, MODE resident: one read, one write)
 #   pack         GEMM operands whose rows are no 16-byte multiples are packed first (gemm_epilogue_pack)
 #   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
+#   small        GEMMs whose C tiles leave SMs idle (plan_gemm_small): A and B packed in one launch,
+#                narrower tiles before split-K, split-K only where even those leave half the SMs idle;
+#                with M <= 64, a B of unaligned rows larger than L2 read in place (no pack)
 # On, each having won where it changed the plan and PASSed the verify suite (docs/performance.md,
 # "The pending switches of TileLang, cuTile and Helion measured on 2026-12-06"): split, rows_tma,
 # pack, persistent. Off: online_flat (hung at 4096 x 50257 bf16 on the H200), online_tma and resident
-# (their cases were not reached after that hang: untimed).
+# (their cases were not reached after that hang: untimed); small (built on the CPU, not yet run on a
+# GPU: cutile:gemm_epilogue_next; docs/performance.md, "cuTile / GEMM + epilogue").
 GPU_VERIFIED = {"split": True, "rows_tma": True, "online_tma": False, "online_flat": False, "resident": False,
-                "pack": True, "persistent": True}
+                "pack": True, "persistent": True, "small": False}
 NEXT = dict.fromkeys(GPU_VERIFIED, True)
 
 
@@ -140,7 +144,8 @@ def reachable(problem: str, switches: dict | None = None) -> tuple[str, ...]:
             (("online_tma",) if sw["online_tma"] and not sw["resident"] else ()) + \
             (("online_flat",) if sw["online_flat"] else ()) + (("split",) if sw["split"] or sw["resident"] else ())
     if problem == "gemm_epilogue":
-        return ("tiled", "splitk") + (("pack",) if sw["pack"] else ())
+        return ("tiled", "splitk") + (("pack",) if sw["pack"] else ()) + \
+            (("pack_pair",) if sw["pack"] and sw["small"] else ())
     raise ValueError(f"problem: {problem!r} has no cuTile planner")
 
 
@@ -166,7 +171,9 @@ VARIANTS = {
     "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",)),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
                                                                  "gemm_splitk_reduce_kernel"), ("workspace", "bind_launch")),
-                      "pack": _src("gemm_epilogue_pack.py", ("pack_rows_kernel",), ("packed_buffer", "bind_pack"))},
+                      "pack": _src("gemm_epilogue_pack.py", ("pack_rows_kernel",), ("packed_buffer", "bind_pack")),
+                      "pack_pair": _src("gemm_epilogue_pack.py", ("pack_pair_kernel",),
+                                        ("packed_buffer", "bind_pack_pair"))},
     # the fourth problem's words and rules are dispatch_attention.py's
     "attention": _attention.VARIANTS["attention"],
 }
@@ -198,11 +205,13 @@ def plan(problem: str, facts):
         cfg = plan_softmax(facts.M, facts.N, es, sms, contiguous, facts.device.l2_bytes,
                            rows16=facts.rows16("x", "out"))
         return make_plan(problem, cfg["variant"], VARIANTS, cfg)
-    cfg = plan_gemm(facts.M, facts.N, facts.K, es, sms, a_rows16=ops["a"].rows16(es), b_rows16=ops["b"].rows16(es))
+    cfg = plan_gemm(facts.M, facts.N, facts.K, es, sms, a_rows16=ops["a"].rows16(es), b_rows16=ops["b"].rows16(es),
+                    l2=facts.device.l2_bytes)
     if cfg["variant"] != "pack":
         return make_plan(problem, cfg["variant"], VARIANTS, cfg)
     words = VARIANTS[problem]
-    return make_plan(problem, "pack", VARIANTS, cfg, sources=words["pack"] + words[cfg["GEMM"]["variant"]])
+    packer = words["pack_pair"] if "ab" in cfg["PACK"] else words["pack"]
+    return make_plan(problem, "pack", VARIANTS, cfg, sources=packer + words[cfg["GEMM"]["variant"]])
 
 
 def plan_vector_add(n: int, elem_size: int) -> dict:
@@ -314,9 +323,16 @@ def split_config(M: int, N: int, sms: int = H200_SMS) -> dict:
 GEMM_PACK = {"TR": 8, "TC": 512, "WAVES": 8}
 
 
-def pack_config(rows: int, cols: int, sms: int = H200_SMS) -> dict:
-    tiles = _cdiv(rows, GEMM_PACK["TR"]) * _cdiv(cols, GEMM_PACK["TC"])
+def pack_config(rows: int, cols: int, sms: int = H200_SMS, tiles_more: int = 0) -> dict:
+    """The pack of a rows x cols operand (``tiles_more``: the other operand's tiles, packed in the
+    same launch by pack_pair_kernel)."""
+    tiles = _cdiv(rows, GEMM_PACK["TR"]) * _cdiv(cols, GEMM_PACK["TC"]) + tiles_more
     return {"TR": GEMM_PACK["TR"], "TC": GEMM_PACK["TC"], "grid": max(1, min(tiles, GEMM_PACK["WAVES"] * sms))}
+
+
+def pack_pair_config(M: int, N: int, K: int, sms: int = H200_SMS) -> dict:
+    """A (M x K) and B (K x N) packed in ONE launch (small): A's tiles, then B's, over one grid."""
+    return pack_config(M, K, sms, tiles_more=_cdiv(K, GEMM_PACK["TR"]) * _cdiv(N, GEMM_PACK["TC"]))
 
 
 def rows_16b(K: int, N: int, elem_size: int) -> bool:
@@ -373,15 +389,19 @@ def tiled_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS
 
 
 def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
-              a_rows16: bool | None = None, b_rows16: bool | None = None, switches: dict | None = None) -> dict:
+              a_rows16: bool | None = None, b_rows16: bool | None = None, switches: dict | None = None,
+              l2: int = H200_L2) -> dict:
     """split-K for few rows where the C tiles fill less than a wave, else tiled. ``a_rows16`` /
     ``b_rows16``: whether every row of A / B starts on a 16-byte boundary (default: from K and
     N, contiguous operands); with the ``pack`` switch an operand that does not is packed first
     (the variant "pack", whose ``GEMM`` is the tiled or split-K plan on the packed operands);
-    ``persistent``: the tiled plan's grid (see tiled_config). ``switches``: default GPU_VERIFIED."""
+    ``persistent``: the tiled plan's grid (see tiled_config); ``small``: plan_gemm_small's rules
+    (``l2``: the L2 bytes its in-place rule reads). ``switches``: default GPU_VERIFIED."""
     sw = _switches(switches)
     a16 = (K * elem_size) % 16 == 0 if a_rows16 is None else a_rows16
     b16 = (N * elem_size) % 16 == 0 if b_rows16 is None else b_rows16
+    if sw["small"]:
+        return plan_gemm_small(M, N, K, elem_size, sms, a16, b16, l2, pack=sw["pack"], persistent=sw["persistent"])
     packs = {}
     if sw["pack"]:
         if not a16:
@@ -400,3 +420,92 @@ def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
     if packs:
         return {"variant": "pack", "PACK": packs, "GEMM": plan}
     return plan
+
+
+# -- small (a pending switch, cutile:gemm_epilogue_next): GEMMs whose C tiles leave SMs idle ------
+# Rules of the case's facts (docs/performance.md, "cuTile / GEMM + epilogue"):
+# 1. A and B both unaligned: one pack launch for the two (pack_pair_kernel), not two.
+# 2. tiles: the default's tile (M <= 64: TM = M rounded up to a power of two, 16..64, TK 128;
+#    else GEMM_TILES' first that keeps the SMs busy, else the busiest: 64 x 128 x 64 where they
+#    are few); where its C tiles fill at most FILL of the SMs, TN is halved (down to MIN_TN)
+#    while they do and N has columns for the new tiles: each halving doubles the programs
+#    streaming K, each with the same K tiles and half the bytes a K step. Only where TMA loads both
+#    operands: the 16 x 64 x 128 tile with element loads spills at one program an SM (sm_90 cubin,
+#    1 x 1024 x 33 fp16: 96 bytes a thread).
+# 3. M <= 64 (one row tile: the GEMM reads each byte of B once) and B's rows unaligned and B larger
+#    than L2: packing B reads and writes B and the GEMM re-reads the copy from HBM (3 |B| bytes
+#    against |B|), so B is read in place by INPLACE's skinny tiles (TN 64, TK 64: a 64 x 64 tile of
+#    element loads a step; several programs an SM keep loads in flight, as the pack's programs
+#    do), where their column tiles fill at least a wave of SMs.
+# 4. split-K only where the narrowed tiles of rule 2 still fill at most FILL of the SMs and each
+#    slice keeps MIN_KTILES K tiles (GEMM_SPLITK): the slices then fill SMs that would idle;
+#    elsewhere a second launch and an fp32 workspace buy nothing narrower tiles do not.
+SMALL = {"FILL": 0.5, "MIN_TN": 64}
+# the in-place skinny tile; OCCUPANCY: (accumulator elements TM x TN at most, the programs an SM):
+# the most whose registers hold the tile without spills (sm_90 cubins: TM 16-32 at 4, 64
+# registers a thread; TM 64 spills 88 bytes a thread at 4, none at 2; tests/test_cutile_layer.py
+# test_small_plans_compile_without_spills)
+INPLACE = {"TN": 64, "TK": 64, "OCCUPANCY": ((32 * 64, 4), (64 * 64, 2))}
+
+
+def plan_gemm_small(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS, a16: bool = True,
+                    b16: bool = True, l2: int = H200_L2, pack: bool = True, persistent: bool = True) -> dict:
+    """The ``small`` switch's plan (the rules above): the GEMM plan, wrapped in a "pack" plan where
+    operands are packed (PACK's keys are the launches: "a", "b", or "ab" for both in one)."""
+    inplace = (not b16 and M <= GEMM_SPLITK["MAX_M"] and K * N * elem_size > l2
+               and _cdiv(N, INPLACE["TN"]) >= sms)
+    tma = _tma_loads(M, K, elem_size, a16, pack) and _tma_loads(K, N, elem_size, b16, pack)
+    plan = inplace_config(M, N, K, sms) if inplace else small_tile_config(M, N, K, elem_size, sms, tma, persistent)
+    packed = [n for n, ok in (("a", a16), ("b", b16 or inplace)) if pack and not ok]
+    if not packed:
+        return plan
+    if len(packed) == 2:
+        packs = {"ab": pack_pair_config(M, N, K, sms)}
+    else:
+        packs = {"a": pack_config(M, K, sms)} if packed == ["a"] else {"b": pack_config(K, N, sms)}
+    return {"variant": "pack", "PACK": packs, "GEMM": plan}
+
+
+def _tma_loads(rows: int, cols: int, elem_size: int, rows16: bool, pack: bool) -> bool:
+    """Whether the GEMM loads a rows x cols operand through TMA: packed, or rows on 16-byte
+    boundaries whose stride tileiras can prove a 16-byte multiple (a single row's stride is its
+    length: 1 x 33 fp16 loads element-wise)."""
+    if not rows16:
+        return pack
+    return rows > 1 or (cols * elem_size) % 16 == 0
+
+
+def small_tile_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS, tma: bool = True,
+                      persistent: bool = True) -> dict:
+    """Rules 2 and 4: the default's tile, narrowed (``tma``: both operands load through TMA) while
+    its C tiles fill at most FILL of the SMs; split-K on that tile only where it still does and
+    K holds MIN_KTILES K tiles a slice."""
+    sk = GEMM_SPLITK
+    if M <= sk["MAX_M"]:
+        tm, tn, tk, hints = min(64, max(16, _pow2_at_least(M))), sk["TN"], sk["TK"], {}
+    else:
+        t = gemm_tile_for(M, N, sms, tma)
+        tm, tn, tk, hints = t["TM"], t["TN"], t["TK"], dict(t["hints"])
+    tiles = lambda n: _cdiv(M, tm) * _cdiv(N, n)  # noqa: E731
+    few = lambda n: tiles(n) <= SMALL["FILL"] * sms  # noqa: E731
+    while tma and few(tn) and tn > SMALL["MIN_TN"] and tiles(tn // 2) > tiles(tn):
+        tn //= 2
+    k_tiles = _cdiv(K, sk["TK"])
+    split = min(sk["MAX_SPLIT"], (sk["PER_SM"] * sms) // tiles(tn), k_tiles // sk["MIN_KTILES"])
+    if few(tn) and split >= 2:
+        kper = _cdiv(k_tiles, split)
+        split = _cdiv(k_tiles, kper)  # no empty slice
+        return {"variant": "splitk", "TM": tm, "TN": tn, "TK": sk["TK"], "KPER": kper, "SPLIT": split,
+                "RM": sk["RM"], "RN": sk["RN"], "grid": tiles(tn) * split, "hints": {}}
+    return {"variant": "tiled", "TM": tm, "TN": tn, "TK": tk, "GROUP": GEMM_GROUP,
+            "grid": min(tiles(tn), sms) if persistent else tiles(tn), "hints": hints}
+
+
+def inplace_config(M: int, N: int, K: int, sms: int = H200_SMS) -> dict:
+    """Rule 3: the tiled kernel on B in place: TM = M rounded up to a power of two (16..64), INPLACE's
+    TN x TK, the occupancy by the accumulator's size, co-resident programs looping over the tiles."""
+    tm = min(64, max(16, _pow2_at_least(M)))
+    tiles = _cdiv(M, tm) * _cdiv(N, INPLACE["TN"])
+    hints = {"occupancy": next(occ for most, occ in INPLACE["OCCUPANCY"] if tm * INPLACE["TN"] <= most)}
+    return {"variant": "tiled", "TM": tm, "TN": INPLACE["TN"], "TK": INPLACE["TK"], "GROUP": GEMM_GROUP,
+            "grid": min(tiles, hints["occupancy"] * sms), "hints": hints}

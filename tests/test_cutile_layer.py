@@ -27,7 +27,7 @@ IDS = {
 #: kernels the default plans whose suffix is no algorithm word (rows_tma, pack)
 CANDIDATES = {"softmax": ["cutile:softmax_online_flat", "cutile:softmax_online_tma", "cutile:softmax_next",
                           "cutile:softmax_rows_tma"],
-              "gemm_epilogue": ["cutile:gemm_epilogue_pack"]}
+              "gemm_epilogue": ["cutile:gemm_epilogue_pack", "cutile:gemm_epilogue_next"]}
 
 
 def _impl(key):
@@ -177,6 +177,9 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     monkeypatch.setitem(D.GPU_VERIFIED, "resident", False)
     assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "online_tma", "online_flat", "split"}
     monkeypatch.setitem(D.GPU_VERIFIED, "resident", True)
+    assert D.plan_gemm(2048, 2047, 2048, 2)["variant"] == "pack"
+    assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "tiled"   # small: B past L2 read in place
+    monkeypatch.setitem(D.GPU_VERIFIED, "small", False)
     assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "pack"
     assert D.plan_gemm(16, 4096, 4096, 2)["variant"] == "splitk"  # aligned: nothing to pack
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online_flat"
@@ -232,6 +235,96 @@ def test_gemm_persistent_grid_switch():
     assert nxt["grid"] == 132 and (nxt["TM"], nxt["TN"]) == (128, 128)  # 576 tiles: 87 % of 5 waves
     nxt = D.plan_gemm(2048, 2047, 2048, 2, 132, switches=D.NEXT)        # B packed: the TMA tile
     assert nxt["variant"] == "pack" and set(nxt["PACK"]) == {"b"} and nxt["GEMM"]["TN"] == 256
+
+
+@needs_cutile
+def test_small_switch_is_off_and_the_default_plans_as_before():
+    """small is a candidate (cutile:gemm_epilogue_next): off in GPU_VERIFIED, so the default plans
+    the small and odd GEMMs as it did (two pack launches, 64 x 128 tiles, split-K at 16 x 6144)."""
+    from cutile_src import dispatch as D
+    assert D.GPU_VERIFIED["small"] is False and D.NEXT["small"] is True
+    assert "pack_pair" not in D.reachable("gemm_epilogue") and "pack_pair" in D.reachable("gemm_epilogue", D.NEXT)
+    p = D.plan_gemm(97, 211, 389, 2, 132)
+    assert p["PACK"] == {"a": {"TR": 8, "TC": 512, "grid": 13}, "b": {"TR": 8, "TC": 512, "grid": 49}}
+    assert p["GEMM"] == {"variant": "tiled", "TM": 64, "TN": 128, "TK": 64, "GROUP": 8, "grid": 4, "hints": {}}
+    p = D.plan_gemm(411, 733, 957, 2, 132)
+    assert set(p["PACK"]) == {"a", "b"} and (p["GEMM"]["TN"], p["GEMM"]["grid"]) == (128, 42)
+    p = D.plan_gemm(16, 50257, 768, 2, 132)
+    assert set(p["PACK"]) == {"b"} and (p["GEMM"]["TM"], p["GEMM"]["TN"], p["GEMM"]["TK"]) == (16, 128, 128)
+    p = D.plan_gemm(16, 6144, 4096, 2, 132)
+    assert p["variant"] == "splitk" and (p["TN"], p["SPLIT"], p["grid"]) == (128, 2, 96)
+
+
+@needs_cutile
+def test_small_plans_of_the_small_and_odd_gemms():
+    """The small switch's plans (NEXT) on the cases of issue 42's class, known answers: one pack
+    launch for A and B, narrower tiles where the C tiles leave SMs idle, split-K only where even
+    those do, a B of unaligned rows larger than L2 read in place where M <= 64."""
+    from cutile_src import dispatch as D
+    P = lambda M, N, K, **k: D.plan_gemm(M, N, K, 2, 132, switches=D.NEXT, **k)  # noqa: E731
+    # 97 x 211 x 389: A and B in one launch (the two launches' programs, 13 + 49), 64 x 64 tiles
+    p = P(97, 211, 389)
+    assert p["variant"] == "pack" and p["PACK"] == {"ab": {"TR": 8, "TC": 512, "grid": 62}}
+    assert p["GEMM"] == {"variant": "tiled", "TM": 64, "TN": 64, "TK": 64, "GROUP": 8, "grid": 8, "hints": {}}
+    # 411 x 733 x 957: 42 tiles of 64 x 128 -> 84 of 64 x 64, no split (over half the SMs)
+    p = P(411, 733, 957)
+    assert set(p["PACK"]) == {"ab"} and p["PACK"]["ab"]["grid"] == 104 + 240
+    assert (p["GEMM"]["variant"], p["GEMM"]["TM"], p["GEMM"]["TN"], p["GEMM"]["grid"]) == ("tiled", 64, 64, 84)
+    # 16 x 50257 x 768: B (77 MB) past L2, one row tile: read in place, skinny co-resident tiles
+    p = P(16, 50257, 768)
+    assert p == {"variant": "tiled", "TM": 16, "TN": 64, "TK": 64, "GROUP": 8, "grid": 4 * 132,
+                 "hints": {"occupancy": 4}}
+    assert P(16, 50257, 768, l2=200 * 2 ** 20)["PACK"].keys() == {"b"}       # B within L2: packed
+    assert P(16, 4097, 8192)["PACK"].keys() == {"b"}   # 65 column tiles: under a wave, packed
+    assert P(256, 50257, 768) == D.plan_gemm(256, 50257, 768, 2, 132)      # several row tiles: as today
+    # A unaligned too: A alone packed, B in place
+    p = P(16, 50257, 777)
+    assert p["PACK"].keys() == {"a"} and p["GEMM"]["hints"] == {"occupancy": 4}
+    # 16 x 6144 x 4096: 48 tiles of 128 columns -> 96 of 64: no split-K, one launch
+    assert P(16, 6144, 4096) == {"variant": "tiled", "TM": 16, "TN": 64, "TK": 128, "GROUP": 8, "grid": 96,
+                                 "hints": {}}
+    assert P(16, 8192, 28672)["variant"] == "tiled"
+    # one row of 33 fp16 elements (the adapter's fact: a single row starts on 16 bytes, so it is not
+    # packed): A loads element by element (its stride is no 16-byte multiple), where the 64-column
+    # tile spills: the default's tile
+    one = P(1, 1024, 33, a_rows16=True)
+    assert one == D.plan_gemm(1, 1024, 33, 2, 132, a_rows16=True) and one["TN"] == 128
+    assert P(1, 17, 33)["GEMM"]["TN"] == 128     # one column tile either way: not narrowed
+    # 16 x 4096 x 14336: 64 tiles of 64 columns, still under half the SMs: split in 2 (not 4)
+    p = P(16, 4096, 14336)
+    assert (p["variant"], p["TN"], p["SPLIT"], p["grid"]) == ("splitk", 64, 2, 128)
+    # a wave of tiles or more: the default's plan
+    for M, N, K in ((4096, 28672, 4096), (256, 6144, 4096), (3000, 3000, 3000), (16, 28672, 4096),
+                    (64, 18432, 5120), (4096, 50257, 768), (2048, 2047, 2048)):
+        assert P(M, N, K) == D.plan_gemm(M, N, K, 2, 132), (M, N, K)
+
+
+@needs_cutile
+def test_small_plan_invariants():
+    """Over a grid of shapes with the small switch on: one pack launch at most (PACK {"a"}, {"b"}
+    or {"ab"}, "ab" exactly where both operands need it and B is not read in place); split-K only
+    where its C tiles fill under half the SMs, slices non-empty; never more programs than tiles
+    (or co-resident programs for the hinted in-place tile); every tile at least 64 columns wide."""
+    from cutile_src import dispatch as D
+    for M in (1, 7, 16, 33, 64, 97, 127, 256, 411, 1025, 4096):
+        for N in (17, 211, 520, 733, 1001, 4096, 6144, 50257):
+            for K in (33, 389, 768, 957, 4096, 14336):
+                p = D.plan_gemm(M, N, K, 2, 132, switches=D.NEXT)
+                a16, b16 = K % 8 == 0, N % 8 == 0
+                g = p.get("GEMM", p)
+                if p["variant"] == "pack":
+                    assert set(p["PACK"]) in ({"a"}, {"b"}, {"ab"}), p
+                    assert ("ab" in p["PACK"]) == (not a16 and not b16 and "occupancy" not in g["hints"])
+                else:
+                    assert (a16 and b16) or ("occupancy" in g["hints"] and a16), (M, N, K, p)
+                assert g["TN"] >= 64
+                tiles = -(-M // g["TM"]) * -(-N // g["TN"])
+                if g["variant"] == "splitk":
+                    assert tiles <= 132 / 2 and g["SPLIT"] >= 2 and g["grid"] == tiles * g["SPLIT"]
+                    k_tiles = -(-K // g["TK"])
+                    assert (g["SPLIT"] - 1) * g["KPER"] < k_tiles <= g["SPLIT"] * g["KPER"]
+                else:
+                    assert g["grid"] <= min(tiles, 132 * g["hints"].get("occupancy", 1))
 
 
 @needs_cutile
@@ -350,6 +443,10 @@ _COMPILE_CASES = [
     ("cutile:softmax_next", problems.get("softmax").case(M=4096, N=151_936, dtype="float32")),
     ("cutile:softmax_next", problems.get("softmax").case(M=1, N=786_433, dtype="float32")),
     ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")),
+    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=97, N=211, K=389, act="relu", dtype="bfloat16")),
+    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=16, N=50257, K=768, act="none", dtype="bfloat16")),
+    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=16, N=6144, K=4096, act="none", dtype="bfloat16")),
+    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=1, N=1024, K=33, act="gelu")),
 ]
 
 
@@ -367,6 +464,12 @@ def test_compile_only_sm90(key, case):
         assert f["config"]["variant"] == "pack" and set(f["config"]["PACK"]) == {"b"}
     if key == "cutile:gemm_epilogue_pack":  # A and B packed (one pack kernel), then split-K's two
         assert set(f["config"]["PACK"]) == {"a", "b"} and len(f["kernels"]) == 3
+    if key == "cutile:gemm_epilogue_next":    # the small switch's plans compile without spills
+        assert f["spills"] == 0
+        if case.M == 97:    # A and B packed in one launch, then the GEMM
+            assert list(f["kernels"]) == ["pack_pair_kernel", "gemm_epilogue_tiled_kernel"]
+        else:               # B read in place / no split-K: one launch
+            assert list(f["kernels"]) == ["gemm_epilogue_tiled_kernel"]
     if key == "cutile:softmax_online_flat":
         assert f["config"]["variant"] == "online_flat" and f["spills"] == 0
     if key in ("cutile:softmax_split", "cutile:softmax_next"):
@@ -426,6 +529,23 @@ def test_resident_split_exchange_in_sass():
     ops = f["kernels"]["softmax_split_resident_kernel"]["sass_ops"]
     per_chunk = cfg["CHUNK"] // 256   # a TMA box holds at most 256 columns
     assert ops["UTMALDG"] % per_chunk == 0 and ops["LDG"] > 0, ops
+
+
+@needs_tileiras
+def test_small_plans_compile_without_spills():
+    """The fact behind INPLACE's occupancy hint: the in-place skinny tile (B's rows unaligned,
+    element loads) compiles for every row tile it is planned with (16..64) without spills."""
+    from backends import cutile_layer as L
+    from cutile_src import dispatch as D, gemm_epilogue_tiled as T
+    for M in (16, 33, 64):
+        p = D.plan_gemm(M, 50257, 768, 2, 132, switches=D.NEXT)
+        assert p["variant"] == "tiled" and "occupancy" in p["hints"]
+        m = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
+        a, b, c = m(M, 768), m(768, 50257), m(M, 50257)
+        f = L.compile_kernel(T.gemm_epilogue_tiled_kernel,
+                             (a, b, m(50257), c, 1, 2, p["TM"], p["TN"], p["TK"], p["GROUP"], False), p["hints"],
+                             sass=False)
+        assert f["local_bytes"] == 0 and f["registers"] * p["hints"]["occupancy"] * f["threads"] <= 65536, (M, f)
 
 
 @needs_tileiras
