@@ -519,8 +519,12 @@ def _gemm_splitk_next_compile(dtype: str, plan: dict) -> list:
 
 
 def _gemm_pack_compile(dtype: str, plan: dict) -> list:
+    """The pack kernel a plan launches: one operand's, or A's and B's in one launch
+    (``pack_one_launch``, SWITCHES["gemm_small"])."""
     from tilelang_src import gemm_epilogue_tma
 
+    if plan.get("pack_one_launch"):
+        return [_compile(("gemm_pack_pair", dtype), lambda: gemm_epilogue_tma.pack_pair_kernel(dtype))]
     return [_compile(("gemm_pack", dtype), lambda: gemm_epilogue_tma.pack_kernel(dtype))] if plan["pack"] else []
 
 
@@ -561,6 +565,14 @@ def _gemm_next_launch(entries, plan, a, b, bias, out, code):
     else:
         def main():
             k1(a, b, *tail)
+
+    if plan.get("pack_one_launch"):   # A and B packed by one kernel
+        pairs = [t for st in packs for t in st]
+
+        def launch():
+            pack(*pairs)
+            main()
+        return launch
 
     def launch():
         for src_t, dst_t in packs:
@@ -606,7 +618,10 @@ def _gemm_facts(a, b, out) -> dict:
             "misaligned": tuple(p for p, ok in zip("ab", bases) if not ok)}
 
 
-def _gemm_impl(kernel, nxt):
+def _gemm_impl(kernel, nxt, small: bool = False):
+    """``kernel`` forces a plan's kernel (None: the planner's); ``nxt``: the pending plans (None:
+    as the switch says); ``small``: the default's planner with SWITCHES["gemm_small"] on (the
+    candidate ``gemm_epilogue_next``)."""
     def use_next():
         from tilelang_src import dispatch
 
@@ -619,8 +634,8 @@ def _gemm_impl(kernel, nxt):
             return {"kernel": "simple"}
         _gemm_arch_check()
         if use_next() and kernel is None:   # the default: staged or today's plan, by class
-            return dispatch.plan_gemm_mixed(m, n, k, es, facts["tma_ok"], facts["aligned_n"],
-                                            misaligned=facts["misaligned"])
+            mixed = dispatch.plan_gemm_small if small or dispatch.SWITCHES["gemm_small"] else dispatch.plan_gemm_mixed
+            return mixed(m, n, k, es, facts["tma_ok"], facts["aligned_n"], misaligned=facts["misaligned"])
         if use_next():
             return dispatch.plan_gemm_next(m, n, k, es, facts["aligned_n"], kernel=kernel,
                                            misaligned=facts["misaligned"])
@@ -752,6 +767,18 @@ for _name, _kernel, _nxt, _desc, _srcs, _cand in (
     _s, _c, _p = _gemm_impl(_kernel, _nxt)
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_s, compile_only=_c, candidate=_cand)(_p)
+
+
+# a candidate (not yet run on a GPU): the default's planner with SWITCHES["gemm_small"] on
+_s, _c, _p = _gemm_impl(None, None, small=True)
+register(problem="gemm_epilogue", layer=LAYER, name="gemm_epilogue_next", candidate=True,
+         description="candidate, not yet run on a GPU: the default with its pending switch gemm_small on (A and B "
+                     "packed in one launch; the tile by waves over 64 / 128 rows; no split where its launch and "
+                     "planes cost more than it saves; no more stages than K tiles)",
+         sources=planned(_plans.plan_next, "gemm_epilogue",
+                         [s for s in _GE_NEXT_COMMON + _GE_TODAY_COMMON if s.path != src(C, "dispatch.py")]
+                         + [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))]),
+         devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)
 
 
 # -- inspect ------------------------------------------------------------------------------------

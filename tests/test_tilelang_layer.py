@@ -30,7 +30,7 @@ IDS = {
 }
 
 
-NEXT: dict = {}   # candidates (none pending)
+NEXT: dict = {"gemm_epilogue": ["gemm_epilogue_next"]}   # candidates: SWITCHES["gemm_small"] on
 
 
 def _impls():
@@ -380,7 +380,12 @@ def _extra_cases(problem):
         return [prob.case(M=64, N=4096, K=4096, act="gelu", dtype="bfloat16"),
                 prob.case(M=2048, N=2047, K=2048, act="gelu", dtype="bfloat16"),
                 prob.case(M=555, N=1234, K=777, act="gelu", dtype="bfloat16"),
-                prob.case(M=3000, N=3000, K=3000, act="gelu", dtype="float16")]
+                prob.case(M=3000, N=3000, K=3000, act="gelu", dtype="float16"),
+                # small and odd (SWITCHES["gemm_small"]): A and B packed in one launch, 64-row
+                # tiles; a single-stage pipeline at K = 64
+                prob.case(M=97, N=211, K=389, act="relu", dtype="bfloat16"),
+                prob.case(M=411, N=733, K=957, act="gelu", dtype="float16"),
+                prob.case(M=8192, N=2048, K=64, act="none", bias=0, dtype="bfloat16")]
     return []
 
 
@@ -452,3 +457,84 @@ def test_default_gemm_mixes_the_staged_and_todays_plans():
     odd = mixed(411, 733, 957)                          # element loads would split K: the packed split
     assert "pack" in odd and odd["pack"]
     assert mixed(4096, 4096, 14336) == D.plan_gemm_next(4096, 4096, 14336, 2, True)
+
+
+def _small(m, n, k, **kw):
+    from tilelang_src import dispatch as D
+    return D.plan_gemm_small(m, n, k, 2, n % 8 == 0 and k % 8 == 0, n % 8 == 0, **kw)
+
+
+def test_gemm_small_is_off_and_the_default_unchanged():
+    """SWITCHES["gemm_small"] is a pending switch (off): the default's plan is plan_gemm_mixed's,
+    with no one-launch pack; the candidate's planner (plan_next) turns it on."""
+    from harness.meta_inputs import case_facts
+    from tilelang_src import dispatch as D
+    assert D.SWITCHES["gemm_small"] is False and "gemm_small" in D.PENDING
+    case = problems.get("gemm_epilogue").case(M=97, N=211, K=389, act="relu", dtype="bfloat16")
+    today = D.plan("gemm_epilogue", case_facts(case)).config
+    assert today == D.plan_gemm_mixed(97, 211, 389, 2, False, False)
+    assert "pack_one_launch" not in today and today["bm"] == 128
+    nxt = D.plan_next("gemm_epilogue", case_facts(case)).config
+    assert nxt == _small(97, 211, 389) and nxt["pack_one_launch"]
+
+
+def test_gemm_small_plans_on_known_cases():
+    """The issue's cases: both operands packed in one launch and 64 x 128 tiles (4 and 42 CTAs
+    instead of 2 and 24 x 3 splits); 411 x 733 x 957 unsplit (15 K tiles: the split's extra
+    launch and planes cost more than the 10 K steps it takes off each CTA); one K tile: one stage
+    (the same 128 x 256 tile); 16 x 6144 x 4096 keeps today's split (64 K tiles: it pays)."""
+    from tilelang_src import dispatch as D
+    p = _small(97, 211, 389)
+    assert (p["kernel"], p["bm"], p["bn"], p["threads"]) == ("tma", 64, 128, 128)
+    assert p["pack"] == ("a", "b") and p["pack_one_launch"] and "splits" not in p
+    p = _small(411, 733, 957)
+    assert (p["kernel"], p["bm"], p["bn"]) == ("tma", 64, 128) and p["pack_one_launch"]
+    assert D.plan_gemm_mixed(411, 733, 957, 2, False, False)["kernel"] == "splitk"
+    p = _small(8192, 2048, 64)
+    assert (p["kernel"], p["bm"], p["bn"], p["stages"], p["pack"]) == ("tma", 128, 256, 1, ())
+    assert "pack_one_launch" not in p
+    assert _small(16, 6144, 4096) == D.plan_gemm_mixed(16, 6144, 4096, 2, True, True)
+    # many waves: the same tile as the default's staged plan
+    assert _small(4096, 28672, 4096) == D.plan_gemm_mixed(4096, 28672, 4096, 2, True, True)
+    # today's element loads where B past L2 would be packed for one row tile: kept
+    assert _small(16, 50257, 768) == D.plan_gemm_mixed(16, 50257, 768, 2, False, False)
+
+
+@pytest.mark.parametrize("m", [1, 16, 64, 65, 97, 411, 2048, 8192])
+@pytest.mark.parametrize("n", [8, 211, 733, 2048, 6144])
+@pytest.mark.parametrize("k", [8, 64, 100, 128, 389, 4096])
+def test_gemm_small_invariants(m, n, k):
+    """Over a grid of shapes: a tile of the staged table (64 rows for M <= 64), no more stages than
+    K tiles, one pack launch exactly where both operands
+    are packed, and a split plan only where the mixed plan split."""
+    from tilelang_src import dispatch as D
+    p = _small(m, n, k)
+    mixed = D.plan_gemm_mixed(m, n, k, 2, n % 8 == 0 and k % 8 == 0, n % 8 == 0)
+    if "pack" not in p:
+        assert p == mixed
+        return
+    assert (p["bm"], p["bn"]) in D.TABLE["gemm_next"]["tiles"] or p["kernel"] == "splitk"
+    if m <= 64:
+        assert p["bm"] == 64
+    if p["kernel"] == "tma":
+        assert 1 <= p["stages"] <= -(-k // p["bk"])
+    else:
+        assert mixed["kernel"] == "splitk"
+    assert bool(p.get("pack_one_launch")) == (len(p["pack"]) == 2)
+
+
+@needs_tl
+@pytest.mark.timeout(900)
+def test_gemm_small_candidate_compiles_sm90a():
+    """The candidate's kernels compile for sm_90a without spills: the one-launch pack of A and B
+    with the 64 x 128 staged tile, and the single-stage 128 x 256 tile at K = 64."""
+    impl = registry.get("gemm_epilogue", "tilelang:gemm_epilogue_next", candidates=True)
+    backend = importlib.import_module("backends.tilelang_layer")
+    prob = problems.get("gemm_epilogue")
+    backend._SEEN.clear()
+    facts = impl.compile_only_fn(prob.case(M=97, N=211, K=389, act="relu", dtype="bfloat16"))
+    assert facts["config"]["pack_one_launch"] and facts["config"]["bm"] == 64, facts
+    assert all(k.get("spills", 0) == 0 for k in facts["kernels"].values()), facts
+    assert any("pack_pair" in e.source() for e in backend._SEEN)
+    facts = impl.compile_only_fn(prob.case(M=8192, N=2048, K=64, act="none", bias=0, dtype="bfloat16"))
+    assert facts["config"]["stages"] == 1 and facts.get("spills", 0) == 0, facts

@@ -21,7 +21,15 @@ SWITCHES = {
     # the staged plans where they won, today's split-K and single-row-tile plans where those did
     # (the same section)
     "gemm_next": True,
+    # GEMM, small and odd shapes (issue 42; candidate ``tilelang:gemm_epilogue_next``, not yet run
+    # on a GPU): every operand packed in one launch, the tile by waves over 64 / 128 rows, no
+    # split where its extra launch and planes cost more than the K steps it saves, and no more
+    # pipeline stages than K tiles (``plan_gemm_small``; docs/performance.md, "TileLang / GEMM
+    # + epilogue")
+    "gemm_small": False,
 }
+#: the switches still off that the candidates ``tilelang:<problem>_next`` turn on
+PENDING = tuple(k for k, on in SWITCHES.items() if not on)
 
 TABLE = {
     "vector_add": {"threads": 256, "bytes_per_access": 16, "unroll": 4},
@@ -58,6 +66,12 @@ TABLE = {
     "gemm_next": {"tiles": {(128, 256): (128, 256, 64, 3, 256), (128, 128): (128, 128, 64, 4, 256),
                             (64, 256): (64, 256, 64, 4, 128), (64, 128): (64, 128, 64, 4, 128)},
                   "wide_cost": 0.9, "splitk_tile": (128, 128, 64, 4, 256)},
+    # the gemm_small rules (a model, not a measurement): a 64-row tile (one consumer warpgroup
+    # issues its MMAs, no second chain to hide one's waits) does its half of a 128-row tile's
+    # work a K step at 1 / narrow_cost of the rate; a split pays when the K steps it takes off
+    # each CTA (k_step_us each) outweigh one more launch (launch_us) and the fp32 planes written
+    # and read back (at hbm_bytes_per_us)
+    "gemm_small": {"narrow_cost": 1.5, "k_step_us": 0.5, "launch_us": 4.0, "hbm_bytes_per_us": 3.0e6},
 }
 
 
@@ -101,6 +115,11 @@ NEXT_VARIANTS = {
                       + _src("gemm_epilogue_tma.py", "pack_kernel")},
     "attention": TODAY_VARIANTS["attention"],
 }
+#: ... and gemm_small's where A and B are packed in one launch
+SMALL_VARIANTS = {**NEXT_VARIANTS, "gemm_epilogue": {
+    "tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel", "pack_pair_kernel", "pack_tile"),
+    "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")
+    + _src("gemm_epilogue_tma.py", "pack_pair_kernel", "pack_tile")}}
 
 
 def _default_variants() -> dict:
@@ -114,6 +133,9 @@ def _default_variants() -> dict:
         words = dict(TODAY_VARIANTS["gemm_epilogue"])
         for w, srcs in NEXT_VARIANTS["gemm_epilogue"].items():
             words[w] = words.get(w, ()) + srcs
+        if SWITCHES["gemm_small"]:
+            for w, srcs in SMALL_VARIANTS["gemm_epilogue"].items():
+                words[w] = words[w] + srcs
         out["gemm_epilogue"] = words
     return out
 
@@ -133,32 +155,41 @@ def softmax_next_facts(facts) -> dict:
     return {"aligned": aligned, "flat": flat, "edges": not (flat_aligned and n % vec == 0)}
 
 
-def plan(problem: str, facts):
+def plan(problem: str, facts, switches: dict | None = None):
     """The default's plan (``tilelang:<problem>``) for one case given as ``kltools.plan.Facts``:
     ``plan_*``'s kernel and configuration on the case's sizes and its operands' alignment (the
-    pending plans where SWITCHES turns them on)."""
+    pending plans where ``switches``, default SWITCHES, turns them on)."""
     from kltools.plan import check_problem, make_plan
     check_problem(problem, VARIANTS)
+    sw = SWITCHES if switches is None else switches
     ops, es, table = facts.operands, facts.esize, TODAY_VARIANTS
     if problem == "vector_add":
         cfg = plan_vector_add(facts.N, es, all(ops[n].addr16 == 0 for n in ("x", "y", "out")))
     elif problem == "attention":
         from .dispatch_attention import plan_attention
         cfg = plan_attention(facts.B, facts.Hq, facts.Sq, facts.D, es, sms=facts.device.sms)
-    elif problem == "softmax" and SWITCHES["softmax_next"]:
+    elif problem == "softmax" and sw["softmax_next"]:
         cfg, table = plan_softmax_next(facts.M, facts.N, es, **softmax_next_facts(facts)), NEXT_VARIANTS
     elif problem == "softmax":
         cfg = plan_softmax(facts.M, facts.N, es)
     else:
         vec, bases = 16 // es, [ops[n].addr16 == 0 for n in ("a", "b", "out")]
         tma_ok = facts.N % vec == 0 and facts.K % vec == 0 and all(bases)
-        if SWITCHES["gemm_next"]:
-            cfg = plan_gemm_mixed(facts.M, facts.N, facts.K, es, tma_ok, facts.N % vec == 0 and bases[2],
-                                  misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
-            table = NEXT_VARIANTS if "pack" in cfg else TODAY_VARIANTS
+        if sw["gemm_next"]:
+            mixed = plan_gemm_small if sw["gemm_small"] else plan_gemm_mixed
+            cfg = mixed(facts.M, facts.N, facts.K, es, tma_ok, facts.N % vec == 0 and bases[2],
+                        misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
+            table = (SMALL_VARIANTS if cfg.get("pack_one_launch") else NEXT_VARIANTS) if "pack" in cfg \
+                else TODAY_VARIANTS
         else:
             cfg = plan_gemm(facts.M, facts.N, facts.K, es, tma_ok)
     return make_plan(problem, cfg["kernel"], table, cfg)
+
+
+def plan_next(problem: str, facts):
+    """``plan`` with every pending switch on: what the candidates ``tilelang:<problem>_next``
+    launch (``python -m harness plan`` shows it)."""
+    return plan(problem, facts, {**SWITCHES, **{k: True for k in PENDING}})
 
 
 def plan_vector_add(n: int, esize: int, aligned: bool) -> dict:
@@ -403,6 +434,85 @@ def plan_gemm_mixed(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
     if "b" in nxt["pack"] and m <= nxt["bm"] and k * n * esize > L2_BYTES:
         return today
     return nxt
+
+
+def plan_gemm_small(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n: bool,
+                    misaligned: tuple = ()) -> dict:
+    """The default under ``SWITCHES["gemm_small"]`` (candidate ``tilelang:gemm_epilogue_next``, not
+    yet run on a GPU): ``plan_gemm_mixed``'s plan, re-planned for small and odd GEMMs by four rules.
+
+    1. Packs in one launch: where A and B both need a 16-byte-row copy, one kernel copies both
+       (``pack_pair_kernel``; the plan carries ``pack_one_launch``).
+    2. The tile by waves over 64- and 128-row tiles (``_tile_small``): below a wave a smaller
+       tile gives more CTAs, each with less work a K step.
+    3. A split (the mixed plan's, today's or the staged one) only where it models faster than the
+       unsplit staged plan on rule 2's tile (``_small_us``): the split takes K steps off each
+       CTA but costs one more launch and S fp32 planes written and read back.
+    4. Small K (K <= 2 BK, below the tables' 3 or 4 stages): no more stages than K tiles (the
+       ring's other buffers are never filled). The tile stays rule 2's: the warp-specialised
+       kernels take 168-240 registers a thread over 256-384 threads, one CTA an SM whatever the
+       shared footprint, so a smaller tile adds waves, not overlap (docs/performance.md,
+       "TileLang / GEMM + epilogue").
+
+    Today's unsplit plans that the mixed rule keeps (element loads where B past L2 would be
+    packed for one row tile; TMA where only the staged plan split) are kept."""
+    base = plan_gemm_mixed(m, n, k, esize, tma_ok, aligned_n, misaligned=misaligned)
+    if "pack" not in base and base["kernel"] != "splitk":
+        return base
+    x = TABLE["gemm_next"]
+    unsplit = plan_gemm_next(m, n, k, esize, aligned_n, kernel="tma", misaligned=misaligned)
+    bm, bn = _tile_small(m, n)
+    cfg = x["tiles"][(bm, bn)]
+    stages = max(1, min(cfg[3], -(-k // cfg[2])))
+    unsplit.update(bm=bm, bn=bn, bk=cfg[2], stages=stages, threads=cfg[4])
+    plan = unsplit
+    if base["kernel"] == "splitk":
+        packs = 1 if "pack" in base and base["pack"] else 0
+        if _small_us(base, m, n, k, packs) < _small_us(unsplit, m, n, k, 1 if unsplit["pack"] else 0):
+            plan = dict(base)
+    if len(plan.get("pack", ())) == 2:
+        plan["pack_one_launch"] = True
+    return plan
+
+
+def _small_us(plan: dict, m: int, n: int, k: int, packs: int) -> float:
+    """gemm_small's model of a plan's time (µs): the CTAs' waves times the K steps each CTA runs
+    (``k_step_us`` a step of a 128 x 128 tile, scaled by the tile's relative cost ``_tile_cost``),
+    plus ``launch_us`` a launch (the packs, the GEMM, a split's sum) and a split's fp32 planes
+    written and read once (``hbm_bytes_per_us``)."""
+    t = TABLE["gemm_small"]
+    splits = plan.get("splits", 1) if plan["kernel"] == "splitk" else 1
+    tiles = -(-m // plan["bm"]) * -(-n // plan["bn"])
+    waves = -(-tiles * splits // SMS)
+    steps = -(-(-(-k // plan["bk"])) // splits)
+    launches = packs + (2 if splits > 1 else 1)
+    planes = 2 * splits * m * n * 4 if splits > 1 else 0
+    return (waves * _tile_cost(plan["bm"], plan["bn"], m) * steps * t["k_step_us"] + launches * t["launch_us"]
+            + planes / t["hbm_bytes_per_us"])
+
+
+def _tile_cost(bm: int, bn: int, m: int) -> float:
+    """A tile's time a K step relative to a 128 x 128 tile's: its share of the MMAs, 256-column
+    tiles at ``wide_cost`` (more reuse of each slice), 64-row tiles at ``narrow_cost`` where M
+    could fill 128 rows (one warpgroup issues its MMAs: a lower rate per SM)."""
+    cost = bm / 128 * bn / 128
+    if bn == 256:
+        cost *= TABLE["gemm_next"]["wide_cost"]
+    if bm == 64 and m > 64:
+        cost *= TABLE["gemm_small"]["narrow_cost"]
+    return cost
+
+
+def _tile_small(m: int, n: int) -> tuple[int, int]:
+    """gemm_small's tile: of the 128- (M > 64) and 64-row tiles by 256 and 128 columns, the one
+    whose waves times ``_tile_cost`` is least (ties: the larger tile, fewer CTAs)."""
+    best = None
+    for bm in ((128, 64) if m > 64 else (64,)):
+        for bn in (256, 128):
+            cost = -(-(-(-m // bm) * -(-n // bn)) // SMS) * _tile_cost(bm, bn, m)
+            if best is None or cost < best[0]:
+                best = (cost, bm, bn)
+    return best[1], best[2]
 
 
 def _tile_by_waves(m: int, n: int, bm: int) -> int:

@@ -13,7 +13,8 @@ the ``tiled`` variant's guarded element loads (``gemm_epilogue_tiled.py``).
 ``gemm_tma_staged_kernel`` (the pending plans, ``dispatch.SWITCHES["gemm_next"]``; not yet run
 on a GPU) stages both ends of the epilogue in shared memory, and ``pack_kernel`` copies an
 operand whose rows are not 16-byte multiples into one whose rows are, so every operand load is
-TMA (docs/performance.md, "TileLang / GEMM + epilogue").
+TMA (docs/performance.md, "TileLang / GEMM + epilogue"); ``pack_pair_kernel`` (the candidate's,
+``dispatch.SWITCHES["gemm_small"]``, not yet run on a GPU) copies A and B in one launch.
 """
 import tilelang.language as T
 from tilelang.layout import make_swizzled_layout
@@ -118,3 +119,34 @@ def pack_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256)
                         by * rows + i < R0 and bx * cols + j < C0, src[by * rows + i, bx * cols + j], 0)
 
     return pack
+
+
+@T.macro
+def pack_tile(src, dst, R0, C0, R, P, by, bx, rows: int, cols: int):
+    """One (rows x cols) tile of ``pack_kernel``'s copy: src inside it, 0 in dst's padding."""
+    for i, j in T.Parallel(rows, cols):
+        if by * rows + i < R and bx * cols + j < P:
+            dst[by * rows + i, bx * cols + j] = T.if_then_else(
+                by * rows + i < R0 and bx * cols + j < C0, src[by * rows + i, bx * cols + j], 0)
+
+
+def pack_pair_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
+    """``pack_kernel`` for A and B in one launch (``dispatch.SWITCHES["gemm_small"]``; not yet run
+    on a GPU): a 1-D grid whose first CTAs copy A (M x K) into Ap (M x KP), the rest B (K x N)
+    into Bp (KP x NP), each CTA one (rows x cols) tile, so a GEMM with both operands' rows off 16
+    bytes pays one launch for its copies."""
+    M, K, N = T.dynamic("M"), T.dynamic("K"), T.dynamic("N")
+    KP, NP = T.dynamic("KP"), T.dynamic("NP")
+
+    @T.prim_func
+    def pack_pair(A: T.Tensor((M, K), dtype), Ap: T.Tensor((M, KP), dtype),
+                  B: T.Tensor((K, N), dtype), Bp: T.Tensor((KP, NP), dtype)):
+        a_cols, b_cols = T.ceildiv(KP, cols), T.ceildiv(NP, cols)
+        a_ctas = a_cols * T.ceildiv(M, rows)
+        with T.Kernel(a_ctas + b_cols * T.ceildiv(KP, rows), threads=threads) as bid:
+            if bid < a_ctas:
+                pack_tile(A, Ap, M, K, M, KP, bid // a_cols, bid % a_cols, rows, cols)
+            else:
+                pack_tile(B, Bp, K, N, KP, NP, (bid - a_ctas) // b_cols, (bid - a_ctas) % b_cols, rows, cols)
+
+    return pack_pair
