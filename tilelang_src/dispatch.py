@@ -24,8 +24,8 @@ SWITCHES = {
     # GEMM, small and odd shapes (issue 42; candidate ``tilelang:gemm_epilogue_next``, not yet run
     # on a GPU): every operand packed in one launch, the tile by waves over 64 / 128 rows, no
     # split where its extra launch and planes cost more than the K steps it saves, and no more
-    # pipeline stages than K tiles (``plan_gemm_small``; docs/performance.md, "TileLang / GEMM
-    # + epilogue")
+    # pipeline stages than K tiles (``plan_gemm_small``; docs/performance.md,
+    # "TileLang / GEMM + epilogue")
     "gemm_small": False,
 }
 #: the switches still off that the candidates ``tilelang:<problem>_next`` turn on
