@@ -49,6 +49,7 @@ if ct is not None:
     from cutile_src import gemm_epilogue_splitk as gemm_splitk
     from cutile_src import gemm_epilogue_tiled as gemm_tiled
     from cutile_src import gemm_epilogue_pack as gemm_pack
+    from cutile_src import gemm_epilogue_pack_pair as gemm_pack_pair
     from cutile_src import softmax as softmax_simple
     from cutile_src import softmax_online, softmax_online_flat, softmax_online_tma, softmax_rows, softmax_rows_tma
     from cutile_src import softmax_split
@@ -679,14 +680,8 @@ def _gemm_operands(p, a, b):
     [(kernel, args, hints)] and the zero-argument launches that fill them (CUDA tensors)."""
     launches, binds, ops = [], [], {"a": a, "b": b}
     for name, cfg in p.get("PACK", {}).items():
-        if name == "ab":   # both in one launch (the small switch)
-            (ba, va), (bb, vb) = gemm_pack.packed_buffer(a), gemm_pack.packed_buffer(b)
-            launches.append((gemm_pack.pack_pair_kernel, (a, ba, b, bb, cfg["TR"], cfg["TC"]), {}))
-            if a.device.type == "cuda":
-                binds.append(gemm_pack.bind_pack_pair(a, ba, b, bb, cfg["TR"], cfg["TC"], cfg["grid"],
-                                                      kernel=hinted(gemm_pack.pack_pair_kernel, {})))
-            ops = {"a": va, "b": vb}
-            continue
+        if name == "ab":   # A and B in one launch, the plan's only pack (the small switch: its own file)
+            return gemm_pack_pair.bind_pair_operands(a, b, cfg, hinted)
         src = ops[name]
         buf, view = gemm_pack.packed_buffer(src)
         launches.append((gemm_pack.pack_rows_kernel, (src, buf, cfg["TR"], cfg["TC"]), {}))
@@ -782,8 +777,8 @@ _G_SRC = {"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("b
                            host=("workspace", "bind_launch")),
           "pack": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_rows_kernel",),
                          host=("packed_buffer", "bind_pack")),
-          "pack_pair": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_pair_kernel",),
-                              host=("packed_buffer", "bind_pack_pair"))}
+          "pack_pair": Source("cutile_src/gemm_epilogue_pack_pair.py", kernels=("pack_pair_kernel",),
+                              host=("bind_pair_operands", "bind_pack_pair"))}
 _G_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm", "plan_gemm_small"))]
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "

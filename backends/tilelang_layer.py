@@ -519,12 +519,8 @@ def _gemm_splitk_next_compile(dtype: str, plan: dict) -> list:
 
 
 def _gemm_pack_compile(dtype: str, plan: dict) -> list:
-    """The pack kernel a plan launches: one operand's, or A's and B's in one launch
-    (``pack_one_launch``, SWITCHES["gemm_small"])."""
     from tilelang_src import gemm_epilogue_tma
 
-    if plan.get("pack_one_launch"):
-        return [_compile(("gemm_pack_pair", dtype), lambda: gemm_epilogue_tma.pack_pair_kernel(dtype))]
     return [_compile(("gemm_pack", dtype), lambda: gemm_epilogue_tma.pack_kernel(dtype))] if plan["pack"] else []
 
 
@@ -566,18 +562,40 @@ def _gemm_next_launch(entries, plan, a, b, bias, out, code):
         def main():
             k1(a, b, *tail)
 
-    if plan.get("pack_one_launch"):   # A and B packed by one kernel
-        pairs = [t for st in packs for t in st]
-
-        def launch():
-            pack(*pairs)
-            main()
-        return launch
-
     def launch():
         for src_t, dst_t in packs:
             pack(src_t, dst_t)
         main()
+    return launch
+
+
+def _gemm_pack_pair_compile(dtype: str, plan: dict) -> list:
+    """``_gemm_next_compile`` for a plan whose A and B are packed by one kernel
+    (``pack_one_launch``: SWITCHES["gemm_small"], the candidate ``gemm_epilogue_next``; not yet run
+    on a GPU): the main kernel(s), then ``pack_pair_kernel``."""
+    from tilelang_src import gemm_epilogue_tma
+
+    main = _gemm_splitk_next_compile if plan["kernel"] == "splitk" else _gemm_staged_compile
+    return main(dtype, plan) + [_compile(("gemm_pack_pair", dtype), lambda: gemm_epilogue_tma.pack_pair_kernel(dtype))]
+
+
+def _gemm_pack_pair_launch(entries, plan, a, b, bias, out, code):
+    """``_gemm_next_launch`` for a plan whose A and B are packed by one kernel (``pack_one_launch``:
+    SWITCHES["gemm_small"], the candidate ``gemm_epilogue_next``; not yet run on a GPU): both
+    copies allocated here and filled by one launch of the pair kernel (the last entry), then
+    ``_gemm_next_launch``'s GEMM on the copies (the plan without packs of its own)."""
+    import torch
+
+    (m, k), n = a.shape, b.shape[1]
+    vec = 16 // a.element_size()
+    kp, np_ = -(-k // vec) * vec, -(-n // vec) * vec
+    pairs = [a, torch.empty((m, kp), dtype=a.dtype, device=a.device),
+             b, torch.empty((kp, np_), dtype=b.dtype, device=b.device)]
+    pack, gemm = entries[-1].kernel, _gemm_next_launch(entries, {**plan, "pack": ()}, pairs[1], pairs[3], bias, out, code)
+
+    def launch():
+        pack(*pairs)
+        gemm()
     return launch
 
 
@@ -649,6 +667,8 @@ def _gemm_impl(kernel, nxt, small: bool = False):
             return _gemm_simple_compile(dt, has_bias)
         if "pack" not in plan:   # today's plans (a staged plan carries its packs)
             return _gemm_compile(dt, has_bias, plan)
+        if plan.get("pack_one_launch"):   # A and B packed by one kernel (SWITCHES["gemm_small"])
+            return _gemm_pack_pair_compile(dt, plan)
         if kernel == "tma":
             return _gemm_staged_compile(dt, plan) + _gemm_pack_compile(dt, plan)
         return _gemm_next_compile(dt, plan)
@@ -694,6 +714,8 @@ def _gemm_impl(kernel, nxt, small: bool = False):
         import tilelang_src
 
         entries = compiled(tilelang_src.dtype_name(a.dtype), bias is not None, plan)
+        if kernel != "simple" and plan.get("pack_one_launch"):
+            return _launch(entries, plan, _gemm_pack_pair_launch(entries, plan, a, b, bias, out, code))
         if kernel != "simple" and "pack" in plan:
             return _launch(entries, plan, _gemm_next_launch(entries, plan, a, b, bias, out, code))
         return _launch(entries, plan, _gemm_today_launch(entries, plan, a, b, bias, out, code))
@@ -723,6 +745,10 @@ _GE_NEXT = {"tma": [Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_st
 _GE_NEXT_COMMON = [_GE_ACT, Source("backends/tilelang_layer.py", kernels=(),
                                    host=("_gemm_next_launch", "_gemm_arch_check", "_gemm_facts")),
                    Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm_next", "_tile_by_waves"))]
+#: the binding of a plan whose A and B are packed by one kernel (``pack_one_launch``): host code of
+#: the candidate gemm_epilogue_next, and of the default only while SWITCHES["gemm_small"] is on (its
+#: kernels come with the plans' Sources, dispatch.SMALL_VARIANTS)
+_GE_PAIR = [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_pack_pair_compile", "_gemm_pack_pair_launch"))]
 
 
 def _ge_sources(word: str | None, nxt: bool) -> list:
@@ -749,6 +775,7 @@ for _name, _kernel, _nxt, _desc, _srcs, _cand in (
         ("gemm_epilogue", None, None, _GE_DEFAULT[_plans.SWITCHES["gemm_next"]],
          _planned("gemm_epilogue", _GE_NEXT_COMMON + _GE_TODAY_COMMON
                   + [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))]
+                  + (_GE_PAIR if _plans.SWITCHES["gemm_small"] else [])
                   if _plans.SWITCHES["gemm_next"] else _GE_TODAY_COMMON),
          False),
         ("gemm_epilogue_simple", "simple", None, "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias "
@@ -777,7 +804,7 @@ register(problem="gemm_epilogue", layer=LAYER, name="gemm_epilogue_next", candid
                      "planes cost more than it saves; no more stages than K tiles)",
          sources=planned(_plans.plan_next, "gemm_epilogue",
                          [s for s in _GE_NEXT_COMMON + _GE_TODAY_COMMON if s.path != src(C, "dispatch.py")]
-                         + [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))]),
+                         + [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))] + _GE_PAIR),
          devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)
 
 

@@ -172,8 +172,8 @@ VARIANTS = {
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
                                                                  "gemm_splitk_reduce_kernel"), ("workspace", "bind_launch")),
                       "pack": _src("gemm_epilogue_pack.py", ("pack_rows_kernel",), ("packed_buffer", "bind_pack")),
-                      "pack_pair": _src("gemm_epilogue_pack.py", ("pack_pair_kernel",),
-                                        ("packed_buffer", "bind_pack_pair"))},
+                      "pack_pair": _src("gemm_epilogue_pack_pair.py", ("pack_pair_kernel",),
+                                        ("bind_pair_operands", "bind_pack_pair"))},
     # the fourth problem's words and rules are dispatch_attention.py's
     "attention": _attention.VARIANTS["attention"],
 }

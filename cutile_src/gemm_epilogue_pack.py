@@ -22,26 +22,6 @@ def pack_rows_kernel(src, dst, TR: ct.Constant[int], TC: ct.Constant[int]):
         ct.store(dst, index=(i, j), tile=tile)
 
 
-def _copy_tile(src, dst, t, TR: ct.Constant[int], TC: ct.Constant[int]):
-    """Tile t (row-major over (TR, TC) tiles) of src stored at the same place in dst."""
-    num_c = ct.cdiv(src.shape[1], TC)
-    tile = ct.load(src, index=(t // num_c, t % num_c), shape=(TR, TC), padding_mode=ct.PaddingMode.ZERO)
-    ct.store(dst, index=(t // num_c, t % num_c), tile=tile)
-
-
-@ct.kernel
-def pack_pair_kernel(a, a_dst, b, b_dst, TR: ct.Constant[int], TC: ct.Constant[int]):
-    """pack_rows_kernel on two operands in one launch (not yet run on a GPU): the grid loops over
-    A's tiles and then B's, so a small GEMM whose A and B both need packing pays one launch."""
-    tiles_a = ct.cdiv(a.shape[0], TR) * ct.cdiv(a.shape[1], TC)
-    tiles_b = ct.cdiv(b.shape[0], TR) * ct.cdiv(b.shape[1], TC)
-    for t in range(ct.bid(0), tiles_a + tiles_b, ct.num_blocks(0)):
-        if t < tiles_a:
-            _copy_tile(a, a_dst, t, TR, TC)
-        else:
-            _copy_tile(b, b_dst, t - tiles_a, TR, TC)
-
-
 @ct.kernel
 def pack_rows_flat_kernel(src, dst, C: int, T: ct.Constant[int]):
     """The same copy from a contiguous source viewed as one vector: aligned T-element tiles loaded
@@ -68,18 +48,6 @@ def packed_buffer(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def bind_pack(src: torch.Tensor, dst: torch.Tensor, tr: int, tc: int, grid: int, kernel=None):
     k = kernel or pack_rows_kernel
     args = (src, dst, tr, tc)
-
-    def launch():
-        ct.launch(torch.cuda.current_stream(), (grid, 1, 1), k, args)
-    launch.args = args
-    return launch
-
-
-def bind_pack_pair(a: torch.Tensor, a_dst: torch.Tensor, b: torch.Tensor, b_dst: torch.Tensor, tr: int, tc: int,
-                   grid: int, kernel=None):
-    """One launch of pack_pair_kernel filling both buffers."""
-    k = kernel or pack_pair_kernel
-    args = (a, a_dst, b, b_dst, tr, tc)
 
     def launch():
         ct.launch(torch.cuda.current_stream(), (grid, 1, 1), k, args)
