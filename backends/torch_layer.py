@@ -35,10 +35,9 @@ def _compile(key, fn):
     On the GPU every shape gets its own static graph (``dynamic=False``: the fastest code, what a
     benchmark of torch.compile should show). On the CPU, where this only has to be correct and
     inductor's C++ compiles are slow, torch's default automatic-dynamic shapes keep it to a few
-    compiles per sweep (``dynamic=True`` from the first compile was measured too, 2026-12-07 on
-    the 2-core machine: no CPU gain over the three problems' torch rows, softmax slower; the
-    verify sweeps' size-1 dimensions, layouts, GQA ratios and flags force their own graphs
-    either way)."""
+    compiles per sweep (``dynamic=True`` from the first compile gave no CPU gain over the three
+    problems' torch rows when measured, softmax slower: the verify sweeps' size-1 dimensions,
+    layouts, GQA ratios and flags force their own graphs either way)."""
     if not _compiled:
         _raise_recompile_limits()
     if key not in _compiled:
