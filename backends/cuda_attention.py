@@ -1,20 +1,19 @@
-"""CUDA C++ adapter for attention (kernels in ``cuda_src/attention.cu`` and ``attention_tiled.cu``,
-planner in ``cuda_src/dispatch_attention.py``, launcher in ``backends/cuda_layer.py``); the CuPy rows
-of the same kernels (``backends/cupy_attention.py``) share the planning here and the validation of
-the planner module (``dispatch_attention.check_attention``).
+"""CUDA C++ adapter for attention (kernels in ``cuda_src/attention.cu``, ``attention_tiled.cu`` and
+``attention_ws.cu``, planner in ``cuda_src/dispatch_attention.py``, launcher in
+``backends/cuda_layer.py``); the CuPy rows of the same kernels (``backends/cupy_attention.py``) share
+the planning here and the validation of the planner module (``dispatch_attention.check_attention``).
 
-Rows (verified on the H200, 2026-12-06: the verify suite and the models + edge cases; not yet timed):
-- ``cuda:attention`` (default): FlashAttention-2 on mma.sync (``attention_tiled.cu``), 64 or 128
-  query rows a CTA by waves; rows cp.async cannot read (bases or strides off 16 bytes) take the
-  twin's kernel.
+Rows:
+- ``cuda:attention`` (default): FlashAttention-3 on Hopper (``attention_ws.cu``) wherever TMA can read
+  q, k and v and the sm_90a code runs; elsewhere FlashAttention-2 on mma.sync (``attention_tiled.cu``),
+  64 or 128 query rows a CTA by waves; rows cp.async cannot read (bases or strides off 16 bytes) take
+  the twin's kernel.
 - ``cuda:attention_simple``: the teaching twin (``attention.cu``), FMA on fp32 tiles, any stride.
-
-Candidates (``register(candidate=True)``: built and compiled for sm_90a, not yet run on a GPU;
-``python -m harness check`` admits them):
-- ``cuda:attention_ws``: FlashAttention-3 on Hopper (``attention_ws.cu``): a TMA producer warp, two
-  wgmma consumer warpgroups; declines (SKIP) where TMA cannot read q, k or v or no sm_90a code runs.
-- ``cuda:attention_next``: the default with the pending switches of
-  ``dispatch_attention.ATTENTION_NEXT`` on (the ws kernel wherever it can take the case).
+- ``cuda:attention_ws``: the ws kernel alone (a TMA producer warp, two wgmma consumer warpgroups);
+  declines (SKIP) where TMA cannot read q, k or v or no sm_90a code runs.
+The tiled kernel and the twin are verified on the H200; the ws kernel ran on the H200 through CuPy's
+NVRTC (verified and timed), this nvcc build of it has not run on a GPU yet.
+docs/performance.md, "CUDA C++ / attention".
 
 Without a GPU ``compile_only(case)`` returns the ``ptxas -v`` facts of the instance the case would
 launch: from the build log, or (a module built before these kernels, or none) ``nvcc -cubin
@@ -92,17 +91,16 @@ WS_SOURCES = [Source("cuda_src/attention_ws.cu", kernels=("attention_ws_kernel",
 def sources(path: str, hosts) -> list:
     """A row's Sources: the default's derived from its planner (``harness.planned``: the kernels
     ``dispatch.plan`` - ``dispatch_attention.plan`` for attention - launches over the suites'
-    cases, the lines it ran as the plan column), and so the candidate ``next``'s from
-    ``dispatch_attention.plan_next``; the twin's or the ws kernel; then ``hosts`` (the launcher)."""
+    cases, the lines it ran as the plan column); the twin's or the ws kernel; then ``hosts`` (the
+    launcher)."""
     if path == "auto":
         return planned(dispatch.plan, "attention", hosts)
-    if path == "next":   # the default's planner with the pending switches on
-        return planned(A.plan_next, "attention", hosts)
     return [*{"simple": SIMPLE_SOURCES, "ws": WS_SOURCES}[path], *hosts]
 
 
 DESCRIPTIONS = {
-    "auto": "FlashAttention-2 on mma.sync m16n8k16: 64 or 128 query rows a CTA (16 a warp) by waves, "
+    "auto": "FlashAttention-3 on Hopper where TMA can read q, k and v on sm_90a (as attention_ws), else "
+            "FlashAttention-2 on mma.sync m16n8k16: 64 or 128 query rows a CTA (16 a warp) by waves, "
             "Q in registers, K / V tiles of 64 keys double-buffered by cp.async in XOR-swizzled shared memory, "
             "ldmatrix (.trans for V), online softmax in exp2 with the scale folded in, P kept in registers for "
             "O += P V, masks only on tiles crossing the diagonal or the end, causal tiles above the diagonal "
@@ -110,22 +108,20 @@ DESCRIPTIONS = {
     "simple": "teaching twin: 16 query rows a CTA (a warp per 4 rows, D / 32 elements a lane), "
               "K / V tiles of 32 keys in fp32 shared memory, one key at a time with the online softmax "
               "(warp-shuffle dot products, FMA), any stride",
+    "ws": "FlashAttention-3 on Hopper (sm_90a): 128 query rows a CTA, a producer "
+          "warp (setmaxnreg 24) loads Q once and K / V tiles of 128 keys by 4-D TMA into a 2-4 slot ring "
+          "(full / empty mbarriers), two consumer warpgroups (setmaxnreg 240) of 64 rows run S = Q K^T on wgmma "
+          "from shared memory beside the previous tile's O += P V (P as the register A operand, V MN-major), "
+          "the online softmax in exp2 under it, masks only on tiles crossing Sk or the diagonal, causal tiles "
+          "past the diagonal never loaded; O by 16-byte stores clipped at Sq; declines where TMA cannot read q, k, v",
 }
-DESCRIPTIONS["ws"] = (
-    "candidate, not yet run on a GPU: FlashAttention-3 on Hopper (sm_90a): 128 query rows a CTA, a producer "
-    "warp (setmaxnreg 24) loads Q once and K / V tiles of 128 keys by 4-D TMA into a 2-4 slot ring "
-    "(full / empty mbarriers), two consumer warpgroups (setmaxnreg 240) of 64 rows run S = Q K^T on wgmma "
-    "from shared memory beside the previous tile's O += P V (P as the register A operand, V MN-major), "
-    "the online softmax in exp2 under it, masks only on tiles crossing Sk or the diagonal, causal tiles "
-    "past the diagonal never loaded; O by 16-byte stores clipped at Sq; declines where TMA cannot read q, k, v")
-DESCRIPTIONS["next"] = ("candidate, not yet run on a GPU: the default with its pending switches on "
-                        "(ATTENTION_NEXT: the ws kernel wherever TMA can read q, k and v on sm_90a, else "
-                        "the default's plan)")
-ROWS = (("auto", "attention"), ("simple", "attention_simple"))
-#: built, not yet run on a GPU: reached by the layer's GPU check (registry.get(..., candidates=True))
-CANDIDATE_ROWS = (("ws", "attention_ws"), ("next", "attention_next"))
+ROWS = (("auto", "attention"), ("simple", "attention_simple"), ("ws", "attention_ws"))
 
-for _path, _name in ROWS + CANDIDATE_ROWS:
-    register(problem="attention", layer=LAYER, name=_name, description=DESCRIPTIONS[_path],
+#: the rows that launch the ws kernel's nvcc build, which has not run on a GPU (the CuPy rows' NVRTC build has)
+NOT_RUN = "the ws kernel's nvcc build not yet run on a GPU (its NVRTC build verified on the H200); "
+
+for _path, _name in ROWS:
+    register(problem="attention", layer=LAYER, name=_name,
+             description=(NOT_RUN if _path in ("auto", "ws") else "") + DESCRIPTIONS[_path],
              sources=sources(_path, LAUNCHER), devices=("cuda",), available=available,
-             compile_only=_compile_only(_path), candidate=(_path, _name) in CANDIDATE_ROWS)(_prepare(_path))
+             compile_only=_compile_only(_path))(_prepare(_path))

@@ -1,23 +1,23 @@
 """CuPy adapter for attention: the SAME ``cuda_src/attention*.cu`` kernels compiled by NVRTC and
 launched through the driver API on torch's current stream (``backends/cupy_layer.py``), from the
 SAME plans as the CUDA C++ rows (``backends/cuda_attention.py``) and the same validation
-(``cuda_src/dispatch_attention.py``: ``check_attention``). Rows ``cupy:attention`` and
-``cupy:attention_simple`` (verified on the H200, 2026-12-06), and the candidates ``cupy:attention_ws``
-and ``cupy:attention_next`` (the CUDA C++ rows' candidates: the ws kernel's 4-D TMA descriptors are
-encoded through libcuda as the GEMM's are; not yet run on a GPU); without a GPU ``compile_only``
-compiles the planned instance through NVRTC for sm_90a (ptxas facts).
+(``cuda_src/dispatch_attention.py``: ``check_attention``). Rows ``cupy:attention`` (the ws kernel
+where it can take the case, else the tiled kernel or the twin's), ``cupy:attention_simple`` and
+``cupy:attention_ws`` (the ws kernel's 4-D TMA descriptors encoded through libcuda as the GEMM's
+are), all verified on the H200; docs/performance.md, "CUDA C++ / attention". Without a GPU
+``compile_only`` compiles the planned instance through NVRTC for sm_90a (ptxas facts).
 """
 from __future__ import annotations
 
-from backends.cuda_attention import (CANDIDATE_ROWS, DESCRIPTIONS, ROWS, attention_launches, case_attention,
-                                     or_unsupported, pointers, sources)
+from backends.cuda_attention import (DESCRIPTIONS, ROWS, attention_launches, case_attention, or_unsupported,
+                                     pointers, sources)
 from backends.cuda_layer import DTYPE_CODE, _config, dev_index
 from backends.cupy_layer import HOST, _device, _make, _require, available, compile_only_nvrtc
 from cuda_src import dispatch_attention as A
 from harness import register
 
 
-def _register(path: str, name: str, candidate: bool = False):
+def _register(path: str, name: str):
     def compile_only(case):
         plan = or_unsupported(path, case_attention, path, case)
         facts = compile_only_nvrtc(plan.kernel, _config(plan))
@@ -26,8 +26,7 @@ def _register(path: str, name: str, candidate: bool = False):
         return facts
 
     @register(problem="attention", layer="cupy", name=name, description="NVRTC of cuda_src: " + DESCRIPTIONS[path],
-              sources=sources(path, [HOST]), devices=("cuda",), available=available, compile_only=compile_only,
-              candidate=candidate)
+              sources=sources(path, [HOST]), devices=("cuda",), available=available, compile_only=compile_only)
     def prepare(case, inputs, out):
         _require()
         q, k, v = A.check_attention(case, inputs, out)
@@ -40,5 +39,3 @@ def _register(path: str, name: str, candidate: bool = False):
 
 for _path, _name in ROWS:
     _register(_path, _name)
-for _path, _name in CANDIDATE_ROWS:
-    _register(_path, _name, candidate=True)

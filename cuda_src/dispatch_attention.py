@@ -1,17 +1,16 @@
-"""attention plans of the CUDA C++ layer (``dispatch`` is the entry): the default is the ``tiled``
-algorithm (``attention_tiled.cu``: FlashAttention-2 on mma.sync, K / V tiles by cp.async), its query
-rows a CTA chosen by waves; the twin (``attention.cu``) FMA on fp32 tiles in shared memory, which
-the default also runs where cp.async cannot read the rows (bases or strides off 16 bytes).
+"""attention plans of the CUDA C++ layer (``dispatch`` is the entry): the default is the ``ws``
+algorithm (``attention_ws.cu``: FlashAttention-3 on Hopper, a TMA producer warp and two wgmma
+consumer warpgroups) wherever TMA can read q, k and v and the sm_90a code runs (``ws_declines``);
+elsewhere the ``tiled`` algorithm (``attention_tiled.cu``: FlashAttention-2 on mma.sync, K / V tiles
+by cp.async), its query rows a CTA chosen by waves; the twin (``attention.cu``) FMA on fp32 tiles in
+shared memory, which the default also runs where cp.async cannot read the rows (bases or strides
+off 16 bytes).
 
-The ``ws`` kernel (``attention_ws.cu``: FlashAttention-3 on Hopper, a TMA producer warp and two wgmma
-consumer warpgroups) has not run on a GPU yet: it is the candidate ``cuda:attention_ws``, and the
-default takes it only under the pending switch ``ATTENTION["ws"]`` (off; on in ``ATTENTION_NEXT``,
-the candidate ``cuda:attention_next``) - docs/performance.md, "CUDA C++ / attention".
-
-The tiled kernel's rule stands on the arithmetic of tiles, shared memory and waves (both kernels
-verified on the H200, the default timed on an H100: docs/performance.md,
-"CUDA C++ / attention"). Pure Python; the check of a call's tensors (``check_attention``, both
-launchers' rows) imports torch when called.
+The ws kernel ran on the H200 through CuPy's NVRTC (the verify suite and the models + edge cases,
+timed); its CUDA C++ build (nvcc) has not run on a GPU yet. The tiled kernel's rule stands on the
+arithmetic of tiles, shared memory and waves (it and the twin verified on the H200, the tiled
+kernel timed on an H100). docs/performance.md, "CUDA C++ / attention". Pure Python;
+the check of a call's tensors (``check_attention``, both launchers' rows) imports torch when called.
 """
 from __future__ import annotations
 
@@ -37,9 +36,9 @@ ATTENTION = {
     # tests/test_cuda_attention.py checks every instance)
     "regs": {64: 176, 128: 255},
     "smem_reserved": 1024,          # what the system keeps a resident CTA
-    # pending (not yet run on a GPU): the warp-specialised Hopper kernel (attention_ws.cu) wherever TMA
-    # can read Q, K and V and the sm_90a code runs; docs/performance.md, "CUDA C++ / attention"
-    "ws": False,
+    # the warp-specialised Hopper kernel (attention_ws.cu) wherever TMA can read Q, K and V and the
+    # sm_90a code runs (verified and timed through NVRTC, the nvcc build not yet run on a GPU)
+    "ws": True,
     # the ws kernel's K / V ring slots by head dim: 2 at D = 128 (Q 32 KB + 2 x 64 KB, FlashAttention-3's
     # choice), 4 at D = 64 (16 + 4 x 32 KB); one CTA an SM either way (384 threads at 168 / 240 registers)
     "ws_stages": {64: 4, 128: 2},
@@ -47,8 +46,6 @@ ATTENTION = {
     # ping-pong: one's softmax under the other's MMAs); a kernel argument, so a GPU run can compare
     "ws_pingpong": True,
 }
-#: the pending switches on: the candidate cuda:attention_next / cupy:attention_next
-ATTENTION_NEXT = {"ws": True}
 WS_BM, WS_BN, WS_THREADS, WS_BOX_COLS = 128, 128, 384, 64   # attention_ws.cu: AW_BM, AW_BN, AW_THREADS, a slab
 SIMPLE_THREADS, SIMPLE_ROWS = 128, 16   # the twin: 4 warps, 4 query rows a warp (attention.cu)
 
@@ -77,16 +74,18 @@ def _src(file: str, *kernels: str):
     return (Source(f"cuda_src/{file}", kernels=kernels),)
 
 
-#: the words the default plans among (dispatch.VARIANTS["attention"]); "simple": the twin's kernel,
-#: for rows cp.async cannot read (no suite has such rows)
-VARIANTS = {"tiled": _src("attention_tiled.cu", "attention_tiled_kernel"),
+#: the words the default plans among (dispatch.VARIANTS["attention"]); "tiled" where the ws kernel
+#: declines (no sm_90a code, too little shared memory); "simple": the twin's kernel, for rows cp.async
+#: cannot read (no suite has such rows)
+VARIANTS = {"ws": _src("attention_ws.cu", "attention_ws_kernel"),
+            "tiled": _src("attention_tiled.cu", "attention_tiled_kernel"),
             "simple": _src("attention.cu", "attention_simple_kernel")}
 
 
 # ---------------------------------------------------------------------------------------------------
 # plans
 
-ATTENTION_PATHS = ("auto", "simple", "tiled", "ws", "next")
+ATTENTION_PATHS = ("auto", "simple", "tiled", "ws")
 OPERANDS = ("q", "k", "v", "o")
 
 
@@ -191,15 +190,14 @@ def plan_attention(path: str, B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: in
     """``strides``: {"q" | "k" | "v" | "o": (batch, head, row) strides in elements}, the head dim
     contiguous; ``aligned``: every base on 16 bytes and every stride a multiple of 16 bytes (the
     tiled kernel's 16-byte cp.async and stores, the ws kernel's TMA). ``warps``: pin the tiled
-    kernel's CTA (tuning). ``path`` "next": "auto" with the pending switches of ATTENTION_NEXT on."""
+    kernel's CTA (tuning; the tiled kernel's plan then)."""
     if path not in ATTENTION_PATHS:
         raise ValueError(f"path: {path!r} is not one of {', '.join(ATTENTION_PATHS)}")
     _check(B, Hq, Hkv, Sq, Sk, D, dtype, causal, strides)
     if warps is not None and warps not in ATTENTION["warps"]:
         raise ValueError(f"warps: one of {ATTENTION['warps']}, got {warps!r}")
     bf16 = "true" if dtype == "bfloat16" else "false"
-    G = {**ATTENTION, **ATTENTION_NEXT} if path == "next" else ATTENTION
-    if path == "ws" or (path in ("auto", "next") and G["ws"] and warps is None):
+    if path == "ws" or (path == "auto" and ATTENTION["ws"] and warps is None):
         why = ws_declines(D, aligned, dev)
         if not why:
             return _plan_ws(bf16, B, Hq, Hkv, Sq, Sk, D, causal, strides, dev)
@@ -251,22 +249,12 @@ def plan(problem: str, facts):
     """The default's plan (``cuda:attention``, ``cupy:attention``) for one case on the device of
     ``facts``, in the layer contract's terms: the word, the launch's configuration, why, and the
     kernel file and entry point it launches (``dispatch.plan`` hands attention here)."""
-    return _contract_plan(problem, facts, "auto")
-
-
-def plan_next(problem: str, facts):
-    """``plan`` with the pending switches of ATTENTION_NEXT on: what the candidates
-    ``cuda:attention_next`` / ``cupy:attention_next`` launch (``python -m harness plan`` shows it)."""
-    return _contract_plan(problem, facts, "next")
-
-
-def _contract_plan(problem: str, facts, path: str):
     from kltools.plan import Plan as KlPlan
     from kltools.plan import Source
 
     if problem != "attention":
         raise ValueError(f"problem: {problem!r} is not planned here (attention only)")
-    ls = launches_for(facts, path, device_of(facts.device))
+    ls = launches_for(facts, "auto", device_of(facts.device))
     srcs = tuple(Source(f"cuda_src/{FILES[family(p.kernel)]}", kernels=(family(p.kernel),)) for p in ls.plans)
     return KlPlan(problem, ls.info["path"], dict(ls.info), ls.info.get("why", ""), srcs)
 

@@ -1,5 +1,5 @@
-"""CUDA C++ and CuPy attention: the candidates' registration, the planner's answers and invariants,
-the sm_90a compile of every instance (ptxas: registers, no spills; the default's PTX has mma.sync,
+"""CUDA C++ and CuPy attention: the rows' registration, the planner's answers and invariants,
+the sm_90a compile of every instance (ptxas: registers, no spills; the tiled kernel's PTX has mma.sync,
 ldmatrix and cp.async), CuPy's NVRTC compile, the inputs' validation; on a GPU the verify suite."""
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not installed")
 H200 = dispatch.H200
 SM80 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
 RTX4090 = dispatch.Device(sms=128, cc=(8, 9), smem_optin=101376, smem_per_sm=102400, sm90a=False, clusters=False)
+NO90A = dispatch.Device(sm90a=False, clusters=False)   # an H100 running the module's compute_80 PTX
 
 
 def _impl(impl_id):
@@ -49,37 +50,41 @@ def _all_cases():
 
 # -- registration ----------------------------------------------------------------------------------
 def test_ids_are_rows_with_their_roles():
-    # verified on the H200 (2026-12-06): rows of the main job, no longer candidates
+    # rows of the main job, no candidates left (the ws variant: tests/test_cuda_attention_ws.py)
     cands = {i.id: i for i in registry.select(problem="attention") if i.layer in ("cuda", "cupy")}
-    assert set(cands) == set(IDS)
+    assert set(cands) == set(IDS) | {"cuda:attention_ws", "cupy:attention_ws"}
     for layer in ("cuda", "cupy"):
         assert cands[f"{layer}:attention"].role == "default"
         assert cands[f"{layer}:attention_simple"].role == "simple"
-    assert not any("not yet run on a GPU" in i.description for i in cands.values())
-    # the candidates are the ws kernel and the pending switch's next (tests/test_cuda_attention_ws.py)
-    assert {i.id for i in registry.candidates() if i.problem == "attention" and i.layer in ("cuda", "cupy")} == \
-        {f"{layer}:attention_{w}" for layer in ("cuda", "cupy") for w in ("ws", "next")}
-    # the twin's kernel lives in attention.cu, the default's in the file of its word
+    # only the rows that launch the ws kernel's nvcc build say it has not run on a GPU
+    assert {i for i, impl in cands.items() if "not yet run on a GPU" in impl.description} == \
+        {"cuda:attention", "cuda:attention_ws"}
+    assert not [i for i in registry.candidates() if i.problem == "attention" and i.layer in ("cuda", "cupy")]
+    # the twin's kernel lives in attention.cu, the default's in the files of its words (the ws kernel
+    # on the suites' cases planned for the H200)
     assert {s.path for s in cands["cuda:attention_simple"].sources if s.path.endswith(".cu")} == \
         {"cuda_src/attention.cu"}
-    assert "cuda_src/attention_tiled.cu" in {s.path for s in cands["cuda:attention"].sources}
+    assert "cuda_src/attention_ws.cu" in {s.path for s in cands["cuda:attention"].sources}
 
 
 # -- the planner -----------------------------------------------------------------------------------
 def test_plan_by_waves_known_answers():
+    """The tiled kernel's CTA by waves: where the default takes it without sm_90a code (an H100
+    running the compute_80 PTX), and by request on the H200."""
     # a long prefill: 32 x 128 x 4 = 16384 CTAs of 128 rows, many waves -> 8 warps, 128 rows
-    big = _plan()
+    big = _plan(dev=NO90A)
     assert (big.info["path"], big.info["warps"], big.plans[0].block) == ("tiled", 8, 256)
     assert big.plans[0].kernel == "attention_tiled_kernel<true, 128, 8>"
     assert big.plans[0].grid == (32, 32, 4) and big.plans[0].smem == (128 + 4 * 64) * 128 * 2
+    assert _plan(path="tiled").info == big.info
     # a chunk of 64 queries: 128 CTAs of 128 rows are less than a wave of 132 SMs -> 64 rows
-    assert _plan(Sq=64, Sk=8192).info["warps"] == 4
+    assert _plan(Sq=64, Sk=8192, dev=NO90A).info["warps"] == 4
     # one decode token: never a CTA of more rows than the smallest's 64
-    assert _plan(B=8, Sq=1).info["warps"] == 4
+    assert _plan(B=8, Sq=1, path="tiled").info["warps"] == 4
     # the smaller head dim fits two 128-row CTAs an SM by shared memory; a few heads of a short
     # sequence stay below a wave -> 64 rows
-    assert _plan(B=1, Hq=2, Hkv=2, Sq=1000, Sk=1000, D=64).info["warps"] == 4
-    assert _plan(B=8, Hq=32, Hkv=8, Sq=2048, Sk=2048, D=64).info["warps"] == 8
+    assert _plan(B=1, Hq=2, Hkv=2, Sq=1000, Sk=1000, D=64, path="tiled").info["warps"] == 4
+    assert _plan(B=8, Hq=32, Hkv=8, Sq=2048, Sk=2048, D=64, path="tiled").info["warps"] == 8
 
 
 def test_plan_takes_the_twin_where_the_tiled_kernel_cannot():
@@ -112,16 +117,16 @@ def test_plan_validates_its_arguments():
 
 @pytest.mark.parametrize("dev", [H200, SM80, RTX4090], ids=["h200", "a100", "rtx4090"])
 def test_plan_invariants_on_every_suite_case(dev):
-    """Every case of every suite: the tiled kernel (the suites' rows are 16-byte rows; the contract's
-    ``plan`` says the same), shared memory within a
-    CTA's limit, the grid covering every query row, the tiles a whole number of 16-byte chunks a
-    thread (the kernel's static_assert), the arguments of the kernel's signature."""
+    """Every case of every suite (the suites' rows are 16-byte rows): the default takes the ws kernel on
+    the H200, the tiled kernel on the others (no sm_90a code); the tiled kernel's plan keeps shared
+    memory within a CTA's limit, the grid covering every query row, the tiles a whole number of
+    16-byte chunks a thread (the kernel's static_assert), the arguments of the kernel's signature."""
     from backends.cuda_attention import case_attention
-    from harness.meta_inputs import case_facts
     for case in _all_cases():
-        ls = case_attention("auto", case, dev)
+        assert case_attention("auto", case, dev).info["path"] == ("ws" if dev is H200 else "tiled"), case.id
+        ls = case_attention("tiled", case, dev)
         p = ls.plans[0]
-        assert ls.info["path"] == "tiled" and A.plan("attention", case_facts(case)).variant == "tiled", case.id
+        assert ls.info["path"] == "tiled", case.id
         assert len(p.args) == len(A.SIGNATURES[dispatch.family(p.kernel)]), case.id
         assert p.grid[1:] == (case.Hq, case.B), case.id
         w = ls.info["warps"]
@@ -136,7 +141,7 @@ def test_plan_reads_the_facts_of_the_bshd_layout():
     from backends.cuda_attention import case_attention
     case = P.case(B=2, Hq=4, Hkv=2, Sq=65, Sk=190, D=64, causal=1, layout="bshd")
     args = dict(zip(("q", "k", "v", "o", "group", "Sq", "Sk", *(f"{n}{d}" for n in "qkvo" for d in "bhs"),
-                     "causal"), (v for _, v in case_attention("auto", case).plans[0].args)))
+                     "causal"), (v for _, v in case_attention("tiled", case).plans[0].args)))
     assert (args["group"], args["Sq"], args["Sk"], args["causal"]) == (2, 65, 190, 1)
     assert (args["qb"], args["qh"], args["qs"]) == (65 * 4 * 64, 64, 4 * 64)     # [B, S, H, D] storage
     assert (args["kb"], args["kh"], args["ks"]) == (190 * 2 * 64, 64, 2 * 64)
@@ -180,7 +185,7 @@ def test_compile_only_for_every_head_dim_dtype_and_mask(impl_id):
     impl = _impl(impl_id)
     for case in CASES:
         f = impl.compile_only_fn(case)
-        want = "attention_tiled_kernel" if impl_id == "cuda:attention" else "attention_simple_kernel"
+        want = "attention_ws_kernel" if impl_id == "cuda:attention" else "attention_simple_kernel"
         assert f["kernel"].startswith(want) and f"{case.D}" in f["kernel"], (case.id, f)
         assert ("true" in f["kernel"]) == (case.dtype == "bfloat16"), (case.id, f)
         assert f["arch"] == "sm_90a" and f["registers"] > 0 and f.get("spills", 0) == 0, (case.id, f)
@@ -201,7 +206,7 @@ def _ptx(src: str) -> str:
 
 @needs_nvcc
 @pytest.mark.timeout(900)
-def test_the_default_ptx_has_tensor_core_mma_ldmatrix_and_cp_async():
+def test_the_tiled_ptx_has_tensor_core_mma_ldmatrix_and_cp_async():
     ptx = _ptx("attention_tiled.cu")
     for feature in ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                     "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
@@ -220,7 +225,7 @@ def test_cupy_compiles_one_case_through_nvrtc():
         nvrtc.getVersion()
     except Exception as e:   # the package without libnvrtc: nothing to compile with
         pytest.skip(f"NVRTC not loadable: {type(e).__name__}")
-    for impl_id, kernel in (("cupy:attention", "attention_tiled_kernel<true, 128, 8>"),
+    for impl_id, kernel in (("cupy:attention", "attention_ws_kernel<true, 128, 2>"),
                             ("cupy:attention_simple", "attention_simple_kernel<true, 128>")):
         f = _impl(impl_id).compile_only_fn(P.case(B=4, Hq=32, Hkv=8, Sq=4096, Sk=4096, D=128, causal=1))
         assert f["kernel"] == kernel and f["facts_from"].startswith("NVRTC"), f

@@ -1,9 +1,9 @@
 """CUDA C++ and CuPy attention, the warp-specialised Hopper kernel (``attention_ws.cu``) and the
-pending switch that would make the default take it (docs/performance.md, "CUDA C++ / attention"):
-the candidates' registration, the planner's answers with the switch off and on, the TMA descriptor
+switch that makes the default take it (docs/performance.md, "CUDA C++ / attention"): the variants'
+registration, the planner's answers with the switch on (and off), where it falls back, the TMA descriptor
 arguments (the (D, S, H, B) view of both layouts), the sm_90a compile of every instance (ptxas:
 no spills; the PTX has wgmma, 4-D TMA, mbarriers and setmaxnreg), CuPy's NVRTC compile; on a GPU the
-verify suite of each candidate."""
+verify suite of each variant."""
 from __future__ import annotations
 
 import importlib
@@ -18,19 +18,20 @@ from harness import problems, registry
 from harness.problems import SUITES
 
 P = problems.get("attention")
-CANDIDATE_IDS = ("cuda:attention_ws", "cuda:attention_next", "cupy:attention_ws", "cupy:attention_next")
+WS_IDS = ("cuda:attention_ws", "cupy:attention_ws")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 H200 = dispatch.H200
 SM80 = dispatch.Device(sms=108, cc=(8, 0), smem_optin=166912, smem_per_sm=167936, sm90a=False, clusters=False)
+NO90A = dispatch.Device(sm90a=False, clusters=False)            # an H100 running the module's compute_80 PTX
 CASES = [P.case(B=2, Hq=4, Hkv=2, Sq=77, Sk=131, D=d, dtype=dt, causal=cz)
          for d in (64, 128) for dt in ("float16", "bfloat16") for cz in (0, 1)]
 
 
 def _impl(impl_id):
-    return registry.get("attention", impl_id, candidates=True)
+    return registry.get("attention", impl_id)
 
 
-def _plan(path="next", B=4, Hq=32, Hkv=8, Sq=4096, Sk=4096, D=128, causal=1, dev=H200, aligned=True):
+def _plan(path="auto", B=4, Hq=32, Hkv=8, Sq=4096, Sk=4096, D=128, causal=1, dev=H200, aligned=True):
     def contiguous(H, S):
         return (H * S * D, S * D, D)
     strides = {"q": contiguous(Hq, Sq), "k": contiguous(Hkv, Sk), "v": contiguous(Hkv, Sk), "o": contiguous(Hq, Sq)}
@@ -42,61 +43,67 @@ def _all_cases():
 
 
 # -- registration ----------------------------------------------------------------------------------
-def test_ws_and_next_are_candidates_not_rows():
-    rows = {i.id for i in registry.select(problem="attention")}
-    cands = {i.id: i for i in registry.candidates() if i.problem == "attention"}
-    for impl_id in CANDIDATE_IDS:
-        assert impl_id in cands and impl_id not in rows, impl_id
-        assert "not yet run on a GPU" in cands[impl_id].description, impl_id
-    # the ws kernel lives in the file of its word; next's Sources come from its planner, which
-    # launches the ws kernel on every suite case
-    assert {s.path for s in cands["cuda:attention_ws"].sources if s.path.endswith(".cu")} == \
-        {"cuda_src/attention_ws.cu"}
+def test_ws_is_a_variant_row_and_next_is_gone():
+    rows = {i.id: i for i in registry.select(problem="attention") if i.layer in ("cuda", "cupy")}
+    cands = {i.id for i in registry.candidates() if i.problem == "attention"}
+    for impl_id in WS_IDS:
+        assert impl_id in rows and impl_id not in cands and rows[impl_id].role == "variant", impl_id
+        assert {s.path for s in rows[impl_id].sources if s.path.endswith(".cu")} == {"cuda_src/attention_ws.cu"}
+    # the NVRTC build ran on the H200, the nvcc build not yet
+    assert "not yet run on a GPU" in rows["cuda:attention_ws"].description
+    assert "not yet run on a GPU" not in rows["cupy:attention_ws"].description
     for layer in ("cuda", "cupy"):
-        nxt = cands[f"{layer}:attention_next"].sources
-        assert nxt.plan is A.plan_next and "cuda_src/attention_ws.cu" in {s.path for s in nxt}
+        assert f"{layer}:attention_next" not in set(rows) | cands
+        # the default's Sources come from its planner, which launches the ws kernel on the suites' cases
+        assert "cuda_src/attention_ws.cu" in {s.path for s in rows[f"{layer}:attention"].sources}
+    assert "next" not in A.ATTENTION_PATHS
+    assert "ws" in A.VARIANTS and "ws" in dispatch.VARIANTS["attention"]
 
 
 # -- the planner -----------------------------------------------------------------------------------
-def test_the_switch_is_off_and_next_turns_it_on():
-    assert A.ATTENTION["ws"] is False and A.ATTENTION_NEXT == {"ws": True}
-    assert _plan("auto").info["path"] == "tiled"
-    nxt = _plan("next")
-    assert (nxt.info["path"], nxt.kernel, nxt.plans[0].block) == ("ws", "attention_ws_kernel<true, 128, 2>", 384)
-    assert nxt.plans[0].grid == (4096 // 128, 32, 4) and nxt.plans[0].smem == A.ws_smem(128) <= H200.smem_optin
-    assert _plan("next", D=64).kernel == "attention_ws_kernel<true, 64, 4>"
-
-
-def test_the_default_takes_ws_only_with_the_switch_on(monkeypatch):
+def test_the_switch_is_on_and_the_default_takes_ws_on_hopper():
     from harness.meta_inputs import case_facts
+    assert A.ATTENTION["ws"] is True
+    p = _plan("auto")
+    assert (p.info["path"], p.kernel, p.plans[0].block) == ("ws", "attention_ws_kernel<true, 128, 2>", 384)
+    assert p.plans[0].grid == (4096 // 128, 32, 4) and p.plans[0].smem == A.ws_smem(128) <= H200.smem_optin
+    assert _plan("auto", D=64).kernel == "attention_ws_kernel<true, 64, 4>"
+    case = P.case(B=4, Hq=32, Hkv=8, Sq=4096, Sk=4096, D=128, causal=1)
+    c = A.plan("attention", case_facts(case))
+    assert c.variant == "ws" and {s.path for s in c.sources} == {"cuda_src/attention_ws.cu"}
+
+
+def test_the_default_takes_tiled_with_the_switch_off(monkeypatch):
+    from harness.meta_inputs import case_facts
+    monkeypatch.setitem(A.ATTENTION, "ws", False)
     case = P.case(B=4, Hq=32, Hkv=8, Sq=4096, Sk=4096, D=128, causal=1)
     assert A.plan("attention", case_facts(case)).variant == "tiled"
-    monkeypatch.setitem(A.ATTENTION, "ws", True)
-    assert _plan("auto").info["path"] == "ws"
-    assert A.launches_for(case_facts(case), "auto").info["path"] == "ws"
+    assert _plan("auto").info["path"] == "tiled"
 
 
-def test_next_keeps_the_default_where_tma_or_hopper_code_is_missing():
-    assert _plan("next", aligned=False).info["path"] == "simple"    # rows off 16 bytes: the twin's kernel
-    assert _plan("next", dev=SM80).info["path"] == "tiled"          # no sm_90a code
-    no90a = dispatch.Device(sm90a=False, clusters=False)            # an H100 running the compute_80 PTX
-    assert _plan("next", dev=no90a).info["path"] == "tiled"
+def test_the_default_falls_back_where_tma_or_hopper_code_is_missing():
+    assert _plan("auto", aligned=False).info["path"] == "simple"    # rows off 16 bytes: the twin's kernel
+    assert _plan("auto", dev=SM80).info["path"] == "tiled"          # no sm_90a code
+    assert _plan("auto", dev=NO90A).info["path"] == "tiled"
     small = dispatch.Device(smem_optin=100 * 1024)
-    assert _plan("next", dev=small).info["path"] == "tiled"
+    assert _plan("auto", dev=small).info["path"] == "tiled"
     with pytest.raises(dispatch.Decline, match="TMA needs 16-byte"):
         _plan("ws", aligned=False)
     with pytest.raises(dispatch.Decline, match="sm_90a"):
         _plan("ws", dev=SM80)
 
 
-def test_next_plans_ws_on_every_suite_case_with_valid_launches():
-    """Every case of every suite (all 16-byte rows): next plans the ws kernel, the grid covers every
-    query row, the arguments match the kernel's signature and the instance is built."""
+def test_the_default_plans_ws_on_every_suite_case_with_valid_launches():
+    """Every case of every suite (all 16-byte rows), planned for the H200: the default plans the ws
+    kernel (the contract's ``plan`` too), the grid covers every query row, the arguments match the
+    kernel's signature and the instance is built."""
     from backends.cuda_attention import case_attention
+    from harness.meta_inputs import case_facts
     for case in _all_cases():
-        ls = case_attention("next", case, H200)
+        ls = case_attention("auto", case, H200)
         p = ls.plans[0]
         assert ls.info["path"] == "ws" and p.kernel in dispatch.instances()["attention_ws.cu"], case.id
+        assert A.plan("attention", case_facts(case)).variant == "ws", case.id
         assert len(p.args) == len(A.SIGNATURES["attention_ws_kernel"]), case.id
         assert p.grid[1:] == (case.Hq, case.B) and p.grid[0] * 128 >= case.Sq > (p.grid[0] - 1) * 128, case.id
         assert p.smem == p.max_dynamic_smem == A.ws_smem(case.D) <= H200.smem_optin, case.id
@@ -194,7 +201,7 @@ def _gpu_impl(impl_id):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("impl_id", CANDIDATE_IDS)
+@pytest.mark.parametrize("impl_id", WS_IDS)
 def test_verify_suite_gpu(impl_id):
     from harness.verify import verify_case
 
@@ -207,7 +214,7 @@ def test_verify_suite_gpu(impl_id):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("impl_id", ("cuda:attention_ws", "cupy:attention_ws"))
+@pytest.mark.parametrize("impl_id", WS_IDS)
 def test_ws_without_the_pingpong_gpu(impl_id, monkeypatch):
     """The kernel's other schedule (ATTENTION["ws_pingpong"] off: the warpgroups issue freely) passes
     the verify suite too: a GPU run may time one against the other."""
@@ -222,7 +229,7 @@ def test_ws_without_the_pingpong_gpu(impl_id, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("impl_id", ("cuda:attention_ws", "cupy:attention_ws"))
+@pytest.mark.parametrize("impl_id", WS_IDS)
 def test_ws_launch_runs_the_ws_kernel_gpu(impl_id):
     """The ws row launches the ws kernel (not a fallback) on a Hopper GPU, and a q that starts one
     element off 16 bytes is declined before launch (TMA cannot read it)."""
@@ -241,6 +248,23 @@ def test_ws_launch_runs_the_ws_kernel_gpu(impl_id):
     q1.copy_(q)
     with pytest.raises(Unsupported, match="TMA needs 16-byte"):
         impl.prepare(case, (q1, k, v), out)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("impl_id", ("cuda:attention", "cupy:attention"))
+def test_the_default_launches_the_ws_kernel_gpu(impl_id):
+    """On a Hopper GPU the default's launch of an aligned case is the ws kernel's."""
+    impl = _gpu_impl(impl_id)
+    case = P.case(B=1, Hq=4, Hkv=2, Sq=100, Sk=130, D=128, causal=1)
+    q, k, v = P.make_inputs(case, "cuda", 0)
+    out = torch.full(P.out_shape(case), float("nan"), dtype=q.dtype, device="cuda")
+    launch = impl.prepare(case, (q, k, v), out)
+    assert launch.info["config"]["path"] == "ws"
+    launch()
+    torch.cuda.synchronize()
+    ref = P.reference((q, k, v), case)
+    assert ((out.double() - ref).norm() / ref.norm()).item() <= P.tolerance(case.dtype).rel_norm
 
 
 @pytest.mark.gpu
