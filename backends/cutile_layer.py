@@ -670,7 +670,8 @@ def _gemm_plan(variant, a, b):
         return dispatch.tiled_config(M, N, K, es, sms)
     if variant == "splitk":
         return dispatch.splitk_config(M, N, K, sms, min_split=2)
-    sw = {"default": None, "pack": dict(dispatch.GPU_VERIFIED, pack=True), "next": dispatch.NEXT}[variant]
+    # pack: the one-operand pack as verified on its own (small off: an operand a launch)
+    sw = {"default": None, "pack": dict(dispatch.GPU_VERIFIED, pack=True, small=False)}[variant]
     return dispatch.plan_gemm(M, N, K, es, sms, switches=sw, l2=_l2(), **facts)
 
 
@@ -776,16 +777,14 @@ _G_SRC = {"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("b
           "splitk": Source(_GS, kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
                            host=("workspace", "bind_launch")),
           "pack": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_rows_kernel",),
-                         host=("packed_buffer", "bind_pack")),
-          "pack_pair": Source("cutile_src/gemm_epilogue_pack_pair.py", kernels=("pack_pair_kernel",),
-                              host=("bind_pair_operands", "bind_pack_pair"))}
-_G_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_gemm", "plan_gemm_small"))]
+                         host=("packed_buffer", "bind_pack"))}
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
                 "on the SMs, 8 worker warps for 128-row tiles; one program an SM looping over the tiles where "
-                "they outnumber the SMs), split-K into an fp32 workspace for few rows; operands whose rows are "
-                "no 16-byte multiples packed into 16-byte rows first (TMA loads); bias + activation on the "
-                "accumulator tile",
+                "they outnumber the SMs); where the C tiles fill under half the SMs, narrower tiles, then split-K into "
+                "an fp32 workspace only where those still do; operands whose rows are no 16-byte multiples "
+                "packed into 16-byte rows first (TMA loads; A and B in one launch), except a B larger than L2 "
+                "under M <= 64, read in place by skinny tiles; bias + activation on the accumulator tile",
                 planned(_plans.plan, "gemm_epilogue", [_binder("bind_gemm")])),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of 128 x 128 C tiles, ct.mma over "
                "zero-padded K tiles, bias + activation before the one store; any shape",
@@ -798,13 +797,8 @@ _GEMM = {
                [_G_SRC["splitk"]]),
     "pack": ("gemm_epilogue_pack", "verified (2026-12-06), planned by the default: an operand whose rows are not 16-byte multiples "
              "(K or N, or a strided view) is first copied into 16-byte rows, then the planned tiled / split-K "
-             "GEMM loads it through TMA; any shape",
+             "GEMM loads it through TMA; one launch an operand (the default's small rules off); any shape",
              [_G_SRC["pack"], _G_SRC["tiled"], _G_SRC["splitk"]]),
-    "next": ("gemm_epilogue_next", "candidate, not yet run on a GPU: the default's planner with the small "
-             "switch on as well (A and B packed in one launch; where the C tiles fill under half the SMs, "
-             "narrower tiles first and split-K only where those still do; M <= 64 with a B of unaligned rows "
-             "larger than L2 read in place by skinny tiles, not packed)",
-             planned_sources(_G_SRC, _plans.reachable("gemm_epilogue", _plans.NEXT), _G_PLAN)),
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,

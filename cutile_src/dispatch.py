@@ -17,9 +17,9 @@ H200_SMS = 132
 # GPU run; the default routes by them only once they PASSed the verify suite on the H200 and beat
 # what they replace there. Each has its own candidate id (cutile:softmax_split, cutile:softmax_rows_tma,
 # cutile:softmax_online_tma, cutile:softmax_online_flat, cutile:gemm_epilogue_pack, ...) and all
-# of them together are the candidates cutile:softmax_next and cutile:gemm_epilogue_next (NEXT: the
-# default's planner with every switch on); flip an entry when its candidate has won there (the
-# default's plan and reachable() follow).
+# of them together are the candidate cutile:softmax_next (NEXT: the default's planner with every
+# switch on); flip an entry when its candidate has won there (the default's plan and reachable()
+# follow).
 #   split        few long rows: a row across many programs (softmax_split)
 #   rows_tma     rows masked by column index: TMA loads (softmax_rows_tma)
 #   online_tma   online masked by column index: TMA loads, the grid and hints by L2 (softmax_online_tma)
@@ -33,11 +33,11 @@ H200_SMS = 132
 #                with M <= 64, a B of unaligned rows larger than L2 read in place (no pack)
 # On, each having won where it changed the plan and PASSed the verify suite (docs/performance.md,
 # "The pending switches of TileLang, cuTile and Helion measured on 2026-12-06"): split, rows_tma,
-# pack, persistent. Off: online_flat (hung at 4096 x 50257 bf16 on the H200), online_tma and resident
-# (their cases were not reached after that hang: untimed); small (built on the CPU, not yet run on a
-# GPU: cutile:gemm_epilogue_next; docs/performance.md, "cuTile / GEMM + epilogue").
+# pack, persistent; small (run on the H200 as cutile:gemm_epilogue_next, which it replaced:
+# docs/performance.md, "cuTile / GEMM + epilogue"). Off: online_flat (hung at 4096 x 50257 bf16 on
+# the H200), online_tma and resident (their cases were not reached after that hang: untimed).
 GPU_VERIFIED = {"split": True, "rows_tma": True, "online_tma": False, "online_flat": False, "resident": False,
-                "pack": True, "persistent": True, "small": False}
+                "pack": True, "persistent": True, "small": True}
 NEXT = dict.fromkeys(GPU_VERIFIED, True)
 
 
@@ -130,6 +130,11 @@ def _pow2_at_least(n: int) -> int:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _row_tile(M: int) -> int:
+    """The row tile of few rows (M <= GEMM_SPLITK["MAX_M"]): M rounded up to a power of two, 16..64."""
+    return min(64, max(16, _pow2_at_least(M)))
 
 
 def reachable(problem: str, switches: dict | None = None) -> tuple[str, ...]:
@@ -361,7 +366,7 @@ def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 
     programs holds (SMs x PER_SM over the C tiles) but each at least MIN_KTILES K tiles, at least
     ``min_split`` where K allows, none empty."""
     sk = GEMM_SPLITK
-    tm = min(64, max(16, _pow2_at_least(M)))
+    tm = _row_tile(M)
     tiles = _cdiv(M, tm) * _cdiv(N, sk["TN"])
     k_tiles = _cdiv(K, sk["TK"])
     split = min(sk["MAX_SPLIT"], (sk["PER_SM"] * sms) // tiles, k_tiles // sk["MIN_KTILES"])
@@ -380,7 +385,7 @@ def tiled_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS
     KB of shared memory) looping over the tiles in grouped order, so that a program's TMA
     producer loads the next tile's operands while its consumers finish the last one's epilogue."""
     if M <= GEMM_SPLITK["MAX_M"]:
-        t = {"TM": min(64, max(16, _pow2_at_least(M))), "TN": 128, "TK": 128, "hints": {}}
+        t = {"TM": _row_tile(M), "TN": 128, "TK": 128, "hints": {}}
     else:
         t = gemm_tile_for(M, N, sms, rows_16b(K, N, elem_size) if tma is None else tma)
     tiles = _cdiv(M, t["TM"]) * _cdiv(N, t["TN"])
@@ -422,7 +427,7 @@ def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
     return plan
 
 
-# -- small (a pending switch, cutile:gemm_epilogue_next): GEMMs whose C tiles leave SMs idle ------
+# -- small (on in the default): GEMMs whose C tiles leave SMs idle ----------------------------------
 # Rules of the case's facts (docs/performance.md, "cuTile / GEMM + epilogue"):
 # 1. A and B both unaligned: one pack launch for the two (pack_pair_kernel), not two.
 # 2. tiles: the default's tile (M <= 64: TM = M rounded up to a power of two, 16..64, TK 128;
@@ -482,7 +487,7 @@ def small_tile_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H20
     K holds MIN_KTILES K tiles a slice."""
     sk = GEMM_SPLITK
     if M <= sk["MAX_M"]:
-        tm, tn, tk, hints = min(64, max(16, _pow2_at_least(M))), sk["TN"], sk["TK"], {}
+        tm, tn, tk, hints = _row_tile(M), sk["TN"], sk["TK"], {}
     else:
         t = gemm_tile_for(M, N, sms, tma)
         tm, tn, tk, hints = t["TM"], t["TN"], t["TK"], dict(t["hints"])
@@ -504,7 +509,7 @@ def small_tile_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H20
 def inplace_config(M: int, N: int, K: int, sms: int = H200_SMS) -> dict:
     """Rule 3: the tiled kernel on B in place: TM = M rounded up to a power of two (16..64), INPLACE's
     TN x TK, the occupancy by the accumulator's size, co-resident programs looping over the tiles."""
-    tm = min(64, max(16, _pow2_at_least(M)))
+    tm = _row_tile(M)
     tiles = _cdiv(M, tm) * _cdiv(N, INPLACE["TN"])
     hints = {"occupancy": next(occ for most, occ in INPLACE["OCCUPANCY"] if tm * INPLACE["TN"] <= most)}
     return {"variant": "tiled", "TM": tm, "TN": INPLACE["TN"], "TK": INPLACE["TK"], "GROUP": GEMM_GROUP,

@@ -1,4 +1,4 @@
-"""cuTile GEMM operand pack (not yet run on a GPU): copies a 2-d array whose rows are not whole
+"""cuTile GEMM operand pack (planned by the default): copies a 2-d array whose rows are not whole
 16-byte units (row stride or base address) into a buffer whose row stride is, so that the GEMM
 loads it through TMA.
 
@@ -13,13 +13,17 @@ import cuda.tile as ct
 import torch
 
 
+def copy_tile(src, dst, t, TR: ct.Constant[int], TC: ct.Constant[int]):
+    """Tile t (row-major over (TR, TC) tiles) of src stored at the same place in dst."""
+    num_c = ct.cdiv(src.shape[1], TC)
+    tile = ct.load(src, index=(t // num_c, t % num_c), shape=(TR, TC), padding_mode=ct.PaddingMode.ZERO)
+    ct.store(dst, index=(t // num_c, t % num_c), tile=tile)
+
+
 @ct.kernel
 def pack_rows_kernel(src, dst, TR: ct.Constant[int], TC: ct.Constant[int]):
-    num_c = ct.cdiv(src.shape[1], TC)
-    for t in range(ct.bid(0), ct.cdiv(src.shape[0], TR) * num_c, ct.num_blocks(0)):
-        i, j = t // num_c, t % num_c
-        tile = ct.load(src, index=(i, j), shape=(TR, TC), padding_mode=ct.PaddingMode.ZERO)
-        ct.store(dst, index=(i, j), tile=tile)
+    for t in range(ct.bid(0), ct.cdiv(src.shape[0], TR) * ct.cdiv(src.shape[1], TC), ct.num_blocks(0)):
+        copy_tile(src, dst, t, TR, TC)
 
 
 @ct.kernel

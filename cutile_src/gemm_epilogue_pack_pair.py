@@ -1,36 +1,29 @@
-"""cuTile GEMM: A and B packed in one launch (the pending switch ``small``, dispatch.GPU_VERIFIED;
-the candidate cutile:gemm_epilogue_next; not yet run on a GPU): the plans whose A and B both have
-rows that are not whole 16-byte units copy both into 16-byte-row buffers (gemm_epilogue_pack.py's
-``packed_buffer``) with one kernel instead of two launches of ``pack_rows_kernel``.
+"""cuTile GEMM: A and B packed in one launch (the switch ``small`` of dispatch.GPU_VERIFIED, on:
+run on the H200, docs/performance.md, "cuTile / GEMM + epilogue"): the default's plans whose A and
+B both have rows that are not whole 16-byte units copy both into 16-byte-row buffers
+(gemm_epilogue_pack.py's ``packed_buffer``) with one kernel instead of two launches of
+``pack_rows_kernel``, each tile by the same ``copy_tile``.
 
-Its own file (the word ``pack_pair`` of dispatch.VARIANTS): while the switch is off no plan of the
-default chooses it, and the files only an unchosen variant uses count nowhere in the default's
-lines (docs/DESIGN.md, "LOC").
+Its own file (the word ``pack_pair`` of dispatch.VARIANTS): the default's lines count it because
+its plans choose it (docs/DESIGN.md, "LOC").
 """
 import cuda.tile as ct
 import torch
 
-from cutile_src.gemm_epilogue_pack import packed_buffer
-
-
-def _copy_tile(src, dst, t, TR: ct.Constant[int], TC: ct.Constant[int]):
-    """Tile t (row-major over (TR, TC) tiles) of src stored at the same place in dst."""
-    num_c = ct.cdiv(src.shape[1], TC)
-    tile = ct.load(src, index=(t // num_c, t % num_c), shape=(TR, TC), padding_mode=ct.PaddingMode.ZERO)
-    ct.store(dst, index=(t // num_c, t % num_c), tile=tile)
+from cutile_src.gemm_epilogue_pack import copy_tile, packed_buffer
 
 
 @ct.kernel
 def pack_pair_kernel(a, a_dst, b, b_dst, TR: ct.Constant[int], TC: ct.Constant[int]):
-    """pack_rows_kernel on two operands in one launch (not yet run on a GPU): the grid loops over
-    A's tiles and then B's, so a small GEMM whose A and B both need packing pays one launch."""
+    """pack_rows_kernel on two operands in one launch: the grid loops over A's tiles and then B's,
+    so a small GEMM whose A and B both need packing pays one launch."""
     tiles_a = ct.cdiv(a.shape[0], TR) * ct.cdiv(a.shape[1], TC)
     tiles_b = ct.cdiv(b.shape[0], TR) * ct.cdiv(b.shape[1], TC)
     for t in range(ct.bid(0), tiles_a + tiles_b, ct.num_blocks(0)):
         if t < tiles_a:
-            _copy_tile(a, a_dst, t, TR, TC)
+            copy_tile(a, a_dst, t, TR, TC)
         else:
-            _copy_tile(b, b_dst, t - tiles_a, TR, TC)
+            copy_tile(b, b_dst, t - tiles_a, TR, TC)
 
 
 def bind_pack_pair(a: torch.Tensor, a_dst: torch.Tensor, b: torch.Tensor, b_dst: torch.Tensor, tr: int, tc: int,

@@ -27,7 +27,7 @@ IDS = {
 #: kernels the default plans whose suffix is no algorithm word (rows_tma, pack)
 CANDIDATES = {"softmax": ["cutile:softmax_online_flat", "cutile:softmax_online_tma", "cutile:softmax_next",
                           "cutile:softmax_rows_tma"],
-              "gemm_epilogue": ["cutile:gemm_epilogue_pack", "cutile:gemm_epilogue_next"]}
+              "gemm_epilogue": ["cutile:gemm_epilogue_pack"]}
 
 
 def _impl(key):
@@ -157,13 +157,15 @@ def test_gemm_plan_waves_and_splitk():
 @needs_cutile
 def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     """A kernel is the default's only once GPU_VERIFIED says so: split, rows_tma, pack and
-    persistent are (verified and timed, 2026-12-06); the flat and TMA online kernels and the
-    resident split are not, so the default's plan and reachable() leave them out."""
+    persistent are (verified and timed, 2026-12-06), small too (run as cutile:gemm_epilogue_next);
+    the flat and TMA online kernels and the resident split are not, so the default's plan and
+    reachable() leave them out."""
     from cutile_src import dispatch as D
-    assert {k for k, v in D.GPU_VERIFIED.items() if v} == {"split", "rows_tma", "pack", "persistent"}
-    assert set(D.reachable("gemm_epilogue")) == {"tiled", "splitk", "pack"}
+    assert {k for k, v in D.GPU_VERIFIED.items() if v} == {"split", "rows_tma", "pack", "persistent", "small"}
+    assert set(D.reachable("gemm_epilogue")) == {"tiled", "splitk", "pack", "pack_pair"}
     assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "split"}
-    assert D.plan_gemm(16, 50257, 768, 2, a_rows16=True, b_rows16=False)["variant"] == "pack"
+    assert D.plan_gemm(16, 50257, 768, 2, a_rows16=True, b_rows16=False)["variant"] == "tiled"  # B in place
+    assert D.plan_gemm(256, 50257, 768, 2, a_rows16=True, b_rows16=False)["variant"] == "pack"
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online"      # flat: off
     assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online"     # resident: off
     assert D.plan_softmax(4096, 1024, 2, contiguous=True)["variant"] == "rows_tma"
@@ -194,12 +196,13 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
 @needs_cutile
 def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
     from cutile_src import dispatch as D
-    P = lambda *a, **k: D.plan_gemm(*a, switches=dict(D.GPU_VERIFIED, pack=True), **k)  # noqa: E731
+    # the pack rules alone (small off: cutile:gemm_epilogue_pack, an operand a launch)
+    P = lambda *a, **k: D.plan_gemm(*a, switches=dict(D.GPU_VERIFIED, pack=True, small=False), **k)  # noqa: E731
     # the facts default to contiguous operands: A's rows are K elements, B's N
     assert set(P(100, 333, 781, 2)["PACK"]) == {"a", "b"}
     assert set(P(100, 336, 781, 2)["PACK"]) == {"a"}
     assert set(P(100, 333, 784, 2)["PACK"]) == {"b"}
-    assert P(100, 336, 784, 2) == D.plan_gemm(100, 336, 784, 2)  # aligned: the plain plan
+    assert P(100, 336, 784, 2) == D.plan_gemm(100, 336, 784, 2, switches=dict(D.GPU_VERIFIED, pack=False, small=False))
     # a strided / offset operand: the adapter's facts, whatever K and N are
     assert set(P(256, 4096, 4096, 2, a_rows16=False)["PACK"]) == {"a"}
     assert P(256, 4095, 4096, 2, b_rows16=True)["variant"] == "tiled"
@@ -231,37 +234,44 @@ def test_gemm_persistent_grid_switch():
         if off["variant"] == "tiled":
             tiles = -(-M // off["TM"]) * -(-N // off["TN"])
             assert off["grid"] == tiles and on["grid"] == min(tiles, 132)
-    nxt = D.plan_gemm(3000, 3000, 3000, 2, 132, switches=D.NEXT)
-    assert nxt["grid"] == 132 and (nxt["TM"], nxt["TN"]) == (128, 128)  # 576 tiles: 87 % of 5 waves
-    nxt = D.plan_gemm(2048, 2047, 2048, 2, 132, switches=D.NEXT)        # B packed: the TMA tile
-    assert nxt["variant"] == "pack" and set(nxt["PACK"]) == {"b"} and nxt["GEMM"]["TN"] == 256
+    p = D.plan_gemm(3000, 3000, 3000, 2, 132)
+    assert p["grid"] == 132 and (p["TM"], p["TN"]) == (128, 128)  # 576 tiles: 87 % of 5 waves
+    p = D.plan_gemm(2048, 2047, 2048, 2, 132)        # B packed: the TMA tile
+    assert p["variant"] == "pack" and set(p["PACK"]) == {"b"} and p["GEMM"]["TN"] == 256
 
 
 @needs_cutile
-def test_small_switch_is_off_and_the_default_plans_as_before():
-    """small is a candidate (cutile:gemm_epilogue_next): off in GPU_VERIFIED, so the default plans
-    the small and odd GEMMs as it did (two pack launches, 64 x 128 tiles, split-K at 16 x 6144)."""
+def test_small_switch_is_on_and_without_it_the_plans_it_replaced():
+    """small is on in GPU_VERIFIED (it replaced its candidate cutile:gemm_epilogue_next: no such id
+    remains); with it off the planner gives the plans it replaced (two pack launches, 64 x 128
+    tiles, split-K at 16 x 6144), the one-operand pack's (cutile:gemm_epilogue_pack)."""
     from cutile_src import dispatch as D
-    assert D.GPU_VERIFIED["small"] is False and D.NEXT["small"] is True
-    assert "pack_pair" not in D.reachable("gemm_epilogue") and "pack_pair" in D.reachable("gemm_epilogue", D.NEXT)
-    p = D.plan_gemm(97, 211, 389, 2, 132)
+    assert D.GPU_VERIFIED["small"] is True and "pack_pair" in D.reachable("gemm_epilogue")
+    assert "pack_pair" not in D.reachable("gemm_epilogue", dict(D.GPU_VERIFIED, small=False))
+    registry.load_backends()
+    with pytest.raises(ValueError):
+        registry.get("gemm_epilogue", "cutile:gemm_epilogue_next", candidates=True)
+    P = lambda M, N, K: D.plan_gemm(M, N, K, 2, 132, switches=dict(D.GPU_VERIFIED, small=False))  # noqa: E731
+    p = P(97, 211, 389)
     assert p["PACK"] == {"a": {"TR": 8, "TC": 512, "grid": 13}, "b": {"TR": 8, "TC": 512, "grid": 49}}
     assert p["GEMM"] == {"variant": "tiled", "TM": 64, "TN": 128, "TK": 64, "GROUP": 8, "grid": 4, "hints": {}}
-    p = D.plan_gemm(411, 733, 957, 2, 132)
+    p = P(411, 733, 957)
     assert set(p["PACK"]) == {"a", "b"} and (p["GEMM"]["TN"], p["GEMM"]["grid"]) == (128, 42)
-    p = D.plan_gemm(16, 50257, 768, 2, 132)
+    p = P(16, 50257, 768)
     assert set(p["PACK"]) == {"b"} and (p["GEMM"]["TM"], p["GEMM"]["TN"], p["GEMM"]["TK"]) == (16, 128, 128)
-    p = D.plan_gemm(16, 6144, 4096, 2, 132)
+    p = P(16, 6144, 4096)
     assert p["variant"] == "splitk" and (p["TN"], p["SPLIT"], p["grid"]) == (128, 2, 96)
 
 
 @needs_cutile
 def test_small_plans_of_the_small_and_odd_gemms():
-    """The small switch's plans (NEXT) on the cases of issue 42's class, known answers: one pack
+    """The default's plans (small on) on the cases of issue 42's class, known answers: one pack
     launch for A and B, narrower tiles where the C tiles leave SMs idle, split-K only where even
     those do, a B of unaligned rows larger than L2 read in place where M <= 64."""
     from cutile_src import dispatch as D
-    P = lambda M, N, K, **k: D.plan_gemm(M, N, K, 2, 132, switches=D.NEXT, **k)  # noqa: E731
+    P = lambda M, N, K, **k: D.plan_gemm(M, N, K, 2, 132, **k)  # noqa: E731
+    no_small = dict(D.GPU_VERIFIED, small=False)
+    off = lambda M, N, K, **k: D.plan_gemm(M, N, K, 2, 132, switches=no_small, **k)  # noqa: E731
     # 97 x 211 x 389: A and B in one launch (the two launches' programs, 13 + 49), 64 x 64 tiles
     p = P(97, 211, 389)
     assert p["variant"] == "pack" and p["PACK"] == {"ab": {"TR": 8, "TC": 512, "grid": 62}}
@@ -276,7 +286,7 @@ def test_small_plans_of_the_small_and_odd_gemms():
                  "hints": {"occupancy": 4}}
     assert P(16, 50257, 768, l2=200 * 2 ** 20)["PACK"].keys() == {"b"}       # B within L2: packed
     assert P(16, 4097, 8192)["PACK"].keys() == {"b"}   # 65 column tiles: under a wave, packed
-    assert P(256, 50257, 768) == D.plan_gemm(256, 50257, 768, 2, 132)      # several row tiles: as today
+    assert P(256, 50257, 768) == off(256, 50257, 768)      # several row tiles: as without the switch
     # A unaligned too: A alone packed, B in place
     p = P(16, 50257, 777)
     assert p["PACK"].keys() == {"a"} and p["GEMM"]["hints"] == {"occupancy": 4}
@@ -288,20 +298,20 @@ def test_small_plans_of_the_small_and_odd_gemms():
     # packed): A loads element by element (its stride is no 16-byte multiple), where the 64-column
     # tile spills: the default's tile
     one = P(1, 1024, 33, a_rows16=True)
-    assert one == D.plan_gemm(1, 1024, 33, 2, 132, a_rows16=True) and one["TN"] == 128
+    assert one == off(1, 1024, 33, a_rows16=True) and one["TN"] == 128
     assert P(1, 17, 33)["GEMM"]["TN"] == 128     # one column tile either way: not narrowed
     # 16 x 4096 x 14336: 64 tiles of 64 columns, still under half the SMs: split in 2 (not 4)
     p = P(16, 4096, 14336)
     assert (p["variant"], p["TN"], p["SPLIT"], p["grid"]) == ("splitk", 64, 2, 128)
-    # a wave of tiles or more: the default's plan
+    # a wave of tiles or more: the plan without the switch
     for M, N, K in ((4096, 28672, 4096), (256, 6144, 4096), (3000, 3000, 3000), (16, 28672, 4096),
                     (64, 18432, 5120), (4096, 50257, 768), (2048, 2047, 2048)):
-        assert P(M, N, K) == D.plan_gemm(M, N, K, 2, 132), (M, N, K)
+        assert P(M, N, K) == off(M, N, K), (M, N, K)
 
 
 @needs_cutile
 def test_small_plan_invariants():
-    """Over a grid of shapes with the small switch on: one pack launch at most (PACK {"a"}, {"b"}
+    """Over a grid of shapes, the default's plans (small on): one pack launch at most (PACK {"a"}, {"b"}
     or {"ab"}, "ab" exactly where both operands need it and B is not read in place); split-K only
     where its C tiles fill under half the SMs, slices non-empty; never more programs than tiles
     (or co-resident programs for the hinted in-place tile); every tile at least 64 columns wide."""
@@ -309,7 +319,7 @@ def test_small_plan_invariants():
     for M in (1, 7, 16, 33, 64, 97, 127, 256, 411, 1025, 4096):
         for N in (17, 211, 520, 733, 1001, 4096, 6144, 50257):
             for K in (33, 389, 768, 957, 4096, 14336):
-                p = D.plan_gemm(M, N, K, 2, 132, switches=D.NEXT)
+                p = D.plan_gemm(M, N, K, 2, 132)
                 a16, b16 = K % 8 == 0, N % 8 == 0
                 g = p.get("GEMM", p)
                 if p["variant"] == "pack":
@@ -443,10 +453,9 @@ _COMPILE_CASES = [
     ("cutile:softmax_next", problems.get("softmax").case(M=4096, N=151_936, dtype="float32")),
     ("cutile:softmax_next", problems.get("softmax").case(M=1, N=786_433, dtype="float32")),
     ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")),
-    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=97, N=211, K=389, act="relu", dtype="bfloat16")),
-    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=16, N=50257, K=768, act="none", dtype="bfloat16")),
-    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=16, N=6144, K=4096, act="none", dtype="bfloat16")),
-    ("cutile:gemm_epilogue_next", problems.get("gemm_epilogue").case(M=1, N=1024, K=33, act="gelu")),
+    ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=97, N=211, K=389, act="relu", dtype="bfloat16")),
+    ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=16, N=50257, K=768, act="none", dtype="bfloat16")),
+    ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=1, N=1024, K=33, act="gelu")),
 ]
 
 
@@ -458,18 +467,17 @@ def test_compile_only_sm90(key, case):
     assert f["arch"] == "sm_90" and f["cubin_bytes"] > 1000
     assert 0 < f["registers"] <= 255 and f["threads"] >= 32 and f["compile_s"] > 0
     assert f["kernels"] and "config" in f
-    if key == "cutile:gemm_epilogue" and case.N % 8 == 0:   # aligned, few rows: split-K's two kernels
-        assert f["config"]["variant"] == "splitk" and len(f["kernels"]) == 2
-    if key == "cutile:gemm_epilogue" and case.N % 8:        # B's rows off 16 bytes: packed first
-        assert f["config"]["variant"] == "pack" and set(f["config"]["PACK"]) == {"b"}
+    if key == "cutile:gemm_epilogue":   # the default's plans (small on) compile without spills
+        assert f["spills"] == 0
+        if case.M == 97:        # A and B packed in one launch, then the GEMM
+            assert list(f["kernels"]) == ["pack_pair_kernel", "gemm_epilogue_tiled_kernel"]
+        elif case.M == 2048:    # B's rows off 16 bytes: B packed first
+            assert f["config"]["variant"] == "pack" and set(f["config"]["PACK"]) == {"b"}
+            assert list(f["kernels"]) == ["pack_rows_kernel", "gemm_epilogue_tiled_kernel"]
+        else:   # few rows: narrower tiles (16 x 6144) or B read in place (16 x 50257): one launch, no split-K
+            assert list(f["kernels"]) == ["gemm_epilogue_tiled_kernel"]
     if key == "cutile:gemm_epilogue_pack":  # A and B packed (one pack kernel), then split-K's two
         assert set(f["config"]["PACK"]) == {"a", "b"} and len(f["kernels"]) == 3
-    if key == "cutile:gemm_epilogue_next":    # the small switch's plans compile without spills
-        assert f["spills"] == 0
-        if case.M == 97:    # A and B packed in one launch, then the GEMM
-            assert list(f["kernels"]) == ["pack_pair_kernel", "gemm_epilogue_tiled_kernel"]
-        else:               # B read in place / no split-K: one launch
-            assert list(f["kernels"]) == ["gemm_epilogue_tiled_kernel"]
     if key == "cutile:softmax_online_flat":
         assert f["config"]["variant"] == "online_flat" and f["spills"] == 0
     if key in ("cutile:softmax_split", "cutile:softmax_next"):
@@ -538,7 +546,7 @@ def test_small_plans_compile_without_spills():
     from backends import cutile_layer as L
     from cutile_src import dispatch as D, gemm_epilogue_tiled as T
     for M in (16, 33, 64):
-        p = D.plan_gemm(M, 50257, 768, 2, 132, switches=D.NEXT)
+        p = D.plan_gemm(M, 50257, 768, 2, 132)
         assert p["variant"] == "tiled" and "occupancy" in p["hints"]
         m = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
         a, b, c = m(M, 768), m(768, 50257), m(M, 50257)
