@@ -571,8 +571,8 @@ def _gemm_next_launch(entries, plan, a, b, bias, out, code):
 
 def _gemm_pack_pair_compile(dtype: str, plan: dict) -> list:
     """``_gemm_next_compile`` for a plan whose A and B are packed by one kernel
-    (``pack_one_launch``: SWITCHES["gemm_small"], the candidate ``gemm_epilogue_next``; not yet run
-    on a GPU): the main kernel(s), then ``pack_pair_kernel``."""
+    (``pack_one_launch``, ``dispatch.plan_gemm_small``): the main kernel(s), then
+    ``pack_pair_kernel``."""
     from tilelang_src import gemm_epilogue_tma
 
     main = _gemm_splitk_next_compile if plan["kernel"] == "splitk" else _gemm_staged_compile
@@ -580,10 +580,10 @@ def _gemm_pack_pair_compile(dtype: str, plan: dict) -> list:
 
 
 def _gemm_pack_pair_launch(entries, plan, a, b, bias, out, code):
-    """``_gemm_next_launch`` for a plan whose A and B are packed by one kernel (``pack_one_launch``:
-    SWITCHES["gemm_small"], the candidate ``gemm_epilogue_next``; not yet run on a GPU): both
-    copies allocated here and filled by one launch of the pair kernel (the last entry), then
-    ``_gemm_next_launch``'s GEMM on the copies (the plan without packs of its own)."""
+    """``_gemm_next_launch`` for a plan whose A and B are packed by one kernel (``pack_one_launch``,
+    ``dispatch.plan_gemm_small``): both copies allocated here and filled by one launch of the pair
+    kernel (the last entry), then ``_gemm_next_launch``'s GEMM on the copies (the plan without
+    packs of its own)."""
     import torch
 
     (m, k), n = a.shape, b.shape[1]
@@ -636,10 +636,9 @@ def _gemm_facts(a, b, out) -> dict:
             "misaligned": tuple(p for p, ok in zip("ab", bases) if not ok)}
 
 
-def _gemm_impl(kernel, nxt, small: bool = False):
+def _gemm_impl(kernel, nxt):
     """``kernel`` forces a plan's kernel (None: the planner's); ``nxt``: the pending plans (None:
-    as the switch says); ``small``: the default's planner with SWITCHES["gemm_small"] on (the
-    candidate ``gemm_epilogue_next``)."""
+    as the switch says)."""
     def use_next():
         from tilelang_src import dispatch
 
@@ -652,8 +651,8 @@ def _gemm_impl(kernel, nxt, small: bool = False):
             return {"kernel": "simple"}
         _gemm_arch_check()
         if use_next() and kernel is None:   # the default: staged or today's plan, by class
-            mixed = dispatch.plan_gemm_small if small or dispatch.SWITCHES["gemm_small"] else dispatch.plan_gemm_mixed
-            return mixed(m, n, k, es, facts["tma_ok"], facts["aligned_n"], misaligned=facts["misaligned"])
+            return dispatch.plan_gemm_small(m, n, k, es, facts["tma_ok"], facts["aligned_n"],
+                                            misaligned=facts["misaligned"])
         if use_next():
             return dispatch.plan_gemm_next(m, n, k, es, facts["aligned_n"], kernel=kernel,
                                            misaligned=facts["misaligned"])
@@ -667,7 +666,7 @@ def _gemm_impl(kernel, nxt, small: bool = False):
             return _gemm_simple_compile(dt, has_bias)
         if "pack" not in plan:   # today's plans (a staged plan carries its packs)
             return _gemm_compile(dt, has_bias, plan)
-        if plan.get("pack_one_launch"):   # A and B packed by one kernel (SWITCHES["gemm_small"])
+        if plan.get("pack_one_launch"):   # A and B packed by one kernel (plan_gemm_small)
             return _gemm_pack_pair_compile(dt, plan)
         if kernel == "tma":
             return _gemm_staged_compile(dt, plan) + _gemm_pack_compile(dt, plan)
@@ -744,10 +743,9 @@ _GE_NEXT = {"tma": [Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_st
                               host=("_gemm_splitk_next_compile", "_gemm_pack_compile"))]}
 _GE_NEXT_COMMON = [_GE_ACT, Source("backends/tilelang_layer.py", kernels=(),
                                    host=("_gemm_next_launch", "_gemm_arch_check", "_gemm_facts")),
-                   Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm_next", "_tile_by_waves"))]
-#: the binding of a plan whose A and B are packed by one kernel (``pack_one_launch``): host code of
-#: the candidate gemm_epilogue_next, and of the default only while SWITCHES["gemm_small"] is on (its
-#: kernels come with the plans' Sources, dispatch.SMALL_VARIANTS)
+                   Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm_next", "_tile_by_waves", "_tile_cost"))]
+#: the binding of a plan whose A and B are packed by one kernel (``pack_one_launch``: the default's
+#: plan_gemm_small; its kernels come with the plans' Sources, dispatch.SMALL_VARIANTS)
 _GE_PAIR = [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_pack_pair_compile", "_gemm_pack_pair_launch"))]
 
 
@@ -768,14 +766,14 @@ _GE_DEFAULT = {
            "the SMs idle; guarded element loads where N or K is not a multiple of 8",
     True: "T.Pipelined TMA + wgmma, bias staged in shared memory, the tile stored through shared memory (TMA "
           "store where C's rows are 16-byte multiples); operands whose rows are not 16-byte multiples copied "
-          "to padded ones (TMA for every load) unless B would be read once (one row tile: guarded element "
-          "loads); 256- or 128-column tiles by waves; split-K (fp32 partials, a second kernel sums them in "
-          "order) when the tiles leave half the SMs idle"}
+          "to padded ones (TMA for every load; A and B in one launch) unless B would be read once (one row "
+          "tile: guarded element loads); 64- or 128-row by 256- or 128-column tiles by waves; split-K (fp32 "
+          "partials, a second kernel sums them in order) when the tiles leave half the SMs idle and the split "
+          "models faster; no more pipeline stages than K tiles"}
 for _name, _kernel, _nxt, _desc, _srcs, _cand in (
         ("gemm_epilogue", None, None, _GE_DEFAULT[_plans.SWITCHES["gemm_next"]],
          _planned("gemm_epilogue", _GE_NEXT_COMMON + _GE_TODAY_COMMON
-                  + [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))]
-                  + (_GE_PAIR if _plans.SWITCHES["gemm_small"] else [])
+                  + [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))] + _GE_PAIR
                   if _plans.SWITCHES["gemm_next"] else _GE_TODAY_COMMON),
          False),
         ("gemm_epilogue_simple", "simple", None, "teaching twin: 128x128x32 tiles, T.copy to shared, T.gemm, bias "
@@ -794,18 +792,6 @@ for _name, _kernel, _nxt, _desc, _srcs, _cand in (
     _s, _c, _p = _gemm_impl(_kernel, _nxt)
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_srcs,
              devices=("cuda",), available=_available, supports=_s, compile_only=_c, candidate=_cand)(_p)
-
-
-# a candidate (not yet run on a GPU): the default's planner with SWITCHES["gemm_small"] on
-_s, _c, _p = _gemm_impl(None, None, small=True)
-register(problem="gemm_epilogue", layer=LAYER, name="gemm_epilogue_next", candidate=True,
-         description="candidate, not yet run on a GPU: the default with its pending switch gemm_small on (A and B "
-                     "packed in one launch; the tile by waves over 64 / 128 rows; no split where its launch and "
-                     "planes cost more than it saves; no more stages than K tiles)",
-         sources=planned(_plans.plan_next, "gemm_epilogue",
-                         [s for s in _GE_NEXT_COMMON + _GE_TODAY_COMMON if s.path != src(C, "dispatch.py")]
-                         + [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_next_compile",))] + _GE_PAIR),
-         devices=("cuda",), available=_available, supports=_s, compile_only=_c)(_p)
 
 
 # -- inspect ------------------------------------------------------------------------------------

@@ -30,9 +30,6 @@ IDS = {
 }
 
 
-NEXT: dict = {"gemm_epilogue": ["gemm_epilogue_next"]}   # candidates: SWITCHES["gemm_small"] on
-
-
 def _impls():
     registry.load_backends()
     return {i.id: i for i in registry.select(layer="tilelang")}
@@ -381,8 +378,8 @@ def _extra_cases(problem):
                 prob.case(M=2048, N=2047, K=2048, act="gelu", dtype="bfloat16"),
                 prob.case(M=555, N=1234, K=777, act="gelu", dtype="bfloat16"),
                 prob.case(M=3000, N=3000, K=3000, act="gelu", dtype="float16"),
-                # small and odd (SWITCHES["gemm_small"]): A and B packed in one launch, 64-row
-                # tiles; a single-stage pipeline at K = 64
+                # small and odd (the default's plan_gemm_small): A and B packed in one launch,
+                # 64-row tiles; a single-stage pipeline at K = 64
                 prob.case(M=97, N=211, K=389, act="relu", dtype="bfloat16"),
                 prob.case(M=411, N=733, K=957, act="gelu", dtype="float16"),
                 prob.case(M=8192, N=2048, K=64, act="none", bias=0, dtype="bfloat16")]
@@ -390,12 +387,13 @@ def _extra_cases(problem):
 
 
 def _gpu_jobs(problem):
-    """(implementation, case) of the GPU tests: the default and the twin on the verify suite, every
-    other variant and every candidate on the verify suite and the extra cases it takes."""
+    """(implementation, case) of the GPU tests: the default and the twin on the verify suite, the
+    default on the extra cases too, every other variant on the verify suite and the extra cases it
+    takes."""
     impls, prob = _impls(), problems.get(problem)
     jobs = [(impls[f"tilelang:{n}"], c) for n in IDS[problem][:2] for c in prob.cases("verify")]
+    jobs += [(impls[f"tilelang:{problem}"], c) for c in _extra_cases(problem)]
     others = [impls[f"tilelang:{n}"] for n in IDS[problem][2:]]
-    others += [registry.get(problem, f"tilelang:{n}", candidates=True) for n in NEXT.get(problem, [])]
     jobs += [(i, c) for i in others for c in prob.cases("verify") + _extra_cases(problem) if not i.supports(c)]
     return jobs
 
@@ -412,7 +410,8 @@ def compiled_ahead():
 @needs_tl
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_verify_suite_gpu(problem, compiled_ahead):
-    """The default and the twin on every verify case (neither declines one)."""
+    """The default and the twin on every verify case (neither declines one), the default on the
+    extra cases too."""
     from harness.verify import verify_case
 
     prob = problems.get(problem)
@@ -427,9 +426,9 @@ def test_verify_suite_gpu(problem, compiled_ahead):
 @needs_tl
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_variants_gpu(problem, compiled_ahead):
-    """Every variant and candidate (the pending plans, ``<problem>_next``) on the verify cases it
-    takes, plus cases that reach the long-row kernels with many rows (the verify suite's long
-    rows are few), a cluster of slices, odd rows and packed GEMM operands."""
+    """Every variant on the verify cases it takes, plus cases that reach the long-row kernels with
+    many rows (the verify suite's long rows are few), a cluster of slices, odd rows and packed
+    GEMM operands."""
     from harness.verify import verify_case
 
     prob = problems.get(problem)
@@ -440,9 +439,10 @@ def test_variants_gpu(problem, compiled_ahead):
 
 
 def test_default_gemm_mixes_the_staged_and_todays_plans():
-    """The default (SWITCHES['gemm_next'] on) takes the staged plans where they won and today's
-    where those did: today's split-K where the operands load by TMA, today's element loads where
-    packing B for one row tile would copy more than L2 holds (docs/performance.md)."""
+    """plan_gemm_mixed (SWITCHES['gemm_next'] on: the default's first answer, which plan_gemm_small
+    re-plans) takes the staged plans where they won and today's where those did: today's split-K
+    where the operands load by TMA, today's element loads where packing B for one row tile would
+    copy more than L2 holds (docs/performance.md)."""
     from tilelang_src import dispatch as D
     assert D.SWITCHES["gemm_next"]
     mixed = lambda m, n, k: D.plan_gemm_mixed(m, n, k, 2, n % 8 == 0 and k % 8 == 0, n % 8 == 0)  # noqa: E731
@@ -464,40 +464,40 @@ def _small(m, n, k, **kw):
     return D.plan_gemm_small(m, n, k, 2, n % 8 == 0 and k % 8 == 0, n % 8 == 0, **kw)
 
 
-def test_gemm_small_is_off_and_the_default_unchanged():
-    """SWITCHES["gemm_small"] is a pending switch (off): the default's plan is plan_gemm_mixed's,
-    with no one-launch pack; the candidate's planner (plan_next) turns it on."""
+def _default_plan(**case):
     from harness.meta_inputs import case_facts
     from tilelang_src import dispatch as D
-    assert D.SWITCHES["gemm_small"] is False and "gemm_small" in D.PENDING
-    case = problems.get("gemm_epilogue").case(M=97, N=211, K=389, act="relu", dtype="bfloat16")
-    today = D.plan("gemm_epilogue", case_facts(case)).config
-    assert today == D.plan_gemm_mixed(97, 211, 389, 2, False, False)
-    assert "pack_one_launch" not in today and today["bm"] == 128
-    nxt = D.plan_next("gemm_epilogue", case_facts(case)).config
-    assert nxt == _small(97, 211, 389) and nxt["pack_one_launch"]
+    return D.plan("gemm_epilogue", case_facts(problems.get("gemm_epilogue").case(**case)))
 
 
-def test_gemm_small_plans_on_known_cases():
-    """The issue's cases: both operands packed in one launch and 64 x 128 tiles (4 and 42 CTAs
-    instead of 2 and 24 x 3 splits); 411 x 733 x 957 unsplit (15 K tiles: the split's extra
-    launch and planes cost more than the 10 K steps it takes off each CTA); one K tile: one stage
-    (the same 128 x 256 tile); 16 x 6144 x 4096 keeps today's split (64 K tiles: it pays)."""
-    from tilelang_src import dispatch as D
-    p = _small(97, 211, 389)
-    assert (p["kernel"], p["bm"], p["bn"], p["threads"]) == ("tma", 64, 128, 128)
-    assert p["pack"] == ("a", "b") and p["pack_one_launch"] and "splits" not in p
-    p = _small(411, 733, 957)
-    assert (p["kernel"], p["bm"], p["bn"]) == ("tma", 64, 128) and p["pack_one_launch"]
-    assert D.plan_gemm_mixed(411, 733, 957, 2, False, False)["kernel"] == "splitk"
-    p = _small(8192, 2048, 64)
-    assert (p["kernel"], p["bm"], p["bn"], p["stages"], p["pack"]) == ("tma", 128, 256, 1, ())
-    assert "pack_one_launch" not in p
-    assert _small(16, 6144, 4096) == D.plan_gemm_mixed(16, 6144, 4096, 2, True, True)
-    # many waves: the same tile as the default's staged plan
-    assert _small(4096, 28672, 4096) == D.plan_gemm_mixed(4096, 28672, 4096, 2, True, True)
-    # today's element loads where B past L2 would be packed for one row tile: kept
-    assert _small(16, 50257, 768) == D.plan_gemm_mixed(16, 50257, 768, 2, False, False)
+def test_default_gemm_plans_small_and_odd_cases():
+    """The default's plans (plan_gemm_small over plan_gemm_mixed) on the issue's cases and the
+    verify suite's: both operands packed in one launch (pack_pair_kernel) and 64 x 128 tiles where
+    the grid is under a wave (97 x 211 x 389: 4 CTAs, not 2 of 128 x 128); 411 x 733 x 957 and
+    1025 x 769 x 513 unsplit (the split's extra launch and planes cost more than the K steps it
+    takes off each CTA); one K tile: one stage (the same 128 x 256 tile); 1 x 1024 x 512 unsplit
+    on the staged kernel (8 K tiles); many waves, or B's rows off 16 bytes over two row tiles: the
+    staged plan's 128 x 256 tile; 16 x 6144 x 4096 keeps today's split (64 K tiles: it pays); a B
+    past L2 that one row tile reads once: today's element loads."""
+    cases = [  # case, then (kernel, bm, bn, stages, threads, pack) and the one-launch pack
+        (dict(M=97, N=211, K=389, act="relu", dtype="bfloat16"), ("tma", 64, 128, 4, 128, ("a", "b")), True),
+        (dict(M=411, N=733, K=957, act="gelu", dtype="float16"), ("tma", 64, 128, 4, 128, ("a", "b")), True),
+        (dict(M=1025, N=769, K=513), ("tma", 64, 128, 4, 128, ("a", "b")), True),
+        (dict(M=8192, N=2048, K=64, act="none", bias=0, dtype="bfloat16"), ("tma", 128, 256, 1, 256, ()), False),
+        (dict(M=1, N=1024, K=512, act="gelu", dtype="bfloat16"), ("tma", 64, 128, 4, 128, ()), False),
+        (dict(M=4096, N=28672, K=4096), ("tma", 128, 256, 3, 256, ()), False),
+        (dict(M=256, N=50257, K=768, dtype="bfloat16"), ("tma", 128, 256, 3, 256, ("b",)), False)]
+    for case, want, one_launch in cases:
+        p = _default_plan(**case)
+        c = p.config
+        assert (c["kernel"], c["bm"], c["bn"], c["stages"], c["threads"], tuple(c["pack"])) == want, (case, c)
+        assert bool(c.get("pack_one_launch")) == one_launch and "splits" not in c, (case, c)
+        kernels = {k for s in p.sources for k in s.kernels}
+        assert ("pack_pair_kernel" in kernels) == one_launch, (case, kernels)
+    p = _default_plan(M=16, N=6144, K=4096, dtype="bfloat16").config
+    assert (p["kernel"], p["bm"], p["bn"], p["splits"]) == ("splitk", 64, 128, 2) and "pack" not in p
+    p = _default_plan(M=16, N=50257, K=768, dtype="bfloat16").config
+    assert p["kernel"] == "tiled" and "pack" not in p
 
 
 @pytest.mark.parametrize("m", [1, 16, 64, 65, 97, 411, 2048, 8192])
@@ -525,10 +525,10 @@ def test_gemm_small_invariants(m, n, k):
 
 @needs_tl
 @pytest.mark.timeout(900)
-def test_gemm_small_candidate_compiles_sm90a():
-    """The candidate's kernels compile for sm_90a without spills: the one-launch pack of A and B
-    with the 64 x 128 staged tile, and the single-stage 128 x 256 tile at K = 64."""
-    impl = registry.get("gemm_epilogue", "tilelang:gemm_epilogue_next", candidates=True)
+def test_default_gemm_small_plans_compile_sm90a():
+    """The default's small-GEMM kernels compile for sm_90a without spills: the one-launch pack of
+    A and B with the 64 x 128 staged tile, and the single-stage 128 x 256 tile at K = 64."""
+    impl = _impls()["tilelang:gemm_epilogue"]
     backend = importlib.import_module("backends.tilelang_layer")
     prob = problems.get("gemm_epilogue")
     backend._SEEN.clear()

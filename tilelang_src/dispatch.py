@@ -19,17 +19,12 @@ SWITCHES = {
     # GEMM: bias and C staged in shared memory (TMA store), operands packed to 16-byte rows where
     # they are not (TMA instead of element loads), tiles chosen by waves. On as plan_gemm_mixed:
     # the staged plans where they won, today's split-K and single-row-tile plans where those did
-    # (the same section)
+    # (the same section); re-planned for small and odd shapes by plan_gemm_small (A and B packed
+    # in one launch, the tile by waves over 64 / 128 rows, a split only where it models faster,
+    # no more stages than K tiles): run on a GPU, faster on the small and odd cases, the others
+    # unchanged, the verify suite PASS (docs/performance.md, "TileLang / GEMM + epilogue")
     "gemm_next": True,
-    # GEMM, small and odd shapes (issue 42; candidate ``tilelang:gemm_epilogue_next``, not yet run
-    # on a GPU): every operand packed in one launch, the tile by waves over 64 / 128 rows, no
-    # split where its extra launch and planes cost more than the K steps it saves, and no more
-    # pipeline stages than K tiles (``plan_gemm_small``; docs/performance.md,
-    # "TileLang / GEMM + epilogue")
-    "gemm_small": False,
 }
-#: the switches still off that the candidates ``tilelang:<problem>_next`` turn on
-PENDING = tuple(k for k, on in SWITCHES.items() if not on)
 
 TABLE = {
     "vector_add": {"threads": 256, "bytes_per_access": 16, "unroll": 4},
@@ -66,7 +61,7 @@ TABLE = {
     "gemm_next": {"tiles": {(128, 256): (128, 256, 64, 3, 256), (128, 128): (128, 128, 64, 4, 256),
                             (64, 256): (64, 256, 64, 4, 128), (64, 128): (64, 128, 64, 4, 128)},
                   "wide_cost": 0.9, "splitk_tile": (128, 128, 64, 4, 256)},
-    # the gemm_small rules (a model, not a measurement): a 64-row tile (one consumer warpgroup
+    # plan_gemm_small's rules (a model, not a measurement): a 64-row tile (one consumer warpgroup
     # issues its MMAs, no second chain to hide one's waits) does its half of a 128-row tile's
     # work a K step at 1 / narrow_cost of the rate; a split pays when the K steps it takes off
     # each CTA (k_step_us each) outweigh one more launch (launch_us) and the fp32 planes written
@@ -115,7 +110,7 @@ NEXT_VARIANTS = {
                       + _src("gemm_epilogue_tma.py", "pack_kernel")},
     "attention": TODAY_VARIANTS["attention"],
 }
-#: ... and gemm_small's where A and B are packed in one launch
+#: ... and plan_gemm_small's where A and B are packed in one launch (``pack_one_launch``)
 SMALL_VARIANTS = {**NEXT_VARIANTS, "gemm_epilogue": {
     "tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel", "pack_pair_kernel", "pack_tile"),
     "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")
@@ -125,17 +120,16 @@ SMALL_VARIANTS = {**NEXT_VARIANTS, "gemm_epilogue": {
 def _default_variants() -> dict:
     """What the default plans among under SWITCHES, by word (the layer contract's VARIANTS): the
     pending plans' softmax where its switch is on; GEMM mixes today's and the staged kernels
-    (``plan_gemm_mixed``), so each word holds both."""
+    (``plan_gemm_mixed``, re-planned by ``plan_gemm_small``), so each word holds both, and the
+    one-launch pack of A and B."""
     out = dict(TODAY_VARIANTS)
     if SWITCHES["softmax_next"]:
         out["softmax"] = NEXT_VARIANTS["softmax"]
     if SWITCHES["gemm_next"]:
         words = dict(TODAY_VARIANTS["gemm_epilogue"])
-        for w, srcs in NEXT_VARIANTS["gemm_epilogue"].items():
-            words[w] = words.get(w, ()) + srcs
-        if SWITCHES["gemm_small"]:
-            for w, srcs in SMALL_VARIANTS["gemm_epilogue"].items():
-                words[w] = words[w] + srcs
+        for table in (NEXT_VARIANTS, SMALL_VARIANTS):
+            for w, srcs in table["gemm_epilogue"].items():
+                words[w] = words.get(w, ()) + srcs
         out["gemm_epilogue"] = words
     return out
 
@@ -155,41 +149,33 @@ def softmax_next_facts(facts) -> dict:
     return {"aligned": aligned, "flat": flat, "edges": not (flat_aligned and n % vec == 0)}
 
 
-def plan(problem: str, facts, switches: dict | None = None):
+def plan(problem: str, facts):
     """The default's plan (``tilelang:<problem>``) for one case given as ``kltools.plan.Facts``:
     ``plan_*``'s kernel and configuration on the case's sizes and its operands' alignment (the
-    pending plans where ``switches``, default SWITCHES, turns them on)."""
+    pending plans where SWITCHES turns them on)."""
     from kltools.plan import check_problem, make_plan
     check_problem(problem, VARIANTS)
-    sw = SWITCHES if switches is None else switches
     ops, es, table = facts.operands, facts.esize, TODAY_VARIANTS
     if problem == "vector_add":
         cfg = plan_vector_add(facts.N, es, all(ops[n].addr16 == 0 for n in ("x", "y", "out")))
     elif problem == "attention":
         from .dispatch_attention import plan_attention
         cfg = plan_attention(facts.B, facts.Hq, facts.Sq, facts.D, es, sms=facts.device.sms)
-    elif problem == "softmax" and sw["softmax_next"]:
+    elif problem == "softmax" and SWITCHES["softmax_next"]:
         cfg, table = plan_softmax_next(facts.M, facts.N, es, **softmax_next_facts(facts)), NEXT_VARIANTS
     elif problem == "softmax":
         cfg = plan_softmax(facts.M, facts.N, es)
     else:
         vec, bases = 16 // es, [ops[n].addr16 == 0 for n in ("a", "b", "out")]
         tma_ok = facts.N % vec == 0 and facts.K % vec == 0 and all(bases)
-        if sw["gemm_next"]:
-            mixed = plan_gemm_small if sw["gemm_small"] else plan_gemm_mixed
-            cfg = mixed(facts.M, facts.N, facts.K, es, tma_ok, facts.N % vec == 0 and bases[2],
-                        misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
+        if SWITCHES["gemm_next"]:
+            cfg = plan_gemm_small(facts.M, facts.N, facts.K, es, tma_ok, facts.N % vec == 0 and bases[2],
+                                  misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
             table = (SMALL_VARIANTS if cfg.get("pack_one_launch") else NEXT_VARIANTS) if "pack" in cfg \
                 else TODAY_VARIANTS
         else:
             cfg = plan_gemm(facts.M, facts.N, facts.K, es, tma_ok)
     return make_plan(problem, cfg["kernel"], table, cfg)
-
-
-def plan_next(problem: str, facts):
-    """``plan`` with every pending switch on: what the candidates ``tilelang:<problem>_next``
-    launch (``python -m harness plan`` shows it)."""
-    return plan(problem, facts, {**SWITCHES, **{k: True for k in PENDING}})
 
 
 def plan_vector_add(n: int, esize: int, aligned: bool) -> dict:
@@ -393,9 +379,7 @@ def plan_gemm_next(m: int, n: int, k: int, esize: int, aligned_n: bool, kernel: 
     vec = 16 // esize
     pack = tuple(p for p, bad in (("a", k % vec != 0 or "a" in misaligned),
                                   ("b", k % vec != 0 or n % vec != 0 or "b" in misaligned)) if bad)
-    bm = 64 if m <= 64 else 128
-    bn = _tile_by_waves(m, n, bm)
-    bm, bn, bk, stages, threads = x["tiles"][(bm, bn)]
+    bm, bn, bk, stages, threads = x["tiles"][_tile_by_waves(m, n, (64,) if m <= 64 else (128,))]
     plan = {"kernel": "tma", "bm": bm, "bn": bn, "bk": bk, "stages": stages, "threads": threads,
             "aligned_n": aligned_n, "pack": pack}
     if kernel == "tma":
@@ -420,13 +404,14 @@ def plan_gemm_next(m: int, n: int, k: int, esize: int, aligned_n: bool, kernel: 
 
 def plan_gemm_mixed(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n: bool,
                     misaligned: tuple = ()) -> dict:
-    """The default under ``SWITCHES["gemm_next"]``: the staged plans (``plan_gemm_next``) except
-    where they lost on the H100 (docs/performance.md, "TileLang / GEMM + epilogue"): where either
-    plan splits K and today's loads by TMA, today's plan (its split-K kernel beat the staged one at
-    the same tile and split, its tile rule the larger grid of 256-column tiles; element loads lose
-    to a packed split-K); and where B would be packed for a single row tile while B is larger than
-    L2 (one row tile reads B once: writing and re-reading a copy from HBM costs more than element
-    loads save; a copy that stays in L2 is re-read from there). A staged plan carries ``pack``; today's does not."""
+    """The default's first answer (``plan_gemm_small`` re-plans it): the staged plans
+    (``plan_gemm_next``) except where they lost on the H100 (docs/performance.md,
+    "TileLang / GEMM + epilogue"): where either plan splits K and today's loads by TMA, today's
+    plan (its split-K kernel beat the staged one at the same tile and split, its tile rule the
+    larger grid of 256-column tiles; element loads lose to a packed split-K); and where B would be
+    packed for a single row tile while B is larger than L2 (one row tile reads B once: writing and
+    re-reading a copy from HBM costs more than element loads save; a copy that stays in L2 is
+    re-read from there). A staged plan carries ``pack``; today's does not."""
     today = plan_gemm(m, n, k, esize, tma_ok)
     nxt = plan_gemm_next(m, n, k, esize, aligned_n, misaligned=misaligned)
     if today["kernel"] == "splitk" or (nxt["kernel"] == "splitk" and today["kernel"] == "tma"):
@@ -438,12 +423,13 @@ def plan_gemm_mixed(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
 
 def plan_gemm_small(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n: bool,
                     misaligned: tuple = ()) -> dict:
-    """The default under ``SWITCHES["gemm_small"]`` (candidate ``tilelang:gemm_epilogue_next``, not
-    yet run on a GPU): ``plan_gemm_mixed``'s plan, re-planned for small and odd GEMMs by four rules.
+    """The default under ``SWITCHES["gemm_next"]`` (run on a GPU: docs/performance.md,
+    "TileLang / GEMM + epilogue"): ``plan_gemm_mixed``'s plan, re-planned for small and odd
+    GEMMs by four rules.
 
     1. Packs in one launch: where A and B both need a 16-byte-row copy, one kernel copies both
        (``pack_pair_kernel``; the plan carries ``pack_one_launch``).
-    2. The tile by waves over 64- and 128-row tiles (``_tile_small``): below a wave a smaller
+    2. The tile by waves over 64- and 128-row tiles (``_tile_by_waves``): below a wave a smaller
        tile gives more CTAs, each with less work a K step.
     3. A split (the mixed plan's, today's or the staged one) only where it models faster than the
        unsplit staged plan on rule 2's tile (``_small_us``): the split takes K steps off each
@@ -461,7 +447,7 @@ def plan_gemm_small(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
         return base
     x = TABLE["gemm_next"]
     unsplit = plan_gemm_next(m, n, k, esize, aligned_n, kernel="tma", misaligned=misaligned)
-    bm, bn = _tile_small(m, n)
+    bm, bn = _tile_by_waves(m, n, (128, 64) if m > 64 else (64,))
     cfg = x["tiles"][(bm, bn)]
     stages = max(1, min(cfg[3], -(-k // cfg[2])))
     unsplit.update(bm=bm, bn=bn, bk=cfg[2], stages=stages, threads=cfg[4])
@@ -476,7 +462,7 @@ def plan_gemm_small(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
 
 
 def _small_us(plan: dict, m: int, n: int, k: int, packs: int) -> float:
-    """gemm_small's model of a plan's time (µs): the CTAs' waves times the K steps each CTA runs
+    """plan_gemm_small's model of a plan's time (µs): the CTAs' waves times the K steps each CTA runs
     (``k_step_us`` a step of a 128 x 128 tile, scaled by the tile's relative cost ``_tile_cost``),
     plus ``launch_us`` a launch (the packs, the GEMM, a split's sum) and a split's fp32 planes
     written and read once (``hbm_bytes_per_us``)."""
@@ -503,24 +489,17 @@ def _tile_cost(bm: int, bn: int, m: int) -> float:
     return cost
 
 
-def _tile_small(m: int, n: int) -> tuple[int, int]:
-    """gemm_small's tile: of the 128- (M > 64) and 64-row tiles by 256 and 128 columns, the one
-    whose waves times ``_tile_cost`` is least (ties: the larger tile, fewer CTAs)."""
+def _tile_by_waves(m: int, n: int, rows: tuple) -> tuple[int, int]:
+    """(bm, bn): of the tiles of ``rows`` rows (in order of preference) by 256 and 128 columns, the
+    one whose grid costs least: its waves (tiles / SMs, rounded up) times a tile's time a K step
+    (``_tile_cost``); ties: the earlier, larger tile (fewer CTAs)."""
     best = None
-    for bm in ((128, 64) if m > 64 else (64,)):
+    for bm in rows:
         for bn in (256, 128):
             cost = -(-(-(-m // bm) * -(-n // bn)) // SMS) * _tile_cost(bm, bn, m)
             if best is None or cost < best[0]:
                 best = (cost, bm, bn)
     return best[1], best[2]
-
-
-def _tile_by_waves(m: int, n: int, bm: int) -> int:
-    """256 or 128 columns: the time of a grid is about its waves (tiles / SMs, rounded up) times
-    a tile's time; a 256-column tile takes ``wide_cost`` x 2 of a 128-column one."""
-    def cost(bn):
-        return -(-(-(-m // bm) * -(-n // bn)) // SMS) * (bn / 128) * (TABLE["gemm_next"]["wide_cost"] if bn == 256 else 1)
-    return 256 if cost(256) <= cost(128) else 128
 
 
 #: the layer contract's table (kltools.plan): the words the default plans among under SWITCHES

@@ -10,11 +10,12 @@ annotated here.
 registers, then one guarded store from the fragment. ``tma=False`` builds the same pipeline with
 the ``tiled`` variant's guarded element loads (``gemm_epilogue_tiled.py``).
 
-``gemm_tma_staged_kernel`` (the pending plans, ``dispatch.SWITCHES["gemm_next"]``; not yet run
+``gemm_tma_staged_kernel`` (the default's staged plans, ``dispatch.SWITCHES["gemm_next"]``, run
 on a GPU) stages both ends of the epilogue in shared memory, and ``pack_kernel`` copies an
 operand whose rows are not 16-byte multiples into one whose rows are, so every operand load is
-TMA (docs/performance.md, "TileLang / GEMM + epilogue"); ``pack_pair_kernel`` (the candidate's,
-``dispatch.SWITCHES["gemm_small"]``, not yet run on a GPU) copies A and B in one launch.
+TMA (docs/performance.md, "TileLang / GEMM + epilogue"); ``pack_pair_kernel`` (the default's
+plans where both operands need it, ``dispatch.plan_gemm_small``) copies A and B in one launch.
+Both copy their tiles with the ``pack_tile`` macro.
 """
 import tilelang.language as T
 from tilelang.layout import make_swizzled_layout
@@ -104,37 +105,36 @@ def gemm_tma_staged_kernel(dtype: str, bm: int, bn: int, bk: int, stages: int, t
     return gemm_epilogue_staged
 
 
-def pack_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
-    """``dst[i, j] = src[i, j]`` inside src, 0 in dst's padding: an operand whose rows are not
-    16-byte multiples copied into one whose rows are (``P`` columns, a multiple of 8), so TMA can
-    read it. Consecutive threads take consecutive columns: coalesced element loads and stores."""
-    R0, C0, R, P = T.dynamic("R0"), T.dynamic("C0"), T.dynamic("R"), T.dynamic("P")
-
-    @T.prim_func
-    def pack(src: T.Tensor((R0, C0), dtype), dst: T.Tensor((R, P), dtype)):
-        with T.Kernel(T.ceildiv(P, cols), T.ceildiv(R, rows), threads=threads) as (bx, by):
-            for i, j in T.Parallel(rows, cols):
-                if by * rows + i < R and bx * cols + j < P:
-                    dst[by * rows + i, bx * cols + j] = T.if_then_else(
-                        by * rows + i < R0 and bx * cols + j < C0, src[by * rows + i, bx * cols + j], 0)
-
-    return pack
-
-
 @T.macro
 def pack_tile(src, dst, R0, C0, R, P, by, bx, rows: int, cols: int):
-    """One (rows x cols) tile of ``pack_kernel``'s copy: src inside it, 0 in dst's padding."""
+    """Tile (by, bx) of the copy, ``rows x cols`` elements: ``dst[i, j] = src[i, j]`` inside src
+    (R0 x C0), 0 in dst's padding (dst: R x P). Consecutive threads take consecutive columns:
+    coalesced element loads and stores."""
     for i, j in T.Parallel(rows, cols):
         if by * rows + i < R and bx * cols + j < P:
             dst[by * rows + i, bx * cols + j] = T.if_then_else(
                 by * rows + i < R0 and bx * cols + j < C0, src[by * rows + i, bx * cols + j], 0)
 
 
+def pack_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
+    """An operand whose rows are not 16-byte multiples copied into one whose rows are (``P``
+    columns, a multiple of 8; zeros in the padding), so TMA can read it: a 2-D grid of
+    ``pack_tile``'s tiles."""
+    R0, C0, R, P = T.dynamic("R0"), T.dynamic("C0"), T.dynamic("R"), T.dynamic("P")
+
+    @T.prim_func
+    def pack(src: T.Tensor((R0, C0), dtype), dst: T.Tensor((R, P), dtype)):
+        with T.Kernel(T.ceildiv(P, cols), T.ceildiv(R, rows), threads=threads) as (bx, by):
+            pack_tile(src, dst, R0, C0, R, P, by, bx, rows, cols)
+
+    return pack
+
+
 def pack_pair_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
-    """``pack_kernel`` for A and B in one launch (``dispatch.SWITCHES["gemm_small"]``; not yet run
-    on a GPU): a 1-D grid whose first CTAs copy A (M x K) into Ap (M x KP), the rest B (K x N)
-    into Bp (KP x NP), each CTA one (rows x cols) tile, so a GEMM with both operands' rows off 16
-    bytes pays one launch for its copies."""
+    """``pack_kernel`` for A and B in one launch (``dispatch.plan_gemm_small``'s
+    ``pack_one_launch``): a 1-D grid whose first CTAs copy A (M x K) into Ap (M x KP), the rest
+    B (K x N) into Bp (KP x NP), each CTA one ``pack_tile``, so a GEMM with both operands' rows
+    off 16 bytes pays one launch for its copies."""
     M, K, N = T.dynamic("M"), T.dynamic("K"), T.dynamic("N")
     KP, NP = T.dynamic("KP"), T.dynamic("NP")
 
