@@ -7,6 +7,12 @@ Triton) is ``backends.helion_layer``'s; this file holds what attention adds.
 
 CPU mode: Helion's generated Triton runs under Triton's interpreter (TRITON_INTERPRET=1) on small
 cases (``INTERPRETER_MAX_FLOPS``), and every case compiles for sm_90 (``compile_only``).
+
+Fixed, awaiting a GPU run: under Helion 1.4 both ids failed causal cases at D = 64 (the tuned one
+with Triton's ``CompilationError``, the twin with Helion's ``ShapeMismatch``): the kernels sliced
+the tile indices for the causal mask (``tm.index[:, None]``), and Helion 1.4 then specialised the
+query tile's block size to the head dim's 64. They now ``unsqueeze`` them (the kernels' docstrings
+say why); ``tests/test_helion_attention.py`` checks the generated code's query tile at D = 64.
 """
 from __future__ import annotations
 

@@ -16,6 +16,12 @@ the tile's last row's diagonal. Key 0 is visible to every row, so the first tile
 finite max. Query head h reads K / V head h // (Hq // Hkv) (grouped-query attention).
 ``causal`` is a compile-time constant (``hl.constexpr``); tile sizes, warps and stages are
 Helion's default configuration (``autotune_effort="none"``).
+
+The mask broadcasts the tile indices with ``unsqueeze``, never a slice (``tm.index[:, None]``):
+under Helion 1.4 a slice's extent is matched against the head dim's with a guard, which at D = 64
+made the query tile's block size 64, the head dim's, and failed causal D = 64 cases with
+``ShapeMismatch`` on the running max (``attention_tma.py`` has the details). Checked on the CPU
+with Helion 1.4 and 1.5; awaits a GPU run.
 """
 from __future__ import annotations
 
@@ -49,9 +55,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
         for tn in hl.tile(0, end):
             s = hl.dot(qb, k[b, hk, tn, :].T, out_dtype=torch.float32) * qk_scale
             if causal:
-                s = torch.where(tn.index[None, :] <= tm.index[:, None] + (Sk - Sq), s, float("-inf"))
+                s = torch.where(tn.index.unsqueeze(0) <= tm.index.unsqueeze(1) + (Sk - Sq), s, float("-inf"))
             else:
-                s = torch.where(tn.index[None, :] < Sk, s, float("-inf"))
+                s = torch.where(tn.index.unsqueeze(0) < Sk, s, float("-inf"))
             m_new = torch.maximum(m, torch.amax(s, 1, keepdim=True))
             p = torch.exp2(s - m_new)
             alpha = torch.exp2(m - m_new)

@@ -20,6 +20,17 @@ What changes against the twin (``attention.py``), and why:
 - Launch order (``loop_orders`` in the configuration): the query tiles of one head next to each
   other, then the heads of one K / V group, so that programs running together share their K / V
   tiles in L2.
+
+The causal mask broadcasts the tile indices with ``unsqueeze`` (a ``[rows, 1]`` column against a
+``[1, keys]`` row), not by slicing them (``tm.index[:, None]``). Helion 1.4 gives a slice's ``:``
+a reduction dimension and matches its extent against the existing ones with a guarding ``==``: at
+D = 64 the query tile's block size symbol met the head dim's 64 and was specialised to it, so the
+query tile became the head dim's extent - Q / O tiles of 64 rows under a 128-row configuration
+and the running max and sum shaped by the head dim, which Triton rejected (``CompilationError``)
+on causal D = 64 cases. Helion 1.5 compares without guarding; ``unsqueeze`` allocates no such
+dimension on either, and the generated code at D = 128 is the same as before. The fix is checked
+on the CPU (both Helion versions generate code that compiles for sm_90 on the failing shapes) and
+awaits a GPU run, as does the kernel.
 """
 from __future__ import annotations
 
@@ -53,7 +64,7 @@ def attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         for tn in hl.tile(0, end):
             s = hl.dot(qb, k[b, hk, tn, :].T, out_dtype=torch.float32)
             if causal:
-                s = torch.where(tn.index[None, :] <= tm.index[:, None] + (Sk - Sq), s, float("-inf"))
+                s = torch.where(tn.index.unsqueeze(0) <= tm.index.unsqueeze(1) + (Sk - Sq), s, float("-inf"))
             m_new = torch.maximum(m, torch.amax(s, 1, keepdim=True) * qk_scale)
             p = torch.exp2(s * qk_scale - m_new)
             alpha = torch.exp2(m - m_new)

@@ -75,6 +75,7 @@ def test_planner_rules():
     ("helion:attention", dict(B=1, Hq=2, Hkv=1, Sq=128, Sk=128, D=64, dtype="float16")),  # whole tiles
     ("helion:attention_simple", dict(B=1, Hq=4, Hkv=2, Sq=45, Sk=70, D=128, causal=1, layout="bshd")),
     ("helion:attention_simple", dict(B=3, Hq=2, Hkv=1, Sq=9, Sk=1, D=64, dtype="float16")),
+    ("helion:attention_simple", dict(B=2, Hq=2, Hkv=1, Sq=65, Sk=90, D=64, causal=1, layout="bshd")),
 ])
 def test_outputs_under_interpreter(iid, kw):
     from harness.verify import judge
@@ -115,6 +116,40 @@ def test_whole_tiles_have_no_masks():
     assert "tl.where" not in whole and "mask" not in whole and whole.count("_desc.load(") == 3
     assert "mask" in body(B=2, Hq=4, Hkv=2, Sq=77, Sk=131, D=64)
     assert "tl.where" in body(B=4, Hq=32, Hkv=8, Sq=4096, Sk=4096, D=128, causal=1)
+
+
+def test_tile_indices_are_not_sliced():
+    """The causal mask broadcasts the tiles' indices with ``unsqueeze``, never a slice
+    (``tm.index[:, None]``): Helion 1.4 matches a slice's extent against the head dim's (64 at
+    D = 64) and makes the query tile's block size that number (see ``attention_tma.py``)."""
+    import ast
+    from pathlib import Path
+    for name in ("attention.py", "attention_tma.py"):
+        tree = ast.parse(Path(__file__).resolve().parents[1].joinpath("helion_src", name).read_text())
+        sliced = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+                  and isinstance(n.value, ast.Attribute) and n.value.attr == "index"]
+        assert not sliced, f"{name}: a tile's index sliced on lines {sliced}"
+
+
+@needs_helion
+@pytest.mark.parametrize("iid,kw", [
+    ("helion:attention", dict(B=8, Hq=32, Hkv=8, Sq=2048, Sk=2048, D=64, causal=1)),   # 128 query rows
+    ("helion:attention", dict(B=1, Hq=1, Hkv=1, Sq=1, Sk=1, D=64, causal=1)),          # 64 query rows
+    ("helion:attention_simple", dict(B=1, Hq=1, Hkv=1, Sq=1, Sk=1, D=64, causal=1)),
+])
+def test_causal_head_dim_64_keeps_the_query_tile(iid, kw):
+    """Causal at D = 64: the generated code's Q / O tiles and the running max and sum have the
+    query tile's rows (its block size symbol), not the head dim's extent."""
+    import re
+    from backends import helion_layer as hl
+    code = _impl(iid).extra["helion_code"](_case(**kw))
+    kernel, args, cfg = code[0] if isinstance(code, list) else code
+    body = hl.generated(kernel, args, cfg)[2]
+    tile, = re.findall(r"tl\.full\(\[(\w+), 1\], float\('-inf'\)", body)   # m = hl.full([tm, 1], -inf)
+    rows = re.findall(r"tl\.reshape\(.*, \[(\w+), 1\]\), tl\.float32\)", body)   # amax, sum (keepdim)
+    assert len(rows) >= 2 and set(rows) == {tile}, (tile, rows)
+    blocks = re.findall(r"make_tensor_descriptor\((?:q|out), .*, \[1, 1, (\w+), 64\]\)", body)
+    assert set(blocks) <= {tile} and (kw["Sq"] < 64 or len(blocks) == 2), (tile, blocks)
 
 
 @needs_helion
