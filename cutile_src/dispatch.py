@@ -361,19 +361,20 @@ def gemm_tile_for(M: int, N: int, sms: int = H200_SMS, tma: bool = True) -> dict
     return tiles[max(range(len(tiles)), key=lambda i: (effs[i], -i))]
 
 
-def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 1) -> dict:
-    """The split-K plan: the row tile fitted to M (16..64), as many slices as one wave of
-    programs holds (SMs x PER_SM over the C tiles) but each at least MIN_KTILES K tiles, at least
-    ``min_split`` where K allows, none empty."""
+def splitk_config(M: int, N: int, K: int, sms: int = H200_SMS, min_split: int = 1, tm: int | None = None,
+                  tn: int | None = None) -> dict:
+    """The split-K plan: the row tile fitted to M (16..64) and GEMM_SPLITK's TN (or ``tm`` x ``tn``),
+    as many slices as one wave of programs holds (SMs x PER_SM over the C tiles) but each at least
+    MIN_KTILES K tiles, at least ``min_split`` where K allows, none empty."""
     sk = GEMM_SPLITK
-    tm = _row_tile(M)
-    tiles = _cdiv(M, tm) * _cdiv(N, sk["TN"])
+    tm, tn = tm or _row_tile(M), tn or sk["TN"]
+    tiles = _cdiv(M, tm) * _cdiv(N, tn)
     k_tiles = _cdiv(K, sk["TK"])
     split = min(sk["MAX_SPLIT"], (sk["PER_SM"] * sms) // tiles, k_tiles // sk["MIN_KTILES"])
     split = max(1, min(k_tiles, max(split, min_split)))
     kper = _cdiv(k_tiles, split)
     split = _cdiv(k_tiles, kper)  # no empty slice
-    return {"variant": "splitk", "TM": tm, "TN": sk["TN"], "TK": sk["TK"], "KPER": kper, "SPLIT": split,
+    return {"variant": "splitk", "TM": tm, "TN": tn, "TK": sk["TK"], "KPER": kper, "SPLIT": split,
             "RM": sk["RM"], "RN": sk["RN"], "grid": tiles * split, "hints": {}}
 
 
@@ -495,13 +496,10 @@ def small_tile_config(M: int, N: int, K: int, elem_size: int = 2, sms: int = H20
     few = lambda n: tiles(n) <= SMALL["FILL"] * sms  # noqa: E731
     while tma and few(tn) and tn > SMALL["MIN_TN"] and tiles(tn // 2) > tiles(tn):
         tn //= 2
-    k_tiles = _cdiv(K, sk["TK"])
-    split = min(sk["MAX_SPLIT"], (sk["PER_SM"] * sms) // tiles(tn), k_tiles // sk["MIN_KTILES"])
-    if few(tn) and split >= 2:
-        kper = _cdiv(k_tiles, split)
-        split = _cdiv(k_tiles, kper)  # no empty slice
-        return {"variant": "splitk", "TM": tm, "TN": tn, "TK": sk["TK"], "KPER": kper, "SPLIT": split,
-                "RM": sk["RM"], "RN": sk["RN"], "grid": tiles(tn) * split, "hints": {}}
+    if few(tn):
+        split = splitk_config(M, N, K, sms, tm=tm, tn=tn)
+        if split["SPLIT"] >= 2:   # K holds MIN_KTILES K tiles for at least two slices
+            return split
     return {"variant": "tiled", "TM": tm, "TN": tn, "TK": tk, "GROUP": GEMM_GROUP,
             "grid": min(tiles(tn), sms) if persistent else tiles(tn), "hints": hints}
 
