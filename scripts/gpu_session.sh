@@ -9,7 +9,8 @@
 #   bash scripts/gpu_session.sh compare                the default `python -m harness compare`, cold (empty
 #                                                      compile caches) and warm: the wall time of each and
 #                                                      where it went (phases, compile ahead, verify, timing)
-#   bash scripts/gpu_session.sh tests                  pytest -m gpu, compute-sanitizer on the CUDA kernels
+#   bash scripts/gpu_session.sh tests                  pytest -m gpu (four processes side by side), then
+#                                                      compute-sanitizer on the CUDA kernels (KL_SANITIZE=0: not)
 #   bash scripts/gpu_session.sh layers L [L..]         per layer L: verify (verify suite, every role) and a
 #                                                      short compare of its default and twin beside torch on
 #                                                      the models suite; one archive per layer, $OUT/L.tgz
@@ -96,8 +97,25 @@ EOF
       python3 -m harness report "$R/$run" --section wall 2>&1 | tail -12
     done < "$R/wall.txt" ;;
   tests)
-    timeout ${KL_TESTS_LIMIT:-300} python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 120 "$@" > "$R/pytest_gpu.txt" 2>&1
-    log "pytest -m gpu exit $?"; tail -15 "$R/pytest_gpu.txt"
+    # pytest -m gpu in four processes side by side (the compiles are CPU work: 16 cores), split by
+    # the layer a test file is named after; every test file falls in exactly one group
+    groups=("" "" "" "")
+    for f in tests/test_*.py; do
+      case ${f#tests/test_} in
+        cute_*) g=0 ;; cuda_*) g=1 ;; tilelang_*|cutile_*) g=2 ;; *) g=3 ;;
+      esac
+      groups[$g]="${groups[$g]} $f"
+    done
+    per_test=""; python3 -c "import pytest_timeout" 2>/dev/null && per_test="--timeout 240"
+    for g in 0 1 2 3; do
+      # shellcheck disable=SC2086
+      timeout ${KL_TESTS_LIMIT:-540} python3 -m pytest -q -ra -m gpu -p no:cacheprovider $per_test ${groups[$g]} "$@" \
+        > "$R/pytest_gpu_$g.txt" 2>&1 &
+    done
+    wait
+    log "pytest -m gpu done"
+    for g in 0 1 2 3; do echo "group $g:${groups[$g]:0:80}..."; grep -E "passed|failed|error|FAILED|ERROR|SKIPPED" "$R/pytest_gpu_$g.txt" | tail -12; done
+    [ "${KL_SANITIZE:-1}" = 0 ] && { tar czf "$OUT/$stage.tgz" -C /tmp/res "$stage"; exit 0; }
     for tool in memcheck racecheck synccheck; do
       timeout ${KL_SANITIZE_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 1 python3 scripts/tune_cuda.py --sanitize \
         > "$R/sanitize_$tool.txt" 2>&1
