@@ -31,52 +31,26 @@ def _raise_recompile_limits() -> None:
 
 def _compile(key, fn):
     """torch.compile once per (op, device); the first call (inside prepare) pays the compile.
-
-    On the GPU every shape gets its own static graph (``dynamic=False``: the fastest code, what a
-    benchmark of torch.compile should show). On the CPU, where this only has to be correct and
-    inductor's C++ compiles are slow, torch's default automatic-dynamic shapes keep it to a few
-    compiles per sweep (``dynamic=True`` from the first compile gave no CPU gain over the three
-    problems' torch rows when measured, softmax slower: the verify sweeps' size-1 dimensions,
-    layouts, GQA ratios and flags force their own graphs either way)."""
+    Every shape gets its own static graph (``dynamic=False``: the fastest code, what a benchmark of
+    torch.compile should show). The rows run on a GPU only (COMPILE_ON_GPU)."""
     if not _compiled:
         _raise_recompile_limits()
     if key not in _compiled:
-        dynamic = False if key[-1] == "cuda" else None
         try:
-            _compiled[key] = torch.compile(fn, dynamic=dynamic)
+            _compiled[key] = torch.compile(fn, dynamic=False)
         except Exception as e:  # pragma: no cover - depends on the machine
             raise Unsupported(f"torch.compile unavailable: {type(e).__name__}: {e}") from None
     return _compiled[key]
 
 
-# (compiled function, argument signature) pairs whose first call ran in this process (CPU only)
-_warmed: set = set()
-
-
-def _signature(args) -> tuple:
-    """What a compiled graph's guards read of the arguments: each tensor's shape, strides, storage
-    offset, dtype and device, every other argument as it is."""
-    return tuple((tuple(a.shape), a.stride(), a.storage_offset(), a.dtype, a.device)
-                 if isinstance(a, torch.Tensor) else a for a in args)
-
-
 def _warm_compiled(f, *args):
-    """The first call, inside prepare: compile (and on the GPU autotune) before the launch is timed.
-    On the CPU nothing is timed: a call with the signature of one already made here is skipped
-    (verification prepares each case once a seed; those later prepares compile nothing, and the
-    launch itself still runs and is checked)."""
-    cpu = all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor))
-    sig = (id(f), _signature(args)) if cpu else None
-    if sig is not None and sig in _warmed:
-        return None
+    """The first call, inside prepare: compile and autotune before the launch is timed; a failure
+    there is the row's one-line reason (Unsupported), never a crash of the worker."""
     try:
-        res = f(*args)
+        return f(*args)
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Unsupported(f"inductor cannot run here: {type(e).__name__}: {msg}") from None
-    if sig is not None:
-        _warmed.add(sig)
-    return res
 
 
 # -- vector_add --------------------------------------------------------------------------------
@@ -87,7 +61,15 @@ def add_eager(case, inputs, out):
     return lambda: torch.add(x, y, out=out)
 
 
-@register(problem="vector_add", layer="torch", name="vector_add_compile", role="library", description="torch.compile(x + y)")
+# torch.compile on a CPU generates Inductor's C++ (OpenMP loops), not the Triton kernels it runs on
+# a GPU: verifying that code says nothing about the GPU rows, and its compiles were the CPU main
+# job's largest cost (docs/DESIGN.md, "Runs and results"). Its rows need a GPU.
+COMPILE_ON_GPU = dict(devices=("cuda",),
+                      cpu_note="torch.compile emits C++ for a CPU, not the Triton kernels its GPU rows run")
+
+
+@register(problem="vector_add", layer="torch", name="vector_add_compile", role="library", description="torch.compile(x + y)",
+          **COMPILE_ON_GPU)
 def add_compile(case, inputs, out):
     x, y = inputs
     f = _compile(("add", x.device.type), lambda a, b: a + b)
@@ -124,7 +106,7 @@ def softmax_naive(case, inputs, out):
 
 
 @register(problem="softmax", layer="torch", name="softmax_compile", role="library",
-          description="torch.compile(torch.softmax)")
+          description="torch.compile(torch.softmax)", **COMPILE_ON_GPU)
 def softmax_compile(case, inputs, out):
     (x,) = inputs
     f = _compile(("softmax", x.device.type), lambda t: torch.softmax(t, dim=-1))
@@ -187,7 +169,7 @@ def gemm_unfused(case, inputs, out):
 
 
 @register(problem="gemm_epilogue", layer="torch", name="gemm_epilogue_compile", role="library", roundings=1,
-          description="torch.compile(act(A @ B + bias))")
+          description="torch.compile(act(A @ B + bias))", **COMPILE_ON_GPU)
 def gemm_compile(case, inputs, out):
     a, b, bias = inputs
     _check_cpu_half(inputs)
@@ -247,7 +229,7 @@ def attention_eager(case, inputs, out):
 @register(problem="attention", layer="torch", name="attention_compile", role="library", roundings=2,
           model_variant="unfused",
           description="torch.compile(softmax(Q K^T / sqrt(D) + mask) V), the plain math (S and P "
-                      "materialised)")
+                      "materialised)", **COMPILE_ON_GPU)
 def attention_compile(case, inputs, out):
     q, k, v = inputs
     causal = case.params["causal"]

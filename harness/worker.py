@@ -206,8 +206,8 @@ def settle(impl, problem, case, device: str, phase: str) -> dict:
         row.update(status="SKIP", kind="unsupported", reason=reason)
         return row
     if device not in impl.devices:
-        compiled = _skip_compiled(impl, case, row, "needs-gpu", "needs a GPU (this machine has none)",
-                                  compile=phase != "verify-suite")
+        why = "needs a GPU (this machine has none)" + (f": {impl.extra['cpu_note']}" if impl.extra.get("cpu_note") else "")
+        compiled = _skip_compiled(impl, case, row, "needs-gpu", why, compile=phase != "verify-suite")
         if compiled:
             row["kind"] = "compile-only"
         if row.get("compile_note"):

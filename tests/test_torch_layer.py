@@ -1,17 +1,21 @@
-"""The torch layer's torch.compile rows: how they compile (backends.torch_layer._compile) and when
-prepare's first call runs (_warm_compiled). torch.compile itself is stubbed: nothing is compiled."""
+"""The torch layer's torch.compile rows: how they compile (backends.torch_layer._compile), what
+prepare's first call does (_warm_compiled), and that they need a GPU (on a CPU torch.compile emits
+Inductor's C++, not the code its GPU rows run). torch.compile itself is stubbed: nothing is compiled."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from backends import torch_layer as tl
+from harness import registry
 from harness.errors import Unsupported
+from harness.problems import get as get_problem
+from harness.worker import settle
 
 
 @pytest.fixture
 def calls(monkeypatch):
-    """torch.compile recorded, returning the function itself; the layer's caches empty."""
+    """torch.compile recorded, returning the function itself; the layer's cache empty."""
     seen = []
 
     def fake_compile(fn, **kw):
@@ -20,41 +24,38 @@ def calls(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", fake_compile)
     monkeypatch.setattr(tl, "_compiled", {"other": None})   # non-empty: the limits stay as they are
-    monkeypatch.setattr(tl, "_warmed", set())
     return seen
 
 
-def test_static_graphs_on_the_gpu_automatic_dynamic_on_the_cpu(calls):
+def test_static_graphs_compiled_once_per_key(calls):
     tl._compile(("softmax", "cuda"), lambda t: t)
-    tl._compile(("softmax", "cpu"), lambda t: t)
-    tl._compile(("softmax", "cpu"), lambda t: t)          # cached per key: compiled once
-    assert calls == [{"dynamic": False}, {"dynamic": None}]
+    tl._compile(("softmax", "cuda"), lambda t: t)         # cached per key: compiled once
+    tl._compile(("gemm", "relu", False, "cuda"), lambda t: t)
+    assert calls == [{"dynamic": False}, {"dynamic": False}]
 
 
-def test_cpu_warm_call_once_per_signature(calls):
-    ran = []
-    f = tl._compile(("add", "cpu"), lambda a, b: ran.append((tuple(a.shape), b)) or a)
-    x = torch.zeros(4, 3)
-    tl._warm_compiled(f, x, 1)
-    tl._warm_compiled(f, torch.ones(4, 3), 1)           # another seed's inputs: same signature
-    assert len(ran) == 1
-    tl._warm_compiled(f, x, 0)                          # another flag
-    tl._warm_compiled(f, torch.zeros(5, 3), 1)          # another shape
-    tl._warm_compiled(f, x.t(), 1)                      # other strides
-    tl._warm_compiled(f, torch.zeros(13)[1:].view(4, 3), 1)   # another storage offset
-    tl._warm_compiled(f, x.half(), 1)                   # another dtype
-    assert len(ran) == 6
-
-
-def test_a_failed_warm_call_is_unsupported_and_not_remembered(calls):
+def test_a_failed_warm_call_is_unsupported_each_time(calls):
     n = []
 
     def boom(a):
         n.append(1)
         raise RuntimeError("no compiler")
 
-    f = tl._compile(("boom", "cpu"), boom)
+    f = tl._compile(("boom", "cuda"), boom)
     for _ in range(2):
         with pytest.raises(Unsupported, match="inductor cannot run here: RuntimeError: no compiler"):
             tl._warm_compiled(f, torch.zeros(2))
     assert len(n) == 2
+
+
+@pytest.mark.parametrize("problem", ["vector_add", "softmax", "gemm_epilogue", "attention"])
+def test_compile_rows_need_a_gpu_and_say_why(problem):
+    registry.load_backends(["backends.torch_layer"])
+    prob = get_problem(problem)
+    case = prob.cases("smoke")[0]
+    row = settle(registry.get(problem, f"torch:{problem}_compile"), prob, case, "cpu", "timed")
+    assert row["status"] == "SKIP" and row["kind"] == "needs-gpu"
+    assert "needs a GPU" in row["reason"] and "torch.compile emits C++ for a CPU" in row["reason"]
+    # the eager baseline still runs on the CPU (settled as 'to be verified here')
+    eager = settle(registry.get(problem, f"torch:{problem}"), prob, case, "cpu", "timed")
+    assert eager["status"] is None
