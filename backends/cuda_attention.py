@@ -117,11 +117,8 @@ DESCRIPTIONS = {
 }
 ROWS = (("auto", "attention"), ("simple", "attention_simple"), ("ws", "attention_ws"))
 
-#: the rows that launch the ws kernel's nvcc build, which has not run on a GPU (the CuPy rows' NVRTC build has)
-NOT_RUN = "the ws kernel's nvcc build not yet run on a GPU (its NVRTC build verified on the H200); "
-
 for _path, _name in ROWS:
     register(problem="attention", layer=LAYER, name=_name,
-             description=(NOT_RUN if _path in ("auto", "ws") else "") + DESCRIPTIONS[_path],
+             description=DESCRIPTIONS[_path],
              sources=sources(_path, LAUNCHER), devices=("cuda",), available=available,
              compile_only=_compile_only(_path))(_prepare(_path))

@@ -56,9 +56,8 @@ def test_ids_are_rows_with_their_roles():
     for layer in ("cuda", "cupy"):
         assert cands[f"{layer}:attention"].role == "default"
         assert cands[f"{layer}:attention_simple"].role == "simple"
-    # only the rows that launch the ws kernel's nvcc build say it has not run on a GPU
-    assert {i for i, impl in cands.items() if "not yet run on a GPU" in impl.description} == \
-        {"cuda:attention", "cuda:attention_ws"}
+    # every row has run on a GPU (the ws kernel's nvcc build too, on an H100 on 2026-12-07)
+    assert not {i for i, impl in cands.items() if "not yet run on a GPU" in impl.description}
     assert not [i for i in registry.candidates() if i.problem == "attention" and i.layer in ("cuda", "cupy")]
     # the twin's kernel lives in attention.cu, the default's in the files of its words (the ws kernel
     # on the suites' cases planned for the H200)

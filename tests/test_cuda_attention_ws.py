@@ -49,9 +49,8 @@ def test_ws_is_a_variant_row_and_next_is_gone():
     for impl_id in WS_IDS:
         assert impl_id in rows and impl_id not in cands and rows[impl_id].role == "variant", impl_id
         assert {s.path for s in rows[impl_id].sources if s.path.endswith(".cu")} == {"cuda_src/attention_ws.cu"}
-    # the NVRTC build ran on the H200, the nvcc build not yet
-    assert "not yet run on a GPU" in rows["cuda:attention_ws"].description
-    assert "not yet run on a GPU" not in rows["cupy:attention_ws"].description
+    # both builds have run on a GPU (NVRTC on the H200, nvcc on an H100): no row says otherwise
+    assert not any("not yet run on a GPU" in rows[i].description for i in WS_IDS)
     for layer in ("cuda", "cupy"):
         assert f"{layer}:attention_next" not in set(rows) | cands
         # the default's Sources come from its planner, which launches the ws kernel on the suites' cases
