@@ -1,8 +1,8 @@
 """Helion adapter, attention: the teaching twin ``helion:attention_simple`` (``helion_src/attention.py``,
 Helion's default configuration) and the tuned ``helion:attention`` (``helion_src/attention_tma.py``
 with the configuration of ``helion_src/dispatch_attention.py``: planned once in ``prepare``, launched
-through the compiled Triton kernel's launcher). Both are candidates: verified on a GPU (an H100, 2026-12-07), not yet
-wired into the layer's planner contract (``helion_src/dispatch.py``'s ``plan``), and below 0.6x cuDNN. The
+through the compiled Triton kernel's launcher; the default's lines of code follow ``helion_src/dispatch.py``'s
+``plan``). Both verified on a GPU (an H100, 2026-12-07). The
 layer's shared glue (availability, the recording launcher, the sm_90 compile of the generated
 Triton) is ``backends.helion_layer``'s; this file holds what attention adds.
 
@@ -21,7 +21,7 @@ import contextlib
 
 import torch
 
-from harness import Source, planned_sources, register
+from harness import Source, planned, planned_sources, register
 from harness.meta_inputs import meta_attention
 
 from . import helion_layer as H
@@ -29,7 +29,7 @@ from . import src
 
 if H.helion:
     from helion_src import attention as attention_simple
-    from helion_src import dispatch_attention
+    from helion_src import dispatch
 
 # The interpreter runs a program's key loop in numpy: in the CPU mode, cases above this many FLOPs
 # compile for sm_90 but do not run (the verify suite's 0.3-1.1 GFLOP cases take minutes there)
@@ -75,13 +75,12 @@ def _aligned(*tensors) -> bool:
 
 
 def plan_for(args):
-    """dispatch_attention's plan for the kernel arguments (q, k, v, out, causal)."""
+    """The attention plan (dispatch.plan_attention) for the kernel arguments (q, k, v, out, causal)."""
     q = args[0]
     smem = (torch.cuda.get_device_properties(q.device).shared_memory_per_multiprocessor
             if q.device.type == "cuda" else H200_SMEM_PER_SM)
     B, Hq, Sq, D = q.shape
-    return dispatch_attention.plan_attention(B, Hq, Sq, D, q.element_size(), H._sms(q), smem,
-                                             aligned=_aligned(*args[:4]))
+    return dispatch.plan_attention(B, Hq, Sq, D, q.element_size(), H._sms(q), smem, aligned=_aligned(*args[:4]))
 
 
 @contextlib.contextmanager
@@ -163,17 +162,20 @@ def code_simple(case):
 
 TWIN = [Source(src(H.H, "attention.py"), kernels=("attention",), host=())]
 VARIANT_SOURCES = {"tma": [Source(src(H.H, "attention_tma.py"), kernels=("attention_tma",), host=())]}
-PLANNER_SOURCES = [Source(src(H.H, "dispatch_attention.py"), kernels=(), host=("plan_attention",))]
+PLANNER_SOURCES = [Source(src(H.H, "dispatch.py"), kernels=(), host=("plan_attention",)),
+                   Source(src(H.H, "dispatch_attention.py"), kernels=(), host=("attention_config",))]
+BINDING = [Source("backends/helion_layer.py", kernels=(), host=("_launch_plan",))]   # the binding of a plan
 
 _IDS = {
-    "attention": ("candidate (verified on a GPU; 0.53x cuDNN): the twin's loop compiled for the case's sizes "
+    "attention": ("the twin's loop compiled for the case's sizes "
                   "(static shapes: no masks on whole tiles), Q / K / V / O by TMA (tensor-descriptor "
                   "indexing), K / V pipelined over stages by shared memory, 128 or 64 query rows by "
                   "waves, causal tiles above the diagonal skipped; configuration by rule, no autotuning",
-                  planned_sources(VARIANT_SOURCES, dispatch_attention.reachable("attention") if H.helion
-                                  else tuple(VARIANT_SOURCES), PLANNER_SOURCES),
+                  # the layer's one planner (dispatch.plan) where Helion imports, else every variant
+                  planned(dispatch.plan, "attention", BINDING) if H.helion
+                  else planned_sources(VARIANT_SOURCES, tuple(VARIANT_SOURCES), PLANNER_SOURCES + BINDING),
                   compile_default, code_default, prepare_default),
-    "attention_simple": ("teaching twin (candidate, verified on a GPU): a tile of query rows of one "
+    "attention_simple": ("teaching twin: a tile of query rows of one "
                          "head a program, a loop over key tiles with the online softmax in exp2, explicit "
                          "masks; Helion's default configuration", TWIN, compile_simple, code_simple,
                          prepare_simple),
@@ -182,4 +184,4 @@ _IDS = {
 for _name, (_desc, _sources, _compile, _code, _prepare) in _IDS.items():
     register(problem="attention", layer=H.LAYER, name=_name, description=_desc, sources=_sources,
              devices=("cuda", "cpu"), available=available, cpu_max_flops=INTERPRETER_MAX_FLOPS,
-             compile_only=_compile if H.helion else None, helion_code=_code, candidate=True)(_prepare)
+             compile_only=_compile if H.helion else None, helion_code=_code)(_prepare)

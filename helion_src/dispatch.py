@@ -140,6 +140,8 @@ VARIANTS = {
                 "split": _src("softmax_split.py", "softmax_split_stats", "softmax_split_norm")},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue.py", "gemm_epilogue"),
                       "splitk": _src("gemm_epilogue_splitk.py", "gemm_partial_sums", "splitk_epilogue")},
+    # the fourth problem's rules are dispatch_attention.py's
+    "attention": {"tma": _src("attention_tma.py", "attention_tma")},
 }
 
 
@@ -167,16 +169,28 @@ def plan(problem: str, facts):
         extra = ({"framed": frame.frame_args(facts.meta("x"), facts.meta("out")) is not None, "sms": facts.device.sms}
                  if planner is plan_softmax_next else {})
         p = planner(facts.M, facts.N, facts.esize, **extra)
-    else:
+    elif problem == "gemm_epilogue":
         # rows of A and B on 16-byte boundaries: each row stride and start (one row included)
         aligned = all(o.strides[0] * facts.esize % 16 == 0 and o.addr16 == 0
                       for o in (facts.operands["a"], facts.operands["b"]))
         p = gemm_planner()(facts.M, facts.N, facts.K, facts.esize, aligned=aligned, sms=facts.device.sms)
+    else:
+        aligned = all(o.addr16 % 16 == 0 for o in facts.operands.values())   # q, k, v, out start on 16 bytes
+        p = plan_attention(facts.B, facts.Hq, facts.Sq, facts.D, facts.esize, facts.device.sms,
+                           facts.device.smem_per_sm, aligned=aligned)
     cfg = {"rule": p.rule, "config": dict(p.config)}
     if p.pieces:
         cfg["pieces"] = [list(r) for r in p.pieces]
     kernels = (p.kernel,) + ((p.epilogue[0],) if p.epilogue else ())
     return make_plan(problem, p.variant, VARIANTS, cfg, why=p.rule, sources=tuple(_kernel_source(k) for k in kernels))
+
+
+def plan_attention(B: int, Hq: int, Sq: int, D: int, elem: int, sms: int = 132, smem_per_sm: int = 233472,
+                   aligned: bool = True, A=None) -> Plan:
+    """The attention default's plan: the ``tma`` kernel with dispatch_attention.py's configuration."""
+    from . import attention_tma, dispatch_attention
+    cfg = dispatch_attention.attention_config(B, Hq, Sq, D, elem, sms, smem_per_sm, aligned, A)
+    return Plan("tma", attention_tma.attention_tma, cfg, f"attention/tma_{cfg['block_sizes'][0]}")
 
 
 def softmax_planner(pending: bool = False):

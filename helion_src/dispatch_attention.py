@@ -1,13 +1,11 @@
 """The Helion planner for attention (part of the layer's one planner: ``dispatch.py`` plans the
-other problems, this file the fourth). ``plan_attention(shape facts) -> Plan`` needs no tensor, so
+other problems, this file the fourth's rules). ``attention_config(shape facts)`` needs no tensor, so
 compile-only uses it without a GPU. Every rule reads the case's facts - query rows against SMs,
 bytes of a K / V tile, shared memory an SM, 16-byte aligned tensors - never a list of shapes; the
 numbers are the table below. Nothing autotunes: the configuration is the rule's.
 """
 from __future__ import annotations
 
-from . import attention_tma
-from .dispatch import Plan
 
 ATTENTION = {
     # query rows a program: 128 (two warpgroups of 64 rows, 4 warps each, sharing every K / V tile
@@ -30,13 +28,6 @@ ATTENTION = {
 }
 
 
-def reachable(problem: str) -> tuple[str, ...]:
-    """The variants the attention planner can choose (the default's lines of code count these)."""
-    if problem == "attention":
-        return ("tma",)
-    raise ValueError(f"problem: {problem!r} is not planned here")
-
-
 def attention_config(B: int, Hq: int, Sq: int, D: int, elem: int, sms: int, smem_per_sm: int,
                      aligned: bool = True, A=None) -> dict:
     """The Helion configuration of ``attention_tma`` for the case's facts (see ATTENTION);
@@ -55,9 +46,3 @@ def attention_config(B: int, Hq: int, Sq: int, D: int, elem: int, sms: int, smem
             # the query tiles of a head launched together, then its group's heads (L2 reuse)
             "loop_orders": [[2, 1, 0]],
             "indexing": "tensor_descriptor" if aligned else "pointer"}
-
-
-def plan_attention(B: int, Hq: int, Sq: int, D: int, elem: int, sms: int = 132, smem_per_sm: int = 233472,
-                   aligned: bool = True, A=None) -> Plan:
-    cfg = attention_config(B, Hq, Sq, D, elem, sms, smem_per_sm, aligned, A)
-    return Plan("tma", attention_tma.attention_tma, cfg, f"attention/tma_{cfg['block_sizes'][0]}")

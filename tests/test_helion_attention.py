@@ -1,4 +1,4 @@
-"""Helion attention: both ids are candidates that run on the CPU (interpreter) and compile for
+"""Helion attention: both ids are rows that run on the CPU (interpreter) and compile for
 sm_90; the planner's rules; outputs on small cases (ragged, causal with Sq < Sk, grouped heads,
 [B, S, H, D] storage, whole tiles) against the problem's reference under the interpreter; the
 tuned kernel's sm_90 code (TMA, wgmma, no spills, no masks on whole tiles); input checks."""
@@ -22,21 +22,21 @@ IDS = ("helion:attention", "helion:attention_simple")
 
 def _impl(iid):
     registry.load_backends()
-    return registry.get("attention", iid, candidates=True)
+    return registry.get("attention", iid)
 
 
 def _case(**kw):
     return problems.get("attention").case(**kw)
 
 
-def test_both_ids_are_candidates_for_cpu_and_gpu():
+def test_both_ids_are_rows_for_cpu_and_gpu():
+    """Verified on a GPU (an H100, 2026-12-07): rows of the main job, no longer candidates."""
     registry.load_backends()
-    assert not [i for i in registry.all_impls() if i.id in IDS]
-    got = {c.id: c for c in registry.candidates() if c.problem == "attention" and c.layer == "helion"}
+    assert not [c for c in registry.candidates() if c.problem == "attention" and c.layer == "helion"]
+    got = {i.id: i for i in registry.all_impls() if i.id in IDS}
     assert set(got) == set(IDS)
     for c in got.values():
-        assert c.description.startswith(("candidate", "teaching twin (candidate")) and set(c.devices) == {"cuda", "cpu"}
-        assert "not yet verified on a GPU" not in c.description   # verified on an H100, 2026-12-07
+        assert "not yet verified on a GPU" not in c.description and set(c.devices) == {"cuda", "cpu"}
     assert got["helion:attention"].role == "default" and got["helion:attention_simple"].role == "simple"
 
 
@@ -45,7 +45,8 @@ def test_planner_rules():
     """128 query rows (8 warps, 128-key tiles) where the grid of them fills the SMs, else 64 (4
     warps, 64-key tiles); K / V stages as many as fit beside Q in the program's share of shared
     memory, 2 to 4; TMA only for 16-byte aligned tensors."""
-    from helion_src import dispatch_attention as d
+    from helion_src import dispatch as d
+    from helion_src import dispatch_attention as da
     smem = 233472
 
     def cfg(B, Hq, Sq, D, **kw):
@@ -62,10 +63,10 @@ def test_planner_rules():
     for B, Hq, Sq, D in ((4, 32, 4096, 128), (2, 4, 77, 64), (8, 32, 1, 128), (256, 12, 197, 64)):
         c = cfg(B, Hq, Sq, D)
         bm, bn = c["block_sizes"]
-        share = smem // d.ATTENTION["programs_per_sm"][bm] - d.ATTENTION["smem_reserve"]
+        share = smem // da.ATTENTION["programs_per_sm"][bm] - da.ATTENTION["smem_reserve"]
         assert bm * D * 2 + c["num_stages"] * 2 * bn * D * 2 <= share
         assert 2 <= c["num_stages"] <= 4 and c["num_warps"] == bm // 16
-    assert d.reachable("attention") == ("tma",)
+    assert set(d.VARIANTS["attention"]) == {"tma"}     # the one kernel the rules choose
 
 
 @needs_interpreter

@@ -16,7 +16,8 @@ needs_helion = pytest.mark.skipif(not HAVE_HELION, reason="helion not installed"
 IDS = {"helion:vector_add": "default", "helion:vector_add_simple": "simple",
        "helion:softmax": "default", "helion:softmax_simple": "simple", "helion:softmax_online": "variant",
        "helion:gemm_epilogue": "default", "helion:gemm_epilogue_simple": "simple",
-       "helion:gemm_epilogue_splitk": "variant"}
+       "helion:gemm_epilogue_splitk": "variant",
+       "helion:attention": "default", "helion:attention_simple": "simple"}
 
 
 def _impl(iid, problem=None):
