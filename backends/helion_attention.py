@@ -32,8 +32,10 @@ if H.helion:
     from helion_src import dispatch
 
 # The interpreter runs a program's key loop in numpy: in the CPU mode, cases above this many FLOPs
-# compile for sm_90 but do not run (the verify suite's 0.3-1.1 GFLOP cases take minutes there)
-INTERPRETER_MAX_FLOPS = 1 << 26
+# compile for sm_90 but do not run. Helion's generated code runs slowly there: the verify suite's
+# cases of a few MFLOP cost tens of seconds each (first call and three seeds), more than the rest of
+# the CPU main job together; its KFLOP cases a second or two (docs/results/cpu-2core/README.md).
+INTERPRETER_MAX_FLOPS = 1 << 16
 H200_SMEM_PER_SM = 233472  # the CPU mode plans for an H200: 228 KB of shared memory an SM
 
 

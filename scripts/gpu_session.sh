@@ -15,10 +15,12 @@
 #                                                      short compare of its default and twin beside torch on
 #                                                      the models suite; one archive per layer, $OUT/L.tgz
 #   bash scripts/gpu_session.sh check L [L..] [-- ARGS]  python -m harness check over layers L (one archive)
+#   bash scripts/gpu_session.sh peak                   GEMM + GELU at 8192^3 bf16, every layer's default beside
+#                                                      torch eager, torch.compile and the torch.mm ceiling (TFLOP/s)
 # Extra arguments go to the stage's command. On a machine with two GPUs, run two stages at once with
 # CUDA_VISIBLE_DEVICES=0 / =1.
 set -uo pipefail
-stage=${1:?stage: build | harness | compare | tests | layers | check}
+stage=${1:?stage: build | harness | compare | tests | layers | check | peak}
 shift
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -158,6 +160,12 @@ EOF2
     log "check ${layers[*]} exit $?"; tail -60 "$R/$name.txt"; tail -5 "$R/$name.err"
     tar czf "$OUT/check-$name.tgz" -C "$R" "$name" "$name.txt" "$name.err"
     exit 0 ;;
+  peak)
+    # one large aligned GEMM: what each layer's default gets out of the tensor cores (issue 42.3)
+    timeout ${KL_PEAK_LIMIT:-240} python3 -m harness compare --problem gemm_epilogue --set M=8192 --set N=8192 \
+      --set K=8192 --set act=gelu --dtype bfloat16 --no-verify-suite --no-raw --out "$R/gemm8192" "$@" \
+      > "$R/gemm8192.txt" 2>&1
+    log "8192^3 bf16 GELU exit $?"; grep -E "^(│|\|)|passed" "$R/gemm8192.txt" | tail -30 ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
 tar czf "$OUT/$stage.tgz" -C /tmp/res "$stage"
