@@ -27,9 +27,9 @@ from harness.meta_inputs import meta_attention
 from . import helion_layer as H
 from . import src
 
-if H.helion:
-    from helion_src import attention as attention_simple
-    from helion_src import dispatch
+# imported on first use, as the layer's other kernels (helion_layer._Lazy): the twin's module imports
+# helion (3 s), which registering the rows must not
+attention_simple, dispatch = H._Lazy("helion_src.attention"), H.dispatch
 
 # The interpreter runs a program's key loop in numpy: in the CPU mode, cases above this many FLOPs
 # compile for sm_90 but do not run. Helion's generated code runs slowly there: the verify suite's

@@ -35,7 +35,9 @@ H200_SMS = 132
 # "The pending switches of TileLang, cuTile and Helion measured on 2026-12-06"): split, rows_tma,
 # pack, persistent; small (run on the H200 as cutile:gemm_epilogue_next, which it replaced:
 # docs/performance.md, "cuTile / GEMM + epilogue"). Off: online_flat (hung at 4096 x 50257 bf16 on
-# the H200), online_tma and resident (their cases were not reached after that hang: untimed).
+# the H200 in a check; probed alone on an H100 it ran there at 0.61x torch.softmax with pass 2 by
+# scatter, and hung at 1000 x 32769 bf16 with occupancy 2: docs/performance.md, "cuTile / softmax"),
+# online_tma and resident (their cases were not reached after that hang: untimed).
 GPU_VERIFIED = {"split": True, "rows_tma": True, "online_tma": False, "online_flat": False, "resident": False,
                 "pack": True, "persistent": True, "small": True}
 NEXT = dict.fromkeys(GPU_VERIFIED, True)

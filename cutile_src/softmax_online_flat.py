@@ -1,12 +1,13 @@
-"""cuTile row softmax, online flat (not yet run on a GPU): the online algorithm of
-softmax_online_tma.py (column tiles, lane-wise running max and sum with one exp a lane, a latency
-hint on the loads, a second pass newest tile first) for contiguous rows whose bytes are not a
-multiple of 16 (N = 50257 bf16 or fp32). tileiras loads an array's tiles wide (TMA) only where
-every row starts on a 16-byte boundary, so the 2-d kernel reads such rows in 2-byte (bf16) loads.
-This kernel views x and out as one contiguous vector and walks the aligned TILE-element tiles
-that cover the row, masking the neighbour rows' elements to -inf; pass 2 stores the interior
-tiles whole and the (at most two) tiles shared with a neighbour row through a masked scatter.
-Programs loop over rows bid, bid + grid, ...
+"""cuTile row softmax, online flat (a candidate: probed on an H100, not through the verify suite): the
+online algorithm of softmax_online_tma.py (column tiles, lane-wise running max and sum with one exp
+a lane, a latency hint on the loads, a second pass newest tile first) for contiguous rows whose
+bytes are not a multiple of 16 (N = 50257 bf16 or fp32). tileiras loads an array's tiles wide (TMA)
+only where every row starts on a 16-byte boundary, so the 2-d kernel reads such rows in 2-byte
+(bf16) loads. This kernel views x and out as one contiguous vector and walks the aligned
+TILE-element tiles that cover the row, masking the neighbour rows' elements to -inf; pass 2 stores
+every tile through a masked scatter of this row's lanes (whole-tile stores of the interior tiles
+behind a branch were slower on an H100: docs/performance.md, "cuTile / softmax"). Programs loop
+over rows bid, bid + grid, ...
 """
 import math
 
@@ -35,10 +36,7 @@ def softmax_online_flat_kernel(x, out, N: int, TILE: ct.Constant[int], LATENCY: 
             lo, hi = start - j * TILE, start + N - j * TILE
             t = ct.astype(ct.load(x, index=(j,), shape=(TILE,), latency=LATENCY), ct.float32)
             p = ct.astype(ct.exp(t - m_row) * inv, out.dtype)
-            if lo <= 0 and hi >= TILE:
-                ct.store(out, index=(j,), tile=p)
-            else:  # a tile shared with a neighbour row (or past the end): only this row's lanes
-                ct.scatter(out, j * TILE + ar, p, mask=(ar >= lo) & (ar < hi))
+            ct.scatter(out, j * TILE + ar, p, mask=(ar >= lo) & (ar < hi))  # this row's lanes only
 
 
 def flat_ok(x: torch.Tensor, out: torch.Tensor) -> bool:

@@ -92,8 +92,8 @@ def compile_class(impl, case_json: dict) -> str | None:
 
 class _Queue:
     """Units waiting for a process. A process takes the next unit of a layer it has loaded; with
-    none left there, the layer with the most units per process working on it (a process pays a
-    layer's imports once). A unit whose shape class (``compile_class``) another process is
+    none left there, the layer with the most work left per process working on it (``_work_left``;
+    a process pays a layer's imports once). A unit whose shape class (``compile_class``) another process is
     compiling waits until that compile is done, then loads it from the layer's cache; a process
     with only such units left waits for one (``done``)."""
 
@@ -102,6 +102,7 @@ class _Queue:
         self.cond = threading.Condition()
         self.working: dict[str, int] = {}
         self.busy: set = set()
+        self.taken: set = set()   # the classes a process has taken (compiled, or compiling)
 
     def take(self, loaded: set, wait: bool = True) -> dict | None:
         with self.cond:
@@ -114,19 +115,50 @@ class _Queue:
                 if not wait or _STOPPING.is_set():
                     return None
                 self.cond.wait(0.5)
-            i = next((i for i in free if self.units[i]["layer"] in loaded), None)
+            i = self._first([i for i in free if self.units[i]["layer"] in loaded])
             if i is None:
-                left: dict[str, int] = {}
-                for j in free:
-                    L = self.units[j]["layer"]
-                    left[L] = left.get(L, 0) + 1
+                left = self._work_left(free)
                 layer = max(left, key=lambda L: left[L] / (1 + self.working.get(L, 0)))
                 self.working[layer] = self.working.get(layer, 0) + 1
-                i = next(j for j in free if self.units[j]["layer"] == layer)
+                i = self._first([j for j in free if self.units[j]["layer"] == layer])
             unit = self.units.pop(i)
             if unit.get("cls") is not None:
                 self.busy.add(unit["cls"])
+                self.taken.add(unit["cls"])
             return unit
+
+    def _compiles(self, u: dict) -> bool:
+        """Whether ``u`` compiles a shape class nobody has taken yet (see ``_work_left``)."""
+        heavy = u.get("mode", "compile") == "compile" or u.get("phase", "timed") != "verify-suite"
+        return heavy and (u.get("cls") is None or u["cls"] not in self.taken)
+
+    def _first(self, idx: list[int]) -> int | None:
+        """The unit to take of ``idx``: the first, in the lanes' order (on a GPU a task waits for its
+        units); in the CPU mode, where nothing waits for the pool, the first that compiles, so that
+        the processes share the compiles and the cheap rows (SKIPs, loads of a compiled class) go last."""
+        if not idx:
+            return None
+        if self.units[idx[0]].get("mode") == "row":
+            return next((i for i in idx if self._compiles(self.units[i])), idx[0])
+        return idx[0]
+
+    def _work_left(self, free: list[int]) -> dict[str, float]:
+        """The work waiting in each layer, counted in compiles: a unit that compiles a shape class
+        nobody has taken yet is one (on a GPU every unit compiles; in the CPU mode a timed case's
+        row does, for its compile facts, and a verify-suite row is settled without one); a unit
+        that loads a compiled class or only settles a row is a fiftieth. So a freed process joins
+        the layer with the most compiles left (TileLang's GEMMs), not the one with the most cheap
+        rows (a layer that is all SKIPs on this machine)."""
+        left: dict[str, float] = {}
+        counted: set = set()
+        for j in free:
+            u = self.units[j]
+            cls = u.get("cls")
+            new = self._compiles(u) and cls not in counted
+            if cls is not None:
+                counted.add(cls)
+            left[u["layer"]] = left.get(u["layer"], 0.0) + (1.0 if new else 0.02)
+        return left
 
     def done(self, unit: dict) -> None:
         """``unit`` is compiled (or failed): the units of its class may go."""

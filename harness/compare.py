@@ -11,7 +11,6 @@ those rows and an ``INTERRUPTED`` marker, and ``--resume <out>`` finishes the ru
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import shlex
 import signal
 import sys
@@ -27,7 +26,8 @@ def default_jobs(device: str) -> int:
     """Parallel verify workers: half the cores on a GPU machine (each worker has a checker process
     beside it; the checks wait on the GPU as much as they use a core), at most 8, of which at most
     three take the heavy cases (``harness.runner.HEAVY_LANES``); one a core without a GPU."""
-    n = os.cpu_count() or 1
+    from .machine import usable_cpus
+    n = usable_cpus()
     return max(1, min(8, n // 2 if device == "cuda" else n))
 
 
@@ -159,8 +159,9 @@ def _verify_tasks(args, device, impls, plan, done: set) -> list[dict]:
 
 def compile_jobs(args) -> int:
     """Processes of the compile-ahead pool: one a core unless ``--compile-jobs`` says (0: none)."""
+    from .machine import usable_cpus
     n = getattr(args, "compile_jobs", None)
-    return (os.cpu_count() or 1) if n is None else int(n)
+    return usable_cpus() if n is None else int(n)
 
 
 def _gpu_compiles_ahead(device: str) -> bool:

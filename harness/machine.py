@@ -23,6 +23,17 @@ def _version(pkg: str) -> str | None:
         return None
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on: its CPU affinity where the system has one (``taskset``,
+    a container's cpuset), else every core. The pools size themselves by it, so that two runs
+    pinned to halves of a machine do not each start a process for every core."""
+    import os
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def has_gpu() -> bool:
     try:
         return torch.cuda.is_available() and torch.cuda.device_count() > 0

@@ -101,8 +101,8 @@ def render(doc: dict, section: str = "summary", problems=None, impls=None,
             out.append(f"| {k} | " + " | ".join(str(sum(r["status"] == s for r in rs))
                                                 for s in ("PASS", "FAIL", "SKIP")) + " |")
         return "\n".join(out) + "\n"
-    out = ["| problem | case | implementation | median | rate | % ceiling | vs eager | status |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| problem | case | implementation | median | rate | % ceiling | % datasheet | vs eager | status |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("phase", "timed") != "timed":
             continue
@@ -110,7 +110,7 @@ def render(doc: dict, section: str = "summary", problems=None, impls=None,
         unit = r.get("metric") or ("TFLOP/s" if r["problem"] == "gemm_epilogue" else "GB/s")
         val = r.get("tflops") if unit == "TFLOP/s" else r.get("gbps")
         out.append(f"| {r['problem']} | {_case_label(r)} | {r['impl']} | {_fmt_time(tm.get('median_s'))} | "
-                   f"{_sig(val)} {unit if val else ''} | {_sig(r.get('pct_ceiling'), '%')} | "
+                   f"{_sig(val)} {unit if val else ''} | {_sig(r.get('pct_ceiling'), '%')} | {_sig(r.get('pct_datasheet'), '%')} | "
                    + (f"{r['speedup_vs_baseline']:.2f}x" if r.get("speedup_vs_baseline") else "-")
                    + f" | {r['status']}{(' ' + r['kind']) if r['status'] != 'PASS' and r.get('kind') else ''} |")
     return "\n".join(out) + "\n"

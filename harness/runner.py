@@ -113,7 +113,8 @@ def run_parallel(tasks: list[dict], jobs: int, **kw) -> RunResult:
     if jobs == 1 or len(tasks) < 2 or not kw.get("isolate", True):
         return run_tasks(tasks, **kw, modules=modules_of(tasks) if kw.get("isolate", True) else None)
     bins = partition(tasks, jobs)
-    kw.setdefault("threads", max(1, (os.cpu_count() or 1) // len(bins)))
+    from .machine import usable_cpus
+    kw.setdefault("threads", max(1, usable_cpus() // len(bins)))
     kw.setdefault("admission", gpu_admission(tasks, kw.get("device"), len(bins)))
     results: list[RunResult | BaseException] = [None] * len(bins)  # type: ignore[list-item]
 

@@ -98,7 +98,8 @@ def compile_ahead(jobs, budget_s: float = 240.0) -> list[str]:
         groups.setdefault((problem, impl_id, case.dtype, case.params.get("bias")), []).append((problem, impl_id, case))
     if not groups:
         return []
-    workers = min(len(groups), max(1, (os.cpu_count() or 2) - 1), 15)
+    from harness.machine import usable_cpus
+    workers = min(len(groups), max(1, usable_cpus() - 1), 15)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
     futures = [pool.submit(_compile_group, g) for g in sorted(groups.values(), key=len, reverse=True)]
     failed = []

@@ -96,6 +96,35 @@ def test_queue_keeps_a_layer_on_few_processes():
     assert u is not None and u["layer"] == "b"               # layer a done: it helps with b
 
 
+def test_a_free_process_joins_the_layer_with_the_most_compiles_left():
+    """Work is counted in compiles, not units: 50 verify-suite rows settled without a compile weigh
+    less than 5 timed rows of 5 shape classes, and 10 units of one class are one compile."""
+    rows = [{"layer": "skips", "id": f"s{i}", "mode": "row", "phase": "verify-suite", "cls": None} for i in range(50)]
+    rows += [{"layer": "compiles", "id": f"c{i}", "mode": "row", "phase": "timed", "cls": f"K{i}"} for i in range(5)]
+    q = ahead._Queue(rows)
+    assert [q.take(set())["layer"] for _ in range(2)] == ["compiles", "compiles"]
+    units = [{"layer": "one", "id": f"o{i}", "mode": "compile", "cls": "K"} for i in range(10)]
+    units += [{"layer": "three", "id": f"t{i}", "mode": "compile", "cls": f"T{i}"} for i in range(3)]
+    assert ahead._Queue(units).take(set())["layer"] == "three"
+
+
+def test_in_the_cpu_mode_the_compiles_go_first_and_the_cheap_rows_last():
+    """Row mode (no GPU waits for the pool): a process takes the next unit that compiles a class
+    nobody has taken, so two processes compile two classes side by side; then the cheap rows."""
+    def u(i, phase, cls):
+        return {"layer": "a", "id": f"a{i}", "mode": "row", "phase": phase, "cls": cls}
+    q = ahead._Queue([u(0, "verify-suite", None), u(1, "verify-suite", None), u(2, "timed", "K1"),
+                      u(3, "timed", "K1"), u(4, "timed", "K2")])
+    first, second = q.take(set()), q.take({"a"})
+    assert (first["id"], second["id"]) == ("a2", "a4")        # K1 and K2 compile at once
+    assert q.take({"a"}, wait=False)["id"] == "a0"             # then the rows without a compile
+    q.done(first)
+    assert [q.take({"a"})["id"] for _ in range(2)] == ["a1", "a3"]
+    gpu = ahead._Queue([{"layer": "a", "id": "g0", "mode": "compile", "cls": "K1"},
+                        {"layer": "a", "id": "g1", "mode": "compile", "cls": "K2"}])
+    assert gpu.take(set())["id"] == "g0"                       # on a GPU: the lanes' order
+
+
 @pytest.mark.parametrize("mode,expected", [("row", 2), ("compile", 1)])
 def test_units_once_per_case_and_phase(mode, expected):
     """A compile serves both phases of a case; a row is per phase."""
@@ -191,3 +220,19 @@ def test_a_unit_an_earlier_run_built_is_not_compiled_again(tmp_path, monkeypatch
     other = dict(unit, case=dict(case, id="vector_add[N=5,float16]", dims={"N": 5}))
     ahead.run_unit(other, "cuda")
     assert compiled == [case["id"], "vector_add[N=5,float16]"]   # another case compiles
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity on this system")
+def test_pools_size_themselves_by_the_cores_they_may_use():
+    """A run pinned to one core (taskset, a cpuset) starts one compile process and one verify
+    worker, not one a core of the machine (four pinned pytest groups on a 16-core GPU machine
+    would otherwise start 64 compile processes)."""
+    import subprocess
+    import sys
+    code = ("import os, argparse; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+            "from harness.compare import compile_jobs, default_jobs; "
+            "print(compile_jobs(argparse.Namespace(compile_jobs=None)), default_jobs('cpu'), default_jobs('cuda'), "
+            "compile_jobs(argparse.Namespace(compile_jobs=3)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent).stdout.split()
+    assert out == ["1", "1", "1", "3"]

@@ -137,3 +137,19 @@ def test_the_planted_arrow_back_up_is_caught():
     bad = [f"{m} -> {d}" for m, deps in g.items() if m.split(".")[0] == "harness"
            for d in deps if d.split(".")[0] == "backends"]
     assert bad == ["harness.x -> backends.cuda_layer"]
+
+
+def test_registering_every_row_imports_no_heavy_layer_package():
+    """Every process (the parent, each worker, each pool process) registers the rows it runs;
+    registering must not import the layers' own compilers (helion alone costs ~3 s: it pulls in
+    torch._dynamo and sklearn), which load on a row's first use instead."""
+    import subprocess
+    import sys
+    code = ("import sys; from harness import registry; registry.load_backends(); "
+            "print(len(registry.all_impls())); "
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'helion', 'tilelang', 'tvm', 'cutlass', 'quack', 'liger_kernel', 'sklearn'})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    n, heavy = (out.stdout.splitlines() + [""])[:2]
+    assert int(n) > 50           # the rows were registered
+    assert heavy == ""
