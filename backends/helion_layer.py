@@ -620,7 +620,7 @@ def _launches(plan, args) -> list[tuple]:
         chunks = -(-a.shape[1] // plan.config["block_sizes"][2])
         # one fp32 [M, N] slice per K chunk, every element written before it is read: no zeroing
         ws = torch.empty((chunks, *out.shape), dtype=torch.float32, device=out.device)
-        return [(plan.kernel, (a, b, ws), plan.config), (plan.epilogue[0], (ws, bias, out, act), plan.epilogue[1])]
+        return [(plan.kernel, (a, b, ws), plan.config), (plan.epilogue_kernel, (ws, bias, out, act), plan.epilogue[1])]
     if plan.frame is None:
         return [(plan.kernel, args, plan.config)]
     x, out = args
@@ -629,7 +629,7 @@ def _launches(plan, args) -> list[tuple]:
         chunk, chunks = plan.frame["chunk_groups"], plan.frame["chunks"]
         wmax, wsum = (torch.empty(m, chunks, dtype=torch.float32, device=x.device) for _ in range(2))
         return [(plan.kernel, (f["xf"], wmax, wsum, n, f["sx"], f["lx"], chunk, f["v"]), plan.config),
-                (plan.epilogue[0], (f["xf"], f["of"], wmax, wsum, n, f["sx"], f["so"], f["lx"], f["lo"], chunk,
+                (plan.epilogue_kernel, (f["xf"], f["of"], wmax, wsum, n, f["sx"], f["so"], f["lx"], f["lo"], chunk,
                                     f["v"]), plan.epilogue[1])]
     kargs = (f["xf"], f["of"], m, n, f["sx"], f["so"], f["lx"], f["lo"], f["v"], *plan.frame.values())
     return [(plan.kernel, kargs, plan.config)]

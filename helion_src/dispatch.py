@@ -19,15 +19,7 @@ frame; ``plan_gemm_next`` is ``plan_gemm`` plus one row tile of pow2(M) rows for
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from . import gemm_epilogue_splitk, softmax_online_frame, softmax_split, tuned
-else:   # the kernel modules import helion: loaded when a plan first names a kernel, so the rules
-    # and tables (and registering the layer's rows) need no helion
-    from . import lazy_module
-    globals().update({m: lazy_module(f"{__package__}.{m}") for m in (
-        "gemm_epilogue_splitk", "softmax_online_frame", "softmax_split", "tuned")})
 from . import frame   # torch only
 
 # Plain data: the configuration of each shape class (the rules below name the class).
@@ -110,15 +102,61 @@ SMALL_M_TILE = dict(block_sizes=[None, 64, 128], num_warps=4, num_stages=4, l2_g
 
 
 @dataclass(frozen=True)
+class KernelRef:
+    """A Helion kernel named by its module (under helion_src) and attribute, imported on first use:
+    the kernel modules import helion (~3-5 s), planning must not. ``file`` and ``fn``: the source
+    the kernel runs (its function), known without the import."""
+    module: str
+    name: str
+    file: str
+    fn: str
+
+    def get(self):
+        from importlib import import_module
+        return getattr(import_module(f"{__package__}.{self.module}"), self.name)
+
+
+# the default's kernels: tuned.py's runtime-size kernels of the twins' functions, the attention kernel
+TUNED_VECTOR_ADD = KernelRef("tuned", "vector_add", "vector_add.py", "vector_add")
+TUNED_SOFTMAX_ROWS = KernelRef("tuned", "softmax_rows", "softmax.py", "softmax")
+TUNED_SOFTMAX_ONLINE = KernelRef("tuned", "softmax_online", "softmax_online.py", "softmax_online")
+TUNED_GEMM = KernelRef("tuned", "gemm_epilogue", "gemm_epilogue.py", "gemm_epilogue")
+ATTENTION_TMA = KernelRef("attention_tma", "attention_tma", "attention_tma.py", "attention_tma")
+# the variants' kernels (their modules import helion as well)
+SOFTMAX_FRAME_ONLINE = KernelRef("softmax_online_frame", "softmax_online_frame", "softmax_online_frame.py",
+                                 "softmax_online_frame")
+SOFTMAX_SPLIT_STATS = KernelRef("softmax_split", "softmax_split_stats", "softmax_split.py", "softmax_split_stats")
+SOFTMAX_SPLIT_NORM = KernelRef("softmax_split", "softmax_split_norm", "softmax_split.py", "softmax_split_norm")
+GEMM_PARTIAL_SUMS = KernelRef("gemm_epilogue_splitk", "gemm_partial_sums", "gemm_epilogue_splitk.py",
+                              "gemm_partial_sums")
+GEMM_SPLITK_EPILOGUE = KernelRef("gemm_epilogue_splitk", "splitk_epilogue", "gemm_epilogue_splitk.py",
+                                 "splitk_epilogue")
+
+
+@dataclass(frozen=True)
 class Plan:
     variant: str      # the algorithm word (rows, online, split, block, tiled, splitk)
-    kernel: object    # the Helion kernel (runtime sizes)
+    ref: object       # the Helion kernel (runtime sizes), or a KernelRef to it
     config: dict      # the Helion configuration
     rule: str         # the class: a key of VECTOR_ADD, SOFTMAX, GEMM or the pending tables
     epilogue: tuple | None = None  # split-K / split: (kernel, config) of the second kernel
     # vector add: the index ranges launched one after the other (None: one launch over all)
     pieces: tuple[tuple[int, int], ...] | None = None
     frame: dict | None = None      # the aligned frame's kernels (frame.py): their other arguments
+
+    @property
+    def kernel(self):
+        """The Helion kernel itself (imports its module, and helion, on first use)."""
+        return _resolve(self.ref)
+
+    @property
+    def epilogue_kernel(self):
+        """The second kernel of a split / split-K plan, itself."""
+        return _resolve(self.epilogue[0])
+
+
+def _resolve(kernel):
+    return kernel.get() if isinstance(kernel, KernelRef) else kernel
 
 
 def _pow2(n: int) -> int:
@@ -151,6 +189,8 @@ def _kernel_source(kernel):
     from pathlib import Path
 
     from kltools.plan import Source
+    if isinstance(kernel, KernelRef):
+        return Source(f"helion_src/{kernel.file}", kernels=(kernel.fn,))
     fn = getattr(kernel, "fn", kernel)
     path = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(__file__).resolve().parent.parent)
     return Source(path.as_posix(), kernels=(fn.__name__,))
@@ -181,16 +221,16 @@ def plan(problem: str, facts):
     cfg = {"rule": p.rule, "config": dict(p.config)}
     if p.pieces:
         cfg["pieces"] = [list(r) for r in p.pieces]
-    kernels = (p.kernel,) + ((p.epilogue[0],) if p.epilogue else ())
+    kernels = (p.ref,) + ((p.epilogue[0],) if p.epilogue else ())
     return make_plan(problem, p.variant, VARIANTS, cfg, why=p.rule, sources=tuple(_kernel_source(k) for k in kernels))
 
 
 def plan_attention(B: int, Hq: int, Sq: int, D: int, elem: int, sms: int = 132, smem_per_sm: int = 233472,
                    aligned: bool = True, A=None) -> Plan:
     """The attention default's plan: the ``tma`` kernel with dispatch_attention.py's configuration."""
-    from . import attention_tma, dispatch_attention
+    from . import dispatch_attention
     cfg = dispatch_attention.attention_config(B, Hq, Sq, D, elem, sms, smem_per_sm, aligned, A)
-    return Plan("tma", attention_tma.attention_tma, cfg, f"attention/tma_{cfg['block_sizes'][0]}")
+    return Plan("tma", ATTENTION_TMA, cfg, f"attention/tma_{cfg['block_sizes'][0]}")
 
 
 def softmax_planner(pending: bool = False):
@@ -221,7 +261,7 @@ def vector_add_pieces(n: int, block: int) -> tuple[tuple[int, int], ...] | None:
 def plan_vector_add(n: int, elem: int) -> Plan:
     key = "vector_add/16bit" if elem <= 2 else "vector_add/32bit"
     cfg = dict(VECTOR_ADD[key])
-    return Plan("block", tuned.vector_add, cfg, key, pieces=vector_add_pieces(n, cfg["block_sizes"][0]))
+    return Plan("block", TUNED_VECTOR_ADD, cfg, key, pieces=vector_add_pieces(n, cfg["block_sizes"][0]))
 
 
 def plan_softmax(m: int, n: int, elem: int) -> Plan:
@@ -232,8 +272,8 @@ def plan_softmax(m: int, n: int, elem: int) -> Plan:
         # about 1024 elements a program: short rows are packed several to a program
         cfg["block_sizes"] = [max(1, min(_pow2(m), 1024 // width))]
         cfg.setdefault("num_warps", min(32, max(4, width // 512)))
-        return Plan("rows", tuned.softmax_rows, cfg, "softmax/rows")
-    return Plan("online", tuned.softmax_online, dict(SOFTMAX["softmax/online"]), "softmax/online")
+        return Plan("rows", TUNED_SOFTMAX_ROWS, cfg, "softmax/rows")
+    return Plan("online", TUNED_SOFTMAX_ONLINE, dict(SOFTMAX["softmax/online"]), "softmax/online")
 
 
 def split_chunks(m: int, n: int, elem: int, sms: int = 132) -> int:
@@ -259,11 +299,11 @@ def plan_softmax_next(m: int, n: int, elem: int, framed: bool = True, sms: int =
         cols = -(-per // tile) * tile   # positions a chunk: whole column tiles
         cfg["block_sizes"] = [tile]
         chunking = {"chunk_groups": cols // v, "chunks": -(-span // cols)}
-        return Plan("split", softmax_split.softmax_split_stats, cfg, "softmax/split",
-                    epilogue=(softmax_split.softmax_split_norm, dict(cfg)), frame=chunking)
+        return Plan("split", SOFTMAX_SPLIT_STATS, cfg, "softmax/split",
+                    epilogue=(SOFTMAX_SPLIT_NORM, dict(cfg)), frame=chunking)
     if _pow2(span) <= ROW_ELEMENTS:
         return plan_softmax(m, n, elem)
-    return Plan("online", softmax_online_frame.softmax_online_frame, dict(SOFTMAX_FRAME["softmax/online_frame"]),
+    return Plan("online", SOFTMAX_FRAME_ONLINE, dict(SOFTMAX_FRAME["softmax/online_frame"]),
                 "softmax/online_frame", frame={})
 
 
@@ -283,7 +323,7 @@ def gemm_class(m: int, n: int = 1 << 16, aligned: bool = True, sms: int = 132) -
 def plan_gemm(m: int, n: int, k: int, elem: int, aligned: bool = True, sms: int = 132) -> Plan:
     """``aligned``: the rows of A and B (and their starts) are 16-byte multiples."""
     key = gemm_class(m, n, aligned, sms)
-    return Plan("tiled", tuned.gemm_epilogue, dict(GEMM[key]), key)
+    return Plan("tiled", TUNED_GEMM, dict(GEMM[key]), key)
 
 
 def _tiles(m: int, n: int, cfg: dict) -> int:
@@ -313,7 +353,7 @@ def plan_gemm_next(m: int, n: int, k: int, elem: int, aligned: bool = True, sms:
         return plan_gemm(m, n, k, elem, aligned, sms)
     cfg = dict(SMALL_M_TILE)
     cfg["block_sizes"] = [max(16, _pow2(m)), *cfg["block_sizes"][1:]]
-    return Plan("tiled", tuned.gemm_epilogue, cfg, "gemm/small_m_next")
+    return Plan("tiled", TUNED_GEMM, cfg, "gemm/small_m_next")
 
 
 def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132) -> Plan:
@@ -325,5 +365,5 @@ def plan_gemm_splitk(m: int, n: int, k: int, elem: int, sms: int = 132) -> Plan:
     plain = {"block_sizes": [bm, bn, bk]}
     chunk = splitk_chunk(m, n, k, plain, sms) or max(SPLITK_MIN_K, min(_pow2(k), _pow2(-(-k // 2))))
     cfg["block_sizes"] = [bm, bn, chunk, bk]
-    return Plan("splitk", gemm_epilogue_splitk.gemm_partial_sums, cfg, "gemm/splitk",
-                epilogue=(gemm_epilogue_splitk.splitk_epilogue, dict(SPLITK["gemm/splitk_epilogue"])))
+    return Plan("splitk", GEMM_PARTIAL_SUMS, cfg, "gemm/splitk",
+                epilogue=(GEMM_SPLITK_EPILOGUE, dict(SPLITK["gemm/splitk_epilogue"])))

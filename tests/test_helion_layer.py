@@ -402,3 +402,42 @@ def test_gpu_verify_suite(iid, problem):
         if not c.ok:
             bad.append(f"{case.id}: {c.reason}")
     assert not bad, "\n".join(bad)
+
+
+def test_planning_every_suite_case_imports_no_helion():
+    """The default's planner names its kernels (KernelRef), so planning - which the main job's
+    parent does for every compile-ahead unit - imports neither helion nor a kernel module."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import sys; from harness import registry, problems; registry.load_backends(); "
+            "from harness.meta_inputs import case_facts; n = 0\n"
+            "for p in ('vector_add', 'softmax', 'gemm_epilogue', 'attention'):\n"
+            "    impl = registry.get(p, 'helion:' + p)\n"
+            "    for s in ('verify', 'models', 'edge'):\n"
+            "        for c in problems.get(p).cases(s):\n"
+            "            assert impl.sources.plan(p, case_facts(c)).variant; n += 1\n"
+            "print(n, sorted(m for m in sys.modules if m == 'helion' or m.startswith('helion_src.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent).stdout.split(maxsplit=1)
+    assert int(out[0]) > 100
+    assert out[1].strip() == "['helion_src.dispatch', 'helion_src.dispatch_attention', 'helion_src.frame']"
+
+
+@needs_helion
+def test_each_kernel_reference_names_the_kernel_it_resolves_to():
+    """A KernelRef's file and function (what the line count and compile classes read without
+    importing helion) are those of the kernel it resolves to; every plan kind resolves."""
+    from helion_src import dispatch as D
+    refs = [v for v in vars(D).values() if isinstance(v, D.KernelRef)]
+    assert len(refs) >= 9
+    for r in refs:
+        assert D._kernel_source(r) == D._kernel_source(r.get()), r
+    plans = [D.plan_vector_add(1 << 20, 2), D.plan_softmax(4096, 1024, 2), D.plan_softmax_next(4096, 50257, 2),
+             D.plan_softmax_next(2, 1 << 21, 4), D.plan_gemm(4096, 4096, 4096, 2), D.plan_gemm_splitk(64, 4096, 8192, 2),
+             D.plan_attention(1, 32, 4096, 128, 2)]
+    assert {p.variant for p in plans} == {"block", "rows", "online", "split", "tiled", "splitk", "tma"}
+    for plan in plans:
+        assert plan.kernel is plan.ref.get() and hasattr(plan.kernel, "bind"), plan.rule
+        if plan.epilogue:
+            assert plan.epilogue_kernel is plan.epilogue[0].get() and hasattr(plan.epilogue_kernel, "bind")
