@@ -106,6 +106,11 @@ def test_a_free_process_joins_the_layer_with_the_most_compiles_left():
     units = [{"layer": "one", "id": f"o{i}", "mode": "compile", "cls": "K"} for i in range(10)]
     units += [{"layer": "three", "id": f"t{i}", "mode": "compile", "cls": f"T{i}"} for i in range(3)]
     assert ahead._Queue(units).take(set())["layer"] == "three"
+    # a class's verify-suite rows (settled without a compile) before its timed row: still one compile
+    rows = [{"layer": "late", "id": f"l{i}", "mode": "row", "phase": "verify-suite", "cls": f"L{i % 3}"} for i in range(6)]
+    rows += [{"layer": "late", "id": f"t{i}", "mode": "row", "phase": "timed", "cls": f"L{i}"} for i in range(3)]
+    rows += [{"layer": "two", "id": f"w{i}", "mode": "row", "phase": "timed", "cls": f"W{i}"} for i in range(2)]
+    assert ahead._Queue(rows).take(set())["layer"] == "late"
 
 
 def test_in_the_cpu_mode_the_compiles_go_first_and_the_cheap_rows_last():
