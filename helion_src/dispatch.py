@@ -104,12 +104,15 @@ SMALL_M_TILE = dict(block_sizes=[None, 64, 128], num_warps=4, num_stages=4, l2_g
 @dataclass(frozen=True)
 class KernelRef:
     """A Helion kernel named by its module (under helion_src) and attribute, imported on first use:
-    the kernel modules import helion (~3-5 s), planning must not. ``file`` and ``fn``: the source
-    the kernel runs (its function), known without the import."""
+    the kernel modules import helion (~3-5 s), planning must not. ``runs``: for tuned.py's kernels,
+    the twin module whose same-named function the kernel runs; else the kernel's own function."""
     module: str
     name: str
-    file: str
-    fn: str
+    runs: str | None = None
+
+    def source(self) -> tuple[str, str]:
+        """(file, function) of the code the kernel runs, known without the import."""
+        return (f"{self.runs}.py", self.runs) if self.runs else (f"{self.module}.py", self.name)
 
     def get(self):
         from importlib import import_module
@@ -117,20 +120,17 @@ class KernelRef:
 
 
 # the default's kernels: tuned.py's runtime-size kernels of the twins' functions, the attention kernel
-TUNED_VECTOR_ADD = KernelRef("tuned", "vector_add", "vector_add.py", "vector_add")
-TUNED_SOFTMAX_ROWS = KernelRef("tuned", "softmax_rows", "softmax.py", "softmax")
-TUNED_SOFTMAX_ONLINE = KernelRef("tuned", "softmax_online", "softmax_online.py", "softmax_online")
-TUNED_GEMM = KernelRef("tuned", "gemm_epilogue", "gemm_epilogue.py", "gemm_epilogue")
-ATTENTION_TMA = KernelRef("attention_tma", "attention_tma", "attention_tma.py", "attention_tma")
+TUNED_VECTOR_ADD = KernelRef("tuned", "vector_add", runs="vector_add")
+TUNED_SOFTMAX_ROWS = KernelRef("tuned", "softmax_rows", runs="softmax")
+TUNED_SOFTMAX_ONLINE = KernelRef("tuned", "softmax_online", runs="softmax_online")
+TUNED_GEMM = KernelRef("tuned", "gemm_epilogue", runs="gemm_epilogue")
+ATTENTION_TMA = KernelRef("attention_tma", "attention_tma")
 # the variants' kernels (their modules import helion as well)
-SOFTMAX_FRAME_ONLINE = KernelRef("softmax_online_frame", "softmax_online_frame", "softmax_online_frame.py",
-                                 "softmax_online_frame")
-SOFTMAX_SPLIT_STATS = KernelRef("softmax_split", "softmax_split_stats", "softmax_split.py", "softmax_split_stats")
-SOFTMAX_SPLIT_NORM = KernelRef("softmax_split", "softmax_split_norm", "softmax_split.py", "softmax_split_norm")
-GEMM_PARTIAL_SUMS = KernelRef("gemm_epilogue_splitk", "gemm_partial_sums", "gemm_epilogue_splitk.py",
-                              "gemm_partial_sums")
-GEMM_SPLITK_EPILOGUE = KernelRef("gemm_epilogue_splitk", "splitk_epilogue", "gemm_epilogue_splitk.py",
-                                 "splitk_epilogue")
+SOFTMAX_FRAME_ONLINE = KernelRef("softmax_online_frame", "softmax_online_frame")
+SOFTMAX_SPLIT_STATS = KernelRef("softmax_split", "softmax_split_stats")
+SOFTMAX_SPLIT_NORM = KernelRef("softmax_split", "softmax_split_norm")
+GEMM_PARTIAL_SUMS = KernelRef("gemm_epilogue_splitk", "gemm_partial_sums")
+GEMM_SPLITK_EPILOGUE = KernelRef("gemm_epilogue_splitk", "splitk_epilogue")
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,8 @@ def _kernel_source(kernel):
 
     from kltools.plan import Source
     if isinstance(kernel, KernelRef):
-        return Source(f"helion_src/{kernel.file}", kernels=(kernel.fn,))
+        file, fn = kernel.source()
+        return Source(f"helion_src/{file}", kernels=(fn,))
     fn = getattr(kernel, "fn", kernel)
     path = Path(inspect.getsourcefile(fn)).resolve().relative_to(Path(__file__).resolve().parent.parent)
     return Source(path.as_posix(), kernels=(fn.__name__,))
