@@ -28,13 +28,13 @@ from . import helion_layer as H
 from . import src
 
 # imported on first use, as the layer's other kernels (helion_layer._Lazy): the twin's module imports
-# helion (3 s), which registering the rows must not
+# helion (seconds: torch._dynamo and more), which registering the rows must not
 attention_simple, dispatch = H._Lazy("helion_src.attention"), H.dispatch
 
 # The interpreter runs a program's key loop in numpy: in the CPU mode, cases above this many FLOPs
 # compile for sm_90 but do not run. Helion's generated code runs slowly there: the verify suite's
 # cases of a few MFLOP cost tens of seconds each (first call and three seeds), more than the rest of
-# the CPU main job together; its KFLOP cases a second or two (docs/results/cpu-2core/README.md).
+# the CPU main job together; its KFLOP cases a second or two.
 INTERPRETER_MAX_FLOPS = 1 << 16
 H200_SMEM_PER_SM = 233472  # the CPU mode plans for an H200: 228 KB of shared memory an SM
 

@@ -21,9 +21,9 @@ from .errors import Unsupported
 
 CPU_TRAFFIC_LIMIT = 64 * 10 ** 6   # bytes: larger cases are not executed in the CPU mode
 # FLOPs: larger cases are not executed in the CPU mode either. Each executed case is checked on
-# three seeds against a float64 reference and a float64 bound (two more GEMMs a seed); torch's fp16
-# GEMM runs at a fraction of a GFLOP/s on a CPU (an 0.8 GFLOP case took 17 s): such a case tells
-# nothing a smaller one does not, and the cases above this stay GPU rows.
+# three seeds against a float64 reference and a float64 bound (two more GEMMs a seed), and torch's
+# fp16 GEMM runs at a fraction of a GFLOP/s on a CPU (docs/results/cpu-2core/wall.txt): such a case
+# tells nothing a smaller one does not, and the cases above this stay GPU rows.
 CPU_FLOP_LIMIT = 2 ** 29
 BIG_CASE_BYTES = 256 * 2 ** 20   # a large case: gives its memory back at once; a heavy lane's in compare
 

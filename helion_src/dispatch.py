@@ -104,7 +104,7 @@ SMALL_M_TILE = dict(block_sizes=[None, 64, 128], num_warps=4, num_stages=4, l2_g
 @dataclass(frozen=True)
 class KernelRef:
     """A Helion kernel named by its module (under helion_src) and attribute, imported on first use:
-    the kernel modules import helion (~3-5 s), planning must not. ``runs``: for tuned.py's kernels,
+    the kernel modules import helion (seconds), planning must not. ``runs``: for tuned.py's kernels,
     the twin module whose same-named function the kernel runs; else the kernel's own function."""
     module: str
     name: str

@@ -111,7 +111,7 @@ EOF
     per_test=""; python3 -c "import pytest_timeout" 2>/dev/null && per_test="--timeout 240"
     # each group pinned to a quarter of the cores: the compile pools size themselves by the cores
     # they may use (harness.machine.usable_cpus), so four groups no longer start a process a core
-    # each (16 x 4 on 16 cores: the TileLang group did not finish in 520 s that way, 158 s alone)
+    # each (four times the machine: docs/results/h100-2026-12-07b/README.md)
     ncpu=$(nproc); share=$(( ncpu / 4 > 0 ? ncpu / 4 : 1 ))
     for g in 0 1 2 3; do
       pin=""
