@@ -39,14 +39,23 @@ def _preverify_tasks(plan, impls, done: set) -> list[dict]:
     most ``runner.HEAVY_LANES`` (3) workers (``harness.runner.partition``; a large case's compiles
     stay with few processes). What bounds the GPU memory is the admission (``gpumem.Admission``):
     a task is sent only once its estimate (a float64 reference, its bound, the inputs, the guarded
-    outputs: ~34 GB for the largest models case) fits beside the others'."""
+    outputs: ~34 GB for the largest models case) fits beside the others'.
+    A heavy case is one task with every layer's rows, verified seed by seed (``seed_major``): its
+    reference and bound (the float64 checker keeps one seed of such a case in hand) are computed
+    once a seed, not once a seed and layer."""
     from . import problems
     from .case import Case
     from .worker import BIG_CASE_BYTES
-    tasks = _todo(P.make_tasks(plan, impls, phase="timed", prefix="p", split_by_layer=True), done)
-    for t in tasks:
-        t.update(preverify=True,
-                 heavy=problems.get(t["problem"]).traffic(Case.from_json(t["case"])) > BIG_CASE_BYTES)
+    tasks, heavy = [], {}
+    for t in _todo(P.make_tasks(plan, impls, phase="timed", prefix="p", split_by_layer=True), done):
+        big = problems.get(t["problem"]).traffic(Case.from_json(t["case"])) > BIG_CASE_BYTES
+        key = (t["problem"], t["case"]["id"])
+        if big and key in heavy:
+            heavy[key]["impls"] += t["impls"]
+            continue
+        t.update(preverify=True, heavy=big, **({"seed_major": True} if big else {}))
+        heavy.update({key: t} if big else {})
+        tasks.append(t)
     return tasks
 
 

@@ -129,18 +129,22 @@ def judge(impl, problem, case, seed, inputs, output, device) -> Check:
     return Check.from_dict(res)
 
 
-def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True) -> Check:
+def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
+                so_far: Check | None = None) -> Check:
     """Run ``impl`` on ``case`` for each seed and check every output; the first failure wins.
 
     The first seed's launch runs twice (every seed's with ``repeat`` on the GPU), the second time
-    into re-poisoned buffers; a result that moves between the two launches is reported (a race)."""
+    into re-poisoned buffers; a result that moves between the two launches is reported (a race).
+    ``so_far``: the passing verdict of an earlier call on the same implementation and case (its
+    first seed, compile time and worst figures), which this call's seeds continue - a worker can
+    check every implementation of a case on one seed before the next seed (one reference a seed)."""
     import time
 
     from . import tamper
 
     tamper.baseline()
-    worst = Check(True, "", 0.0, 0.0)
-    for n, seed in enumerate(seeds):
+    worst = so_far if so_far is not None else Check(True, "", 0.0, 0.0)
+    for n, seed in enumerate(seeds, start=0 if so_far is None else 1):
         inputs = share_inputs(problem.make_inputs(case, device, seed), device)
         t0 = time.perf_counter()
         L = Launcher(impl, problem, case, inputs, device)

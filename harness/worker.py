@@ -228,12 +228,15 @@ _VERDICT_KEYS = ("status", "kind", "reason", "max_abs_err", "rel_err", "bias", "
                  "compile")
 
 
-def _verify_one(task, impl, problem, case, device, row, emit) -> bool:
+def _verify_one(task, impl, problem, case, device, row, emit, seeds=None, checks=None) -> bool:
     """Verify ``impl`` on ``case`` (several seeds) into ``row``; True when it passed. A launch that
-    broke the CUDA context reports a fatal event and ends this process."""
+    broke the CUDA context reports a fatal event and ends this process. ``seeds``: only these
+    (default the task's), continuing the verdict ``checks`` holds for the implementation from
+    earlier seeds (``checks`` then gets this call's)."""
     from . import verify
 
     phase = task.get("phase", "timed")
+    so_far = (checks or {}).get(impl.id)
     emit(event="step", task=task["id"], impl=impl.id, phase="verify")
     t0 = time.perf_counter()
     c0 = _cpu_now(device)
@@ -241,8 +244,9 @@ def _verify_one(task, impl, problem, case, device, row, emit) -> bool:
         # every seed launched twice on the GPU in the verify suite (small cases: races show
         # there); a timed case repeats its first seed only - its first and last timed
         # launches are checked too, and its outputs are the largest to compare
-        check = verify.verify_case(impl, problem, case, device, seeds=tuple(task.get("seeds", verify.SEEDS)),
-                                   repeat=(device == "cuda" and phase == "verify-suite"))
+        check = verify.verify_case(impl, problem, case, device,
+                                   seeds=tuple(seeds or task.get("seeds", verify.SEEDS)),
+                                   repeat=(device == "cuda" and phase == "verify-suite"), so_far=so_far)
     except Unsupported as e:  # from prepare: the implementation declines this case
         row.update(status="SKIP", kind="unsupported", reason=str(e))
         return False
@@ -267,11 +271,33 @@ def _verify_one(task, impl, problem, case, device, row, emit) -> bool:
     if check.details.get("worst_ratio") is not None:
         row["worst_ratio"] = check.details["worst_ratio"]
     row.update(status="PASS", kind="verified") if check.ok else row.update(status="FAIL", kind="mismatch")
-    row["verify_s"] = round(time.perf_counter() - t0, 3)
+    before = (row.get("verify_s") or 0.0, row.get("verify_cpu_s") or 0.0) if so_far is not None else (0.0, 0.0)
+    row["verify_s"] = round(before[0] + time.perf_counter() - t0, 3)
     c1 = _cpu_now(device)
     if c0 is not None and c1 is not None:   # this process's and its checker's CPU seconds
-        row["verify_cpu_s"] = round(c1 - c0, 3)
+        row["verify_cpu_s"] = round(before[1] + c1 - c0, 3)
+    if checks is not None:
+        checks[impl.id] = check
     return check.ok
+
+
+def _verify_seed_major(task, impls, problem, case, device, rows, emit) -> list:
+    """Verify ``impls`` on one case seed by seed: every implementation on a seed before the next
+    seed. The checker computes a seed's float64 reference and bound once for all of them (it
+    keeps one seed of the largest cases in hand, so an implementation-by-implementation order
+    recomputed them once an implementation); implementations declaring the same roundings are
+    checked together (the bound depends on them). Returns those that passed."""
+    from . import verify
+
+    left = sorted(impls, key=lambda i: int(i.extra.get("roundings", 0)))
+    checks: dict = {}
+    for seed in tuple(task.get("seeds", verify.SEEDS)):
+        for impl in list(left):
+            if not _verify_one(task, impl, problem, case, device, rows[impl.id], emit, (seed,), checks):
+                left.remove(impl)
+                if rows[impl.id]["kind"] == "out-of-memory":
+                    _free_gpu(device)
+    return left
 
 
 def _not_a_verdict(row, task, problem, case, device, e: Exception) -> None:
@@ -345,6 +371,7 @@ def process_task(task: dict, opts: dict, emit) -> None:
     verified = task.get("verified") or {}
     if task.get("retry"):   # after running out of memory: start from what this process holds least
         _free_gpu(device)
+    seed_major = []   # a heavy case's implementations, verified seed by seed after the loop
     for iid in task["impls"]:
         impl = registry.get(problem.name, iid)
         row = rows[iid] = settle(impl, problem, case, device, task.get("phase", "timed"))
@@ -355,12 +382,20 @@ def process_task(task: dict, opts: dict, emit) -> None:
             # verified (three seeds) by a parallel worker before the timed phase: its verdict
             row.update({k: pre[k] for k in _VERDICT_KEYS if k in pre})
             passed.append(impl)
+        elif task.get("seed_major"):
+            seed_major.append(impl)
         elif _verify_one(task, impl, problem, case, device, row, emit):
             passed.append(impl)
         elif row["kind"] == "out-of-memory":
             _free_gpu(device)   # the implementations after it on this case get the memory back
-        if opts.get("verbose") and row.get("verify_s") is not None:
-            print(f"[worker] {impl.id} {case.id}: {row['status']} in {row['verify_s']:.2f}s", file=sys.stderr)
+    if seed_major:
+        ok = set(i.id for i in _verify_seed_major(task, seed_major, problem, case, device, rows, emit))
+        passed = [registry.get(problem.name, i) for i in task["impls"]
+                  if i in ok or any(p.id == i for p in passed)]
+    if opts.get("verbose"):
+        for iid, row in rows.items():
+            if row.get("verify_s") is not None:
+                print(f"[worker] {iid} {case.id}: {row['status']} in {row['verify_s']:.2f}s", file=sys.stderr)
     _finish_task(task, opts, emit, problem, case, device, passed, rows)
 
 

@@ -67,3 +67,78 @@ def test_large_cases_are_marked_heavy():
     impls = select(Selection(problems=["softmax"], impls=["torch:softmax"]))
     pre = _preverify_tasks(plan, impls, set())
     assert [t["heavy"] for t in pre] == [True, False]
+
+
+def test_a_heavy_case_is_one_task_of_every_layer_verified_seed_by_seed():
+    p = problems.get("softmax")
+    plan = [(p, [p.case(M=4096, N=151_936, dtype="float32"), p.case(M=3, N=40, dtype="float32")])]
+    impls = select(Selection(problems=["softmax"], impls=["torch:softmax", "torch:softmax_naive",
+                                                          "triton:softmax"]))
+    pre = _preverify_tasks(plan, impls, set())
+    heavy = [t for t in pre if t["heavy"]]
+    assert len(heavy) == 1 and heavy[0]["seed_major"] is True
+    assert sorted(heavy[0]["impls"]) == ["torch:softmax", "torch:softmax_naive", "triton:softmax"]
+    light = [t for t in pre if not t["heavy"]]    # small cases keep a task a layer
+    assert sorted(tuple(t["impls"]) for t in light) == [("torch:softmax", "torch:softmax_naive"),
+                                                          ("triton:softmax",)]
+    assert not any(t.get("seed_major") for t in light)
+    assert len({t["id"] for t in pre}) == len(pre)
+
+
+def _judged(monkeypatch):
+    """Record (implementation, seed) of every output the checker judges."""
+    from harness import verify
+    seen, judge = [], verify.judge
+
+    def spy(impl, problem, case, seed, *a, **k):
+        seen.append((impl.id, seed))
+        return judge(impl, problem, case, seed, *a, **k)
+    monkeypatch.setattr(verify, "judge", spy)
+    _rebaseline(monkeypatch)
+    return seen
+
+
+def _rebaseline(monkeypatch):
+    """The tamper check's record of the harness taken again after the spy went in (it is taken
+    once a process: an earlier test's record would see the spy as a patched harness)."""
+    from harness import tamper
+    monkeypatch.setattr(tamper, "_BASE", None)
+
+
+def test_seed_major_task_judges_every_implementation_on_a_seed_before_the_next(monkeypatch):
+    impls = select(Selection(problems=["softmax"], impls=["torch:softmax", "torch:softmax_naive"]))
+    task = dict(_preverify_tasks(_plan(), impls, set())[0], seed_major=True)
+    seen = _judged(monkeypatch)
+    rows = _run(task)
+    seeds = [s for _, s in seen]
+    assert seeds == sorted(seeds) and sorted(set(seeds)) == [0, 1, 2]
+    for iid in ("torch:softmax", "torch:softmax_naive"):
+        assert {s for i, s in seen if i == iid} == {0, 1, 2}
+        r = rows[iid]   # the verdict of three seeds, as an implementation-by-implementation run gives
+        assert r["status"] == "PASS" and r["pending_timing"] is True and r["verify_s"] > 0
+        assert r["compile"]["first_call_s"] >= 0 and r["max_abs_err"] is not None
+    plain = _run(dict(task, seed_major=False))
+    for iid in rows:
+        assert plain[iid]["max_abs_err"] == rows[iid]["max_abs_err"]
+
+
+def test_seed_major_task_drops_an_implementation_at_its_first_failing_seed(monkeypatch):
+    from harness import verify
+    from harness.output_check import Check
+    impls = select(Selection(problems=["softmax"], impls=["torch:softmax", "torch:softmax_naive"]))
+    task = dict(_preverify_tasks(_plan(), impls, set())[0], seed_major=True)
+    seen, judge = [], verify.judge
+
+    def wrong_on_seed_1(impl, problem, case, seed, *a, **k):   # as if the naive softmax broke on seed 1
+        seen.append((impl.id, seed))
+        if impl.id == "torch:softmax_naive" and seed == 1:
+            return Check(False, "planted mismatch", 1.0, 1.0)
+        return judge(impl, problem, case, seed, *a, **k)
+    monkeypatch.setattr(verify, "judge", wrong_on_seed_1)
+    _rebaseline(monkeypatch)
+    rows = _run(task)
+    bad = rows["torch:softmax_naive"]
+    assert bad["status"] == "FAIL" and "seed 1" in bad["reason"] and "pending_timing" not in bad
+    assert ("torch:softmax_naive", 2) not in seen          # not run again after it failed
+    good = rows["torch:softmax"]
+    assert good["status"] == "PASS" and ("torch:softmax", 2) in seen
