@@ -46,16 +46,19 @@ def _preverify_tasks(plan, impls, done: set) -> list[dict]:
     from . import problems
     from .case import Case
     from .worker import BIG_CASE_BYTES
-    tasks, heavy = [], {}
+    tasks, heavy = [], {}   # heavy: (problem, case id) -> that case's one task
     for t in _todo(P.make_tasks(plan, impls, phase="timed", prefix="p", split_by_layer=True), done):
         big = problems.get(t["problem"]).traffic(Case.from_json(t["case"])) > BIG_CASE_BYTES
-        key = (t["problem"], t["case"]["id"])
-        if big and key in heavy:
-            heavy[key]["impls"] += t["impls"]
+        t.update(preverify=True, heavy=big)
+        if not big:
+            tasks.append(t)
             continue
-        t.update(preverify=True, heavy=big, **({"seed_major": True} if big else {}))
-        heavy.update({key: t} if big else {})
-        tasks.append(t)
+        key = (t["problem"], t["case"]["id"])
+        if key in heavy:
+            heavy[key]["impls"] = heavy[key]["impls"] + t["impls"]
+        else:
+            heavy[key] = dict(t, seed_major=True)
+            tasks.append(heavy[key])
     return tasks
 
 

@@ -388,10 +388,9 @@ def process_task(task: dict, opts: dict, emit) -> None:
             passed.append(impl)
         elif row["kind"] == "out-of-memory":
             _free_gpu(device)   # the implementations after it on this case get the memory back
-    if seed_major:
-        ok = set(i.id for i in _verify_seed_major(task, seed_major, problem, case, device, rows, emit))
-        passed = [registry.get(problem.name, i) for i in task["impls"]
-                  if i in ok or any(p.id == i for p in passed)]
+    if seed_major:   # passed in the task's order
+        passed += _verify_seed_major(task, seed_major, problem, case, device, rows, emit)
+        passed.sort(key=lambda i: task["impls"].index(i.id))
     if opts.get("verbose"):
         for iid, row in rows.items():
             if row.get("verify_s") is not None:
