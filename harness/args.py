@@ -52,7 +52,7 @@ def _selectors(p: argparse.ArgumentParser, suite_default: str | None, roles_help
     p.add_argument("--impl", action="append", help="implementation id layer:name (repeatable)")
     p.add_argument("--roles", help=roles_help)
     p.add_argument("--all", action="store_true", help="every implementation (same as --roles all)")
-    p.add_argument("--suite", default=suite_default, help="smoke | verify | bench | models | edge | full")
+    p.add_argument("--suite", default=suite_default, help="smoke | verify | bench | models | edge | full | awkward")
     p.add_argument("--dtype", action="append", help="float32|float16|bfloat16 (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="one custom case instead of a suite (needs --problem), e.g. --set M=1823 --set N=781")

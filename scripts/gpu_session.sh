@@ -15,12 +15,14 @@
 #                                                      short compare of its default and twin beside torch on
 #                                                      the models suite; one archive per layer, $OUT/L.tgz
 #   bash scripts/gpu_session.sh check L [L..] [-- ARGS]  python -m harness check over layers L (one archive)
+#   bash scripts/gpu_session.sh awkward                verify --suite awkward (60 seeded shapes a problem that no
+#                                                      planner was tuned on) of every default and twin
 #   bash scripts/gpu_session.sh peak                   GEMM + GELU at 8192^3 bf16, every layer's default beside
 #                                                      torch eager, torch.compile and the torch.mm ceiling (TFLOP/s)
 # Extra arguments go to the stage's command. On a machine with two GPUs, run two stages at once with
 # CUDA_VISIBLE_DEVICES=0 / =1.
 set -uo pipefail
-stage=${1:?stage: build | harness | compare | tests | layers | check | peak}
+stage=${1:?stage: build | harness | compare | tests | layers | check | awkward | peak}
 shift
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -169,6 +171,23 @@ EOF2
     log "check ${layers[*]} exit $?"; tail -60 "$R/$name.txt"; tail -5 "$R/$name.err"
     tar czf "$OUT/check-$name.tgz" -C "$R" "$name" "$name.txt" "$name.err"
     exit 0 ;;
+  awkward)
+    # every default and twin (--roles to widen) on the awkward suite: shapes drawn with a fixed
+    # seed that no planner was tuned on; every non-PASS listed
+    timeout ${KL_AWKWARD_LIMIT:-540} python3 -m harness verify --suite awkward --roles default,simple --format json \
+      "$@" > "$R/awkward.json" 2> "$R/awkward.log"
+    log "verify --suite awkward exit $?"
+    python3 - "$R/awkward.json" <<'EOF2'
+import collections, json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(f"  (no JSON: {e})")
+print(" ", dict(collections.Counter(r["status"] for r in rows)))
+for r in [r for r in rows if r["status"] != "PASS"][:40]:
+    print(f"  {r['status']} {r['impl']} {r['case'] if isinstance(r['case'], str) else r['case'].get('id')}: {str(r.get('reason'))[:150]}")
+EOF2
+    ;;
   peak)
     # one large aligned GEMM: what each layer's default gets out of the tensor cores (issue 42.3)
     timeout ${KL_PEAK_LIMIT:-240} python3 -m harness compare --problem gemm_epilogue --set M=8192 --set N=8192 \

@@ -246,60 +246,22 @@ def test_tilelang_pending_facts_are_the_adapters():
             assert d.softmax_next_facts(case_facts(case)) == T._sm_facts(*meta_softmax(case)), case.id
 
 
-# -- shapes no suite holds ---------------------------------------------------------------------
-def awkward_cases(n_per_problem: int = 60, seed: int = 20261207):
-    """Cases beyond the suites, drawn with a fixed seed: sizes 1, primes, powers of two and their
-    neighbours, a few very long rows, odd strides and misaligned starts, every dtype, causal and
-    grouped-query attention with Sq != Sk; each total kept to what a GPU holds."""
-    import random
-    rng = random.Random(seed)
-    special = [1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 255, 257, 1023, 1025, 4097, 32769]
-
-    def size(hi: int) -> int:
-        r = rng.random()
-        return rng.choice(special) if r < 0.35 else min(hi, max(1, int(10 ** rng.uniform(0, 5))))
-
-    sm, ge, at, va = (problems.get(p) for p in ("softmax", "gemm_epilogue", "attention", "vector_add"))
-    out = []
-    while len([c for c in out if c.problem == "softmax"]) < n_per_problem:
-        M, N = size(70_000), size(300_000)
-        if rng.random() < 0.15:   # a few very long rows
-            M, N = rng.choice([1, 2, 3, 5]), rng.choice([262_145, 1_000_003, 2_000_000])
-        if M * N <= 2 ** 28:
-            out.append(sm.case(M=M, N=N, dtype=rng.choice(sm.dtypes), layout=rng.choice(sorted(sm.param_choices["layout"]))))
-    while len([c for c in out if c.problem == "gemm_epilogue"]) < n_per_problem:
-        M, N, K = size(20_000), size(60_000), size(30_000)
-        if max(M * N, M * K, N * K) <= 2 ** 28:
-            out.append(ge.case(M=M, N=N, K=K, dtype=rng.choice(ge.dtypes), act=rng.choice(ge.param_choices["act"]),
-                               bias=rng.choice([0, 1])))
-    while len([c for c in out if c.problem == "attention"]) < n_per_problem:
-        Hkv = rng.choice([1, 2, 8])
-        causal = rng.random() < 0.5
-        Sk = size(40_000)
-        Sq = rng.randint(1, Sk) if causal else size(40_000)
-        out.append(at.case(B=rng.choice([1, 2, 3, 16]), Hq=Hkv * rng.choice([1, 2, 4, 8]), Hkv=Hkv, Sq=Sq, Sk=Sk,
-                           D=rng.choice([64, 128]), causal=int(causal), dtype=rng.choice(at.dtypes),
-                           layout=rng.choice(["bhsd", "bshd"])))
-    for _ in range(n_per_problem):
-        out.append(va.case(N=size(300_000_000), dtype=rng.choice(va.dtypes), misalign=rng.choice([0, 0, 1, 3])))
-    return out
-
-
+# -- the awkward suite: shapes no planner was tuned on -------------------------------------
 @pytest.mark.parametrize("layer", sorted(LAYERS))
-def test_plan_and_default_take_shapes_no_suite_holds(layer):
-    """On shapes no suite holds, every default takes the case (a user's shape is never a SKIP of
-    our making) and its planner answers with a variant of ``VARIANTS`` whose kernel files exist."""
+def test_every_default_takes_the_awkward_suite(layer):
+    """On the awkward suite (shapes drawn with a fixed seed, no planner tuned on them), every
+    default takes the case (a user's shape is never a SKIP of our making) and its planner answers
+    with a variant of ``VARIANTS`` whose kernel files exist."""
     d = planner(layer)
     probs = planned_problems(layer)
     seen = set()
-    for case in awkward_cases():
-        if case.problem not in probs:
-            continue
-        impl = registry.get(case.problem, f"{layer}:{case.problem}")
-        assert impl.supports(case) is None, (impl.id, case.id, impl.supports(case))
-        p = d.plan(case.problem, case_facts(case))
-        assert isinstance(p, Plan) and p.variant in d.VARIANTS[case.problem], (layer, case.id)
-        assert p.sources and all((ROOT / s.path).is_file() for s in p.sources), (layer, case.id)
-        seen.add((case.problem, p.variant))
+    for problem in sorted(probs):
+        for case in problems.get(problem).cases("awkward"):
+            impl = registry.get(problem, f"{layer}:{problem}")
+            assert impl.supports(case) is None, (impl.id, case.id, impl.supports(case))
+            p = d.plan(problem, case_facts(case))
+            assert isinstance(p, Plan) and p.variant in d.VARIANTS[problem], (layer, case.id)
+            assert p.sources and all((ROOT / s.path).is_file() for s in p.sources), (layer, case.id)
+            seen.add((problem, p.variant))
     # the sweep reaches several of the planner's classes, not one
     assert len(seen) > len(probs), (layer, seen)

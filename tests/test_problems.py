@@ -15,6 +15,27 @@ def test_every_suite_has_cases(name, suite):
     assert len({c.id for c in cases}) == len(cases), "duplicate cases"
 
 
+@pytest.mark.parametrize("name", ["vector_add", "softmax", "gemm_epilogue", "attention"])
+def test_awkward_suite_is_fixed_new_and_varied(name):
+    """The awkward suite is the same on every call (a fixed seed), holds no case of another suite,
+    and varies every size and dtype (sizes of 1 and sizes off every power of two among them)."""
+    p = problems.get(name)
+    cases = p.cases("awkward")
+    assert [c.id for c in cases] == [c.id for c in p.cases("awkward")]
+    others = {c.id for s in SUITES if s != "awkward" for c in p.cases(s)}
+    assert len(cases) == problems.AWKWARD_CASES and not {c.id for c in cases} & others
+    assert {c.dtype for c in cases} == set(p.dtypes)
+    for dim in set(p.dim_names) - {"D", "Hkv"}:   # head dims and KV heads: the few a model has
+        sizes = {c.dims[dim] for c in cases}
+        assert len(sizes) > 2 and any(s % 2 for s in sizes), (dim, sorted(sizes))
+    if name == "softmax":   # a few very long rows, and odd strides
+        assert any(c.M <= 5 and c.N > 200_000 for c in cases)
+        assert {c.params["layout"] for c in cases} == {"contiguous", "strided", "strided_odd"}
+    if name == "attention":  # grouped-query heads, causal with Sq < Sk, both layouts
+        assert any(c.Hq > c.Hkv for c in cases) and any(c.params["causal"] and c.Sq < c.Sk for c in cases)
+        assert {c.params["layout"] for c in cases} == {"bhsd", "bshd"}
+
+
 def test_verify_suite_has_the_policy_shapes():
     ids = {c.id for c in problems.get("vector_add").cases("verify")}
     assert "vector_add[N=98432,float32]" in ids and "vector_add[N=1,float32]" in ids

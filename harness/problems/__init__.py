@@ -6,6 +6,8 @@ that the metrics and the roofline model use.
 """
 from __future__ import annotations
 
+import math
+import random
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -14,7 +16,19 @@ import torch
 
 from ..case import DTYPES, Case, dtype_name
 
-SUITES = ("smoke", "verify", "bench", "models", "edge", "full")
+SUITES = ("smoke", "verify", "bench", "models", "edge", "full", "awkward")
+#: the ``awkward`` suite's seed and size (``Problem.awkward_cases``)
+AWKWARD_SEED = 20261207
+AWKWARD_CASES = 60
+#: sizes the awkward suite draws from a third of the time: 1, primes, powers of two and neighbours
+AWKWARD_SIZES = (1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 255, 257, 1023, 1025, 4097, 32769)
+
+
+def awkward_size(rng: random.Random, hi: int) -> int:
+    """One size for the awkward suite: a size of ``AWKWARD_SIZES`` or log-uniform in [1, ``hi``]."""
+    if rng.random() < 0.35:
+        return min(hi, rng.choice(AWKWARD_SIZES))
+    return min(hi, max(1, int(10 ** rng.uniform(0, math.log10(hi)))))
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,26 @@ class Problem:
     # -- cases -------------------------------------------------------------------------------
     def cases(self, suite: str) -> list[Case]:
         raise NotImplementedError
+
+    def draw(self, rng: random.Random) -> Case | None:
+        """One case of the ``awkward`` suite drawn with ``rng`` (None: draw again)."""
+        raise NotImplementedError
+
+    def awkward_cases(self) -> list[Case]:
+        """The ``awkward`` suite: ``AWKWARD_CASES`` shapes no other suite holds, drawn by ``draw``
+        with a fixed seed (the same cases on every machine): sizes 1, primes, powers of two and
+        their neighbours, odd strides and starts, every dtype and parameter. No planner is tuned on
+        them; they find the kernels and rules a default reaches only on a user's shapes (the
+        lines-of-code rule plans them too: docs/DESIGN.md, "LOC"). ``python -m harness verify
+        --suite awkward`` checks every implementation on them."""
+        rng = random.Random(f"{self.name}/{AWKWARD_SEED}")
+        taken = {c.id for s in SUITES if s != "awkward" for c in self.cases(s)}
+        out: dict[str, Case] = {}
+        while len(out) < AWKWARD_CASES:
+            c = self.draw(rng)
+            if c is not None and c.id not in taken:
+                out.setdefault(c.id, c)
+        return list(out.values())
 
     def case(self, dtype: str = "float32", **kw) -> Case:
         """Build one case from named sizes and parameters, validating every value."""

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
+from . import Kernel, Problem, Tolerance, awkward_size, elem_size, generator, randn, register_problem
 
 HEAD_DIMS = (64, 128)
 LAYOUTS = ("bhsd", "bshd")
@@ -109,7 +109,22 @@ class Attention(Problem):
             return [c(B=16384 // s, Hq=2048 // d, Hkv=2048 // d, Sq=s, Sk=s, D=d, causal=cz, dtype=dt)
                     for dt in self.dtypes for d in HEAD_DIMS for cz in (0, 1)
                     for s in (512, 1024, 2048, 4096, 8192, 16384)]
+        if suite == "awkward":
+            return self.awkward_cases()
         raise ValueError(f"suite: unknown suite {suite!r}")
+
+    def draw(self, rng):
+        """An awkward attention case: grouped-query heads, Sq != Sk, causal or not, both layouts,
+        at most 2^30 (query, key) pairs."""
+        hkv = rng.choice((1, 2, 8))
+        hq, b = hkv * rng.choice((1, 2, 4, 8)), rng.choice((1, 2, 3, 16))
+        causal = rng.random() < 0.5
+        sk = awkward_size(rng, 8192)
+        sq = rng.randint(1, sk) if causal else awkward_size(rng, 8192)
+        if b * hq * sq * sk > 2 ** 30:
+            return None
+        return self.case(B=b, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, D=rng.choice(HEAD_DIMS), causal=int(causal),
+                         dtype=rng.choice(self.dtypes), layout=rng.choice(LAYOUTS))
 
     def _verify_cases(self):
         c = self.case

@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
+from . import Kernel, Problem, Tolerance, awkward_size, elem_size, generator, randn, register_problem
 
 ACTS = ("none", "relu", "gelu")
 
@@ -120,8 +120,9 @@ class GemmEpilogue(Problem):
                         # rows, no bias, many N tiles
                         c(M=33, N=1001, K=3000, dtype=dt, act="gelu"),
                         c(M=7, N=4000, K=2048, dtype=dt, act="relu", bias=0)]
-                # N or K not a multiple of 8 on a larger problem, and many row tiles
-                out += [c(M=2050, N=1001, K=136, dtype=dt, act="gelu")]
+                # N or K not a multiple of 8 on a larger problem, and many row tiles; a small
+                # odd GEMM of a few tiles (Triton's default plans its twin's kernel there)
+                out += [c(M=2050, N=1001, K=136, dtype=dt, act="gelu"), c(M=134, N=53, K=35, dtype=dt, act="gelu")]
             return out
         if suite == "models":
             # linear layers of public model configurations (N = output features, K = input
@@ -168,7 +169,16 @@ class GemmEpilogue(Problem):
                     out += [c(M=s, N=s, K=s, dtype=dt, act=act) for s in (1024, 2048, 4096, 8192)]
             out += [c(M=8192, N=4096, K=1024), c(M=1024, N=8192, K=8192)]
             return out
+        if suite == "awkward":
+            return self.awkward_cases()
         raise ValueError(f"suite: unknown suite {suite!r}")
+
+    def draw(self, rng):
+        """An awkward GEMM: operands of at most 2^26 elements, at most 2^37 multiply-adds."""
+        M, N, K = awkward_size(rng, 20_000), awkward_size(rng, 60_000), awkward_size(rng, 30_000)
+        if max(M * N, M * K, N * K) > 2 ** 26 or M * N * K > 2 ** 37:
+            return None
+        return self.case(M=M, N=N, K=K, dtype=rng.choice(self.dtypes), act=rng.choice(ACTS), bias=rng.choice((0, 1)))
 
     def make_inputs(self, case, device, seed):
         g = generator(device, seed)

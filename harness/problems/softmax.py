@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
+from . import Kernel, Problem, Tolerance, awkward_size, elem_size, generator, randn, register_problem
 
 LAYOUT_PAD = {"contiguous": 0, "strided": 64, "strided_odd": 3}
 
@@ -65,7 +65,11 @@ class Softmax(Problem):
                     c(M=2048, N=2050, dtype="float16"),
                     # odd stride and an odd start in the 16-bit dtypes too
                     c(M=33, N=3001, dtype="bfloat16", layout="strided_odd"),
-                    c(M=17, N=40_000, dtype="float16", layout="strided_odd")]
+                    c(M=17, N=40_000, dtype="float16", layout="strided_odd"),
+                    # odd strides on rows past what the CTAs of a row hold on chip (the rules
+                    # whose other choices need 16-byte rows): kernels first planned by the
+                    # awkward suite (the CUDA C++ and Gluon defaults' online kernels)
+                    c(M=2, N=1_000_003, layout="strided_odd"), c(M=129, N=17_858, dtype="float16", layout="strided_odd")]
             return out
         if suite == "models":
             # public model configurations. LM-head logits over the vocabulary, 4096 tokens:
@@ -99,7 +103,18 @@ class Softmax(Problem):
                 out += [c(M=4096, N=2 ** e, dtype=dt) for e in range(7, 15)]
                 out += [c(M=8192, N=2 ** e, dtype=dt) for e in range(15, 19)]
             return out
+        if suite == "awkward":
+            return self.awkward_cases()
         raise ValueError(f"suite: unknown suite {suite!r}")
+
+    def draw(self, rng):
+        """An awkward softmax case: up to 2^26 elements, a few very long rows one time in seven."""
+        M, N = awkward_size(rng, 70_000), awkward_size(rng, 300_000)
+        if rng.random() < 0.15:
+            M, N = rng.choice((1, 2, 3, 5)), rng.choice((262_145, 1_000_003, 2_000_000))
+        if M * N > 2 ** 26:
+            return None
+        return self.case(M=M, N=N, dtype=rng.choice(self.dtypes), layout=rng.choice(sorted(LAYOUT_PAD)))
 
     def make_inputs(self, case, device, seed):
         g = generator(device, seed)

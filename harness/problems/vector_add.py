@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Kernel, Problem, Tolerance, elem_size, generator, randn, register_problem
+from . import Kernel, Problem, Tolerance, awkward_size, elem_size, generator, randn, register_problem
 
 _ULP = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
@@ -50,7 +50,13 @@ class VectorAdd(Problem):
                     c(N=524_289, dtype="float16", misalign=1), c(N=3_000_017, dtype="float32")]
         if suite == "full":
             return [c(N=2 ** e, dtype=dt) for dt in self.dtypes for e in range(10, 29)]
+        if suite == "awkward":
+            return self.awkward_cases()
         raise ValueError(f"suite: unknown suite {suite!r}")
+
+    def draw(self, rng):
+        """An awkward vector add: up to 2^27 elements, a start 0, 1 or 3 elements into its storage."""
+        return self.case(N=awkward_size(rng, 2 ** 27), dtype=rng.choice(self.dtypes), misalign=rng.choice((0, 0, 1, 3)))
 
     def make_inputs(self, case, device, seed):
         g = generator(device, seed)
