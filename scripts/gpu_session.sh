@@ -39,6 +39,21 @@ fi
 source scripts/gpu_build.sh
 t0=$(date +%s)
 log() { echo "[gpu_session $stage $(( $(date +%s) - t0 ))s] $*"; }
+# a `verify --format json` file: PASS / FAIL / SKIP per implementation, then the first $2 rows not PASS
+verify_summary() {
+  python3 - "$1" "$2" <<'EOF2'
+import collections, json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("  no JSON:", e); sys.exit()
+c = collections.Counter((r["impl"], r["status"]) for r in rows)
+for impl in sorted({r["impl"] for r in rows}):
+    print(f"  {impl:34s} P {c[(impl, 'PASS')]:3d} F {c[(impl, 'FAIL')]:3d} S {c[(impl, 'SKIP')]:3d}")
+for r in [r for r in rows if r["status"] != "PASS"][:int(sys.argv[2])]:
+    print(f"  {r['status']} {r['impl']} {r['case'] if isinstance(r['case'], str) else r['case'].get('id')}: {str(r.get('reason'))[:150]}")
+EOF2
+}
 
 case $stage in
   build) ;;
@@ -140,18 +155,7 @@ EOF
       timeout ${KL_LAYER_VERIFY_LIMIT:-150} python3 -m harness verify --layer "$L" --suite verify --all --format json \
         > "$R/$L/verify.json" 2> "$R/$L/verify.log"
       log "$L verify exit $?"
-      python3 - "$R/$L/verify.json" <<'EOF2'
-import collections, json, sys
-try:
-    rows = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("  no JSON:", e); sys.exit()
-c = collections.Counter((r["impl"], r["status"]) for r in rows)
-for impl in sorted({r["impl"] for r in rows}):
-    print(f"  {impl:34s} P {c[(impl, 'PASS')]:3d} F {c[(impl, 'FAIL')]:3d} S {c[(impl, 'SKIP')]:3d}")
-for r in [r for r in rows if r["status"] != "PASS"][:12]:
-    print(f"  {r['status']} {r['impl']} {r['case'] if isinstance(r['case'], str) else r['case'].get('id')}: {str(r.get('reason'))[:150]}")
-EOF2
+      verify_summary "$R/$L/verify.json" 12
       timeout ${KL_LAYER_COMPARE_LIMIT:-150} python3 -m harness compare --layer "$L" --suite models --no-verify-suite \
         --roles default,simple --time-cap 0.3 --out "$R/$L/models" > "$R/$L/models.txt" 2>&1
       log "$L models compare exit $?"; grep -E "headline|^\| $L:|FAIL" "$R/$L/models.txt" | head -20
@@ -177,16 +181,7 @@ EOF2
     timeout ${KL_AWKWARD_LIMIT:-540} python3 -m harness verify --suite awkward --roles default,simple --format json \
       "$@" > "$R/awkward.json" 2> "$R/awkward.log"
     log "verify --suite awkward exit $?"
-    python3 - "$R/awkward.json" <<'EOF2'
-import collections, json, sys
-try:
-    rows = json.load(open(sys.argv[1]))
-except Exception as e:
-    sys.exit(f"  (no JSON: {e})")
-print(" ", dict(collections.Counter(r["status"] for r in rows)))
-for r in [r for r in rows if r["status"] != "PASS"][:40]:
-    print(f"  {r['status']} {r['impl']} {r['case'] if isinstance(r['case'], str) else r['case'].get('id')}: {str(r.get('reason'))[:150]}")
-EOF2
+    verify_summary "$R/awkward.json" 40
     ;;
   peak)
     # one large aligned GEMM: what each layer's default gets out of the tensor cores (issue 42.3)

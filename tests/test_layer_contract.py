@@ -250,8 +250,8 @@ def test_tilelang_pending_facts_are_the_adapters():
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_every_default_takes_the_awkward_suite(layer):
     """On the awkward suite (shapes drawn with a fixed seed, no planner tuned on them), every
-    default takes the case (a user's shape is never a SKIP of our making) and its planner answers
-    with a variant of ``VARIANTS`` whose kernel files exist."""
+    default takes the case: a user's shape is never a SKIP of our making. (That its planner answers
+    there is test_plan_answers_every_case_of_every_suite's: the awkward suite is one of SUITES.)"""
     d = planner(layer)
     probs = planned_problems(layer)
     seen = set()
@@ -259,9 +259,6 @@ def test_every_default_takes_the_awkward_suite(layer):
         for case in problems.get(problem).cases("awkward"):
             impl = registry.get(problem, f"{layer}:{problem}")
             assert impl.supports(case) is None, (impl.id, case.id, impl.supports(case))
-            p = d.plan(problem, case_facts(case))
-            assert isinstance(p, Plan) and p.variant in d.VARIANTS[problem], (layer, case.id)
-            assert p.sources and all((ROOT / s.path).is_file() for s in p.sources), (layer, case.id)
-            seen.add((problem, p.variant))
+            seen.add((problem, d.plan(problem, case_facts(case)).variant))
     # the sweep reaches several of the planner's classes, not one
     assert len(seen) > len(probs), (layer, seen)
