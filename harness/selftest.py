@@ -47,6 +47,10 @@ CHECKS = [
     ("input-mutating softmax (exp in place on x)", "softmax",
      ("torch_bugs", "prepare_softmax_in_place", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
      [("float32", dict(M=4, N=33))], []),
+    ("stale binding (the first seed's inputs read on every seed), verified seed by seed as the "
+     "main job verifies a heavy case (every implementation on a seed before the next)", "softmax",
+     ("torch_bugs", "prepare_softmax_first_inputs", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
+     [("float32", dict(M=4, N=33, _stage="seed_major")), ("bfloat16", dict(M=5, N=100, _stage="seed_major"))], []),
     ("kernel that writes zeros", "softmax",
      ("torch_bugs", "prepare_softmax_zeros", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
      [("float32", dict(M=4, N=33)), ("float32", dict(M=1, N=1))], []),
@@ -239,9 +243,22 @@ def run_gpu_checks(progress=None) -> list[Outcome]:
     return outcomes
 
 
+def _verify_seed_major(impl, problem, case) -> tuple[str, str]:
+    """The main job's path for a heavy case (``worker._verify_seed_major``): one call a seed, each
+    continuing the verdict of the seeds before it."""
+    from . import verify, worker
+
+    rows = {impl.id: {}}
+    task = {"id": "selftest", "phase": "timed", "seeds": verify.SEEDS}
+    passed = worker._verify_seed_major(task, [impl], problem, case, "cpu", rows, lambda **event: None)
+    return ("PASS" if passed else "FAIL"), rows[impl.id].get("reason", "")
+
+
 def _verify(impl, problem, case, stage: str = "verify") -> tuple[str, str]:
     from .verify import verify_case
 
+    if stage == "seed_major":
+        return _verify_seed_major(impl, problem, case)
     try:
         c = verify_case(impl, problem, case, "cpu")
         if c.ok and stage == "timed":
@@ -284,7 +301,7 @@ def run_checks(progress=None) -> list[Outcome]:
                     twin_cache[key] = (got, reason, secs)
             if note and got == expect:
                 reason = f"bug hidden here: {note}"
-            label = case.label + (" (verified, then timed)" if stage == "timed" else "")
+            label = case.label + {"timed": " (verified, then timed)", "seed_major": " (seed by seed)"}.get(stage, "")
             outcomes.append(Outcome(bug, impl.id, role, label, expect, got, reason, secs))
     return outcomes
 

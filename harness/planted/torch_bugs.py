@@ -10,6 +10,16 @@ def prepare_softmax(case, inputs, out):
     return lambda: out.copy_(torch.softmax(x.float(), dim=-1).to(out.dtype))
 
 
+_FIRST_INPUTS: dict = {}
+
+
+def prepare_softmax_first_inputs(case, inputs, out):
+    """BUG (stale binding): a launch cache keyed by the case keeps the first seed's input tensors,
+    so every later seed's launch still reads them (right on the first seed only)."""
+    (x,) = _FIRST_INPUTS.setdefault(case.id, inputs)
+    return lambda: out.copy_(torch.softmax(x.float(), dim=-1).to(out.dtype))
+
+
 def prepare_softmax_zeros(case, inputs, out):
     """BUG: writes zeros (a kernel that never stores its result, into a zeroed buffer)."""
     return lambda: out.zero_()
