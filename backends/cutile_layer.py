@@ -501,10 +501,8 @@ def _sm_plan(variant, x, out) -> dict:
         return dispatch.rows_config(M, N, sms, tma=variant == "rows_tma")
     if variant == "online":
         return dispatch.online_plain_config(M, N)
-    if variant == "split":  # resident where the default's facts allow it (long aligned rows), else launches
-        p = dispatch.plan_softmax(M, N, es, sms, contiguous, _l2(), dict.fromkeys(dispatch.NEXT, False) |
-                                  {"split": True, "resident": True}, rows16=_rows16(x) and _rows16(out))
-        return p if p["variant"] == "split" else dispatch.split_config(M, N, sms)
+    if variant == "split":
+        return dispatch.split_config(M, N, sms)
     if variant == "online_tma" or dispatch.flat_fits(M, N, contiguous):
         return dispatch.online_config(M, N, es, sms, _l2(), variant)
     # online_flat where no flat view exists: the planner's choice with every pending rule on
@@ -525,10 +523,6 @@ def _sm_launches(p, x, out):
     if v == "online_flat":
         return [(softmax_online_flat.softmax_online_flat_kernel,
                  softmax_online_flat.flat_args(x, out, p["TILE"], p["LATENCY"]), h)]
-    if v == "split" and p["MODE"] == "resident":
-        bufs = softmax_split.partials(x.shape[0], p["C"], x.device, resident=True)
-        return [(softmax_split.softmax_split_resident_kernel,
-                 (x, out, *bufs, p["MAX_SPIN"], p["CHUNK"], p["CP"], ok), h)]
     if v == "split":
         mx, sm = softmax_split.partials(x.shape[0], p["C"], x.device)
         return [(softmax_split.softmax_split_stats_kernel, (x, mx, sm, p["CHUNK"]), h),
@@ -571,9 +565,9 @@ def bind_softmax(variant, x, out):
         launch = softmax_online_tma.bind_launch(x, out, p["TILE"], p["LATENCY"], g, kernel=k)
     elif v == "online_flat":
         launch = softmax_online_flat.bind_launch(x, out, p["TILE"], p["LATENCY"], g, kernel=k)
-    elif v == "split":  # the launches' own buffers (resident: the counts after the partials)
+    elif v == "split":  # the launches' own buffers (the partials)
         launch = softmax_split.bind_launch(x, out, p, kernels=[hinted(kk, p["hints"]) for kk, _, _ in launches],
-                                           bufs=launches[-1][1][2:5 if p["MODE"] == "resident" else 4])
+                                           bufs=launches[-1][1][2:4])
     else:
         launch = softmax_online.bind_launch(x, out, p["TILE"], g, kernel=k)
     return launch, launches, p
@@ -610,8 +604,7 @@ _SM_SRC = {"rows": Source("cutile_src/softmax_rows.py", kernels=("softmax_rows_k
            "online_tma": Source("cutile_src/softmax_online_tma.py", kernels=("softmax_online_tma_kernel",),
                                 host=("bind_launch",)),
            "split": Source("cutile_src/softmax_split.py",
-                           kernels=("softmax_split_stats_kernel", "softmax_split_norm_kernel",
-                                    "softmax_split_resident_kernel"),
+                           kernels=("softmax_split_stats_kernel", "softmax_split_norm_kernel"),
                            host=("partials", "bind_launch"))}
 _SM_PLAN = [Source("cutile_src/dispatch.py", kernels=(), host=("plan_softmax",))]
 _SM = {
@@ -628,7 +621,7 @@ _SM = {
              "rows up to 32768 columns rounded up", [_SM_SRC["rows"]]),
     "online": ("softmax_online", "a program per row, column tiles with lane-wise running max and sum, "
                "second pass newest tile first; any N", [_SM_SRC["online"]]),
-    "online_flat": ("softmax_online_flat", "candidate (hung on the H200 at 4096 x 50257 bf16, 2026-12-06): online_tma's algorithm over aligned "
+    "online_flat": ("softmax_online_flat", "candidate (hung on the H200 at 4096 x 50257 bf16, 2026-12-06; verified there on an H100, 2026-12-07): online_tma's algorithm over aligned "
                     "2048-element tiles of the contiguous rows as one vector (TMA loads where a row's bytes "
                     "are not a 16-byte multiple), masked to the row, shared tiles stored through a masked "
                     "scatter; other layouts: the planner's choice; any N", [_SM_SRC["online_flat"]]),
@@ -639,13 +632,12 @@ _SM = {
                    "masked by index (TMA loads), a latency hint, one exp a lane in pass 1, the programs an "
                    "SM by the rows in flight against L2; any N", [_SM_SRC["online_tma"]]),
     "split": ("softmax_split", "a row cut into chunks over many programs, each "
-              "chunk's (max, sum) exchanged through global memory; long rows that are 16-byte multiples in "
-              "one launch on a co-resident grid (chunks kept in registers, the row's count polled: one read), "
-              "else two launches (the second re-reads its chunk, from L2 for few rows); any N",
+              "chunk's (max, sum) exchanged through global memory between two launches (the second re-reads "
+              "its chunk, from L2 for few rows); any N",
               [_SM_SRC["split"]]),
-    "next": ("softmax_next", "candidate: the default's planner with its pending rules on as well (resident "
-             "for long aligned rows, online_tma, online_flat for unaligned contiguous rows: online_flat hung on "
-             "the H200 on 2026-12-06, the others untimed)",
+    "next": ("softmax_next", "candidate: the default's planner with its pending rules on as well "
+             "(online_tma for long aligned rows, online_flat for unaligned contiguous rows; each PASSed 17 of "
+             "the models and edge suites' 23 cases on an H100, not yet timed)",
              planned_sources(_SM_SRC, _plans.reachable("softmax", _plans.NEXT), _SM_PLAN)),
 }
 #: built, not yet run on a GPU: candidates (registry.get(..., candidates=True)), no ids of the tool yet

@@ -24,8 +24,6 @@ H200_SMS = 132
 #   rows_tma     rows masked by column index: TMA loads (softmax_rows_tma)
 #   online_tma   online masked by column index: TMA loads, the grid and hints by L2 (softmax_online_tma)
 #   online_flat  contiguous rows whose bytes are no 16-byte multiple: aligned 1-d tiles (softmax_online_flat)
-#   resident     long rows that are 16-byte multiples: one launch of the split kernel on a co-resident
-#                grid (softmax_split, MODE resident: one read, one write)
 #   pack         GEMM operands whose rows are no 16-byte multiples are packed first (gemm_epilogue_pack)
 #   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
 #   small        GEMMs whose C tiles leave SMs idle (plan_gemm_small): A and B packed in one launch,
@@ -37,8 +35,9 @@ H200_SMS = 132
 # docs/performance.md, "cuTile / GEMM + epilogue"). Off: online_flat (hung at 4096 x 50257 bf16 on
 # the H200 in a check; probed alone on an H100 it ran there at 0.61x torch.softmax with pass 2 by
 # scatter, and hung at 1000 x 32769 bf16 with occupancy 2: docs/performance.md, "cuTile / softmax"),
-# online_tma and resident (their cases were not reached after that hang: untimed).
-GPU_VERIFIED = {"split": True, "rows_tma": True, "online_tma": False, "online_flat": False, "resident": False,
+# online_tma (untimed). The split kernel's resident mode (one launch on a co-resident grid, the
+# row's partials polled) hung in a check and was removed (docs/performance.md, "cuTile / softmax").
+GPU_VERIFIED = {"split": True, "rows_tma": True, "online_tma": False, "online_flat": False,
                 "pack": True, "persistent": True, "small": True}
 NEXT = dict.fromkeys(GPU_VERIFIED, True)
 
@@ -79,12 +78,6 @@ ONLINE = {"TILE": 2048, "OCCUPANCY": (4, 2, 1), "L2_SHARE": 0.5, "NO_FIT": 2, "L
 # chunk's hints by softmax_hints, co-resident programs looping over the units.
 SPLIT = {"ROWS_PER_SM": 2, "MIN_N": 8192, "CHUNK": 4096, "MIN_CHUNK": 1024, "MAX_PARTS": 1024,
          "UNITS_PER_SM": 2}
-# resident split: long rows cut into chunks of CHUNK_BYTES held in registers (8 worker warps: one
-# program an SM, 168 registers x 384 threads; SASS: no spills at 16384 bf16 or 8192 fp32 columns,
-# 8-24 bytes a thread at twice those), a grid of one program an SM (so that all are resident:
-# the exchange polls), MAX_SPIN polls of the row's count before a unit gives up and writes NaN
-# (a poll is an L2 round trip, ~1 us: about a second against waits of a few us).
-RESIDENT = {"CHUNK_BYTES": 32768, "HINTS": {"num_worker_warps": 8}, "MAX_SPIN": 1 << 20}
 H200_L2 = 50 * 2 ** 20
 # rows_tma: the loads' latency hint (0: tileiras's own; the SASS shows no consistent effect on
 # the rows kernel's pipeline: python -m harness check cutile times 0 against 10)
@@ -148,8 +141,8 @@ def reachable(problem: str, switches: dict | None = None) -> tuple[str, ...]:
         return ("unmasked",)
     if problem == "softmax":   # the -inf padding kernels stay for rows TMA cannot load
         return ("rows",) + (("rows_tma",) if sw["rows_tma"] else ()) + ("online",) + \
-            (("online_tma",) if sw["online_tma"] and not sw["resident"] else ()) + \
-            (("online_flat",) if sw["online_flat"] else ()) + (("split",) if sw["split"] or sw["resident"] else ())
+            (("online_tma",) if sw["online_tma"] else ()) + \
+            (("online_flat",) if sw["online_flat"] else ()) + (("split",) if sw["split"] else ())
     if problem == "gemm_epilogue":
         return ("tiled", "splitk") + (("pack",) if sw["pack"] else ()) + \
             (("pack_pair",) if sw["pack"] and sw["small"] else ())
@@ -173,8 +166,8 @@ VARIANTS = {
                                     ("flat_ok", "flat_args", "bind_launch")),
                 "rows_tma": _src("softmax_rows_tma.py", ("softmax_rows_tma_kernel",)),
                 "online_tma": _src("softmax_online_tma.py", ("softmax_online_tma_kernel",)),
-                "split": _src("softmax_split.py", ("softmax_split_stats_kernel", "softmax_split_norm_kernel",
-                                                   "softmax_split_resident_kernel"), ("partials", "bind_launch"))},
+                "split": _src("softmax_split.py", ("softmax_split_stats_kernel", "softmax_split_norm_kernel"),
+                              ("partials", "bind_launch"))},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",)),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
                                                                  "gemm_splitk_reduce_kernel"), ("workspace", "bind_launch")),
@@ -244,8 +237,6 @@ def plan_softmax(M: int, N: int, elem_size: int, sms: int = H200_SMS, contiguous
         return rows_config(M, N, sms, tma=sw["rows_tma"] and tma and rows_tma_fits(N, elem_size))
     if sw["online_flat"] and (N * elem_size) % 16 != 0 and flat_fits(M, N, contiguous):
         return online_config(M, N, elem_size, sms, l2, "online_flat")
-    if sw["resident"] and tma and _cdiv(N * elem_size, RESIDENT["CHUNK_BYTES"]) <= sms:
-        return resident_config(M, N, elem_size, sms)
     if sw["online_tma"] and tma:
         return online_config(M, N, elem_size, sms, l2, "online_tma")
     return online_plain_config(M, N)
@@ -297,17 +288,6 @@ def online_config(M: int, N: int, elem_size: int, sms: int = H200_SMS, l2: int =
             "hints": {"occupancy": occ}}
 
 
-def resident_config(M: int, N: int, elem_size: int, sms: int = H200_SMS) -> dict:
-    """The split kernel's resident mode: chunks of RESIDENT's bytes, C = cdiv(N, CHUNK) <= SMs
-    units a row (the no-deadlock condition), a grid of one program an SM (at most the units)."""
-    chunk = RESIDENT["CHUNK_BYTES"] // elem_size
-    parts = _cdiv(N, chunk)
-    if parts > sms:
-        raise ValueError(f"N: {N} columns need {parts} resident programs a row, more than {sms} SMs")
-    return {"variant": "split", "MODE": "resident", "CHUNK": chunk, "C": parts, "CP": _pow2_at_least(parts),
-            "MAX_SPIN": RESIDENT["MAX_SPIN"], "grid": min(M * parts, sms), "hints": dict(RESIDENT["HINTS"])}
-
-
 def split_config(M: int, N: int, sms: int = H200_SMS) -> dict:
     """The split plan: CHUNK columns a unit (see SPLIT), C chunks a row, CP >= C (a power of two:
     the partials' tile), co-resident programs (by the chunk's hints) looping over M x C units."""
@@ -319,7 +299,7 @@ def split_config(M: int, N: int, sms: int = H200_SMS) -> dict:
         chunk *= 2
     parts = _cdiv(N, chunk)
     hints = softmax_hints(chunk, chunk)
-    return {"variant": "split", "MODE": "launches", "CHUNK": chunk, "C": parts, "CP": _pow2_at_least(parts),
+    return {"variant": "split", "CHUNK": chunk, "C": parts, "CP": _pow2_at_least(parts),
             "grid": min(M * parts, sms * hints.get("occupancy", 1)), "hints": hints}
 
 

@@ -1,4 +1,4 @@
-"""cuTile row softmax, split (not yet run on a GPU): few long rows, each cut into C chunks of
+"""cuTile row softmax, split: few long rows, each cut into C chunks of
 CHUNK columns handled by C different programs, so that a handful of rows still fills the SMs.
 
 cuTile gives no grid-wide barrier, so the exchange of the row's (max, sum) goes through global
@@ -54,67 +54,20 @@ def softmax_split_norm_kernel(x, out, mx, sm, CHUNK: ct.Constant[int], CP: ct.Co
         ct.store(out, index=(row, c), tile=ct.astype(ct.exp(t - m) * inv, out.dtype), allow_tma=TMA_STORE)
 
 
-@ct.kernel
-def softmax_split_resident_kernel(x, out, mx, sm, cnt, max_spin: int, CHUNK: ct.Constant[int],
-                                  CP: ct.Constant[int], TMA_STORE: ct.Constant[bool]):
-    """One launch on a co-resident grid (``resident`` mode): unit u = chunk u % C of row u // C,
-    units bid, bid + grid, ...; a unit keeps its chunk in registers, publishes its (max, sum) and
-    counts itself in ``cnt[row]`` (release), polls the count (acquire) until the row's C units are
-    in, combines the partials and writes its chunk from registers: one read and one write. No
-    deadlock while C <= grid and the whole grid is resident: the lowest unfinished unit's row has
-    every other unit either finished or, being at most C - 1 units further on, the next unit of
-    a program whose earlier units are finished. A unit that polls ``max_spin`` times in vain
-    writes NaN (a failed check, never a hang). Each unit counts itself again when done; the last
-    of the row (count 2C - 1 before it) sets the count back to 0 for the next launch."""
-    C = mx.shape[1]
-    cols = ct.reshape(ct.arange(CHUNK, dtype=ct.int32), (1, CHUNK))
-    for u in range(ct.bid(0), x.shape[0] * C, ct.num_blocks(0)):
-        row, c = u // C, u % C
-        t = ct.astype(ct.load(x, index=(row, c), shape=(1, CHUNK)), ct.float32)
-        t = ct.where(cols < x.shape[1] - c * CHUNK, t, -math.inf)
-        m = ct.max(t, axis=1, keepdims=True)
-        shift = ct.where(m == -math.inf, 0.0, m)
-        ct.store(mx, index=(row, c), tile=m, allow_tma=False)
-        ct.store(sm, index=(row, c), tile=ct.sum(ct.exp(t - shift), axis=1, keepdims=True), allow_tma=False)
-        seen = ct.atomic_add(cnt, row, 1, memory_order=ct.MemoryOrder.RELEASE) + 1
-        spins = 0
-        while (seen < C) & (spins < max_spin):
-            seen = ct.load(cnt, index=(row,), shape=(), memory_order=ct.MemoryOrder.ACQUIRE,
-                           memory_scope=ct.MemoryScope.DEVICE)
-            spins += 1
-        # the partials through registers, after the acquire (a TMA load is issued by the producer
-        # warp, which may run ahead of it)
-        pm = ct.load(mx, index=(row, 0), shape=(1, CP), padding_mode=ct.PaddingMode.NEG_INF, allow_tma=False)
-        ps = ct.load(sm, index=(row, 0), shape=(1, CP), padding_mode=ct.PaddingMode.ZERO, allow_tma=False)
-        m = ct.max(pm, axis=1, keepdims=True)
-        inv = 1.0 / ct.sum(ps * ct.exp(pm - m), axis=1, keepdims=True)
-        inv = ct.where(seen >= C, inv, math.nan)
-        ct.store(out, index=(row, c), tile=ct.astype(ct.exp(t - m) * inv, out.dtype), allow_tma=TMA_STORE)
-        if ct.atomic_add(cnt, row, 1) == 2 * C - 1:
-            ct.atomic_xchg(cnt, row, 0)
-
-
-def partials(M: int, C: int, device, resident: bool = False) -> tuple:
+def partials(M: int, C: int, device) -> tuple:
     """The [M, C] fp32 buffers of the chunks' max and sum (every element written before it is
-    read) and, for the resident mode, the rows' counts (zero before the first launch, set back to
-    zero by each launch)."""
-    bufs = (torch.empty((M, C), dtype=torch.float32, device=device),
+    read)."""
+    return (torch.empty((M, C), dtype=torch.float32, device=device),
             torch.empty((M, C), dtype=torch.float32, device=device))
-    return bufs + ((torch.zeros((M,), dtype=torch.int32, device=device),) if resident else ())
 
 
 def bind_launch(x: torch.Tensor, out: torch.Tensor, cfg: dict, kernels=None, bufs=None):
-    """The planned ``cfg`` (MODE, CHUNK, C, CP, grid): two launches (stats, normalise), or the
-    resident kernel's one; the buffers are made once here (or given), outside the timed launch."""
-    resident = cfg["MODE"] == "resident"
-    bufs = bufs or partials(x.shape[0], cfg["C"], x.device, resident)
+    """The planned ``cfg`` (CHUNK, C, CP, grid): two launches (stats, normalise); the buffers are
+    made once here (or given), outside the timed launch."""
+    bufs = bufs or partials(x.shape[0], cfg["C"], x.device)
     grid = (cfg["grid"], 1, 1)
-    if resident:
-        k = (kernels or (softmax_split_resident_kernel,))[0]
-        steps = [(k, (x, out, *bufs, cfg["MAX_SPIN"], cfg["CHUNK"], cfg["CP"], tma_store_ok(out)))]
-    else:
-        ks, kn = kernels or (softmax_split_stats_kernel, softmax_split_norm_kernel)
-        steps = [(ks, (x, *bufs, cfg["CHUNK"])), (kn, (x, out, *bufs, cfg["CHUNK"], cfg["CP"], tma_store_ok(out)))]
+    ks, kn = kernels or (softmax_split_stats_kernel, softmax_split_norm_kernel)
+    steps = [(ks, (x, *bufs, cfg["CHUNK"])), (kn, (x, out, *bufs, cfg["CHUNK"], cfg["CP"], tma_store_ok(out)))]
 
     def launch():
         stream = torch.cuda.current_stream()

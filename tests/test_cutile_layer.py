@@ -158,8 +158,8 @@ def test_gemm_plan_waves_and_splitk():
 def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     """A kernel is the default's only once GPU_VERIFIED says so: split, rows_tma, pack and
     persistent are (verified and timed, 2026-12-06), small too (run as cutile:gemm_epilogue_next);
-    the flat and TMA online kernels and the resident split are not, so the default's plan and
-    reachable() leave them out."""
+    the flat and TMA online kernels are not, so the default's plan and reachable() leave them
+    out."""
     from cutile_src import dispatch as D
     assert {k for k, v in D.GPU_VERIFIED.items() if v} == {"split", "rows_tma", "pack", "persistent", "small"}
     assert set(D.reachable("gemm_epilogue")) == {"tiled", "splitk", "pack", "pack_pair"}
@@ -167,18 +167,15 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     assert D.plan_gemm(16, 50257, 768, 2, a_rows16=True, b_rows16=False)["variant"] == "tiled"  # B in place
     assert D.plan_gemm(256, 50257, 768, 2, a_rows16=True, b_rows16=False)["variant"] == "pack"
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online"      # flat: off
-    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online"     # resident: off
+    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online"     # online_tma: off
     assert D.plan_softmax(4096, 1024, 2, contiguous=True)["variant"] == "rows_tma"
     assert D.plan_softmax(4096, 1000, 2, rows16=False)["variant"] == "rows"           # TMA cannot load it
     assert D.plan_softmax(8, 200_003, 2)["variant"] == "split"
     for k in D.GPU_VERIFIED:
         monkeypatch.setitem(D.GPU_VERIFIED, k, True)
     assert "pack" in D.reachable("gemm_epilogue")
-    # the -inf padding kernels stay for rows TMA cannot load; resident takes the aligned long rows
-    assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "online_flat", "split"}
-    monkeypatch.setitem(D.GPU_VERIFIED, "resident", False)
+    # the -inf padding kernels stay for rows TMA cannot load
     assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "online_tma", "online_flat", "split"}
-    monkeypatch.setitem(D.GPU_VERIFIED, "resident", True)
     assert D.plan_gemm(2048, 2047, 2048, 2)["variant"] == "pack"
     assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "tiled"   # small: B past L2 read in place
     monkeypatch.setitem(D.GPU_VERIFIED, "small", False)
@@ -186,7 +183,7 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     assert D.plan_gemm(16, 4096, 4096, 2)["variant"] == "splitk"  # aligned: nothing to pack
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online_flat"
     assert D.plan_softmax(4096, 50257, 2)["variant"] == "online"  # strided odd rows: no TMA, no flat view
-    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["MODE"] == "resident"
+    assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online_tma"
     rows = D.plan_softmax(4096, 1024, 2, contiguous=True)
     assert rows["variant"] == "rows_tma" and rows["LATENCY"] == D.ROWS_LATENCY
     assert {k: v for k, v in rows.items() if k != "LATENCY"} | {"variant": "rows"} == D.rows_config(4096, 1024)
@@ -361,7 +358,7 @@ def test_softmax_next_plan_by_class():
     for M, N, es in ((1, 786_433, 4), (8, 200_003, 2), (48, 65_536, 2), (96, 100_000, 2), (2, 2_000_000, 4),
                      (263, 10_000, 4)):
         p = P(M, N, es)
-        assert p["variant"] == "split" and p["MODE"] == "launches", (M, N)
+        assert p["variant"] == "split", (M, N)
         assert (p["C"] - 1) * p["CHUNK"] < N <= p["C"] * p["CHUNK"] and p["CP"] >= p["C"] > 0
         assert p["CP"] & (p["CP"] - 1) == 0 and p["C"] <= D.SPLIT["MAX_PARTS"]
         # the units fill two programs an SM, unless the chunk is already at its floor
@@ -377,28 +374,9 @@ def test_softmax_next_plan_by_class():
     # else the -inf padding kernel
     assert P(4096, 50_257, 2, contiguous=True)["variant"] == "online_flat"
     assert P(4096, 50_257, 2)["variant"] == "online"
-    assert P(4096, 128_256, 2, contiguous=True)["MODE"] == "resident"
+    assert P(4096, 128_256, 2, contiguous=True)["variant"] == "online_tma"
     assert P(4096, 128_256, 2, rows16=False)["variant"] == "online"
-    no_res = dict(D.NEXT, resident=False)
-    assert D.plan_softmax(4096, 128_256, 2, switches=no_res)["variant"] == "online_tma"
     assert P(2 ** 31 // 50_000, 50_001, 2, contiguous=True)["variant"] == "online"  # 32-bit offsets
-
-
-@needs_cutile
-def test_resident_split_plan():
-    """resident: chunks of CHUNK_BYTES (16384 bf16 / 8192 fp32 columns), C <= SMs chunks a row (the
-    condition under which the polling cannot deadlock), a grid of one program an SM."""
-    from cutile_src import dispatch as D
-    for M, N, es in ((4096, 128_256, 2), (4096, 151_936, 4), (300, 40_000, 2), (2048, 128_000, 2)):
-        p = D.plan_softmax(M, N, es, 132, switches=D.NEXT)
-        assert p["MODE"] == "resident" and p["CHUNK"] * es == D.RESIDENT["CHUNK_BYTES"]
-        assert (p["C"] - 1) * p["CHUNK"] < N <= p["C"] * p["CHUNK"] <= 132 * p["CHUNK"]
-        assert p["grid"] == 132 and p["hints"] == D.RESIDENT["HINTS"]
-    assert D.resident_config(3, 40_000, 2, 132)["grid"] == 9   # never more programs than units
-    # a row of more chunks than SMs: not resident (online_tma would take it)
-    assert D.plan_softmax(4096, 132 * 16384 + 8, 2, 132, switches=D.NEXT)["variant"] != "split"
-    with pytest.raises(ValueError, match="N"):
-        D.resident_config(4096, 132 * 16384 + 8, 2, 132)
 
 
 @needs_cutile
@@ -482,10 +460,8 @@ def test_compile_only_sm90(key, case):
         assert f["config"]["variant"] == "online_flat" and f["spills"] == 0
     if key in ("cutile:softmax_split", "cutile:softmax_next"):
         assert f["spills"] == 0
-        if case.M == 4096:   # long aligned rows: the resident kernel, one launch
-            assert f["config"]["MODE"] == "resident" and list(f["kernels"]) == ["softmax_split_resident_kernel"]
-        else:   # few rows: two launches
-            assert f["config"]["MODE"] == "launches" and len(f["kernels"]) == 2
+        if f["config"]["variant"] == "split":   # two launches: the partials, then the rows
+            assert list(f["kernels"]) == ["softmax_split_stats_kernel", "softmax_split_norm_kernel"]
 
 
 @needs_tileiras
@@ -517,26 +493,6 @@ def test_unaligned_rows_load_wide_after_the_pack_and_flat():
         problems.get("softmax").case(M=64, N=50257, dtype="bfloat16"))
     ops = s["kernels"]["softmax_online_flat_kernel"]["sass_ops"]
     assert ops["UTMALDG"] > 0 and ops["LDG"] == 0 and s["spills"] == 0
-
-
-@needs_tileiras
-def test_resident_split_exchange_in_sass():
-    """The resident kernel's exchange as compiled for sm_90: the row's chunk through TMA, the
-    count by device-scope atomics (release: a GPU fence before the add), the poll a strong load
-    followed by an L1 invalidate (acquire), the partials by plain loads after it (no TMA load that
-    the producer warp could issue before the acquire), the count's reset an atomic exchange."""
-    from backends import cutile_layer as L
-    if L._cuobjdump() is None:
-        pytest.skip("cuobjdump not found")
-    f = _impl("cutile:softmax_next").compile_only_fn(problems.get("softmax").case(M=4096, N=128_256, dtype="bfloat16"))
-    cfg = f["config"]
-    cub = L._COMPILED[next(k for k in L._COMPILED if "softmax_split_resident_kernel" in str(k[1]))]["_cubin"]
-    sass = L.sass_text(cub)
-    assert "ATOMG.E.ADD.STRONG.GPU" in sass and "ATOMG.E.EXCH.STRONG.GPU" in sass and "MEMBAR.ALL.GPU" in sass
-    assert "LDG.E.STRONG.GPU" in sass and "CCTL.IVALL" in sass
-    ops = f["kernels"]["softmax_split_resident_kernel"]["sass_ops"]
-    per_chunk = cfg["CHUNK"] // 256   # a TMA box holds at most 256 columns
-    assert ops["UTMALDG"] % per_chunk == 0 and ops["LDG"] > 0, ops
 
 
 @needs_tileiras
