@@ -13,6 +13,7 @@ backend does to the worker (walking frames, patching harness functions) reaches 
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 
 CHECK_TIMEOUT_S = 900.0
@@ -132,7 +133,8 @@ def _make_room(cache: dict, key: tuple, device: str) -> None:
 
 def _answer(msg: dict, device: str, cache: dict) -> dict:
     """The verdict on one output: the implementation's inputs against the pristine ones, then
-    its output against the float64 reference (cached per case, seed and declared roundings)."""
+    its output (when one is sent) against the float64 reference (cached per case, seed and
+    declared roundings)."""
     import torch
 
     from . import problems
@@ -142,21 +144,34 @@ def _answer(msg: dict, device: str, cache: dict) -> dict:
     problem = problems.get(msg["problem"])
     case = Case.from_json(msg["case"])
     key = (problem.name, case.id, int(msg["seed"]), int(msg.get("roundings", 0)))
+    times = {}   # where the check's seconds went (no reference_s: the reference was in hand)
+    t = time.perf_counter()
     if key not in cache:
         _make_room(cache, key, device)
         pristine = problem.make_inputs(case, device, int(msg["seed"]))
         cache[key] = (pristine, *problem.reference_and_bound(pristine, case, key[3]))
+        times["reference_s"], t = _since(t, device)
     pristine, ref, bound, systematic = cache[key]
     res = {"ok": True}
     if msg.get("inputs") is not None:
         m = _mutation(problem.input_names, msg["inputs"], pristine)
         if m:
             res = {"ok": False, "reason": m}
-    if res["ok"]:
+    times["inputs_s"], t = _since(t, device)
+    if res["ok"] and msg.get("output") is not None:   # None: a check of the inputs alone
         res = check_output(problem, case, msg["output"], ref, bound=bound, systematic=systematic).to_dict()
-    if device == "cuda":
-        torch.cuda.synchronize()
+        times["compare_s"], t = _since(t, device)
+    res.setdefault("details", {})["checker_s"] = times
     return res
+
+
+def _since(t0: float, device: str) -> tuple[float, float]:
+    """Seconds since ``t0`` with the device's work finished (a synchronize on the GPU), and now."""
+    if device == "cuda":
+        import torch
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    return round(t - t0, 4), t
 
 
 class Checker:

@@ -118,7 +118,8 @@ def _tampered() -> str | None:
 
 
 def judge(impl, problem, case, seed, inputs, output, device) -> Check:
-    """The checker's verdict on one output (plus the worker-side tamper check)."""
+    """The checker's verdict on one output (plus the worker-side tamper check); ``output`` None:
+    on the inputs alone (unchanged by the launches)."""
     from . import checker
 
     t = _tampered()
@@ -127,6 +128,43 @@ def judge(impl, problem, case, seed, inputs, output, device) -> Check:
     res = checker.get(device).check(problem.name, case, seed, inputs, output,
                                     roundings=int(impl.extra.get("roundings", 0)))
     return Check.from_dict(res)
+
+
+class _PartClock:
+    """Where a verification's seconds go, summed into ``details["parts"]`` (which a later call on
+    the same implementation and case continues): ``inputs_s`` (making and sharing the inputs),
+    ``launch_s`` (prepare and launch to completion, first calls included), ``guard_s`` (the output
+    guards, the repeat's copy and comparison), ``check_s`` (the checker's round trips) and, of
+    those, what the checker reports: ``reference_s`` (float64 references and bounds computed;
+    ``references`` counts them: a reference in hand costs none), ``inputs_check_s`` (the inputs
+    against the pristine ones), ``compare_s`` (the outputs against the reference; ``compares``
+    counts them: a repeat with the first launch's bits is not compared again)."""
+
+    def __init__(self, details: dict):
+        import time
+        self.parts = details.setdefault("parts", {})
+        self.now = time.perf_counter
+        self.t = self.now()
+
+    def _add(self, key: str, s: float) -> None:
+        self.parts[key] = round(self.parts.get(key, 0.0) + s, 4)
+
+    def lap(self, key: str) -> None:
+        t = self.now()
+        self._add(key, t - self.t)
+        self.t = t
+
+    def judged(self, c: Check) -> Check:
+        """A checker's verdict: its round trip and the checker's own seconds, counted."""
+        self.lap("check_s")
+        times = c.details.pop("checker_s", None) or {}
+        for k, name in (("reference_s", "reference_s"), ("inputs_s", "inputs_check_s"), ("compare_s", "compare_s")):
+            if k in times:
+                self._add(name, float(times[k]))
+        for k, count in (("reference_s", "references"), ("compare_s", "compares")):
+            if k in times:
+                self.parts[count] = self.parts.get(count, 0) + 1
+        return c
 
 
 def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
@@ -144,8 +182,10 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
 
     tamper.baseline()
     worst = so_far if so_far is not None else Check(True, "", 0.0, 0.0)
+    clock = _PartClock(worst.details)
     for n, seed in enumerate(seeds, start=0 if so_far is None else 1):
         inputs = share_inputs(problem.make_inputs(case, device, seed), device)
+        clock.lap("inputs_s")
         t0 = time.perf_counter()
         L = Launcher(impl, problem, case, inputs, device)
         try:
@@ -157,10 +197,12 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
             worst.details["first_call_s"] = time.perf_counter() - t0
             info = getattr(L.launch, "info", None)
             worst.details["info"] = dict(info) if isinstance(info, dict) else {}
+        clock.lap("launch_s")
         g = L.guard()
+        clock.lap("guard_s")
         if g:
             return Check(False, f"seed {seed}: {g}", details=worst.details)
-        c = judge(impl, problem, case, seed, inputs, got, device)
+        c = clock.judged(judge(impl, problem, case, seed, inputs, got, device))
         if not c.ok:
             c.reason = f"seed {seed}: {c.reason}"
             c.details.update(worst.details)
@@ -173,19 +215,26 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
                 worst.details["bias"] = c.details["bias"]
         if n == 0 or (repeat and torch.device(device).type == "cuda"):
             first = got.clone()
+            clock.lap("guard_s")
             try:
                 again = L.run()
             except LateDecline as e:
                 return Check(False, str(e), details=worst.details)
+            clock.lap("launch_s")
             g = L.guard()
+            clock.lap("guard_s")
             if g:
                 return Check(False, f"seed {seed}, second launch: {g}", details=worst.details)
-            c2 = judge(impl, problem, case, seed, inputs, again, device)
+            # the same bits as the checked first launch: the same verdict on the output, so the
+            # checker only compares the inputs again; other bits: the whole check
+            same = same_bits(first, again)
+            clock.lap("guard_s")
+            c2 = clock.judged(judge(impl, problem, case, seed, inputs, None if same else again, device))
             if not c2.ok:
                 c2.reason = f"seed {seed}, second launch: {c2.reason}"
                 c2.details.update(worst.details)
                 return c2
-            if not same_bits(first, again):
+            if not same:
                 worst.details["nondeterministic"] = True
         worst.max_abs_err = max(worst.max_abs_err or 0.0, c.max_abs_err or 0.0)
         worst.rel_err = max(worst.rel_err or 0.0, c.rel_err or 0.0)

@@ -37,9 +37,29 @@ def breakdown(rows: list[dict], facts: list[dict], wall_s: float) -> dict:
                                         if r.get("kind") == "compile-only" and not c.get("from_cache")),
                  "first_call_s": first,
                  "verify_s": round(_sum(r.get("verify_s") for r in rows) - first, 1)},
+        "verify_parts": _parts(rows),
         "timed": {"cases": len(timed), "prepare_s": _sum(f["prepare_s"] for f in timed),
                   "sample_s": _sum(f["sample_s"] for f in timed)},
     }
+    return out
+
+
+#: the parts of a verification (``verify._PartClock``), in the order the report names them
+PARTS = (("inputs_s", "inputs"), ("launch_s", "launches (first calls included)"), ("guard_s", "output guards"),
+         ("check_s", "checker round trips"), ("reference_s", "float64 references"),
+         ("inputs_check_s", "input comparisons"), ("compare_s", "output comparisons"))
+
+
+def _parts(rows: list[dict]) -> dict | None:
+    """The rows' verification parts, summed (None where no row has them: runs before they were
+    recorded, or nothing verified)."""
+    have = [r["verify_parts"] for r in rows if r.get("verify_parts")]
+    if not have:
+        return None
+    out = {k: _sum(p.get(k) for p in have) for k, _ in PARTS}
+    for count in ("references", "compares"):
+        out[count] = sum(int(p.get(count, 0)) for p in have)
+    out["rows"] = len(have)
     return out
 
 
@@ -67,6 +87,12 @@ def render(w: dict | None) -> str:
     out.append(f"- rows ({rs.get('n', 0)}), summed: compile-only {rs.get('compile_only_s', 0):.1f} s, "
                f"first calls (compile included) {rs.get('first_call_s', 0):.1f} s, "
                f"verify after the first call {rs.get('verify_s', 0):.1f} s")
+    vp = w.get("verify_parts")
+    if vp:
+        named = ", ".join(f"{label} {vp.get(k, 0):.1f} s" for k, label in PARTS[:4])
+        inside = ", ".join(f"{label} {vp.get(k, 0):.1f} s" for k, label in PARTS[4:])
+        out.append(f"- verification of {vp['rows']} row(s), summed: {named}; in the checker: {inside} "
+                   f"({vp.get('references', 0)} reference(s) computed, {vp.get('compares', 0)} output(s) compared)")
     if tm.get("cases"):
         out.append(f"- timed cases ({tm['cases']}): preparing {tm['prepare_s']:.1f} s, sampling {tm['sample_s']:.1f} s")
     return "\n".join(out) + "\n"

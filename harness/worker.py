@@ -225,7 +225,7 @@ def settle(impl, problem, case, device: str, phase: str) -> dict:
 
 
 _VERDICT_KEYS = ("status", "kind", "reason", "max_abs_err", "rel_err", "bias", "worst_ratio", "verify_s",
-                 "compile")
+                 "verify_parts", "compile")
 
 
 def _verify_one(task, impl, problem, case, device, row, emit, seeds=None, checks=None) -> bool:
@@ -266,6 +266,8 @@ def _verify_one(task, impl, problem, case, device, row, emit, seeds=None, checks
     if ahead and ahead.get("compile_s") is not None:   # what the compile-ahead pool spent on it
         row["compile"]["ahead_s"] = ahead["compile_s"]
     row.update(max_abs_err=check.max_abs_err, rel_err=check.rel_err, reason=check.reason)
+    if check.details.get("parts"):
+        row["verify_parts"] = dict(check.details["parts"])
     if check.details.get("bias"):
         row["bias"] = check.details["bias"]
     if check.details.get("worst_ratio") is not None:

@@ -163,3 +163,24 @@ def test_norm_bound_and_bias_test_start_from_the_correctly_rounded_output():
     toward_zero = torch.where(best.double() > ref, torch.nextafter(best, torch.zeros_like(best)), best)
     assert not check_output(P, c, toward_zero, ref).ok
     assert not check_output(P, c, (ref * 1.01).to(torch.float16), ref).ok
+
+
+def test_verification_parts_count_one_reference_a_seed_and_no_compare_for_an_identical_repeat():
+    """Where a verification's seconds go (details["parts"], the main job's wall report): each seed's
+    float64 reference is computed once (the first seed's repeat is checked against the one in
+    hand), a repeat whose bits equal the checked first launch is not compared again (only its
+    inputs are), and the checker's own seconds lie inside the worker's round trips."""
+    impl = registry.get("softmax", "torch:softmax")
+    p = problems.get("softmax")
+    case = p.case(M=3, N=41, dtype="float32", layout="strided")
+    c = verify_case(impl, p, case, "cpu", seeds=(7, 8))
+    assert c.ok, c.reason
+    parts = c.details["parts"]
+    assert parts["references"] == 2 and parts["compares"] == 2
+    assert all(parts[k] >= 0 for k in ("inputs_s", "launch_s", "guard_s", "check_s", "reference_s",
+                                       "inputs_check_s", "compare_s"))
+    inside = parts["reference_s"] + parts["inputs_check_s"] + parts["compare_s"]
+    assert parts["check_s"] + 1e-3 >= inside > 0
+    # a later call on the same case continues the sums (the main job's seed-by-seed order)
+    c2 = verify_case(impl, p, case, "cpu", seeds=(9,), so_far=c)
+    assert c2.details["parts"]["references"] == 3 and c2.details["parts"]["compares"] == 3

@@ -23,3 +23,22 @@ def test_breakdown_sums_rows_and_notes_and_renders_phase_shares():
     assert "parallel phase: 30.0 s (50 %)" in text and "timed phase: 20.0 s (33 %)" in text
     assert "40 unit(s) on 16 process(es)" in text and "sampling 6.0 s" in text
     assert "no wall-time breakdown" in render(None)
+
+
+def test_verification_parts_are_summed_over_rows_and_named():
+    rows = [{"kind": "verified", "verify_s": 3.0,
+             "verify_parts": {"inputs_s": 0.5, "launch_s": 1.0, "guard_s": 0.1, "check_s": 1.4,
+                              "reference_s": 0.6, "inputs_check_s": 0.1, "compare_s": 0.7,
+                              "references": 3, "compares": 3}},
+            {"kind": "verified", "verify_s": 1.0,
+             "verify_parts": {"inputs_s": 0.25, "launch_s": 0.5, "guard_s": 0.05, "check_s": 0.2,
+                              "inputs_check_s": 0.05, "compare_s": 0.1, "compares": 1}},
+            {"kind": "verified", "verify_s": 1.0}]   # a row from before the parts were recorded
+    w = breakdown(rows, [], 10.0)
+    vp = w["verify_parts"]
+    assert vp["rows"] == 2 and vp["references"] == 3 and vp["compares"] == 4
+    assert vp["launch_s"] == 1.5 and vp["check_s"] == 1.6 and vp["reference_s"] == 0.6
+    text = render(w)
+    assert "verification of 2 row(s)" in text and "float64 references 0.6 s" in text
+    assert "3 reference(s) computed, 4 output(s) compared" in text
+    assert breakdown(rows[2:], [], 1.0)["verify_parts"] is None

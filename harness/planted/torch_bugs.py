@@ -36,6 +36,20 @@ def prepare_softmax_in_place(case, inputs, out):
     return launch
 
 
+def prepare_softmax_mutates_on_repeat(case, inputs, out):
+    """BUG (input-mutating on a repeat): the first launch is clean; every later one writes the same
+    output, then scales x in place (its output bits equal the checked first launch's)."""
+    (x,) = inputs
+    calls = []
+
+    def launch():
+        out.copy_(torch.softmax(x.float(), dim=-1).to(out.dtype))
+        if calls:
+            x.mul_(2.0)
+        calls.append(1)
+    return launch
+
+
 # -- the verifier's own blind spots (each class must FAIL) ------------------------------------
 def prepare_add(case, inputs, out):
     """Correct vector add."""
