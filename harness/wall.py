@@ -39,7 +39,8 @@ def breakdown(rows: list[dict], facts: list[dict], wall_s: float) -> dict:
                  "verify_s": round(_sum(r.get("verify_s") for r in rows) - first, 1)},
         "verify_parts": _parts(rows),
         "timed": {"cases": len(timed), "prepare_s": _sum(f["prepare_s"] for f in timed),
-                  "sample_s": _sum(f["sample_s"] for f in timed)},
+                  "sample_s": _sum(f["sample_s"] for f in timed),
+                  "check_s": _sum(f.get("check_s") for f in timed) if any("check_s" in f for f in timed) else None},
     }
     return out
 
@@ -94,5 +95,8 @@ def render(w: dict | None) -> str:
         out.append(f"- verification of {vp['rows']} row(s), summed: {named}; in the checker: {inside} "
                    f"({vp.get('references', 0)} reference(s) computed, {vp.get('compares', 0)} output(s) compared)")
     if tm.get("cases"):
-        out.append(f"- timed cases ({tm['cases']}): preparing {tm['prepare_s']:.1f} s, sampling {tm['sample_s']:.1f} s")
+        checks = (f" (of which checking each row's first and last timed launch {tm['check_s']:.1f} s)"
+                  if tm.get("check_s") is not None else "")
+        out.append(f"- timed cases ({tm['cases']}): preparing {tm['prepare_s']:.1f} s, sampling {tm['sample_s']:.1f} s"
+                   + checks)
     return "\n".join(out) + "\n"

@@ -445,11 +445,17 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
             if gpumem.oom(e):
                 _out_of_memory(rows[impl.id], task, problem, case, device, "the timing worker", _first_line(e))
 
+    checking = [0.0]   # seconds of the sampling spent checking the first and last timed launches
+
     def check(k, output):
-        g = targets[k].guard()
-        if g:
-            return verify.Check(False, g)
-        return verify.judge(impls[k], problem, case, seed, inputs, output, device)
+        c0 = time.perf_counter()
+        try:
+            g = targets[k].guard()
+            if g:
+                return verify.Check(False, g)
+            return verify.judge(impls[k], problem, case, seed, inputs, output, device)
+        finally:
+            checking[0] += time.perf_counter() - c0
 
     vendor = getattr(problem, "vendor_launch", None)
     vend = vendor(case, inputs) if vendor else None
@@ -479,7 +485,7 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
         stats = {}
     # where the timed phase's wall time goes (harness.wall): preparing (compiles, loads) and sampling
     emit(event="timed_case", task=task["id"], case=case.id, prepare_s=round(t1 - t0, 3),
-         sample_s=round(time.perf_counter() - t1, 3), rows=len(targets))
+         sample_s=round(time.perf_counter() - t1, 3), check_s=round(checking[0], 3), rows=len(targets))
     _timing_errors(errors, rows, task, problem, case, device)
     keep_raw = bool(opts.get("keep_raw", True))
     if "__copy__" in stats:

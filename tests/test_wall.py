@@ -17,12 +17,17 @@ def test_breakdown_sums_rows_and_notes_and_renders_phase_shares():
     w = breakdown(rows, facts, 60.0)
     assert w["phases"]["parallel"]["s"] == 30.0 and w["phases"]["timed"]["s"] == 20.0
     assert w["rows"] == {"n": 4, "compile_only_s": 4.0, "first_call_s": 1.5, "verify_s": 3.5}
-    assert w["timed"] == {"cases": 1, "prepare_s": 1.5, "sample_s": 6.0}
+    assert w["timed"] == {"cases": 1, "prepare_s": 1.5, "sample_s": 6.0, "check_s": None}
     assert w["compile_ahead"]["units"] == 40 and w["workers"]["cpu_s"] == 10.0
     text = render(w)
     assert "parallel phase: 30.0 s (50 %)" in text and "timed phase: 20.0 s (33 %)" in text
     assert "40 unit(s) on 16 process(es)" in text and "sampling 6.0 s" in text
-    assert "no wall-time breakdown" in render(None)
+    assert "no wall-time breakdown" in render(None) and "checking each row" not in text
+    # the timed cases' checks of their first and last timed launches, where the run recorded them
+    facts[-1]["check_s"] = 2.5
+    w = breakdown(rows, facts + [dict(facts[-1], check_s=1.0)], 60.0)
+    assert w["timed"]["check_s"] == 3.5 and w["timed"]["cases"] == 2
+    assert "(of which checking each row's first and last timed launch 3.5 s)" in render(w)
 
 
 def test_verification_parts_are_summed_over_rows_and_named():
@@ -42,3 +47,19 @@ def test_verification_parts_are_summed_over_rows_and_named():
     assert "verification of 2 row(s)" in text and "float64 references 0.6 s" in text
     assert "3 reference(s) computed, 4 output(s) compared" in text
     assert breakdown(rows[2:], [], 1.0)["verify_parts"] is None
+
+
+def test_the_timing_worker_reports_the_seconds_its_checks_took():
+    """A timed case's event says how much of its sampling went to checking each row's first and
+    last timed launch (the checker's float64 comparisons), so the wall report can tell them apart."""
+    from harness import problems, registry, worker
+    p = problems.get("softmax")
+    case = p.case(M=4, N=33, dtype="float32")
+    impl = registry.get("softmax", "torch:softmax")
+    events, rows = [], {impl.id: {"status": None}}
+    task = {"id": "t", "case": case.to_json(), "problem": "softmax", "impls": [impl.id]}
+    worker._time_task(task, {"device": "cpu", "timing": {"min_samples": 3, "time_cap_s": 0.05}},
+                      lambda **e: events.append(e), p, case, "cpu", [impl], rows)
+    (ev,) = [e for e in events if e.get("event") == "timed_case"]
+    assert 0 < ev["check_s"] <= ev["sample_s"]
+    assert rows[impl.id]["time"]["samples"] >= 3
