@@ -127,14 +127,19 @@ EOF
       groups[$g]="${groups[$g]} $f"
     done
     per_test=""; python3 -c "import pytest_timeout" 2>/dev/null && per_test="--timeout 240"
-    # each group pinned to a quarter of the cores: the compile pools size themselves by the cores
+    # each group pinned to its share of the cores: the compile pools size themselves by the cores
     # they may use (harness.machine.usable_cpus), so four groups no longer start a process a core
-    # each (four times the machine: docs/results/h100-2026-12-07b/README.md)
-    ncpu=$(nproc); share=$(( ncpu / 4 > 0 ? ncpu / 4 : 1 ))
+    # each (four times the machine: docs/results/h100-2026-12-07b/README.md). Shares by weight
+    # 3:3:6:4 of 16: tilelang + cutile compile the most (its TileLang fixture took 86 s on 16 cores
+    # alone and did not finish in 380 s on 4 beside the others, which took 177-202 s on 4 each:
+    # docs/results/h100-2026-12-07c/README.md)
+    ncpu=$(nproc); weights=(3 3 6 4); first=0
     for g in 0 1 2 3; do
       pin=""
       if command -v taskset > /dev/null && [ "$ncpu" -ge 4 ]; then
-        pin="taskset -c $(( g * share ))-$(( g == 3 ? ncpu - 1 : (g + 1) * share - 1 ))"
+        n=$(( ncpu * weights[g] / 16 > 0 ? ncpu * weights[g] / 16 : 1 ))
+        last=$(( g == 3 ? ncpu - 1 : first + n - 1 )); [ "$last" -ge "$ncpu" ] && last=$(( ncpu - 1 ))
+        pin="taskset -c $first-$last"; first=$(( last + 1 < ncpu ? last + 1 : ncpu - 1 ))
       fi
       # shellcheck disable=SC2086
       timeout ${KL_TESTS_LIMIT:-540} $pin python3 -m pytest -q -ra -m gpu -p no:cacheprovider --durations=12 $per_test \
