@@ -221,16 +221,17 @@ def _suite_failures(rows) -> dict[str, str]:
 
 
 def _verify_phase(args, device, tasks: list[dict], rec: _Recorder, console, common: dict,
-                  quiet: bool) -> dict[str, str]:
+                  quiet: bool, then: str = "") -> dict[str, str]:
     """Runs the parallel phase's tasks (each sent to a GPU worker once the pool has compiled what
-    it needs); returns the implementations that failed the verify suite ({key: why})."""
+    it needs); returns the implementations that failed the verify suite ({key: why}). ``then``:
+    what follows (the progress says its estimate is this phase's alone)."""
     from .progress import RunProgress
     from .runner import run_parallel
 
     if tasks:
         start = rec.since()
         title = "verify suite" + (" + timed cases' verification" if any(t.get("preverify") for t in tasks) else "")
-        with RunProgress(console, sum(len(t["impls"]) for t in tasks), title, quiet=quiet) as prog:
+        with RunProgress(console, sum(len(t["impls"]) for t in tasks), title, quiet=quiet, then=then) as prog:
             prog.add_tasks(tasks)
             on_ev = lambda ev: (rec.keep(ev), prog.event(ev))  # noqa: E731
             pool = _pool(args, device, tasks, "compile", common, on_ev)
@@ -241,6 +242,16 @@ def _verify_phase(args, device, tasks: list[dict], rec: _Recorder, console, comm
                 _pool_done(pool, rec)
         rec.note("phase", name="parallel", start_s=start, end_s=rec.since(), jobs=args.jobs or default_jobs(device))
     return _suite_failures(rec.rows)
+
+
+def _timed_phase_text(plan, impls) -> str:
+    """The timed phase in words, for the parallel phase's progress: its cases and rows."""
+    rows = cases = 0
+    for p, cs in plan:
+        n = sum(i.problem == p.name for i in impls)
+        if n:
+            cases, rows = cases + len(cs), rows + n * len(cs)
+    return f"the timed phase: {cases} case(s), {rows} row(s), one case at a time on the GPU" if cases else ""
 
 
 def _timed_phase(args, device, impls, plan, failed_suite: dict, rec: _Recorder, console, common: dict,
@@ -412,7 +423,8 @@ def run(args, console, argv: list[str], resume: str | None = None) -> int:
             # it touches the GPU only once it has its tasks, when the parallel workers are done
             timer = Worker(job_header(device, args.plugin, None, args.verbose))
         if device == "cuda" or not common["isolate"]:
-            failed_suite = _verify_phase(args, device, vtasks, rec, console, common, quiet)
+            failed_suite = _verify_phase(args, device, vtasks, rec, console, common, quiet,
+                                         _timed_phase_text(plan, impls) if device == "cuda" else "")
             ceilings = _timed_phase(args, device, impls, plan, failed_suite, rec, console, common, quiet,
                                     tcfg, timer)
         else:

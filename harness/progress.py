@@ -31,10 +31,12 @@ class RunProgress:
     """``with RunProgress(console, total_rows, title) as p: p.event(ev)`` for the runner's and the
     compile-ahead pool's events (``expect_units(n)`` once the pool's size is known)."""
 
-    def __init__(self, console, total: int, title: str, plain: bool | None = None, quiet: bool = False):
+    def __init__(self, console, total: int, title: str, plain: bool | None = None, quiet: bool = False,
+                 then: str = ""):
         self.console = console
         self.total = max(int(total), 1)
         self.title = title
+        self.then = then   # what runs after this phase (its time is not in this phase's estimate)
         self.quiet = quiet
         self.plain = (not console.is_terminal) if plain is None else plain
         self.done = 0
@@ -58,9 +60,10 @@ class RunProgress:
                                   MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("left"),
                                   TimeRemainingColumn(), console=self.console, transient=True)
             self._prog.__enter__()
-            self._bar = self._prog.add_task(self.title, total=self.total)
+            self._bar = self._prog.add_task(self.title + (" (then timing)" if self.then else ""), total=self.total)
         elif not self.quiet:
-            print(f"{self.title}: {self.total} row(s)", file=sys.stderr, flush=True)
+            print(f"{self.title}: {self.total} row(s)" + (f"; then {self.then}" if self.then else ""),
+                  file=sys.stderr, flush=True)
         if not self.quiet:
             self._ticker = threading.Thread(target=self._watch, daemon=True)
             self._ticker.start()
@@ -161,4 +164,5 @@ class RunProgress:
             print(f"[{self.done}/{self.total} {time.monotonic() - self.t0:5.0f}s] "
                   f"{'timed-verify' if r.get('pending_timing') else r.get('phase', 'timed'):12s} {r['impl']:28s} "
                   f"{r['problem']} {_case_text(r['case'])}  {r.get('status')}{took}{why}"
-                  + (f"  ETA {eta:.0f} s" if eta is not None else ""), file=sys.stderr, flush=True)
+                  + (f"  ETA {eta:.0f} s" + (" + the timed phase" if self.then else "") if eta is not None else ""),
+                  file=sys.stderr, flush=True)

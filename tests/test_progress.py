@@ -49,3 +49,33 @@ def test_a_finished_row_restarts_the_quiet_clock():
     p.event({"event": "row", "row": {"impl": "triton:softmax", "problem": "softmax", "case": TASK["case"],
                                      "status": "PASS"}})
     assert p.stalled(now=p.last_row + STALL_S - 1) is None
+
+
+def test_the_parallel_phase_says_its_estimate_leaves_out_the_timed_phase(capsys):
+    """On a GPU the verify phase's time left is its own: the lines say that the timed phase follows
+    and how large it is, so that 'ETA 7 s' is not read as the run's end."""
+    from harness import problems, registry
+    from harness.compare import _timed_phase_text
+
+    sm, va = problems.get("softmax"), problems.get("vector_add")
+    impls = [registry.get("softmax", "torch:softmax"), registry.get("softmax", "triton:softmax"),
+             registry.get("vector_add", "torch:vector_add")]
+    then = _timed_phase_text([(sm, sm.cases("smoke")), (va, va.cases("smoke"))], impls)
+    n_sm, n_va = len(sm.cases("smoke")), len(va.cases("smoke"))
+    assert then == (f"the timed phase: {n_sm + n_va} case(s), {2 * n_sm + n_va} row(s), "
+                    "one case at a time on the GPU")
+    p = RunProgress(Console(file=io.StringIO()), total=2, title="verify suite", plain=True, then=then)
+    p.add_tasks([TASK])
+    with p:
+        p.event({"event": "row", "row": {"impl": "torch:softmax", "problem": "softmax", "case": TASK["case"],
+                                         "status": "PASS", "phase": "verify-suite"}})
+    err = capsys.readouterr().err
+    assert f"verify suite: 2 row(s); then {then}" in err
+    assert "ETA" in err and "+ the timed phase" in err
+    # without a phase after it (the timed phase itself, the CPU mode) the estimate stands alone
+    q = RunProgress(Console(file=io.StringIO()), total=2, title="timed cases", plain=True)
+    with q:
+        q.event({"event": "row", "row": {"impl": "torch:softmax", "problem": "softmax", "case": TASK["case"],
+                                         "status": "PASS"}})
+    assert "+ the timed phase" not in capsys.readouterr().err
+    assert _timed_phase_text([(sm, sm.cases("smoke"))], impls[2:]) == ""
