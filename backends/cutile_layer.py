@@ -48,8 +48,7 @@ if ct is not None:
     from cutile_src import gemm_epilogue as gemm_simple
     from cutile_src import gemm_epilogue_splitk as gemm_splitk
     from cutile_src import gemm_epilogue_tiled as gemm_tiled
-    from cutile_src import gemm_epilogue_pack as gemm_pack
-    from cutile_src import gemm_epilogue_pack_pair as gemm_pack_pair
+    from cutile_src import gemm_epilogue_stage as gemm_stage
     from cutile_src import softmax as softmax_simple
     from cutile_src import softmax_online, softmax_online_flat, softmax_online_tma, softmax_rows, softmax_rows_tma
     from cutile_src import softmax_split
@@ -641,9 +640,11 @@ _SM = {
              planned_sources(_SM_SRC, _plans.reachable("softmax", _plans.NEXT), _SM_PLAN)),
 }
 #: built, not yet run on a GPU: candidates (registry.get(..., candidates=True)), no ids of the tool yet
-# candidates: reached by `python -m harness check` only. rows_tma and pack are verified and the
-# default plans them, but neither is an algorithm word (docs/DESIGN.md): no id of their own.
-CANDIDATES = ("online_flat", "online_tma", "next", "rows_tma", "pack")
+# candidates: reached by `python -m harness check` only. rows_tma is verified and the default plans
+# it, but it is no algorithm word (docs/DESIGN.md): no id of its own. Staging (GEMM operands copied to
+# 16-byte rows) is a mechanism of the default's plans, not a candidate (its id gemm_epilogue_pack,
+# the one-operand rules without the small switch, was removed on 2026-12-08).
+CANDIDATES = ("online_flat", "online_tma", "next", "rows_tma")
 for _v, (_name, _desc, _src) in _SM.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,
              devices=("cuda",), available=available, candidate=_v in CANDIDATES,
@@ -653,8 +654,8 @@ for _v, (_name, _desc, _src) in _SM.items():
 
 # -- gemm_epilogue -----------------------------------------------------------------------------
 def _gemm_plan(variant, a, b):
-    """The plan of ``variant``; for "pack" (and a default that packs) {"variant": "pack",
-    "PACK": {operand: pack config}, "GEMM": the tiled / split-K plan on the packed operands}."""
+    """The plan of ``variant``; the default's may stage operands: the tiled / split-K plan with
+    ``stage`` ({operand, or "ab" for both in one launch: the copy's config})."""
     (M, K), N = a.shape, b.shape[1]
     es, sms = a.element_size(), _sms()
     facts = {"a_rows16": _rows16(a), "b_rows16": _rows16(b)}
@@ -662,25 +663,23 @@ def _gemm_plan(variant, a, b):
         return dispatch.tiled_config(M, N, K, es, sms)
     if variant == "splitk":
         return dispatch.splitk_config(M, N, K, sms, min_split=2)
-    # pack: the one-operand pack as verified on its own (small off: an operand a launch)
-    sw = {"default": None, "pack": dict(dispatch.GPU_VERIFIED, pack=True, small=False)}[variant]
-    return dispatch.plan_gemm(M, N, K, es, sms, switches=sw, l2=_l2(), **facts)
+    return dispatch.plan_gemm(M, N, K, es, sms, l2=_l2(), **facts)
 
 
 def _gemm_operands(p, a, b):
-    """(a, b, pack launches, pack binds): the operands the GEMM kernels read -- for those the
-    plan packs, views into freshly allocated 16-byte-row buffers -- with the pack launches
+    """(a, b, staging launches, staging binds): the operands the GEMM kernels read -- for those the
+    plan stages, views into freshly allocated 16-byte-row buffers -- with the staging launches
     [(kernel, args, hints)] and the zero-argument launches that fill them (CUDA tensors)."""
     launches, binds, ops = [], [], {"a": a, "b": b}
-    for name, cfg in p.get("PACK", {}).items():
-        if name == "ab":   # A and B in one launch, the plan's only pack (the small switch: its own file)
-            return gemm_pack_pair.bind_pair_operands(a, b, cfg, hinted)
+    for name, cfg in p.get("stage", {}).items():
+        if name == "ab":   # A and B in one launch, the plan's only copy (the small switch)
+            return gemm_stage.bind_pair_operands(a, b, cfg, hinted)
         src = ops[name]
-        buf, view = gemm_pack.packed_buffer(src)
-        launches.append((gemm_pack.pack_rows_kernel, (src, buf, cfg["TR"], cfg["TC"]), {}))
+        buf, view = gemm_stage.staged_buffer(src)
+        launches.append((gemm_stage.stage_rows_kernel, (src, buf, cfg["TR"], cfg["TC"]), {}))
         if src.device.type == "cuda":
-            binds.append(gemm_pack.bind_pack(src, buf, cfg["TR"], cfg["TC"], cfg["grid"],
-                                             kernel=hinted(gemm_pack.pack_rows_kernel, {})))
+            binds.append(gemm_stage.bind_stage(src, buf, cfg["TR"], cfg["TC"], cfg["grid"],
+                                               kernel=hinted(gemm_stage.stage_rows_kernel, {})))
         ops[name] = view
     return ops["a"], ops["b"], launches, binds
 
@@ -695,17 +694,17 @@ def _gemm_launches(variant, a, b, bias, act, c, ws=None):
         return [(g.gemm_epilogue_kernel, (a, b, bias_arg, c, hb, ac, g.TM, g.TN, g.TK), {})], \
             {"variant": "simple", "TM": g.TM, "TN": g.TN, "TK": g.TK}
     cfg = _gemm_plan(variant, a, b)
-    a, b, packs, _ = _gemm_operands(cfg, a, b)
-    p = cfg.get("GEMM", cfg)
+    a, b, stages, _ = _gemm_operands(cfg, a, b)
+    p = cfg
     if p["variant"] == "splitk":
         if ws is None:
-            ws = gemm_splitk.workspace(p, M, N, c.device, pad=bool(packs))
+            ws = gemm_splitk.workspace(p, M, N, c.device, pad=bool(stages))
         ok = gemm_tiled.tma_store_ok
-        return packs + [(gemm_splitk.gemm_splitk_partial_kernel,
+        return stages + [(gemm_splitk.gemm_splitk_partial_kernel,
                          (a, b, ws, p["KPER"], p["TM"], p["TN"], p["TK"], ok(ws)), p["hints"]),
                         (gemm_splitk.gemm_splitk_reduce_kernel, (ws, bias_arg, c, hb, ac, p["RM"], p["RN"], ok(c)),
                          {})], cfg
-    return packs + [(gemm_tiled.gemm_epilogue_tiled_kernel,
+    return stages + [(gemm_tiled.gemm_epilogue_tiled_kernel,
                      (a, b, bias_arg, c, hb, ac, p["TM"], p["TN"], p["TK"], p["GROUP"], gemm_tiled.tma_store_ok(c)),
                      p["hints"])], cfg
 
@@ -720,26 +719,26 @@ def _gemm_compile(variant):
 
 
 def bind_gemm(variant, a, b, bias, act: str, out):
-    """The planned launch of ``variant`` (default / tiled / splitk / pack) on CUDA tensors:
-    the packs of unaligned operands (pack plans), then the GEMM (one kernel, or split-K's two);
+    """The planned launch of ``variant`` (default / tiled / splitk) on CUDA tensors: the copies
+    of unaligned operands (plans with ``stage``), then the GEMM (one kernel, or split-K's two);
     (launch, launches, cfg), buffers and workspace allocated here, once, outside the launch."""
     cfg = _gemm_plan(variant, a, b)
-    a2, b2, _, pack_binds = _gemm_operands(cfg, a, b)
-    p = cfg.get("GEMM", cfg)
+    a2, b2, _, stage_binds = _gemm_operands(cfg, a, b)
+    p = cfg
     if p["variant"] == "splitk":
         kp = hinted(gemm_splitk.gemm_splitk_partial_kernel, p["hints"])
-        ws = gemm_splitk.workspace(p, a.shape[0], b.shape[1], out.device, pad=bool(pack_binds))
+        ws = gemm_splitk.workspace(p, a.shape[0], b.shape[1], out.device, pad=bool(stage_binds))
         main = gemm_splitk.bind_launch(a2, b2, bias, ACT[act], out, p, ws=ws,
                                        kernels=(kp, gemm_splitk.gemm_splitk_reduce_kernel))
     else:
         main = gemm_tiled.bind_launch(a2, b2, bias, ACT[act], out, p,
                                       kernel=hinted(gemm_tiled.gemm_epilogue_tiled_kernel, p["hints"]))
     launches, _ = _gemm_launches(variant, a, b, bias, act, out, ws=getattr(main, "workspace", None))
-    if not pack_binds:
+    if not stage_binds:
         return main, launches, cfg
 
     def launch():
-        for f in pack_binds:
+        for f in stage_binds:
             f()
         main()
     launch.buffers, launch.main = (a2, b2), main
@@ -767,15 +766,13 @@ _GT = "cutile_src/gemm_epilogue_tiled.py"
 _GS = "cutile_src/gemm_epilogue_splitk.py"
 _G_SRC = {"tiled": Source(_GT, kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",)),
           "splitk": Source(_GS, kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
-                           host=("workspace", "bind_launch")),
-          "pack": Source("cutile_src/gemm_epilogue_pack.py", kernels=("pack_rows_kernel",),
-                         host=("packed_buffer", "bind_pack"))}
+                           host=("workspace", "bind_launch"))}
 _GEMM = {
     "default": ("gemm_epilogue", "planned: tiled (ct.mma over K tiles, grouped order, tile shape by waves "
                 "on the SMs, 8 worker warps for 128-row tiles; one program an SM looping over the tiles where "
                 "they outnumber the SMs); where the C tiles fill under half the SMs, narrower tiles, then split-K into "
                 "an fp32 workspace only where those still do; operands whose rows are no 16-byte multiples "
-                "packed into 16-byte rows first (TMA loads; A and B in one launch), except a B larger than L2 "
+                "staged into 16-byte rows first (TMA loads; A and B in one launch), except a B larger than L2 "
                 "under M <= 64, read in place by skinny tiles; bias + activation on the accumulator tile",
                 planned(_plans.plan, "gemm_epilogue", [_binder("bind_gemm")])),
     "simple": ("gemm_epilogue_simple", "teaching twin: a 2-d grid of 128 x 128 C tiles, ct.mma over "
@@ -787,10 +784,6 @@ _GEMM = {
     "splitk": ("gemm_epilogue_splitk", "K split over programs into an fp32 workspace (at least 2 slices "
                "where K has 2 tiles), then one reduce + bias + activation kernel (deterministic); any shape",
                [_G_SRC["splitk"]]),
-    "pack": ("gemm_epilogue_pack", "verified (2026-12-06), planned by the default: an operand whose rows are not 16-byte multiples "
-             "(K or N, or a strided view) is first copied into 16-byte rows, then the planned tiled / split-K "
-             "GEMM loads it through TMA; one launch an operand (the default's small rules off); any shape",
-             [_G_SRC["pack"], _G_SRC["tiled"], _G_SRC["splitk"]]),
 }
 for _v, (_name, _desc, _src) in _GEMM.items():
     register(problem="gemm_epilogue", layer=LAYER, name=_name, description=_desc, sources=_src,

@@ -390,9 +390,8 @@ def _gemm_specs(variant, case):
                                 "BLOCK_N": BN, "BLOCK_K": BK, "HAS_BIAS": bias is not None, "ACT": ACTS[act]},
                                {"num_warps": 4})]
     if variant == "default":
-        copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
         variant, cfg = dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200,
-                                            copies)
+                                            dispatch.gemm_copies(a, b))
     else:
         cfg = _gemm_cfg(variant, case.M, case.N, case.K, H200)
     ws = None
@@ -454,17 +453,18 @@ _GEMM_SRC = {
     "splitk": Source("gluon_src/gemm_epilogue_splitk.py", kernels=("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
                      host=("launch_specs", "workspace", "slices")),
     "epilogue": Source("gluon_src/epilogue.py", kernels=("bias_act",), host=()),
-    "stage": Source("gluon_src/gemm_epilogue_tma.py", kernels=("stage_rows_kernel", "gemm_epilogue_tma_kernel",
-                                                              "tile_coords"),
-                    host=("staged_specs", "stage_spec", "staged", "launch_spec", "check")),
 }
+#: staging (no word: a tma plan whose config names operands under "stage" launches it first)
+_STAGE_SRC = Source("gluon_src/gemm_epilogue_tma.py", kernels=("stage_rows_kernel",),
+                    host=("staged_specs", "stage_spec", "staged"))
 _GEMM = {
     "default": ("gemm_epilogue", "dispatcher: tma (persistent, TMA ring + wgmma) when A, B and C allow "
                 "16-byte TMA strides; else, above 64 rows, the rows TMA cannot read copied to 16-byte rows and "
                 "then the tma kernel (C stored from registers where TMA cannot write it) where that models "
                 "faster than tiled (masked loads into NVMMA shared memory + wgmma); splitk for few rows whose "
                 "tiles leave SMs idle; tile config by waves on the SMs",
-                _derived("gemm_epilogue", {k: v for k, v in _GEMM_SRC.items() if k != "epilogue"},
+                _derived("gemm_epilogue", {k: [v] + ([_STAGE_SRC] if k == "tma" else [])
+                                           for k, v in _GEMM_SRC.items() if k != "epilogue"},
                          [_GEMM_SRC["epilogue"],
                           Source("gluon_src/dispatch.py", kernels=(), host=("plan_gemm", "gemm_specs")),
                           Source("gluon_src/runtime.py", kernels=(), host=("bind", "bind_all"))])),

@@ -518,36 +518,37 @@ def _gemm_splitk_next_compile(dtype: str, plan: dict) -> list:
             _compile(("gemm_splitk_sum", dtype), lambda: gemm_epilogue_splitk.gemm_splitk_sum_kernel(dtype))]
 
 
-def _gemm_pack_compile(dtype: str, plan: dict) -> list:
+def _gemm_stage_compile(dtype: str, plan: dict) -> list:
     from tilelang_src import gemm_epilogue_tma
 
-    return [_compile(("gemm_pack", dtype), lambda: gemm_epilogue_tma.pack_kernel(dtype))] if plan["pack"] else []
+    return [_compile(("gemm_stage_rows", dtype), lambda: gemm_epilogue_tma.stage_rows_kernel(dtype))] \
+        if plan["stage"] else []
 
 
 def _gemm_next_compile(dtype: str, plan: dict) -> list:
-    """The pending plans' compiled kernels: the main kernel(s), then the pack kernel where an
-    operand is packed. Bias and activation are run-time values: one compile per (dtype, tile,
+    """The pending plans' compiled kernels: the main kernel(s), then the staging kernel where an
+    operand is staged. Bias and activation are run-time values: one compile per (dtype, tile,
     C's alignment class)."""
     main = _gemm_splitk_next_compile if plan["kernel"] == "splitk" else _gemm_staged_compile
-    return main(dtype, plan) + _gemm_pack_compile(dtype, plan)
+    return main(dtype, plan) + _gemm_stage_compile(dtype, plan)
 
 
 def _gemm_next_launch(entries, plan, a, b, bias, out, code):
-    """The zero-argument launch of a pending plan; the packed copies, the split-K planes and a
+    """The zero-argument launch of a pending plan; the staged copies, the split-K planes and a
     missing bias's one-element stand-in are allocated here, outside the timed call."""
     import torch
 
     (m, k), n = a.shape, b.shape[1]
     vec = 16 // a.element_size()
     kp, np_ = -(-k // vec) * vec, -(-n // vec) * vec
-    packs = []
-    if "a" in plan["pack"]:
-        packs.append((a, torch.empty((m, kp), dtype=a.dtype, device=a.device)))
-        a = packs[-1][1]
-    if "b" in plan["pack"]:
-        packs.append((b, torch.empty((kp, np_), dtype=b.dtype, device=b.device)))
-        b = packs[-1][1]
-    pack = entries[-1].kernel if packs else None
+    copies = []
+    if "a" in plan["stage"]:
+        copies.append((a, torch.empty((m, kp), dtype=a.dtype, device=a.device)))
+        a = copies[-1][1]
+    if "b" in plan["stage"]:
+        copies.append((b, torch.empty((kp, np_), dtype=b.dtype, device=b.device)))
+        b = copies[-1][1]
+    stage = entries[-1].kernel if copies else None
     tail = (bias if bias is not None else torch.zeros(1, dtype=out.dtype, device=out.device), out,
             int(bias is not None), code)
     k1 = entries[0].kernel
@@ -563,27 +564,27 @@ def _gemm_next_launch(entries, plan, a, b, bias, out, code):
             k1(a, b, *tail)
 
     def launch():
-        for src_t, dst_t in packs:
-            pack(src_t, dst_t)
+        for src_t, dst_t in copies:
+            stage(src_t, dst_t)
         main()
     return launch
 
 
-def _gemm_pack_pair_compile(dtype: str, plan: dict) -> list:
-    """``_gemm_next_compile`` for a plan whose A and B are packed by one kernel
-    (``pack_one_launch``, ``dispatch.plan_gemm_small``): the main kernel(s), then
-    ``pack_pair_kernel``."""
+def _gemm_stage_pair_compile(dtype: str, plan: dict) -> list:
+    """``_gemm_next_compile`` for a plan whose A and B are staged by one kernel
+    (``stage_pair``, ``dispatch.plan_gemm_small``): the main kernel(s), then
+    ``stage_pair_kernel``."""
     from tilelang_src import gemm_epilogue_tma
 
     main = _gemm_splitk_next_compile if plan["kernel"] == "splitk" else _gemm_staged_compile
-    return main(dtype, plan) + [_compile(("gemm_pack_pair", dtype), lambda: gemm_epilogue_tma.pack_pair_kernel(dtype))]
+    return main(dtype, plan) + [_compile(("gemm_stage_pair", dtype), lambda: gemm_epilogue_tma.stage_pair_kernel(dtype))]
 
 
-def _gemm_pack_pair_launch(entries, plan, a, b, bias, out, code):
-    """``_gemm_next_launch`` for a plan whose A and B are packed by one kernel (``pack_one_launch``,
+def _gemm_stage_pair_launch(entries, plan, a, b, bias, out, code):
+    """``_gemm_next_launch`` for a plan whose A and B are staged by one kernel (``stage_pair``,
     ``dispatch.plan_gemm_small``): both copies allocated here and filled by one launch of the pair
     kernel (the last entry), then ``_gemm_next_launch``'s GEMM on the copies (the plan without
-    packs of its own)."""
+    copies of its own)."""
     import torch
 
     (m, k), n = a.shape, b.shape[1]
@@ -591,10 +592,10 @@ def _gemm_pack_pair_launch(entries, plan, a, b, bias, out, code):
     kp, np_ = -(-k // vec) * vec, -(-n // vec) * vec
     pairs = [a, torch.empty((m, kp), dtype=a.dtype, device=a.device),
              b, torch.empty((kp, np_), dtype=b.dtype, device=b.device)]
-    pack, gemm = entries[-1].kernel, _gemm_next_launch(entries, {**plan, "pack": ()}, pairs[1], pairs[3], bias, out, code)
+    stage, gemm = entries[-1].kernel, _gemm_next_launch(entries, {**plan, "stage": ()}, pairs[1], pairs[3], bias, out, code)
 
     def launch():
-        pack(*pairs)
+        stage(*pairs)
         gemm()
     return launch
 
@@ -664,12 +665,12 @@ def _gemm_impl(kernel, nxt):
     def compiled(dt, has_bias, plan):
         if kernel == "simple":
             return _gemm_simple_compile(dt, has_bias)
-        if "pack" not in plan:   # today's plans (a staged plan carries its packs)
+        if "stage" not in plan:   # today's plans (a pending plan carries its staged operands, maybe none)
             return _gemm_compile(dt, has_bias, plan)
-        if plan.get("pack_one_launch"):   # A and B packed by one kernel (plan_gemm_small)
-            return _gemm_pack_pair_compile(dt, plan)
+        if plan.get("stage_pair"):   # A and B staged by one kernel (plan_gemm_small)
+            return _gemm_stage_pair_compile(dt, plan)
         if kernel == "tma":
-            return _gemm_staged_compile(dt, plan) + _gemm_pack_compile(dt, plan)
+            return _gemm_staged_compile(dt, plan) + _gemm_stage_compile(dt, plan)
         return _gemm_next_compile(dt, plan)
 
     def supports(case):
@@ -713,9 +714,9 @@ def _gemm_impl(kernel, nxt):
         import tilelang_src
 
         entries = compiled(tilelang_src.dtype_name(a.dtype), bias is not None, plan)
-        if kernel != "simple" and plan.get("pack_one_launch"):
-            return _launch(entries, plan, _gemm_pack_pair_launch(entries, plan, a, b, bias, out, code))
-        if kernel != "simple" and "pack" in plan:
+        if kernel != "simple" and plan.get("stage_pair"):
+            return _launch(entries, plan, _gemm_stage_pair_launch(entries, plan, a, b, bias, out, code))
+        if kernel != "simple" and "stage" in plan:
             return _launch(entries, plan, _gemm_next_launch(entries, plan, a, b, bias, out, code))
         return _launch(entries, plan, _gemm_today_launch(entries, plan, a, b, bias, out, code))
 
@@ -734,19 +735,20 @@ _GE_TODAY = {"tma": Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_ke
 _GE_TODAY_COMMON = [_GE_EPI, Source("backends/tilelang_layer.py", kernels=(),
                                     host=("_gemm_compile", "_gemm_today_launch", "_gemm_arch_check", "_gemm_facts")),
                     Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm",))]
-_GE_PACK = Source(src(C, "gemm_epilogue_tma.py"), kernels=("pack_kernel",))
-_GE_NEXT = {"tma": [Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_staged_kernel",)), _GE_PACK,
-                    Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_staged_compile", "_gemm_pack_compile"))],
+_GE_STAGE = Source(src(C, "gemm_epilogue_tma.py"), kernels=("stage_rows_kernel",))
+_GE_NEXT = {"tma": [Source(src(C, "gemm_epilogue_tma.py"), kernels=("gemm_tma_staged_kernel",)), _GE_STAGE,
+                    Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_staged_compile", "_gemm_stage_compile"))],
             "splitk": [Source(src(C, "gemm_epilogue_splitk.py"),
-                              kernels=("gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")), _GE_PACK,
+                              kernels=("gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")), _GE_STAGE,
                        Source("backends/tilelang_layer.py", kernels=(),
-                              host=("_gemm_splitk_next_compile", "_gemm_pack_compile"))]}
+                              host=("_gemm_splitk_next_compile", "_gemm_stage_compile"))]}
 _GE_NEXT_COMMON = [_GE_ACT, Source("backends/tilelang_layer.py", kernels=(),
                                    host=("_gemm_next_launch", "_gemm_arch_check", "_gemm_facts")),
                    Source(src(C, "dispatch.py"), kernels=(), host=("plan_gemm_next", "_tile_by_waves", "_tile_cost"))]
-#: the binding of a plan whose A and B are packed by one kernel (``pack_one_launch``: the default's
-#: plan_gemm_small; its kernels come with the plans' Sources, dispatch.SMALL_VARIANTS)
-_GE_PAIR = [Source("backends/tilelang_layer.py", kernels=(), host=("_gemm_pack_pair_compile", "_gemm_pack_pair_launch"))]
+#: the binding of a plan whose A and B are staged by one kernel (``stage_pair``: the default's
+#: plan_gemm_small; its kernels come with the plans' Sources, dispatch.STAGE)
+_GE_PAIR = [Source("backends/tilelang_layer.py", kernels=(),
+                   host=("_gemm_stage_pair_compile", "_gemm_stage_pair_launch"))]
 
 
 def _ge_sources(word: str | None, nxt: bool) -> list:
@@ -781,7 +783,7 @@ for _name, _kernel, _nxt, _desc, _srcs, _cand in (
          [_GE_SIMPLE, _GE_EPI, _GE_SIMPLE_HOST], False),
         ("gemm_epilogue_tma", "tma", True, "T.Pipelined TMA + wgmma only, bias and C staged in shared memory "
                                            "(TMA store where C's rows allow), operands whose rows are not "
-                                           "16-byte multiples packed first", _ge_sources("tma", True),
+                                           "16-byte multiples staged first", _ge_sources("tma", True),
          False),
         ("gemm_epilogue_tiled", "tiled", False, "the pipeline with guarded element loads instead of TMA",
          _ge_sources("tiled", False), False),

@@ -354,11 +354,11 @@ VARIANT_SOURCES = {
         "tiled": [Source(_GEMM_SRC.format("tiled"), kernels=("gemm_epilogue_tiled_kernel",), host=("bind_launch",))],
         "splitk": [Source(_GEMM_SRC.format("splitk"), kernels=("gemm_splitk_partial_kernel",
                                                                "gemm_splitk_reduce_kernel"), host=("bind_launch",))],
-        "stage": [Source(_GEMM_SRC.format("tma"), kernels=("stage_rows_kernel", "gemm_epilogue_tma_kernel"),
-                         host=("bind_staged_launch",))],
         # the twin's kernel, which the planner also launches (dispatch.plain_spec, plan column)
         "plain": [Source("triton_src/gemm_epilogue.py", kernels=("gemm_epilogue_kernel",), host=())]},
 }
+#: staging (no word: a tma plan whose config names operands under "stage" launches it first)
+STAGE_SOURCES = [Source(_GEMM_SRC.format("tma"), kernels=("stage_rows_kernel",), host=("bind_staged_launch",))]
 PLANNER_SOURCES = {
     "vector_add": [Source("triton_src/dispatch.py", kernels=(), host=("plan_vector_add",)),
                    Source("triton_src/runtime.py", kernels=(), host=("bind_spec",))],
@@ -375,7 +375,10 @@ def default_sources(problem: str) -> list:
     variant when Triton, and so the planner, cannot be imported."""
     if triton is not None:
         return planned(dispatch.plan, problem, PLANNER_SOURCES[problem])
-    return planned_sources(VARIANT_SOURCES[problem], tuple(VARIANT_SOURCES[problem]), PLANNER_SOURCES[problem])
+    table = dict(VARIANT_SOURCES[problem])
+    if problem == "gemm_epilogue":   # the tma word's plans may stage
+        table["tma"] = table["tma"] + STAGE_SOURCES
+    return planned_sources(table, tuple(table), PLANNER_SOURCES[problem])
 
 
 @register(problem="vector_add", layer=LAYER, name="vector_add",
@@ -643,9 +646,8 @@ def _gemm_aligned(a, b, bias, out) -> bool:
 
 def _gemm_choice(case):
     a, b, bias, act, out = _meta_gemm(case)
-    copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
     return dispatch.gemm_choice(case.M, case.N, case.K, gemm_tma.check(a, b, out) is None, H200,
-                                _gemm_aligned(a, b, bias, out), copies)
+                                _gemm_aligned(a, b, bias, out), dispatch.gemm_copies(a, b))
 
 
 def _gemm_cfg(variant, case):
@@ -663,9 +665,9 @@ def _gemm_specs(variant, case, cfg=None):
     if variant in ("simple", "plain"):   # the twin's kernel (the default's "plain" path too, its config)
         return [dispatch.plain_spec(a, b, bias, act, out, cfg if variant == "plain" else None)]
     cfg = cfg or _gemm_cfg(variant, case)
-    if variant == "tma":
+    if variant == "tma" and "stage" not in cfg:
         return [gemm_tma.launch_spec(a, b, bias, act, out, cfg, H200["sms"])]
-    if variant == "stage":   # the copies of the operands TMA cannot read, then the TMA kernel
+    if variant == "tma":   # staged: the copies of the operands TMA cannot read, then the TMA kernel
         ops = {n: t if gemm_tma.tma_readable(t) else gemm_tma.staged(t) for n, t in (("a", a), ("b", b))}
         copies = [gemm_tma.stage_spec(t, ops[n]) for n, t in (("a", a), ("b", b)) if ops[n] is not t]
         main = gemm_tma.launch_spec(ops["a"], ops["b"], bias, act, out if gemm_tma.tma_readable(out) else ops["a"],
@@ -699,7 +701,8 @@ def _gemm_compile(variant):
         if (why := _gemm_supports(variant)(case)):
             raise Unsupported(why)
         v, cfg = _gemm_variant(variant, case)
-        return compile_specs(_gemm_specs(v, case, cfg), variant=v)
+        staged = {"stage": cfg["stage"]} if cfg and "stage" in cfg else {}
+        return compile_specs(_gemm_specs(v, case, cfg), variant=v, **staged)
     compile_only.__name__ = f"gemm_compile_{variant}"
     globals()[compile_only.__name__] = compile_only
     return compile_only
@@ -733,7 +736,7 @@ def _gemm_grid(variant):
                 kept = sum(min(BM, M - pm * BM) * min(BN, N - pn * BN)
                            for pm, pn in (_tile_of(t, tm, tn, GM) for t in mine))
                 return kept, len(mine) * BM * BN - kept
-            if v in ("tma", "stage"):
+            if v == "tma":
                 d = _persistent(s.grid[0], tm * tn, "tile", tiles, block,
                                 f"persistent: min({H200['sms']} SMs, {tm * tn} tiles) programs, grouped order")
             else:

@@ -16,7 +16,7 @@ H200_SMS = 132
 # Switches of rules built and checked on the CPU (compile-only for sm_90, SASS) that wait for a
 # GPU run; the default routes by them only once they PASSed the verify suite on the H200 and beat
 # what they replace there. Each has its own candidate id (cutile:softmax_split, cutile:softmax_rows_tma,
-# cutile:softmax_online_tma, cutile:softmax_online_flat, cutile:gemm_epilogue_pack, ...) and all
+# cutile:softmax_online_tma, cutile:softmax_online_flat, ...) and all
 # of them together are the candidate cutile:softmax_next (NEXT: the default's planner with every
 # switch on); flip an entry when its candidate has won there (the default's plan and reachable()
 # follow).
@@ -24,21 +24,22 @@ H200_SMS = 132
 #   rows_tma     rows masked by column index: TMA loads (softmax_rows_tma)
 #   online_tma   online masked by column index: TMA loads, the grid and hints by L2 (softmax_online_tma)
 #   online_flat  contiguous rows whose bytes are no 16-byte multiple: aligned 1-d tiles (softmax_online_flat)
-#   pack         GEMM operands whose rows are no 16-byte multiples are packed first (gemm_epilogue_pack)
+#   stage        GEMM operands whose rows are no 16-byte multiples are staged first (gemm_epilogue_stage;
+#                the switch was called pack until 2026-12-08)
 #   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
-#   small        GEMMs whose C tiles leave SMs idle (plan_gemm_small): A and B packed in one launch,
+#   small        GEMMs whose C tiles leave SMs idle (plan_gemm_small): A and B staged in one launch,
 #                narrower tiles before split-K, split-K only where even those leave half the SMs idle;
-#                with M <= 64, a B of unaligned rows larger than L2 read in place (no pack)
+#                with M <= 64, a B of unaligned rows larger than L2 read in place (no staging)
 # On, each having won where it changed the plan and PASSed the verify suite (docs/performance.md,
 # "The pending switches of TileLang, cuTile and Helion measured on 2026-12-06"): split, rows_tma,
-# pack, persistent; small (run on the H200 as cutile:gemm_epilogue_next, which it replaced:
+# stage (then named pack), persistent; small (run on the H200 as cutile:gemm_epilogue_next, which it replaced:
 # docs/performance.md, "cuTile / GEMM + epilogue"). Off: online_flat (hung at 4096 x 50257 bf16 on
 # the H200 in a check; probed alone on an H100 it ran there at 0.61x torch.softmax with pass 2 by
 # scatter, and hung at 1000 x 32769 bf16 with occupancy 2: docs/performance.md, "cuTile / softmax"),
 # online_tma (untimed). The split kernel's resident mode (one launch on a co-resident grid, the
 # row's partials polled) hung in a check and was removed (docs/performance.md, "cuTile / softmax").
 GPU_VERIFIED = {"split": True, "rows_tma": True, "online_tma": False, "online_flat": False,
-                "pack": True, "persistent": True, "small": True}
+                "stage": True, "persistent": True, "small": True}
 NEXT = dict.fromkeys(GPU_VERIFIED, True)
 
 
@@ -144,8 +145,7 @@ def reachable(problem: str, switches: dict | None = None) -> tuple[str, ...]:
             (("online_tma",) if sw["online_tma"] else ()) + \
             (("online_flat",) if sw["online_flat"] else ()) + (("split",) if sw["split"] else ())
     if problem == "gemm_epilogue":
-        return ("tiled", "splitk") + (("pack",) if sw["pack"] else ()) + \
-            (("pack_pair",) if sw["pack"] and sw["small"] else ())
+        return ("tiled", "splitk")   # staging is no word: a plan's config (dispatch.STAGE)
     raise ValueError(f"problem: {problem!r} has no cuTile planner")
 
 
@@ -170,13 +170,15 @@ VARIANTS = {
                               ("partials", "bind_launch"))},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",)),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
-                                                                 "gemm_splitk_reduce_kernel"), ("workspace", "bind_launch")),
-                      "pack": _src("gemm_epilogue_pack.py", ("pack_rows_kernel",), ("packed_buffer", "bind_pack")),
-                      "pack_pair": _src("gemm_epilogue_pack_pair.py", ("pack_pair_kernel",),
-                                        ("bind_pair_operands", "bind_pack_pair"))},
+                                                                 "gemm_splitk_reduce_kernel"), ("workspace", "bind_launch"))},
     # the fourth problem's words and rules are dispatch_attention.py's
     "attention": _attention.VARIANTS["attention"],
 }
+#: staging (docs/DESIGN.md): the copies of the A / B rows that are no 16-byte multiples into 16-byte
+#: rows, no word of its own; a GEMM plan whose config has ``stage`` launches them first ("rows": an
+#: operand a launch, "pair": A and B in one, the plan's ``stage`` key "ab")
+STAGE = {"rows": _src("gemm_epilogue_stage.py", ("stage_rows_kernel",), ("staged_buffer", "bind_stage")),
+         "pair": _src("gemm_epilogue_stage.py", ("stage_pair_kernel",), ("bind_pair_operands", "bind_stage_pair"))}
 
 
 def _contiguous(op) -> bool:
@@ -191,8 +193,8 @@ def _contiguous(op) -> bool:
 
 def plan(problem: str, facts):
     """The default's plan (``cutile:<problem>``) for one case given as ``kltools.plan.Facts``: the
-    variant and configuration of ``plan_*`` under GPU_VERIFIED (a packing plan launches the pack
-    kernel, then the tiled or split-K GEMM it wraps)."""
+    variant and configuration of ``plan_*`` under GPU_VERIFIED (a plan with ``stage`` in its config
+    launches the staging kernel, then its tiled or split-K GEMM)."""
     from kltools.plan import check_problem, make_plan
     check_problem(problem, VARIANTS)
     es, sms, ops = facts.esize, facts.device.sms, facts.operands
@@ -207,11 +209,10 @@ def plan(problem: str, facts):
         return make_plan(problem, cfg["variant"], VARIANTS, cfg)
     cfg = plan_gemm(facts.M, facts.N, facts.K, es, sms, a_rows16=ops["a"].rows16(es), b_rows16=ops["b"].rows16(es),
                     l2=facts.device.l2_bytes)
-    if cfg["variant"] != "pack":
+    if not cfg.get("stage"):
         return make_plan(problem, cfg["variant"], VARIANTS, cfg)
-    words = VARIANTS[problem]
-    packer = words["pack_pair"] if "ab" in cfg["PACK"] else words["pack"]
-    return make_plan(problem, "pack", VARIANTS, cfg, sources=packer + words[cfg["GEMM"]["variant"]])
+    stager = STAGE["pair"] if "ab" in cfg["stage"] else STAGE["rows"]
+    return make_plan(problem, cfg["variant"], VARIANTS, cfg, sources=stager + VARIANTS[problem][cfg["variant"]])
 
 
 def plan_vector_add(n: int, elem_size: int) -> dict:
@@ -303,23 +304,23 @@ def split_config(M: int, N: int, sms: int = H200_SMS) -> dict:
             "grid": min(M * parts, sms * hints.get("occupancy", 1)), "hints": hints}
 
 
-# pack: an operand whose rows do not start on 16-byte boundaries (K or N elements not a 16-byte
+# stage: an operand whose rows do not start on 16-byte boundaries (K or N elements not a 16-byte
 # multiple, or a strided / offset view) is copied once a call into a buffer of 16-byte rows;
 # tileiras then loads it through TMA (otherwise 2-byte loads through registers: the
 # 16 x 50257 x 768 GEMM read B at a fraction of the bandwidth). A (TR, TC) tile a program.
-GEMM_PACK = {"TR": 8, "TC": 512, "WAVES": 8}
+GEMM_STAGE = {"TR": 8, "TC": 512, "WAVES": 8}
 
 
-def pack_config(rows: int, cols: int, sms: int = H200_SMS, tiles_more: int = 0) -> dict:
-    """The pack of a rows x cols operand (``tiles_more``: the other operand's tiles, packed in the
-    same launch by pack_pair_kernel)."""
-    tiles = _cdiv(rows, GEMM_PACK["TR"]) * _cdiv(cols, GEMM_PACK["TC"]) + tiles_more
-    return {"TR": GEMM_PACK["TR"], "TC": GEMM_PACK["TC"], "grid": max(1, min(tiles, GEMM_PACK["WAVES"] * sms))}
+def stage_config(rows: int, cols: int, sms: int = H200_SMS, tiles_more: int = 0) -> dict:
+    """The staging copy of a rows x cols operand (``tiles_more``: the other operand's tiles, copied
+    in the same launch by stage_pair_kernel)."""
+    tiles = _cdiv(rows, GEMM_STAGE["TR"]) * _cdiv(cols, GEMM_STAGE["TC"]) + tiles_more
+    return {"TR": GEMM_STAGE["TR"], "TC": GEMM_STAGE["TC"], "grid": max(1, min(tiles, GEMM_STAGE["WAVES"] * sms))}
 
 
-def pack_pair_config(M: int, N: int, K: int, sms: int = H200_SMS) -> dict:
-    """A (M x K) and B (K x N) packed in ONE launch (small): A's tiles, then B's, over one grid."""
-    return pack_config(M, K, sms, tiles_more=_cdiv(K, GEMM_PACK["TR"]) * _cdiv(N, GEMM_PACK["TC"]))
+def stage_pair_config(M: int, N: int, K: int, sms: int = H200_SMS) -> dict:
+    """A (M x K) and B (K x N) staged in ONE launch (small): A's tiles, then B's, over one grid."""
+    return stage_config(M, K, sms, tiles_more=_cdiv(K, GEMM_STAGE["TR"]) * _cdiv(N, GEMM_STAGE["TC"]))
 
 
 def rows_16b(K: int, N: int, elem_size: int) -> bool:
@@ -381,38 +382,36 @@ def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
               l2: int = H200_L2) -> dict:
     """split-K for few rows where the C tiles fill less than a wave, else tiled. ``a_rows16`` /
     ``b_rows16``: whether every row of A / B starts on a 16-byte boundary (default: from K and
-    N, contiguous operands); with the ``pack`` switch an operand that does not is packed first
-    (the variant "pack", whose ``GEMM`` is the tiled or split-K plan on the packed operands);
+    N, contiguous operands); with the ``stage`` switch an operand that does not is staged first
+    (the tiled or split-K plan on the staged operands, with ``stage``: {operand: its copy's config});
     ``persistent``: the tiled plan's grid (see tiled_config); ``small``: plan_gemm_small's rules
     (``l2``: the L2 bytes its in-place rule reads). ``switches``: default GPU_VERIFIED."""
     sw = _switches(switches)
     a16 = (K * elem_size) % 16 == 0 if a_rows16 is None else a_rows16
     b16 = (N * elem_size) % 16 == 0 if b_rows16 is None else b_rows16
     if sw["small"]:
-        return plan_gemm_small(M, N, K, elem_size, sms, a16, b16, l2, pack=sw["pack"], persistent=sw["persistent"])
-    packs = {}
-    if sw["pack"]:
+        return plan_gemm_small(M, N, K, elem_size, sms, a16, b16, l2, stage=sw["stage"], persistent=sw["persistent"])
+    stages = {}
+    if sw["stage"]:
         if not a16:
-            packs["a"] = pack_config(M, K, sms)
+            stages["a"] = stage_config(M, K, sms)
         if not b16:
-            packs["b"] = pack_config(K, N, sms)
+            stages["b"] = stage_config(K, N, sms)
     plan = None
     if M <= GEMM_SPLITK["MAX_M"]:
         sk = splitk_config(M, N, K, sms)
         if sk["SPLIT"] >= 2:  # tiles <= half the slots and K long enough: one wave of slices
             plan = sk
     if plan is None:
-        # packed operands load through TMA like aligned ones: the TMA tile shapes are open
-        plan = tiled_config(M, N, K, elem_size, sms, tma=True if packs else a16 and b16,
+        # staged operands load through TMA like aligned ones: the TMA tile shapes are open
+        plan = tiled_config(M, N, K, elem_size, sms, tma=True if stages else a16 and b16,
                             persistent=sw["persistent"])
-    if packs:
-        return {"variant": "pack", "PACK": packs, "GEMM": plan}
-    return plan
+    return {**plan, "stage": stages} if stages else plan
 
 
 # -- small (on in the default): GEMMs whose C tiles leave SMs idle ----------------------------------
 # Rules of the case's facts (docs/performance.md, "cuTile / GEMM + epilogue"):
-# 1. A and B both unaligned: one pack launch for the two (pack_pair_kernel), not two.
+# 1. A and B both unaligned: one staging launch for the two (stage_pair_kernel), not two.
 # 2. tiles: the default's tile (M <= 64: TM = M rounded up to a power of two, 16..64, TK 128;
 #    else GEMM_TILES' first that keeps the SMs busy, else the busiest: 64 x 128 x 64 where they
 #    are few); where its C tiles fill at most FILL of the SMs, TN is halved (down to MIN_TN)
@@ -421,9 +420,9 @@ def plan_gemm(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS,
 #    operands: the 16 x 64 x 128 tile with element loads spills at one program an SM (sm_90 cubin,
 #    1 x 1024 x 33 fp16: 96 bytes a thread).
 # 3. M <= 64 (one row tile: the GEMM reads each byte of B once) and B's rows unaligned and B larger
-#    than L2: packing B reads and writes B and the GEMM re-reads the copy from HBM (3 |B| bytes
+#    than L2: staging B reads and writes B and the GEMM re-reads the copy from HBM (3 |B| bytes
 #    against |B|), so B is read in place by INPLACE's skinny tiles (TN 64, TK 64: a 64 x 64 tile of
-#    element loads a step; several programs an SM keep loads in flight, as the pack's programs
+#    element loads a step; several programs an SM keep loads in flight, as the copy's programs
 #    do), where their column tiles fill at least a wave of SMs.
 # 4. split-K only where the narrowed tiles of rule 2 still fill at most FILL of the SMs and each
 #    slice keeps MIN_KTILES K tiles (GEMM_SPLITK): the slices then fill SMs that would idle;
@@ -437,29 +436,27 @@ INPLACE = {"TN": 64, "TK": 64, "OCCUPANCY": ((32 * 64, 4), (64 * 64, 2))}
 
 
 def plan_gemm_small(M: int, N: int, K: int, elem_size: int = 2, sms: int = H200_SMS, a16: bool = True,
-                    b16: bool = True, l2: int = H200_L2, pack: bool = True, persistent: bool = True) -> dict:
-    """The ``small`` switch's plan (the rules above): the GEMM plan, wrapped in a "pack" plan where
-    operands are packed (PACK's keys are the launches: "a", "b", or "ab" for both in one)."""
+                    b16: bool = True, l2: int = H200_L2, stage: bool = True, persistent: bool = True) -> dict:
+    """The ``small`` switch's plan (the rules above): the GEMM plan, with ``stage`` where operands
+    are staged (its keys are the launches: "a", "b", or "ab" for both in one)."""
     inplace = (not b16 and M <= GEMM_SPLITK["MAX_M"] and K * N * elem_size > l2
                and _cdiv(N, INPLACE["TN"]) >= sms)
-    tma = _tma_loads(M, K, elem_size, a16, pack) and _tma_loads(K, N, elem_size, b16, pack)
+    tma = _tma_loads(M, K, elem_size, a16, stage) and _tma_loads(K, N, elem_size, b16, stage)
     plan = inplace_config(M, N, K, sms) if inplace else small_tile_config(M, N, K, elem_size, sms, tma, persistent)
-    packed = [n for n, ok in (("a", a16), ("b", b16 or inplace)) if pack and not ok]
-    if not packed:
+    staged = [n for n, ok in (("a", a16), ("b", b16 or inplace)) if stage and not ok]
+    if not staged:
         return plan
-    if len(packed) == 2:
-        packs = {"ab": pack_pair_config(M, N, K, sms)}
-    else:
-        packs = {"a": pack_config(M, K, sms)} if packed == ["a"] else {"b": pack_config(K, N, sms)}
-    return {"variant": "pack", "PACK": packs, "GEMM": plan}
+    if len(staged) == 2:
+        return {**plan, "stage": {"ab": stage_pair_config(M, N, K, sms)}}
+    return {**plan, "stage": {"a": stage_config(M, K, sms)} if staged == ["a"] else {"b": stage_config(K, N, sms)}}
 
 
-def _tma_loads(rows: int, cols: int, elem_size: int, rows16: bool, pack: bool) -> bool:
-    """Whether the GEMM loads a rows x cols operand through TMA: packed, or rows on 16-byte
+def _tma_loads(rows: int, cols: int, elem_size: int, rows16: bool, stage: bool) -> bool:
+    """Whether the GEMM loads a rows x cols operand through TMA: staged, or rows on 16-byte
     boundaries whose stride tileiras can prove a 16-byte multiple (a single row's stride is its
     length: 1 x 33 fp16 loads element-wise)."""
     if not rows16:
-        return pack
+        return stage
     return rows > 1 or (cols * elem_size) % 16 == 0
 
 

@@ -42,14 +42,15 @@ VARIANTS = {
     "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", ("gemm_epilogue_tma_kernel", "tile_coords"),
                                   ("launch_spec", "check")),
                       "tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",), ("launch_spec", "vec_facts")),
-                      # A / B rows TMA cannot read copied to 16-byte rows, then the tma kernel
-                      "stage": _src("gemm_epilogue_tma.py", ("stage_rows_kernel", "gemm_epilogue_tma_kernel", "tile_coords"),
-                                    ("staged_specs", "stage_spec", "staged", "launch_spec", "check")),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel", "gemm_splitk_reduce_kernel"),
                                      ("launch_specs", "workspace", "slices"))},
     # the fourth problem's rules are dispatch_attention.py's
     "attention": {"tma": _src("attention_tma.py", ("attention_tma_kernel",), ("launch_spec", "check"))},
 }
+
+#: staging (docs/DESIGN.md): the copy of the A / B rows TMA cannot read into 16-byte rows, no word of
+#: its own; a ``tma`` plan whose config names operands under ``stage`` launches it before the kernel
+STAGE = _src("gemm_epilogue_tma.py", ("stage_rows_kernel",), ("staged_specs", "stage_spec", "staged"))
 
 
 def facts_of_device(device) -> dict:
@@ -77,8 +78,10 @@ def plan(problem: str, facts):
         variant, cfg = attention_choice(facts.B, facts.Hq, facts.Sq, facts.D, facts.esize, dev)
     else:
         a, b, out = facts.meta("a"), facts.meta("b"), facts.meta("out")
-        copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
-        variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_tma.check(a, b, out) is None, dev, copies)
+        variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_tma.check(a, b, out) is None, dev,
+                                   gemm_copies(a, b))
+        if cfg.get("stage"):
+            return make_plan(problem, variant, VARIANTS, cfg, sources=STAGE + VARIANTS[problem][variant])
     return make_plan(problem, variant, VARIANTS, cfg)
 
 
@@ -328,10 +331,10 @@ GEMM = {
     "splitk_min_gain": 0.15,
     "l2_bytes_per_s": 9.0e12,
     "splitk_launch_s": 3e-6,
-    # Rows TMA cannot address (N = 2047, K = 777), more than few_rows_max_m rows: "stage" copies
-    # each A or B TMA cannot read into a workspace of 16-byte rows (a launch each, its bytes read
-    # and written at HBM speed), then the tma kernel, C stored from registers where TMA cannot write
-    # it; taken where that models faster than the tiled kernel, whose K steps wait on their loads:
+    # Rows TMA cannot address (N = 2047, K = 777), more than few_rows_max_m rows: staging (a tma
+    # plan with "stage" in its config) copies each A or B TMA cannot read into a workspace of
+    # 16-byte rows (a launch each, its bytes read and written at HBM speed), then the tma kernel,
+    # C stored from registers where TMA cannot write it; taken where that models faster than the tiled kernel, whose K steps wait on their loads:
     # rounds of tiled_resident programs an SM x K steps x tiled_step_s (2048 x 2047 x 2048: 1 x 64
     # steps, 131 us; 555 x 1234 x 777: 1 x 25, 32 us;
     # docs/performance.md, "Gluon / GEMM + epilogue"; on the H100 staging took 4096 x 50257 x 768
@@ -397,13 +400,20 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict) -> dict:
     return cfg
 
 
+def gemm_copies(a, b) -> dict:
+    """{operand: element count} of the A / B a staged TMA launch copies (rows TMA cannot read)."""
+    return {n: t.numel() for n, t in (("a", a), ("b", b)) if not gemm_tma.tma_readable(t)}
+
+
 def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
-                copies: tuple | None = None) -> tuple[str, dict]:
+                copies: dict | None = None) -> tuple[str, dict]:
     """tma when TMA can address A, B and C, else tiled; the tile config by the roofline model
     (whole waves of tiles at the config's share of an SM's peak, or the HBM floor, whichever is
     longer: few tiles leave SMs idle, so smaller tiles win there; ties go to the smaller tile).
-    With ``copies`` (element counts of the operands a staged launch copies; None: no TMA here),
-    "stage" above few_rows_max_m rows where it models faster."""
+    With ``copies`` ({operand: element count} of the operands a staged launch copies,
+    ``gemm_copies``; None: no TMA here), above few_rows_max_m rows the tma kernel on staged
+    operands where it models faster: "tma" with ``stage`` (the copied operands' names) in its
+    config."""
     G = GEMM
     facts = facts or device_facts()
     variant, cfg = _gemm_choice_unstaged(M, N, K, tma_ok, facts)
@@ -413,8 +423,8 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     t_tiled = -(-programs // (facts["sms"] * G["tiled_resident"])) * triton.cdiv(K, cfg["BLOCK_K"]) * G["tiled_step_s"]
     tma = min(GEMM["tma"], key=lambda c: (_gemm_time(M, N, K, c, facts["sms"]), c["BLOCK_M"] * c["BLOCK_N"]))
     t_stage = _gemm_time(M, N, K, tma, facts["sms"]) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["splitk_launch_s"]
-                                                            for n in copies)
-    return ("stage", dict(tma)) if t_stage < t_tiled else (variant, cfg)
+                                                            for n in copies.values())
+    return ("tma", dict(tma, stage=list(copies))) if t_stage < t_tiled else (variant, cfg)
 
 
 def _gemm_choice_unstaged(M: int, N: int, K: int, tma_ok: bool, facts: dict) -> tuple[str, dict]:
@@ -436,7 +446,7 @@ def _gemm_choice_unstaged(M: int, N: int, K: int, tma_ok: bool, facts: dict) -> 
 
 
 def gemm_specs(variant: str, a, b, bias, act, out, cfg: dict, sms: int, ws=None) -> list:
-    if variant == "stage":
+    if variant == "tma" and "stage" in cfg:   # operands TMA cannot address: staged, C from registers
         return gemm_tma.staged_specs(a, b, bias, act, out, cfg, sms)
     if variant == "splitk":
         return gemm_splitk.launch_specs(a, b, bias, act, out, gemm_splitk.workspace(a, b, cfg) if ws is None else ws, cfg)
@@ -450,8 +460,7 @@ def plan_gemm(a, b, bias, act: str, out) -> Plan:
     M, K = a.shape
     N = b.shape[1]
     facts = device_facts(a.device)
-    copies = tuple(t.numel() for t in (a, b) if not gemm_tma.tma_readable(t))
-    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts, copies)
+    variant, cfg = gemm_choice(M, N, K, gemm_tma.check(a, b, out) is None, facts, gemm_copies(a, b))
     ws = gemm_splitk.workspace(a, b, cfg) if variant == "splitk" else None
     launch = bind_all(gemm_specs(variant, a, b, bias, act, out, cfg, facts["sms"], ws), a.device)
     launch.workspace = ws

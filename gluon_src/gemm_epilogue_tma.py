@@ -11,7 +11,8 @@ flight while the tensor cores work.
 
 Tiles go in grouped order (GROUP_M row tiles share a column panel of B in L2).
 
-Staged operands (dispatch's "stage" path, for rows TMA cannot address: N = 2047, K = 777):
+Staged operands (dispatch's tma plans with ``stage`` in their config, for rows TMA cannot address:
+N = 2047, K = 777):
 ``stage_rows_kernel`` copies an A or B whose rows TMA cannot read into a workspace of 16-byte
 rows once a call (the descriptor keeps the real K / N, so boxes clip at the edges), and a C that
 TMA cannot write is stored from registers (``C_TMA`` off), converted first to a layout in which a

@@ -45,10 +45,21 @@ def problems_arg(args) -> list[str]:
     return out
 
 
+def problem_names_help() -> str:
+    """The registered problems as a help string (``vector_add | softmax | ...``): read from the
+    problem registry, so a new problem shows up in every command's help."""
+    from .problems import all_problems
+    return " | ".join(p.name for p in all_problems())
+
+
+#: --layer's help: the layers are the adapters' (and plugins'), which the parser does not load
+LAYER_HELP = "a layer's name (torch, a kernel layer, a library, a plugin's; `python -m harness list` shows them)"
+
+
 def _selectors(p: argparse.ArgumentParser, suite_default: str | None, roles_help: str) -> None:
     p.add_argument("--problem", action="append", type=_problem_list,
-                   help="vector_add | softmax | gemm_epilogue (repeatable, or comma-separated)")
-    p.add_argument("--layer", help="torch | cuda | cupy | triton | cute | a plugin's layer")
+                   help=f"{problem_names_help()} (repeatable, or comma-separated)")
+    p.add_argument("--layer", help=LAYER_HELP)
     p.add_argument("--impl", action="append", help="implementation id layer:name (repeatable)")
     p.add_argument("--roles", help=roles_help)
     p.add_argument("--all", action="store_true", help="every implementation (same as --roles all)")

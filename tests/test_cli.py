@@ -302,3 +302,19 @@ def test_adapters_are_declared_and_a_missing_one_is_recorded(monkeypatch, tmp_pa
     registry.load_backends()
     assert "no_such_layer.py does not exist" in registry.BACKEND_ERRORS["no_such_layer"]
     assert "torch_layer" not in registry.BACKEND_ERRORS
+
+
+@pytest.mark.parametrize("command", ["compare", "verify", "model", "grid"])
+def test_help_names_every_registered_problem(command, capsys):
+    """The help of every command that takes a problem lists the registered problems (read from
+    the registry, so a new problem cannot be missing), and --layer's help names no fixed list."""
+    from harness.problems import all_problems
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    names = [p.name for p in all_problems()]
+    assert "attention" in names
+    for name in names:
+        assert name in out, (command, name)
+    assert "torch | cuda | cupy | triton | cute" not in out
+

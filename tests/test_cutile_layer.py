@@ -24,10 +24,10 @@ IDS = {
                       "cutile:gemm_epilogue_splitk"],
 }
 #: candidates (python -m harness check cutile times them): hung or untimed on a GPU, or verified
-#: kernels the default plans whose suffix is no algorithm word (rows_tma, pack)
+#: kernels the default plans whose suffix is no algorithm word (rows_tma)
 CANDIDATES = {"softmax": ["cutile:softmax_online_flat", "cutile:softmax_online_tma", "cutile:softmax_next",
                           "cutile:softmax_rows_tma"],
-              "gemm_epilogue": ["cutile:gemm_epilogue_pack"]}
+              "gemm_epilogue": []}
 
 
 def _impl(key):
@@ -148,7 +148,7 @@ def test_gemm_plan_waves_and_splitk():
     assert D.plan_gemm(16, 520, 8192, 2, 132)["KPER"] == D.GEMM_SPLITK["MIN_KTILES"]
     # short K: not worth splitting
     assert D.plan_gemm(16, 4096, 256, 2, 132)["variant"] == "tiled"
-    # N = 50257: B's rows are not 16-byte multiples, so no TMA-only 128 x 256 tile (without pack)
+    # N = 50257: B's rows are not 16-byte multiples, so no TMA-only 128 x 256 tile (unstaged)
     odd = D.plan_gemm(4096, 50257, 768, 2, 132)
     assert odd["variant"] == "tiled" and (odd["TM"], odd["TN"]) == (128, 128)
     assert odd["hints"] == {"num_worker_warps": 8}
@@ -156,16 +156,16 @@ def test_gemm_plan_waves_and_splitk():
 
 @needs_cutile
 def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
-    """A kernel is the default's only once GPU_VERIFIED says so: split, rows_tma, pack and
+    """A kernel is the default's only once GPU_VERIFIED says so: split, rows_tma, stage and
     persistent are (verified and timed, 2026-12-06), small too (run as cutile:gemm_epilogue_next);
     the flat and TMA online kernels are not, so the default's plan and reachable() leave them
     out."""
     from cutile_src import dispatch as D
-    assert {k for k, v in D.GPU_VERIFIED.items() if v} == {"split", "rows_tma", "pack", "persistent", "small"}
-    assert set(D.reachable("gemm_epilogue")) == {"tiled", "splitk", "pack", "pack_pair"}
+    assert {k for k, v in D.GPU_VERIFIED.items() if v} == {"split", "rows_tma", "stage", "persistent", "small"}
+    assert set(D.reachable("gemm_epilogue")) == {"tiled", "splitk"}   # staging: a config, no word
     assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "split"}
     assert D.plan_gemm(16, 50257, 768, 2, a_rows16=True, b_rows16=False)["variant"] == "tiled"  # B in place
-    assert D.plan_gemm(256, 50257, 768, 2, a_rows16=True, b_rows16=False)["variant"] == "pack"
+    assert set(D.plan_gemm(256, 50257, 768, 2, a_rows16=True, b_rows16=False)["stage"]) == {"b"}
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online"      # flat: off
     assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online"     # online_tma: off
     assert D.plan_softmax(4096, 1024, 2, contiguous=True)["variant"] == "rows_tma"
@@ -173,14 +173,14 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
     assert D.plan_softmax(8, 200_003, 2)["variant"] == "split"
     for k in D.GPU_VERIFIED:
         monkeypatch.setitem(D.GPU_VERIFIED, k, True)
-    assert "pack" in D.reachable("gemm_epilogue")
     # the -inf padding kernels stay for rows TMA cannot load
     assert set(D.reachable("softmax")) == {"rows", "rows_tma", "online", "online_tma", "online_flat", "split"}
-    assert D.plan_gemm(2048, 2047, 2048, 2)["variant"] == "pack"
-    assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "tiled"   # small: B past L2 read in place
+    assert set(D.plan_gemm(2048, 2047, 2048, 2)["stage"]) == {"b"}
+    assert "stage" not in D.plan_gemm(16, 50257, 768, 2)   # small: B past L2 read in place
     monkeypatch.setitem(D.GPU_VERIFIED, "small", False)
-    assert D.plan_gemm(16, 50257, 768, 2)["variant"] == "pack"
-    assert D.plan_gemm(16, 4096, 4096, 2)["variant"] == "splitk"  # aligned: nothing to pack
+    assert set(D.plan_gemm(16, 50257, 768, 2)["stage"]) == {"b"}
+    p = D.plan_gemm(16, 4096, 4096, 2)   # aligned: nothing to stage
+    assert p["variant"] == "splitk" and "stage" not in p
     assert D.plan_softmax(4096, 50257, 2, contiguous=True)["variant"] == "online_flat"
     assert D.plan_softmax(4096, 50257, 2)["variant"] == "online"  # strided odd rows: no TMA, no flat view
     assert D.plan_softmax(4096, 128256, 2, contiguous=True)["variant"] == "online_tma"
@@ -191,31 +191,53 @@ def test_default_routes_only_to_gpu_verified_variants(monkeypatch):
 
 
 @needs_cutile
-def test_gemm_plan_packs_operands_whose_rows_are_not_16_bytes():
+def test_gemm_plan_stages_operands_whose_rows_are_not_16_bytes():
     from cutile_src import dispatch as D
-    # the pack rules alone (small off: cutile:gemm_epilogue_pack, an operand a launch)
-    P = lambda *a, **k: D.plan_gemm(*a, switches=dict(D.GPU_VERIFIED, pack=True, small=False), **k)  # noqa: E731
+    # the staging rules without the small switch (an operand a launch)
+    P = lambda *a, **k: D.plan_gemm(*a, switches=dict(D.GPU_VERIFIED, stage=True, small=False), **k)  # noqa: E731
     # the facts default to contiguous operands: A's rows are K elements, B's N
-    assert set(P(100, 333, 781, 2)["PACK"]) == {"a", "b"}
-    assert set(P(100, 336, 781, 2)["PACK"]) == {"a"}
-    assert set(P(100, 333, 784, 2)["PACK"]) == {"b"}
-    assert P(100, 336, 784, 2) == D.plan_gemm(100, 336, 784, 2, switches=dict(D.GPU_VERIFIED, pack=False, small=False))
+    assert set(P(100, 333, 781, 2)["stage"]) == {"a", "b"}
+    assert set(P(100, 336, 781, 2)["stage"]) == {"a"}
+    assert set(P(100, 333, 784, 2)["stage"]) == {"b"}
+    assert P(100, 336, 784, 2) == D.plan_gemm(100, 336, 784, 2, switches=dict(D.GPU_VERIFIED, stage=False, small=False))
+    assert "stage" not in P(100, 336, 784, 2)
     # a strided / offset operand: the adapter's facts, whatever K and N are
-    assert set(P(256, 4096, 4096, 2, a_rows16=False)["PACK"]) == {"a"}
+    assert set(P(256, 4096, 4096, 2, a_rows16=False)["stage"]) == {"a"}
     assert P(256, 4095, 4096, 2, b_rows16=True)["variant"] == "tiled"
-    # split-K keeps its plan on packed operands
+    # split-K keeps its plan on staged operands: the plan's variant is the GEMM's
     sk = P(32, 1001, 4097, 2)
-    assert sk["variant"] == "pack" and sk["GEMM"]["variant"] == "splitk" and set(sk["PACK"]) == {"a", "b"}
-    # packed, the 128 x 256 TMA tile is chosen as for aligned operands; unpacked it is not
-    big = P(4096, 50257, 768, 2, 132)["GEMM"]
+    assert sk["variant"] == "splitk" and set(sk["stage"]) == {"a", "b"}
+    # staged, the 128 x 256 TMA tile is chosen as for aligned operands; unstaged it is not
+    big = P(4096, 50257, 768, 2, 132)
     assert (big["TM"], big["TN"]) == (128, 256) and big["hints"] == {"num_worker_warps": 8}
     assert D.tiled_config(4096, 50257, 768, 2, 132)["TN"] == 128
-    # the few-row tile for 16 rows on packed B (393 C tiles: three waves, no split)
-    few = P(16, 50257, 768, 2, 132)["GEMM"]
+    # the few-row tile for 16 rows on staged B (393 C tiles: three waves, no split)
+    few = P(16, 50257, 768, 2, 132)
     assert few["variant"] == "tiled" and few["TM"] == 16
-    # the pack's grid: its tiles, at most WAVES waves of programs, at least one
-    assert D.pack_config(768, 50257, 132)["grid"] == D.GEMM_PACK["WAVES"] * 132
-    assert D.pack_config(3, 5, 132)["grid"] == 1
+    # the copy's grid: its tiles, at most WAVES waves of programs, at least one
+    assert D.stage_config(768, 50257, 132)["grid"] == D.GEMM_STAGE["WAVES"] * 132
+    assert D.stage_config(3, 5, 132)["grid"] == 1
+
+
+def test_the_layer_contract_plan_names_the_staging_kernel_only_where_it_stages():
+    """Staging is no word: the contract's plan for a case whose B rows are off 16 bytes is the
+    GEMM's word with ``stage`` in its config and the copy kernel in its sources; A and B both off
+    16 bytes: the one-launch pair kernel; aligned operands: no ``stage``, no copy kernel."""
+    from cutile_src import dispatch as D
+    from harness.meta_inputs import case_facts
+    G = problems.get("gemm_epilogue")
+
+    def kernels(p):
+        return {k for s in p.sources for k in s.kernels}
+    b_off = D.plan("gemm_epilogue", case_facts(G.case(M=2048, N=2047, K=2048, act="gelu")))
+    assert b_off.variant == "tiled" and set(b_off.config["stage"]) == {"b"}
+    assert {"stage_rows_kernel", "gemm_epilogue_tiled_kernel"} <= kernels(b_off)
+    assert "stage_pair_kernel" not in kernels(b_off)
+    both = D.plan("gemm_epilogue", case_facts(G.case(M=97, N=211, K=389, act="relu")))
+    assert set(both.config["stage"]) == {"ab"} and "stage_pair_kernel" in kernels(both)
+    aligned = D.plan("gemm_epilogue", case_facts(G.case(M=4096, N=4096, K=4096)))
+    assert "stage" not in aligned.config and not kernels(aligned) & {"stage_rows_kernel", "stage_pair_kernel"}
+    assert set(D.VARIANTS["gemm_epilogue"]) == {"tiled", "splitk"}
 
 
 @needs_cutile
@@ -233,36 +255,37 @@ def test_gemm_persistent_grid_switch():
             assert off["grid"] == tiles and on["grid"] == min(tiles, 132)
     p = D.plan_gemm(3000, 3000, 3000, 2, 132)
     assert p["grid"] == 132 and (p["TM"], p["TN"]) == (128, 128)  # 576 tiles: 87 % of 5 waves
-    p = D.plan_gemm(2048, 2047, 2048, 2, 132)        # B packed: the TMA tile
-    assert p["variant"] == "pack" and set(p["PACK"]) == {"b"} and p["GEMM"]["TN"] == 256
+    p = D.plan_gemm(2048, 2047, 2048, 2, 132)        # B staged: the TMA tile
+    assert p["variant"] == "tiled" and set(p["stage"]) == {"b"} and p["TN"] == 256
 
 
 @needs_cutile
 def test_small_switch_is_on_and_without_it_the_plans_it_replaced():
     """small is on in GPU_VERIFIED (it replaced its candidate cutile:gemm_epilogue_next: no such id
-    remains); with it off the planner gives the plans it replaced (two pack launches, 64 x 128
-    tiles, split-K at 16 x 6144), the one-operand pack's (cutile:gemm_epilogue_pack)."""
+    remains, nor the one-operand staging candidate gemm_epilogue_pack); with it off the planner
+    gives the plans it replaced (two staging launches, 64 x 128 tiles, split-K at 16 x 6144)."""
     from cutile_src import dispatch as D
-    assert D.GPU_VERIFIED["small"] is True and "pack_pair" in D.reachable("gemm_epilogue")
-    assert "pack_pair" not in D.reachable("gemm_epilogue", dict(D.GPU_VERIFIED, small=False))
+    assert D.GPU_VERIFIED["small"] is True and D.GPU_VERIFIED["stage"] is True and "pack" not in D.GPU_VERIFIED
     registry.load_backends()
-    with pytest.raises(ValueError):
-        registry.get("gemm_epilogue", "cutile:gemm_epilogue_next", candidates=True)
+    for gone in ("cutile:gemm_epilogue_next", "cutile:gemm_epilogue_pack"):
+        with pytest.raises(ValueError):
+            registry.get("gemm_epilogue", gone, candidates=True)
     P = lambda M, N, K: D.plan_gemm(M, N, K, 2, 132, switches=dict(D.GPU_VERIFIED, small=False))  # noqa: E731
     p = P(97, 211, 389)
-    assert p["PACK"] == {"a": {"TR": 8, "TC": 512, "grid": 13}, "b": {"TR": 8, "TC": 512, "grid": 49}}
-    assert p["GEMM"] == {"variant": "tiled", "TM": 64, "TN": 128, "TK": 64, "GROUP": 8, "grid": 4, "hints": {}}
+    assert p["stage"] == {"a": {"TR": 8, "TC": 512, "grid": 13}, "b": {"TR": 8, "TC": 512, "grid": 49}}
+    assert {k: v for k, v in p.items() if k != "stage"} == {"variant": "tiled", "TM": 64, "TN": 128, "TK": 64,
+                                                            "GROUP": 8, "grid": 4, "hints": {}}
     p = P(411, 733, 957)
-    assert set(p["PACK"]) == {"a", "b"} and (p["GEMM"]["TN"], p["GEMM"]["grid"]) == (128, 42)
+    assert set(p["stage"]) == {"a", "b"} and (p["TN"], p["grid"]) == (128, 42)
     p = P(16, 50257, 768)
-    assert set(p["PACK"]) == {"b"} and (p["GEMM"]["TM"], p["GEMM"]["TN"], p["GEMM"]["TK"]) == (16, 128, 128)
+    assert set(p["stage"]) == {"b"} and (p["TM"], p["TN"], p["TK"]) == (16, 128, 128)
     p = P(16, 6144, 4096)
     assert p["variant"] == "splitk" and (p["TN"], p["SPLIT"], p["grid"]) == (128, 2, 96)
 
 
 @needs_cutile
 def test_small_plans_of_the_small_and_odd_gemms():
-    """The default's plans (small on) on the cases of issue 42's class, known answers: one pack
+    """The default's plans (small on) on the cases of issue 42's class, known answers: one staging
     launch for A and B, narrower tiles where the C tiles leave SMs idle, split-K only where even
     those do, a B of unaligned rows larger than L2 read in place where M <= 64."""
     from cutile_src import dispatch as D
@@ -271,32 +294,32 @@ def test_small_plans_of_the_small_and_odd_gemms():
     off = lambda M, N, K, **k: D.plan_gemm(M, N, K, 2, 132, switches=no_small, **k)  # noqa: E731
     # 97 x 211 x 389: A and B in one launch (the two launches' programs, 13 + 49), 64 x 64 tiles
     p = P(97, 211, 389)
-    assert p["variant"] == "pack" and p["PACK"] == {"ab": {"TR": 8, "TC": 512, "grid": 62}}
-    assert p["GEMM"] == {"variant": "tiled", "TM": 64, "TN": 64, "TK": 64, "GROUP": 8, "grid": 8, "hints": {}}
+    assert p == {"variant": "tiled", "TM": 64, "TN": 64, "TK": 64, "GROUP": 8, "grid": 8, "hints": {},
+                 "stage": {"ab": {"TR": 8, "TC": 512, "grid": 62}}}
     # 411 x 733 x 957: 42 tiles of 64 x 128 -> 84 of 64 x 64, no split (over half the SMs)
     p = P(411, 733, 957)
-    assert set(p["PACK"]) == {"ab"} and p["PACK"]["ab"]["grid"] == 104 + 240
-    assert (p["GEMM"]["variant"], p["GEMM"]["TM"], p["GEMM"]["TN"], p["GEMM"]["grid"]) == ("tiled", 64, 64, 84)
+    assert set(p["stage"]) == {"ab"} and p["stage"]["ab"]["grid"] == 104 + 240
+    assert (p["variant"], p["TM"], p["TN"], p["grid"]) == ("tiled", 64, 64, 84)
     # 16 x 50257 x 768: B (77 MB) past L2, one row tile: read in place, skinny co-resident tiles
     p = P(16, 50257, 768)
     assert p == {"variant": "tiled", "TM": 16, "TN": 64, "TK": 64, "GROUP": 8, "grid": 4 * 132,
                  "hints": {"occupancy": 4}}
-    assert P(16, 50257, 768, l2=200 * 2 ** 20)["PACK"].keys() == {"b"}       # B within L2: packed
-    assert P(16, 4097, 8192)["PACK"].keys() == {"b"}   # 65 column tiles: under a wave, packed
+    assert P(16, 50257, 768, l2=200 * 2 ** 20)["stage"].keys() == {"b"}       # B within L2: staged
+    assert P(16, 4097, 8192)["stage"].keys() == {"b"}   # 65 column tiles: under a wave, staged
     assert P(256, 50257, 768) == off(256, 50257, 768)      # several row tiles: as without the switch
-    # A unaligned too: A alone packed, B in place
+    # A unaligned too: A alone staged, B in place
     p = P(16, 50257, 777)
-    assert p["PACK"].keys() == {"a"} and p["GEMM"]["hints"] == {"occupancy": 4}
+    assert p["stage"].keys() == {"a"} and p["hints"] == {"occupancy": 4}
     # 16 x 6144 x 4096: 48 tiles of 128 columns -> 96 of 64: no split-K, one launch
     assert P(16, 6144, 4096) == {"variant": "tiled", "TM": 16, "TN": 64, "TK": 128, "GROUP": 8, "grid": 96,
                                  "hints": {}}
     assert P(16, 8192, 28672)["variant"] == "tiled"
     # one row of 33 fp16 elements (the adapter's fact: a single row starts on 16 bytes, so it is not
-    # packed): A loads element by element (its stride is no 16-byte multiple), where the 64-column
+    # staged): A loads element by element (its stride is no 16-byte multiple), where the 64-column
     # tile spills: the default's tile
     one = P(1, 1024, 33, a_rows16=True)
     assert one == off(1, 1024, 33, a_rows16=True) and one["TN"] == 128
-    assert P(1, 17, 33)["GEMM"]["TN"] == 128     # one column tile either way: not narrowed
+    assert P(1, 17, 33)["TN"] == 128     # one column tile either way: not narrowed
     # 16 x 4096 x 14336: 64 tiles of 64 columns, still under half the SMs: split in 2 (not 4)
     p = P(16, 4096, 14336)
     assert (p["variant"], p["TN"], p["SPLIT"], p["grid"]) == ("splitk", 64, 2, 128)
@@ -308,7 +331,7 @@ def test_small_plans_of_the_small_and_odd_gemms():
 
 @needs_cutile
 def test_small_plan_invariants():
-    """Over a grid of shapes, the default's plans (small on): one pack launch at most (PACK {"a"}, {"b"}
+    """Over a grid of shapes, the default's plans (small on): one staging launch at most (stage {"a"}, {"b"}
     or {"ab"}, "ab" exactly where both operands need it and B is not read in place); split-K only
     where its C tiles fill under half the SMs, slices non-empty; never more programs than tiles
     (or co-resident programs for the hinted in-place tile); every tile at least 64 columns wide."""
@@ -318,10 +341,10 @@ def test_small_plan_invariants():
             for K in (33, 389, 768, 957, 4096, 14336):
                 p = D.plan_gemm(M, N, K, 2, 132)
                 a16, b16 = K % 8 == 0, N % 8 == 0
-                g = p.get("GEMM", p)
-                if p["variant"] == "pack":
-                    assert set(p["PACK"]) in ({"a"}, {"b"}, {"ab"}), p
-                    assert ("ab" in p["PACK"]) == (not a16 and not b16 and "occupancy" not in g["hints"])
+                g = p
+                if "stage" in p:
+                    assert set(p["stage"]) in ({"a"}, {"b"}, {"ab"}), p
+                    assert ("ab" in p["stage"]) == (not a16 and not b16 and "occupancy" not in g["hints"])
                 else:
                     assert (a16 and b16) or ("occupancy" in g["hints"] and a16), (M, N, K, p)
                 assert g["TN"] >= 64
@@ -335,14 +358,14 @@ def test_small_plan_invariants():
 
 
 @needs_cutile
-def test_gemm_adapter_facts_and_packed_buffers():
+def test_gemm_adapter_facts_and_staged_buffers():
     from backends import cutile_layer as L
-    from cutile_src import gemm_epilogue_pack as pack, gemm_epilogue_splitk as sk
+    from cutile_src import gemm_epilogue_splitk as sk, gemm_epilogue_stage as stage
     m = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
     assert L._rows16(m(16, 768)) and not L._rows16(m(768, 50257))
     assert not L._rows16(m(1 + 64 * 64)[1:].view(64, 64))  # offset base
     assert L._rows16(m(1, 7))  # one row: only the base counts
-    buf, view = pack.packed_buffer(m(768, 50257))
+    buf, view = stage.staged_buffer(m(768, 50257))
     assert buf.shape == (768, 50272) and view.shape == (768, 50257) and view.stride() == (50272, 1)
     assert L._rows16(view)
     assert sk.workspace({"SPLIT": 3}, 16, 50257, "meta", pad=True).shape == (3, 16, 50272)
@@ -423,7 +446,6 @@ _COMPILE_CASES = [
     ("cutile:softmax_simple", problems.get("softmax").case(M=17, N=40_000, dtype="float16", layout="strided_odd")),
     ("cutile:gemm_epilogue", problems.get("gemm_epilogue").case(M=16, N=6144, K=4096, act="gelu")),
     ("cutile:gemm_epilogue_simple", problems.get("gemm_epilogue").case(M=127, N=65, K=129, act="gelu", bias=0)),
-    ("cutile:gemm_epilogue_pack", problems.get("gemm_epilogue").case(M=32, N=1001, K=4097, act="relu")),
     ("cutile:softmax_online_flat", problems.get("softmax").case(M=37, N=781, dtype="float32")),
     ("cutile:softmax_rows_tma", problems.get("softmax").case(M=1823, N=781, dtype="bfloat16", layout="strided")),
     ("cutile:softmax_online_tma", problems.get("softmax").case(M=17, N=40_000, dtype="float16", layout="strided_odd")),
@@ -447,15 +469,13 @@ def test_compile_only_sm90(key, case):
     assert f["kernels"] and "config" in f
     if key == "cutile:gemm_epilogue":   # the default's plans (small on) compile without spills
         assert f["spills"] == 0
-        if case.M == 97:        # A and B packed in one launch, then the GEMM
-            assert list(f["kernels"]) == ["pack_pair_kernel", "gemm_epilogue_tiled_kernel"]
-        elif case.M == 2048:    # B's rows off 16 bytes: B packed first
-            assert f["config"]["variant"] == "pack" and set(f["config"]["PACK"]) == {"b"}
-            assert list(f["kernels"]) == ["pack_rows_kernel", "gemm_epilogue_tiled_kernel"]
+        if case.M == 97:        # A and B staged in one launch, then the GEMM
+            assert list(f["kernels"]) == ["stage_pair_kernel", "gemm_epilogue_tiled_kernel"]
+        elif case.M == 2048:    # B's rows off 16 bytes: B staged first
+            assert f["config"]["variant"] == "tiled" and set(f["config"]["stage"]) == {"b"}
+            assert list(f["kernels"]) == ["stage_rows_kernel", "gemm_epilogue_tiled_kernel"]
         else:   # few rows: narrower tiles (16 x 6144) or B read in place (16 x 50257): one launch, no split-K
             assert list(f["kernels"]) == ["gemm_epilogue_tiled_kernel"]
-    if key == "cutile:gemm_epilogue_pack":  # A and B packed (one pack kernel), then split-K's two
-        assert set(f["config"]["PACK"]) == {"a", "b"} and len(f["kernels"]) == 3
     if key == "cutile:softmax_online_flat":
         assert f["config"]["variant"] == "online_flat" and f["spills"] == 0
     if key in ("cutile:softmax_split", "cutile:softmax_next"):
@@ -478,15 +498,15 @@ def test_gemm_sass_on_hopper():
 
 
 @needs_tileiras
-def test_unaligned_rows_load_wide_after_the_pack_and_flat():
-    """N = 50257 bf16: the GEMM on packed B loads both operands through TMA (no LDG left in it)
-    and the pack stores 16 bytes a thread-instruction; the flat softmax loads through TMA."""
+def test_unaligned_rows_load_wide_after_staging_and_flat():
+    """N = 50257 bf16: the default's GEMM on staged B loads both operands through TMA (no LDG left
+    in it) and the copy stores 16 bytes a thread-instruction; the flat softmax loads through TMA."""
     from backends import cutile_layer as L
     if L._cuobjdump() is None:
         pytest.skip("cuobjdump not found (pip nvidia-cuda-cuobjdump)")
-    f = _impl("cutile:gemm_epilogue_pack").compile_only_fn(
+    f = _impl("cutile:gemm_epilogue").compile_only_fn(
         problems.get("gemm_epilogue").case(M=256, N=50257, K=768, dtype="bfloat16", act="none"))
-    g, p = f["kernels"]["gemm_epilogue_tiled_kernel"]["sass_ops"], f["kernels"]["pack_rows_kernel"]["sass_ops"]
+    g, p = f["kernels"]["gemm_epilogue_tiled_kernel"]["sass_ops"], f["kernels"]["stage_rows_kernel"]["sass_ops"]
     assert g["HGMMA"] > 0 and g["UTMALDG"] > 0 and g["LDG"] == 0 and f["spills"] == 0
     assert p["STG"] > 0 and p["STG"] * 8 <= p["LDG"]  # 2-byte loads, 16-byte stores
     s = _impl("cutile:softmax_online_flat").compile_only_fn(

@@ -343,20 +343,26 @@ def test_splitk_large_tile_compiles():
 
 def test_default_stages_unaligned_n():
     """An unaligned N (2047 bf16: rows of 4094 bytes TMA cannot address) above few_rows_max_m rows:
-    the default plans "stage" (B copied to 16-byte rows, then the tma kernel, C stored from
-    registers) exactly when that models faster than the tiled kernel; at 2048 x 2047 x 2048 it
-    does, in the adapter and in the layer contract's ``plan`` alike; few rows keep the tiled rule."""
+    the default plans tma on staged operands (``"stage": ["b"]``: B copied to 16-byte rows, then the
+    tma kernel, C stored from registers) exactly when that models faster than the tiled kernel; at
+    2048 x 2047 x 2048 it does, in the adapter and in the layer contract's ``plan`` alike, whose
+    sources then name the copy kernel (an aligned tma plan's do not); few rows keep the tiled rule."""
     from backends import gluon_layer as GL
     from gluon_src import H200, dispatch
     from harness.meta_inputs import case_facts
     case = _case("gemm_epilogue", M=2048, N=2047, K=2048, act="gelu", dtype="bfloat16")
     v, specs = GL._gemm_specs("default", case)
-    assert v == "stage" and dispatch.plan("gemm_epilogue", case_facts(case)).variant == "stage"
+    p = dispatch.plan("gemm_epilogue", case_facts(case))
+    assert v == "tma" and p.variant == "tma" and p.config["stage"] == ["b"]
+    assert "stage_rows_kernel" in {k for s in p.sources for k in s.kernels}
+    aligned = dispatch.plan("gemm_epilogue", case_facts(_case("gemm_epilogue", M=4096, N=4096, K=4096)))
+    assert aligned.variant == "tma" and "stage" not in aligned.config
+    assert "stage_rows_kernel" not in {k for s in aligned.sources for k in s.kernels}
     names = [getattr(s.kernel, "__name__", None) or s.kernel.fn.__name__ for s in specs]
     assert "stage_rows_kernel" in names and "gemm_epilogue_tma_kernel" in names, names
     G, sms = dispatch.GEMM, H200["sms"]
     for M, N, K in ((2048, 2047, 2048), (411, 733, 957), (97, 211, 389), (4096, 50_257, 768), (300, 4096, 4095)):
-        copies = tuple(n for n, ok in ((M * K, K % 8 == 0), (K * N, N % 8 == 0)) if not ok)
+        copies = {op: n for op, n, ok in (("a", M * K, K % 8 == 0), ("b", K * N, N % 8 == 0)) if not ok}
         v0, c0 = dispatch.gemm_choice(M, N, K, False, H200)          # no copies given: unstaged
         v, cfg = dispatch.gemm_choice(M, N, K, False, H200, copies)
         assert v0 == "tiled"
@@ -364,9 +370,9 @@ def test_default_stages_unaligned_n():
             * triton.cdiv(K, c0["BLOCK_K"]) * G["tiled_step_s"]
         tma = min(G["tma"], key=lambda c: (dispatch._gemm_time(M, N, K, c, sms), c["BLOCK_M"] * c["BLOCK_N"]))
         t = dispatch._gemm_time(M, N, K, tma, sms) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["splitk_launch_s"]
-                                                         for n in copies)
-        assert (v, cfg) == (("stage", dict(tma)) if t < t_tiled else (v0, c0)), (M, N, K)
-    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, (2048 * 2047,))[0] == "tiled"
+                                                         for n in copies.values())
+        assert (v, cfg) == (("tma", dict(tma, stage=list(copies))) if t < t_tiled else (v0, c0)), (M, N, K)
+    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, {"b": 2048 * 2047})[0] == "tiled"
 
 
 def test_stream_k_and_next_prologue_are_gone():

@@ -234,17 +234,17 @@ def test_softmax_rows_unaligned_class_compiles_sm90a():
 
 
 def test_gemm_next_plans():
-    """The pending GEMM plans: operands with rows off 16 bytes packed (A for K, B for K or N),
+    """The pending GEMM plans: operands with rows off 16 bytes staged (A for K, B for K or N),
     C's alignment class, 256- or 128-column tiles by waves, split-K for few tiles; today's plans
     are unchanged."""
     from tilelang_src import dispatch
 
     nx = dispatch.plan_gemm_next
     p = nx(2048, 2047, 2048, 2, False)
-    assert p["kernel"] == "tma" and p["pack"] == ("b",) and not p["aligned_n"]
-    assert nx(555, 1234, 777, 2, False)["pack"] == ("a", "b")
-    assert nx(4096, 4096, 4096, 2, True)["pack"] == ()
-    assert nx(4096, 4096, 4096, 2, True, misaligned=("a",))["pack"] == ("a",)
+    assert p["kernel"] == "tma" and p["stage"] == ("b",) and not p["aligned_n"]
+    assert nx(555, 1234, 777, 2, False)["stage"] == ("a", "b")
+    assert nx(4096, 4096, 4096, 2, True)["stage"] == ()
+    assert nx(4096, 4096, 4096, 2, True, misaligned=("a",))["stage"] == ("a",)
     assert nx(4096, 28672, 4096, 2, True)["bn"] == 256         # 28 waves of wide tiles
     assert nx(3000, 3000, 3000, 2, True)["bn"] == 128           # 5 waves of 128 beat 3 of 256
     p = nx(16, 6144, 4096, 2, True)
@@ -259,7 +259,7 @@ def test_gemm_next_plans():
 @pytest.mark.timeout(900)
 def test_gemm_staged_kernel_sm90a():
     """The pending plans' wide tile compiles for sm_90a without spills (bias read from its staged
-    shared slice), and stores C by TMA where C's rows are 16-byte multiples; the pack kernel
+    shared slice), and stores C by TMA where C's rows are 16-byte multiples; the staging kernel
     compiles."""
     impl = _impls()["tilelang:gemm_epilogue_tma"]
     backend = importlib.import_module("backends.tilelang_layer")
@@ -270,7 +270,7 @@ def test_gemm_staged_kernel_sm90a():
     assert "bias_s" in src and "tma_store" in src and "wgmma" in src
     backend._SEEN.clear()
     facts = impl.compile_only_fn(problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu", bias=1))
-    assert facts["config"]["pack"] == ("b",) and "tma_store" not in backend._SEEN[0].source()
+    assert facts["config"]["stage"] == ("b",) and "tma_store" not in backend._SEEN[0].source()
 
 
 @needs_tl
@@ -364,7 +364,7 @@ def test_generated_source_uses_hopper_features():
 
 def _extra_cases(problem):
     """Cases that reach the long-row kernels with many rows (the verify suite's long rows are few),
-    a cluster of slices, odd rows and packed GEMM operands."""
+    a cluster of slices, odd rows and staged GEMM operands."""
     prob = problems.get(problem)
     if problem == "softmax":
         return [prob.case(M=256, N=20_000, layout="strided_odd"),
@@ -378,7 +378,7 @@ def _extra_cases(problem):
                 prob.case(M=2048, N=2047, K=2048, act="gelu", dtype="bfloat16"),
                 prob.case(M=555, N=1234, K=777, act="gelu", dtype="bfloat16"),
                 prob.case(M=3000, N=3000, K=3000, act="gelu", dtype="float16"),
-                # small and odd (the default's plan_gemm_small): A and B packed in one launch,
+                # small and odd (the default's plan_gemm_small): A and B staged in one launch,
                 # 64-row tiles; a single-stage pipeline at K = 64
                 prob.case(M=97, N=211, K=389, act="relu", dtype="bfloat16"),
                 prob.case(M=411, N=733, K=957, act="gelu", dtype="float16"),
@@ -427,7 +427,7 @@ def test_verify_suite_gpu(problem, compiled_ahead):
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_variants_gpu(problem, compiled_ahead):
     """Every variant on the verify cases it takes, plus cases that reach the long-row kernels with
-    many rows (the verify suite's long rows are few), a cluster of slices, odd rows and packed
+    many rows (the verify suite's long rows are few), a cluster of slices, odd rows and staged
     GEMM operands."""
     from harness.verify import verify_case
 
@@ -441,21 +441,21 @@ def test_variants_gpu(problem, compiled_ahead):
 def test_default_gemm_mixes_the_staged_and_todays_plans():
     """plan_gemm_mixed (SWITCHES['gemm_next'] on: the default's first answer, which plan_gemm_small
     re-plans) takes the staged plans where they won and today's where those did: today's split-K
-    where the operands load by TMA, today's element loads where packing B for one row tile would
+    where the operands load by TMA, today's element loads where staging B for one row tile would
     copy more than L2 holds (docs/performance.md)."""
     from tilelang_src import dispatch as D
     assert D.SWITCHES["gemm_next"]
     mixed = lambda m, n, k: D.plan_gemm_mixed(m, n, k, 2, n % 8 == 0 and k % 8 == 0, n % 8 == 0)  # noqa: E731
     few = mixed(16, 6144, 4096)                         # aligned, 48 tiles: today's split-K
-    assert few["kernel"] == "splitk" and "pack" not in few
-    big = mixed(4096, 50257, 768)                       # B's rows off 16 bytes, 32 row tiles: packed
-    assert big["kernel"] == "tma" and big["pack"] == ("b",)
+    assert few["kernel"] == "splitk" and "stage" not in few
+    big = mixed(4096, 50257, 768)                       # B's rows off 16 bytes, 32 row tiles: staged
+    assert big["kernel"] == "tma" and big["stage"] == ("b",)
     once = mixed(16, 50257, 768)                        # one row tile, B (77 MB) past L2: element loads
-    assert once["kernel"] == "tiled" and "pack" not in once
-    small = mixed(97, 211, 389)                         # one row tile, B in L2: packed, TMA
-    assert small["kernel"] == "tma" and set(small["pack"]) == {"a", "b"}
-    odd = mixed(411, 733, 957)                          # element loads would split K: the packed split
-    assert "pack" in odd and odd["pack"]
+    assert once["kernel"] == "tiled" and "stage" not in once
+    small = mixed(97, 211, 389)                         # one row tile, B in L2: staged, TMA
+    assert small["kernel"] == "tma" and set(small["stage"]) == {"a", "b"}
+    odd = mixed(411, 733, 957)                          # element loads would split K: the staged split
+    assert "stage" in odd and odd["stage"]
     assert mixed(4096, 4096, 14336) == D.plan_gemm_next(4096, 4096, 14336, 2, True)
 
 
@@ -470,16 +470,37 @@ def _default_plan(**case):
     return D.plan("gemm_epilogue", case_facts(problems.get("gemm_epilogue").case(**case)))
 
 
+def test_the_plan_names_the_staging_kernels_only_where_it_stages():
+    """Staging is no word: a plan that copies B is "tma" with ``stage`` ("b",) and names
+    stage_rows_kernel; one that copies A and B in one launch names stage_pair_kernel; a pending
+    plan that copies nothing (``stage`` empty) and today's plans name neither."""
+    from tilelang_src import dispatch as D
+
+    def kernels(p):
+        return {k for s in p.sources for k in s.kernels}
+    copies = {"stage_rows_kernel", "stage_pair_kernel"}
+    b_only = _default_plan(M=4096, N=50257, K=768)
+    assert b_only.variant == "tma" and tuple(b_only.config["stage"]) == ("b",)
+    assert kernels(b_only) & copies == {"stage_rows_kernel"}
+    both = _default_plan(M=97, N=211, K=389)
+    assert set(both.config["stage"]) == {"a", "b"} and both.config["stage_pair"]
+    assert kernels(both) & copies == {"stage_pair_kernel"}
+    for case in (dict(M=4096, N=4096, K=4096), dict(M=16, N=6144, K=4096), dict(M=16, N=50257, K=768)):
+        p = _default_plan(**case)
+        assert not p.config.get("stage") and not kernels(p) & copies, (case, p.config)
+    assert not {"stage", "pack", "pack_pair"} & set(D.VARIANTS["gemm_epilogue"])
+
+
 def test_default_gemm_plans_small_and_odd_cases():
     """The default's plans (plan_gemm_small over plan_gemm_mixed) on the issue's cases and the
-    verify suite's: both operands packed in one launch (pack_pair_kernel) and 64 x 128 tiles where
+    verify suite's: both operands staged in one launch (stage_pair_kernel) and 64 x 128 tiles where
     the grid is under a wave (97 x 211 x 389: 4 CTAs, not 2 of 128 x 128); 411 x 733 x 957 and
     1025 x 769 x 513 unsplit (the split's extra launch and planes cost more than the K steps it
     takes off each CTA); one K tile: one stage (the same 128 x 256 tile); 1 x 1024 x 512 unsplit
     on the staged kernel (8 K tiles); many waves, or B's rows off 16 bytes over two row tiles: the
     staged plan's 128 x 256 tile; 16 x 6144 x 4096 keeps today's split (64 K tiles: it pays); a B
     past L2 that one row tile reads once: today's element loads."""
-    cases = [  # case, then (kernel, bm, bn, stages, threads, pack) and the one-launch pack
+    cases = [  # case, then (kernel, bm, bn, stages, threads, stage) and the one-launch copy
         (dict(M=97, N=211, K=389, act="relu", dtype="bfloat16"), ("tma", 64, 128, 4, 128, ("a", "b")), True),
         (dict(M=411, N=733, K=957, act="gelu", dtype="float16"), ("tma", 64, 128, 4, 128, ("a", "b")), True),
         (dict(M=1025, N=769, K=513), ("tma", 64, 128, 4, 128, ("a", "b")), True),
@@ -490,14 +511,14 @@ def test_default_gemm_plans_small_and_odd_cases():
     for case, want, one_launch in cases:
         p = _default_plan(**case)
         c = p.config
-        assert (c["kernel"], c["bm"], c["bn"], c["stages"], c["threads"], tuple(c["pack"])) == want, (case, c)
-        assert bool(c.get("pack_one_launch")) == one_launch and "splits" not in c, (case, c)
+        assert (c["kernel"], c["bm"], c["bn"], c["stages"], c["threads"], tuple(c["stage"])) == want, (case, c)
+        assert bool(c.get("stage_pair")) == one_launch and "splits" not in c, (case, c)
         kernels = {k for s in p.sources for k in s.kernels}
-        assert ("pack_pair_kernel" in kernels) == one_launch, (case, kernels)
+        assert ("stage_pair_kernel" in kernels) == one_launch, (case, kernels)
     p = _default_plan(M=16, N=6144, K=4096, dtype="bfloat16").config
-    assert (p["kernel"], p["bm"], p["bn"], p["splits"]) == ("splitk", 64, 128, 2) and "pack" not in p
+    assert (p["kernel"], p["bm"], p["bn"], p["splits"]) == ("splitk", 64, 128, 2) and "stage" not in p
     p = _default_plan(M=16, N=50257, K=768, dtype="bfloat16").config
-    assert p["kernel"] == "tiled" and "pack" not in p
+    assert p["kernel"] == "tiled" and "stage" not in p
 
 
 @pytest.mark.parametrize("m", [1, 16, 64, 65, 97, 411, 2048, 8192])
@@ -505,12 +526,12 @@ def test_default_gemm_plans_small_and_odd_cases():
 @pytest.mark.parametrize("k", [8, 64, 100, 128, 389, 4096])
 def test_gemm_small_invariants(m, n, k):
     """Over a grid of shapes: a tile of the staged table (64 rows for M <= 64), no more stages than
-    K tiles, one pack launch exactly where both operands
-    are packed, and a split plan only where the mixed plan split."""
+    K tiles, one staging launch exactly where both operands
+    are staged, and a split plan only where the mixed plan split."""
     from tilelang_src import dispatch as D
     p = _small(m, n, k)
     mixed = D.plan_gemm_mixed(m, n, k, 2, n % 8 == 0 and k % 8 == 0, n % 8 == 0)
-    if "pack" not in p:
+    if "stage" not in p:
         assert p == mixed
         return
     assert (p["bm"], p["bn"]) in D.TABLE["gemm_next"]["tiles"] or p["kernel"] == "splitk"
@@ -520,21 +541,21 @@ def test_gemm_small_invariants(m, n, k):
         assert 1 <= p["stages"] <= -(-k // p["bk"])
     else:
         assert mixed["kernel"] == "splitk"
-    assert bool(p.get("pack_one_launch")) == (len(p["pack"]) == 2)
+    assert bool(p.get("stage_pair")) == (len(p["stage"]) == 2)
 
 
 @needs_tl
 @pytest.mark.timeout(900)
 def test_default_gemm_small_plans_compile_sm90a():
-    """The default's small-GEMM kernels compile for sm_90a without spills: the one-launch pack of
+    """The default's small-GEMM kernels compile for sm_90a without spills: the one-launch copy of
     A and B with the 64 x 128 staged tile, and the single-stage 128 x 256 tile at K = 64."""
     impl = _impls()["tilelang:gemm_epilogue"]
     backend = importlib.import_module("backends.tilelang_layer")
     prob = problems.get("gemm_epilogue")
     backend._SEEN.clear()
     facts = impl.compile_only_fn(prob.case(M=97, N=211, K=389, act="relu", dtype="bfloat16"))
-    assert facts["config"]["pack_one_launch"] and facts["config"]["bm"] == 64, facts
+    assert facts["config"]["stage_pair"] and facts["config"]["bm"] == 64, facts
     assert all(k.get("spills", 0) == 0 for k in facts["kernels"].values()), facts
-    assert any("pack_pair" in e.source() for e in backend._SEEN)
+    assert any("stage_pair" in e.source() for e in backend._SEEN)
     facts = impl.compile_only_fn(prob.case(M=8192, N=2048, K=64, act="none", bias=0, dtype="bfloat16"))
     assert facts["config"]["stages"] == 1 and facts.get("spills", 0) == 0, facts

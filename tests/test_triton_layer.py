@@ -135,7 +135,7 @@ def test_compile_only_models_suite_defaults(problem):
         # the staged TMA kernel storing C from registers on 128 x 256 tiles (N = 50257) spills a
         # few values at 255 registers: the plan that won where it was timed (docs/performance.md,
         # "Triton / GEMM + epilogue")
-        staged = facts.get("variant") == "stage" and facts["local_bytes"] <= 32
+        staged = "stage" in facts and facts["local_bytes"] <= 32
         assert facts["spills"] == 0 or staged or ((capped or split) and facts["local_bytes"] <= few), \
             (case.label, facts)
 
@@ -537,8 +537,9 @@ def test_gemm_plain_plan_is_what_compile_only_compiles():
 
 
 def test_gemm_stage_rule():
-    """The default: above narrow_max_m rows, where TMA cannot address every operand, "stage" (the
-    copies of A / B TMA cannot read, then the TMA kernel) exactly when its modelled time - the TMA
+    """The default: above narrow_max_m rows, where TMA cannot address every operand, "tma" on staged
+    operands (``stage`` in its config: the copies of A / B TMA cannot read, then the TMA kernel)
+    exactly when its modelled time - the TMA
     config's roofline plus, per copy, its bytes read and written at HBM speed and a launch - beats
     the unstaged choice's (the plain kernel: rounds of plain_resident programs an SM x K steps x
     plain_step_s; else the roofline), written here from those inputs; no copies to make (no TMA
@@ -549,35 +550,42 @@ def test_gemm_stage_rule():
     for M, N, K in ((2048, 2047, 2048), (555, 1234, 777), (411, 733, 957), (97, 211, 389), (70, 47, 33),
                     (4096, 50_257, 768), (90, 37, 64), (1025, 770, 513), (300, 4096, 4095)):
         al = dispatch.gemm_aligned(2, min(8, 1 << (K & -K).bit_length() - 1), min(8, 1 << (N & -N).bit_length() - 1))
-        copies = tuple(n for n, ok in ((M * K, K % 8 == 0), (K * N, N % 8 == 0)) if not ok)
+        copies = {op: n for op, n, ok in (("a", M * K, K % 8 == 0), ("b", K * N, N % 8 == 0)) if not ok}
         v0, c0 = dispatch.gemm_choice(M, N, K, False, H200, al)          # copies None: unstaged
         v, cfg = dispatch.gemm_choice(M, N, K, False, H200, al, copies)
-        assert v0 != "stage" and dispatch.gemm_choice(M, N, K, False, OTHER_GPUS["a100"], al, copies)[0] != "stage"
+        assert "stage" not in c0 and "stage" not in dispatch.gemm_choice(M, N, K, False, OTHER_GPUS["a100"], al,
+                                                                          copies)[1]
         if v0 == "plain":
             t0 = cdiv(cdiv(M, c0["BLOCK_M"]) * cdiv(N, c0["BLOCK_N"]), sms * G["plain_resident"]) \
                 * cdiv(K, c0["BLOCK_K"]) * G["plain_step_s"]
         else:
             t0 = dispatch._gemm_time(M, N, K, c0, c0.get("SPLIT", 1), sms)
         tma = dispatch.gemm_tma_config(M, N, K, H200)
-        t = dispatch._gemm_time(M, N, K, tma, 1, sms) + sum(4 * n / G["hbm_bytes_per_s"] + G["launch_s"] for n in copies)
-        assert (v == "stage") == (t < t0) and (v, cfg) == (("stage", tma) if t < t0 else (v0, c0)), (M, N, K, v, v0)
-        seen.add(v)
-    assert {"stage", "plain"} <= seen, seen
-    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, False, (2048 * 2047,))[1] == \
+        t = dispatch._gemm_time(M, N, K, tma, 1, sms) + sum(4 * n / G["hbm_bytes_per_s"] + G["launch_s"]
+                                                            for n in copies.values())
+        want = ("tma", {**tma, "stage": list(copies)}) if t < t0 else (v0, c0)
+        assert (v, cfg) == want, (M, N, K, v, v0)
+        seen.add("staged" if "stage" in cfg else v)
+    assert {"staged", "plain"} <= seen, seen
+    assert dispatch.gemm_choice(16, 2047, 2048, False, H200, False, {"b": 2048 * 2047})[1] == \
         dispatch.gemm_narrow_config(16, 2047, 2048, H200, False)
 
 
 def test_default_stages_unaligned_n():
     """An unaligned N (2047 bf16: rows of 4094 bytes TMA cannot address) above narrow_max_m rows:
-    the default plans "stage" (B copied to 16-byte rows, then the TMA kernel) through the adapter
-    and through the layer contract's ``plan``, and its launches are the copy and the TMA kernel."""
+    the default plans tma with B staged (``"stage": ["b"]``: B copied to 16-byte rows, then the TMA
+    kernel) through the adapter and through the layer contract's ``plan``, whose sources name the
+    copy kernel beside the TMA kernel; an aligned case's tma plan stages nothing and names no copy."""
     from backends import triton_layer as T
     from harness.meta_inputs import case_facts
     case = problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu", dtype="bfloat16")
-    assert T._gemm_choice(case)[0] == "stage"
+    assert T._gemm_choice(case)[0] == "tma" and T._gemm_choice(case)[1]["stage"] == ["b"]
     p = dispatch.plan("gemm_epilogue", case_facts(case))
-    assert p.variant == "stage" and {k for s in p.sources for k in s.kernels} >= {"stage_rows_kernel",
-                                                                                   "gemm_epilogue_tma_kernel"}
+    assert p.variant == "tma" and p.config["stage"] == ["b"]
+    assert {k for s in p.sources for k in s.kernels} >= {"stage_rows_kernel", "gemm_epilogue_tma_kernel"}
+    aligned = dispatch.plan("gemm_epilogue", case_facts(problems.get("gemm_epilogue").case(M=4096, N=4096, K=4096)))
+    assert aligned.variant == "tma" and "stage" not in aligned.config
+    assert "stage_rows_kernel" not in {k for s in aligned.sources for k in s.kernels}
     # the 16-row B stream keeps the narrow rule (no copy)
     assert T._gemm_choice(problems.get("gemm_epilogue").case(M=16, N=2047, K=2048))[0] in ("tiled", "splitk")
 
@@ -590,7 +598,7 @@ def test_gemm_stage_specs():
     case = problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048, act="gelu")
     v, cfg = T._gemm_variant("default", case)
     specs = T._gemm_specs(v, case, cfg)
-    assert v == "stage" and [s.kernel.__name__ if hasattr(s.kernel, "__name__") else s.kernel.fn.__name__
+    assert v == "tma" and cfg["stage"] == ["b"] and [s.kernel.__name__ if hasattr(s.kernel, "__name__") else s.kernel.fn.__name__
                              for s in specs][0] == "gemm_epilogue_tma_kernel"
     main, copy = specs
     assert main.args["C_TMA"] is False and main.args["c_desc"] is None and main.args["stride_cm"] == 2047

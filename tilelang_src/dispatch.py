@@ -5,7 +5,7 @@ through the adapter; the variants never import it.
 from __future__ import annotations
 
 SMS = 132                      # H200 streaming multiprocessors (the grid rules' unit)
-L2_BYTES = 50 * 1024 * 1024    # H200 / H100 L2 (plan_gemm_mixed: whether a packed B stays there)
+L2_BYTES = 50 * 1024 * 1024    # H200 / H100 L2 (plan_gemm_mixed: whether a staged B stays there)
 
 # Switches: kernels and rules built and checked on the CPU (compile-only for sm_90a, the generated
 # CUDA read), then verified and timed on a GPU. ``tilelang:<problem>_next`` is the default with a
@@ -16,10 +16,10 @@ SWITCHES = {
     # On: it won where timed and PASSed the verify suite (docs/performance.md, section
     # "The pending switches of TileLang, cuTile and Helion measured on 2026-12-06")
     "softmax_next": True,
-    # GEMM: bias and C staged in shared memory (TMA store), operands packed to 16-byte rows where
+    # GEMM: bias and C staged in shared memory (TMA store), operands staged to 16-byte rows where
     # they are not (TMA instead of element loads), tiles chosen by waves. On as plan_gemm_mixed:
     # the staged plans where they won, today's split-K and single-row-tile plans where those did
-    # (the same section); re-planned for small and odd shapes by plan_gemm_small (A and B packed
+    # (the same section); re-planned for small and odd shapes by plan_gemm_small (A and B staged
     # in one launch, the tile by waves over 64 / 128 rows, a split only where it models faster,
     # no more stages than K tiles): run on a GPU, faster on the small and odd cases, the others
     # unchanged, the verify suite PASS (docs/performance.md, "TileLang / GEMM + epilogue")
@@ -105,31 +105,29 @@ NEXT_VARIANTS = {
                 "split": _src("softmax_split.py", "softmax_split_stats_kernel", "softmax_split_write_kernel",
                               "thread_rows", "tile_offset", "chunk") + _GROUPS,
                 "simple": _src("softmax.py", "softmax_kernel")},
-    "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel", "pack_kernel"),
-                      "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")
-                      + _src("gemm_epilogue_tma.py", "pack_kernel")},
+    "gemm_epilogue": {"tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel"),
+                      "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")},
     "attention": TODAY_VARIANTS["attention"],
 }
-#: ... and plan_gemm_small's where A and B are packed in one launch (``pack_one_launch``)
-SMALL_VARIANTS = {**NEXT_VARIANTS, "gemm_epilogue": {
-    "tma": _src("gemm_epilogue_tma.py", "gemm_tma_staged_kernel", "pack_pair_kernel", "pack_tile"),
-    "splitk": _src("gemm_epilogue_splitk.py", "gemm_splitk_partial_kernel", "gemm_splitk_sum_kernel")
-    + _src("gemm_epilogue_tma.py", "pack_pair_kernel", "pack_tile")}}
+#: staging (docs/DESIGN.md): the copies of operands whose rows are not 16-byte multiples into 16-byte
+#: rows, no word of its own; a pending plan whose ``stage`` names operands launches them first ("rows":
+#: a launch an operand, "pair": A and B in one launch, the plan's ``stage_pair``)
+STAGE = {"rows": _src("gemm_epilogue_tma.py", "stage_rows_kernel"),
+         "pair": _src("gemm_epilogue_tma.py", "stage_pair_kernel", "stage_tile")}
 
 
 def _default_variants() -> dict:
     """What the default plans among under SWITCHES, by word (the layer contract's VARIANTS): the
-    pending plans' softmax where its switch is on; GEMM mixes today's and the staged kernels
-    (``plan_gemm_mixed``, re-planned by ``plan_gemm_small``), so each word holds both, and the
-    one-launch pack of A and B."""
+    pending plans' softmax where its switch is on; GEMM mixes today's and the pending kernels
+    (``plan_gemm_mixed``, re-planned by ``plan_gemm_small``), so each word holds both (staging,
+    STAGE, is no word: ``plan`` adds it to the plans that stage)."""
     out = dict(TODAY_VARIANTS)
     if SWITCHES["softmax_next"]:
         out["softmax"] = NEXT_VARIANTS["softmax"]
     if SWITCHES["gemm_next"]:
         words = dict(TODAY_VARIANTS["gemm_epilogue"])
-        for table in (NEXT_VARIANTS, SMALL_VARIANTS):
-            for w, srcs in table["gemm_epilogue"].items():
-                words[w] = words.get(w, ()) + srcs
+        for w, srcs in NEXT_VARIANTS["gemm_epilogue"].items():
+            words[w] = words.get(w, ()) + srcs
         out["gemm_epilogue"] = words
     return out
 
@@ -171,10 +169,12 @@ def plan(problem: str, facts):
         if SWITCHES["gemm_next"]:
             cfg = plan_gemm_small(facts.M, facts.N, facts.K, es, tma_ok, facts.N % vec == 0 and bases[2],
                                   misaligned=tuple(p for p, ok in zip("ab", bases) if not ok))
-            table = (SMALL_VARIANTS if cfg.get("pack_one_launch") else NEXT_VARIANTS) if "pack" in cfg \
-                else TODAY_VARIANTS
+            table = NEXT_VARIANTS if "stage" in cfg else TODAY_VARIANTS
         else:
             cfg = plan_gemm(facts.M, facts.N, facts.K, es, tma_ok)
+    if cfg.get("stage"):   # operands copied to 16-byte rows first
+        stager = STAGE["pair"] if cfg.get("stage_pair") else STAGE["rows"]
+        return make_plan(problem, cfg["kernel"], table, cfg, sources=stager + table[problem][cfg["kernel"]])
     return make_plan(problem, cfg["kernel"], table, cfg)
 
 
@@ -367,7 +367,7 @@ def plan_gemm_next(m: int, n: int, k: int, esize: int, aligned_n: bool, kernel: 
                    misaligned: tuple = ()) -> dict:
     """The pending plans (``SWITCHES["gemm_next"]``): the staged TMA pipeline for every case.
 
-    ``pack``: the operands whose rows are not 16-byte multiples (A where K is not a multiple of
+    ``stage``: the operands whose rows are not 16-byte multiples (A where K is not a multiple of
     8 elements, B where K or N is not) are first copied into padded ones (zeros past the edges:
     they add nothing), so every operand load is TMA; so are those in ``misaligned`` (a base
     pointer off 16 bytes). ``aligned_n``: C's rows and base are 16-byte aligned (the finished
@@ -377,11 +377,11 @@ def plan_gemm_next(m: int, n: int, k: int, esize: int, aligned_n: bool, kernel: 
     ``min_k_tiles`` K tiles): the narrow tile with the larger grid."""
     g, x = TABLE["gemm"], TABLE["gemm_next"]
     vec = 16 // esize
-    pack = tuple(p for p, bad in (("a", k % vec != 0 or "a" in misaligned),
-                                  ("b", k % vec != 0 or n % vec != 0 or "b" in misaligned)) if bad)
+    stage = tuple(p for p, bad in (("a", k % vec != 0 or "a" in misaligned),
+                                   ("b", k % vec != 0 or n % vec != 0 or "b" in misaligned)) if bad)
     bm, bn, bk, stages, threads = x["tiles"][_tile_by_waves(m, n, (64,) if m <= 64 else (128,))]
     plan = {"kernel": "tma", "bm": bm, "bn": bn, "bk": bk, "stages": stages, "threads": threads,
-            "aligned_n": aligned_n, "pack": pack}
+            "aligned_n": aligned_n, "stage": stage}
     if kernel == "tma":
         return plan
     best = None
@@ -408,15 +408,16 @@ def plan_gemm_mixed(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
     (``plan_gemm_next``) except where they lost on the H100 (docs/performance.md,
     "TileLang / GEMM + epilogue"): where either plan splits K and today's loads by TMA, today's
     plan (its split-K kernel beat the staged one at the same tile and split, its tile rule the
-    larger grid of 256-column tiles; element loads lose to a packed split-K); and where B would be
-    packed for a single row tile while B is larger than L2 (one row tile reads B once: writing and
+    larger grid of 256-column tiles; element loads lose to a staged split-K); and where B would be
+    staged for a single row tile while B is larger than L2 (one row tile reads B once: writing and
     re-reading a copy from HBM costs more than element loads save; a copy that stays in L2 is
-    re-read from there). A staged plan carries ``pack``; today's does not."""
+    re-read from there). A pending plan carries ``stage`` (the operands it copies, maybe none);
+    today's does not."""
     today = plan_gemm(m, n, k, esize, tma_ok)
     nxt = plan_gemm_next(m, n, k, esize, aligned_n, misaligned=misaligned)
     if today["kernel"] == "splitk" or (nxt["kernel"] == "splitk" and today["kernel"] == "tma"):
         return today
-    if "b" in nxt["pack"] and m <= nxt["bm"] and k * n * esize > L2_BYTES:
+    if "b" in nxt["stage"] and m <= nxt["bm"] and k * n * esize > L2_BYTES:
         return today
     return nxt
 
@@ -427,8 +428,8 @@ def plan_gemm_small(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
     "TileLang / GEMM + epilogue"): ``plan_gemm_mixed``'s plan, re-planned for small and odd
     GEMMs by four rules.
 
-    1. Packs in one launch: where A and B both need a 16-byte-row copy, one kernel copies both
-       (``pack_pair_kernel``; the plan carries ``pack_one_launch``).
+    1. Staging in one launch: where A and B both need a 16-byte-row copy, one kernel copies both
+       (``stage_pair_kernel``; the plan carries ``stage_pair``).
     2. The tile by waves over 64- and 128-row tiles (``_tile_by_waves``): below a wave a smaller
        tile gives more CTAs, each with less work a K step.
     3. A split (the mixed plan's, today's or the staged one) only where it models faster than the
@@ -441,9 +442,9 @@ def plan_gemm_small(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
        "TileLang / GEMM + epilogue").
 
     Today's unsplit plans that the mixed rule keeps (element loads where B past L2 would be
-    packed for one row tile; TMA where only the staged plan split) are kept."""
+    staged for one row tile; TMA where only the staged plan split) are kept."""
     base = plan_gemm_mixed(m, n, k, esize, tma_ok, aligned_n, misaligned=misaligned)
-    if "pack" not in base and base["kernel"] != "splitk":
+    if "stage" not in base and base["kernel"] != "splitk":
         return base
     x = TABLE["gemm_next"]
     unsplit = plan_gemm_next(m, n, k, esize, aligned_n, kernel="tma", misaligned=misaligned)
@@ -453,25 +454,25 @@ def plan_gemm_small(m: int, n: int, k: int, esize: int, tma_ok: bool, aligned_n:
     unsplit.update(bm=bm, bn=bn, bk=cfg[2], stages=stages, threads=cfg[4])
     plan = unsplit
     if base["kernel"] == "splitk":
-        packs = 1 if "pack" in base and base["pack"] else 0
-        if _small_us(base, m, n, k, packs) < _small_us(unsplit, m, n, k, 1 if unsplit["pack"] else 0):
+        copies = 1 if "stage" in base and base["stage"] else 0
+        if _small_us(base, m, n, k, copies) < _small_us(unsplit, m, n, k, 1 if unsplit["stage"] else 0):
             plan = dict(base)
-    if len(plan.get("pack", ())) == 2:
-        plan["pack_one_launch"] = True
+    if len(plan.get("stage", ())) == 2:
+        plan["stage_pair"] = True
     return plan
 
 
-def _small_us(plan: dict, m: int, n: int, k: int, packs: int) -> float:
+def _small_us(plan: dict, m: int, n: int, k: int, copies: int) -> float:
     """plan_gemm_small's model of a plan's time (µs): the CTAs' waves times the K steps each CTA runs
     (``k_step_us`` a step of a 128 x 128 tile, scaled by the tile's relative cost ``_tile_cost``),
-    plus ``launch_us`` a launch (the packs, the GEMM, a split's sum) and a split's fp32 planes
+    plus ``launch_us`` a launch (the copies, the GEMM, a split's sum) and a split's fp32 planes
     written and read once (``hbm_bytes_per_us``)."""
     t = TABLE["gemm_small"]
     splits = plan.get("splits", 1) if plan["kernel"] == "splitk" else 1
     tiles = -(-m // plan["bm"]) * -(-n // plan["bn"])
     waves = -(-tiles * splits // SMS)
     steps = -(-(-(-k // plan["bk"])) // splits)
-    launches = packs + (2 if splits > 1 else 1)
+    launches = copies + (2 if splits > 1 else 1)
     planes = 2 * splits * m * n * 4 if splits > 1 else 0
     return (waves * _tile_cost(plan["bm"], plan["bn"], m) * steps * t["k_step_us"] + launches * t["launch_us"]
             + planes / t["hbm_bytes_per_us"])

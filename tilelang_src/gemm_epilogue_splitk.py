@@ -68,7 +68,7 @@ def gemm_splitk_epilogue_kernel(dtype: str, has_bias: bool):
 
 def gemm_splitk_sum_kernel(dtype: str):
     """Kernel 2 of the staged plan (``dispatch.SWITCHES["gemm_next"]``): the S planes summed in
-    split order, then bias + activation. The planes may be wider than C (``NW`` >= N: B packed to
+    split order, then bias + activation. The planes may be wider than C (``NW`` >= N: B staged to
     16-byte rows); ``has_bias`` and ``act`` are run-time values (a missing bias is a one-element
     dummy), so one compile per dtype."""
     M, N, S = T.dynamic("M"), T.dynamic("N"), T.dynamic("S")

@@ -11,11 +11,12 @@ registers, then one guarded store from the fragment. ``tma=False`` builds the sa
 the ``tiled`` variant's guarded element loads (``gemm_epilogue_tiled.py``).
 
 ``gemm_tma_staged_kernel`` (the default's staged plans, ``dispatch.SWITCHES["gemm_next"]``, run
-on a GPU) stages both ends of the epilogue in shared memory, and ``pack_kernel`` copies an
-operand whose rows are not 16-byte multiples into one whose rows are, so every operand load is
-TMA (docs/performance.md, "TileLang / GEMM + epilogue"); ``pack_pair_kernel`` (the default's
-plans where both operands need it, ``dispatch.plan_gemm_small``) copies A and B in one launch.
-Both copy their tiles with the ``pack_tile`` macro.
+on a GPU) stages both ends of the epilogue in shared memory. Staging an operand (docs/DESIGN.md:
+a plan's ``stage``): ``stage_rows_kernel`` copies an operand whose rows are not 16-byte multiples
+into one whose rows are, so every operand load is TMA
+(docs/performance.md, "TileLang / GEMM + epilogue"); ``stage_pair_kernel`` (the default's plans where both operands need it,
+``dispatch.plan_gemm_small``) copies A and B in one launch. Both copy their tiles with the
+``stage_tile`` macro.
 """
 import tilelang.language as T
 from tilelang.layout import make_swizzled_layout
@@ -71,7 +72,7 @@ def gemm_tma_staged_kernel(dtype: str, bm: int, bn: int, bk: int, stages: int, t
     element, no spills at 128 x 256), and the finished tile goes back through shared memory
     (``stmatrix``), then out by TMA where C's rows are 16-byte multiples (``aligned_n``, a
     compile-time class) or in coalesced row-wise stores where they are not. B has its own column
-    count ``NB`` (>= N: a copy padded to 16-byte rows, ``pack_kernel``, where B's rows are not
+    count ``NB`` (>= N: a copy padded to 16-byte rows, ``stage_rows_kernel``, where B's rows are not
     16-byte multiples); ``has_bias`` and ``act`` are run-time values (a missing bias is a
     one-element dummy), so one compile serves bias on and off and every activation."""
     M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
@@ -106,7 +107,7 @@ def gemm_tma_staged_kernel(dtype: str, bm: int, bn: int, bk: int, stages: int, t
 
 
 @T.macro
-def pack_tile(src, dst, R0, C0, R, P, by, bx, rows: int, cols: int):
+def stage_tile(src, dst, R0, C0, R, P, by, bx, rows: int, cols: int):
     """Tile (by, bx) of the copy, ``rows x cols`` elements: ``dst[i, j] = src[i, j]`` inside src
     (R0 x C0), 0 in dst's padding (dst: R x P). Consecutive threads take consecutive columns:
     coalesced element loads and stores."""
@@ -116,37 +117,37 @@ def pack_tile(src, dst, R0, C0, R, P, by, bx, rows: int, cols: int):
                 by * rows + i < R0 and bx * cols + j < C0, src[by * rows + i, bx * cols + j], 0)
 
 
-def pack_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
+def stage_rows_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
     """An operand whose rows are not 16-byte multiples copied into one whose rows are (``P``
     columns, a multiple of 8; zeros in the padding), so TMA can read it: a 2-D grid of
-    ``pack_tile``'s tiles."""
+    ``stage_tile``'s tiles."""
     R0, C0, R, P = T.dynamic("R0"), T.dynamic("C0"), T.dynamic("R"), T.dynamic("P")
 
     @T.prim_func
-    def pack(src: T.Tensor((R0, C0), dtype), dst: T.Tensor((R, P), dtype)):
+    def stage_rows(src: T.Tensor((R0, C0), dtype), dst: T.Tensor((R, P), dtype)):
         with T.Kernel(T.ceildiv(P, cols), T.ceildiv(R, rows), threads=threads) as (bx, by):
-            pack_tile(src, dst, R0, C0, R, P, by, bx, rows, cols)
+            stage_tile(src, dst, R0, C0, R, P, by, bx, rows, cols)
 
-    return pack
+    return stage_rows
 
 
-def pack_pair_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
-    """``pack_kernel`` for A and B in one launch (``dispatch.plan_gemm_small``'s
-    ``pack_one_launch``): a 1-D grid whose first CTAs copy A (M x K) into Ap (M x KP), the rest
-    B (K x N) into Bp (KP x NP), each CTA one ``pack_tile``, so a GEMM with both operands' rows
+def stage_pair_kernel(dtype: str, rows: int = 16, cols: int = 256, threads: int = 256):
+    """``stage_rows_kernel`` for A and B in one launch (``dispatch.plan_gemm_small``'s
+    ``stage_pair``): a 1-D grid whose first CTAs copy A (M x K) into Ap (M x KP), the rest
+    B (K x N) into Bp (KP x NP), each CTA one ``stage_tile``, so a GEMM with both operands' rows
     off 16 bytes pays one launch for its copies."""
     M, K, N = T.dynamic("M"), T.dynamic("K"), T.dynamic("N")
     KP, NP = T.dynamic("KP"), T.dynamic("NP")
 
     @T.prim_func
-    def pack_pair(A: T.Tensor((M, K), dtype), Ap: T.Tensor((M, KP), dtype),
-                  B: T.Tensor((K, N), dtype), Bp: T.Tensor((KP, NP), dtype)):
+    def stage_pair(A: T.Tensor((M, K), dtype), Ap: T.Tensor((M, KP), dtype),
+                   B: T.Tensor((K, N), dtype), Bp: T.Tensor((KP, NP), dtype)):
         a_cols, b_cols = T.ceildiv(KP, cols), T.ceildiv(NP, cols)
         a_ctas = a_cols * T.ceildiv(M, rows)
         with T.Kernel(a_ctas + b_cols * T.ceildiv(KP, rows), threads=threads) as bid:
             if bid < a_ctas:
-                pack_tile(A, Ap, M, K, M, KP, bid // a_cols, bid % a_cols, rows, cols)
+                stage_tile(A, Ap, M, K, M, KP, bid // a_cols, bid % a_cols, rows, cols)
             else:
-                pack_tile(B, Bp, K, N, KP, NP, (bid - a_ctas) // b_cols, (bid - a_ctas) % b_cols, rows, cols)
+                stage_tile(B, Bp, K, N, KP, NP, (bid - a_ctas) // b_cols, (bid - a_ctas) % b_cols, rows, cols)
 
-    return pack_pair
+    return stage_pair

@@ -163,10 +163,10 @@ GEMM = {
     "peak_flops": 700e12,
     "hbm_bytes_per_s": 4.0e12,
     # Operands TMA cannot address (rows not 16-byte multiples: N = 2047, K = 777), more than
-    # narrow_max_m rows: "stage" copies each A or B TMA cannot read into a workspace of 16-byte
-    # rows (one launch each, launch_s), then runs the persistent TMA kernel, C stored from
-    # registers where TMA cannot write it; taken where that models faster than the pointer
-    # kernels. The plain kernel waits for each K step's 2-byte loads before its MMA: its time is
+    # narrow_max_m rows: staging (a tma plan with "stage" in its config) copies each A or B TMA
+    # cannot read into a workspace of 16-byte rows (one launch each, launch_s), then runs the
+    # persistent TMA kernel, C stored from registers where TMA cannot write it; taken where that
+    # models faster than the pointer kernels. The plain kernel waits for each K step's 2-byte loads before its MMA: its time is
     # rounds of plain_resident programs an SM x K steps x plain_step_s (fits 2048 x 2047 x 2048:
     # 1 round x 64 steps, 105 us; 555 x 1234 x 777: 1 x 25, 37.6 us; 4096 x 50257 x 768: 48 x 24,
     # 1741 us; docs/performance.md, "Triton / GEMM + epilogue"; on the H100 staging took
@@ -204,9 +204,6 @@ VARIANTS = {
     "softmax": {v: _src(f"softmax_{v}.py", (f"softmax_{v}_kernel",)) for v in ("rows", "block", "split", "online")},
     "gemm_epilogue": {"tiled": _src("gemm_epilogue_tiled.py", ("gemm_epilogue_tiled_kernel",)),
                       "tma": _src("gemm_epilogue_tma.py", ("gemm_epilogue_tma_kernel",)),
-                      # A / B rows TMA cannot read copied to 16-byte rows, then the tma kernel
-                      "stage": _src("gemm_epilogue_tma.py", ("stage_rows_kernel", "gemm_epilogue_tma_kernel"),
-                                    ("bind_staged_launch",)),
                       "splitk": _src("gemm_epilogue_splitk.py", ("gemm_splitk_partial_kernel",
                                                                  "gemm_splitk_reduce_kernel")),
                       "plain": _src("gemm_epilogue.py", ("gemm_epilogue_kernel",), ())},
@@ -214,6 +211,10 @@ VARIANTS = {
     "attention": {"tma": _src("attention_tma.py", ("attention_tma_kernel",)),
                   "split": _src("attention_split.py", ("attention_split_kernel", "attention_combine_kernel"))},
 }
+
+#: staging (docs/DESIGN.md): the copy of the A / B rows TMA cannot read into 16-byte rows, no word of
+#: its own; a ``tma`` plan whose config names operands under ``stage`` launches it before the kernel
+STAGE = _src("gemm_epilogue_tma.py", ("stage_rows_kernel",), ("bind_staged_launch",))
 
 
 def facts_of_device(device) -> dict:
@@ -241,9 +242,11 @@ def plan(problem: str, facts):
         a, b, out = facts.meta("a"), facts.meta("b"), facts.meta("out")
         bias = facts.meta("bias") if "bias" in facts.operands else None
         vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
-        copies = tuple(t.numel() for t in (a, b) if not gemm_epilogue_tma.tma_readable(t))
+        copies = gemm_copies(a, b)
         variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_epilogue_tma.check(a, b, out) is None, dev,
                                    gemm_aligned(facts.esize, vec["K_VEC"], vec["N_VEC"]), copies)
+        if cfg.get("stage"):
+            return make_plan(problem, variant, VARIANTS, cfg, sources=STAGE + VARIANTS[problem][variant])
     return make_plan(problem, variant, VARIANTS, cfg)
 
 
@@ -527,14 +530,21 @@ def gemm_splitk_config(M: int, N: int, K: int, facts: dict, aligned: bool = True
     return {**best[0], "SPLIT": best[1]}
 
 
+def gemm_copies(a, b) -> dict:
+    """{operand: element count} of the A / B a staged TMA launch copies (rows TMA cannot read)."""
+    from .gemm_epilogue_tma import tma_readable
+    return {n: t.numel() for n, t in (("a", a), ("b", b)) if not tma_readable(t)}
+
+
 def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
-                aligned: bool = True, copies: tuple | None = None) -> tuple[str, dict]:
-    """tiled, tma, splitk, plain or stage, and the config. Few rows: narrow tiles, split-K when the
+                aligned: bool = True, copies: dict | None = None) -> tuple[str, dict]:
+    """tiled, tma, splitk or plain, and the config. Few rows: narrow tiles, split-K when the
     tiles alone leave SMs idle. Otherwise the roofline model picks among the tile configs (TMA ones
     when the operands allow TMA, else the pointer kernel's: shorter K steps when rows are not
-    4-byte aligned, see GEMM) and split factors; with ``copies`` (the element counts of the
-    operands a staged TMA launch copies; None: no TMA here) the staged TMA kernel where it models
-    faster."""
+    4-byte aligned, see GEMM) and split factors; with ``copies`` ({operand: element count} of the
+    operands a staged TMA launch copies, ``gemm_copies``; None: no TMA here) the TMA kernel on
+    staged operands where it models faster: "tma" with ``stage`` (the copied operands' names) in
+    its config."""
     G = GEMM
     facts = facts or device_facts()
     tma_ok = tma_ok and tma_available(facts)
@@ -551,8 +561,9 @@ def gemm_choice(M: int, N: int, K: int, tma_ok: bool, facts: dict | None = None,
     else:
         t_now = _gemm_time(M, N, K, cfg, cfg.get("SPLIT", 1), sms)
     tma = gemm_tma_config(M, N, K, facts)
-    t_stage = _gemm_time(M, N, K, tma, 1, sms) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["launch_s"] for n in copies)
-    return ("stage", dict(tma)) if t_stage < t_now else (variant, cfg)
+    t_stage = _gemm_time(M, N, K, tma, 1, sms) + sum(4.0 * n / G["hbm_bytes_per_s"] + G["launch_s"]
+                                                      for n in copies.values())
+    return ("tma", dict(tma, stage=list(copies))) if t_stage < t_now else (variant, cfg)
 
 
 def _gemm_unstaged(M: int, N: int, K: int, tma_ok: bool, facts: dict, aligned: bool) -> tuple[str, dict]:
@@ -591,14 +602,13 @@ def plan_gemm(a, b, bias, act: str, out) -> Plan:
     facts = device_facts(a.device)
     tma_ok = gemm_epilogue_tma.check(a, b, out) is None
     vec = gemm_epilogue_tiled.vec_facts(a, b, bias, out)
-    copies = tuple(t.numel() for t in (a, b) if not gemm_epilogue_tma.tma_readable(t))
     variant, cfg = gemm_choice(M, N, K, tma_ok, facts, gemm_aligned(a.element_size(), vec["K_VEC"], vec["N_VEC"]),
-                               copies)
+                               gemm_copies(a, b))
     sms = INTERPRETER_SMS if interpreting() else facts["sms"]
     if variant == "plain":
         from .runtime import bind_spec
         return Plan(variant, cfg, bind_spec(plain_spec(a, b, bias, act, out, cfg), a.device))
-    if variant == "stage":
+    if variant == "tma" and "stage" in cfg:   # operands TMA cannot address: staged, C from registers
         return Plan(variant, cfg, gemm_epilogue_tma.bind_staged_launch(a, b, bias, act, out, cfg, sms))
     if variant == "tma":
         launch = gemm_epilogue_tma.bind_launch(a, b, bias, act, out, cfg, sms)

@@ -10,9 +10,9 @@ stride, so for 16-bit types K and N must be multiples of 8 (``supports``); ``dis
 other shapes to the tiled kernel. EPILOGUE_SUBTILE stores C in two halves (half the staging
 buffer in shared memory; the first half's store overlaps the second half's epilogue).
 
-Staged operands (``bind_staged_launch``; dispatch's "stage" path for rows TMA cannot read, e.g.
-N = 2047 or K = 777): ``stage_rows_kernel`` copies A and / or B once a call into workspaces whose
-rows are 16-byte multiples (the descriptors keep the real K / N, so boxes still clip at the
+Staged operands (``bind_staged_launch``; dispatch's tma plans with ``stage`` in their config, for
+rows TMA cannot read, e.g. N = 2047 or K = 777): ``stage_rows_kernel`` copies A and / or B once a
+call into workspaces whose rows are 16-byte multiples (the descriptors keep the real K / N, so boxes still clip at the
 edges), and a C that TMA cannot write is stored from registers (``C_TMA`` off: a masked pointer
 store, which Triton lays out along the rows, 32 consecutive columns a warp instruction).
 """
