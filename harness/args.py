@@ -46,10 +46,9 @@ def problems_arg(args) -> list[str]:
 
 
 def problem_names_help() -> str:
-    """The registered problems as a help string (``vector_add | softmax | ...``): read from the
-    problem registry, so a new problem shows up in every command's help."""
-    from .problems import all_problems
-    return " | ".join(p.name for p in all_problems())
+    """The registered problems as a help string (``harness.problems.names_help``)."""
+    from .problems import names_help
+    return names_help()
 
 
 #: --layer's help: the layers are the adapters' (and plugins'), which the parser does not load

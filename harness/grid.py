@@ -175,8 +175,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "grid", help="launch grid of one implementation for one case, with per-program mask counts",
         description="Show the launch grid, block parameters and, for the first and last programs, "
                     "the elements each covers and the lanes its mask keeps and drops.")
-    from .args import problem_names_help
-    p.add_argument("problem", help=problem_names_help())
+    from .problems import names_help
+    p.add_argument("problem", help=names_help())
     p.add_argument("impl", help="implementation id layer:name (see `python -m harness list`)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="sizes and parameters, e.g. --set N=98432")

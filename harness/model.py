@@ -480,8 +480,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Print F, bytes read/written, Q, intensity, T_compute = F/P, T_memory = Q/BW, "
                     "T_ideal and the bound, per variant. Hardware: --gpu (datasheet), --bw/--peak, "
                     "or --from a results JSON (measured ceilings); default --gpu h200.")
-    from .args import problem_names_help
-    p.add_argument("problem", help=problem_names_help())
+    from .problems import names_help
+    p.add_argument("problem", help=names_help())
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="sizes and parameters, e.g. --set M=4096 --set N=1024 (repeatable; "
                         "comma-separated pairs also work)")

@@ -235,5 +235,11 @@ def all_problems() -> list[Problem]:
         v for k, v in _REGISTRY.items() if k not in order]
 
 
+def names_help() -> str:
+    """The registered problems as a help string (``vector_add | softmax | ...``), so that every
+    command's help names each problem, a new one included."""
+    return " | ".join(p.name for p in all_problems())
+
+
 def _load():
     from . import attention, gemm_epilogue, softmax, vector_add  # noqa: F401
