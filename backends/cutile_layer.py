@@ -48,7 +48,7 @@ if ct is not None:
     from cutile_src import gemm_epilogue as gemm_simple
     from cutile_src import gemm_epilogue_splitk as gemm_splitk
     from cutile_src import gemm_epilogue_tiled as gemm_tiled
-    from cutile_src import gemm_epilogue_stage as gemm_stage
+    from cutile_src import gemm_stage
     from cutile_src import softmax as softmax_simple
     from cutile_src import softmax_online, softmax_online_flat, softmax_online_tma, softmax_rows, softmax_rows_tma
     from cutile_src import softmax_split
@@ -643,7 +643,7 @@ _SM = {
 # candidates: reached by `python -m harness check` only. rows_tma is verified and the default plans
 # it, but it is no algorithm word (docs/DESIGN.md): no id of its own. Staging (GEMM operands copied to
 # 16-byte rows) is a mechanism of the default's plans, not a candidate (its id gemm_epilogue_pack,
-# the one-operand rules without the small switch, was removed on 2026-12-08).
+# the one-operand rules without the small switch, was removed on 2026-12-07).
 CANDIDATES = ("online_flat", "online_tma", "next", "rows_tma")
 for _v, (_name, _desc, _src) in _SM.items():
     register(problem="softmax", layer=LAYER, name=_name, description=_desc, sources=_src,

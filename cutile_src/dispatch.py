@@ -24,8 +24,8 @@ H200_SMS = 132
 #   rows_tma     rows masked by column index: TMA loads (softmax_rows_tma)
 #   online_tma   online masked by column index: TMA loads, the grid and hints by L2 (softmax_online_tma)
 #   online_flat  contiguous rows whose bytes are no 16-byte multiple: aligned 1-d tiles (softmax_online_flat)
-#   stage        GEMM operands whose rows are no 16-byte multiples are staged first (gemm_epilogue_stage;
-#                the switch was called pack until 2026-12-08)
+#   stage        GEMM operands whose rows are no 16-byte multiples are staged first (gemm_stage;
+#                formerly the switch pack)
 #   persistent   GEMM tiles > SMs: a grid of one program an SM looping over the tiles (gemm_epilogue_tiled)
 #   small        GEMMs whose C tiles leave SMs idle (plan_gemm_small): A and B staged in one launch,
 #                narrower tiles before split-K, split-K only where even those leave half the SMs idle;
@@ -177,8 +177,8 @@ VARIANTS = {
 #: staging (docs/DESIGN.md): the copies of the A / B rows that are no 16-byte multiples into 16-byte
 #: rows, no word of its own; a GEMM plan whose config has ``stage`` launches them first ("rows": an
 #: operand a launch, "pair": A and B in one, the plan's ``stage`` key "ab")
-STAGE = {"rows": _src("gemm_epilogue_stage.py", ("stage_rows_kernel",), ("staged_buffer", "bind_stage")),
-         "pair": _src("gemm_epilogue_stage.py", ("stage_pair_kernel",), ("bind_pair_operands", "bind_stage_pair"))}
+STAGE = {"rows": _src("gemm_stage.py", ("stage_rows_kernel",), ("staged_buffer", "bind_stage")),
+         "pair": _src("gemm_stage.py", ("stage_pair_kernel",), ("bind_pair_operands", "bind_stage_pair"))}
 
 
 def _contiguous(op) -> bool:

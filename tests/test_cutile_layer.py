@@ -360,7 +360,7 @@ def test_small_plan_invariants():
 @needs_cutile
 def test_gemm_adapter_facts_and_staged_buffers():
     from backends import cutile_layer as L
-    from cutile_src import gemm_epilogue_splitk as sk, gemm_epilogue_stage as stage
+    from cutile_src import gemm_epilogue_splitk as sk, gemm_stage as stage
     m = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
     assert L._rows16(m(16, 768)) and not L._rows16(m(768, 50257))
     assert not L._rows16(m(1 + 64 * 64)[1:].view(64, 64))  # offset base
