@@ -51,6 +51,8 @@ VARIANTS = {
 #: staging (docs/DESIGN.md): the copy of the A / B rows TMA cannot read into 16-byte rows, no word of
 #: its own; a ``tma`` plan whose config names operands under ``stage`` launches it before the kernel
 STAGE = _src("gemm_epilogue_tma.py", ("stage_rows_kernel",), ("staged_specs", "stage_spec", "staged"))
+#: ... and its host alone, for a staged launch that copies nothing (C stored from registers only)
+STAGE_HOST = _src("gemm_epilogue_tma.py", (), ("staged_specs", "stage_spec", "staged"))
 
 
 def facts_of_device(device) -> dict:
@@ -80,8 +82,9 @@ def plan(problem: str, facts):
         a, b, out = facts.meta("a"), facts.meta("b"), facts.meta("out")
         variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_tma.check(a, b, out) is None, dev,
                                    gemm_copies(a, b))
-        if cfg.get("stage"):
-            return make_plan(problem, variant, VARIANTS, cfg, sources=STAGE + VARIANTS[problem][variant])
+        if "stage" in cfg:   # the staged launch; its copy kernel where it copies an operand
+            return make_plan(problem, variant, VARIANTS, cfg,
+                             sources=(STAGE if cfg["stage"] else STAGE_HOST) + VARIANTS[problem][variant])
     return make_plan(problem, variant, VARIANTS, cfg)
 
 

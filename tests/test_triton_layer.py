@@ -974,3 +974,25 @@ def test_compile_only_defaults_for_sm80():
         for s in T._gemm_specs(variant, case, cfg):
             f = T.compile_spec(s, ptxas=False, cc=80)
             assert ".target sm_80" in f["ptx"], (case.id, variant)
+
+
+def test_a_staged_launch_that_copies_nothing_names_no_copy_kernel():
+    """A and B readable by TMA, C not (its base off 16 bytes): the staged launch stores C from
+    registers and copies nothing, so the plan's sources hold its host and the TMA kernel but no
+    copy kernel (Triton and Gluon alike); with B's rows unreadable the copy kernel is named."""
+    import dataclasses
+
+    from gluon_src import dispatch as gluon_dispatch
+    from harness.meta_inputs import case_facts
+    from kltools.plan import Operand
+    facts = case_facts(problems.get("gemm_epilogue").case(M=2048, N=2048, K=2048, act="gelu", dtype="bfloat16"))
+    out = facts.operands["out"]
+    off_c = dataclasses.replace(facts, operands={**facts.operands, "out": Operand(out.shape, out.strides, 2)})
+    for D, host in ((dispatch, "bind_staged_launch"), (gluon_dispatch, "staged_specs")):
+        p = D.plan("gemm_epilogue", off_c)
+        assert p.variant == "tma" and p.config["stage"] == [], (D.__name__, p.config)
+        kernels = {k for s in p.sources for k in s.kernels}
+        assert "gemm_epilogue_tma_kernel" in kernels and "stage_rows_kernel" not in kernels
+        assert host in {h for s in p.sources for h in s.host}
+        staged = D.plan("gemm_epilogue", case_facts(problems.get("gemm_epilogue").case(M=2048, N=2047, K=2048)))
+        assert "stage_rows_kernel" in {k for s in staged.sources for k in s.kernels}

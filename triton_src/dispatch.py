@@ -215,6 +215,10 @@ VARIANTS = {
 #: staging (docs/DESIGN.md): the copy of the A / B rows TMA cannot read into 16-byte rows, no word of
 #: its own; a ``tma`` plan whose config names operands under ``stage`` launches it before the kernel
 STAGE = _src("gemm_epilogue_tma.py", ("stage_rows_kernel",), ("bind_staged_launch",))
+#: ... and its host alone, for a staged launch that copies nothing (C stored from registers only)
+STAGE_HOST = _src("gemm_epilogue_tma.py", (), ("bind_staged_launch",))
+#: ... and the TMA kernel it launches (bound by bind_staged_launch, not the unstaged bind_launch)
+STAGED_TMA = _src("gemm_epilogue_tma.py", ("gemm_epilogue_tma_kernel",), ())
 
 
 def facts_of_device(device) -> dict:
@@ -245,8 +249,9 @@ def plan(problem: str, facts):
         copies = gemm_copies(a, b)
         variant, cfg = gemm_choice(facts.M, facts.N, facts.K, gemm_epilogue_tma.check(a, b, out) is None, dev,
                                    gemm_aligned(facts.esize, vec["K_VEC"], vec["N_VEC"]), copies)
-        if cfg.get("stage"):
-            return make_plan(problem, variant, VARIANTS, cfg, sources=STAGE + VARIANTS[problem][variant])
+        if "stage" in cfg:   # the staged launch; its copy kernel where it copies an operand
+            return make_plan(problem, variant, VARIANTS, cfg,
+                             sources=(STAGE if cfg["stage"] else STAGE_HOST) + STAGED_TMA)
     return make_plan(problem, variant, VARIANTS, cfg)
 
 
