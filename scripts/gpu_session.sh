@@ -130,9 +130,8 @@ EOF
     # each group pinned to its share of the cores: the compile pools size themselves by the cores
     # they may use (harness.machine.usable_cpus), so four groups no longer start a process a core
     # each (four times the machine: docs/results/h100-2026-12-07b/README.md). Shares by weight
-    # 3:3:6:4 of 16: tilelang + cutile compile the most (its TileLang fixture took 86 s on 16 cores
-    # alone and did not finish in 380 s on 4 beside the others, which took 177-202 s on 4 each:
-    # docs/results/h100-2026-12-07c/README.md)
+    # 3:3:6:4 of 16: tilelang + cutile compile the most (their TileLang fixture is the slowest
+    # setup of all: docs/results/h100-2026-12-07c/README.md)
     ncpu=$(nproc); weights=(3 3 6 4); first=0
     for g in 0 1 2 3; do
       pin=""
