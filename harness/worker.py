@@ -424,6 +424,24 @@ def _finish_task(task, opts, emit, problem, case, device, passed, rows) -> None:
 _COPIES: dict = {}   # (mix, bytes, timing mode) -> the same-size copy's timing in this process
 
 
+def _timed_check(targets, impls, problem, case, seed, inputs, device):
+    """The timing's check of a row's first and last timed launch (its output guards, then the
+    checker's verdict), and a one-element list that sums the seconds it took."""
+    from . import verify
+    checking = [0.0]
+
+    def check(k, output):
+        c0 = time.perf_counter()
+        try:
+            g = targets[k].guard()
+            if g:
+                return verify.Check(False, g)
+            return verify.judge(impls[k], problem, case, seed, inputs, output, device)
+        finally:
+            checking[0] += time.perf_counter() - c0
+    return check, checking
+
+
 def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
     """Time the implementations that passed, interleaved; verify their first and last timed
     launches (seed 0's inputs, fresh guarded outputs); a failure there fails that row alone."""
@@ -445,17 +463,7 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
             if gpumem.oom(e):
                 _out_of_memory(rows[impl.id], task, problem, case, device, "the timing worker", _first_line(e))
 
-    checking = [0.0]   # seconds of the sampling spent checking the first and last timed launches
-
-    def check(k, output):
-        c0 = time.perf_counter()
-        try:
-            g = targets[k].guard()
-            if g:
-                return verify.Check(False, g)
-            return verify.judge(impls[k], problem, case, seed, inputs, output, device)
-        finally:
-            checking[0] += time.perf_counter() - c0
+    check, checking = _timed_check(targets, impls, problem, case, seed, inputs, device)
 
     vendor = getattr(problem, "vendor_launch", None)
     vend = vendor(case, inputs) if vendor else None
