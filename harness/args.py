@@ -45,24 +45,19 @@ def problems_arg(args) -> list[str]:
     return out
 
 
-def problem_names_help() -> str:
-    """The registered problems as a help string (``harness.problems.names_help``)."""
-    from .problems import names_help
-    return names_help()
-
-
 #: --layer's help: the layers are the adapters' (and plugins'), which the parser does not load
 LAYER_HELP = "a layer's name (torch, a kernel layer, a library, a plugin's; `python -m harness list` shows them)"
 
 
 def _selectors(p: argparse.ArgumentParser, suite_default: str | None, roles_help: str) -> None:
+    from .problems import SUITES, names_help
     p.add_argument("--problem", action="append", type=_problem_list,
-                   help=f"{problem_names_help()} (repeatable, or comma-separated)")
+                   help=f"{names_help()} (repeatable, or comma-separated)")
     p.add_argument("--layer", help=LAYER_HELP)
     p.add_argument("--impl", action="append", help="implementation id layer:name (repeatable)")
     p.add_argument("--roles", help=roles_help)
     p.add_argument("--all", action="store_true", help="every implementation (same as --roles all)")
-    p.add_argument("--suite", default=suite_default, help="smoke | verify | bench | models | edge | full | awkward")
+    p.add_argument("--suite", default=suite_default, help=" | ".join(SUITES))
     p.add_argument("--dtype", action="append", help="float32|float16|bfloat16 (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="one custom case instead of a suite (needs --problem), e.g. --set M=1823 --set N=781")
