@@ -117,16 +117,20 @@ def _tampered() -> str | None:
     return None
 
 
-def judge(impl, problem, case, seed, inputs, output, device) -> Check:
+def judge(impl, problem, case, seed, inputs, output, device, expect: str | None = None,
+          fingerprint: bool = False) -> Check:
     """The checker's verdict on one output (plus the worker-side tamper check); ``output`` None:
-    on the inputs alone (unchanged by the launches)."""
+    on the inputs alone (unchanged by the launches). ``expect``: the fingerprint of an output of
+    this implementation that passed on this case and seed (the same bits pass without the float64
+    reference); ``fingerprint``: a passing output's fingerprint comes back in ``details["bits"]``."""
     from . import checker
 
     t = _tampered()
     if t:
         return Check(False, t)
     res = checker.get(device).check(problem.name, case, seed, inputs, output,
-                                    roundings=int(impl.extra.get("roundings", 0)))
+                                    roundings=int(impl.extra.get("roundings", 0)), expect=expect,
+                                    fingerprint=fingerprint)
     return Check.from_dict(res)
 
 
@@ -136,9 +140,10 @@ class _PartClock:
     ``launch_s`` (prepare and launch to completion, first calls included), ``guard_s`` (the output
     guards, the repeat's copy and comparison), ``check_s`` (the checker's round trips) and, of
     those, what the checker reports: ``reference_s`` (float64 references and bounds computed;
-    ``references`` counts them: a reference in hand costs none), ``inputs_check_s`` (the inputs
-    against the pristine ones), ``compare_s`` (the outputs against the reference; ``compares``
-    counts them: a repeat with the first launch's bits is not compared again)."""
+    ``references`` counts them: a reference in hand costs none), ``inputs_check_s`` (the pristine
+    inputs made, once a case and seed, and the inputs against them), ``compare_s`` (the outputs
+    against the reference; ``compares`` counts them: a repeat with the first launch's bits is not
+    compared again) and ``fingerprint_s`` (the first seed's passing output's fingerprint)."""
 
     def __init__(self, details: dict):
         import time
@@ -158,7 +163,8 @@ class _PartClock:
         """A checker's verdict: its round trip and the checker's own seconds, counted."""
         self.lap("check_s")
         times = c.details.pop("checker_s", None) or {}
-        for k, name in (("reference_s", "reference_s"), ("inputs_s", "inputs_check_s"), ("compare_s", "compare_s")):
+        for k, name in (("reference_s", "reference_s"), ("inputs_s", "inputs_check_s"), ("compare_s", "compare_s"),
+                        ("fingerprint_s", "fingerprint_s")):
             if k in times:
                 self._add(name, float(times[k]))
         for k, count in (("reference_s", "references"), ("compare_s", "compares")):
@@ -202,11 +208,15 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
         clock.lap("guard_s")
         if g:
             return Check(False, f"seed {seed}: {g}", details=worst.details)
-        c = clock.judged(judge(impl, problem, case, seed, inputs, got, device))
+        # the first seed's passing output's fingerprint: the timing's checks compare its launches
+        # with it (the same bits need no float64 reference there)
+        c = clock.judged(judge(impl, problem, case, seed, inputs, got, device, fingerprint=n == 0))
         if not c.ok:
             c.reason = f"seed {seed}: {c.reason}"
             c.details.update(worst.details)
             return c
+        if n == 0 and c.details.get("bits"):
+            worst.details["bits"] = c.details["bits"]
         worst.details["worst_ratio"] = max(worst.details.get("worst_ratio", 0.0),
                                            c.details.get("worst_ratio") or 0.0)
         if (c.details.get("bias") or {}).get("t") is not None:
@@ -241,6 +251,7 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
         del L, inputs
     if worst.details.get("nondeterministic"):
         worst.reason = "passes, but two launches on the same inputs gave different bits"
+        worst.details.pop("bits", None)   # no launch of it need match those bits
     return worst
 
 

@@ -225,7 +225,7 @@ def settle(impl, problem, case, device: str, phase: str) -> dict:
 
 
 _VERDICT_KEYS = ("status", "kind", "reason", "max_abs_err", "rel_err", "bias", "worst_ratio", "verify_s",
-                 "verify_parts", "compile")
+                 "verify_parts", "compile", "bits")
 
 
 def _verify_one(task, impl, problem, case, device, row, emit, seeds=None, checks=None) -> bool:
@@ -272,6 +272,8 @@ def _verify_one(task, impl, problem, case, device, row, emit, seeds=None, checks
         row["bias"] = check.details["bias"]
     if check.details.get("worst_ratio") is not None:
         row["worst_ratio"] = check.details["worst_ratio"]
+    if check.ok and check.details.get("bits"):   # seed 0's verified output: the timing's checks match it
+        row["bits"] = check.details["bits"]
     row.update(status="PASS", kind="verified") if check.ok else row.update(status="FAIL", kind="mismatch")
     before = (row.get("verify_s") or 0.0, row.get("verify_cpu_s") or 0.0) if so_far is not None else (0.0, 0.0)
     row["verify_s"] = round(before[0] + time.perf_counter() - t0, 3)
@@ -424,9 +426,10 @@ def _finish_task(task, opts, emit, problem, case, device, passed, rows) -> None:
 _COPIES: dict = {}   # (mix, bytes, timing mode) -> the same-size copy's timing in this process
 
 
-def _timed_check(targets, impls, problem, case, seed, inputs, device):
+def _timed_check(targets, impls, problem, case, seed, inputs, device, rows):
     """The timing's check of a row's first and last timed launch (its output guards, then the
-    checker's verdict), and a one-element list that sums the seconds it took."""
+    checker's verdict: an output with the bits its verification passed on seed 0, ``rows[k]["bits"]``,
+    passes without a float64 reference), and a one-element list that sums the seconds it took."""
     from . import verify
     checking = [0.0]
 
@@ -436,7 +439,8 @@ def _timed_check(targets, impls, problem, case, seed, inputs, device):
             g = targets[k].guard()
             if g:
                 return verify.Check(False, g)
-            return verify.judge(impls[k], problem, case, seed, inputs, output, device)
+            return verify.judge(impls[k], problem, case, seed, inputs, output, device,
+                                expect=rows[k].get("bits"))
         finally:
             checking[0] += time.perf_counter() - c0
     return check, checking
@@ -463,7 +467,7 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
             if gpumem.oom(e):
                 _out_of_memory(rows[impl.id], task, problem, case, device, "the timing worker", _first_line(e))
 
-    check, checking = _timed_check(targets, impls, problem, case, seed, inputs, device)
+    check, checking = _timed_check(targets, impls, problem, case, seed, inputs, device, rows)
 
     vendor = getattr(problem, "vendor_launch", None)
     vend = vendor(case, inputs) if vendor else None
