@@ -142,7 +142,7 @@ def _answer(msg: dict, device: str, cache: dict) -> dict:
     when needed); ``fingerprint``: return a passing output's fingerprint (``details["bits"]``)."""
     from . import problems
     from .case import Case
-    from .output_check import check_output, fingerprint
+    from .output_check import check_output, fingerprint, reference_stats
 
     problem = problems.get(msg["problem"])
     case = Case.from_json(msg["case"])
@@ -165,11 +165,12 @@ def _answer(msg: dict, device: str, cache: dict) -> dict:
             times["fingerprint_s"], t = _since(t, device)
             res["details"] = {"checker_s": times, "same_bits": True}
             return res
-        if len(cache[key]) == 1:   # the reference and its bound, once a case, seed and roundings
-            cache[key] = (pristine, *problem.reference_and_bound(pristine, case, key[3]))
+        if len(cache[key]) == 1:   # the reference, its bound and figures, once a case, seed and roundings
+            ref, bound, systematic = problem.reference_and_bound(pristine, case, key[3])
+            cache[key] = (pristine, ref, bound, systematic, reference_stats(case, ref))
             times["reference_s"], t = _since(t, device)
-        _, ref, bound, systematic = cache[key]
-        res = check_output(problem, case, out, ref, bound=bound, systematic=systematic).to_dict()
+        _, ref, bound, systematic, stats = cache[key]
+        res = check_output(problem, case, out, ref, bound=bound, systematic=systematic, stats=stats).to_dict()
         times["compare_s"], t = _since(t, device)
         if res["ok"] and msg.get("fingerprint"):
             res.setdefault("details", {})["bits"] = fingerprint(out)

@@ -176,38 +176,67 @@ def _form_failure(case, out, ref) -> Check | None:
     return None
 
 
-def _first_pass(f: _Flat, bias):
-    """Pass 1 over the chunks: NaN/inf mismatch counts, norms, extremes (for the constant-output
+def reference_stats(case, ref: torch.Tensor) -> dict:
+    """What the check needs of the reference alone, computed once a reference (the checker keeps
+    it beside the reference, so the rows checked against one reference share it): the finite
+    elements' count, sum of squares, extremes and first index, and the sum of squares of the
+    reference's own rounding error in the output dtype (the best output the dtype can hold)."""
+    r = ref.reshape(-1)
+    n = r.numel()
+    f64 = dict(dtype=torch.float64, device=ref.device)
+    n_fin = torch.zeros((), dtype=torch.int64, device=ref.device)
+    sums = torch.zeros(2, **f64)                          # sum r^2, sum (round(r) - r)^2
+    ext = torch.tensor([math.inf, -math.inf], **f64)      # min, max of the finite values
+    for i in range(0, n, CHUNK):
+        c = r[i:i + CHUNK]
+        fin = torch.isfinite(c)
+        n_fin += fin.sum()
+        rz = torch.where(fin, c, 0.0)
+        sums[0] += (rz * rz).sum()
+        rr = torch.where(fin, c.to(case.torch_dtype).to(torch.float64) - c, 0.0)
+        sums[1] += (rr * rr).sum()
+        ext[0] = torch.minimum(ext[0], torch.where(fin, c, math.inf).min())
+        ext[1] = torch.maximum(ext[1], torch.where(fin, c, -math.inf).max())
+    n_fin = int(n_fin)
+    (sum_r2, sum_round2), (rmin, rmax) = sums.tolist(), ext.tolist()
+    first = _first_index(n, lambda i, j: torch.isfinite(r[i:j])) if n_fin else 0
+    return {"n_fin": n_fin, "sum_r2": sum_r2, "sum_round2": sum_round2, "rmin": rmin, "rmax": rmax,
+            "first_fin": first}
+
+
+def _pass(f: _Flat, bias, allowed_of, o_fill):
+    """The one pass over the chunks: NaN/inf mismatch counts, elements past their bound, the error's
+    sum of squares, largest error and largest error / bound ratio, the output's extremes where the
+    reference is finite (``o_fill`` elsewhere: an output value there, for the constant-output
     guard), and the bias sample. Returns (counts, sums, extremes) as lists."""
-    counts = torch.zeros(3, dtype=torch.int64, device=f.r.device)  # NaN mismatches, inf mismatches, finite
-    sums = torch.zeros(4, **f.f64)            # sum r^2, sum e^2, max |e|, sum (round(r) - r)^2
-    ext = torch.tensor([math.inf, -math.inf, math.inf, -math.inf], **f.f64)  # min/max of r, of o (finite r)
+    counts = torch.zeros(3, dtype=torch.int64, device=f.r.device)  # NaN mismatches, inf mismatches, over
+    sums = torch.zeros(3, **f.f64)            # sum e^2, max |e|, max |e| / allowed
+    ext = torch.tensor([math.inf, -math.inf], **f.f64)  # min/max of o where r is finite
     n_chunks = -(-f.n // CHUNK)
     bias_step = max(1, -(-n_chunks // BIAS_MAX_CHUNKS))
     for k, i in enumerate(range(0, f.n, CHUNK)):
         j = min(f.n, i + CHUNK)
         o = f.o[i:j].to(torch.float64)
         r = f.r[i:j]
-        counts[0] += f.nan_mismatch(i, j).sum()
-        counts[1] += f.inf_mismatch(i, j).sum()
+        counts[0] += (torch.isnan(o) != torch.isnan(r)).sum()
+        # inf mismatch: where r is inf, o must be the same inf; elsewhere o must not be inf
+        counts[1] += torch.where(torch.isinf(r), o != r, torch.isinf(o)).sum()
         fin = torch.isfinite(r)
-        counts[2] += fin.sum()
         e = torch.where(fin, o - r, 0.0)
-        rz = torch.where(fin, r, 0.0)
-        sums[0] += (rz * rz).sum()
-        sums[1] += (e * e).sum()
-        sums[2] = torch.maximum(sums[2], e.abs().max())
-        # the error of the best output the dtype can hold: the reference rounded to it
-        rr = torch.where(fin, r.to(f.case.torch_dtype).to(torch.float64) - r, 0.0)
-        sums[3] += (rr * rr).sum()
-        ext[0] = torch.minimum(ext[0], torch.where(fin, r, math.inf).min())
-        ext[1] = torch.maximum(ext[1], torch.where(fin, r, -math.inf).max())
-        ext[2] = torch.minimum(ext[2], torch.where(fin, o, math.inf).min())
-        ext[3] = torch.maximum(ext[3], torch.where(fin, o, -math.inf).max())
+        err = e.abs()
+        sums[0] += (e * e).sum()
+        sums[1] = torch.maximum(sums[1], err.max())
+        allowed = allowed_of(i, j, o, r)
+        counts[2] += (fin & (err > allowed)).sum()
+        sums[2] = torch.maximum(sums[2], torch.where(fin, err / allowed.clamp_min(1e-300), 0.0).max())
+        lo, hi = torch.aminmax(torch.where(fin, o, o_fill))
+        ext[0] = torch.minimum(ext[0], lo)
+        ext[1] = torch.maximum(ext[1], hi)
         if bias is not None and k % bias_step == 0:
             # the error against the correctly rounded reference: rounding itself is no bias, also
             # where a binade holds only a few representable values (fp16 subnormals), whose
             # rounding errors need not average out
+            rr = r.to(f.case.torch_dtype).to(torch.float64) - r
             rf, ef = r[fin], (o - r - rr)[fin]
             if rf.numel() and bool(torch.isfinite(ef).all()):
                 bias.add(rf, ef, f.s[i:j][fin] if f.s is not None else None)
@@ -230,32 +259,18 @@ def _position_failure(f: _Flat, nan_bad: int, inf_bad: int) -> Check | None:
     return None
 
 
-def _element_failure(f: _Flat, allowed_of, what: str, max_abs: float, rel: float):
-    """Pass 2: every element against its bound. (a Check for the first offender or None, the
-    largest error / bound ratio)."""
+def _element_failure(f: _Flat, allowed_of, what: str, over_n: int, max_abs: float, rel: float):
+    """The first of the ``over_n`` elements past their bound (the pass counted them), as a Check."""
     def over_of(i, j):
         o, r = f.o[i:j].to(torch.float64), f.r[i:j]
         return torch.isfinite(r) & ((o - r).abs() > allowed_of(i, j, o, r))
 
-    over = torch.zeros((), dtype=torch.int64, device=f.r.device)
-    ratio_max = torch.zeros((), **f.f64)
-    for i in range(0, f.n, CHUNK):
-        j = min(f.n, i + CHUNK)
-        o, r = f.o[i:j].to(torch.float64), f.r[i:j]
-        fin = torch.isfinite(r)
-        allowed = allowed_of(i, j, o, r)
-        err = (o - r).abs()
-        over += (fin & (err > allowed)).sum()
-        ratio_max = torch.maximum(ratio_max, torch.where(fin, err / allowed.clamp_min(1e-300), 0.0).max())
-    over_n, worst_ratio = int(over), float(ratio_max)
-    if not over_n:
-        return None, worst_ratio
     first = _first_index(f.n, over_of)
     where = _index(first, f.shape)
     got, want = float(f.o[first]), float(f.r[first])
     allowed = float(allowed_of(first, first + 1, f.o[first:first + 1].to(torch.float64), f.r[first:first + 1])[0])
     return Check(False, f"{over_n} element(s) outside {what}; first at {where}: got {got:.9g}, "
-                        f"expected {want:.9g} (allowed error {allowed:.3g})", max_abs, rel, where), worst_ratio
+                        f"expected {want:.9g} (allowed error {allowed:.3g})", max_abs, rel, where)
 
 
 def _bias_verdict(bias, worst_ratio: float, max_abs: float, rel: float) -> Check:
@@ -272,15 +287,16 @@ def _bias_verdict(bias, worst_ratio: float, max_abs: float, rel: float) -> Check
 
 
 def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | None = None,
-                 systematic: torch.Tensor | None = None) -> Check:
+                 systematic: torch.Tensor | None = None, stats: dict | None = None) -> Check:
     """Compare ``out`` with the float64 ``ref``.
 
     ``bound`` (float64, like ``ref``): the problem's per-element error bound before the output
     rounding; half an ulp of the output dtype at max(|ref|, |out|) is added at each element.
     ``systematic``: the part of ``bound`` that may be a bias (the bias test allows it). Without it
-    the problem's ``tolerance`` applies (atol + rtol*|ref|). Streams over chunks so the float64
+    the problem's ``tolerance`` applies (atol + rtol*|ref|). ``stats``: the reference's own figures
+    (``reference_stats``; computed here when not given). One pass over chunks, so the float64
     temporaries stay small for outputs of billions of elements; the sums, counts and extremes stay
-    on the device until the end of a pass (a host round trip a chunk costs more than the chunk),
+    on the device until the end of the pass (a host round trip a chunk costs more than the chunk),
     and the first offending element is searched for only when a count says there is one. The bias
     test reads at most ``BIAS_MAX_CHUNKS`` chunks, evenly spaced over the output (2^26 elements
     test a bias far below its floor; sorting billions of values for it would cost seconds)."""
@@ -288,10 +304,20 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
     if bad:
         return bad
     tol = problem.tolerance(case.dtype)
+    st = stats if stats is not None else reference_stats(case, ref)
     f = _Flat(case, out, ref, bound, systematic)
     bias = _BiasStats(case.dtype) if getattr(problem, "bias_check", True) and (
         bound is not None or not getattr(problem, "derives_bound", False)) else None
-    (nan_bad, inf_bad, n_fin), (sum_r2, sum_e2, max_abs, sum_round2), ext = _first_pass(f, bias)
+    n_fin, sum_r2 = st["n_fin"], st["sum_r2"]
+    atol = max(tol.atol_floor, tol.atol_rms * math.sqrt(sum_r2 / n_fin)) if n_fin else tol.atol_floor
+
+    def allowed_of(i, j, o, r):
+        if f.b is not None:
+            return f.b[i:j] + _half_ulp(torch.maximum(r.abs(), o.abs()), case.dtype)
+        return atol + tol.rtol * r.abs()
+
+    o_fill = f.o[st["first_fin"]].to(torch.float64) if n_fin else torch.zeros((), **f.f64)
+    (nan_bad, inf_bad, over_n), (sum_e2, max_abs, worst_ratio), (omin, omax) = _pass(f, bias, allowed_of, o_fill)
     bad = _position_failure(f, int(nan_bad), int(inf_bad))
     if bad:
         return bad
@@ -303,27 +329,18 @@ def check_output(problem, case, out, ref: torch.Tensor, bound: torch.Tensor | No
     # rounded reference itself is past rel_norm (fp16 softmax rows of 10^5 columns, whose values
     # sit among fp16's subnormals, each rounded to 2^-24), ROUNDING_NORM_FACTOR times its error is
     # the bound instead.
-    rel_round = math.sqrt(sum_round2) / ref_norm if ref_norm > 0 else 0.0
+    rel_round = math.sqrt(st["sum_round2"]) / ref_norm if ref_norm > 0 else 0.0
     rel_bound = max(tol.rel_norm, ROUNDING_NORM_FACTOR * rel_round)
 
     # Guard: an all-zero or constant output where the reference is neither.
-    rmin, rmax, omin, omax = ext
-    if n_fin > 1 and rmin != rmax and omin == omax:
+    if n_fin > 1 and st["rmin"] != st["rmax"] and omin == omax:
         kind = "all zero" if omin == 0.0 else f"constant ({omin:g})"
         return Check(False, f"output is {kind} where the reference is not", max_abs, rel)
 
-    atol = max(tol.atol_floor, tol.atol_rms * math.sqrt(sum_r2 / n_fin))
-
-    def allowed_of(i, j, o, r):
-        if f.b is not None:
-            return f.b[i:j] + _half_ulp(torch.maximum(r.abs(), o.abs()), case.dtype)
-        return atol + tol.rtol * r.abs()
-
     what = (f"their bound (fp32 accumulation + half an ulp of {case.dtype})" if f.b is not None
             else f"atol={atol:.3g} + rtol={tol.rtol:.3g}*|ref|")
-    bad, worst_ratio = _element_failure(f, allowed_of, what, max_abs, rel)
-    if bad:
-        return bad
+    if over_n:
+        return _element_failure(f, allowed_of, what, int(over_n), max_abs, rel)
     if rel > rel_bound:
         floor = (f" (the correctly rounded reference's own error is {rel_round:.3g})"
                  if rel_bound > tol.rel_norm else "")

@@ -184,3 +184,30 @@ def test_verification_parts_count_one_reference_a_seed_and_no_compare_for_an_ide
     # a later call on the same case continues the sums (the main job's seed-by-seed order)
     c2 = verify_case(impl, p, case, "cpu", seeds=(9,), so_far=c)
     assert c2.details["parts"]["references"] == 3 and c2.details["parts"]["compares"] == 3
+
+
+def test_the_reference_figures_are_the_same_given_or_computed(monkeypatch):
+    """the checker keeps a reference's own figures (reference_stats) beside it: a check given them
+    says exactly what a check computing them says, over chunks too, on a passing output, one past
+    its bound, a NaN where the reference is finite, and a constant output"""
+    import harness.output_check as v
+
+    p = problems.get("softmax")
+    case = p.case(M=64, N=1000, kind="neginf")
+    (x,) = p.make_inputs(case, "cpu", 0)
+    ref = p.reference((x,), case)
+    monkeypatch.setattr(v, "CHUNK", 4096)
+    stats = v.reference_stats(case, ref)
+    assert stats["n_fin"] == int(torch.isfinite(ref).sum()) and stats["rmax"] == float(ref[torch.isfinite(ref)].max())
+    good = torch.softmax(x, -1)
+    over = good.clone()
+    over[17, 3] += 0.01
+    nan = good.clone()
+    nan[40, 999] = float("nan")
+    for out in (good, over, nan, torch.full_like(good, 1e-3)):
+        a, b = v.check_output(p, case, out, ref), v.check_output(p, case, out, ref, stats=stats)
+        assert repr(a.to_dict()) == repr(b.to_dict())   # (repr: a NaN error equals itself)
+    assert v.check_output(p, case, good, ref, stats=stats).ok
+    assert "first at [17, 3]" in v.check_output(p, case, over, ref, stats=stats).reason
+    assert "first at [40, 999]" in v.check_output(p, case, nan, ref, stats=stats).reason
+    assert "constant" in v.check_output(p, case, torch.full_like(good, 1e-3), ref, stats=stats).reason
