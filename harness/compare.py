@@ -147,7 +147,8 @@ class _Recorder:
             self.note("worker_done", cpu_s=ev["cpu_s"], checker_cpu_s=ev.get("checker_cpu_s"))
         elif ev.get("event") == "timed_case":
             self.note("timed_case", case=ev["case"], prepare_s=ev["prepare_s"], sample_s=ev["sample_s"],
-                      check_s=ev.get("check_s"), rows=ev["rows"])
+                      check_s=ev.get("check_s"), checks=ev.get("checks"), same_bits=ev.get("same_bits"),
+                      rows=ev["rows"])
 
     def add(self, r: dict) -> None:
         self.rows.append(r)

@@ -38,17 +38,32 @@ def breakdown(rows: list[dict], facts: list[dict], wall_s: float) -> dict:
                  "first_call_s": first,
                  "verify_s": round(_sum(r.get("verify_s") for r in rows) - first, 1)},
         "verify_parts": _parts(rows),
-        "timed": {"cases": len(timed), "prepare_s": _sum(f["prepare_s"] for f in timed),
-                  "sample_s": _sum(f["sample_s"] for f in timed),
-                  "check_s": _sum(f.get("check_s") for f in timed) if any("check_s" in f for f in timed) else None},
+        "timed": _timed(timed, phases.get("timed")),
     }
+    return out
+
+
+def _timed(timed: list[dict], phase: dict | None) -> dict:
+    """The timed cases' seconds, summed: preparing, sampling (the checks of each row's first and
+    last timed launch included: ``check_s``, with how many checks and how many passed on the bits
+    the row's verification passed with), and the rest of the timed phase (``between_s``: settling
+    the rows, the hand-over of cases and rows, giving memory back) where the phase finished."""
+    out = {"cases": len(timed), "prepare_s": _sum(f["prepare_s"] for f in timed),
+           "sample_s": _sum(f["sample_s"] for f in timed),
+           "check_s": _sum(f.get("check_s") for f in timed) if any("check_s" in f for f in timed) else None}
+    if any(f.get("checks") is not None for f in timed):
+        out["checks"] = sum(int(f.get("checks") or 0) for f in timed)
+        out["same_bits"] = sum(int(f.get("same_bits") or 0) for f in timed)
+    if phase is not None and timed:
+        out["between_s"] = round(max(0.0, phase["s"] - out["prepare_s"] - out["sample_s"]), 1)
     return out
 
 
 #: the parts of a verification (``verify._PartClock``), in the order the report names them
 PARTS = (("inputs_s", "inputs"), ("launch_s", "launches (first calls included)"), ("guard_s", "output guards"),
          ("check_s", "checker round trips"), ("reference_s", "float64 references"),
-         ("inputs_check_s", "input comparisons"), ("compare_s", "output comparisons"))
+         ("inputs_check_s", "input comparisons"), ("compare_s", "output comparisons"),
+         ("fingerprint_s", "fingerprints of the first seed's output"))
 
 
 def _parts(rows: list[dict]) -> dict | None:
@@ -95,8 +110,12 @@ def render(w: dict | None) -> str:
         out.append(f"- verification of {vp['rows']} row(s), summed: {named}; in the checker: {inside} "
                    f"({vp.get('references', 0)} reference(s) computed, {vp.get('compares', 0)} output(s) compared)")
     if tm.get("cases"):
-        checks = (f" (of which checking each row's first and last timed launch {tm['check_s']:.1f} s)"
+        checks = (f" (of which checking each row's first and last timed launch {tm['check_s']:.1f} s"
+                  + (f": {tm['checks']} checks, {tm['same_bits']} passed on the bits the row's verification "
+                     f"passed with" if tm.get("checks") is not None else "") + ")"
                   if tm.get("check_s") is not None else "")
+        between = (f"; the rest of the timed phase (settling rows, handing cases and rows over, memory "
+                   f"given back) {tm['between_s']:.1f} s" if tm.get("between_s") is not None else "")
         out.append(f"- timed cases ({tm['cases']}): preparing {tm['prepare_s']:.1f} s, sampling {tm['sample_s']:.1f} s"
-                   + checks)
+                   + checks + between)
     return "\n".join(out) + "\n"

@@ -431,7 +431,7 @@ def _timed_check(targets, impls, problem, case, seed, inputs, device, rows):
     checker's verdict: an output with the bits its verification passed on seed 0, ``rows[k]["bits"]``,
     passes without a float64 reference), and a one-element list that sums the seconds it took."""
     from . import verify
-    checking = [0.0]
+    checking = [0.0, 0, 0]   # seconds, checks, checks passed on the verified bits
 
     def check(k, output):
         c0 = time.perf_counter()
@@ -439,10 +439,12 @@ def _timed_check(targets, impls, problem, case, seed, inputs, device, rows):
             g = targets[k].guard()
             if g:
                 return verify.Check(False, g)
-            return verify.judge(impls[k], problem, case, seed, inputs, output, device,
-                                expect=rows[k].get("bits"))
+            c = verify.judge(impls[k], problem, case, seed, inputs, output, device, expect=rows[k].get("bits"))
+            checking[2] += bool(c.details.get("same_bits"))
+            return c
         finally:
             checking[0] += time.perf_counter() - c0
+            checking[1] += 1
     return check, checking
 
 
@@ -497,7 +499,8 @@ def _time_task(task, opts, emit, problem, case, device, passed, rows) -> None:
         stats = {}
     # where the timed phase's wall time goes (harness.wall): preparing (compiles, loads) and sampling
     emit(event="timed_case", task=task["id"], case=case.id, prepare_s=round(t1 - t0, 3),
-         sample_s=round(time.perf_counter() - t1, 3), check_s=round(checking[0], 3), rows=len(targets))
+         sample_s=round(time.perf_counter() - t1, 3), check_s=round(checking[0], 3), checks=checking[1],
+         same_bits=checking[2], rows=len(targets))
     _timing_errors(errors, rows, task, problem, case, device)
     keep_raw = bool(opts.get("keep_raw", True))
     if "__copy__" in stats:

@@ -17,7 +17,8 @@ def test_breakdown_sums_rows_and_notes_and_renders_phase_shares():
     w = breakdown(rows, facts, 60.0)
     assert w["phases"]["parallel"]["s"] == 30.0 and w["phases"]["timed"]["s"] == 20.0
     assert w["rows"] == {"n": 4, "compile_only_s": 4.0, "first_call_s": 1.5, "verify_s": 3.5}
-    assert w["timed"] == {"cases": 1, "prepare_s": 1.5, "sample_s": 6.0, "check_s": None}
+    # the timed phase's 20 s: 7.5 s preparing and sampling its case, 12.5 s besides
+    assert w["timed"] == {"cases": 1, "prepare_s": 1.5, "sample_s": 6.0, "check_s": None, "between_s": 12.5}
     assert w["compile_ahead"]["units"] == 40 and w["workers"]["cpu_s"] == 10.0
     text = render(w)
     assert "parallel phase: 30.0 s (50 %)" in text and "timed phase: 20.0 s (33 %)" in text
@@ -28,6 +29,11 @@ def test_breakdown_sums_rows_and_notes_and_renders_phase_shares():
     w = breakdown(rows, facts + [dict(facts[-1], check_s=1.0)], 60.0)
     assert w["timed"]["check_s"] == 3.5 and w["timed"]["cases"] == 2
     assert "(of which checking each row's first and last timed launch 3.5 s)" in render(w)
+    assert "the rest of the timed phase (settling rows, handing cases and rows over, memory given back) 5.0 s" in render(w)   # 20 - 2 x 7.5
+    # ... and how many of those checks passed on the bits the rows' verification passed with
+    w = breakdown(rows, facts[:-1] + [dict(facts[-1], checks=6, same_bits=5)], 60.0)
+    assert w["timed"]["checks"] == 6 and w["timed"]["same_bits"] == 5
+    assert "6 checks, 5 passed on the bits the row's verification passed with" in render(w)
 
 
 def test_verification_parts_are_summed_over_rows_and_named():
@@ -63,3 +69,23 @@ def test_the_timing_worker_reports_the_seconds_its_checks_took():
     (ev,) = [e for e in events if e.get("event") == "timed_case"]
     assert 0 < ev["check_s"] <= ev["sample_s"]
     assert rows[impl.id]["time"]["samples"] >= 3
+    assert ev["checks"] == 2 and ev["same_bits"] == 0   # no verified bits to match: the whole check
+
+
+def test_timed_launches_with_the_verified_bits_pass_on_them_and_other_bits_are_checked_whole():
+    """The row's verification hands its first seed's output fingerprint to the timing; a timed
+    launch with those bits passes on them (no float64 reference), one with other bits (here: a
+    fingerprint that cannot match) still gets the whole check and passes on its merits."""
+    from harness import problems, registry, verify, worker
+    p = problems.get("softmax")
+    case = p.case(M=6, N=40, dtype="float32")
+    impl = registry.get("softmax", "torch:softmax")
+    bits = verify.verify_case(impl, p, case, "cpu").details["bits"]
+    for given, matched in ((bits, 2), ("0" * 32, 0)):
+        events, rows = [], {impl.id: {"status": "PASS", "bits": given}}
+        task = {"id": "t", "case": case.to_json(), "problem": "softmax", "impls": [impl.id]}
+        worker._time_task(task, {"device": "cpu", "timing": {"min_samples": 3, "time_cap_s": 0.05}},
+                          lambda **e: events.append(e), p, case, "cpu", [impl], rows)
+        (ev,) = [e for e in events if e.get("event") == "timed_case"]
+        assert (ev["checks"], ev["same_bits"]) == (2, matched)
+        assert rows[impl.id]["status"] == "PASS" and rows[impl.id]["time"]["samples"] >= 3
