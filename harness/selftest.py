@@ -62,6 +62,11 @@ CHECKS = [
      ("torch_bugs", "prepare_add_noop_after_verify", "torch"), ("torch_bugs", "prepare_add", "torch"),
      [("float32", dict(N=1000, _stage="timed"))],
      [("float32", dict(N=1000), "the verify suite alone: its launches are the ones that work")]),
+    ("scribbles past its input's view when timed (its timed outputs have the verified bits, which the "
+     "timing's checks pass on their bits: their check of the inputs must see it)", "vector_add",
+     ("torch_bugs", "prepare_add_scribbles_when_timed", "torch"), ("torch_bugs", "prepare_add", "torch"),
+     [("float32", dict(N=1000, misalign=1, _stage="timed"))],
+     [("float32", dict(N=1000, misalign=1), "the verify suite alone: its launches write nothing outside")]),
     ("cached return (computes once, returns the same tensor forever)", "softmax",
      ("torch_bugs", "prepare_softmax_cached", "torch"), ("torch_bugs", "prepare_softmax", "torch"),
      [("float32", dict(M=4, N=33)), ("bfloat16", dict(M=5, N=100, _stage="timed"))], []),
@@ -154,10 +159,11 @@ def _impl(problem: str, spec) -> "Implementation":
                           devices=("cpu",), origin=f"harness.planted.{module}")
 
 
-def timed_check(impl, problem, case, device="cpu"):
+def timed_check(impl, problem, case, device="cpu", bits: str | None = None):
     """The timing path on one case: prepare on seed 0's inputs, time a few interleaved samples
-    (``harness.timing``; on the CPU with a wall clock), verify the first and last timed launch.
-    Returns a ``verify.Check``."""
+    (``harness.timing``; on the CPU with a wall clock), verify the first and last timed launch -
+    as the main job does, with ``bits`` (the fingerprint of the output the verification passed on
+    seed 0): an output with those bits passes on them and the inputs' check. Returns a ``verify.Check``."""
     from . import timing, verify
 
     inputs = verify.share_inputs(problem.make_inputs(case, device, 0), device)
@@ -165,7 +171,8 @@ def timed_check(impl, problem, case, device="cpu"):
 
     def check(k, out):
         g = L.guard()
-        return verify.Check(False, g) if g else verify.judge(impl, problem, case, 0, inputs, out, device)
+        return verify.Check(False, g) if g else verify.judge(impl, problem, case, 0, inputs, out, device,
+                                                             expect=bits)
 
     errors: dict = {}
     cfg = timing.TimingConfig(min_samples=3, max_samples=5, time_cap_s=0.05, warmup_ms=1.0)
@@ -219,9 +226,10 @@ def run_gpu_checks(progress=None) -> list[Outcome]:
                     inputs = prob.make_inputs(case, "cuda", 0)
                     L = verify.Launcher(impl, prob, case, inputs, "cuda")
 
-                    def check(k, out, L=L, inputs=inputs, impl=impl):
-                        g = L.guard()
-                        return verify.Check(False, g) if g else verify.judge(impl, prob, case, 0, inputs, out, "cuda")
+                    def check(k, out, L=L, inputs=inputs, impl=impl, bits=c.details.get("bits")):
+                        g = L.guard()   # (as the main job: the verified bits pass on them)
+                        return verify.Check(False, g) if g else verify.judge(impl, prob, case, 0, inputs, out, "cuda",
+                                                                             expect=bits)
                     errors: dict = {}
                     cfg = timing.TimingConfig(mode=mode, min_samples=5, max_samples=20, time_cap_s=0.3)
                     st = timing.time_launches({impl.id: L}, cfg, "cuda", check=check, errors=errors)
@@ -265,7 +273,7 @@ def _verify(impl, problem, case, stage: str = "verify") -> tuple[str, str]:
     try:
         c = verify_case(impl, problem, case, "cpu")
         if c.ok and stage == "timed":
-            c = timed_check(impl, problem, case, "cpu")
+            c = timed_check(impl, problem, case, "cpu", bits=c.details.get("bits"))
     except Exception as e:  # a planted kernel must fail verification, not crash the self-test
         return "ERROR", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
     return ("PASS" if c.ok else "FAIL"), c.reason

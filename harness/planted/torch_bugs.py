@@ -70,6 +70,23 @@ def prepare_add_noop_after_verify(case, inputs, out):
     return launch
 
 
+def prepare_add_scribbles_when_timed(case, inputs, out):
+    """BUG (scribbles when timed): correct on the verified launches (at most two a prepared
+    launch); from the third call on, the same output, then the first element of x's storage, before
+    its view (a misaligned case), overwritten. The timing's checks pass an output with the verified
+    bits on those bits alone, so only their check of the inputs can see this."""
+    x, y = inputs
+    calls = [0]
+    whole = torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage())
+
+    def launch():
+        calls[0] += 1
+        torch.add(x, y, out=out)
+        if calls[0] > 2 and x.storage_offset() > 0:
+            whole[0] = 7.0
+    return launch
+
+
 def prepare_add_overrun(case, inputs, out):
     """BUG (overrun): correct, and one more element written past the end of ``out``."""
     x, y = inputs
