@@ -429,7 +429,8 @@ _COPIES: dict = {}   # (mix, bytes, timing mode) -> the same-size copy's timing 
 def _timed_check(targets, impls, problem, case, seed, inputs, device, rows):
     """The timing's check of a row's first and last timed launch (its output guards, then the
     checker's verdict: an output with the bits its verification passed on seed 0, ``rows[k]["bits"]``,
-    passes without a float64 reference), and a one-element list that sums the seconds it took."""
+    passes without a float64 reference), and a list that sums what the checks took: seconds, checks,
+    checks passed on the verified bits."""
     from . import verify
     checking = [0.0, 0, 0]   # seconds, checks, checks passed on the verified bits
 
