@@ -158,12 +158,20 @@ class _Flat:
         self.f64 = dict(dtype=torch.float64, device=ref.device)
 
     def nan_mismatch(self, i, j):
-        return torch.isnan(self.o[i:j]) != torch.isnan(self.r[i:j])
+        return _nan_mismatch(self.o[i:j], self.r[i:j])
 
     def inf_mismatch(self, i, j):
-        o, r = self.o[i:j], self.r[i:j]
-        oi, ri = torch.isinf(o), torch.isinf(r)
-        return (oi != ri) | (oi & ri & (torch.sign(o) != torch.sign(r)))
+        return _inf_mismatch(self.o[i:j], self.r[i:j])
+
+
+def _nan_mismatch(o, r):
+    """NaN in the output where the reference has none, or the reverse."""
+    return torch.isnan(o) != torch.isnan(r)
+
+
+def _inf_mismatch(o, r):
+    """Where the reference is inf, an output other than that same inf; elsewhere an inf output."""
+    return torch.where(torch.isinf(r), o != r, torch.isinf(o))
 
 
 def _form_failure(case, out, ref) -> Check | None:
@@ -218,9 +226,8 @@ def _pass(f: _Flat, bias, allowed_of, o_fill):
         j = min(f.n, i + CHUNK)
         o = f.o[i:j].to(torch.float64)
         r = f.r[i:j]
-        counts[0] += (torch.isnan(o) != torch.isnan(r)).sum()
-        # inf mismatch: where r is inf, o must be the same inf; elsewhere o must not be inf
-        counts[1] += torch.where(torch.isinf(r), o != r, torch.isinf(o)).sum()
+        counts[0] += _nan_mismatch(o, r).sum()
+        counts[1] += _inf_mismatch(o, r).sum()
         fin = torch.isfinite(r)
         e = torch.where(fin, o - r, 0.0)
         err = e.abs()
