@@ -174,14 +174,16 @@ class _PartClock:
 
 
 def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
-                so_far: Check | None = None) -> Check:
+                so_far: Check | None = None, bits: bool = True) -> Check:
     """Run ``impl`` on ``case`` for each seed and check every output; the first failure wins.
 
     The first seed's launch runs twice (every seed's with ``repeat`` on the GPU), the second time
     into re-poisoned buffers; a result that moves between the two launches is reported (a race).
     ``so_far``: the passing verdict of an earlier call on the same implementation and case (its
     first seed, compile time and worst figures), which this call's seeds continue - a worker can
-    check every implementation of a case on one seed before the next seed (one reference a seed)."""
+    check every implementation of a case on one seed before the next seed (one reference a seed).
+    ``bits``: the first seed's passing output's fingerprint in ``details["bits"]`` (for a case the
+    timing checks against it; the verify suite's cases are never timed)."""
     import time
 
     from . import tamper
@@ -210,7 +212,7 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
             return Check(False, f"seed {seed}: {g}", details=worst.details)
         # the first seed's passing output's fingerprint: the timing's checks compare its launches
         # with it (the same bits need no float64 reference there)
-        c = clock.judged(judge(impl, problem, case, seed, inputs, got, device, fingerprint=n == 0))
+        c = clock.judged(judge(impl, problem, case, seed, inputs, got, device, fingerprint=bits and n == 0))
         if not c.ok:
             c.reason = f"seed {seed}: {c.reason}"
             c.details.update(worst.details)

@@ -246,7 +246,8 @@ def _verify_one(task, impl, problem, case, device, row, emit, seeds=None, checks
         # launches are checked too, and its outputs are the largest to compare
         check = verify.verify_case(impl, problem, case, device,
                                    seeds=tuple(seeds or task.get("seeds", verify.SEEDS)),
-                                   repeat=(device == "cuda" and phase == "verify-suite"), so_far=so_far)
+                                   repeat=(device == "cuda" and phase == "verify-suite"), so_far=so_far,
+                                   bits=phase != "verify-suite")
     except Unsupported as e:  # from prepare: the implementation declines this case
         row.update(status="SKIP", kind="unsupported", reason=str(e))
         return False

@@ -47,6 +47,13 @@ def test_preverify_task_marks_passes_pending_timing():
     row = _run(task)["torch:softmax"]
     assert row["status"] == "PASS" and row["pending_timing"] is True and row["phase"] == "timed"
     assert row["max_abs_err"] is not None and row["verify_s"] > 0
+    # the fingerprint its timing checks against travels with the verdict ...
+    assert len(row["bits"]) == 32
+    # ... and a verify-suite case, never timed, has none
+    (suite,) = [t for t in make_tasks(_plan(), impls, phase="verify-suite", prefix="v")
+                if t["case"] == task["case"]]
+    suite_row = _run(suite)["torch:softmax"]
+    assert suite_row["status"] == "PASS" and "bits" not in suite_row
 
 
 def test_timed_task_keeps_the_parallel_verdict_and_does_not_verify_again():
