@@ -182,8 +182,7 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
     ``so_far``: the passing verdict of an earlier call on the same implementation and case (its
     first seed, compile time and worst figures), which this call's seeds continue - a worker can
     check every implementation of a case on one seed before the next seed (one reference a seed).
-    ``bits``: the first seed's passing output's fingerprint in ``details["bits"]`` (for a case the
-    timing checks against it; the verify suite's cases are never timed)."""
+    ``bits``: the passing first seed's output fingerprint in ``details["bits"]`` (the timing's)."""
     import time
 
     from . import tamper
@@ -210,8 +209,7 @@ def verify_case(impl, problem, case, device, seeds=SEEDS, repeat: bool = True,
         clock.lap("guard_s")
         if g:
             return Check(False, f"seed {seed}: {g}", details=worst.details)
-        # the first seed's passing output's fingerprint: the timing's checks compare its launches
-        # with it (the same bits need no float64 reference there)
+        # (the timing's checks pass a launch with the first seed's passing bits on them)
         c = clock.judged(judge(impl, problem, case, seed, inputs, got, device, fingerprint=bits and n == 0))
         if not c.ok:
             c.reason = f"seed {seed}: {c.reason}"
